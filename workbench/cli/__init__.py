@@ -1,0 +1,62 @@
+"""`workbench` command line: a thin layer over the library.
+
+Each area registers its commands from its own module (``workbench/cli/<area>.py`` exposes
+``register(app)``), so modules import heavy dependencies only inside their commands.
+Every reporting command takes ``--json`` and prints exactly one JSON document on stdout;
+logs and progress go to stderr.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from workbench.cli.common import state, fail
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Decision Workbench: evaluate decision models, calibrate, pick thresholds, ship a policy.")
+
+AREAS = ["datasets", "schema_cmd", "run", "emulator", "report", "thresholds", "policy", "compare", "shadow",
+         "demo", "ui"]
+
+
+@app.callback()
+def _global(db: str = typer.Option(None, "--db", envvar="WORKBENCH_DB",
+                                    help="DuckDB file of the store (default ./workbench.duckdb).")) -> None:
+    if db:
+        state.db = db
+
+
+for _area in AREAS:
+    try:
+        _mod = importlib.import_module(f"workbench.cli.{_area}")
+    except ModuleNotFoundError as exc:  # an area not written yet
+        if exc.name != f"workbench.cli.{_area}":
+            raise
+        continue
+    _mod.register(app)
+
+
+def main() -> None:
+    from workbench.errors import WorkbenchError
+
+    try:
+        app(standalone_mode=False)
+    except WorkbenchError as exc:
+        fail(str(exc))
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise

@@ -1,0 +1,81 @@
+"""Shared CLI plumbing: the store path, JSON output, one-line errors."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+#: Progress bars, logs and tables go to stderr so that stdout carries only the JSON document.
+err_console = Console(stderr=True)
+out_console = Console()
+
+
+@dataclass
+class _State:
+    db: str | None = None
+
+    @property
+    def db_path(self) -> Path:
+        from workbench.store.db import default_db_path
+
+        return Path(self.db) if self.db else default_db_path()
+
+
+state = _State()
+
+
+def open_store(read_only: bool = False):
+    from workbench.store.db import connect
+
+    return connect(state.db_path, read_only=read_only)
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return None if not math.isfinite(float(o)) else float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (datetime, date)):
+        return o.isoformat()
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if hasattr(o, "model_dump"):
+        return o.model_dump(mode="json")
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _clean(o: Any) -> Any:
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    return o
+
+
+def to_jsonable(obj: Any) -> Any:
+    return _clean(json.loads(json.dumps(obj, default=_default, allow_nan=True)))
+
+
+def emit_json(obj: Any) -> None:
+    """Print one JSON document on stdout (NaN/inf become null)."""
+    sys.stdout.write(json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def fail(message: str, code: int = 2) -> None:
+    """One line on stderr, non-zero exit."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(code)

@@ -1,0 +1,109 @@
+"""Normalised answers: one probability vector per question, over the schema's options in order.
+
+Providers round probabilities (Clef: 4 decimals), so a vector whose sum is within ``tol`` of 1 is
+re-normalised and its deviation reported; beyond ``tol`` it is an error, never an answer.
+The workbench computes its own ``p_top``, ``margin`` and ``entropy``; a vendor's ``confidence``
+is kept raw (vendors define it differently, providers.md §5).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench.errors import AnswerError
+from workbench.schema.questions import Choice, Noul, Score, option_ids
+
+#: Largest |sum(p) - 1| accepted before re-normalising (Clef rounds to 4 decimals; Polyglot uses 0.02).
+SUM_TOLERANCE = 0.02
+
+
+@dataclass(frozen=True)
+class NormalisedAnswer:
+    probs: np.ndarray  # shape (n_options,), schema order, sums to 1
+    deviation: float  # sum of the provider's values minus 1, before re-normalising
+    vendor_confidence: float | None  # raw, as the vendor sent it; not comparable across vendors
+
+
+def _prob(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise AnswerError(f"{where}: probability {value!r} is not a number")
+    v = float(value)
+    if not np.isfinite(v) or v < -1e-9 or v > 1 + 1e-9:
+        raise AnswerError(f"{where}: probability {v} is outside [0, 1]")
+    return min(max(v, 0.0), 1.0)
+
+
+def normalise_answer(question: Noul | Choice | Score, answer: Any, *, question_id: str = "?",
+                     tol: float = SUM_TOLERANCE) -> NormalisedAnswer:
+    """Turn one System One answer object into a probability vector in schema order.
+
+    ``answer`` is e.g. ``{"type": "noul", "noul": 0.97}`` or
+    ``{"type": "choice", "choice": "a", "probabilities": {"a": 0.8, "b": 0.2}, "confidence": 0.6}``.
+    Raises :class:`AnswerError` when the answer is missing, of the wrong type, names unknown
+    options or sums too far from 1.
+    """
+    where = f"answer {question_id!r}"
+    if not isinstance(answer, dict):
+        raise AnswerError(f"{where}: expected an object, got {type(answer).__name__}")
+    kind = answer.get("type", question.type)
+    if kind == "refusal":
+        raise AnswerError(f"{where}: the provider refused this question")
+    if kind != question.type:
+        raise AnswerError(f"{where}: type {kind!r} does not match the question type {question.type!r}")
+    conf = answer.get("confidence")
+    conf = float(conf) if isinstance(conf, (int, float)) and not isinstance(conf, bool) else None
+    if question.type == "noul":
+        p_yes = _prob(answer.get("noul"), where)
+        return NormalisedAnswer(np.array([p_yes, 1.0 - p_yes]), 0.0, conf)
+
+    ids = option_ids(question)
+    raw = answer.get("probabilities")
+    if not isinstance(raw, dict) or not raw:
+        raise AnswerError(f"{where}: no 'probabilities' object")
+    unknown = [k for k in raw if k not in set(ids)]
+    if unknown:
+        raise AnswerError(f"{where}: unknown option {unknown[0]!r} (not in the schema)")
+    vec = np.array([_prob(raw.get(k, 0.0), f"{where}.{k}") for k in ids])
+    total = float(vec.sum())
+    deviation = total - 1.0
+    if abs(deviation) > tol:
+        raise AnswerError(f"{where}: probabilities sum to {total:.4f}, more than {tol} from 1")
+    return NormalisedAnswer(vec / total, deviation, conf)
+
+
+# -- summaries, vectorised over a matrix of answers ---------------------------------------------
+def top_two(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Index of the top option, its probability and the runner-up's, for each row.
+
+    ``probs`` has shape (n_items, n_options). Ties go to the first option in schema order.
+    """
+    probs = np.atleast_2d(np.asarray(probs, dtype=float))
+    top = probs.argmax(axis=1)
+    rows = np.arange(probs.shape[0])
+    p1 = probs[rows, top]
+    if probs.shape[1] < 2:
+        return top, p1, np.zeros_like(p1)
+    part = np.partition(probs, probs.shape[1] - 2, axis=1)
+    p2 = part[:, -2]
+    return top, p1, p2
+
+
+def p_top(probs: np.ndarray) -> np.ndarray:
+    """Probability of the top option per row, shape (n_items,)."""
+    return top_two(probs)[1]
+
+
+def margin(probs: np.ndarray) -> np.ndarray:
+    """Top minus runner-up probability per row, in [0, 1]."""
+    _, p1, p2 = top_two(probs)
+    return p1 - p2
+
+
+def entropy(probs: np.ndarray) -> np.ndarray:
+    """Shannon entropy in nats per row (0 for a one-hot vector)."""
+    probs = np.atleast_2d(np.asarray(probs, dtype=float))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(probs > 0, -probs * np.log(probs), 0.0)
+    return terms.sum(axis=1)

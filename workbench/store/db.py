@@ -1,0 +1,197 @@
+"""The DuckDB store: connection, forward migrations, transactions. The only SQL lives in ``store/``.
+
+Tables (schema version 1):
+
+- ``datasets`` — one row per (name, version): fingerprint, question ids, counts, import parameters.
+- ``items`` — (dataset, version, item_id): state as text or JSON, images, split, group.
+- ``labels`` — (dataset, version, item_id, question, option_id, annotator); several annotators allowed.
+- ``schemas`` — decision schemas by ``schema_hash`` (the file's wire form, as JSON).
+- ``runs`` — one experiment run: dataset version, schema hash, provider spec, model, status, summary.
+- ``calls`` — the response cache, keyed by ``cache_key`` = sha256(provider, model, exact request).
+- ``answers`` — (run_id, item_id, question): probabilities as ``DOUBLE[]`` in schema order, or a
+  failure kind and message (never both). ``p_top``/``margin``/``entropy`` are the workbench's own.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+
+from workbench.errors import StoreError
+
+DEFAULT_DB = "workbench.duckdb"
+
+_MIGRATIONS: list[str] = [
+    # 1: initial layout
+    """
+    CREATE TABLE datasets (
+        name VARCHAR NOT NULL,
+        version INTEGER NOT NULL,
+        fingerprint VARCHAR NOT NULL,
+        created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+        questions VARCHAR[] NOT NULL,
+        schema_hash VARCHAR,
+        n_items INTEGER NOT NULL,
+        params JSON,
+        PRIMARY KEY (name, version)
+    );
+    CREATE TABLE items (
+        dataset VARCHAR NOT NULL,
+        version INTEGER NOT NULL,
+        item_id VARCHAR NOT NULL,
+        state_text VARCHAR,
+        state_json JSON,
+        images VARCHAR[],
+        split VARCHAR NOT NULL,
+        grp VARCHAR,
+        PRIMARY KEY (dataset, version, item_id)
+    );
+    CREATE TABLE labels (
+        dataset VARCHAR NOT NULL,
+        version INTEGER NOT NULL,
+        item_id VARCHAR NOT NULL,
+        question VARCHAR NOT NULL,
+        option_id VARCHAR NOT NULL,
+        annotator VARCHAR NOT NULL DEFAULT 'import'
+    );
+    CREATE TABLE schemas (
+        schema_hash VARCHAR PRIMARY KEY,
+        name VARCHAR,
+        body JSON NOT NULL,
+        created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+    );
+    CREATE TABLE runs (
+        run_id VARCHAR PRIMARY KEY,
+        name VARCHAR,
+        kind VARCHAR NOT NULL DEFAULT 'raw',          -- raw | calibrated
+        parent_run_id VARCHAR,                         -- for calibrated views
+        dataset VARCHAR NOT NULL,
+        dataset_version INTEGER NOT NULL,
+        schema_hash VARCHAR NOT NULL,
+        provider VARCHAR NOT NULL,                     -- spec string, never a secret
+        model VARCHAR,                                 -- model that answered (most frequent)
+        dialect VARCHAR,
+        splits VARCHAR[],
+        status VARCHAR NOT NULL DEFAULT 'running',    -- running | done | interrupted | failed
+        created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+        finished_at TIMESTAMP,
+        params JSON,
+        summary JSON,
+        experiment VARCHAR,
+        variant VARCHAR
+    );
+    CREATE TABLE calls (
+        cache_key VARCHAR PRIMARY KEY,
+        provider VARCHAR NOT NULL,
+        model VARCHAR,
+        response JSON,                                 -- System One response body (normalised dialect)
+        model_answered VARCHAR,
+        request_id VARCHAR,
+        latency_ms DOUBLE,
+        input_tokens INTEGER,
+        cost_usd DOUBLE,
+        created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+    );
+    CREATE TABLE answers (
+        run_id VARCHAR NOT NULL,
+        item_id VARCHAR NOT NULL,
+        question VARCHAR NOT NULL,
+        probs DOUBLE[],                                -- schema order; NULL when failed
+        p_top DOUBLE,
+        margin DOUBLE,
+        entropy DOUBLE,
+        deviation DOUBLE,                              -- provider sum - 1 before re-normalising
+        vendor_confidence DOUBLE,                      -- raw vendor figure, not comparable
+        failure_kind VARCHAR,                          -- NULL when answered
+        failure_message VARCHAR,
+        model VARCHAR,
+        latency_ms DOUBLE,
+        input_tokens INTEGER,
+        cost_usd DOUBLE,
+        cache_key VARCHAR,
+        cached BOOLEAN DEFAULT false,
+        created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+        PRIMARY KEY (run_id, item_id, question)
+    );
+    CREATE TABLE calibrators (
+        run_id VARCHAR NOT NULL,                       -- the calibrated view's run id
+        question VARCHAR NOT NULL,
+        method VARCHAR NOT NULL,
+        params JSON NOT NULL,
+        PRIMARY KEY (run_id, question)
+    );
+    """,
+]
+
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+def default_db_path() -> Path:
+    return Path(os.environ.get("WORKBENCH_DB", DEFAULT_DB))
+
+
+def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open (and migrate) the store at ``path``; ``":memory:"`` works for tests."""
+    path = str(path if path is not None else default_db_path())
+    if read_only and path != ":memory:" and not Path(path).exists():
+        raise StoreError(f"{path}: no workbench database here",
+                         hint="import a dataset first, or pass --db / set WORKBENCH_DB")
+    try:
+        con = duckdb.connect(path, read_only=read_only)
+    except duckdb.IOException as exc:
+        msg = str(exc).splitlines()[0]
+        if "lock" in msg.lower():
+            raise StoreError(f"{path}: the database is locked by another process ({msg})",
+                             hint="wait for the other workbench command to finish, or use another --db") from None
+        raise StoreError(f"{path}: cannot open database: {msg}") from None
+    con.execute("SET python_enable_replacements = false")
+    if not read_only:
+        migrate(con)
+    return con
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+    ).fetchone()[0]
+    if not exists:
+        return 0
+    row = con.execute("SELECT max(version) FROM schema_version").fetchone()
+    return int(row[0] or 0)
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> int:
+    """Apply forward migrations; each in its own transaction. Returns the resulting version."""
+    current = schema_version(con)
+    if current > SCHEMA_VERSION:
+        raise StoreError(f"database schema version {current} is newer than this workbench ({SCHEMA_VERSION})",
+                         hint="upgrade the workbench package")
+    for version in range(current + 1, SCHEMA_VERSION + 1):
+        with transaction(con):
+            con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+                        "applied_at TIMESTAMP DEFAULT current_timestamp)")
+            con.execute(_MIGRATIONS[version - 1])
+            con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
+    return SCHEMA_VERSION
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """All or nothing: one transaction per user action (an import, a runner flush, an export)."""
+    con.begin()
+    try:
+        yield con
+    except BaseException:
+        con.rollback()
+        raise
+    con.commit()
+
+
+def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Row count of every workbench table (used by tests: a failed action changes nothing)."""
+    names = [r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1").fetchall()]
+    return {n: con.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0] for n in names}
