@@ -42,7 +42,9 @@ def main() -> None:
     from workbench.errors import WorkbenchError
 
     try:
-        app(standalone_mode=False)
+        rv = app(standalone_mode=False)
+        if isinstance(rv, int) and rv != 0:  # typer.Exit(code) is returned, not raised, here
+            sys.exit(rv)
     except WorkbenchError as exc:
         fail(str(exc))
     except typer.Exit as exc:

@@ -45,6 +45,7 @@ def register(app: typer.Typer) -> None:
         positive: list[str] = typer.Option(None, "--positive", help="QUESTION=VALUE meaning yes (noul)."),
         schema: Optional[Path] = typer.Option(None, "--schema", help="Check labels against this schema."),
         append: bool = typer.Option(False, "--append", help="Add the rows to the latest version."),
+        profile: str = typer.Option("default", "--profile", help="Limit profile the --schema must meet."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Import labelled items (one new dataset version, all or nothing)."""
@@ -57,6 +58,10 @@ def register(app: typer.Typer) -> None:
                           seed=seed, group_column=group_column, image_column=image_column,
                           positive=_pairs(positive, "--positive"), append=append)
         sch = load_schema(schema) if schema else None
+        if sch is not None:
+            from workbench.schema.questions import check_limits
+
+            check_limits(sch, profile, source=str(schema))
         con = open_store()
         try:
             result = import_dataset(con, paths, spec, sch)

@@ -68,6 +68,8 @@ def _read_file(path: Path) -> pd.DataFrame:
     if kind is None:
         raise DataImportError(f"{path}: unknown file type {path.suffix!r}",
                               hint="use .csv, .tsv, .parquet, .json or .jsonl")
+    if kind in ("csv", "tsv"):
+        _check_delimited(path, "," if kind == "csv" else "\t")
     con = duckdb.connect()
     try:
         p = str(path)
@@ -90,6 +92,35 @@ def _read_file(path: Path) -> pd.DataFrame:
     if df.empty:
         raise DataImportError(f"{path}: no rows", hint="the file has a header but no data")
     return df
+
+
+def _check_delimited(path: Path, sep: str) -> None:
+    """Every row has the header's number of fields, and the bytes are UTF-8 (C csv reader, one pass)."""
+    import csv
+
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DataImportError(f"{path}: not valid UTF-8 at line {line} (byte 0x{data[exc.start]:02x})",
+                              hint="re-save the file as UTF-8") from None
+    del data
+    line = 1
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            reader = csv.reader(fh, delimiter=sep)
+            header = next(reader, None)
+            if header is None:
+                raise DataImportError(f"{path}: empty file", hint="the file needs a header row and data")
+            width = len(header)
+            for row in reader:
+                line = reader.line_num
+                if len(row) != width and row:
+                    raise DataImportError(f"{path}: line {line} has {len(row)} fields, the header has {width}",
+                                          hint="quote fields that contain the delimiter, or fix the row")
+    except csv.Error as exc:
+        raise DataImportError(f"{path}: line {line + 1}: {exc}", hint="fix the CSV quoting") from None
 
 
 def _first_line(exc: Exception) -> str:
