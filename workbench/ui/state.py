@@ -1,0 +1,311 @@
+"""Read-only store access for the Streamlit pages: snapshots, cached loaders, session keys.
+
+The UI never holds a lock on the store. DuckDB lets one process write *or* several read a
+file, so a reader would stop ``workbench run`` from opening the store (and a running
+``workbench run`` would stop the UI from reading). Every read therefore goes to a
+*snapshot*: a copy of the database file and its write-ahead log, taken when the store
+changed and opened read-only for one query. DuckDB drops a torn WAL tail on replay, so a
+copy taken mid-write shows exactly the committed transactions.
+
+Loaders are ``st.cache_data`` functions whose keys are small hashable ids: the store path,
+its *token* (modification time and size of the file and WAL, so a write invalidates the
+cache) and ids such as a run id or a question. Pages call only these loaders and the
+library's public functions; no metric is computed here.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import duckdb
+import pandas as pd
+import streamlit as st
+
+from workbench.errors import NotFoundError, StoreError
+
+#: Session-state keys shared across pages (one choice per browser tab).
+KEY_DB = "db_path"
+KEY_RUN = "run_id"
+KEY_QUESTION = "question"
+KEY_DATASET = "dataset"
+
+_SNAP_LOCK = threading.Lock()
+_SNAP_DIR = Path(tempfile.gettempdir()) / f"workbench-ui-{os.getpid()}"
+_COPY_ATTEMPTS = 8
+
+
+# -- which store -----------------------------------------------------------------------------------
+def _db_from_argv(argv: list[str]) -> str | None:
+    """``streamlit run streamlit_app.py -- --db PATH`` puts ``--db PATH`` into ``sys.argv``."""
+    for i, arg in enumerate(argv):
+        if arg == "--db" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--db="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def default_db() -> str:
+    """Store path from ``-- --db PATH``, else ``$WORKBENCH_DB``, else ``./workbench.duckdb``."""
+    from workbench.store.db import default_db_path
+
+    return str(Path(_db_from_argv(sys.argv[1:]) or default_db_path()).expanduser().resolve())
+
+
+def db_path() -> str:
+    """The store this tab reads (set once per session, changeable in the sidebar)."""
+    if KEY_DB not in st.session_state or not st.session_state[KEY_DB]:
+        st.session_state[KEY_DB] = default_db()
+    return str(st.session_state[KEY_DB])
+
+
+def store_token(path: str) -> tuple[int, int, int, int]:
+    """(mtime_ns, size) of the database file and of its WAL: changes whenever a write lands."""
+    out: list[int] = []
+    for p in (path, path + ".wal"):
+        try:
+            s = os.stat(p)
+            out += [s.st_mtime_ns, s.st_size]
+        except FileNotFoundError:
+            out += [0, 0]
+    return tuple(out)  # type: ignore[return-value]
+
+
+# -- snapshots -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Snapshot:
+    source: str
+    token: tuple
+    path: str
+
+
+_snapshots: dict[str, Snapshot] = {}
+
+
+def snapshot(path: str) -> Snapshot:
+    """A consistent copy of ``path`` (+ WAL) for the current token; reused until the store changes.
+
+    A copy is consistent when the token did not move while copying; otherwise it is retried.
+    """
+    if not Path(path).exists():
+        raise StoreError(f"{path}: no workbench database here",
+                         hint="run `workbench demo` or import a dataset, then pass --db PATH")
+    with _SNAP_LOCK:
+        for attempt in range(_COPY_ATTEMPTS):
+            token = store_token(path)
+            cached = _snapshots.get(path)
+            if cached is not None and cached.token == token and Path(cached.path).exists():
+                return cached
+            _SNAP_DIR.mkdir(parents=True, exist_ok=True)
+            stem = hashlib.sha1(f"{path}|{token}".encode()).hexdigest()[:16]
+            target = _SNAP_DIR / f"{stem}.duckdb"
+            try:
+                shutil.copyfile(path, target)
+                if os.path.exists(path + ".wal"):
+                    shutil.copyfile(path + ".wal", str(target) + ".wal")
+                elif os.path.exists(str(target) + ".wal"):
+                    os.remove(str(target) + ".wal")
+            except FileNotFoundError:  # the WAL was checkpointed away while copying
+                time.sleep(0.02 * (attempt + 1))
+                continue
+            if store_token(path) != token:  # a write landed mid-copy: copy again
+                time.sleep(0.02 * (attempt + 1))
+                continue
+            old = _snapshots.get(path)
+            _snapshots[path] = snap = Snapshot(path, token, str(target))
+            if old is not None and old.path != snap.path:
+                for f in (old.path, old.path + ".wal"):
+                    try:
+                        os.remove(f)  # open readers keep their inode (POSIX)
+                    except FileNotFoundError:
+                        pass
+            return snap
+    raise StoreError(f"{path}: the store kept changing while being read",
+                     hint="a run is writing heavily; retry in a moment")
+
+
+@contextmanager
+def read_connection(path: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection to a fresh snapshot of the store, closed on exit.
+
+    Retries a few times when the snapshot cannot be opened (e.g. the copy raced a checkpoint).
+    """
+    from workbench.store.db import connect
+
+    path = path or db_path()
+    last: Exception | None = None
+    for attempt in range(4):
+        snap = snapshot(path)
+        try:
+            con = connect(snap.path, read_only=True)
+        except (StoreError, duckdb.Error) as exc:
+            last = exc
+            with _SNAP_LOCK:
+                _snapshots.pop(path, None)
+            time.sleep(0.05 * (attempt + 1))
+            continue
+        try:
+            yield con
+        finally:
+            con.close()
+        return
+    raise StoreError(f"{path}: cannot read the store ({str(last).splitlines()[0] if last else 'unknown'})",
+                     hint="retry in a moment")
+
+
+def refresh() -> None:
+    """Forget cached reads (the sidebar's Refresh button)."""
+    st.cache_data.clear()
+
+
+# -- cached loaders (keys: path, token, ids) ---------------------------------------------------------
+@st.cache_data(show_spinner=False, max_entries=64)
+def datasets_frame(path: str, token: tuple) -> pd.DataFrame:
+    from workbench.store.datasets import list_datasets
+
+    with read_connection(path) as con:
+        return list_datasets(con)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def dataset_info(path: str, token: tuple, name: str, version: int | None = None) -> dict:
+    from workbench.store.datasets import dataset_info as _info
+
+    with read_connection(path) as con:
+        return _info(con, name, version)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def sample_items(path: str, token: tuple, name: str, version: int, split: str | None, n: int) -> pd.DataFrame:
+    from workbench.store.datasets import load_items, load_labels
+
+    with read_connection(path) as con:
+        items = load_items(con, name, version, splits=[split] if split else None, limit=n)
+        try:
+            labels = load_labels(con, name, version, splits=[split] if split else None)
+        except duckdb.Error:  # an older store layer whose label query fails: show the items alone
+            labels = None
+    out = items[["item_id", "split", "state"]].copy()
+    out["state"] = out["state"].astype(str)
+    if labels is None or labels.empty:
+        return out
+    wide = labels.pivot_table(index="item_id", columns="question", values="option_id", aggfunc="first")
+    return out.join(wide, on="item_id")
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def runs_frame(path: str, token: tuple) -> pd.DataFrame:
+    from workbench.store.runs import list_runs
+
+    with read_connection(path) as con:
+        return list_runs(con)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def run_record(path: str, token: tuple, run_id: str) -> dict:
+    from workbench.store.runs import get_run, load_stored_schema
+
+    with read_connection(path) as con:
+        run = get_run(con, run_id)
+        schema = load_stored_schema(con, run["schema_hash"])
+    run["questions"] = schema.question_ids
+    run["question_types"] = {q: schema.questions[q].type for q in schema.question_ids}
+    run["schema_wire"] = schema.to_file_dict()
+    return run
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def run_answers(path: str, token: tuple, run_id: str, question: str, splits: tuple[str, ...] | None = None):
+    """:class:`workbench.store.runs.RunAnswers` of one run and question (arrays, cached per run)."""
+    from workbench.store.runs import load_answers
+
+    with read_connection(path) as con:
+        return load_answers(con, run_id, question, list(splits) if splits else None)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def failures_by_kind(path: str, token: tuple, run_id: str) -> pd.DataFrame:
+    """Failure counts per (question, kind) of one run (counted by the store's loader arrays)."""
+    run = run_record(path, token, run_id)
+    frames = []
+    for q in run["questions"]:
+        ans = run_answers(path, token, run["run_id"], q)
+        kinds = pd.Series(ans.failure_kind[ans.failed], dtype=object)
+        if len(kinds):
+            vc = kinds.value_counts()
+            frames.append(pd.DataFrame({"question": q, "failure_kind": vc.index, "count": vc.to_numpy()}))
+    if not frames:
+        return pd.DataFrame(columns=["question", "failure_kind", "count"])
+    return pd.concat(frames, ignore_index=True)
+
+
+# -- helpers for pages -------------------------------------------------------------------------------
+def current() -> tuple[str, tuple]:
+    """(store path, token) for this rerun."""
+    path = db_path()
+    return path, store_token(path)
+
+
+def store_ready() -> bool:
+    """Show a friendly message (and return False) when the store does not exist yet."""
+    path = db_path()
+    if not Path(path).exists():
+        st.info(f"No store at `{path}`. Run `workbench demo` (offline) and open the UI with "
+                "`workbench ui --db PATH`, or change the store path in the sidebar.")
+        return False
+    return True
+
+
+def run_label(runs: pd.DataFrame, run_id: str) -> str:
+    """``name · provider · run id`` for select boxes."""
+    row = runs.loc[runs["run_id"] == run_id]
+    if row.empty:
+        return run_id
+    r = row.iloc[0]
+    name = r["name"] if isinstance(r["name"], str) and r["name"] else r["provider"]
+    return f"{name} · {r['dataset']} · {run_id}"
+
+
+def pick_run(runs: pd.DataFrame, *, key: str = KEY_RUN, label: str = "Run",
+             only_done: bool = False, container: Any = None) -> str | None:
+    """A run select box bound to session state (shared across pages by default)."""
+    box = container or st
+    if runs.empty:
+        box.info("No runs in this store yet. `workbench demo` creates some offline.")
+        return None
+    ids = runs["run_id"].tolist()
+    if only_done:
+        ids = runs.loc[runs["status"] != "running", "run_id"].tolist() or ids
+    if key in st.session_state and st.session_state[key] not in ids:
+        del st.session_state[key]
+    return box.selectbox(label, ids, key=key, format_func=lambda r: run_label(runs, r))
+
+
+def pick_question(run: dict, *, key: str = KEY_QUESTION, container: Any = None) -> str:
+    box = container or st
+    qs = run["questions"]
+    if key in st.session_state and st.session_state[key] not in qs:
+        del st.session_state[key]
+    return box.selectbox("Question", qs, key=key,
+                         format_func=lambda q: f"{q} ({run['question_types'][q]})")
+
+
+def show_error(exc: Exception) -> None:
+    """One readable line for a WorkbenchError (message + hint), never a traceback."""
+    message, hint = getattr(exc, "message", str(exc)), getattr(exc, "hint", None)
+    st.error(f"{message}" + (f"  \n*{hint}*" if hint else ""))
+
+
+__all__ = ["KEY_DB", "KEY_RUN", "KEY_QUESTION", "default_db", "db_path", "store_token", "snapshot",
+           "read_connection", "refresh", "datasets_frame", "dataset_info", "sample_items", "runs_frame",
+           "run_record", "run_answers", "failures_by_kind", "current", "store_ready", "pick_run",
+           "pick_question", "show_error", "NotFoundError"]
