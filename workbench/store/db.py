@@ -124,6 +124,10 @@ _MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, question)
     );
     """,
+    # 2: the run that paid for a cached call (resume counts its own journaled calls as not cached)
+    """
+    ALTER TABLE calls ADD COLUMN run_id VARCHAR;
+    """,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
