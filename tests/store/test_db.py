@@ -1,0 +1,93 @@
+"""Store mechanics: migrations, transactions, locks, answers round trip."""
+from __future__ import annotations
+
+import multiprocessing as mp
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench.errors import StoreError
+from workbench.schema import DecisionSchema
+from workbench.store import db as store_db
+from workbench.store.db import SCHEMA_VERSION, connect, migrate, schema_version, table_counts, transaction
+from workbench.store.runs import create_run, load_answers, write_answers
+
+
+def test_migrations_are_forward_and_idempotent(db_path: Path):
+    con = connect(db_path)
+    assert schema_version(con) == SCHEMA_VERSION
+    counts = table_counts(con)
+    assert migrate(con) == SCHEMA_VERSION  # second run applies nothing
+    assert table_counts(con) == counts
+    con.close()
+
+
+def test_newer_database_is_refused(db_path: Path):
+    con = connect(db_path)
+    con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION + 5])
+    con.close()
+    with pytest.raises(StoreError, match="newer"):
+        connect(db_path)
+
+
+def test_transaction_rolls_back_everything(db_path: Path):
+    con = connect(db_path)
+    before = table_counts(con)
+    with pytest.raises(RuntimeError):
+        with transaction(con):
+            con.execute("INSERT INTO schemas (schema_hash, body) VALUES ('h', '{}')")
+            raise RuntimeError("boom")
+    assert table_counts(con) == before
+
+
+def _hold_lock(path: str, ready, done) -> None:
+    con = duckdb.connect(path)
+    ready.set()
+    done.wait(20)
+    con.close()
+
+
+def test_lock_held_by_another_process_is_reported(db_path: Path):
+    connect(db_path).close()
+    ctx = mp.get_context("spawn")
+    ready, done = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_hold_lock, args=(str(db_path), ready, done))
+    proc.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(StoreError, match="locked"):
+            connect(db_path)
+    finally:
+        done.set()
+        proc.join(30)
+
+
+def test_answers_round_trip_with_failures_and_majority_labels(db_path: Path):
+    con = connect(db_path)
+    schema = DecisionSchema.from_dict({"questions": {"intent": {"type": "choice", "instructions": "which?",
+                                                                "criteria": {"b": None, "a": None, "c": None}}}})
+    con.execute("INSERT INTO datasets (name, version, fingerprint, questions, n_items) VALUES ('d', 1, 'f', ['intent'], 3)")
+    con.execute("INSERT INTO items (dataset, version, item_id, state_text, split) VALUES "
+                "('d',1,'x1','s1','test'),('d',1,'x2','s2','test'),('d',1,'x3','s3','calibration')")
+    # x1: two annotators say a, one says c -> a; x2: tie b/c -> b (schema order); x3 unlabelled
+    con.execute("INSERT INTO labels (dataset, version, item_id, question, option_id, annotator) VALUES "
+                "('d',1,'x1','intent','a','u1'),('d',1,'x1','intent','a','u2'),('d',1,'x1','intent','c','u3'),"
+                "('d',1,'x2','intent','c','u1'),('d',1,'x2','intent','b','u2')")
+    run = create_run(con, dataset="d", dataset_version=1, schema=schema, provider="test:p", splits=["test"])
+    write_answers(con, pd.DataFrame({
+        "run_id": [run] * 3, "item_id": ["x1", "x2", "x3"], "question": ["intent"] * 3,
+        "probs": [[0.2, 0.7, 0.1], None, [0.5, 0.25, 0.25]],
+        "failure_kind": [None, "rate_limit", None], "failure_message": [None, "429", None]}))
+    ans = load_answers(con, run, "intent")
+    assert list(ans.item_ids) == ["x1", "x2", "x3"]
+    assert ans.option_ids == ["b", "a", "c"]
+    assert list(ans.labels) == [1, 0, -1]
+    assert list(ans.failed) == [False, True, False]
+    assert np.isnan(ans.probs[1]).all() and np.allclose(ans.probs[0], [0.2, 0.7, 0.1])
+    assert ans.failure_kind[1] == "rate_limit"
+    assert len(load_answers(con, run, "intent", splits=["calibration"]).item_ids) == 1
+    lab = ans.labelled()
+    assert list(lab.item_ids) == ["x1"]
