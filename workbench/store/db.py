@@ -128,6 +128,59 @@ _MIGRATIONS: list[str] = [
     """
     ALTER TABLE calls ADD COLUMN run_id VARCHAR;
     """,
+    # 3: shadow mode (champion vs challenger on the same traffic): sessions, requests, answers, outcomes
+    """
+    CREATE TABLE shadow_sessions (
+        shadow VARCHAR PRIMARY KEY,
+        source VARCHAR NOT NULL,                       -- import | mirror | replay
+        champion VARCHAR,                              -- run id, URL or label; never a secret
+        challenger VARCHAR,
+        schema_hash VARCHAR,                           -- option order of every question
+        created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+        params JSON
+    );
+    CREATE TABLE shadow_requests (
+        shadow VARCHAR NOT NULL,
+        item_id VARCHAR NOT NULL,
+        seq BIGINT,                                    -- arrival order when there is no timestamp
+        ts TIMESTAMP,
+        state JSON,
+        champion_status INTEGER,
+        champion_error VARCHAR,
+        champion_latency_ms DOUBLE,
+        champion_cost_usd DOUBLE,
+        champion_model VARCHAR,
+        champion_response JSON,
+        champion_actions JSON,                         -- actions as logged: a string or {question: action}
+        challenger_status INTEGER,
+        challenger_error VARCHAR,
+        challenger_latency_ms DOUBLE,
+        challenger_cost_usd DOUBLE,
+        challenger_model VARCHAR,
+        challenger_response JSON,
+        PRIMARY KEY (shadow, item_id)
+    );
+    CREATE TABLE shadow_answers (
+        shadow VARCHAR NOT NULL,
+        item_id VARCHAR NOT NULL,
+        question VARCHAR NOT NULL,
+        side VARCHAR NOT NULL,                         -- champion | challenger
+        probs DOUBLE[],                                -- schema order; NULL when failed
+        failure_kind VARCHAR,
+        logged_action VARCHAR,                         -- the action production took, when logged
+        PRIMARY KEY (shadow, item_id, question, side)
+    );
+    CREATE TABLE shadow_outcomes (
+        shadow VARCHAR NOT NULL,
+        item_id VARCHAR NOT NULL,
+        question VARCHAR NOT NULL,
+        outcome VARCHAR,                               -- the option that proved right
+        final_queue VARCHAR,
+        human_override VARCHAR,
+        recorded_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+        PRIMARY KEY (shadow, item_id, question)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
