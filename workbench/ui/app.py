@@ -46,7 +46,3 @@ def run_app() -> None:
     nav = st.navigation(pages)
     _sidebar()
     nav.run()
-
-
-if __name__ == "__main__":  # `streamlit run workbench/ui/app.py` (what `workbench ui` launches)
-    run_app()

