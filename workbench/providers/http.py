@@ -1,0 +1,387 @@
+"""HTTP plumbing shared by every remote dialect: one client builder, one error classifier, one call loop.
+
+* :func:`build_client` is the only place an ``httpx.AsyncClient`` is made (explicit ``Timeout``
+  and ``Limits``; the caller may inject a transport, e.g. a fault-injecting wrapper in tests).
+* :func:`classify_http_error` maps (status, vendor code, vendor error type) onto :class:`ErrorKind`
+  exactly as providers.md's Cloudflare table and issue 3 say: 401 → authentication; 403 →
+  invalid_request; 413 or code 5021 → max_tokens_exceeded; 429 with code 4006 (or a quota type)
+  → quota, other 429 → rate_limit; 5xx and 529 → server; other 4xx → invalid_request.
+* :class:`HttpProvider` runs one call for a dialect subclass: local refusals (``sent=False``),
+  POST, latency, request id, error classification, answer normalisation and cost. A dialect only
+  builds the body and translates the response into the System One shape.
+
+Secrets are :class:`pydantic.SecretStr`; their value is read only where a header is built and is
+scrubbed from every error message. Providers do no retries, caching or storage (the runner does).
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import httpx
+from pydantic import SecretStr
+
+from workbench.errors import AnswerError
+from workbench.providers.base import DecisionRequest, DecisionResult, ErrorKind, ProviderError
+from workbench.providers.prices import cost_usd
+from workbench.schema import LimitProfile, normalise_answer, validate_limits
+
+#: Per-call timeout in seconds (issue 3: default 5 s, configurable).
+DEFAULT_TIMEOUT_S = 5.0
+#: Connection pool: enough for the runner's default concurrency with headroom.
+DEFAULT_MAX_CONNECTIONS = 64
+
+_DATA_URL = re.compile(r"^data:(image/(?:png|jpeg|jpg|webp));base64,", re.IGNORECASE)
+_PLAIN_NAME = re.compile(r"^~?[A-Za-z0-9][A-Za-z0-9._:-]*(/[A-Za-z0-9][A-Za-z0-9._:-]*)?$")
+
+
+def build_client(*, timeout: float = DEFAULT_TIMEOUT_S, transport: httpx.AsyncBaseTransport | None = None,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, headers: Mapping[str, str] | None = None
+                 ) -> httpx.AsyncClient:
+    """The one constructor of HTTP clients in the workbench.
+
+    Parameters
+    ----------
+    timeout : float, default=5.0
+        Seconds for connect, read, write and pool waits (one ``httpx.Timeout`` for all four).
+    transport : httpx.AsyncBaseTransport, optional
+        Injected transport (tests, fault injection); default is httpx's pooled transport.
+    max_connections : int, default=64
+        Pool size; keep-alive connections are capped at the same number.
+    headers : mapping, optional
+        Default headers sent with every request.
+    """
+    if timeout <= 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
+                          keepalive_expiry=30.0)
+    return httpx.AsyncClient(timeout=httpx.Timeout(timeout), limits=limits, transport=transport,
+                             headers=dict(headers or {}), follow_redirects=False, trust_env=False)
+
+
+# -- error classification -------------------------------------------------------------------------
+_QUOTA_TYPES = {"insufficient_quota", "quota_exceeded", "quota", "billing_limit", "budget_exceeded"}
+_RATE_TYPES = {"rate_limit", "rate_limit_exceeded", "rate_limit_error", "capacity_exceeded"}
+_AUTH_TYPES = {"authentication_error", "invalid_api_key", "unauthorized"}
+_TOKEN_TYPES = {"max_tokens_exceeded", "context_length_exceeded", "request_too_large"}
+_SERVER_TYPES = {"internal_server_error", "server_error", "overloaded_error", "overloaded"}
+
+
+def classify_http_error(status: int, code: int | str | None = None, error_type: str | None = None,
+                        message: str = "") -> ErrorKind:
+    """Map an HTTP error onto an :class:`ErrorKind` (vendor type first, then code, then status)."""
+    etype = (error_type or "").lower()
+    code_s = str(code) if code is not None else ""
+    if status == 403:
+        return ErrorKind.INVALID  # issue 3: 403 is a request/permission problem, not a bad credential
+    if status == 401 or etype in _AUTH_TYPES or code_s == "10000":
+        return ErrorKind.AUTH
+    if status == 413 or code_s == "5021" or etype in _TOKEN_TYPES or "maximum context length" in message.lower():
+        return ErrorKind.MAX_TOKENS
+    if code_s == "4006" or etype in _QUOTA_TYPES or status == 402:
+        return ErrorKind.QUOTA
+    if status == 429 or code_s == "3040" or etype in _RATE_TYPES:
+        return ErrorKind.RATE_LIMIT
+    if status == 408:
+        return ErrorKind.TIMEOUT
+    if status >= 500 or etype in _SERVER_TYPES:
+        return ErrorKind.SERVER
+    if 400 <= status < 500:
+        return ErrorKind.INVALID  # 400, 403, 404, 405, 422 and the rest: never retried
+    return ErrorKind.MALFORMED
+
+
+def error_fields(body: Any) -> tuple[int | str | None, str | None, str]:
+    """(code, type, message) from any vendor error envelope; never the echoed request input.
+
+    Understands Cloudflare ``{"errors": [{"code", "message"}]}``, TypeSafe/FastAPI
+    ``{"detail": {"error_type", "message"}}`` and ``{"detail": [{"msg", "loc"}]}``, OpenAI/Vercel/
+    LiteLLM ``{"error": {"message", "type", "code"}}`` and XOR ``{"error": "..."}``.
+    """
+    if not isinstance(body, dict):
+        return None, None, ""
+    errs = body.get("errors")
+    if isinstance(errs, list) and errs and isinstance(errs[0], dict):
+        e = errs[0]
+        return e.get("code"), e.get("type"), str(e.get("message") or "")
+    detail = body.get("detail")
+    if isinstance(detail, dict):
+        return detail.get("code"), detail.get("error_type") or detail.get("type"), str(detail.get("message") or "")
+    if isinstance(detail, list):  # FastAPI validation: keep loc + msg, drop "input" (it may echo the state)
+        parts = []
+        for d in detail[:3]:
+            if isinstance(d, dict):
+                loc = ".".join(str(p) for p in d.get("loc", []) if p != "body")
+                parts.append(f"{loc}: {d.get('msg', '')}".strip(": "))
+        return None, "validation_error", "; ".join(parts)
+    if isinstance(detail, str):
+        return None, None, detail
+    err = body.get("error")
+    if isinstance(err, dict):
+        return err.get("code"), err.get("type"), str(err.get("message") or "")
+    if isinstance(err, str):
+        return None, None, err
+    return None, None, str(body.get("message") or "")
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """``text`` with every secret replaced by ``***`` and cut to 300 characters."""
+    for s in secrets:
+        if s and len(s) >= 4:
+            text = text.replace(s, "***")
+    return text[:300]
+
+
+def transport_error(exc: Exception, secrets: list[str]) -> ProviderError:
+    """Map an httpx exception onto a ``timeout`` or ``network`` :class:`ProviderError`."""
+    detail = scrub(f"{type(exc).__name__}: {exc}", secrets)
+    if isinstance(exc, httpx.TimeoutException):
+        return ProviderError(ErrorKind.TIMEOUT, detail)
+    return ProviderError(ErrorKind.NETWORK, detail)
+
+
+def retry_after_seconds(headers: httpx.Headers) -> float | None:
+    """Seconds from ``Retry-After`` (seconds) or ``retry-after-ms``; ``None`` when absent or unparsable."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(float(ms) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    ra = headers.get("retry-after")
+    if ra:
+        try:
+            return max(float(ra), 0.0)
+        except ValueError:
+            return None
+    return None
+
+
+def check_images(images: tuple[str, ...] | list[str], *, max_images: int | None, dialect: str) -> None:
+    """Refuse (``sent=False``) too many images or one that is not a PNG/JPEG/WebP data URL."""
+    if not images:
+        return
+    if max_images is not None and len(images) > max_images:
+        raise ProviderError(ErrorKind.INVALID, f"{len(images)} images; {dialect} accepts at most {max_images}",
+                            sent=False)
+    for i, img in enumerate(images):
+        if not isinstance(img, str) or not _DATA_URL.match(img):
+            head = img[:30] if isinstance(img, str) else type(img).__name__
+            raise ProviderError(ErrorKind.INVALID, f"image {i}: only PNG/JPEG/WebP base64 data URLs are "
+                                f"accepted (got {head!r}...)", sent=False)
+
+
+def is_plain_name(name: str) -> bool:
+    """True for a model name that can be put in a URL path or header (no ``..``, spaces, ``?``)."""
+    return bool(name) and ".." not in name and bool(_PLAIN_NAME.match(name))
+
+
+# -- the call loop -------------------------------------------------------------------------------
+@dataclass
+class Endpoint:
+    """Where and how one provider instance calls. ``api_key`` is never printed."""
+
+    vendor: str                      # price-table vendor: cloudflare, typesafe, openrouter, ...
+    url: str
+    model: str | None
+    api_key: SecretStr | None = None
+    key_env: str | None = None       # env var named in messages when the key is missing
+    key_required: bool = True
+    auth_header: str = "authorization"  # or "api-subscription-key" (Sarvam)
+    extra_headers: dict[str, str] = field(default_factory=dict)
+    request_id_headers: tuple[str, ...] = ("x-request-id",)
+
+    def __repr__(self) -> str:  # no secrets, ever
+        return f"Endpoint(vendor={self.vendor!r}, url={self.url!r}, model={self.model!r})"
+
+
+class HttpProvider:
+    """A remote decision model behind one HTTP endpoint; subclasses implement one wire dialect.
+
+    Members used by the runner: ``spec``, ``model``, ``dialect``, ``limits``, :meth:`decide`,
+    :meth:`aclose`. After a 401 the instance refuses further calls (``authentication``, not sent).
+    """
+
+    dialect = "systemone"
+
+    def __init__(self, spec: str, endpoint: Endpoint, limits: LimitProfile | None, *,
+                 timeout: float = DEFAULT_TIMEOUT_S, transport: httpx.AsyncBaseTransport | None = None,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, max_images: int | None = 4,
+                 max_body_bytes: int | None = None, window_tokens: int | None = None):
+        self.spec = spec
+        self.endpoint = endpoint
+        self.model = endpoint.model
+        self.limits = limits
+        self.timeout = timeout
+        self.max_images = max_images
+        self.max_body_bytes = max_body_bytes
+        self.window_tokens = window_tokens
+        self._client = build_client(timeout=timeout, transport=transport, max_connections=max_connections)
+        self._disabled: str | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(spec={self.spec!r}, model={self.model!r}, url={self.endpoint.url!r})"
+
+    # -- hooks for dialects ----------------------------------------------------------------------
+    def build_body(self, request: DecisionRequest) -> dict:
+        raise NotImplementedError
+
+    def to_system_one(self, data: Any, response: httpx.Response) -> dict:
+        """Translate a 2xx body into ``{"model", "answers": {qid: answer}, "usage": {...}}``."""
+        raise NotImplementedError
+
+    def dialect_headers(self) -> dict[str, str]:
+        return {}
+
+    def preflight(self, request: DecisionRequest) -> None:
+        """Dialect-specific local refusals (raise ``ProviderError(sent=False)``)."""
+
+    # -- shared machinery -------------------------------------------------------------------------
+    @property
+    def _secrets(self) -> list[str]:
+        key = self.endpoint.api_key
+        return [key.get_secret_value()] if key is not None else []
+
+    def _headers(self) -> dict[str, str]:
+        h = {"content-type": "application/json", "accept": "application/json",
+             "user-agent": "decision-workbench/0.1"}
+        key = self.endpoint.api_key
+        if key is not None and key.get_secret_value():
+            if self.endpoint.auth_header == "authorization":
+                h["authorization"] = f"Bearer {key.get_secret_value()}"
+            else:
+                h[self.endpoint.auth_header] = key.get_secret_value()
+        h.update(self.endpoint.extra_headers)
+        h.update(self.dialect_headers())
+        return h
+
+    def _refuse(self, kind: ErrorKind, message: str) -> ProviderError:
+        return ProviderError(kind, f"{self.spec}: {message}", sent=False)
+
+    def _check_common(self, request: DecisionRequest) -> None:
+        if self._disabled:
+            raise self._refuse(ErrorKind.AUTH, self._disabled)
+        ep = self.endpoint
+        if ep.key_required and (ep.api_key is None or not ep.api_key.get_secret_value()):
+            raise self._refuse(ErrorKind.AUTH, f"no API key: set {ep.key_env or 'the API key'}")
+        if self.model is not None and not is_plain_name(self.model):
+            raise self._refuse(ErrorKind.INVALID, f"model name {self.model!r} is not a plain name")
+        if self.limits is not None:
+            violations = validate_limits(request.schema, self.limits)
+            if violations:
+                more = f" (+{len(violations) - 1} more)" if len(violations) > 1 else ""
+                raise self._refuse(ErrorKind.INVALID, f"{violations[0]}{more}")
+        check_images(request.images, max_images=self.max_images, dialect=self.dialect)
+        if self.window_tokens is not None:
+            from workbench.providers.tokens import estimate_tokens
+
+            n = estimate_tokens(request.state)
+            if n > self.window_tokens:
+                raise self._refuse(ErrorKind.MAX_TOKENS, f"state is ~{n:,} estimated tokens, over the "
+                                   f"configured window of {self.window_tokens:,} (setting window_tokens)")
+
+    async def decide(self, request: DecisionRequest) -> DecisionResult:
+        """One call. Raises :class:`ProviderError` for a whole-call failure; per-question
+        failures (refusal, missing or malformed answer) go to ``result.failures``."""
+        self._check_common(request)
+        self.preflight(request)
+        body = self.build_body(request)
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        if self.max_body_bytes is not None and len(content) > self.max_body_bytes:
+            raise self._refuse(ErrorKind.MAX_TOKENS, f"request body is {len(content):,} bytes, over "
+                               f"{self.max_body_bytes:,}")
+        t0 = time.perf_counter()
+        try:
+            response = await self._client.post(self.endpoint.url, content=content, headers=self._headers())
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, self._secrets) from None
+        latency_ms = (time.perf_counter() - t0) * 1000.0
+        request_id = next((response.headers[h] for h in self.endpoint.request_id_headers
+                           if response.headers.get(h)), None)
+        if response.status_code >= 300:
+            raise self._http_error(response, request_id)
+        try:
+            data = response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+            raise ProviderError(ErrorKind.MALFORMED, f"{self.spec}: response is not JSON "
+                                f"({len(response.content)} bytes)", status=response.status_code,
+                                request_id=request_id) from None
+        try:
+            raw = self.to_system_one(data, response)
+        except ProviderError as exc:
+            exc.request_id = exc.request_id or request_id
+            raise
+        return self._result(request, raw, latency_ms=latency_ms, request_id=request_id)
+
+    def _http_error(self, response: httpx.Response, request_id: str | None) -> ProviderError:
+        try:
+            body = response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+            body = None
+        code, etype, message = error_fields(body)
+        kind = classify_http_error(response.status_code, code, etype, message)
+        if kind is ErrorKind.AUTH:
+            self._disabled = (f"disabled after HTTP {response.status_code} (authentication); "
+                              f"fix {self.endpoint.key_env or 'the credential'} and start again")
+        text = f"HTTP {response.status_code}" + (f" code {code}" if code is not None else "") + (
+            f" {etype}" if etype else "") + (f": {message}" if message else "")
+        return ProviderError(kind, scrub(f"{self.spec}: {text}", self._secrets), status=response.status_code,
+                             code=code, retry_after=retry_after_seconds(response.headers),
+                             request_id=request_id)
+
+    def _result(self, request: DecisionRequest, raw: dict, *, latency_ms: float,
+                request_id: str | None) -> DecisionResult:
+        return system_one_result(request, raw, vendor=self.endpoint.vendor, requested_model=self.model,
+                                 latency_ms=latency_ms, request_id=request_id)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def system_one_result(request: DecisionRequest, raw: dict, *, vendor: str, requested_model: str | None,
+                      latency_ms: float | None, request_id: str | None) -> DecisionResult:
+    """Normalise a System One body into a :class:`DecisionResult` (one entry per asked question).
+
+    A question whose answer is absent → ``missing_answer``; ``{"type": "refusal"}`` → ``refused``;
+    an answer that does not normalise (wrong type, unknown option, sum off by > 0.02) → ``malformed``.
+    """
+    answers_raw = raw.get("answers") if isinstance(raw, dict) else None
+    if not isinstance(answers_raw, dict):
+        raise ProviderError(ErrorKind.MALFORMED, "response has no 'answers' object", request_id=request_id)
+    answers, failures = {}, {}
+    for qid, question in request.schema.questions.items():
+        if qid not in answers_raw:
+            failures[qid] = (ErrorKind.MISSING, f"no answer for question {qid!r}")
+            continue
+        ans = answers_raw[qid]
+        if isinstance(ans, dict) and ans.get("type") == "refusal":
+            failures[qid] = (ErrorKind.REFUSED, f"the model refused question {qid!r}")
+            continue
+        try:
+            answers[qid] = normalise_answer(question, ans, question_id=qid)
+        except AnswerError as exc:
+            failures[qid] = (ErrorKind.MALFORMED, str(exc)[:300])
+    usage = raw.get("usage") if isinstance(raw.get("usage"), dict) else {}
+    tokens = usage.get("input_tokens")
+    tokens = int(tokens) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) else None
+    model = raw.get("model") if isinstance(raw.get("model"), str) else None
+    reported_cost = usage.get("cost")  # OpenRouter: exact credits charged, in USD
+    if isinstance(reported_cost, (int, float)) and not isinstance(reported_cost, bool):
+        cost = float(reported_cost)
+    else:
+        cost = cost_usd(vendor, model, tokens, requested_model=requested_model)
+    return DecisionResult(answers=answers, failures=failures, model=model or requested_model,
+                          request_id=request_id, input_tokens=tokens, cost_usd=cost,
+                          latency_ms=latency_ms, raw=raw)
+
+
+def build_http_provider(spec: str, *, env: Mapping[str, str] | None = None,
+                        transport: httpx.AsyncBaseTransport | None = None,
+                        timeout: float = DEFAULT_TIMEOUT_S, **settings: Any):
+    """Build a remote provider from a spec string; see :func:`workbench.providers.remote.build_http_provider`."""
+    from workbench.providers.remote import build_http_provider as _build
+
+    return _build(spec, env=env, transport=transport, timeout=timeout, **settings)
