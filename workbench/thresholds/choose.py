@@ -1,0 +1,261 @@
+"""One question end to end: (re)calibrate, build the surface, pick a rule, judge it on test.
+
+Used by ``workbench thresholds`` and ``workbench policy export`` so both report the same figures.
+
+When a calibrator is fitted, it is fitted on a fixed, seeded part of the calibration split
+(``calibrator_fraction``) and the guarantee is computed on the rest: Learn-then-Test needs scores that
+were fixed before the items it tests, so the same items must not serve both purposes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workbench.errors import WorkbenchError
+from workbench.store.runs import RunAnswers
+from workbench.thresholds.evaluate import evaluate_rule
+from workbench.thresholds.guarantees import (
+    Selection,
+    ThresholdError,
+    error_cost_weights,
+    select_cost,
+    select_guarantee,
+    select_target,
+)
+from workbench.thresholds.rules import Rule, make_rule
+from workbench.thresholds.surface import Surface, risk_coverage_surface
+
+OBJECTIVES = ("guarantee", "cost", "coverage", "error")
+
+
+@dataclass
+class ThresholdOptions:
+    """Options of ``workbench thresholds`` (defaults are the CLI's)."""
+
+    objective: str = "guarantee"
+    alpha: float = 0.05
+    delta: float = 0.1
+    method: str = "fixed-sequence"
+    calibrate: str = "none"
+    per_class: bool = False
+    review_cost: float = 1.0
+    error_cost: float | dict | list = 10.0
+    api_cost_per_item: float | None = None
+    target_coverage: float | None = None
+    target_error: float | None = None
+    grid: int = 100
+    n_paths: int = 10
+    abstain_options: list[str] = field(default_factory=list)
+    level: str = "top"
+    fallback: str = "review"
+    calibrator_fraction: float = 0.3
+    seed: int = 0
+    confidence: float = 0.95
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class ThresholdResult:
+    question: str
+    qtype: str
+    option_ids: list[str]
+    options: ThresholdOptions
+    calibrator: dict
+    selection: Selection
+    rule: Rule
+    surface: Surface
+    test: dict | None
+    n_calibrator_fit: int
+    chosen_point_per_class: dict | None = None
+
+    def rule_dict(self) -> dict:
+        """The rule in policy-file form (option ids, not indices; ``None`` = never accept)."""
+        return rule_to_dict(self.rule, self.option_ids)
+
+    def to_dict(self) -> dict:
+        sel = self.selection.to_dict()
+        if self.selection.per_class is not None:
+            sel["per_class"] = {self.option_ids[int(k)]: v for k, v in sel["per_class"].items()}
+            if sel.get("guarantee") and "classes" in sel["guarantee"]:
+                sel["guarantee"]["classes"] = {self.option_ids[int(k)]: v
+                                               for k, v in sel["guarantee"]["classes"].items()}
+        return {"question": self.question, "type": self.qtype, "objective": self.options.objective,
+                "certified": self.selection.certified, "feasible": self.selection.feasible,
+                "rule": self.rule_dict(), "calibrator": self.calibrator,
+                "n_calibrator_fit": self.n_calibrator_fit, "selection": sel,
+                "calibration": self.selection.calibration, "guarantee": self.selection.guarantee,
+                "cost": self.selection.cost, "target": self.selection.target,
+                "test": self.test, "per_class_at_point": self.chosen_point_per_class,
+                "grid": {"points": [len(self.surface.x_grid), len(self.surface.y_grid)],
+                         "x": self.surface.x_name, "y": self.surface.y_name},
+                "notes": self.selection.notes, "options": self.options.to_dict()}
+
+
+def _num(v: float) -> float | None:
+    return None if not np.isfinite(v) else float(v)
+
+
+def rule_to_dict(rule: Rule, option_ids: list[str]) -> dict:
+    """Policy-file form of a rule; infinite thresholds (a disabled side/class) become ``null``."""
+    if rule.kind == "noul_two_sided":
+        return {"kind": rule.kind, "tau_yes": _num(rule.tau_yes), "tau_no": _num(rule.tau_no),
+                "fallback": rule.fallback}
+    d = {"kind": rule.kind, "tau": _num(rule.tau), "margin": _num(rule.margin),
+         "per_class": {option_ids[int(k)]: {"tau": _num(ct.tau), "margin": _num(ct.margin)}
+                       for k, ct in sorted(rule.per_class.items())},
+         "fallback": rule.fallback}
+    if rule.kind == "score":
+        d["level"] = rule.level
+        d["abstain_options"] = []
+    else:
+        d["abstain_options"] = [option_ids[int(k)] for k in rule.abstain_options]
+    return d
+
+
+def _labelled(ans: RunAnswers) -> RunAnswers:
+    """Labelled items, answered or failed (failures stay as NaN rows: never accepted)."""
+    return ans.select(ans.labels >= 0)
+
+
+def _fit_calibrator(method: str, probs: np.ndarray, labels: np.ndarray):
+    from workbench.metrics.recalibrate import make_calibrator
+
+    cal = make_calibrator("identity" if method in ("none", "identity") else method)
+    if method not in ("none", "identity"):
+        cal.fit(probs, labels)
+    return cal
+
+
+def apply_calibrator(cal, probs: np.ndarray) -> np.ndarray:
+    """Calibrate answered rows; failed (NaN) rows stay NaN."""
+    out = np.full_like(probs, np.nan, dtype=float)
+    ok = np.isfinite(probs).all(axis=1)
+    if ok.any():
+        out[ok] = cal.transform(probs[ok])
+    return out
+
+
+def selection_to_rule(sel: Selection, qtype: str, n_options: int, opts: ThresholdOptions,
+                      abstain_idx: list[int]) -> Rule:
+    """The rule a selection stands for (per-class: one override per option, ``inf`` = never)."""
+    inf = float("inf")
+    if not sel.feasible and sel.per_class is None:
+        # nothing certified: a rule that accepts nothing
+        if qtype == "noul":
+            return make_rule("noul", inf, inf, fallback=opts.fallback)
+        return make_rule(qtype, inf, inf, abstain_options=abstain_idx, level=opts.level, fallback=opts.fallback)
+    if sel.per_class is None:
+        return make_rule(qtype, sel.x, sel.y, abstain_options=abstain_idx, level=opts.level, fallback=opts.fallback)
+    if qtype == "noul":
+        yes, no = sel.per_class.get(0), sel.per_class.get(1)
+        return make_rule("noul", yes[0] if yes else inf, no[1] if no else inf, fallback=opts.fallback)
+    per = {k: (v if v is not None else (inf, inf)) for k, v in sel.per_class.items()}
+    return make_rule(qtype, inf, inf, per_class=per, abstain_options=abstain_idx, level=opts.level,
+                     fallback=opts.fallback)
+
+
+def choose_thresholds(calibration: RunAnswers, test: RunAnswers | None = None,
+                      opts: ThresholdOptions | None = None) -> ThresholdResult:
+    """Pick the rule for one question and judge it on the test split.
+
+    Parameters
+    ----------
+    calibration : RunAnswers
+        Answers of the calibration split (labelled items are used; failures count as reviews).
+    test : RunAnswers, optional
+        Answers of the test split.
+    opts : ThresholdOptions
+
+    Returns
+    -------
+    result : ThresholdResult
+    """
+    opts = opts or ThresholdOptions()
+    if opts.objective not in OBJECTIVES:
+        raise ThresholdError(f"unknown objective {opts.objective!r}", hint=f"use one of {', '.join(OBJECTIVES)}")
+    if opts.fallback == "accept":
+        raise ThresholdError("the fallback action cannot be 'accept'", hint="use review (default) or escalate")
+    cal = _labelled(calibration)
+    if len(cal.labels) == 0:
+        raise ThresholdError(f"question {calibration.question!r} has no labelled calibration items",
+                             hint="import the dataset with --calibration-fraction or a calibration split")
+    qtype, opt_ids = calibration.qtype, list(calibration.option_ids)
+    k = len(opt_ids)
+    unknown = [o for o in opts.abstain_options if o not in opt_ids]
+    if unknown:
+        raise ThresholdError(f"abstain option {unknown[0]!r} is not an option of {calibration.question!r}",
+                             hint=f"options: {', '.join(opt_ids[:20])}")
+    if opts.abstain_options and qtype != "choice":
+        raise ThresholdError("--abstain-option applies to choice questions only")
+    abstain_idx = [opt_ids.index(o) for o in opts.abstain_options]
+
+    probs, labels = cal.probs, cal.labels
+    n_fit = 0
+    if opts.calibrate not in ("none", "identity"):
+        rng = np.random.default_rng(opts.seed)
+        fit_mask = rng.random(len(labels)) < opts.calibrator_fraction
+        n_fit = int(fit_mask.sum())
+        try:
+            calibrator = _fit_calibrator(opts.calibrate, probs[fit_mask], labels[fit_mask])
+        except WorkbenchError:
+            raise
+        probs, labels = probs[~fit_mask], labels[~fit_mask]
+    else:
+        calibrator = _fit_calibrator("none", probs, labels)
+    probs = apply_calibrator(calibrator, probs)
+
+    weights = None
+    coords_pred = None
+    if opts.objective == "cost":
+        from workbench.thresholds.rules import rule_coordinates
+
+        coords_pred = rule_coordinates(qtype, probs, abstain_options=abstain_idx, level=opts.level).predicted
+        ec = opts.error_cost
+        if isinstance(ec, dict):
+            bad = [o for o in ec if o not in opt_ids]
+            if bad:
+                raise ThresholdError(f"--error-cost names unknown option {bad[0]!r}")
+            ec = {opt_ids.index(o): v for o, v in ec.items()}
+        weights = error_cost_weights(labels, coords_pred, k, ec)
+    surface = risk_coverage_surface(qtype, probs, labels, grid=opts.grid, abstain_options=abstain_idx,
+                                    level=opts.level, per_class=True, weights=weights)
+
+    if opts.objective == "guarantee":
+        classes = [c for c in range(k) if c not in abstain_idx]
+        sel = select_guarantee(surface, alpha=opts.alpha, delta=opts.delta, method=opts.method,
+                               per_class=opts.per_class, n_paths=opts.n_paths, classes=classes)
+    elif opts.objective == "cost":
+        api = opts.api_cost_per_item
+        if api is None:
+            c = calibration.cost_usd
+            api = float(np.nanmean(c)) if np.isfinite(c).any() else 0.0
+        sel = select_cost(surface, review_cost=opts.review_cost, api_cost_per_item=api)
+    elif opts.objective == "coverage":
+        if opts.target_coverage is None:
+            raise ThresholdError("--objective coverage needs --target-coverage")
+        sel = select_target(surface, target_coverage=opts.target_coverage)
+    else:
+        if opts.target_error is None:
+            raise ThresholdError("--objective error needs --target-error")
+        sel = select_target(surface, target_error=opts.target_error)
+
+    rule = selection_to_rule(sel, qtype, k, opts, abstain_idx)
+    per_class_point = None
+    if sel.x is not None and surface.class_accepted is not None:
+        i = int(np.searchsorted(surface.x_grid, sel.x))
+        j = int(np.searchsorted(surface.y_grid, sel.y))
+        per_class_point = {opt_ids[c]: {"accepted": int(surface.class_accepted[c, i, j]),
+                                        "errors": int(surface.class_errors[c, i, j])}
+                           for c in range(k) if surface.class_accepted[c, i, j] > 0}
+
+    test_report = None
+    if test is not None:
+        t = _labelled(test)
+        if len(t.labels):
+            test_report = evaluate_rule(rule, apply_calibrator(calibrator, t.probs), t.labels, option_ids=opt_ids,
+                                        confidence=opts.confidence)
+    return ThresholdResult(calibration.question, qtype, opt_ids, opts, calibrator.to_dict(), sel, rule, surface,
+                           test_report, n_fit, per_class_point)
