@@ -1,0 +1,229 @@
+"""Proper scores and classification metrics on ``(probs (n, k), labels (n,))`` arrays.
+
+``probs`` rows sum to 1 (option order = schema order); ``labels`` are option indices in [0, k).
+Callers drop failed and unlabelled rows first (``RunAnswers.labelled()``). Each metric accepts an
+optional ``sample_weight`` (n,) so the bootstrap can reuse it with resampling counts.
+
+Ordinal ("score") metrics treat option j as level j (lowest first).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Probabilities are clipped to at least this inside log loss (scikit-learn clips to dtype eps).
+LOG_LOSS_FLOOR = float(np.finfo(float).eps)
+
+
+def _wmean(x: np.ndarray, w: np.ndarray | None) -> float:
+    if x.size == 0:
+        return float("nan")
+    return float(np.mean(x)) if w is None else float(np.dot(x, w) / w.sum())
+
+
+def _true_prob(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    return probs[np.arange(len(labels)), labels]
+
+
+# -- per-item quantities (reused by the bootstrap) ---------------------------------------------
+def item_log_loss(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """−log p(true option) per item, with p clipped to [eps, 1]; shape (n,)."""
+    return -np.log(np.clip(_true_prob(np.asarray(probs, dtype=float), np.asarray(labels)), LOG_LOSS_FLOOR, 1.0))
+
+
+def item_brier(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Σ_j (p_j − 1[label = j])² per item, in [0, 2]; shape (n,).
+
+    Computed as Σ p_j² − 2 p_true + 1 to avoid materialising a one-hot (n, k) matrix.
+    """
+    probs = np.asarray(probs, dtype=float)
+    return np.einsum("ij,ij->i", probs, probs) - 2.0 * _true_prob(probs, np.asarray(labels)) + 1.0
+
+
+def item_rps(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Ranked probability score per item: Σ_{j<k-1} (F_j − 1[label ≤ j])² / (k − 1), in [0, 1]."""
+    probs = np.asarray(probs, dtype=float)
+    k = probs.shape[1]
+    cdf = np.cumsum(probs, axis=1)[:, :-1]
+    observed = (np.asarray(labels)[:, None] <= np.arange(k - 1)[None, :]).astype(float)
+    return ((cdf - observed) ** 2).sum(axis=1) / (k - 1)
+
+
+def expected_level(probs: np.ndarray) -> np.ndarray:
+    """Σ_j j·p_j per item, in [0, k − 1]."""
+    probs = np.asarray(probs, dtype=float)
+    return probs @ np.arange(probs.shape[1], dtype=float)
+
+
+# -- headline scores -----------------------------------------------------------------------------
+def accuracy(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
+    """Fraction of items whose arg-max option is the label, in [0, 1]."""
+    return _wmean((np.asarray(probs).argmax(axis=1) == np.asarray(labels)).astype(float), sample_weight)
+
+
+def top_k_accuracy(probs: np.ndarray, labels: np.ndarray, k: int = 3) -> float:
+    """Fraction of items whose label is among the ``k`` most probable options.
+
+    Ties are broken towards counting the label as *outside* the top k (strictly greater count < k),
+    matching scikit-learn's ``top_k_accuracy_score``.
+    """
+    probs = np.asarray(probs, dtype=float)
+    labels = np.asarray(labels)
+    if probs.shape[0] == 0:
+        return float("nan")
+    p_true = _true_prob(probs, labels)
+    n_above = (probs > p_true[:, None]).sum(axis=1)
+    n_tied_before = ((probs == p_true[:, None]) & (np.arange(probs.shape[1]) < labels[:, None])).sum(axis=1)
+    return float(np.mean((n_above + n_tied_before) < k))
+
+
+def log_loss(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
+    """Mean negative log-likelihood of the label (nats), ≥ 0."""
+    return _wmean(item_log_loss(probs, labels), sample_weight)
+
+
+def brier_score(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
+    """Multiclass Brier score, mean over items of Σ_j (p_j − 1[label = j])², in [0, 2].
+
+    For a yes/no question this is twice the binary Brier score on P(yes) (see :func:`binary_brier`).
+    """
+    return _wmean(item_brier(probs, labels), sample_weight)
+
+
+def binary_brier(y_true: np.ndarray, y_score: np.ndarray) -> float:
+    """Mean (y_score − y_true)², in [0, 1] (scikit-learn's ``brier_score_loss``)."""
+    y_true = np.asarray(y_true, dtype=float)
+    return _wmean((np.asarray(y_score, dtype=float) - y_true) ** 2, None)
+
+
+@dataclass
+class BrierDecomposition:
+    """Murphy decomposition ``brier = reliability − resolution + uncertainty`` (multiclass, summed over options).
+
+    - ``uncertainty`` = Σ_j ȳ_j(1 − ȳ_j): the Brier score of always predicting the label frequencies.
+    - ``resolution`` = uncertainty − Brier of the recalibrated forecast (≥ 0, higher is better).
+    - ``reliability`` = Brier − Brier of the recalibrated forecast (miscalibration, lower is better).
+
+    The *recalibrated* forecast replaces p_j by the observed frequency of option j among items whose
+    p_j falls in the same bin (``n_bins`` equal-width bins per option), the binned analogue of the
+    CORP decomposition, so the three terms add up to the Brier score exactly.
+    """
+
+    brier: float
+    reliability: float
+    resolution: float
+    uncertainty: float
+
+    def to_dict(self) -> dict:
+        return {"brier": self.brier, "reliability": self.reliability, "resolution": self.resolution,
+                "uncertainty": self.uncertainty}
+
+
+def brier_decomposition(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15,
+                        sample_weight: np.ndarray | None = None, *, chunk_rows: int = 65536) -> BrierDecomposition:
+    """Reliability − resolution + uncertainty of the multiclass Brier score (see :class:`BrierDecomposition`).
+
+    Rows are processed in chunks of ``chunk_rows`` so memory stays O(chunk_rows · k) for a
+    million items × 77 options; every (option, bin) cell is summed with one ``bincount`` per chunk.
+    """
+    probs = np.asarray(probs, dtype=float)
+    labels = np.asarray(labels)
+    n, k = probs.shape
+    w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+    total = w.sum()
+    count = np.zeros(k * n_bins)
+    offsets = n_bins * np.arange(k)[None, :]
+    for start in range(0, n, chunk_rows):
+        block = probs[start:start + chunk_rows]
+        cells = (option_bins(block, n_bins) + offsets).ravel()
+        if sample_weight is None:
+            count += np.bincount(cells, minlength=k * n_bins)
+        else:
+            count += np.bincount(cells, weights=np.repeat(w[start:start + chunk_rows], k), minlength=k * n_bins)
+    # the label's own (option, bin) cell per item: where the outcome 1[label = j] is 1
+    hit_cells = option_bins(_true_prob(probs, labels), n_bins) + n_bins * labels
+    hits = np.bincount(hit_cells, weights=w, minlength=k * n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        freq = np.where(count > 0, hits / count, 0.0)
+    brier_recal = float(np.sum(count * freq * (1.0 - freq)) / total)
+    label_freq = np.bincount(labels, weights=w, minlength=k) / total
+    uncertainty = float(np.sum(label_freq * (1.0 - label_freq)))
+    brier = float(np.dot(item_brier(probs, labels), w) / total)
+    return BrierDecomposition(brier, brier - brier_recal, uncertainty - brier_recal, uncertainty)
+
+
+def option_bins(probs: np.ndarray, n_bins: int) -> np.ndarray:
+    """Equal-width bin of every probability, (n, k) int in [0, n_bins) (1.0 goes to the last bin)."""
+    return np.minimum((np.asarray(probs, dtype=float) * n_bins).astype(np.int64), n_bins - 1)
+
+
+# -- ranking metrics for yes/no -----------------------------------------------------------------
+def roc_auc(y_true: np.ndarray, y_score: np.ndarray) -> float:
+    """Area under the ROC curve (Mann–Whitney U with average ranks for ties), NaN with one class only."""
+    from scipy.stats import rankdata
+
+    y_true = np.asarray(y_true).astype(bool)
+    n_pos = int(y_true.sum())
+    n_neg = y_true.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    ranks = rankdata(np.asarray(y_score, dtype=float))
+    return float((ranks[y_true].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def average_precision(y_true: np.ndarray, y_score: np.ndarray) -> float:
+    """Area under the precision–recall curve as average precision: Σ_t (R_t − R_{t−1}) P_t.
+
+    Thresholds are the distinct scores (tied items enter together), as in scikit-learn's
+    ``average_precision_score``. NaN without positives.
+    """
+    y_true = np.asarray(y_true).astype(float)
+    y_score = np.asarray(y_score, dtype=float)
+    n_pos = y_true.sum()
+    if n_pos == 0:
+        return float("nan")
+    order = np.argsort(-y_score, kind="mergesort")
+    s, t = y_score[order], y_true[order]
+    last_of_tie = np.r_[np.diff(s) != 0, True]
+    tp = np.cumsum(t)[last_of_tie]
+    fp = np.cumsum(1.0 - t)[last_of_tie]
+    precision = tp / (tp + fp)
+    recall = tp / n_pos
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+# -- ordinal ------------------------------------------------------------------------------------
+def ranked_probability_score(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
+    """Mean RPS (normalised by k − 1, so in [0, 1]); lower is better."""
+    return _wmean(item_rps(probs, labels), sample_weight)
+
+
+def mae_expected_level(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
+    """Mean |E[level] − label| in levels."""
+    return _wmean(np.abs(expected_level(probs) - np.asarray(labels)), sample_weight)
+
+
+def within_one_accuracy(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
+    """Fraction of items whose arg-max level is at most one level from the label."""
+    return _wmean((np.abs(np.asarray(probs).argmax(axis=1) - np.asarray(labels)) <= 1).astype(float), sample_weight)
+
+
+def quadratic_weighted_kappa(labels: np.ndarray, predicted: np.ndarray, k: int,
+                             sample_weight: np.ndarray | None = None) -> float:
+    """Cohen's kappa with quadratic weights (j − l)²/(k − 1)² between label and predicted level.
+
+    1 − Σ W·O / Σ W·E, with O the observed confusion matrix and E the outer product of its
+    marginals scaled to the same total. NaN when E is all on the diagonal (a single level).
+    """
+    labels = np.asarray(labels)
+    predicted = np.asarray(predicted)
+    observed = np.bincount(labels * k + predicted, weights=sample_weight, minlength=k * k).reshape(k, k)
+    total = observed.sum()
+    if total == 0:
+        return float("nan")
+    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0)) / total
+    idx = np.arange(k)
+    weights = (idx[:, None] - idx[None, :]) ** 2 / max((k - 1) ** 2, 1)
+    denom = float(np.sum(weights * expected))
+    return float(1.0 - np.sum(weights * observed) / denom) if denom > 0 else float("nan")
