@@ -68,3 +68,44 @@ def test_runs_page_lists_runs_and_failures(ui_store):
     assert int(fails["count"].iloc[0]) == int(noisy["n_failed"])
     at.selectbox(key="run_id").set_value(meta["runs"]["sharp-model"]).run()
     assert any("No failures" in s.value for s in at.success)
+
+
+def _metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def test_thresholds_page_sliders_update_figures_live(ui_store):
+    path, meta = ui_store
+    at = _app("thresholds")
+    at.selectbox(key="run_id").set_value(meta["runs"]["sharp-model"]).run()
+    at.slider(key="thr_x").set_value(0.0).run()
+    at.slider(key="thr_y").set_value(0.0).run()
+    assert not at.exception, [e.value for e in at.exception]
+    # with no threshold everything answered is accepted: coverage 100 % on test
+    assert _metric(at, "Coverage (test)") == "100.0%"
+    low_cov = _metric(at, "Coverage (test)")
+    at.slider(key="thr_x").set_value(0.9).run()
+    high_tau_cov = _metric(at, "Coverage (test)")
+    assert float(high_tau_cov.rstrip("%")) < float(low_cov.rstrip("%"))
+    # the confusion matrix has a review column whose total equals the review load shown
+    conf = next(d.value for d in at.dataframe if "review" in d.value.columns)
+    assert conf.columns[-1] == "review"
+    assert f"{int(conf['review'].sum()):,} items" == _metric(at, "Review load (test)")
+    # certified thresholds: the button moves the sliders onto the point the library certifies
+    at.number_input(key="thr_alpha").set_value(0.2).run()
+    from workbench.store.db import connect
+    from workbench.store.runs import load_answers
+    from workbench.thresholds.guarantees import select_guarantee
+    from workbench.thresholds.surface import risk_coverage_surface
+
+    con = connect(path, read_only=True)
+    ans = load_answers(con, meta["runs"]["sharp-model"], "intent", ["calibration"])
+    con.close()
+    keep = ans.labels >= 0
+    expected = select_guarantee(risk_coverage_surface("choice", ans.probs[keep], ans.labels[keep], grid=101),
+                                alpha=0.2, delta=0.1)
+    assert expected.feasible
+    at.button(key="thr_use_certified").click().run()
+    assert at.slider(key="thr_x").value == pytest.approx(expected.params["tau"])
+    assert at.slider(key="thr_y").value == pytest.approx(expected.params["margin"])
+    assert any("Certified at" in s.value for s in at.success)

@@ -248,6 +248,67 @@ def failures_by_kind(path: str, token: tuple, run_id: str) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+@dataclass(frozen=True)
+class QuestionArrays:
+    """Labelled items of one run, question and split (failures kept as NaN rows).
+
+    ``probs`` (n, k) float, NaN rows = provider failures; ``labels`` (n,) int in [0, k).
+    ``calibrator`` is the fitted calibrator's ``to_dict()`` when recalibrated, else None.
+    """
+
+    qtype: str
+    option_ids: tuple[str, ...]
+    probs: Any
+    labels: Any
+    calibrator: dict | None = None
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def question_arrays(path: str, token: tuple, run_id: str, question: str, split: str,
+                    recalibrate: str | None = None) -> QuestionArrays:
+    """Probabilities and labels of one split; optionally recalibrated with a calibrator fitted on
+    the run's *calibration* split (``recalibrate`` = ``temperature``, ``isotonic`` or ``platt``)."""
+    ans = run_answers(path, token, run_id, question)
+    keep = (ans.splits == split) & (ans.labels >= 0)
+    probs, labels = ans.probs[keep], ans.labels[keep]
+    cal_dict = None
+    if recalibrate:
+        from workbench.metrics.recalibrate import make_calibrator
+
+        fit = (ans.splits == "calibration") & (ans.labels >= 0)
+        cal = make_calibrator(recalibrate).fit(ans.probs[fit], ans.labels[fit])
+        probs = cal.transform(probs)
+        cal_dict = cal.to_dict()
+    return QuestionArrays(ans.qtype, tuple(ans.option_ids), probs, labels, cal_dict)
+
+
+#: Points per axis of the threshold grid the UI shows (step 0.01 on [0, 1] for choice/score).
+GRID_POINTS = 101
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def threshold_surface(path: str, token: tuple, run_id: str, question: str, split: str = "calibration",
+                      recalibrate: str | None = None, error_cost: float | None = None):
+    """Risk–coverage surface of one split (``workbench.thresholds.surface``), cached per run.
+
+    With ``error_cost`` the surface also carries the wrong-accept cost per grid point (for the
+    cost objective). Per-item coordinates are dropped so the cached value stays small.
+    """
+    from workbench.thresholds.surface import risk_coverage_surface
+
+    arr = question_arrays(path, token, run_id, question, split, recalibrate)
+    weights = None
+    if error_cost is not None:
+        from workbench.thresholds.guarantees import error_cost_weights
+        from workbench.thresholds.rules import rule_coordinates
+
+        coords = rule_coordinates(arr.qtype, arr.probs)
+        weights = error_cost_weights(arr.labels, coords.predicted, len(arr.option_ids), error_cost)
+    surf = risk_coverage_surface(arr.qtype, arr.probs, arr.labels, grid=GRID_POINTS, weights=weights)
+    surf.extra.pop("coordinates", None)
+    return surf
+
+
 # -- helpers for pages -------------------------------------------------------------------------------
 def current() -> tuple[str, tuple]:
     """(store path, token) for this rerun."""
