@@ -1,0 +1,612 @@
+"""Shadow-mode tables: sessions, traffic (one row per request), per-question answers, outcomes.
+
+Three ways in, one layout out, so that one report serves them all:
+
+- :func:`import_traffic` — a production log file (JSONL, Parquet or CSV), read by DuckDB itself;
+- :func:`ingest_journal` — the live mirror's JSON-lines journal (:mod:`workbench.shadow.journal`);
+- :func:`replay_runs` — two stored runs on the same dataset items (champion run, challenger run).
+
+Responses are kept as received (``shadow_requests``); :func:`extract_answers` turns them into one
+probability vector per item × question × side in schema order (``shadow_answers``) with SQL over
+JSON pointers, so no Python loop runs per row. A failed side (transport error, HTTP error, missing
+or malformed answer) gets a ``failure_kind`` and NULL probabilities, never a probability.
+
+Import file columns (aliases in brackets; every column but ``item_id`` is optional):
+
+``item_id`` [``id``], ``timestamp`` [``ts``, ``time``] (ISO text or epoch seconds), ``state``,
+``champion`` [``champion_response``, ``champion_answers``] and ``challenger`` [...]: a System One
+response or just its ``answers`` object (a Cloudflare envelope is accepted too),
+``champion_action`` [``champion_actions``, ``action``]: ``"accept"``/``"review"``/... or a map
+question → action, ``outcome`` [``outcomes``, ``label``]: the option that proved right (or a map
+question → option), ``final_queue``, ``human_override``, and ``{champion,challenger}_{latency_ms,
+cost_usd,error,model,status}``. In CSV cells, nested values are JSON text. A file with an
+``item_id`` and outcome columns but no answers is an outcome file: its rows join an existing
+session by item id.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from workbench.errors import DataImportError, NotFoundError, WorkbenchError
+from workbench.schema import DecisionSchema, option_ids
+from workbench.store.db import transaction
+from workbench.store.runs import get_run, load_answers, load_stored_schema, save_schema
+
+SIDES = ("champion", "challenger")
+#: |sum(p) - 1| beyond which a probability vector is malformed (as in schema.answers).
+SUM_TOLERANCE = 0.02
+
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "item_id": ("item_id", "id"),
+    "ts": ("timestamp", "ts", "time"),
+    "state": ("state",),
+    "champion": ("champion", "champion_response", "champion_answers"),
+    "challenger": ("challenger", "challenger_response", "challenger_answers"),
+    "champion_action": ("champion_action", "champion_actions", "action"),
+    "outcome": ("outcome", "outcomes", "label"),
+    "final_queue": ("final_queue",),
+    "human_override": ("human_override",),
+    **{f"{side}_{what}": (f"{side}_{what}",) for side in SIDES
+       for what in ("latency_ms", "cost_usd", "error", "model", "status")},
+}
+
+
+# -- sessions -------------------------------------------------------------------------------------
+def session_exists(con: duckdb.DuckDBPyConnection, shadow: str) -> bool:
+    return con.execute("SELECT count(*) FROM shadow_sessions WHERE shadow = ?", [shadow]).fetchone()[0] > 0
+
+
+def get_session(con: duckdb.DuckDBPyConnection, shadow: str) -> dict:
+    df = con.execute("SELECT * FROM shadow_sessions WHERE shadow = ?", [shadow]).df()
+    if df.empty:
+        raise NotFoundError(f"shadow session {shadow!r} does not exist",
+                            hint="see `workbench shadow list`, or create one with `workbench shadow import`")
+    row = df.iloc[0].to_dict()
+    row["params"] = json.loads(row["params"]) if isinstance(row["params"], str) else (row["params"] or {})
+    return row
+
+
+def list_sessions(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    return con.execute(
+        "SELECT s.shadow, s.source, s.champion, s.challenger, left(s.schema_hash, 12) AS schema, s.created_at,"
+        " count(r.item_id) AS n_requests FROM shadow_sessions s LEFT JOIN shadow_requests r USING (shadow)"
+        " GROUP BY ALL ORDER BY s.created_at").df()
+
+
+def session_schema(con: duckdb.DuckDBPyConnection, shadow: str) -> DecisionSchema:
+    return load_stored_schema(con, get_session(con, shadow)["schema_hash"])
+
+
+def _create_session(con, shadow: str, *, source: str, schema: DecisionSchema, champion: str | None,
+                    challenger: str | None, params: dict | None, replace: bool) -> None:
+    """Create (or, with ``replace``, empty and recreate) a session. Call inside a transaction."""
+    if session_exists(con, shadow):
+        if not replace:
+            raise WorkbenchError(f"shadow session {shadow!r} already exists",
+                                 hint="pass --replace to overwrite it, or choose another --name")
+        for table in ("shadow_outcomes", "shadow_answers", "shadow_requests", "shadow_sessions"):
+            con.execute(f"DELETE FROM {table} WHERE shadow = ?", [shadow])
+    h = save_schema(con, schema)
+    con.execute("INSERT INTO shadow_sessions (shadow, source, champion, challenger, schema_hash, params)"
+                " VALUES (?, ?, ?, ?, ?, ?)", [shadow, source, champion, challenger, h, json.dumps(params or {})])
+
+
+# -- answers from responses -----------------------------------------------------------------------
+def _pointer(*parts: str) -> str:
+    """JSON pointer (RFC 6901) to ``parts``: option ids may hold dots or slashes."""
+    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def extract_answers(con: duckdb.DuckDBPyConnection, shadow: str, schema: DecisionSchema) -> int:
+    """(Re)build ``shadow_answers`` of ``shadow`` from its stored responses; returns rows written.
+
+    Call inside a transaction. Probabilities are re-normalised when their sum is within
+    :data:`SUM_TOLERANCE` of 1 (providers round); otherwise the answer is ``malformed``.
+    """
+    con.execute("DELETE FROM shadow_answers WHERE shadow = ?", [shadow])
+    total = 0
+    for qid, question in schema.questions.items():
+        opts = option_ids(question)
+        if question.type == "noul":
+            values = (f"[TRY_CAST(json_extract_string(a, '/noul') AS DOUBLE),"
+                      f" 1 - TRY_CAST(json_extract_string(a, '/noul') AS DOUBLE)]")
+            unknown = "false"
+        else:
+            values = ("list_transform($paths, p -> TRY_CAST(json_extract_string(a, p) AS DOUBLE))")
+            unknown = ("coalesce(len(list_filter(json_keys(json_extract(a, '/probabilities')),"
+                       " k -> NOT list_contains($opts, k))) > 0, false)")
+        con.execute(
+            f"""
+            INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind, logged_action)
+            WITH base AS (
+                SELECT item_id, 'champion' AS side, champion_response AS resp, champion_status AS status,
+                       champion_error AS err, champion_actions AS act
+                FROM shadow_requests WHERE shadow = $shadow
+                UNION ALL
+                SELECT item_id, 'challenger', challenger_response, challenger_status, challenger_error, NULL::JSON
+                FROM shadow_requests WHERE shadow = $shadow
+            ), located AS (
+                SELECT *, CASE WHEN json_exists(resp, '$.answers') THEN json_extract(resp, '$.answers')
+                               WHEN json_exists(resp, '$.result.answers') THEN json_extract(resp, '$.result.answers')
+                               ELSE resp END AS answers
+                FROM base
+            ), picked AS (
+                SELECT *, json_extract(answers, $qptr) AS a FROM located
+            ), valued AS (
+                SELECT *, {values} AS raw, {unknown} AS has_unknown FROM picked
+            ), summed AS (
+                SELECT *, list_transform(raw, x -> coalesce(x, 0.0)) AS filled,
+                       list_sum(list_transform(raw, x -> coalesce(x, 0.0))) AS total,
+                       list_count(raw) AS n_values,
+                       coalesce(list_min(raw) < -1e-9 OR list_max(raw) > 1 + 1e-9, false) AS out_of_range
+                FROM valued
+            ), judged AS (
+                SELECT *, CASE
+                    WHEN err IS NOT NULL THEN err
+                    WHEN status IS NOT NULL AND (status < 200 OR status >= 300) THEN 'http_' || status
+                    WHEN resp IS NULL THEN 'missing_response'
+                    WHEN a IS NULL OR json_type(a) <> 'OBJECT' THEN 'missing_answer'
+                    WHEN json_extract_string(a, '/type') = 'refusal' THEN 'refused'
+                    WHEN json_extract_string(a, '/type') IS NOT NULL
+                         AND json_extract_string(a, '/type') <> $qtype THEN 'malformed'
+                    WHEN has_unknown THEN 'malformed'
+                    WHEN n_values = 0 THEN 'missing_answer'
+                    WHEN out_of_range OR abs(total - 1) > $tol THEN 'malformed'
+                    END AS failure_kind
+                FROM summed
+            )
+            SELECT $shadow, item_id, $q, side,
+                   CASE WHEN failure_kind IS NULL
+                        THEN list_transform(filled, x -> least(greatest(x, 0.0), 1.0) / total) END,
+                   failure_kind,
+                   CASE WHEN act IS NULL THEN NULL
+                        WHEN json_type(act) = 'VARCHAR' THEN json_extract_string(act, '$')
+                        ELSE json_extract_string(act, $qptr) END
+            FROM judged
+            """,
+            {"shadow": shadow, "q": qid, "qptr": _pointer(qid), "qtype": question.type, "tol": SUM_TOLERANCE,
+             **({"paths": [_pointer("probabilities", o) for o in opts], "opts": opts}
+                if question.type != "noul" else {})})
+        total += con.execute("SELECT count(*) FROM shadow_answers WHERE shadow = ? AND question = ?",
+                             [shadow, qid]).fetchone()[0]
+    return total
+
+
+# -- import of a traffic log ----------------------------------------------------------------------
+def _reader(path: Path) -> str:
+    suffix = "".join(path.suffixes[-2:]).lower() if path.suffix.lower() in (".gz", ".zst") else path.suffix.lower()
+    if suffix.startswith((".jsonl", ".ndjson", ".json")):
+        return "json"
+    if suffix.startswith(".parquet") or suffix == ".pq":
+        return "parquet"
+    if suffix.startswith((".csv", ".tsv", ".txt")):
+        return "csv"
+    raise DataImportError(f"{path}: unknown log format {path.suffix!r}", hint="use .jsonl, .parquet or .csv")
+
+
+def _stage(con: duckdb.DuckDBPyConnection, path: Path, table: str) -> list[str]:
+    """Load ``path`` into temp ``table`` with every column as JSON; return the column names."""
+    kind = _reader(path)
+    p = str(path)
+    try:
+        if kind == "json":
+            cols = [r[0] for r in con.execute(
+                "DESCRIBE SELECT * FROM read_json_auto(?, format='newline_delimited', sample_size=-1)",
+                [p]).fetchall()]
+            spec = "{" + ", ".join(f"'{c.replace(chr(39), chr(39) * 2)}': 'JSON'" for c in cols) + "}"
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM "
+                        f"read_json(?, format='newline_delimited', columns={spec})", [p])
+        else:
+            src = "read_parquet(?)" if kind == "parquet" else "read_csv(?, header=true, all_varchar=true)"
+            described = con.execute(f"DESCRIBE SELECT * FROM {src}", [p]).fetchall()
+            cols = [r[0] for r in described]
+            exprs = []
+            for name, ctype, *_ in described:
+                q = '"' + name.replace('"', '""') + '"'
+                if ctype == "VARCHAR":  # nested values arrive as JSON text; plain text stays a string
+                    exprs.append(f"CASE WHEN json_valid({q}) AND ltrim({q})[1] IN ('{{', '[')"
+                                 f" THEN {q}::JSON ELSE to_json({q}) END AS {q}")
+                else:
+                    exprs.append(f"to_json({q}) AS {q}")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT {', '.join(exprs)} FROM {src}", [p])
+    except duckdb.Error as exc:
+        raise DataImportError(f"{path}: cannot read: {str(exc).splitlines()[0]}",
+                              hint="one JSON object per line, or a Parquet/CSV file with a header") from None
+    return cols
+
+
+def _resolve(cols: list[str]) -> dict[str, str | None]:
+    lower = {c.lower(): c for c in cols}
+    return {key: next((lower[a] for a in aliases if a in lower), None) for key, aliases in _ALIASES.items()}
+
+
+def _col(found: dict, key: str) -> str:
+    name = found.get(key)
+    return "NULL::JSON" if name is None else '"' + name.replace('"', '""') + '"'
+
+
+def _text(found: dict, key: str) -> str:
+    return f"json_extract_string({_col(found, key)}, '$')"
+
+
+def _number(found: dict, key: str) -> str:
+    return f"TRY_CAST(json_extract_string({_col(found, key)}, '$') AS DOUBLE)"
+
+
+def _outcome_rows_sql(found: dict, schema: DecisionSchema, staged: str, shadow_param: str = "$shadow") -> str:
+    """SELECT of (shadow, item_id, question, outcome, final_queue, human_override) from a staged file."""
+    single = len(schema.questions) == 1
+    parts = []
+    for qid in schema.questions:
+        ptr = _pointer(qid).replace("'", "''")
+
+        def per_question(key: str) -> str:
+            col = _col(found, key)
+            value = (f"CASE WHEN json_type({col}) = 'OBJECT' THEN json_extract({col}, '{ptr}')"
+                     + (f" ELSE {col} END" if single else " END"))
+            # noul outcomes may be booleans; score outcomes may be level numbers
+            return (f"CASE WHEN json_type({value}) = 'BOOLEAN' THEN"
+                    f" CASE WHEN json_extract_string({value}, '$') = 'true' THEN 'yes' ELSE 'no' END"
+                    f" WHEN json_type({value}) IN ('UBIGINT', 'BIGINT') THEN json_extract_string({value}, '$')"
+                    f" ELSE json_extract_string({value}, '$') END")
+
+        parts.append(
+            f"SELECT {shadow_param} AS shadow, {_text(found, 'item_id')} AS item_id, '{qid.replace(chr(39), chr(39) * 2)}'"
+            f" AS question, {per_question('outcome')} AS outcome, {per_question('final_queue')} AS final_queue,"
+            f" {per_question('human_override')} AS human_override FROM {staged}")
+    union = " UNION ALL ".join(parts)
+    return (f"SELECT * FROM ({union}) WHERE item_id IS NOT NULL"
+            " AND (outcome IS NOT NULL OR final_queue IS NOT NULL OR human_override IS NOT NULL)")
+
+
+def _upsert_outcomes(con, select_sql: str, params: dict) -> int:
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _shadow_outcomes_in AS {select_sql}", params)
+    con.execute("DELETE FROM shadow_outcomes WHERE (shadow, item_id, question) IN "
+                "(SELECT shadow, item_id, question FROM _shadow_outcomes_in)")
+    con.execute("INSERT INTO shadow_outcomes (shadow, item_id, question, outcome, final_queue, human_override)"
+                " SELECT shadow, item_id, question, coalesce(outcome, human_override), final_queue, human_override"
+                " FROM _shadow_outcomes_in")
+    n = con.execute("SELECT count(*) FROM _shadow_outcomes_in").fetchone()[0]
+    con.execute("DROP TABLE _shadow_outcomes_in")
+    return n
+
+
+def import_traffic(con: duckdb.DuckDBPyConnection, path: str | Path, *, shadow: str,
+                   schema: DecisionSchema | None = None, champion: str | None = None,
+                   challenger: str | None = None, replace: bool = False) -> dict:
+    """Import a production log (see the module docstring) as session ``shadow``.
+
+    A file with outcomes but no answers adds outcomes to the existing session ``shadow``.
+    A mirror journal (records with ``kind`` and ``pair``) is handed to :func:`ingest_journal`.
+
+    Returns
+    -------
+    summary : dict
+        ``{"shadow", "kind": "traffic" | "outcomes" | "journal", "n_requests", "n_outcomes"}``.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataImportError(f"{path}: file does not exist", hint="check the path")
+    if _reader(path) == "json" and _is_journal(path):
+        return ingest_journal(con, path, shadow=shadow, schema=schema, champion=champion, challenger=challenger)
+    cols = _stage(con, path, "_shadow_in")
+    found = _resolve(cols)
+    try:
+        if found["item_id"] is None:
+            raise DataImportError(f"{path}: no item_id column", hint=f"columns found: {', '.join(cols)}")
+        n_null = con.execute(f"SELECT count(*) FROM _shadow_in WHERE {_text(found, 'item_id')} IS NULL").fetchone()[0]
+        if n_null:
+            raise DataImportError(f"{path}: {n_null} rows have no item_id", hint="every row needs an item id")
+        outcome_only = found["champion"] is None and found["challenger"] is None
+        if outcome_only:
+            if found["outcome"] is None and found["final_queue"] is None and found["human_override"] is None:
+                raise DataImportError(f"{path}: neither answers (champion/challenger) nor outcomes",
+                                      hint="see `workbench shadow import --help` for the columns")
+            session = get_session(con, shadow)
+            schema = load_stored_schema(con, session["schema_hash"])
+            with transaction(con):
+                n = _upsert_outcomes(con, _outcome_rows_sql(found, schema, "_shadow_in"), {"shadow": shadow})
+            return {"shadow": shadow, "kind": "outcomes", "n_requests": 0, "n_outcomes": n}
+        if schema is None:
+            raise DataImportError(f"{path}: a traffic import needs the decision schema (option order)",
+                                  hint="pass --schema FILE (or --policy, whose schema is used)")
+        dup = con.execute(f"SELECT count(*) - count(DISTINCT {_text(found, 'item_id')}) FROM _shadow_in").fetchone()[0]
+        if dup:
+            raise DataImportError(f"{path}: {dup} duplicate item ids", hint="each request needs its own item id")
+        ts = _col(found, "ts")
+        ts_sql = (f"CASE WHEN json_type({ts}) IN ('UBIGINT', 'BIGINT', 'DOUBLE') THEN"
+                  f" (to_timestamp(TRY_CAST(json_extract_string({ts}, '$') AS DOUBLE)) AT TIME ZONE 'UTC')"
+                  f" ELSE (TRY_CAST(json_extract_string({ts}, '$') AS TIMESTAMPTZ) AT TIME ZONE 'UTC') END")
+        side_cols = []
+        for side in SIDES:
+            resp = _col(found, side)
+            side_cols += [
+                f"TRY_CAST({_number(found, side + '_status')} AS INTEGER)", _text(found, f"{side}_error"),
+                _number(found, f"{side}_latency_ms"), _number(found, f"{side}_cost_usd"),
+                f"coalesce({_text(found, side + '_model')}, json_extract_string({resp}, '$.model'),"
+                f" json_extract_string({resp}, '$.result.model'))",
+                resp]
+            if side == "champion":
+                side_cols.append(_col(found, "champion_action"))
+        with transaction(con):
+            _create_session(con, shadow, source="import", schema=schema, champion=champion, challenger=challenger,
+                            params={"file": path.name}, replace=replace)
+            con.execute(
+                f"""INSERT INTO shadow_requests (shadow, item_id, seq, ts, state,
+                        champion_status, champion_error, champion_latency_ms, champion_cost_usd, champion_model,
+                        champion_response, champion_actions,
+                        challenger_status, challenger_error, challenger_latency_ms, challenger_cost_usd,
+                        challenger_model, challenger_response)
+                    SELECT $shadow, {_text(found, 'item_id')}, row_number() OVER (), {ts_sql},
+                           {_col(found, 'state')}, {', '.join(side_cols)}
+                    FROM _shadow_in""", {"shadow": shadow})
+            extract_answers(con, shadow, schema)
+            n_out = 0
+            if any(found[k] is not None for k in ("outcome", "final_queue", "human_override")):
+                n_out = _upsert_outcomes(con, _outcome_rows_sql(found, schema, "_shadow_in"), {"shadow": shadow})
+        n = con.execute("SELECT count(*) FROM shadow_requests WHERE shadow = ?", [shadow]).fetchone()[0]
+        return {"shadow": shadow, "kind": "traffic", "n_requests": n, "n_outcomes": n_out}
+    finally:
+        con.execute("DROP TABLE IF EXISTS _shadow_in")
+
+
+# -- the live mirror's journal --------------------------------------------------------------------
+def _is_journal(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        first = fh.readline()
+    try:
+        rec = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(rec, dict) and rec.get("kind") in SIDES and "pair" in rec
+
+
+_JOURNAL_COLUMNS = ("{'kind': 'VARCHAR', 'pair': 'VARCHAR', 'item_id': 'VARCHAR', 'ts': 'VARCHAR',"
+                    " 'request': 'VARCHAR', 'status': 'INTEGER', 'body': 'VARCHAR', 'latency_ms': 'DOUBLE',"
+                    " 'error': 'VARCHAR'}")
+
+
+def ingest_journal(con: duckdb.DuckDBPyConnection, path: str | Path, *, shadow: str,
+                   schema: DecisionSchema | None = None, champion: str | None = None,
+                   challenger: str | None = None) -> dict:
+    """Load a mirror journal into session ``shadow`` (replacing its traffic; the journal is the truth).
+
+    Every champion record is one request (it was fsynced before the caller got its answer). A
+    request whose challenger record is missing (the mirror was killed while the challenger ran)
+    gets ``challenger_error = 'lost'``. Without ``schema``, the questions of the first request are
+    the session's schema. Outcomes already imported for the session are kept.
+    """
+    path = Path(path)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _journal AS
+                    SELECT * FROM read_json(?, format='newline_delimited', columns={_JOURNAL_COLUMNS},
+                                            ignore_errors=true)
+                    WHERE kind IN ('champion', 'challenger') AND pair IS NOT NULL""", [str(path)])
+    try:
+        if schema is None:
+            row = con.execute("SELECT request FROM _journal WHERE kind = 'champion' AND json_valid(request)"
+                              " AND json_exists(request, '$.questions') ORDER BY ts LIMIT 1").fetchone()
+            if row is None:
+                raise DataImportError(f"{path}: no request with questions in the journal",
+                                      hint="pass --schema FILE")
+            schema = DecisionSchema.from_dict(json.loads(row[0]), source=f"{path} (first request)")
+        session_params = {"journal": str(path)}
+        with transaction(con):
+            if session_exists(con, shadow):
+                old = get_session(con, shadow)
+                if old["source"] != "mirror":
+                    raise WorkbenchError(f"shadow session {shadow!r} exists and is not a mirror session",
+                                         hint="choose another --name")
+                con.execute("DELETE FROM shadow_answers WHERE shadow = ?", [shadow])
+                con.execute("DELETE FROM shadow_requests WHERE shadow = ?", [shadow])
+                con.execute("UPDATE shadow_sessions SET schema_hash = ? WHERE shadow = ?",
+                            [save_schema(con, schema), shadow])
+            else:
+                _create_session(con, shadow, source="mirror", schema=schema, champion=champion,
+                                challenger=challenger, params=session_params, replace=False)
+            con.execute(
+                """INSERT INTO shadow_requests (shadow, item_id, seq, ts, state,
+                       champion_status, champion_error, champion_latency_ms, champion_model, champion_response,
+                       challenger_status, challenger_error, challenger_latency_ms, challenger_model,
+                       challenger_response)
+                   WITH ch AS (
+                       SELECT * FROM _journal WHERE kind = 'champion'
+                       QUALIFY row_number() OVER (PARTITION BY item_id ORDER BY ts DESC, pair DESC) = 1
+                   ), cl AS (
+                       SELECT * FROM _journal WHERE kind = 'challenger'
+                       QUALIFY row_number() OVER (PARTITION BY pair) = 1
+                   )
+                   SELECT $shadow, ch.item_id, row_number() OVER (ORDER BY ch.ts, ch.pair),
+                          TRY_CAST(ch.ts AS TIMESTAMPTZ) AT TIME ZONE 'UTC',
+                          CASE WHEN json_valid(ch.request) THEN json_extract(ch.request, '$.state') END,
+                          ch.status, ch.error, ch.latency_ms,
+                          CASE WHEN json_valid(ch.body) THEN json_extract_string(ch.body, '$.model') END,
+                          CASE WHEN json_valid(ch.body) THEN ch.body::JSON END,
+                          cl.status, CASE WHEN cl.pair IS NULL THEN 'lost' ELSE cl.error END, cl.latency_ms,
+                          CASE WHEN json_valid(cl.body) THEN json_extract_string(cl.body, '$.model') END,
+                          CASE WHEN json_valid(cl.body) THEN cl.body::JSON END
+                   FROM ch LEFT JOIN cl USING (pair)""", {"shadow": shadow})
+            extract_answers(con, shadow, schema)
+        counts = con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE challenger_error = 'lost') FROM shadow_requests"
+            " WHERE shadow = ?", [shadow]).fetchone()
+        return {"shadow": shadow, "kind": "journal", "n_requests": counts[0], "n_challenger_lost": counts[1],
+                "n_outcomes": 0}
+    finally:
+        con.execute("DROP TABLE IF EXISTS _journal")
+
+
+# -- replay of two stored runs ---------------------------------------------------------------------
+def replay_runs(con: duckdb.DuckDBPyConnection, *, shadow: str, champion_run: str, challenger_run: str,
+                splits: Iterable[str] | None = None, replace: bool = False) -> dict:
+    """Make session ``shadow`` from two runs over the same dataset (items answered by either run).
+
+    Each item is one request: probabilities come from the runs' answers, latency is the slowest
+    question's call and cost the sum over questions; gold labels become known outcomes. There is no
+    timestamp: ``seq`` (item order) stands in for time.
+    """
+    a, b = get_run(con, champion_run), get_run(con, challenger_run)
+    if (a["dataset"], a["dataset_version"]) != (b["dataset"], b["dataset_version"]):
+        raise WorkbenchError(f"runs {a['run_id']} and {b['run_id']} are on different datasets",
+                             hint="shadow replay compares two runs over the same items")
+    schema_a = load_stored_schema(con, a["schema_hash"])
+    schema_b = load_stored_schema(con, b["schema_hash"])
+    shared = [q for q in schema_a.question_ids if q in schema_b.questions
+              and option_ids(schema_a.questions[q]) == option_ids(schema_b.questions[q])]
+    if not shared:
+        raise WorkbenchError("the two runs share no question with the same options",
+                             hint="compare runs whose schemas have common question ids")
+    schema = schema_a.subset(shared)
+    split_list = list(splits) if splits else None
+    with transaction(con):
+        _create_session(con, shadow, source="replay", schema=schema, champion=a["run_id"],
+                        challenger=b["run_id"], params={"splits": split_list}, replace=replace)
+        con.execute(
+            """INSERT INTO shadow_requests (shadow, item_id, seq, ts, state,
+                   champion_latency_ms, champion_cost_usd, champion_model,
+                   challenger_latency_ms, challenger_cost_usd, challenger_model)
+               WITH per AS (
+                   SELECT item_id,
+                          max(latency_ms) FILTER (WHERE run_id = $a) AS la, sum(cost_usd) FILTER (WHERE run_id = $a) AS ca,
+                          any_value(model) FILTER (WHERE run_id = $a) AS ma,
+                          max(latency_ms) FILTER (WHERE run_id = $b) AS lb, sum(cost_usd) FILTER (WHERE run_id = $b) AS cb,
+                          any_value(model) FILTER (WHERE run_id = $b) AS mb
+                   FROM answers WHERE run_id IN ($a, $b) AND list_contains($qs, question) GROUP BY item_id
+               )
+               SELECT $shadow, per.item_id, row_number() OVER (ORDER BY per.item_id), NULL,
+                      coalesce(i.state_json, to_json(i.state_text)), la, ca, ma, lb, cb, mb
+               FROM per JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = per.item_id
+               WHERE $splits IS NULL OR list_contains($splits, i.split)""",
+            {"a": a["run_id"], "b": b["run_id"], "qs": shared, "shadow": shadow, "ds": a["dataset"],
+             "v": int(a["dataset_version"]), "splits": split_list})
+        con.execute(
+            """INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind)
+               SELECT $shadow, a.item_id, a.question, CASE WHEN a.run_id = $a THEN 'champion' ELSE 'challenger' END,
+                      a.probs, CASE WHEN a.probs IS NULL THEN coalesce(a.failure_kind, 'failed') END
+               FROM answers a JOIN shadow_requests r ON r.shadow = $shadow AND r.item_id = a.item_id
+               WHERE a.run_id IN ($a, $b) AND list_contains($qs, a.question)""",
+            {"a": a["run_id"], "b": b["run_id"], "qs": shared, "shadow": shadow})
+        # a side that never answered an item of the other side is a failure of that side
+        con.execute(
+            """INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind)
+               SELECT r.shadow, r.item_id, q.question, s.side, NULL, 'missing_answer'
+               FROM shadow_requests r, (SELECT unnest($qs) AS question) q, (SELECT unnest(['champion', 'challenger']) AS side) s
+               WHERE r.shadow = $shadow AND NOT EXISTS (SELECT 1 FROM shadow_answers x WHERE x.shadow = r.shadow
+                     AND x.item_id = r.item_id AND x.question = q.question AND x.side = s.side)""",
+            {"qs": shared, "shadow": shadow})
+        n_out = 0
+        for q in shared:
+            gold = load_answers(con, a["run_id"], q, split_list)
+            known = gold.labels >= 0
+            opts = np.asarray(gold.option_ids, dtype=object)
+            table = pa.table({"item_id": pa.array(gold.item_ids[known].tolist(), pa.string()),
+                              "outcome": pa.array(opts[gold.labels[known]].tolist(), pa.string())})
+            con.register("_replay_gold", table)
+            try:
+                con.execute("INSERT INTO shadow_outcomes (shadow, item_id, question, outcome)"
+                            " SELECT $shadow, g.item_id, $q, g.outcome FROM _replay_gold g"
+                            " JOIN shadow_requests r ON r.shadow = $shadow AND r.item_id = g.item_id",
+                            {"shadow": shadow, "q": q})
+            finally:
+                con.unregister("_replay_gold")
+            n_out += int(known.sum())
+    n = con.execute("SELECT count(*) FROM shadow_requests WHERE shadow = ?", [shadow]).fetchone()[0]
+    return {"shadow": shadow, "kind": "replay", "n_requests": n, "n_outcomes": n_out}
+
+
+# -- typed reads for the report --------------------------------------------------------------------
+@dataclass
+class ShadowAnswers:
+    """One question of one session, both sides aligned by request (shapes in brackets).
+
+    ``*_probs`` are NaN on failed rows; ``outcome`` is the index of the option that proved right or
+    -1 when unknown; ``champion_logged`` holds the logged champion action (None when not logged).
+    Rows are in arrival order (``ts`` then ``seq``).
+    """
+
+    shadow: str
+    question: str
+    qtype: str
+    option_ids: list[str]
+    item_ids: np.ndarray  # (n,) object
+    ts: np.ndarray  # (n,) datetime64[us], NaT when unknown
+    seq: np.ndarray  # (n,) int
+    champion_probs: np.ndarray  # (n, k)
+    challenger_probs: np.ndarray  # (n, k)
+    champion_failure: np.ndarray  # (n,) object, None when answered
+    challenger_failure: np.ndarray  # (n,) object
+    champion_logged: np.ndarray  # (n,) object
+    outcome: np.ndarray  # (n,) int
+    champion_latency_ms: np.ndarray  # (n,) float, NaN unknown
+    challenger_latency_ms: np.ndarray
+    champion_cost_usd: np.ndarray
+    challenger_cost_usd: np.ndarray
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.item_ids)
+
+
+def _matrix(column: pa.ChunkedArray, n: int, k: int) -> np.ndarray:
+    out = np.full((n, k), np.nan)
+    if n == 0:
+        return out
+    valid = ~np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    if valid.any():
+        flat = pa.concat_arrays([c.flatten() for c in column.drop_null().chunks])
+        out[valid] = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=float).reshape(-1, k)
+    return out
+
+
+def load_shadow(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> ShadowAnswers:
+    """Arrays of ``question`` in session ``shadow`` for the report."""
+    session = get_session(con, shadow)
+    schema = load_stored_schema(con, session["schema_hash"])
+    if question not in schema.questions:
+        raise NotFoundError(f"shadow session {shadow!r} has no question {question!r}",
+                            hint=f"questions: {', '.join(schema.question_ids)}")
+    q = schema.questions[question]
+    opts = option_ids(q)
+    tbl = con.execute(
+        """SELECT r.item_id, r.ts, r.seq, c.probs AS cp, d.probs AS dp, c.failure_kind AS cf, d.failure_kind AS df,
+                  c.logged_action, list_position($opts, o.outcome) - 1 AS outcome_idx,
+                  r.champion_latency_ms, r.challenger_latency_ms, r.champion_cost_usd, r.challenger_cost_usd
+           FROM shadow_requests r
+           LEFT JOIN shadow_answers c ON c.shadow = r.shadow AND c.item_id = r.item_id AND c.question = $q
+                AND c.side = 'champion'
+           LEFT JOIN shadow_answers d ON d.shadow = r.shadow AND d.item_id = r.item_id AND d.question = $q
+                AND d.side = 'challenger'
+           LEFT JOIN shadow_outcomes o ON o.shadow = r.shadow AND o.item_id = r.item_id AND o.question = $q
+           WHERE r.shadow = $shadow
+           ORDER BY r.ts NULLS LAST, r.seq, r.item_id""",
+        {"opts": opts, "q": question, "shadow": shadow}).fetch_arrow_table()
+    n, k = tbl.num_rows, len(opts)
+
+    def num(name: str) -> np.ndarray:
+        return tbl.column(name).to_pandas().to_numpy(dtype=float, na_value=np.nan) if n else np.zeros(0)
+
+    def obj(name: str) -> np.ndarray:
+        return np.asarray(tbl.column(name).to_pylist(), dtype=object)
+
+    outcome = tbl.column("outcome_idx").to_pandas().fillna(-1).to_numpy(dtype=int) if n else np.zeros(0, int)
+    ts = tbl.column("ts").to_pandas().to_numpy(dtype="datetime64[us]") if n else np.zeros(0, "datetime64[us]")
+    cf, df = obj("cf"), obj("df")
+    cp, dp = _matrix(tbl.column("cp"), n, k), _matrix(tbl.column("dp"), n, k)
+    # a row without probabilities is a failure even when no kind was recorded: never a silent gap
+    cf = np.where(np.isnan(cp).any(axis=1), np.where(pd.isna(cf), "missing_answer", cf), None).astype(object)
+    df = np.where(np.isnan(dp).any(axis=1), np.where(pd.isna(df), "missing_answer", df), None).astype(object)
+    return ShadowAnswers(
+        shadow=shadow, question=question, qtype=q.type, option_ids=opts, item_ids=obj("item_id"), ts=ts,
+        seq=num("seq").astype(int) if n else np.zeros(0, int), champion_probs=cp, challenger_probs=dp,
+        champion_failure=cf, challenger_failure=df, champion_logged=obj("logged_action"), outcome=outcome,
+        champion_latency_ms=num("champion_latency_ms"), challenger_latency_ms=num("challenger_latency_ms"),
+        champion_cost_usd=num("champion_cost_usd"), challenger_cost_usd=num("challenger_cost_usd"),
+        extra={"session": session})
