@@ -1,0 +1,313 @@
+"""The call cache, the runner's batched writes, its crash journal, and run export.
+
+Every successful provider response is a row of ``calls`` keyed by ``cache_key`` (computed by
+``workbench.runner.plan.cache_key``). The runner writes calls and answers together in one
+transaction per batch (:func:`write_batch`).
+
+Between two batches, responses live in memory; so that a SIGKILL does not make the next
+``--resume`` pay for them again, each response is also appended to a small journal file next to
+the database (``<db>.journal/<run_id>.<n>.jsonl``, one JSON line per call, no secrets: the same
+fields as ``calls``). A batch commit deletes the journal segment it covered; on start-up,
+:func:`recover_journal` moves any leftover segment into ``calls`` (DuckDB's file lock means any
+leftover belongs to a process that is gone).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from workbench.errors import WorkbenchError
+from workbench.schema.answers import entropy, top_two
+from workbench.store.db import transaction
+
+CALL_FIELDS = ["cache_key", "provider", "model", "response", "model_answered", "request_id", "latency_ms",
+               "input_tokens", "cost_usd", "run_id"]
+_CALL_SCHEMA = pa.schema([("cache_key", pa.string()), ("provider", pa.string()), ("model", pa.string()),
+                          ("response", pa.string()), ("model_answered", pa.string()), ("request_id", pa.string()),
+                          ("latency_ms", pa.float64()), ("input_tokens", pa.int64()), ("cost_usd", pa.float64()),
+                          ("run_id", pa.string())])
+_ANSWER_SCHEMA = pa.schema([("run_id", pa.string()), ("item_id", pa.string()), ("question", pa.string()),
+                            ("probs", pa.list_(pa.float64())), ("p_top", pa.float64()), ("margin", pa.float64()),
+                            ("entropy", pa.float64()), ("deviation", pa.float64()),
+                            ("vendor_confidence", pa.float64()), ("failure_kind", pa.string()),
+                            ("failure_message", pa.string()), ("model", pa.string()), ("latency_ms", pa.float64()),
+                            ("input_tokens", pa.int64()), ("cost_usd", pa.float64()), ("cache_key", pa.string()),
+                            ("cached", pa.bool_())])
+ANSWER_FIELDS = [f.name for f in _ANSWER_SCHEMA]
+
+
+# -- paths ---------------------------------------------------------------------------------------
+def database_path(con: duckdb.DuckDBPyConnection) -> Path | None:
+    """The file behind ``con``, or None for an in-memory database."""
+    row = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
+    return Path(row[0]) if row and row[0] else None
+
+
+def journal_dir(con: duckdb.DuckDBPyConnection) -> Path | None:
+    db = database_path(con)
+    return None if db is None else db.with_name(db.name + ".journal")
+
+
+# -- cache lookups -------------------------------------------------------------------------------
+def lookup_calls(con: duckdb.DuckDBPyConnection, keys: Sequence[str]) -> dict[str, dict]:
+    """Cached calls for ``keys`` -> {cache_key: row dict}; keys not cached are absent."""
+    if len(keys) == 0:
+        return {}
+    con.register("_wanted_keys", pa.table({"k": pa.array(list(keys), type=pa.string())}))
+    try:
+        tbl = con.execute(
+            "SELECT c.cache_key, CAST(c.response AS VARCHAR) AS response, c.model_answered, c.request_id,"
+            " c.latency_ms, c.input_tokens, c.cost_usd, c.run_id FROM calls c"
+            " JOIN (SELECT DISTINCT k FROM _wanted_keys) w ON w.k = c.cache_key").fetch_arrow_table()
+    finally:
+        con.unregister("_wanted_keys")
+    rows = tbl.to_pylist()
+    return {r["cache_key"]: r for r in rows}
+
+
+def answered_questions(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, set[str]]:
+    """For a run: item id -> questions that have an answer (failures excluded)."""
+    tbl = con.execute("SELECT item_id, list(question) AS qs FROM answers WHERE run_id = ? AND probs IS NOT NULL"
+                      " GROUP BY item_id", [run_id]).fetch_arrow_table()
+    return {i: set(q) for i, q in zip(tbl.column("item_id").to_pylist(), tbl.column("qs").to_pylist())}
+
+
+# -- writes ---------------------------------------------------------------------------------------
+def answers_table(rows: Sequence[dict]) -> pa.Table:
+    """Arrow table of answer rows; ``p_top``/``margin``/``entropy`` computed here, vectorised.
+
+    Each row has the keys of :data:`ANSWER_FIELDS` (summaries may be absent). Rows with
+    ``probs is None`` are failures and get NULL summaries.
+    """
+    n = len(rows)
+    p_top_, margin_, entropy_ = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    by_width: dict[int, list[int]] = {}
+    for i, r in enumerate(rows):
+        if r.get("probs") is not None:
+            by_width.setdefault(len(r["probs"]), []).append(i)
+    for idx in by_width.values():
+        m = np.array([rows[i]["probs"] for i in idx], dtype=float)
+        _, p1, p2 = top_two(m)
+        p_top_[idx], margin_[idx], entropy_[idx] = p1, p1 - p2, entropy(m)
+    cols: dict[str, Any] = {}
+    for f in _ANSWER_SCHEMA:
+        if f.name == "p_top":
+            cols[f.name] = pa.array(p_top_, type=pa.float64(), from_pandas=True)
+        elif f.name == "margin":
+            cols[f.name] = pa.array(margin_, type=pa.float64(), from_pandas=True)
+        elif f.name == "entropy":
+            cols[f.name] = pa.array(entropy_, type=pa.float64(), from_pandas=True)
+        else:
+            cols[f.name] = pa.array([r.get(f.name) for r in rows], type=f.type)
+    return pa.table(cols, schema=_ANSWER_SCHEMA)
+
+
+def calls_table(rows: Sequence[dict]) -> pa.Table:
+    return pa.table({f.name: pa.array([r.get(f.name) for r in rows], type=f.type) for f in _CALL_SCHEMA},
+                    schema=_CALL_SCHEMA)
+
+
+def write_batch(con: duckdb.DuckDBPyConnection, calls: Sequence[dict], answers: Sequence[dict]) -> None:
+    """Insert new calls (ignoring keys already cached) and answers (replacing) in one transaction."""
+    if not calls and not answers:
+        return
+    ctbl, atbl = calls_table(calls), answers_table(answers)
+    con.register("_new_calls", ctbl)
+    con.register("_new_answers", atbl)
+    try:
+        with transaction(con):
+            if calls:
+                con.execute(f"INSERT OR IGNORE INTO calls ({', '.join(CALL_FIELDS)}) SELECT cache_key, provider,"
+                            " model, response::JSON, model_answered, request_id, latency_ms, input_tokens, cost_usd,"
+                            " run_id FROM (SELECT DISTINCT ON (cache_key) * FROM _new_calls)")
+            if answers:
+                con.execute("DELETE FROM answers WHERE (run_id, item_id, question) IN "
+                            "(SELECT run_id, item_id, question FROM _new_answers)")
+                con.execute(f"INSERT INTO answers ({', '.join(ANSWER_FIELDS)}) SELECT {', '.join(ANSWER_FIELDS)}"
+                            " FROM _new_answers")
+    finally:
+        con.unregister("_new_calls")
+        con.unregister("_new_answers")
+
+
+# -- journal -------------------------------------------------------------------------------------
+class CallJournal:
+    """Append-only segments of call rows written between two batch commits (see module docstring).
+
+    Writes go straight to the OS (unbuffered ``os.write``): a killed process loses at most the
+    line being written, which :func:`recover_journal` skips.
+    """
+
+    def __init__(self, directory: Path | None, run_id: str):
+        self.directory = directory
+        self.run_id = run_id
+        self._seq = 0
+        self._fd: int | None = None
+        self._path: Path | None = None
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._open()
+
+    def _open(self) -> None:
+        assert self.directory is not None
+        self._seq += 1
+        self._path = self.directory / f"{self.run_id}.{os.getpid()}.{self._seq}.jsonl"
+        self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+    def append(self, call: dict) -> None:
+        if self._fd is not None:
+            os.write(self._fd, (json.dumps(call, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
+
+    def rotate(self) -> Path | None:
+        """Start a new segment; return the finished one (delete it after its batch commits)."""
+        if self._fd is None:
+            return None
+        os.close(self._fd)
+        done = self._path
+        self._open()
+        return done
+
+    def close(self, *, delete: bool) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            if delete and self._path is not None:
+                self._path.unlink(missing_ok=True)
+
+
+def recover_journal(con: duckdb.DuckDBPyConnection) -> int:
+    """Move calls left in journal segments by a killed process into ``calls``; return how many."""
+    directory = journal_dir(con)
+    if directory is None or not directory.exists():
+        return 0
+    segments = sorted(directory.glob("*.jsonl"))
+    rows: list[dict] = []
+    for seg in segments:
+        for line in seg.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the torn last line of a killed writer
+            if isinstance(row, dict) and row.get("cache_key") and row.get("response") is not None:
+                rows.append(row)
+    if rows:
+        write_batch(con, rows, [])
+    for seg in segments:
+        seg.unlink(missing_ok=True)
+    return len(rows)
+
+
+# -- export --------------------------------------------------------------------------------------
+EXPORT_FORMATS = ("parquet", "csv", "jsonl")
+
+
+def export_run(con: duckdb.DuckDBPyConnection, run_id: str, fmt: str, out: str | Path) -> int:
+    """Write one row per item × question of ``run_id`` to ``out``; return the row count.
+
+    Columns: run_id, item_id, split, question, label (majority gold option or NULL), option_ids,
+    probs (NULL when failed), p_top, margin, provider, model, latency_ms, input_tokens, cost_usd,
+    cached, failure_kind, failure_message. In CSV the two list columns are JSON text.
+    """
+    from workbench.schema import option_ids
+    from workbench.store.runs import get_run, load_stored_schema
+
+    if fmt not in EXPORT_FORMATS:
+        raise WorkbenchError(f"unknown export format {fmt!r}", hint=f"use one of {', '.join(EXPORT_FORMATS)}")
+    run = get_run(con, run_id)
+    schema = load_stored_schema(con, run["schema_hash"])
+    opts = pa.table({"question": pa.array(list(schema.questions), type=pa.string()),
+                     "qpos": pa.array(range(len(schema.questions)), type=pa.int32()),
+                     "option_ids": pa.array([option_ids(q) for q in schema.questions.values()],
+                                            type=pa.list_(pa.string()))})
+    con.register("_export_options", opts)
+    try:
+        rel = con.execute(
+            """
+            WITH votes AS (
+                SELECT item_id, question, option_id, count(*) AS n FROM labels
+                WHERE dataset = $ds AND version = $v GROUP BY ALL
+            ), gold AS (
+                SELECT v.item_id, v.question,
+                       arg_max(v.option_id, v.n * 1000000 - coalesce(list_position(o.option_ids, v.option_id), 999999))
+                       AS label
+                FROM votes v JOIN _export_options o USING (question) GROUP BY ALL
+            )
+            SELECT a.run_id, a.item_id, i.split, a.question, g.label, o.option_ids, a.probs, a.p_top, a.margin,
+                   r.provider, a.model, a.latency_ms, a.input_tokens, a.cost_usd, a.cached,
+                   a.failure_kind, a.failure_message
+            FROM answers a
+            JOIN runs r ON r.run_id = a.run_id
+            JOIN _export_options o ON o.question = a.question
+            LEFT JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
+            LEFT JOIN gold g ON g.item_id = a.item_id AND g.question = a.question
+            WHERE a.run_id = $run
+            ORDER BY a.item_id, o.qpos
+            """,
+            {"ds": run["dataset"], "v": int(run["dataset_version"]), "run": run["run_id"]})
+        tbl = rel.fetch_arrow_table()
+    finally:
+        con.unregister("_export_options")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(tbl, out)
+    elif fmt == "jsonl":
+        df = tbl.to_pandas()
+        df.to_json(out, orient="records", lines=True, force_ascii=False, date_format="iso")
+    else:
+        df = tbl.to_pandas()
+        for col in ("option_ids", "probs"):
+            df[col] = [None if v is None else json.dumps([x.item() if hasattr(x, "item") else x for x in v])
+                       for v in df[col]]
+        df.to_csv(out, index=False)
+    return tbl.num_rows
+
+
+def run_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
+    """Answered / failed by kind, tokens, cost (all and paid by this run), latency p50/p95 of calls."""
+    row = con.execute(
+        "SELECT count(*) FILTER (WHERE probs IS NOT NULL), count(*) FILTER (WHERE probs IS NULL),"
+        " sum(input_tokens), sum(cost_usd), sum(cost_usd) FILTER (WHERE NOT coalesce(cached, false)),"
+        " count(*) FILTER (WHERE cost_usd IS NULL AND probs IS NOT NULL),"
+        " count(DISTINCT item_id)"
+        " FROM answers WHERE run_id = ?", [run_id]).fetchone()
+    kinds = dict(con.execute("SELECT failure_kind, count(*) FROM answers WHERE run_id = ? AND probs IS NULL"
+                             " GROUP BY 1 ORDER BY 2 DESC", [run_id]).fetchall())
+    lat = con.execute(
+        "SELECT quantile_cont(latency_ms, 0.5), quantile_cont(latency_ms, 0.95) FROM ("
+        " SELECT cache_key, any_value(latency_ms) AS latency_ms FROM answers"
+        " WHERE run_id = ? AND cache_key IS NOT NULL AND latency_ms IS NOT NULL GROUP BY cache_key)",
+        [run_id]).fetchone()
+    return {"items": int(row[6] or 0), "answered": int(row[0] or 0), "failed": int(row[1] or 0),
+            "failed_by_kind": {str(k): int(v) for k, v in kinds.items()},
+            "input_tokens": int(row[2]) if row[2] is not None else 0,
+            "cost_usd": float(row[3]) if row[3] is not None else None,
+            "cost_paid_usd": float(row[4]) if row[4] is not None else None,
+            "answers_with_unknown_cost": int(row[5] or 0),
+            "latency_p50_ms": float(lat[0]) if lat and lat[0] is not None else None,
+            "latency_p95_ms": float(lat[1]) if lat and lat[1] is not None else None}
+
+
+# -- training data for in-process baselines ------------------------------------------------------
+def majority_labels(con: duckdb.DuckDBPyConnection, dataset: str, version: int, splits: Sequence[str]):
+    """Majority gold option per (item, question) for items of ``splits`` (ties: smallest option id).
+
+    Returns a DataFrame with columns item_id, question, option_id.
+    """
+    return con.execute(
+        "SELECT l.item_id, l.question, arg_max(l.option_id, l.n * 1000000 - l.tie) AS option_id FROM ("
+        "  SELECT item_id, question, option_id, count(*) AS n,"
+        "         row_number() OVER (PARTITION BY item_id, question ORDER BY option_id) AS tie"
+        "  FROM labels WHERE dataset = $ds AND version = $v GROUP BY item_id, question, option_id) l"
+        " JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = l.item_id"
+        " WHERE list_contains($splits, i.split)"
+        " GROUP BY l.item_id, l.question ORDER BY l.item_id, l.question",
+        {"ds": dataset, "v": int(version), "splits": list(splits)}).df()
