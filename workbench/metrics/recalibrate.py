@@ -278,3 +278,107 @@ def calibrator_from_dict(d: dict):
         return cls.from_params(dict(d.get("params") or {}))
     except (KeyError, TypeError, ValueError) as exc:
         raise CalibrationFitError(f"calibrator {d['type']!r} has invalid parameters: {exc}") from None
+
+
+# -- calibrated views of stored runs ------------------------------------------------------------
+def _probs_column(probs: np.ndarray):
+    """(n, k) float with NaN rows -> Arrow list<double> column with nulls for the NaN rows."""
+    import pyarrow as pa
+
+    n, k = probs.shape
+    failed = ~np.isfinite(probs).all(axis=1)
+    values = pa.array(np.where(failed[:, None], 0.0, probs).ravel())
+    offsets = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, values, mask=pa.array(failed))
+
+
+def calibrate_run(con: Any, run_id: str, method: str, *, questions: list[str] | None = None,
+                  fit_split: str = "calibration", eval_split: str = "test", name: str | None = None) -> dict:
+    """Fit ``method`` per question on ``fit_split`` and store a calibrated view of the run.
+
+    The view is a new run (``kind='calibrated'``, ``parent_run_id=run_id``) whose answers are the
+    parent's answers on every split, transformed by the question's calibrator (failures stay
+    failures); the calibrators go to the ``calibrators`` table. Returns a summary with the new run id,
+    the calibrators and the top-label ECE (15 equal-width bins) and log loss on ``eval_split``
+    before and after.
+    """
+    import pyarrow as pa
+
+    from workbench.metrics.reliability import top_label_ece
+    from workbench.metrics.scores import log_loss
+    from workbench.schema.answers import entropy, top_two
+    from workbench.store.db import transaction
+    from workbench.store.runs import (create_run, get_run, load_answers, load_stored_schema, save_calibrator,
+                                      update_run, write_answers)
+
+    run = get_run(con, run_id)
+    schema = load_stored_schema(con, run["schema_hash"])
+    qs = questions or schema.question_ids
+    if method == "platt":
+        not_binary = [q for q in qs if schema.questions[q].type != "noul"]
+        if not_binary:
+            raise CalibrationFitError(f"Platt scaling is for yes/no questions; {', '.join(not_binary)} are not",
+                                      hint="pass --question for the yes/no questions, or use --method temperature")
+    fitted, tables, summary = {}, [], {}
+    for q in qs:
+        ans = load_answers(con, run["run_id"], q)
+        fit_rows = (ans.splits == fit_split) & ~ans.failed & (ans.labels >= 0)
+        if fit_rows.sum() < 2:
+            raise CalibrationFitError(f"run {run['run_id']} has {int(fit_rows.sum())} answered, labelled items on "
+                                      f"split {fit_split!r} for question {q!r}",
+                                      hint="run the provider on the calibration split first")
+        cal = make_calibrator(method).fit(ans.probs[fit_rows], ans.labels[fit_rows])
+        fitted[q] = cal
+        new = cal.transform(ans.probs)
+        ok = ~ans.failed
+        top, p1, p2 = top_two(np.where(ok[:, None], new, 0.0))
+        ev = (ans.splits == eval_split) & ok & (ans.labels >= 0)
+        summary[q] = {"calibrator": cal.to_dict()["type"], "n_fit": int(fit_rows.sum()), "n_eval": int(ev.sum())}
+        if ev.any():
+            summary[q].update({
+                "ece_before": top_label_ece(ans.probs[ev], ans.labels[ev]),
+                "ece_after": top_label_ece(new[ev], ans.labels[ev]),
+                "log_loss_before": log_loss(ans.probs[ev], ans.labels[ev]),
+                "log_loss_after": log_loss(new[ev], ans.labels[ev])})
+        if method == "temperature":
+            summary[q]["temperature"] = cal.temperature
+        n = len(ans.item_ids)
+        tables.append(pa.table({
+            "item_id": pa.array(ans.item_ids.astype(str)), "question": pa.array([q] * n),
+            "probs": _probs_column(new),
+            "p_top": pa.array(np.where(ok, p1, np.nan), from_pandas=True),
+            "margin": pa.array(np.where(ok, p1 - p2, np.nan), from_pandas=True),
+            "entropy": pa.array(np.where(ok, entropy(np.where(ok[:, None], new, 0.0)), np.nan), from_pandas=True),
+            "failure_kind": pa.array(list(ans.failure_kind), type=pa.string()),
+            "model": pa.array([run.get("model")] * n, type=pa.string()),
+            "latency_ms": pa.array(ans.latency_ms, from_pandas=True),
+            "cost_usd": pa.array(ans.cost_usd, from_pandas=True)}))
+    new_id = create_run(con, dataset=run["dataset"], dataset_version=int(run["dataset_version"]), schema=schema,
+                        provider=run["provider"], splits=list(run["splits"]),
+                        name=name or f"{run.get('name') or run['run_id']}+{method}", model=run.get("model"),
+                        dialect=run.get("dialect"), kind="calibrated", parent_run_id=run["run_id"],
+                        params={"calibrated_from": run["run_id"], "method": method, "fit_split": fit_split},
+                        experiment=run.get("experiment"), variant=run.get("variant"), status="running")
+    try:
+        table = pa.concat_tables(tables)
+        table = table.append_column("run_id", pa.array([new_id] * table.num_rows))
+        write_answers(con, table, replace=False)
+        with transaction(con):
+            for q, cal in fitted.items():
+                save_calibrator(con, new_id, q, cal.kind, cal.to_dict())
+        update_run(con, new_id, status="done", summary={"calibration": summary})
+    except BaseException:
+        with transaction(con):
+            for table_name in ("answers", "calibrators", "runs"):
+                con.execute(f"DELETE FROM {table_name} WHERE run_id = ?", [new_id])
+        raise
+    return {"run_id": new_id, "parent_run_id": run["run_id"], "method": method, "fit_split": fit_split,
+            "eval_split": eval_split, "questions": summary,
+            "calibrators": {q: c.to_dict() for q, c in fitted.items()}}
+
+
+def stored_calibrators(con: Any, run_id: str) -> dict[str, dict]:
+    """Calibrators of a calibrated view, {question: to_dict() output}."""
+    from workbench.store.runs import load_calibrators
+
+    return load_calibrators(con, run_id)

@@ -290,31 +290,34 @@ def _reflected_gaussian_smooth(binned: np.ndarray, sigma: float) -> np.ndarray:
     return np.convolve(extended, kernel, mode="valid")
 
 
-def _smooth_parts(y_true: np.ndarray, y_score: np.ndarray, sigma: float, cache: dict | None = None):
+def _smooth_parts(y_true: np.ndarray, y_score: np.ndarray, sigma: float, cache: dict | None = None,
+                  sample_weight: np.ndarray | None = None):
     size = _grid_size(sigma)
-    key = size
-    if cache is not None and key in cache:
-        b_res, b_one = cache[key]
+    if cache is not None and size in cache:
+        b_res, b_one = cache[size]
     else:
-        b_res = _linear_binning(y_score, y_score - y_true, size)
-        b_one = _linear_binning(y_score, np.ones_like(y_score), size)
+        w = np.ones_like(y_score) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+        b_res = _linear_binning(y_score, w * (y_score - y_true), size)
+        b_one = _linear_binning(y_score, w, size)
         if cache is not None:
-            cache[key] = (b_res, b_one)
+            cache[size] = (b_res, b_one)
     return _reflected_gaussian_smooth(b_res, sigma), _reflected_gaussian_smooth(b_one, sigma)
 
 
-def smooth_ece_sigma(y_true: np.ndarray, y_score: np.ndarray, sigma: float, _cache: dict | None = None) -> float:
+def smooth_ece_sigma(y_true: np.ndarray, y_score: np.ndarray, sigma: float, _cache: dict | None = None,
+                     sample_weight: np.ndarray | None = None) -> float:
     """smECE at a fixed bandwidth ``sigma``: ∫|r̂_σ(t)| δ̂_σ(t) dt / ∫ δ̂_σ(t) dt.
 
     r̂_σ is the kernel regression of the residual (score − outcome) on the score and δ̂_σ the kernel
     density of the scores, both with a Gaussian of width ``sigma`` reflected at 0 and 1. Since
     r̂·δ̂ is the smoothed residual mass, the ratio is Σ_t |S_res(t)| / Σ_t S_one(t) over a mesh.
+    ``sample_weight`` (n,) weights items (bootstrap counts).
     """
     y_true = np.asarray(y_true, dtype=float)
     y_score = np.asarray(y_score, dtype=float)
     if y_true.size == 0:
         return float("nan")
-    s_res, s_one = _smooth_parts(y_true, y_score, sigma, _cache)
+    s_res, s_one = _smooth_parts(y_true, y_score, sigma, _cache, sample_weight)
     # The integral is a Riemann sum over an evaluation mesh of max(200, 10/σ) points, the
     # discretisation of the reference implementation (relplot), interpolated from the finer grid.
     grid = np.linspace(0.0, 1.0, s_one.size)

@@ -153,6 +153,25 @@ def brier_decomposition(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15,
     return BrierDecomposition(brier, brier - brier_recal, uncertainty - brier_recal, uncertainty)
 
 
+def binary_brier_decomposition(y_true: np.ndarray, y_score: np.ndarray, n_bins: int = 15,
+                               sample_weight: np.ndarray | None = None) -> BrierDecomposition:
+    """The same decomposition for the binary Brier score (mean (y_score − y_true)², in [0, 1])."""
+    y = np.asarray(y_true, dtype=float)
+    s = np.asarray(y_score, dtype=float)
+    w = np.ones(y.size) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+    total = w.sum()
+    bins = np.minimum((s * n_bins).astype(np.int64), n_bins - 1)
+    count = np.bincount(bins, weights=w, minlength=n_bins)
+    hits = np.bincount(bins, weights=w * y, minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        freq = np.where(count > 0, hits / count, 0.0)
+    brier_recal = float(np.sum(count * freq * (1.0 - freq)) / total)
+    base = float(np.dot(w, y) / total)
+    uncertainty = base * (1.0 - base)
+    brier = float(np.dot(w, (s - y) ** 2) / total)
+    return BrierDecomposition(brier, brier - brier_recal, uncertainty - brier_recal, uncertainty)
+
+
 def option_bins(probs: np.ndarray, n_bins: int) -> np.ndarray:
     """Equal-width bin of every probability, (n, k) int in [0, n_bins) (1.0 goes to the last bin)."""
     return np.minimum((np.asarray(probs, dtype=float) * n_bins).astype(np.int64), n_bins - 1)

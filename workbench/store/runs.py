@@ -220,3 +220,18 @@ def load_answers(con: duckdb.DuckDBPyConnection, run_id: str, question: str,
         latency_ms=num("latency_ms"), cost_usd=num("cost_usd"), input_tokens=num("input_tokens"),
         extra={"run": run, "schema_hash": run["schema_hash"]},
     )
+
+
+# -- calibrators of calibrated views (written by `workbench calibrate`) ---------------------------
+def save_calibrator(con: duckdb.DuckDBPyConnection, run_id: str, question: str, method: str, params: dict) -> None:
+    """Store (replace) the fitted calibrator of ``question`` in the calibrated view ``run_id``."""
+    con.execute("DELETE FROM calibrators WHERE run_id = ? AND question = ?", [run_id, question])
+    con.execute("INSERT INTO calibrators (run_id, question, method, params) VALUES (?, ?, ?, ?)",
+                [run_id, question, method, json.dumps(params)])
+
+
+def load_calibrators(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict]:
+    """{question: calibrator dict (``{"type", "params"}``)} stored for ``run_id`` (empty for raw runs)."""
+    rows = con.execute("SELECT question, params FROM calibrators WHERE run_id = ? ORDER BY question",
+                       [run_id]).fetchall()
+    return {q: json.loads(p) for q, p in rows}

@@ -1,0 +1,163 @@
+"""Seeded, vectorised bootstrap intervals, paired run comparisons and McNemar's test.
+
+A bootstrap replicate is represented by *resampling counts* ``w`` (n,): how many times each item
+was drawn (``np.bincount`` of n uniform draws). Every metric here is a function of per-item
+quantities computed once (correctness, bin index, confidence, per-item loss), so a replicate is a
+handful of weighted sums — ``w @ x`` or ``np.bincount(bin, weights=w * x)`` — instead of re-running
+a report on a resampled copy of the data.
+
+Paired comparison of two runs on the *same items* applies the same counts to both runs, so the
+interval of a difference reflects item-level correlation (the compare/shadow layer reuses this).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Mapping
+
+import numpy as np
+
+Stats = Callable[[np.ndarray | None], Mapping[str, float]]
+
+
+def resample_counts(n: int, n_boot: int, seed: int = 0) -> Iterator[np.ndarray]:
+    """Yield ``n_boot`` count vectors (n,) float of a seeded multinomial (n draws with replacement)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(n_boot):
+        yield np.bincount(rng.integers(0, n, size=n), minlength=n).astype(float)
+
+
+@dataclass
+class Interval:
+    """A point estimate with a percentile bootstrap interval (``low``/``high`` NaN when not bootstrapped)."""
+
+    estimate: float
+    low: float = float("nan")
+    high: float = float("nan")
+    level: float = 0.95
+    n_boot: int = 0
+
+    def to_dict(self) -> dict:
+        return {"estimate": self.estimate, "low": self.low, "high": self.high, "level": self.level,
+                "n_boot": self.n_boot}
+
+
+def _percentiles(reps: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    alpha = (1.0 - level) / 2.0
+    with np.errstate(all="ignore"):
+        lo = np.nanquantile(reps, alpha, axis=0) if reps.size else np.array([])
+        hi = np.nanquantile(reps, 1.0 - alpha, axis=0) if reps.size else np.array([])
+    return lo, hi
+
+
+def bootstrap_many(stats: Stats, n: int, n_boot: int = 200, seed: int = 0, level: float = 0.95,
+                   keep_replicates: bool = False) -> dict[str, Interval] | tuple[dict[str, Interval], dict]:
+    """Percentile intervals for several metrics sharing the same resamples.
+
+    Parameters
+    ----------
+    stats : callable(weights or None) -> {name: value}; ``None`` means the plain estimate
+    n : number of items
+    n_boot : number of replicates (0 gives point estimates only)
+
+    Returns
+    -------
+    {name: Interval}, plus {name: replicates (n_boot,)} when ``keep_replicates``.
+    """
+    estimate = dict(stats(None))
+    names = list(estimate)
+    reps = np.empty((n_boot, len(names)))
+    if n > 0:
+        for b, w in enumerate(resample_counts(n, n_boot, seed)):
+            values = stats(w)
+            reps[b] = [values[k] for k in names]
+    else:
+        reps = np.empty((0, len(names)))
+    lo, hi = _percentiles(reps, level) if n_boot and n > 0 else (np.full(len(names), np.nan),) * 2
+    out = {k: Interval(float(estimate[k]), float(lo[i]), float(hi[i]), level, n_boot if n > 0 else 0)
+           for i, k in enumerate(names)}
+    if keep_replicates:
+        return out, {k: reps[:, i] for i, k in enumerate(names)}
+    return out
+
+
+@dataclass
+class PairedDifference:
+    """Difference ``b − a`` of a metric between two runs on the same items.
+
+    ``p_value`` is the two-sided bootstrap p-value of "no difference" (twice the smaller tail
+    fraction of replicates on either side of 0, capped at 1).
+    """
+
+    a: float
+    b: float
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    level: float = 0.95
+    n_boot: int = 0
+
+    def to_dict(self) -> dict:
+        return {"a": self.a, "b": self.b, "difference": self.difference, "low": self.low, "high": self.high,
+                "p_value": self.p_value, "level": self.level, "n_boot": self.n_boot}
+
+
+def paired_bootstrap(stats_a: Stats, stats_b: Stats, n: int, n_boot: int = 1000, seed: int = 0,
+                     level: float = 0.95) -> dict[str, PairedDifference]:
+    """Item-paired bootstrap of ``stats_b − stats_a`` for every metric both return.
+
+    Both callables receive the *same* resampling counts per replicate (items aligned by index).
+    """
+    est_a, est_b = dict(stats_a(None)), dict(stats_b(None))
+    names = [k for k in est_a if k in est_b]
+    diffs = np.empty((n_boot, len(names)))
+    for r, w in enumerate(resample_counts(n, n_boot, seed)):
+        va, vb = stats_a(w), stats_b(w)
+        diffs[r] = [vb[k] - va[k] for k in names]
+    lo, hi = _percentiles(diffs, level) if n_boot else (np.full(len(names), np.nan),) * 2
+    out = {}
+    for i, k in enumerate(names):
+        d = diffs[:, i][np.isfinite(diffs[:, i])]
+        if d.size:
+            p = min(1.0, 2.0 * min(np.mean(d <= 0), np.mean(d >= 0)))
+        else:
+            p = float("nan")
+        out[k] = PairedDifference(float(est_a[k]), float(est_b[k]), float(est_b[k] - est_a[k]),
+                                  float(lo[i]), float(hi[i]), float(p), level, n_boot)
+    return out
+
+
+@dataclass
+class McNemarResult:
+    """McNemar's test on paired correctness: ``b01`` = a wrong & b right, ``b10`` = a right & b wrong."""
+
+    b01: int
+    b10: int
+    p_exact: float
+    p_mid: float
+
+    def to_dict(self) -> dict:
+        return {"a_wrong_b_right": self.b01, "a_right_b_wrong": self.b10, "p_exact": self.p_exact,
+                "p_mid": self.p_mid}
+
+
+def mcnemar(correct_a: np.ndarray, correct_b: np.ndarray) -> McNemarResult:
+    """Exact (binomial) and mid-p McNemar tests of equal accuracy, two-sided.
+
+    Only discordant items matter: under H0 each is equally likely to favour either run, so
+    min(b01, b10) ~ Binomial(b01 + b10, 1/2). Exact p = min(1, 2·P(X ≤ min)); mid-p subtracts
+    the point probability P(X = min) (Fagerland et al. 2013), which is less conservative.
+    """
+    from scipy.stats import binom
+
+    a = np.asarray(correct_a, dtype=bool)
+    b = np.asarray(correct_b, dtype=bool)
+    b01 = int(np.sum(~a & b))
+    b10 = int(np.sum(a & ~b))
+    m = b01 + b10
+    if m == 0:
+        return McNemarResult(b01, b10, 1.0, 1.0)
+    low = min(b01, b10)
+    p_exact = min(1.0, 2.0 * float(binom.cdf(low, m, 0.5)))
+    p_mid = min(1.0, 2.0 * float(binom.cdf(low, m, 0.5)) - float(binom.pmf(low, m, 0.5)))
+    return McNemarResult(b01, b10, p_exact, p_mid)

@@ -1,0 +1,480 @@
+"""Per-question reports: every metric of a question type with bootstrap intervals, curves, confusion.
+
+``choice_report``, ``noul_report`` and ``score_report`` take arrays; ``report_run`` loads a run's
+answers from the store and builds one report per question. Results are tidy objects with
+``.to_frame()`` (one row per metric) and ``.to_dict()`` (JSON-ready).
+
+Failures and unlabelled items never enter a metric: a failed row (NaN probabilities) is counted in
+``counts["n_failed"]`` and the share of attempted items that were answered is ``coverage``.
+
+Speed: per-item quantities (correctness, per-item losses, bin indices) are computed once; each
+bootstrap replicate is a few weighted ``bincount``/dot products over them (see ``bootstrap.py``).
+Bin edges of equal-mass ECE are fixed from the full sample (the replicate only reweights items).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from workbench.metrics import reliability as rel
+from workbench.metrics import scores as sc
+from workbench.metrics.bootstrap import Interval, bootstrap_many
+from workbench.metrics.confusion import ConfusionResult, confusion_result, macro_f1_from_matrix
+
+#: Class-wise ECE is bootstrapped only when n × k stays below this (it touches every probability).
+CLASSWISE_BOOT_LIMIT = 2_000_000
+#: smECE is bootstrapped (at the fixed-point bandwidth of the full sample) below this many items.
+SMECE_BOOT_LIMIT = 200_000
+
+# Descriptions shown by the CLI; every metric a report can carry is listed here.
+METRIC_INFO: dict[str, str] = {
+    "accuracy": "arg-max option == label",
+    "macro_f1": "mean F1 over options",
+    "top_2_accuracy": "label among the 2 most probable options",
+    "top_3_accuracy": "label among the 3 most probable options",
+    "log_loss": "mean −log p(label), nats (lower is better)",
+    "brier": "Brier score (multiclass: Σ over options, in [0, 2]; yes/no: on P(yes), in [0, 1])",
+    "ece_uniform": "top-label ECE, equal-width bins",
+    "ece_quantile": "top-label ECE, equal-mass bins",
+    "mce_uniform": "top-label max calibration error, equal-width bins",
+    "debiased_ece": "top-label debiased L2 calibration error (Kumar 2019), equal-mass bins",
+    "smece": "smooth ECE (Błasiok & Nakkiran), top-label",
+    "classwise_ece": "class-wise ECE, equal-width bins, mean over options",
+    "ece_yes_uniform": "ECE of P(yes), equal-width bins",
+    "ece_yes_quantile": "ECE of P(yes), equal-mass bins",
+    "mce_yes_uniform": "max calibration error of P(yes), equal-width bins",
+    "debiased_ece_yes": "debiased L2 calibration error of P(yes), equal-mass bins",
+    "smece_yes": "smooth ECE of P(yes)",
+    "roc_auc": "ROC-AUC of P(yes)",
+    "pr_auc": "average precision of P(yes)",
+    "rps": "ranked probability score, normalised to [0, 1]",
+    "mae_expected_level": "mean |E[level] − label| in levels",
+    "qwk": "quadratic weighted kappa (arg-max level vs label)",
+    "within_one_accuracy": "arg-max level within one level of the label",
+    "cumulative_ece": "mean over k of the ECE of P(level ≥ k), equal-width bins",
+}
+
+
+@dataclass
+class QuestionReport:
+    """All metrics of one question on one split.
+
+    ``metrics`` maps a metric name (see :data:`METRIC_INFO`) to an :class:`Interval`; ``curves``
+    holds binned reliability curves, ``smooth`` kernel-smoothed ones, ``classwise`` one curve per
+    option (choice) or per cumulative level (score).
+    """
+
+    question: str
+    qtype: str
+    option_ids: list[str]
+    counts: dict
+    metrics: dict[str, Interval] = field(default_factory=dict)
+    curves: dict[str, rel.ReliabilityCurve] = field(default_factory=dict)
+    smooth: dict[str, rel.SmoothReliabilityCurve] = field(default_factory=dict)
+    classwise: list[rel.ReliabilityCurve] = field(default_factory=list)
+    decomposition: sc.BrierDecomposition | None = None
+    confusion: ConfusionResult | None = None
+    params: dict = field(default_factory=dict)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per metric: question, type, metric, estimate, low, high, n."""
+        rows = [{"question": self.question, "type": self.qtype, "metric": name, "estimate": iv.estimate,
+                 "low": iv.low, "high": iv.high, "n": self.counts.get("n_labelled")}
+                for name, iv in self.metrics.items()]
+        if self.decomposition is not None:
+            for part in ("reliability", "resolution", "uncertainty"):
+                rows.append({"question": self.question, "type": self.qtype, "metric": f"brier_{part}",
+                             "estimate": getattr(self.decomposition, part), "low": np.nan, "high": np.nan,
+                             "n": self.counts.get("n_labelled")})
+        return pd.DataFrame(rows, columns=["question", "type", "metric", "estimate", "low", "high", "n"])
+
+    def to_dict(self) -> dict:
+        return {
+            "question": self.question, "type": self.qtype, "options": self.option_ids, "counts": self.counts,
+            "params": self.params, "metrics": {k: v.to_dict() for k, v in self.metrics.items()},
+            "brier_decomposition": self.decomposition.to_dict() if self.decomposition else None,
+            "reliability": {k: v.to_dict() for k, v in self.curves.items()},
+            "smooth_reliability": {k: v.to_dict() for k, v in self.smooth.items()},
+            "classwise_reliability": [c.to_dict() for c in self.classwise],
+            "confusion": self.confusion.to_dict() if self.confusion else None,
+        }
+
+
+# -- shared preparation ---------------------------------------------------------------------------
+class _Bins:
+    """Per-item bin index of a binary problem, so replicate sums are two ``bincount`` calls."""
+
+    def __init__(self, y_true: np.ndarray, y_score: np.ndarray, n_bins: int, strategy: str):
+        self.y = np.asarray(y_true, dtype=np.int64)
+        self.s = np.asarray(y_score, dtype=float)
+        self.edges = rel.bin_edges(self.s, n_bins, strategy)
+        self.bins = rel.assign_bins(self.s, self.edges)
+        self.cell = self.bins * 2 + self.y  # (bin, outcome): counts and outcome sums from one bincount
+        self.nb = n_bins
+        self.strategy = strategy
+
+    def stats(self, w: np.ndarray | None) -> rel.BinStats:
+        cc = np.bincount(self.cell, weights=w, minlength=2 * self.nb).reshape(self.nb, 2).astype(float)
+        sum_score = np.bincount(self.bins, weights=self.s if w is None else w * self.s, minlength=self.nb)
+        return rel.BinStats(self.edges, cc.sum(axis=1), sum_score, cc[:, 1])
+
+
+class _Ranks:
+    """Items grouped by distinct score (descending) for weighted ROC-AUC / average precision."""
+
+    def __init__(self, y_true: np.ndarray, y_score: np.ndarray):
+        self.y = np.asarray(y_true, dtype=float)
+        s = np.asarray(y_score, dtype=float)
+        order = np.argsort(-s, kind="mergesort")
+        new_group = np.r_[True, np.diff(s[order]) != 0]
+        self.group = np.empty(s.size, dtype=np.int64)
+        self.group[order] = np.cumsum(new_group) - 1
+        self.ng = int(new_group.sum()) if s.size else 0
+
+    def _pos_neg(self, w):
+        ww = np.ones_like(self.y) if w is None else w
+        pos = np.bincount(self.group, weights=ww * self.y, minlength=self.ng)
+        neg = np.bincount(self.group, weights=ww * (1.0 - self.y), minlength=self.ng)
+        return pos, neg
+
+    def auc_ap(self, w: np.ndarray | None) -> tuple[float, float]:
+        pos, neg = self._pos_neg(w)
+        p, n = pos.sum(), neg.sum()
+        if p == 0 or n == 0:
+            return float("nan"), float("nan") if p == 0 else 1.0
+        neg_below = n - np.cumsum(neg)  # groups are in descending score order
+        auc = float(np.sum(pos * (neg_below + 0.5 * neg)) / (p * n))
+        tp, fp = np.cumsum(pos), np.cumsum(neg)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            precision = np.where(tp + fp > 0, tp / (tp + fp), 0.0)
+        ap = float(np.sum(pos / p * precision))
+        return auc, ap
+
+
+def _wmean(x: np.ndarray, w: np.ndarray | None) -> float:
+    if x.size == 0:
+        return float("nan")
+    return float(x.mean()) if w is None else float(np.dot(w, x) / w.sum())
+
+
+def _split_rows(probs: np.ndarray, labels: np.ndarray, failure_kinds: Iterable | None,
+                exclude: np.ndarray | None) -> tuple[np.ndarray, dict]:
+    """Mask of rows that enter metrics, and the counts that explain the rest."""
+    probs = np.asarray(probs, dtype=float)
+    labels = np.asarray(labels)
+    failed = ~np.isfinite(probs).all(axis=1)
+    excluded = np.zeros(len(labels), bool) if exclude is None else np.asarray(exclude, bool)
+    keep = ~failed & (labels >= 0) & ~excluded
+    kinds: dict[str, int] = {}
+    if failure_kinds is not None:
+        fk = np.asarray(list(failure_kinds), dtype=object)
+        values, counts = np.unique(np.where(failed, fk, None)[failed].astype(str), return_counts=True)
+        kinds = {str(v): int(c) for v, c in zip(values, counts)}
+    elif failed.any():
+        kinds = {"unknown": int(failed.sum())}
+    n = len(labels)
+    counts = {"n_attempted": n, "n_answered": int((~failed).sum()), "n_failed": int(failed.sum()),
+              "n_labelled": int(keep.sum()), "n_unlabelled": int(((labels < 0) & ~failed).sum()),
+              "n_excluded": int((excluded & ~failed & (labels >= 0)).sum()),
+              "coverage": float((~failed).mean()) if n else float("nan"), "failures_by_kind": kinds}
+    return keep, counts
+
+
+def _intervals(stats: Callable, n: int, n_boot: int, seed: int, level: float) -> dict[str, Interval]:
+    if n == 0:
+        return {}
+    return bootstrap_many(stats, n, n_boot=n_boot, seed=seed, level=level)
+
+
+def _smooth_interval(y: np.ndarray, s: np.ndarray, n_boot: int, seed: int, level: float,
+                     label: str) -> tuple[Interval, rel.SmoothReliabilityCurve]:
+    curve = rel.smooth_reliability_curve(y, s, label=label)
+    iv = Interval(curve.smece, level=level)
+    if 0 < y.size <= SMECE_BOOT_LIMIT and n_boot:
+        reps = []
+        from workbench.metrics.bootstrap import resample_counts
+
+        for w in resample_counts(y.size, n_boot, seed + 1):
+            reps.append(rel.smooth_ece_sigma(y, s, curve.sigma, sample_weight=w))
+        lo, hi = np.quantile(reps, [(1 - level) / 2, 1 - (1 - level) / 2])
+        iv = Interval(curve.smece, float(lo), float(hi), level, n_boot)
+    return iv, curve
+
+
+# -- choice ---------------------------------------------------------------------------------------
+def choice_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | None = None, *,
+                  question: str = "", n_bins: int = 15, n_boot: int = 200, seed: int = 0, level: float = 0.95,
+                  accept: np.ndarray | None = None, failure_kinds: Iterable | None = None,
+                  exclude: np.ndarray | None = None, smooth: bool = True, qtype: str = "choice") -> QuestionReport:
+    """Report of a choice question.
+
+    Parameters
+    ----------
+    probs : (n, k) probabilities in option order; NaN rows are provider failures
+    labels : (n,) option index, -1 when unlabelled
+    accept : (n,) bool, optional routing decision; rejected items go to the confusion matrix's review column
+    exclude : (n,) bool, optional items left out (e.g. suspected label errors)
+    """
+    probs = np.asarray(probs, dtype=float)
+    labels = np.asarray(labels).astype(np.int64)
+    k = probs.shape[1]
+    opts = option_ids or [str(j) for j in range(k)]
+    keep, counts = _split_rows(probs, labels, failure_kinds, exclude)
+    params = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level}
+    report = QuestionReport(question, qtype, list(opts), counts, params=params)
+    p, y = probs[keep], labels[keep]
+    n = len(y)
+    if n == 0:
+        return report
+    pred = p.argmax(axis=1)
+    conf = p[np.arange(n), pred]
+    correct = (pred == y).astype(np.int64)
+    ll = sc.item_log_loss(p, y)
+    ib = sc.item_brier(p, y)
+    p_true = p[np.arange(n), y]
+    rank = (p > p_true[:, None]).sum(axis=1) + ((p == p_true[:, None]) & (np.arange(k) < y[:, None])).sum(axis=1)
+    in_top2, in_top3 = (rank < 2).astype(float), (rank < 3).astype(float)
+    uni = _Bins(correct, conf, n_bins, "uniform")
+    qua = _Bins(correct, conf, n_bins, "quantile")
+    cm_cell = y * k + pred
+    del rank, p_true
+
+    def stats(w: np.ndarray | None) -> dict[str, float]:
+        su, sq = uni.stats(w), qua.stats(w)
+        cm = np.bincount(cm_cell, weights=w, minlength=k * k).reshape(k, k)
+        out = {"accuracy": _wmean(correct.astype(float), w), "macro_f1": macro_f1_from_matrix(cm),
+               "top_2_accuracy": _wmean(in_top2, w), "top_3_accuracy": _wmean(in_top3, w),
+               "log_loss": _wmean(ll, w), "brier": _wmean(ib, w),
+               "ece_uniform": rel.ece_from_stats(su), "ece_quantile": rel.ece_from_stats(sq),
+               "mce_uniform": rel.mce_from_stats(su), "debiased_ece": rel.debiased_ece_from_stats(sq)}
+        if k <= 2:
+            out.pop("top_2_accuracy")
+        if k <= 3:
+            out.pop("top_3_accuracy")
+        return out
+
+    report.metrics = _intervals(stats, n, n_boot, seed, level)
+    if smooth:
+        report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
+            correct.astype(float), conf, n_boot, seed, level, "top-label")
+    cw = rel.classwise_stats(p, y, n_bins, "uniform")
+    report.metrics["classwise_ece"] = Interval(float(np.mean([rel.ece_from_stats(s) for s in cw])), level=level)
+    if n * k <= CLASSWISE_BOOT_LIMIT and n_boot:
+        col_bins = [_Bins((y == j), p[:, j], n_bins, "uniform") for j in range(k)]
+        iv = _intervals(lambda w: {"classwise_ece": float(np.mean([rel.ece_from_stats(b.stats(w))
+                                                                    for b in col_bins]))},
+                        n, n_boot, seed, level)
+        report.metrics["classwise_ece"] = iv["classwise_ece"]
+    report.curves = {"top_label_uniform": rel.curve_from_stats(uni.stats(None), "uniform", "top-label"),
+                     "top_label_quantile": rel.curve_from_stats(qua.stats(None), "quantile", "top-label")}
+    report.classwise = [rel.curve_from_stats(s, "uniform", opts[j]) for j, s in enumerate(cw)]
+    report.decomposition = sc.brier_decomposition(p, y, n_bins)
+    acc = None if accept is None else np.asarray(accept, bool)[keep]
+    report.confusion = confusion_result(y, pred, list(opts), acc)
+    return report
+
+
+# -- yes/no -----------------------------------------------------------------------------------------
+def noul_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | None = None, *,
+                question: str = "", n_bins: int = 15, n_boot: int = 200, seed: int = 0, level: float = 0.95,
+                accept: np.ndarray | None = None, failure_kinds: Iterable | None = None,
+                exclude: np.ndarray | None = None, smooth: bool = True) -> QuestionReport:
+    """Report of a yes/no question: ``probs`` (n, 2) in the order (yes, no), labels 0 = yes, 1 = no.
+
+    The positive class of the binary metrics (Brier, ECE of P(yes), ROC-AUC, PR-AUC) is "yes".
+    """
+    probs = np.asarray(probs, dtype=float)
+    labels = np.asarray(labels).astype(np.int64)
+    opts = option_ids or ["yes", "no"]
+    keep, counts = _split_rows(probs, labels, failure_kinds, exclude)
+    params = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level}
+    report = QuestionReport(question, "noul", list(opts), counts, params=params)
+    p, lab = probs[keep], labels[keep]
+    n = len(lab)
+    if n == 0:
+        return report
+    s = p[:, 0]
+    y = (lab == 0).astype(np.int64)  # 1 = yes
+    pred = p.argmax(axis=1)
+    conf = p[np.arange(n), pred]
+    correct = (pred == lab).astype(np.int64)
+    ll = sc.item_log_loss(p, lab)
+    sq_err = (s - y) ** 2
+    yes_u = _Bins(y, s, n_bins, "uniform")
+    yes_q = _Bins(y, s, n_bins, "quantile")
+    top_u = _Bins(correct, conf, n_bins, "uniform")
+    top_q = _Bins(correct, conf, n_bins, "quantile")
+    ranks = _Ranks(y, s)
+    cm_cell = lab * 2 + pred
+
+    def stats(w: np.ndarray | None) -> dict[str, float]:
+        su, sq = yes_u.stats(w), yes_q.stats(w)
+        tu, tq = top_u.stats(w), top_q.stats(w)
+        auc, ap = ranks.auc_ap(w)
+        cm = np.bincount(cm_cell, weights=w, minlength=4).reshape(2, 2)
+        return {"accuracy": _wmean(correct.astype(float), w), "macro_f1": macro_f1_from_matrix(cm),
+                "log_loss": _wmean(ll, w), "brier": _wmean(sq_err, w), "roc_auc": auc, "pr_auc": ap,
+                "ece_yes_uniform": rel.ece_from_stats(su), "ece_yes_quantile": rel.ece_from_stats(sq),
+                "mce_yes_uniform": rel.mce_from_stats(su), "debiased_ece_yes": rel.debiased_ece_from_stats(sq),
+                "ece_uniform": rel.ece_from_stats(tu), "ece_quantile": rel.ece_from_stats(tq),
+                "mce_uniform": rel.mce_from_stats(tu), "debiased_ece": rel.debiased_ece_from_stats(tq)}
+
+    report.metrics = _intervals(stats, n, n_boot, seed, level)
+    if smooth:
+        report.metrics["smece_yes"], report.smooth["p_yes"] = _smooth_interval(
+            y.astype(float), s, n_boot, seed, level, "P(yes)")
+        report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
+            correct.astype(float), conf, n_boot, seed, level, "top-label")
+    report.curves = {"p_yes_uniform": rel.curve_from_stats(yes_u.stats(None), "uniform", "P(yes)"),
+                     "p_yes_quantile": rel.curve_from_stats(yes_q.stats(None), "quantile", "P(yes)"),
+                     "top_label_uniform": rel.curve_from_stats(top_u.stats(None), "uniform", "top-label"),
+                     "top_label_quantile": rel.curve_from_stats(top_q.stats(None), "quantile", "top-label")}
+    report.decomposition = sc.binary_brier_decomposition(y, s, n_bins)
+    acc = None if accept is None else np.asarray(accept, bool)[keep]
+    report.confusion = confusion_result(lab, pred, list(opts), acc)
+    return report
+
+
+# -- score (ordinal) ------------------------------------------------------------------------------
+def score_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | None = None, *,
+                 question: str = "", n_bins: int = 15, n_boot: int = 200, seed: int = 0, level: float = 0.95,
+                 accept: np.ndarray | None = None, failure_kinds: Iterable | None = None,
+                 exclude: np.ndarray | None = None, smooth: bool = True) -> QuestionReport:
+    """Report of an ordinal question: option j is level j (lowest first).
+
+    Adds RPS, MAE of the expected level, quadratic weighted kappa, within-one accuracy and the
+    reliability of the cumulative probabilities P(level ≥ j), j = 1..k−1 (``classwise`` curves).
+    """
+    probs = np.asarray(probs, dtype=float)
+    labels = np.asarray(labels).astype(np.int64)
+    k = probs.shape[1]
+    opts = option_ids or [str(j) for j in range(k)]
+    keep, counts = _split_rows(probs, labels, failure_kinds, exclude)
+    params = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level}
+    report = QuestionReport(question, "score", list(opts), counts, params=params)
+    p, y = probs[keep], labels[keep]
+    n = len(y)
+    if n == 0:
+        return report
+    pred = p.argmax(axis=1)
+    conf = p[np.arange(n), pred]
+    correct = (pred == y).astype(np.int64)
+    within = (np.abs(pred - y) <= 1).astype(float)
+    abs_err = np.abs(sc.expected_level(p) - y)
+    rps = sc.item_rps(p, y)
+    ll = sc.item_log_loss(p, y)
+    ib = sc.item_brier(p, y)
+    top_u = _Bins(correct, conf, n_bins, "uniform")
+    top_q = _Bins(correct, conf, n_bins, "quantile")
+    survival = 1.0 - np.cumsum(p, axis=1)[:, :-1]  # P(level >= j) for j = 1..k-1
+    cum = [_Bins((y >= j), np.clip(survival[:, j - 1], 0.0, 1.0), n_bins, "uniform") for j in range(1, k)]
+    cm_cell = y * k + pred
+    idx = np.arange(k)
+    qw = (idx[:, None] - idx[None, :]) ** 2 / max((k - 1) ** 2, 1)
+
+    def stats(w: np.ndarray | None) -> dict[str, float]:
+        cm = np.bincount(cm_cell, weights=w, minlength=k * k).reshape(k, k)
+        total = cm.sum()
+        expected = np.outer(cm.sum(axis=1), cm.sum(axis=0)) / total
+        denom = float(np.sum(qw * expected))
+        tu, tq = top_u.stats(w), top_q.stats(w)
+        return {"accuracy": _wmean(correct.astype(float), w), "within_one_accuracy": _wmean(within, w),
+                "mae_expected_level": _wmean(abs_err, w), "rps": _wmean(rps, w),
+                "qwk": float(1.0 - np.sum(qw * cm) / denom) if denom > 0 else float("nan"),
+                "macro_f1": macro_f1_from_matrix(cm), "log_loss": _wmean(ll, w), "brier": _wmean(ib, w),
+                "ece_uniform": rel.ece_from_stats(tu), "ece_quantile": rel.ece_from_stats(tq),
+                "mce_uniform": rel.mce_from_stats(tu), "debiased_ece": rel.debiased_ece_from_stats(tq),
+                "cumulative_ece": float(np.mean([rel.ece_from_stats(b.stats(w)) for b in cum]))}
+
+    report.metrics = _intervals(stats, n, n_boot, seed, level)
+    if smooth:
+        report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
+            correct.astype(float), conf, n_boot, seed, level, "top-label")
+    report.curves = {"top_label_uniform": rel.curve_from_stats(top_u.stats(None), "uniform", "top-label"),
+                     "top_label_quantile": rel.curve_from_stats(top_q.stats(None), "quantile", "top-label")}
+    report.classwise = [rel.curve_from_stats(b.stats(None), "uniform", f"P(level >= {opts[j]})")
+                        for j, b in zip(range(1, k), cum)]
+    report.decomposition = sc.brier_decomposition(p, y, n_bins)
+    acc = None if accept is None else np.asarray(accept, bool)[keep]
+    report.confusion = confusion_result(y, pred, list(opts), acc)
+    return report
+
+
+REPORTERS: dict[str, Callable[..., QuestionReport]] = {"choice": choice_report, "noul": noul_report,
+                                                       "score": score_report}
+
+
+def question_report(answers: Any, *, exclude_items: Iterable[str] | None = None, **kwargs: Any) -> QuestionReport:
+    """Report of one :class:`~workbench.store.runs.RunAnswers` (any question type)."""
+    exclude = None
+    if exclude_items is not None:
+        exclude = np.isin(answers.item_ids.astype(str), np.asarray(list(exclude_items), dtype=str))
+    return REPORTERS[answers.qtype](answers.probs, answers.labels, answers.option_ids, question=answers.question,
+                                    failure_kinds=answers.failure_kind, exclude=exclude, **kwargs)
+
+
+# -- runs -------------------------------------------------------------------------------------------
+@dataclass
+class RunReport:
+    """Reports of every question of one run on one split (and of its parent when it is a calibrated view)."""
+
+    run: dict
+    split: str | None
+    questions: list[QuestionReport]
+    before: "RunReport | None" = None
+    calibrators: dict = field(default_factory=dict)
+
+    def to_frame(self) -> pd.DataFrame:
+        frames = [q.to_frame() for q in self.questions]
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+            columns=["question", "type", "metric", "estimate", "low", "high", "n"])
+        df.insert(0, "provider", self.run.get("provider"))
+        df.insert(0, "run_id", self.run.get("run_id"))
+        if self.before is not None:
+            b = self.before.to_frame()[["question", "metric", "estimate", "low", "high"]]
+            df = df.merge(b, on=["question", "metric"], how="left", suffixes=("", "_before"))
+        return df
+
+    def to_dict(self) -> dict:
+        return {"run": self.run, "split": self.split, "questions": {q.question: q.to_dict() for q in self.questions},
+                "calibrators": self.calibrators,
+                "before": self.before.to_dict() if self.before is not None else None}
+
+
+_RUN_FIELDS = ("run_id", "name", "kind", "parent_run_id", "dataset", "dataset_version", "provider", "model",
+               "status", "schema_hash", "experiment", "variant")
+
+
+def report_run(con: Any, run_id: str, question: str | None = None, split: str | None = "test", *,
+               n_bins: int = 15, n_boot: int = 200, seed: int = 0, level: float = 0.95,
+               exclude_items: dict[str, Iterable[str]] | None = None, with_before: bool = True,
+               smooth: bool = True) -> RunReport:
+    """Load a run's answers (``split=None`` or ``"all"``: every split) and report each question.
+
+    ``exclude_items`` maps a question to item ids left out (suspected label errors). For a
+    calibrated view (``kind='calibrated'``) the parent run's report on the same items is attached
+    as ``before``.
+    """
+    from workbench.store.runs import get_run, load_answers, run_questions
+
+    run = get_run(con, run_id)
+    questions = [question] if question else run_questions(con, run["run_id"])
+    splits = None if split in (None, "all") else [split]
+    reports = []
+    for q in questions:
+        answers = load_answers(con, run["run_id"], q, splits)
+        reports.append(question_report(answers, exclude_items=(exclude_items or {}).get(q), n_bins=n_bins,
+                                       n_boot=n_boot, seed=seed, level=level, smooth=smooth))
+    info = {k: run.get(k) for k in _RUN_FIELDS}
+    before = None
+    calibrators = {}
+    if with_before and run.get("kind") == "calibrated" and run.get("parent_run_id"):
+        before = report_run(con, run["parent_run_id"], question, split, n_bins=n_bins, n_boot=n_boot, seed=seed,
+                            level=level, exclude_items=exclude_items, with_before=False, smooth=smooth)
+        from workbench.metrics.recalibrate import stored_calibrators
+
+        calibrators = stored_calibrators(con, run["run_id"])
+    return RunReport(info, split, reports, before, calibrators)
