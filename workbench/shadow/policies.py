@@ -1,0 +1,171 @@
+"""What each side *would do*: a routing policy per side, applied to a matrix of answers at once.
+
+A :class:`SidePolicy` holds, per question, an optional calibrator and a rule from
+:mod:`workbench.thresholds.rules` (so the shadow report takes exactly the decisions the policy
+runtime and the threshold surface take). It comes from a policy file (:func:`load_side_policy`) or
+from CLI rule options (:func:`parse_rule_options`, e.g. ``intent:tau=0.9,margin=0.1``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from workbench.errors import WorkbenchError
+from workbench.schema import DecisionSchema
+from workbench.thresholds.rules import ChoiceRule, Decisions, NoulRule, ScoreRule
+
+#: Logged actions that mean "the answer was used without a human" (case-insensitive).
+ACCEPT_ACTIONS = frozenset({"accept", "accepted", "auto", "auto_accept", "auto-accept", "automate", "automated"})
+
+
+def is_accept(actions: np.ndarray) -> np.ndarray:
+    """Vectorised: which logged action strings mean auto-accept (None → False)."""
+    lowered = np.char.lower(np.asarray([a if isinstance(a, str) else "" for a in actions], dtype=str))
+    return np.isin(lowered, list(ACCEPT_ACTIONS))
+
+
+@dataclass
+class SidePolicy:
+    """Per-question rules (and calibrators) of one side.
+
+    Attributes
+    ----------
+    rules : dict
+        Question id (or ``"*"`` for every question) → rule with ``decide(probs) -> Decisions``, or a
+        callable ``qtype -> rule`` for ``"*"`` rules that depend on the question type.
+    calibrators : dict
+        Question id → object with ``transform(probs)`` applied before the rule.
+    schema : DecisionSchema or None
+        The schema the policy was made for (policy files carry it).
+    source : str
+        Where it came from (file name or ``"rules"``), for the report.
+    """
+
+    rules: dict[str, Any] = field(default_factory=dict)
+    calibrators: dict[str, Any] = field(default_factory=dict)
+    schema: DecisionSchema | None = None
+    source: str = "rules"
+
+    def has_rule(self, question: str) -> bool:
+        return question in self.rules or "*" in self.rules
+
+    def rule_for(self, question: str, qtype: str):
+        rule = self.rules.get(question, self.rules.get("*"))
+        return rule(qtype) if callable(rule) and not hasattr(rule, "decide") else rule
+
+    def decide(self, question: str, qtype: str, probs: np.ndarray) -> Decisions | None:
+        """Decisions for ``probs`` (n, k) of ``question``; None when this side has no rule for it."""
+        if not self.has_rule(question):
+            return None
+        probs = np.asarray(probs, dtype=float)
+        cal = self.calibrators.get(question)
+        if cal is not None and len(probs):
+            ok = np.isfinite(probs).all(axis=1)
+            out = probs.copy()
+            if ok.any():
+                out[ok] = cal.transform(probs[ok])
+            probs = out
+        return self.rule_for(question, qtype).decide(probs)
+
+    def describe(self) -> dict:
+        return {"source": self.source,
+                "rules": {q: (repr(r) if not callable(r) or hasattr(r, "decide") else "per type")
+                          for q, r in self.rules.items()},
+                "calibrated": sorted(self.calibrators)}
+
+
+def _rule_from_numbers(qtype: str, values: Mapping[str, float]):
+    tau = float(values.get("tau", 0.0))
+    margin = float(values.get("margin", 0.0))
+    if qtype == "noul":
+        if "tau_yes" in values or "tau_no" in values:
+            return NoulRule(tau_yes=float(values.get("tau_yes", 1.0)), tau_no=float(values.get("tau_no", 0.0)))
+        # a single tau on a yes/no question: accept either side at that confidence
+        return NoulRule(tau_yes=tau, tau_no=1.0 - tau) if "tau" in values else NoulRule(0.5, 0.5)
+    if qtype == "score":
+        return ScoreRule(tau=tau, margin=margin)
+    return ChoiceRule(tau=tau, margin=margin)
+
+
+def parse_rule_options(options: list[str] | None) -> SidePolicy | None:
+    """``["intent:tau=0.9,margin=0.1", "tau=0.8"]`` → a :class:`SidePolicy` (None when empty).
+
+    Without a ``QUESTION:`` prefix the rule applies to every question (``tau`` on a noul question
+    accepts yes at ``p >= tau`` and no at ``p <= 1 - tau``).
+    """
+    if not options:
+        return None
+    rules: dict[str, Any] = {}
+    for text in options:
+        question, sep, body = text.rpartition(":")
+        if not sep:
+            question, body = "*", text
+        values: dict[str, float] = {}
+        for part in body.split(","):
+            key, eq, val = part.partition("=")
+            try:
+                values[key.strip()] = float(val)
+            except ValueError:
+                raise WorkbenchError(f"rule {text!r}: {part!r} is not NAME=NUMBER",
+                                     hint="e.g. intent:tau=0.9,margin=0.1 or urgent:tau_yes=0.9,tau_no=0.1") from None
+            if not eq or key.strip() not in ("tau", "margin", "tau_yes", "tau_no"):
+                raise WorkbenchError(f"rule {text!r}: unknown setting {key.strip()!r}",
+                                     hint="settings: tau, margin, tau_yes, tau_no")
+        rules[question.strip() or "*"] = (lambda qtype, v=values: _rule_from_numbers(qtype, v))
+    return SidePolicy(rules=rules, source="rules")
+
+
+def load_side_policy(path: str | Path) -> SidePolicy:
+    """Read a policy file (``workbench policy export``) into a :class:`SidePolicy`.
+
+    Uses the policy runtime (which verifies the format version and content hash, failing closed);
+    its per-question rules and calibrators are taken as they are.
+    """
+    from workbench.policy import Policy  # the policy layer validates and fails closed
+
+    policy = Policy.load(path)
+    rules, calibrators = {}, {}
+    for qid in _policy_questions(policy):
+        rules[qid] = _policy_rule(policy, qid)
+        cal = _policy_calibrator(policy, qid)
+        if cal is not None:
+            calibrators[qid] = cal
+    schema = getattr(policy, "schema", None)
+    if schema is not None and not isinstance(schema, DecisionSchema):
+        schema = DecisionSchema.from_dict(schema if isinstance(schema, dict) else {"questions": schema},
+                                          source=str(path))
+    return SidePolicy(rules=rules, calibrators=calibrators, schema=schema, source=Path(path).name)
+
+
+# -- adapters to the policy runtime (kept in one place) ---------------------------------------------
+def _policy_questions(policy: Any) -> list[str]:
+    questions = getattr(policy, "questions", None)
+    if isinstance(questions, Mapping):
+        return list(questions)
+    rules = getattr(policy, "rules", None)
+    if isinstance(rules, Mapping):
+        return list(rules)
+    raise WorkbenchError("this policy object exposes no per-question rules", hint="upgrade the workbench")
+
+
+def _policy_rule(policy: Any, qid: str):
+    rules = getattr(policy, "rules", None)
+    if isinstance(rules, Mapping) and qid in rules:
+        return rules[qid]
+    entry = policy.questions[qid]
+    rule = getattr(entry, "rule", None) if not isinstance(entry, Mapping) else entry.get("rule")
+    if rule is None or not hasattr(rule, "decide"):
+        raise WorkbenchError(f"policy question {qid!r} has no applicable rule")
+    return rule
+
+
+def _policy_calibrator(policy: Any, qid: str):
+    cals = getattr(policy, "calibrators", None)
+    if isinstance(cals, Mapping):
+        return cals.get(qid)
+    entry = policy.questions[qid]
+    cal = getattr(entry, "calibrator", None) if not isinstance(entry, Mapping) else entry.get("calibrator")
+    return cal if hasattr(cal, "transform") else None
