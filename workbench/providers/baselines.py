@@ -137,7 +137,9 @@ def build_tfidf_logreg(con, dataset: str, version: int | None = None, *,
     wide = wide.reindex(items["item_id"])
     train_labels = {q: [None if (v is None or v != v) else str(v) for v in wide[q].tolist()] for q in wide.columns}
     texts = [state_text(s) for s in items["state"]]
-    return TfidfLogReg(texts, train_labels, identity=f"{dataset}@{info['fingerprint'][:12]}", spec=spec)
+    # identity = the training data itself, so relabelling a test item does not invalidate the cache
+    digest = hashlib.sha256(json.dumps([texts, train_labels], ensure_ascii=False).encode()).hexdigest()[:12]
+    return TfidfLogReg(texts, train_labels, identity=f"{dataset}@train-{digest}", spec=spec)
 
 
 # -- rules:PATH -----------------------------------------------------------------------------------
@@ -222,9 +224,11 @@ class RulesProvider(LocalBatchProvider):
         k = len(options)
         series = pd.Series(list(texts), dtype=object)
         chosen = np.full(len(texts), -1)
-        for option, rx in block["rules"]:           # vectorised over items, one pass per rule
-            hit = series.str.contains(rx, na=False).to_numpy() & (chosen < 0)
-            chosen[hit] = index[option]
+        with warnings.catch_warnings():             # user patterns may hold groups; we only test for a match
+            warnings.simplefilter("ignore", UserWarning)
+            for option, rx in block["rules"]:       # one pass over the items per rule
+                hit = series.str.contains(rx, na=False).to_numpy() & (chosen < 0)
+                chosen[hit] = index[option]
         if block["default"] is not None:
             chosen[chosen < 0] = index[block["default"]]
         p = block["p"]

@@ -56,6 +56,14 @@ NOT_ASKED = "not_asked"
 INTERNAL = "internal_error"
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: everything answered so far is committed; ``run_id`` can be resumed."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        super().__init__(f"run {run_id} interrupted; continue with `workbench run --resume {run_id}`")
+
+
 @dataclass
 class RunOptions:
     """How to run (stored in ``runs.params`` so ``--resume`` repeats it; no secrets here)."""
@@ -589,11 +597,13 @@ def execute_run(con, run_id: str, *, env: Mapping[str, str] | None = None, trans
                     asyncio.run(_drive_local(provider, to_ask, rec, spec, run_id))
                 else:
                     asyncio.run(_drive_remote(provider, to_ask, rec, opts, stop, spec, run_id))
-        except BaseException:
+        except BaseException as exc:
             status = "interrupted"
             rec.flush_now()
             journal.close(delete=True)
             update_run(con, run_id, status=status, summary=_summary(con, run, rec, stop, recovered, status))
+            if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
+                raise RunInterrupted(run_id) from None
             raise
         rec.flush_now()
         journal.close(delete=True)

@@ -1,0 +1,166 @@
+"""`workbench run`, `workbench runs list`, `workbench export`."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.errors import WorkbenchError
+
+
+def parse_rate(value: str | None) -> float | None:
+    """``"20"``, ``"20/s"`` or ``"1200/min"`` -> requests per second."""
+    if value is None:
+        return None
+    text = value.strip().lower().replace(" ", "")
+    num, _, unit = text.partition("/")
+    scale = {"": 1.0, "s": 1.0, "sec": 1.0, "min": 1 / 60, "m": 1 / 60, "h": 1 / 3600}.get(unit)
+    try:
+        rate = float(num) * scale if scale is not None else None
+    except ValueError:
+        rate = None
+    if rate is None or rate <= 0:
+        raise WorkbenchError(f"--rate {value!r} is not a positive rate", hint="e.g. --rate 20/s or --rate 600/min")
+    return rate
+
+
+def _print_summary(summary: dict) -> None:
+    s = summary
+    sess = s.get("this_session", {})
+    cost = "unknown" if s.get("cost_usd") is None else f"${s['cost_usd']:.6f}"
+    p50, p95 = s.get("latency_p50_ms"), s.get("latency_p95_ms")
+    lat = "-" if p50 is None else f"{p50:.0f}/{p95:.0f} ms"
+    fails = ", ".join(f"{k} {v}" for k, v in (s.get("failed_by_kind") or {}).items()) or "none"
+    err_console.print(
+        f"[bold]{s['run_id']}[/] {s['provider']} · {s['status']} · answered {s['answered']} · failed {s['failed']} "
+        f"({fails}) · tokens {s.get('input_tokens', 0):,} · cost {cost} · latency p50/p95 {lat} · "
+        f"requests {sess.get('requests_sent', 0)} (cache hits {sess.get('cache_hits', 0)}, "
+        f"retries {sess.get('retries', 0)})")
+    if s.get("stop_reason"):
+        err_console.print(f"[yellow]stopped:[/] {s['stop_reason']} — continue with "
+                          f"`workbench run --resume {s['run_id']}`")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("run")
+    def run(
+        experiment: Optional[Path] = typer.Argument(
+            None, help="Experiment YAML (dataset × schema variants × providers); or use the options below."),
+        dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset name (latest version)."),
+        schema: Optional[Path] = typer.Option(None, "--schema", help="Decision schema file (YAML/JSON)."),
+        provider: list[str] = typer.Option(None, "--provider",
+                                           help="Provider spec, e.g. cloudflare:clef, local:minilm-zeroshot, "
+                                                "baseline:tfidf-logreg, rules:PATH, replay:PATH (repeatable)."),
+        split: list[str] = typer.Option(None, "--split", help="Split(s) to run (default: all but train)."),
+        limit: Optional[int] = typer.Option(None, "--limit", help="First N items by id."),
+        concurrency: Optional[int] = typer.Option(None, "--concurrency",
+                                                  help="Requests in flight per provider (default 8)."),
+        rate: Optional[str] = typer.Option(None, "--rate", help="Rate limit, e.g. 20/s or 600/min."),
+        max_cost: Optional[float] = typer.Option(None, "--max-cost", help="Stop before spending more (USD)."),
+        run_name: Optional[str] = typer.Option(None, "--run-name"),
+        timeout: Optional[float] = typer.Option(None, "--timeout", help="Per-call timeout in seconds (default 5)."),
+        questions_per_request: Optional[int] = typer.Option(
+            None, "--questions-per-request",
+            help="Split the schema into requests of at most N questions (1: a changed question re-asks only itself)."),
+        resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted or stopped run."),
+        experiment_name: Optional[str] = typer.Option(None, "--experiment", hidden=True),
+        variant: Optional[str] = typer.Option(None, "--variant", hidden=True),
+        no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+        as_json: bool = typer.Option(False, "--json", help="Print the run summaries as JSON."),
+    ) -> None:
+        """Run a schema over a dataset through one or more providers (cached, resumable)."""
+        from workbench.runner import RunInterrupted
+
+        try:
+            _run(experiment, dataset, schema, provider, split, limit, concurrency, rate, max_cost, run_name, timeout,
+                 questions_per_request, resume, experiment_name, variant, not no_progress, as_json)
+        except RunInterrupted as exc:
+            err_console.print(f"[yellow]{exc}[/]")
+            raise typer.Exit(130) from None
+
+    def _run(experiment, dataset, schema, provider, split, limit, concurrency, rate, max_cost, run_name, timeout,
+             questions_per_request, resume, experiment_name, variant, progress, as_json) -> None:
+        from workbench.runner import resume_run, run_experiment
+
+        if experiment is not None:
+            try:
+                from workbench.experiments import run_experiment_file
+            except ModuleNotFoundError as exc:
+                if exc.name and exc.name.startswith("workbench.experiments"):
+                    raise WorkbenchError(f"{experiment}: experiment files are not supported in this build",
+                                         hint="use --dataset/--schema/--provider") from None
+                raise
+            result = run_experiment_file(experiment, con=open_store(), concurrency=concurrency or 8,
+                                         rate=parse_rate(rate), max_cost=max_cost, timeout=timeout or 5.0,
+                                         progress=progress,
+                                         as_json=as_json)
+            if as_json and result is not None:
+                emit_json(result)
+            return
+        con = open_store()
+        if resume:
+            summaries = [resume_run(con, resume, env=os.environ, progress=progress,
+                                    concurrency=concurrency, rate=parse_rate(rate), max_cost=max_cost,
+                                    timeout=timeout)]
+        else:
+            missing = [o for o, v in (("--dataset", dataset), ("--schema", schema), ("--provider", provider)) if not v]
+            if missing:
+                raise WorkbenchError(f"missing {', '.join(missing)}",
+                                     hint="workbench run --dataset NAME --schema FILE --provider SPEC, "
+                                          "or workbench run --resume RUN_ID")
+            from workbench.schema import load_schema
+            from workbench.store.runs import get_run
+
+            sch = load_schema(schema)
+            run_ids = run_experiment(con, dataset=dataset, schema=sch, provider_specs=list(provider),
+                                     splits=list(split) if split else None, limit=limit, concurrency=concurrency or 8,
+                                     rate=parse_rate(rate), max_cost=max_cost, run_name=run_name,
+                                     experiment=experiment_name, variant=variant, env=os.environ, timeout=timeout or 5.0,
+                                     questions_per_request=questions_per_request, progress=progress)
+            summaries = [get_run(con, r)["summary"] for r in run_ids]
+        for s in summaries:
+            _print_summary(s)
+        if as_json:
+            emit_json(summaries[0] if resume else {"runs": summaries})
+
+    runs = typer.Typer(help="List experiment runs.", no_args_is_help=True)
+    app.add_typer(runs, name="runs")
+
+    @runs.command("list")
+    def runs_list(as_json: bool = typer.Option(False, "--json")) -> None:
+        """Runs with provider, status, answers, failures, cost and latency."""
+        from workbench.store.runs import list_runs
+
+        df = list_runs(open_store(read_only=True))
+        if as_json:
+            emit_json({"runs": df.to_dict(orient="records")})
+            return
+        from rich.table import Table
+
+        table = Table("run", "name", "provider", "model", "dataset", "status", "answers", "failed", "cost $",
+                      "p50 ms")
+        for r in df.itertuples():
+            cost = "-" if r.cost_usd is None or r.cost_usd != r.cost_usd else f"{r.cost_usd:.4f}"
+            p50 = "-" if r.latency_p50_ms is None or r.latency_p50_ms != r.latency_p50_ms else f"{r.latency_p50_ms:.0f}"
+            table.add_row(r.run_id, r.name or "", r.provider, r.model or "", f"{r.dataset} v{r.dataset_version}",
+                          r.status, str(r.n_answers), str(r.n_failed), cost, p50)
+        out_console.print(table)
+
+    @app.command("export")
+    def export(
+        run_id: str = typer.Argument(..., help="Run id (or run name)."),
+        fmt: str = typer.Option("parquet", "--format", help="parquet, csv or jsonl."),
+        out: Path = typer.Option(..., "--out", help="Output file."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """One row per item × question: ids, split, label, options, probabilities, cost, latency, failure."""
+        from workbench.store.calls import export_run
+
+        n = export_run(open_store(read_only=True), run_id, fmt, out)
+        if as_json:
+            emit_json({"run_id": run_id, "format": fmt, "out": str(out), "rows": n})
+        else:
+            err_console.print(f"wrote {n:,} rows to {out}")
