@@ -1,0 +1,199 @@
+"""Live mirror over loopback, against two real emulator instances (champion and challenger).
+
+The mirror runs as the real `workbench shadow serve` process so that it can be killed and restarted.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import httpx
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+from workbench.providers.emulator import run_emulator
+from workbench.shadow.journal import Journal, read_journal
+from workbench.store.db import connect
+from workbench.store.shadow import ingest_journal
+
+QUESTIONS = {
+    "intent": {"type": "choice", "instructions": "Which intent does the customer message express?",
+               "criteria": {"card_arrival": "The customer asks when their new card will arrive",
+                            "refund": "The customer wants money back for a purchase",
+                            "lost_card": "The customer lost their card or it was stolen"}},
+    "urgent": {"type": "noul", "instructions": "Does the customer need help right now?"},
+}
+STATES = ["my card has not arrived yet", "I want a refund for this order", "someone stole my card",
+          "where is my new card", "please give my money back", "I lost my wallet with the card inside"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _body(i: int) -> dict:
+    return {"model": "clef", "state": f"{STATES[i % len(STATES)]} (ticket {i})", "questions": QUESTIONS}
+
+
+def _invalid_body(i: int) -> dict:
+    # one option only: the emulator (like the hosted service) refuses it with 422
+    return {"model": "clef", "state": f"ticket {i}",
+            "questions": {"intent": {"type": "choice", "instructions": "Which?", "criteria": {"only": None}}}}
+
+
+class Mirror:
+    """A `workbench shadow serve` subprocess."""
+
+    def __init__(self, champion: str, challenger: str, journal: Path, db: Path, *, challenger_timeout: float,
+                 name: str = "live"):
+        self.port = _free_port()
+        self.args = [sys.executable, "-c", "from workbench.cli import main; main()", "--db", str(db), "shadow",
+                     "serve", "--champion", champion, "--challenger", challenger, "--port", str(self.port),
+                     "--journal", str(journal), "--name", name, "--challenger-timeout", str(challenger_timeout)]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Mirror":
+        self.proc = subprocess.Popen(self.args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(self.url + "/v1/shadow/status", timeout=1.0)
+                return self
+            except httpx.HTTPError:
+                assert self.proc.poll() is None, self.proc.stderr.read().decode()
+                time.sleep(0.05)
+        raise AssertionError("mirror did not start")
+
+    def status(self) -> dict:
+        return httpx.get(self.url + "/v1/shadow/status", timeout=5.0).json()
+
+    def drain(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.status()["challenger_in_flight"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def stop(self, sig: int = signal.SIGTERM) -> str:
+        self.proc.send_signal(sig)
+        _, err = self.proc.communicate(timeout=60)
+        return err.decode()
+
+
+@pytest.fixture
+def emulators():
+    # the challenger times out (sleeps past the mirror's challenger timeout) or fails with 500
+    with run_emulator(port=0) as champion, \
+            run_emulator(port=0, timeout=0.3, server_error=0.3, timeout_sleep_s=2.0) as challenger:
+        yield champion, challenger
+
+
+def _send(client: httpx.Client, url: str, i: int, body: dict) -> tuple[httpx.Response, float]:
+    t0 = time.perf_counter()
+    r = client.post(url, content=json.dumps(body).encode(), headers={"content-type": "application/json",
+                                                                      "x-item-id": f"req-{i:05d}"})
+    return r, (time.perf_counter() - t0) * 1000.0
+
+
+def test_mirror_passes_champion_bytes_through_and_survives_a_restart(emulators, tmp_path):
+    champion, challenger = emulators
+    champion_url = champion.base_url + "/v1/systemone"
+    journal, db = tmp_path / "shadow.jsonl", tmp_path / "wb.duckdb"
+    mirror = Mirror(champion_url, challenger.base_url + "/v1/systemone?model=clef-flash", journal, db,
+                    challenger_timeout=0.2).start()
+    n_total, restart_at = 2000, 1000
+    via_mirror, direct, statuses = [], [], []
+    with httpx.Client() as client:
+        for i in range(n_total):
+            if i == restart_at:
+                mirror.drain()  # every challenger half of phase 1 is journaled
+                mirror.stop(signal.SIGKILL)  # hard crash between requests
+                mirror = Mirror(champion_url, challenger.base_url + "/v1/systemone?model=clef-flash", journal,
+                                db, challenger_timeout=0.2)
+                mirror.start()
+            body = _invalid_body(i) if i % 250 == 7 else _body(i)
+            m, t_m = _send(client, mirror.url + "/v1/systemone", i, body)
+            d, t_d = _send(client, champion_url, i, body)
+            # byte-identical to calling the champion directly, including its own errors
+            assert (m.status_code, m.content) == (d.status_code, d.content), i
+            assert m.headers["content-type"] == d.headers["content-type"]
+            via_mirror.append(t_m)
+            direct.append(t_d)
+            statuses.append(m.status_code)
+        mirror.drain()
+        stats = mirror.status()
+    err = mirror.stop(signal.SIGTERM)  # graceful: the journal is ingested into the store on exit
+    assert "ingested" in err, err
+
+    overhead_p50 = float(np.median(via_mirror) - np.median(direct))
+    print(f"mirror p50 {np.median(via_mirror):.2f} ms, direct p50 {np.median(direct):.2f} ms, "
+          f"overhead p50 {overhead_p50:.2f} ms; challenger errors {stats['challenger_errors']}")
+    assert overhead_p50 < 5.0
+    n_invalid = sum(1 for i in range(n_total) if i % 250 == 7)
+    assert statuses.count(422) == n_invalid and statuses.count(200) == n_total - n_invalid
+
+    # all 2,000 pairs are in the journal and in the store, across the crash
+    records = list(read_journal(journal))
+    champ_pairs = {r["pair"] for r in records if r["kind"] == "champion"}
+    chall_pairs = {r["pair"] for r in records if r["kind"] == "challenger"}
+    assert len(champ_pairs) == n_total and chall_pairs == champ_pairs
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        rows = con.execute("SELECT item_id, champion_status, champion_error, challenger_status, challenger_error "
+                           "FROM shadow_requests WHERE shadow = 'live' ORDER BY item_id").fetchall()
+        kinds = dict(con.execute("SELECT failure_kind, count(*) FROM shadow_answers WHERE shadow = 'live' AND "
+                                 "side = 'challenger' AND question = 'intent' GROUP BY ALL").fetchall())
+    finally:
+        con.close()
+    assert [r[0] for r in rows] == [f"req-{i:05d}" for i in range(n_total)]
+    assert all(r[2] is None for r in rows)  # the mirror caused no champion error
+    assert sum(r[1] == 422 for r in rows) == n_invalid
+    assert not any(r[4] == "lost" for r in rows)
+    # the challenger's failures are recorded by kind, never as probabilities
+    assert kinds.get("timeout", 0) > 100 and kinds.get("http_500", 0) > 100
+    assert kinds.get(None, 0) > 100
+
+
+def test_acknowledged_requests_survive_a_kill_with_challenger_calls_in_flight(tmp_path):
+    journal = tmp_path / "shadow.jsonl"
+    with run_emulator(port=0) as champion, run_emulator(port=0, latency_ms=3000) as challenger:
+        mirror = Mirror(champion.base_url + "/v1/systemone", challenger.base_url + "/v1/systemone", journal,
+                        tmp_path / "wb.duckdb", challenger_timeout=10.0).start()
+        with httpx.Client() as client:
+            acknowledged = []
+            for i in range(40):
+                r, _ = _send(client, mirror.url + "/v1/systemone", i, _body(i))
+                assert r.status_code == 200
+                acknowledged.append(f"req-{i:05d}")
+            assert mirror.status()["challenger_in_flight"] > 0
+        mirror.stop(signal.SIGKILL)
+    con = connect(tmp_path / "other.duckdb")
+    summary = ingest_journal(con, journal, shadow="crash")
+    got = [r[0] for r in con.execute("SELECT item_id FROM shadow_requests WHERE shadow = 'crash' ORDER BY 1").fetchall()]
+    assert got == acknowledged
+    assert summary["n_challenger_lost"] > 0  # lost challenger halves are marked, not dropped
+    lost = con.execute("SELECT count(*) FROM shadow_answers WHERE shadow = 'crash' AND side = 'challenger'"
+                       " AND failure_kind = 'lost' AND probs IS NULL").fetchone()[0]
+    assert lost == summary["n_challenger_lost"] * 2  # two questions per request
+
+
+def test_journal_skips_a_torn_tail_and_continues_on_a_new_line(tmp_path):
+    path = tmp_path / "j.jsonl"
+    j = Journal(path)
+    j.append({"kind": "champion", "pair": "a"}).result(5)
+    j.close()
+    with open(path, "ab") as fh:  # a crash in the middle of a write
+        fh.write(b'{"kind": "champion", "pa')
+    j = Journal(path)
+    j.append({"kind": "champion", "pair": "b"}).result(5)
+    j.close()
+    assert [r["pair"] for r in read_journal(path)] == ["a", "b"]
