@@ -46,6 +46,7 @@ class ThresholdOptions:
     target_error: float | None = None
     grid: int = 100
     n_paths: int = 10
+    n_starts: int = 10
     abstain_options: list[str] = field(default_factory=list)
     level: str = "top"
     fallback: str = "review"
@@ -226,7 +227,8 @@ def choose_thresholds(calibration: RunAnswers, test: RunAnswers | None = None,
     if opts.objective == "guarantee":
         classes = [c for c in range(k) if c not in abstain_idx]
         sel = select_guarantee(surface, alpha=opts.alpha, delta=opts.delta, method=opts.method,
-                               per_class=opts.per_class, n_paths=opts.n_paths, classes=classes)
+                               per_class=opts.per_class, n_paths=opts.n_paths,
+                               n_starts=opts.n_starts, classes=classes)
     elif opts.objective == "cost":
         api = opts.api_cost_per_item
         if api is None:

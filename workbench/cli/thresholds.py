@@ -1,0 +1,175 @@
+"""`workbench thresholds RUN_ID --question Q ...`: pick (tau, margin) with a guarantee, a cost, or a target."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from workbench.cli.common import emit_json, open_store, out_console
+from workbench.errors import WorkbenchError
+
+
+class OptionError(WorkbenchError):
+    """A command-line option has an unusable value."""
+
+
+def parse_costs(error_cost: float, class_error_cost: list[str] | None, cost_matrix: Path | None):
+    """``--error-cost`` scalar, ``--class-error-cost OPT=COST`` overrides, or a ``--cost-matrix`` JSON file."""
+    if cost_matrix is not None:
+        try:
+            data = json.loads(Path(cost_matrix).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise OptionError(f"--cost-matrix {cost_matrix}: cannot read JSON ({exc})") from None
+        return data  # list of lists [true][accepted] (checked against the option count later)
+    if class_error_cost:
+        out: dict[str, float] = {}
+        for item in class_error_cost:
+            key, sep, val = item.partition("=")
+            try:
+                out[key.strip()] = float(val)
+            except ValueError:
+                sep = ""
+            if not sep:
+                raise OptionError(f"--class-error-cost {item!r} is not OPTION=COST", hint="e.g. refund=50")
+        return {**out} if out else error_cost
+    return error_cost
+
+
+def build_options(*, objective: str, max_error: float, delta: float, method: str, calibrate: str, per_class: bool,
+                  review_cost: float, error_cost: float, class_error_cost: list[str] | None,
+                  cost_matrix: Path | None, api_cost: float | None, target_coverage: float | None,
+                  target_error: float | None, grid: int, paths: int, starts: int, abstain_option: list[str] | None,
+                  level: str, fallback: str, calibrator_fraction: float, seed: int):
+    from workbench.policy.model import FALLBACK_ACTIONS
+    from workbench.thresholds.choose import OBJECTIVES, ThresholdOptions
+
+    if objective not in OBJECTIVES:
+        raise OptionError(f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    if method not in ("fixed-sequence", "holm"):
+        raise OptionError(f"--method {method!r} is not fixed-sequence or holm")
+    if calibrate not in ("none", "temperature", "isotonic", "platt"):
+        raise OptionError(f"--calibrate {calibrate!r} is not none, temperature, isotonic or platt")
+    if fallback not in FALLBACK_ACTIONS:
+        raise OptionError(f"--fallback {fallback!r} is not one of {', '.join(FALLBACK_ACTIONS)}",
+                          hint="the fallback can never be 'accept'")
+    if not (2 <= grid <= 1000):
+        raise OptionError(f"--grid {grid} must be between 2 and 1000")
+    if not (0 < calibrator_fraction < 1):
+        raise OptionError("--calibrator-fraction must be in (0, 1)")
+    if level not in ("top", "expected"):
+        raise OptionError("--level must be top or expected")
+    if objective == "coverage" and target_coverage is None:
+        raise OptionError("--objective coverage needs --target-coverage")
+    if objective == "error" and target_error is None:
+        raise OptionError("--objective error needs --target-error")
+    return ThresholdOptions(
+        objective=objective, alpha=max_error, delta=delta, method=method, calibrate=calibrate, per_class=per_class,
+        review_cost=review_cost, error_cost=parse_costs(error_cost, class_error_cost, cost_matrix),
+        api_cost_per_item=api_cost, target_coverage=target_coverage, target_error=target_error, grid=grid,
+        n_paths=paths, n_starts=starts, abstain_options=list(abstain_option or []), level=level, fallback=fallback,
+        calibrator_fraction=calibrator_fraction, seed=seed)
+
+
+# Shared typer options (also used by `workbench policy export`).
+OBJECTIVE = typer.Option("guarantee", "--objective", help="guarantee | cost | coverage | error.")
+MAX_ERROR = typer.Option(0.05, "--max-error", help="alpha: largest error rate among auto-accepted items.")
+DELTA = typer.Option(0.1, "--delta", help="Allowed probability that the true error exceeds --max-error.")
+METHOD = typer.Option("fixed-sequence", "--method", help="FWER control: fixed-sequence | holm.")
+CALIBRATE = typer.Option("none", "--calibrate", help="none | temperature | isotonic | platt (fitted on part of "
+                                                   "the calibration split).")
+PER_CLASS = typer.Option(False, "--per-class", help="One (tau, margin) per option, Bonferroni over options.")
+REVIEW_COST = typer.Option(1.0, "--review-cost", help="Cost of one human review (cost objective).")
+ERROR_COST = typer.Option(10.0, "--error-cost", help="Cost of one wrong auto-accept (cost objective).")
+CLASS_ERROR_COST = typer.Option(None, "--class-error-cost", help="OPTION=COST for a wrong accept of OPTION.")
+COST_MATRIX = typer.Option(None, "--cost-matrix", help="JSON K×K list, cost[true][accepted].")
+API_COST = typer.Option(None, "--api-cost", help="API cost per item (default: the run's mean).")
+TARGET_COVERAGE = typer.Option(None, "--target-coverage", help="Coverage target (uncertified point estimate).")
+TARGET_ERROR = typer.Option(None, "--target-error", help="Error target (uncertified point estimate).")
+GRID = typer.Option(100, "--grid", help="Grid points per threshold axis.")
+PATHS = typer.Option(10, "--paths", help="Fixed-sequence: margin columns tested.")
+STARTS = typer.Option(10, "--starts", help="Fixed-sequence: starting points per column.")
+ABSTAIN = typer.Option(None, "--abstain-option", help="Option that always goes to review (repeatable).")
+LEVEL = typer.Option("top", "--level", help="score questions: top | expected level.")
+FALLBACK = typer.Option("review", "--fallback", help="Action when not accepted: review | escalate | hold.")
+CAL_FRACTION = typer.Option(0.3, "--calibrator-fraction", help="Share of the calibration split used to fit "
+                                                               "the calibrator.")
+SEED = typer.Option(0, "--seed", help="Seed of the calibrator-fit carve-out.")
+
+
+def _fmt(x) -> str:
+    return "–" if x is None else f"{x:.4f}" if isinstance(x, float) else str(x)
+
+
+def _print_result(res: dict) -> None:
+    rule = res["rule"]
+    out_console.print(f"[bold]{res['question']}[/bold] ({res['type']}), objective {res['objective']}"
+                      f" — {'CERTIFIED' if res['certified'] else 'NOT certified (point estimate)'}")
+    out_console.print(f"  rule: {json.dumps({k: v for k, v in rule.items() if v not in ({}, [])})}")
+    g = res.get("guarantee")
+    if g:
+        out_console.print(f"  guarantee: P(error among accepted > {g['alpha']}) <= {g['delta']} ({g['method']}),"
+                          f" n_calibration={g['n_calibration']}, upper bound {_fmt(g.get('risk_upper_bound'))}")
+    c = res["calibration"]
+    out_console.print(f"  calibration: coverage {_fmt(c['coverage'])}, error {_fmt(c['error_rate'])}"
+                      f" ({c['n_accepted']} accepted of {c['n_items']})")
+    t = res.get("test")
+    if t:
+        e, cv = t["error"], t["coverage"]
+        out_console.print(f"  test: error {_fmt(e['value'])} [{_fmt(e['low'])}, {_fmt(e['high'])}], coverage "
+                          f"{_fmt(cv['value'])} [{_fmt(cv['low'])}, {_fmt(cv['high'])}], review "
+                          f"{_fmt(t['review_rate']['value'])} (n={t['n_items']})")
+    for n in res.get("notes") or []:
+        out_console.print(f"  note: {n}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("thresholds")
+    def thresholds(
+        run_id: str = typer.Argument(..., help="Run id (or name)."),
+        question: list[str] = typer.Option(..., "--question", "-q", help="Question id (repeatable)."),
+        objective: str = OBJECTIVE, max_error: float = MAX_ERROR, delta: float = DELTA, method: str = METHOD,
+        calibrate: str = CALIBRATE, per_class: bool = PER_CLASS, review_cost: float = REVIEW_COST,
+        error_cost: float = ERROR_COST, class_error_cost: Optional[list[str]] = CLASS_ERROR_COST,
+        cost_matrix: Optional[Path] = COST_MATRIX, api_cost: Optional[float] = API_COST,
+        target_coverage: Optional[float] = TARGET_COVERAGE, target_error: Optional[float] = TARGET_ERROR,
+        grid: int = GRID, paths: int = PATHS, starts: int = STARTS,
+        abstain_option: Optional[list[str]] = ABSTAIN, level: str = LEVEL, fallback: str = FALLBACK,
+        calibrator_fraction: float = CAL_FRACTION, seed: int = SEED,
+        surface_out: Optional[Path] = typer.Option(None, "--surface-out",
+                                                   help="Write the per-grid-point table (CSV) here."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Choose routing thresholds for questions of a run and judge them on the test split."""
+        from workbench.store.runs import load_answers
+        from workbench.thresholds.choose import choose_thresholds
+
+        opts = build_options(objective=objective, max_error=max_error, delta=delta, method=method,
+                             calibrate=calibrate, per_class=per_class, review_cost=review_cost,
+                             error_cost=error_cost, class_error_cost=class_error_cost, cost_matrix=cost_matrix,
+                             api_cost=api_cost, target_coverage=target_coverage, target_error=target_error,
+                             grid=grid, paths=paths, starts=starts, abstain_option=abstain_option, level=level,
+                             fallback=fallback, calibrator_fraction=calibrator_fraction, seed=seed)
+        con = open_store(read_only=True)
+        try:
+            results = []
+            for q in question:
+                cal = load_answers(con, run_id, q, splits=["calibration"])
+                test = load_answers(con, run_id, q, splits=["test"])
+                res = choose_thresholds(cal, test, opts)
+                if surface_out is not None:
+                    import pandas as pd
+
+                    target = surface_out if len(question) == 1 else surface_out.with_name(
+                        f"{surface_out.stem}.{q}{surface_out.suffix}")
+                    pd.DataFrame(res.surface.to_table()).to_csv(target, index=False)
+                results.append(res.to_dict())
+        finally:
+            con.close()
+        doc = {"run_id": cal.run_id, "questions": {r["question"]: r for r in results}}
+        if as_json:
+            emit_json(doc)
+        else:
+            for r in results:
+                _print_result(r)

@@ -1,0 +1,184 @@
+"""Build a policy from a stored run, and measure how two policies route a run's items.
+
+This is the workbench side (store, calibrator fitting, threshold selection); production code only
+needs :mod:`workbench.policy.runtime`.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Sequence
+
+import numpy as np
+
+import workbench
+from workbench.errors import NotFoundError, PolicyError
+from workbench.policy.model import (
+    CalibratorSpec,
+    DatasetSpec,
+    Objective,
+    Policy as PolicyModel,
+    QuestionPolicy,
+    SchemaSpec,
+    Source,
+    TestMetrics,
+    Validity,
+)
+from workbench.thresholds.choose import ThresholdOptions, ThresholdResult, choose_thresholds
+
+
+def _objective(res: ThresholdResult) -> Objective:
+    sel = res.selection
+    g = sel.guarantee or {}
+    details = {k: v for k, v in g.items() if k not in {
+        "alpha", "delta", "method", "per_class", "class_correction", "n_calibration", "n_accepted_calibration",
+        "certified_bound", "risk_upper_bound", "expected_coverage"}}
+    if sel.cost:
+        details["cost"] = sel.cost
+    if sel.target:
+        details["target"] = sel.target
+    if sel.notes:
+        details["notes"] = sel.notes
+    if res.options.objective != "guarantee":
+        details["warning"] = "point estimate on the calibration split: NOT certified"
+    if "classes" in details:  # option ids rather than indices
+        details["classes"] = {res.option_ids[int(k)]: v for k, v in details["classes"].items()}
+    return Objective(
+        kind=res.options.objective, certified=sel.certified, feasible=sel.feasible,
+        alpha=g.get("alpha"), delta=g.get("delta"), method=g.get("method"), per_class=bool(g.get("per_class")),
+        class_correction=g.get("class_correction"), n_calibration=sel.calibration.get("n_items"),
+        n_calibrator_fit=res.n_calibrator_fit, n_accepted_calibration=sel.calibration.get("n_accepted"),
+        certified_bound=g.get("certified_bound"), risk_upper_bound=g.get("risk_upper_bound"),
+        expected_coverage=g.get("expected_coverage", sel.calibration.get("coverage")),
+        calibration_error=sel.calibration.get("error_rate"), details=details)
+
+
+def question_policy(res: ThresholdResult) -> QuestionPolicy:
+    """The policy entry of one question from a threshold result."""
+    return QuestionPolicy(type=res.qtype, options=res.option_ids, calibrator=CalibratorSpec(**res.calibrator),
+                          rule=res.rule_dict(), objective=_objective(res),
+                          expected_test=TestMetrics(**res.test) if res.test else None)
+
+
+def build_policy(con, run_id: str, questions: Sequence[str], opts: ThresholdOptions | dict[str, ThresholdOptions],
+                 *, policy_version: str = "1.0.0", max_state_tokens: int | None = None,
+                 created_by: str | None = None, bind_model: bool = True) -> tuple[PolicyModel, dict[str, ThresholdResult]]:
+    """Choose thresholds for ``questions`` of ``run_id`` and assemble a hashed policy.
+
+    Parameters
+    ----------
+    con : duckdb connection
+    run_id : str
+    questions : sequence of str
+        Questions to put in the policy (each must be in the run's schema).
+    opts : ThresholdOptions or mapping question -> ThresholdOptions
+    policy_version : str
+        Semantic version written into the file.
+    max_state_tokens : int, optional
+        Validity condition: larger states route to fallback.
+    bind_model : bool, default=True
+        Only answers from the model that answered the run are auto-accepted.
+
+    Returns
+    -------
+    policy, results
+    """
+    from workbench.store.datasets import dataset_info
+    from workbench.store.runs import get_run, load_answers, load_stored_schema
+
+    if not questions:
+        raise PolicyError("no --question given", hint="pass --question Q (repeatable)")
+    run = get_run(con, run_id)
+    schema = load_stored_schema(con, run["schema_hash"])
+    for q in questions:
+        if q not in schema.questions:
+            raise NotFoundError(f"run {run['run_id']} has no question {q!r}",
+                                hint=f"questions: {', '.join(schema.question_ids)}")
+    try:
+        info = dataset_info(con, run["dataset"], int(run["dataset_version"]))
+    except NotFoundError:
+        info = {"fingerprint": None, "params": {}}
+    results: dict[str, ThresholdResult] = {}
+    qpolicies: dict[str, QuestionPolicy] = {}
+    for q in questions:
+        o = opts[q] if isinstance(opts, dict) else opts
+        cal = load_answers(con, run["run_id"], q, splits=["calibration"])
+        test = load_answers(con, run["run_id"], q, splits=["test"])
+        res = choose_thresholds(cal, test, o)
+        results[q] = res
+        qpolicies[q] = question_policy(res)
+    model_name = run.get("model")
+    model_name = None if (model_name is None or (isinstance(model_name, float) and np.isnan(model_name))) \
+        else str(model_name)
+    notes = []
+    if any(not qp.objective.certified for qp in qpolicies.values()):
+        notes.append("some questions use uncertified point-estimate thresholds (see objective.certified)")
+    policy = PolicyModel(
+        policy_version=policy_version,
+        created_at=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+        created_by=created_by, workbench_version=workbench.__version__,
+        source=Source(run_id=run["run_id"], provider=str(run["provider"]), model=model_name,
+                      dialect=None if run.get("dialect") is None else str(run["dialect"])),
+        decision_schema=SchemaSpec(hash=schema.hash, name=schema.name, questions=schema.to_wire()),
+        dataset=DatasetSpec(name=str(run["dataset"]), version=int(run["dataset_version"]),
+                            fingerprint=info.get("fingerprint"),
+                            split_seed=(info.get("params") or {}).get("seed")),
+        questions=qpolicies,
+        validity=Validity(schema_hashes=[schema.hash], models=[model_name] if (bind_model and model_name) else [],
+                          max_state_tokens=max_state_tokens),
+        notes=notes,
+    ).with_hash()
+    return policy, results
+
+
+def routing_on_run(con, policy_model: PolicyModel, run_id: str, *, splits: Sequence[str] = ("test",)) -> dict:
+    """Apply a policy's rules to a run's stored answers (vectorised) and report coverage and error.
+
+    Validity conditions about the request (model, schema hash) are not applied here: this measures
+    the rules themselves on the run's items, per question present in both.
+    """
+    from workbench.policy.runtime import Policy
+    from workbench.store.runs import load_answers, run_questions
+    from workbench.thresholds.evaluate import evaluate_rule
+
+    pol = Policy(policy_model)
+    available = set(run_questions(con, run_id))
+    out = {}
+    for q, cq in pol.questions.items():
+        if q not in available:
+            out[q] = {"missing": True}
+            continue
+        ans = load_answers(con, run_id, q, splits=list(splits))
+        ans = ans.select(ans.labels >= 0)
+        if list(ans.option_ids) != cq.options:
+            out[q] = {"missing": True, "reason": "options differ between the run and the policy"}
+            continue
+        probs = ans.probs.copy()
+        ok = np.isfinite(probs).all(axis=1)
+        if ok.any():
+            probs[ok] = cq.calibrator.transform(probs[ok])
+        rep = evaluate_rule(cq.rule, probs, ans.labels, option_ids=cq.options)
+        rep.pop("confusion", None)
+        out[q] = rep
+    return out
+
+
+def diff_on_run(con, a: PolicyModel, b: PolicyModel, run_id: str, *, splits: Sequence[str] = ("test",)) -> dict:
+    """How coverage and error move from policy ``a`` to ``b`` on a run's items."""
+    ra, rb = routing_on_run(con, a, run_id, splits=splits), routing_on_run(con, b, run_id, splits=splits)
+    moves = {}
+    for q in sorted(set(ra) | set(rb)):
+        qa, qb = ra.get(q, {"missing": True}), rb.get(q, {"missing": True})
+        if qa.get("missing") or qb.get("missing"):
+            moves[q] = {"a": qa, "b": qb}
+            continue
+
+        def val(r: dict, k: str):
+            return r[k]["value"]
+
+        moves[q] = {"a": {k: qa[k] for k in ("coverage", "error", "review_rate")},
+                    "b": {k: qb[k] for k in ("coverage", "error", "review_rate")},
+                    "coverage_change": val(qb, "coverage") - val(qa, "coverage"),
+                    "error_change": (None if val(qa, "error") is None or val(qb, "error") is None
+                                     else val(qb, "error") - val(qa, "error")),
+                    "accepted_change": qb["n_accepted"] - qa["n_accepted"]}
+    return {"run_id": run_id, "splits": list(splits), "questions": moves}

@@ -1,0 +1,224 @@
+"""Write, validate and diff policy files; write jev-eval's ``thresholds.json`` v1.
+
+jev-eval ``thresholds.json`` v1 (peers.md §2.2) carries one gate per question on the vendor's
+``confidence`` field (Jev: ``(n·p_max − 1)/(n − 1)``; noul: ``|p − 0.5|·2``). It cannot carry:
+
+- **margins** — converted conservatively: a choice/score gate ``p_top >= max(tau, (1 + m)/2)``
+  implies ``p_top − p_second >= m``, so the jev gate accepts a subset of what the policy accepts;
+- **per-class thresholds** — the strictest class threshold is used;
+- **two-sided yes/no thresholds** — the stricter side sets the symmetric gate;
+- **guarantees** (α, δ, method, certified bound) and **calibrators** — a gate on raw confidence
+  is not the same rule as one on calibrated probabilities; such questions are written with a
+  warning and listed under the additive key ``workbench.cannotCarry``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import PolicyError
+from workbench.policy.model import SCHEMA_FILE, Policy as PolicyModel, json_schema, semver_tuple
+from workbench.policy.runtime import Policy, verify_document
+
+
+def write_policy(model: PolicyModel, path: str | Path) -> PolicyModel:
+    """Fill in the content hash and write atomically; returns the hashed model."""
+    hashed = model.with_hash()
+    _atomic_write(Path(path), hashed.to_json())
+    return hashed
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def shipped_schema() -> dict:
+    """The JSON Schema file shipped in the package."""
+    return json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+
+
+def validate_file(path: str | Path) -> dict:
+    """Full check of a policy file: JSON, JSON Schema, format version, content hash, rebuildable rules.
+
+    Returns a report dict; raises :class:`PolicyError` on the first problem (fail closed).
+    """
+    import jsonschema
+
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PolicyError(f"{path}: policy file does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PolicyError(f"{path}: corrupt policy file ({exc})") from None
+    # format/version first, so a newer file says "newer" rather than "schema violation"
+    model = verify_document(doc, source=str(path))
+    validator = jsonschema.Draft202012Validator(shipped_schema())
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.path))
+    if errors:
+        e = errors[0]
+        where = "/".join(str(p) for p in e.path) or "(root)"
+        raise PolicyError(f"{path}: does not match the policy JSON Schema at {where}: {e.message}")
+    Policy(model, source=str(path))  # calibrators and rules rebuild
+    return {"path": str(path), "valid": True, "format_version": model.format_version,
+            "policy_version": model.policy_version, "content_hash": model.content_hash,
+            "questions": list(model.questions), "schema_hash": model.decision_schema.hash,
+            "model": model.source.model, "provider": model.source.provider,
+            "certified": {q: qp.objective.certified for q, qp in model.questions.items()}}
+
+
+# -- diff -------------------------------------------------------------------------------------------
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(obj, list) and obj and all(isinstance(v, (int, float, str, bool)) or v is None for v in obj) \
+            and len(obj) <= 64:
+        out[prefix] = obj
+    elif isinstance(obj, list):
+        out[prefix] = f"<list of {len(obj)}>" if len(obj) > 64 else obj
+    else:
+        out[prefix] = obj
+    return out
+
+
+#: Paths that change on every export and say nothing about behaviour.
+_NOISE = ("content_hash", "created_at")
+
+
+def diff_policies(a: PolicyModel, b: PolicyModel) -> dict:
+    """What changed from ``a`` to ``b``: rule thresholds, calibrators, objectives, validity, provenance.
+
+    Returns
+    -------
+    diff : dict
+        ``questions_added``/``questions_removed``, ``changes`` (list of ``{path, a, b}``, leaf level,
+        calibrator parameter arrays summarised), ``rule_changes`` per question, and ``version`` (the
+        semantic versions and whether ``b`` is newer).
+    """
+    fa = _flatten(_summarised(a.model_dump(mode="json")))
+    fb = _flatten(_summarised(b.model_dump(mode="json")))
+    changes = [{"path": k, "a": fa.get(k), "b": fb.get(k)} for k in sorted(set(fa) | set(fb))
+               if fa.get(k) != fb.get(k) and not k.startswith(_NOISE)]
+    qa, qb = set(a.questions), set(b.questions)
+    rule_changes = {}
+    for q in sorted(qa & qb):
+        ra, rb = a.questions[q].rule.model_dump(), b.questions[q].rule.model_dump()
+        if ra != rb:
+            rule_changes[q] = {"a": ra, "b": rb}
+    try:
+        newer = semver_tuple(b.policy_version) > semver_tuple(a.policy_version)
+    except ValueError:
+        newer = None
+    return {"a": {"content_hash": a.content_hash, "policy_version": a.policy_version, "created_at": a.created_at},
+            "b": {"content_hash": b.content_hash, "policy_version": b.policy_version, "created_at": b.created_at},
+            "identical": a.content_hash == b.content_hash,
+            "version": {"a": a.policy_version, "b": b.policy_version, "b_is_newer": newer},
+            "questions_added": sorted(qb - qa), "questions_removed": sorted(qa - qb),
+            "rule_changes": rule_changes, "changes": changes}
+
+
+def _summarised(doc: dict) -> dict:
+    """Replace long calibrator parameter arrays by a fingerprint so a diff stays readable."""
+    import hashlib
+
+    for qp in doc.get("questions", {}).values():
+        params = qp.get("calibrator", {}).get("params", {})
+        for k, v in list(params.items()):
+            if isinstance(v, list) and len(json.dumps(v)) > 200:
+                params[k] = "sha256:" + hashlib.sha256(json.dumps(v).encode()).hexdigest()[:16]
+        if qp.get("expected_test") and qp["expected_test"].get("confusion"):
+            qp["expected_test"]["confusion"] = "<matrix>"
+    return doc
+
+
+# -- jev-eval thresholds.json v1 --------------------------------------------------------------------
+def _jev_confidence(p_top: float, n_options: int) -> float:
+    """Jev's ``confidence`` for a top probability: ``(n·p − 1)/(n − 1)`` (providers.md §5)."""
+    return (n_options * p_top - 1.0) / (n_options - 1.0)
+
+
+def to_jev_thresholds(model: PolicyModel) -> tuple[dict, list[str]]:
+    """jev-eval ``thresholds.json`` (contract version 1) and the list of warnings about what was lost."""
+    questions: dict[str, dict] = {}
+    cannot: dict[str, list[str]] = {}
+    warnings: list[str] = []
+    for qid, qp in model.questions.items():
+        lost: list[str] = ["guarantee metadata (alpha, delta, method, certified bound)"] \
+            if qp.objective.certified else []
+        r = qp.rule
+        if qp.calibrator.type != "identity":
+            lost.append(f"calibrator {qp.calibrator.type!r}: the jev gate applies to raw confidence, "
+                        "so it is not the same rule")
+            warnings.append(f"{qid}: calibrated policy — the jev-eval gate is only an approximation")
+        if r.kind == "noul_two_sided":
+            sides = []
+            if r.tau_yes is not None:
+                sides.append(2 * r.tau_yes - 1)
+            if r.tau_no is not None:
+                sides.append(1 - 2 * r.tau_no)
+            if not sides:
+                warnings.append(f"{qid}: the policy never auto-accepts; omitted (jev-eval omits unusable gates)")
+                continue
+            if r.tau_yes is None or r.tau_no is None or not math.isclose(2 * r.tau_yes - 1, 1 - 2 * r.tau_no):
+                lost.append("two-sided thresholds (jev-eval's noul gate is symmetric; the stricter side is used)")
+            threshold = max(0.0, max(sides))
+        else:
+            taus = [(c.tau, c.margin) for c in r.per_class.values()] or [(r.tau, r.margin)]
+            usable = [(t, m or 0.0) for t, m in taus if t is not None and m is not None]
+            if not usable:
+                warnings.append(f"{qid}: the policy never auto-accepts; omitted (jev-eval omits unusable gates)")
+                continue
+            if r.per_class:
+                lost.append("per-class thresholds (the strictest class is used for every class)")
+            if any(m > 0 for _, m in usable):
+                lost.append("margin condition (converted conservatively: p_top >= max(tau, (1 + margin) / 2))")
+            if getattr(r, "abstain_options", None):
+                lost.append("abstain options")
+            p_gate = max(max(t, (1 + m) / 2) for t, m in usable)
+            threshold = min(1.0, max(0.0, _jev_confidence(min(p_gate, 1.0), len(qp.options))))
+        test = qp.expected_test
+        entry = {"type": qp.type, "threshold": round(threshold, 6)}
+        if test is not None:
+            entry.update({"accuracy": None if test.error.value is None else 1.0 - test.error.value,
+                          "coverage": test.coverage.value, "n": test.n_items})
+        questions[qid] = entry
+        if lost:
+            cannot[qid] = lost
+    doc = {
+        "version": 1,
+        "model": model.source.model,
+        "generatedAt": model.created_at,
+        "guard": {"method": "holdout", "fraction": None, "seed": model.dataset.split_seed},
+        "tolerance": 0,
+        "questions": questions,
+        "definitions": {q: model.decision_schema.questions[q] for q in questions},
+        # additive key (jev-eval consumers ignore unknown keys): provenance and what was lost
+        "workbench": {"policy": model.content_hash, "policyVersion": model.policy_version,
+                      "note": "written from a workbench policy; margins, guarantees and calibrators "
+                              "cannot be expressed in thresholds.json v1", "cannotCarry": cannot},
+    }
+    return doc, warnings
+
+
+def write_jev_thresholds(model: PolicyModel, path: str | Path) -> list[str]:
+    doc, warnings = to_jev_thresholds(model)
+    _atomic_write(Path(path), json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    return warnings
+
+
+__all__ = ["write_policy", "validate_file", "diff_policies", "to_jev_thresholds", "write_jev_thresholds",
+           "shipped_schema", "json_schema"]
