@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from workbench.errors import SchemaError
@@ -167,6 +166,8 @@ def load_schema(path: str | Path) -> DecisionSchema:
         raise SchemaError(f"{path}: not valid UTF-8 (byte {exc.start})",
                           hint="save the file as UTF-8") from None
     try:
+        import yaml  # here, so the policy runtime (which never reads YAML) does not load it
+
         data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise SchemaError(f"{path}: cannot parse: {str(exc).splitlines()[0]}",
