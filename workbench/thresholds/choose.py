@@ -4,7 +4,9 @@ Used by ``workbench thresholds`` and ``workbench policy export`` so both report 
 
 When a calibrator is fitted, it is fitted on a fixed, seeded part of the calibration split
 (``calibrator_fraction``) and the guarantee is computed on the rest: Learn-then-Test needs scores that
-were fixed before the items it tests, so the same items must not serve both purposes.
+were fixed before the items it tests, so the same items must not serve both purposes. With the
+fixed-sequence method a further seeded share (``order_fraction``) of the remaining items only learns
+the test order. Calibration figures of a guarantee are those of the certifying items.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from workbench.thresholds.guarantees import (
     ThresholdError,
     error_cost_weights,
     select_cost,
-    select_guarantee,
+    select_guarantee_split,
     select_target,
 )
 from workbench.thresholds.rules import Rule, make_rule
@@ -51,6 +53,7 @@ class ThresholdOptions:
     level: str = "top"
     fallback: str = "review"
     calibrator_fraction: float = 0.3
+    order_fraction: float = 0.3
     seed: int = 0
     confidence: float = 0.95
 
@@ -226,9 +229,13 @@ def choose_thresholds(calibration: RunAnswers, test: RunAnswers | None = None,
 
     if opts.objective == "guarantee":
         classes = [c for c in range(k) if c not in abstain_idx]
-        sel = select_guarantee(surface, alpha=opts.alpha, delta=opts.delta, method=opts.method,
-                               per_class=opts.per_class, n_paths=opts.n_paths,
-                               n_starts=opts.n_starts, classes=classes)
+        coords = surface.extra["coordinates"]
+        sel, _ = select_guarantee_split(coords, coords.predicted == labels, x_grid=surface.x_grid,
+                                        y_grid=surface.y_grid, n_classes=k, alpha=opts.alpha, delta=opts.delta,
+                                        method=opts.method, per_class=opts.per_class, classes=classes,
+                                        order_fraction=opts.order_fraction,
+                                        rng=np.random.default_rng([opts.seed, 1]), n_paths=opts.n_paths,
+                                        n_starts=opts.n_starts)
     elif opts.objective == "cost":
         api = opts.api_cost_per_item
         if api is None:

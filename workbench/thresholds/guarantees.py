@@ -7,9 +7,11 @@ errors are i.i.d. Bernoulli(risk(λ)), so a valid p-value is the Hoeffding–Ben
 ``n = n_λ``: ``min(exp(-n h(min(r̂, α), α)), BinomCDF(n r̂; n, α))`` (the ``e`` factor of Bentkus is
 not needed for 0/1 losses). Family-wise error control over the grid:
 
-- ``fixed-sequence`` (default): data-independent strict→lax sequences (for a few margin / ``tau_no``
-  columns, the first threshold walks down from several evenly spaced starting values), each tested
-  in order at level ``δ / n_sequences`` until its first non-rejection;
+- ``fixed-sequence`` (default): *split* fixed-sequence testing — a share of the calibration items
+  (``order_fraction``, default 0.3) only orders the grid points strict→lax (ascending p-value on
+  those items, :func:`learned_order`); the other items test them in that order at level ``δ`` until
+  the first non-rejection. Without held-apart items, data-independent column paths with several
+  starts each are used at ``δ / n_sequences`` (:func:`strict_to_lax_paths`);
 - ``holm``: Bonferroni–Holm over all grid points.
 
 Every rejected ``λ`` then satisfies ``P(risk(λ) > α) ≤ δ`` simultaneously, so picking the one with
@@ -123,9 +125,22 @@ def strict_to_lax_paths(shape: tuple[int, int], n_paths: int = 10, n_starts: int
     return [rows[s:] * B + j for j in cols for s in starts]
 
 
-def _rejections(p: np.ndarray, delta: float, method: str, n_paths: int, n_starts: int = 10
-                ) -> tuple[np.ndarray, float]:
+def learned_order(order_errors: np.ndarray, order_accepted: np.ndarray, alpha: float) -> np.ndarray:
+    """Test order learned on held-apart items: ascending p-value, then more accepted items first.
+
+    This is the *split fixed-sequence* order of Learn-then-Test: points that look safest (strict
+    rules with enough items) come first and laxer ones after, so the sequence walks strict→lax along
+    the data's own risk ridge instead of a fixed line through the grid.
+    """
+    p = hoeffding_bentkus_p_values(order_errors, order_accepted, alpha).ravel()
+    return np.lexsort((-np.asarray(order_accepted).ravel(), p))
+
+
+def _rejections(p: np.ndarray, delta: float, method: str, n_paths: int, n_starts: int = 10,
+                order: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """Rejected mask and the per-test level used for the first rejection."""
+    if method == "fixed-sequence" and order is not None:
+        return fixed_sequence_rejections(p, [order], delta), delta
     if method == "fixed-sequence":
         paths = strict_to_lax_paths(p.shape, n_paths, n_starts)
         return fixed_sequence_rejections(p, paths, delta), delta / len(paths)
@@ -207,7 +222,8 @@ def _calibration_summary(surface: Surface, accepted: int, errors: int) -> dict:
 
 def select_guarantee(surface: Surface, *, alpha: float = 0.05, delta: float = 0.1,
                      method: Method = "fixed-sequence", per_class: bool = False, n_paths: int = 10,
-                     n_starts: int = 10, classes: Sequence[int] | None = None) -> Selection:
+                     n_starts: int = 10, classes: Sequence[int] | None = None,
+                     order_surface: Surface | None = None) -> Selection:
     """Maximise calibration coverage subject to ``P(error among accepted > alpha) <= delta``.
 
     Parameters
@@ -224,15 +240,22 @@ def select_guarantee(surface: Surface, *, alpha: float = 0.05, delta: float = 0.
         Certify one ``(x, y)`` per predicted option at level ``delta / K``.
     classes : sequence of int, optional
         Options that may be accepted (default: all); the Bonferroni factor is their number.
+    order_surface : Surface, optional
+        Counts on calibration items held apart from ``surface`` (same grid). With
+        ``method="fixed-sequence"`` the test order is learned on them (:func:`learned_order`) and one
+        sequence is tested at level ``delta``; without it, the data-independent column paths of
+        :func:`strict_to_lax_paths` are used at ``delta / (n_paths * n_starts)``.
 
     Returns
     -------
     selection : Selection
     """
     _check_alpha_delta(alpha, delta)
+    use_order = order_surface is not None and method == "fixed-sequence"
     if not per_class:
         p = hoeffding_bentkus_p_values(surface.errors, surface.accepted, alpha)
-        ok, level = _rejections(p, delta, method, n_paths, n_starts)
+        order = learned_order(order_surface.errors, order_surface.accepted, alpha) if use_order else None
+        ok, level = _rejections(p, delta, method, n_paths, n_starts, order)
         best = _best_by_coverage(surface.accepted, surface.errors, ok)
         if best is None:
             return Selection("guarantee", True, None, None, {}, None, _calibration_summary(surface, 0, 0),
@@ -253,8 +276,9 @@ def select_guarantee(surface: Surface, *, alpha: float = 0.05, delta: float = 0.
                        "test_level": level, "certified_bound": alpha,
                        "risk_upper_bound": min(bound, alpha),
                        "expected_coverage": acc / max(surface.n_total, 1),
-                       "n_paths": n_paths if method == "fixed-sequence" else None,
-                       "n_starts": n_starts if method == "fixed-sequence" else None})
+                       "order": _order_name(method, use_order, order_surface),
+                       "n_paths": n_paths if method == "fixed-sequence" and not use_order else None,
+                       "n_starts": n_starts if method == "fixed-sequence" and not use_order else None})
     if surface.class_accepted is None:
         raise ThresholdError("per-class guarantees need a surface with per-class counts")
     K = surface.class_accepted.shape[0]
@@ -271,7 +295,9 @@ def select_guarantee(surface: Surface, *, alpha: float = 0.05, delta: float = 0.
             continue
         acc_k, err_k = surface.class_accepted[k], surface.class_errors[k]
         p = hoeffding_bentkus_p_values(err_k, acc_k, alpha)
-        ok, level = _rejections(p, delta_k, method, n_paths, n_starts)
+        order = learned_order(order_surface.class_errors[k], order_surface.class_accepted[k], alpha) \
+            if use_order else None
+        ok, level = _rejections(p, delta_k, method, n_paths, n_starts, order)
         best = _best_by_coverage(acc_k, err_k, ok & (acc_k > 0))
         if best is None:
             chosen[k] = None
@@ -291,10 +317,64 @@ def select_guarantee(surface: Surface, *, alpha: float = 0.05, delta: float = 0.
                    "class_correction": "bonferroni", "delta_per_class": delta_k,
                    "n_calibration": int(surface.n_total), "n_accepted_calibration": tot_acc,
                    "certified_bound": alpha, "expected_coverage": tot_acc / max(surface.n_total, 1),
-                   "classes": per, "n_paths": n_paths if method == "fixed-sequence" else None,
-                   "n_starts": n_starts if method == "fixed-sequence" else None},
+                   "classes": per, "order": _order_name(method, use_order, order_surface),
+                   "n_paths": n_paths if method == "fixed-sequence" and not use_order else None,
+                   "n_starts": n_starts if method == "fixed-sequence" and not use_order else None},
         feasible=feasible,
         notes=[] if feasible else ["no option is certified at this alpha/delta: everything goes to review"])
+
+
+def _order_name(method: str, use_order: bool, order_surface: Surface | None) -> str | None:
+    if method != "fixed-sequence":
+        return None
+    if use_order:
+        return f"learned on {order_surface.n_total} held-apart calibration items (split fixed-sequence)"
+    return "data-independent column paths (multi-start)"
+
+
+def select_guarantee_split(coords, correct: np.ndarray, *, x_grid: np.ndarray, y_grid: np.ndarray,
+                           n_classes: int, alpha: float = 0.05, delta: float = 0.1,
+                           method: Method = "fixed-sequence", per_class: bool = False,
+                           classes: Sequence[int] | None = None, order_fraction: float = 0.3,
+                           rng: np.random.Generator | None = None, n_paths: int = 10, n_starts: int = 10
+                           ) -> tuple[Selection, Surface]:
+    """Guarantee selection from per-item coordinates, holding ``order_fraction`` apart to order the tests.
+
+    Parameters
+    ----------
+    coords : RuleCoordinates
+        From :func:`workbench.thresholds.rules.rule_coordinates` on the calibration items.
+    correct : ndarray of shape (n_items,), bool
+    order_fraction : float in [0, 1)
+        Share of items used only to learn the test order (fixed-sequence); 0 uses the
+        data-independent paths. Holm uses every item.
+    rng : numpy Generator
+        Draws the held-apart items (seeded by the caller for reproducibility).
+
+    Returns
+    -------
+    selection, certifying_surface : the surface the certificate was computed on.
+    """
+    from workbench.thresholds.surface import surface_from_coordinates
+
+    n = len(correct)
+    rng = rng or np.random.default_rng(0)
+    hold = np.zeros(n, dtype=bool)
+    if method == "fixed-sequence" and order_fraction > 0:
+        hold = rng.random(n) < order_fraction
+
+    def surf(mask: np.ndarray) -> Surface:
+        return surface_from_coordinates(coords.x[mask], coords.y[mask], correct[mask], x_grid=x_grid,
+                                        y_grid=y_grid, predicted=np.maximum(coords.predicted[mask], 0),
+                                        n_classes=n_classes, x_name=coords.x_name, y_name=coords.y_name)
+
+    certify = surf(~hold)
+    order = surf(hold) if hold.any() else None
+    sel = select_guarantee(certify, alpha=alpha, delta=delta, method=method, per_class=per_class,
+                           classes=classes, order_surface=order, n_paths=n_paths, n_starts=n_starts)
+    if sel.guarantee is not None:
+        sel.guarantee["n_order"] = int(hold.sum())
+    return sel, certify
 
 
 def error_cost_weights(labels: np.ndarray, predicted: np.ndarray, n_options: int,

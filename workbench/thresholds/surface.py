@@ -156,17 +156,41 @@ def surface_from_coordinates(x: np.ndarray, y: np.ndarray, correct: np.ndarray, 
                    x_name, y_name)
 
 
-def default_grids(qtype: str, n: int = 100) -> tuple[np.ndarray, np.ndarray]:
-    """Threshold grids in rule-coordinate units.
+def _mixed_axis(lo: float, hi: float, n: int, decades: float = 3.0) -> np.ndarray:
+    """``n`` thresholds from ``lo`` to just below ``hi``: linear up to 90% of the range, then
+    geometrically closer to ``hi`` (down to ``10**-decades`` of the range from it).
 
-    choice/score: ``tau`` and ``margin`` each ``linspace(0, 1, n)``. noul: ``tau_yes`` in
-    ``linspace(0.5, 1, n)`` and ``tau_no`` in ``linspace(0, 0.5, n)`` (stored as ``-tau_no``, ascending).
+    Over-confident models put most answers above 0.99, where a linear grid has one or two points;
+    the geometric tail keeps the grid useful there. The grid never depends on the data.
+    """
+    n_tail = n // 2
+    span = hi - lo
+    head = np.linspace(lo, lo + 0.9 * span, n - n_tail, endpoint=False)
+    tail = hi - 0.1 * span * 10.0 ** (-decades * np.linspace(0.0, 1.0, n_tail))
+    return np.concatenate([head, tail])
+
+
+def default_grids(qtype: str, n: int = 100, *, spacing: str = "mixed") -> tuple[np.ndarray, np.ndarray]:
+    """Threshold grids in rule-coordinate units (``n`` points per axis, ascending).
+
+    choice/score: ``tau`` and ``margin`` over [0, 1). noul: ``tau_yes`` over [0.5, 1) and ``tau_no``
+    over (0, 0.5] (stored as ``-tau_no``, ascending). ``spacing="mixed"`` (default) is linear for the
+    first 90% of the range and geometric towards the strict end (see :func:`_mixed_axis`);
+    ``"linear"`` is ``linspace`` including both ends.
     """
     if n < 2:
         raise ValueError("grid needs at least 2 points per axis")
+    if spacing == "linear":
+        if qtype == "noul":
+            return np.linspace(0.5, 1.0, n), np.sort(-np.linspace(0.0, 0.5, n))
+        g = np.linspace(0.0, 1.0, n)
+        return g, g.copy()
+    if spacing != "mixed":
+        raise ValueError("spacing must be 'mixed' or 'linear'")
     if qtype == "noul":
-        return np.linspace(0.5, 1.0, n), np.sort(-np.linspace(0.0, 0.5, n))
-    g = np.linspace(0.0, 1.0, n)
+        yes = _mixed_axis(0.5, 1.0, n)
+        return yes, np.sort(-(1.0 - yes))  # tau_no mirrors tau_yes: 1 - tau_yes
+    g = _mixed_axis(0.0, 1.0, n)
     return g, g.copy()
 
 
