@@ -1,0 +1,208 @@
+"""Experiments as files: one dataset × schema variants × providers, run as a cross product.
+
+An experiment file (YAML) is the reviewable record of a comparison::
+
+    name: banking77-schema-ab
+    dataset: banking77
+    splits: [calibration, test]        # default: every split but train
+    limit: null                        # first N items by id per split filter (smoke runs)
+    providers: [local:minilm-zeroshot, baseline:tfidf-logreg]
+    variants:                          # name -> schema file (relative to this file) or a mapping
+      descriptive: schemas/banking77.yaml
+      terse: {schema: schemas/banking77-terse.yaml}
+      per-question: {schema: schemas/hwu64.yaml, questions_per_request: 1}
+    baseline: {provider: local:minilm-zeroshot, variant: terse}
+    objective: {kind: guarantee, max_error: 0.05, delta: 0.1}
+    compare: {split: test, n_boot: 1000}
+
+``workbench run experiments/banking77.yaml`` runs every (variant, provider) pair through the runner
+(the response cache makes a rerun free), tagging each run with ``experiment`` and ``variant``;
+``workbench compare banking77-schema-ab`` compares the latest run of every pair.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from workbench.errors import NotFoundError, WorkbenchError
+
+
+class ExperimentError(WorkbenchError):
+    """An experiment file is malformed or names something that does not exist."""
+
+
+class Variant(BaseModel):
+    """One schema variant: the schema file and how questions are grouped into requests."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schema_file: str = Field(alias="schema", min_length=1)
+    questions_per_request: int | None = Field(default=None, ge=1)
+    description: str | None = None
+
+
+class Baseline(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    provider: str
+    variant: str
+
+
+class Objective(BaseModel):
+    """Threshold objective of the comparison (the ``workbench thresholds`` options)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["guarantee", "cost", "coverage", "error"] = "guarantee"
+    max_error: float = Field(default=0.05, gt=0, lt=1)   # alpha of the guarantee
+    delta: float = Field(default=0.1, gt=0, lt=1)
+    target_coverage: float | None = Field(default=None, gt=0, le=1)
+    target_error: float | None = Field(default=None, gt=0, lt=1)
+    review_cost: float = Field(default=1.0, ge=0)
+    error_cost: float = Field(default=10.0, ge=0)
+    calibrate: Literal["none", "temperature", "isotonic", "platt"] = "none"
+    calibration_split: str = "calibration"
+
+
+class CompareSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    split: str = "test"
+    n_boot: int = Field(default=1000, ge=0)
+    seed: int = 0
+    questions: list[str] | None = None
+
+
+class Experiment(BaseModel):
+    """A parsed experiment file (paths already resolved against the file's folder)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
+    description: str | None = None
+    dataset: str = Field(min_length=1)
+    splits: list[str] | None = None
+    limit: int | None = Field(default=None, ge=1)
+    providers: list[str] = Field(min_length=1)
+    variants: dict[str, Variant] = Field(min_length=1)
+    baseline: Baseline | None = None
+    objective: Objective = Field(default_factory=Objective)
+    compare: CompareSettings = Field(default_factory=CompareSettings)
+    concurrency: int | None = Field(default=None, ge=1)
+    timeout: float | None = Field(default=None, gt=0)
+    source: str | None = None
+
+    @field_validator("variants", mode="before")
+    @classmethod
+    def _short_form(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: ({"schema": v} if isinstance(v, str) else v) for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _baseline_known(self) -> "Experiment":
+        if len(set(self.providers)) != len(self.providers):
+            raise ValueError("providers are listed twice")
+        if self.baseline is not None:
+            if self.baseline.provider not in self.providers:
+                raise ValueError(f"baseline provider {self.baseline.provider!r} is not in providers")
+            if self.baseline.variant not in self.variants:
+                raise ValueError(f"baseline variant {self.baseline.variant!r} is not in variants")
+        return self
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        """(variant, provider) in file order: variants outer, providers inner."""
+        return [(v, p) for v in self.variants for p in self.providers]
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment file; schema paths become absolute and must exist."""
+    path = Path(path)
+    if not path.exists():
+        raise ExperimentError(f"{path}: experiment file does not exist", hint="check the path")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ExperimentError(f"{path}: cannot parse: {str(exc).splitlines()[0]}", hint="fix the YAML") from None
+    if not isinstance(data, dict):
+        raise ExperimentError(f"{path}: an experiment must be a mapping", hint="see experiments/banking77.yaml")
+    try:
+        exp = Experiment.model_validate({**data, "source": str(path)})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "experiment"
+        raise ExperimentError(f"{path}: {loc}: {err['msg']}", hint="see experiments/banking77.yaml") from None
+    variants = {}
+    for name, v in exp.variants.items():
+        schema_path = (path.parent / v.schema_file).resolve()
+        if not schema_path.exists():
+            raise ExperimentError(f"{path}: variant {name!r}: schema file {v.schema_file} does not exist",
+                                  hint="schema paths are relative to the experiment file")
+        variants[name] = v.model_copy(update={"schema_file": str(schema_path)})
+    return exp.model_copy(update={"variants": variants})
+
+
+def run_experiment_file(*args: Any, con: Any = None, path: str | Path | None = None,
+                        concurrency: int | None = None, limit: int | None = None,
+                        env: Mapping[str, str] | None = None, progress: bool = True, rate: float | None = None,
+                        max_cost: float | None = None, timeout: float | None = None, transport: Any = None,
+                        as_json: bool = False) -> dict:
+    """Run the full cross product of an experiment file; return its name and run ids.
+
+    Call as ``run_experiment_file(con, path)`` or ``run_experiment_file(path, con=con)``. Each
+    (variant, provider) is one run tagged with ``experiment`` and ``variant``; cached responses are
+    reused, so running the same file again costs nothing.
+
+    Returns
+    -------
+    result : dict
+        ``{"experiment", "dataset", "source", "runs": [{"run_id", "variant", "provider", "status", "summary"}]}``.
+    """
+    for arg in args:  # a store connection has .execute; anything else is the path
+        if hasattr(arg, "execute"):
+            con = arg
+        else:
+            path = arg
+    if con is None or path is None:
+        raise TypeError("run_experiment_file needs a store connection and an experiment path")
+    from workbench.runner import run_experiment
+    from workbench.schema import load_schema
+    from workbench.store.runs import get_run
+
+    exp = load_experiment(path)
+    env = os.environ if env is None else env
+    results = []
+    for vname, variant in exp.variants.items():
+        schema = load_schema(variant.schema_file)
+        run_ids = run_experiment(con, dataset=exp.dataset, schema=schema, provider_specs=list(exp.providers),
+                                 splits=exp.splits, limit=limit or exp.limit,
+                                 concurrency=concurrency or exp.concurrency or 8, rate=rate, max_cost=max_cost,
+                                 run_name=f"{exp.name}/{vname}", experiment=exp.name, variant=vname, env=env,
+                                 timeout=timeout or exp.timeout or 5.0,
+                                 questions_per_request=variant.questions_per_request, transport=transport,
+                                 progress=progress)
+        for provider, run_id in zip(exp.providers, run_ids):
+            run = get_run(con, run_id)
+            results.append({"run_id": run_id, "variant": vname, "provider": provider, "status": run["status"],
+                            "summary": run["summary"]})
+    if not as_json:
+        from workbench.cli.common import err_console
+
+        for r in results:
+            s = r["summary"] or {}
+            err_console.print(f"{exp.name} [bold]{r['variant']}[/] × {r['provider']}: run {r['run_id']} "
+                              f"{r['status']} ({s.get('answered', '?')} answered, {s.get('failed', '?')} failed)")
+        err_console.print(f"compare with `workbench compare {exp.name}`")
+    return {"experiment": exp.name, "dataset": exp.dataset, "source": str(path), "runs": results}
+
+
+def experiment_runs(con: Any, name: str) -> list[dict]:
+    """Latest finished-or-not run of every (variant, provider) of experiment ``name``."""
+    df = con.execute(
+        "SELECT run_id, variant, provider, status, created_at FROM runs WHERE experiment = ? AND kind = 'raw'"
+        " QUALIFY row_number() OVER (PARTITION BY variant, provider ORDER BY created_at DESC) = 1"
+        " ORDER BY created_at", [name]).df()
+    if df.empty:
+        raise NotFoundError(f"experiment {name!r} has no runs",
+                            hint=f"run it first: workbench run experiments/{name}.yaml")
+    return df.to_dict(orient="records")
