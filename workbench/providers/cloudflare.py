@@ -62,7 +62,7 @@ class CloudflareProvider(SystemOneProvider):
             raise self._refuse(ErrorKind.INVALID, f"model name {self.model!r} is not a plain name "
                                "(expected e.g. clef or clef-flash)")
 
-    def to_system_one(self, data: Any, response: httpx.Response) -> dict:
+    def to_system_one(self, data: Any, response: httpx.Response, request: DecisionRequest) -> dict:
         if isinstance(data, dict) and "success" in data:
             if data.get("success") is not True:  # fail closed: a 200 without success is not an answer
                 code, etype, message = error_fields(data)
@@ -72,4 +72,4 @@ class CloudflareProvider(SystemOneProvider):
                                     + (f" (code {code}: {message[:200]})" if code is not None else ""),
                                     status=response.status_code, code=code)
             data = data.get("result")
-        return super().to_system_one(data, response)
+        return super().to_system_one(data, response, request)

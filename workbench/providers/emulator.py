@@ -101,6 +101,8 @@ class FaultConfig:
     malformed: float = 0.0                  # 200 with a truncated JSON body
     refusal: float = 0.0                    # OpenAI dialect: per-question {"type": "refusal"}
     truncate_state_tokens: int | None = None  # silently read only the first N state tokens
+    force_status: int | None = None         # answer every valid request with this HTTP error status
+    force_code: int | None = None           # ... and this vendor code (e.g. 403 / None, 408, 402)
     timeout_sleep_s: float = 30.0
     seed: int = 0
 
@@ -115,6 +117,8 @@ class FaultConfig:
             raise ValueError("latency must be >= 0 and p95 >= median")
         if self.latency_profile not in (None, "published"):
             raise ValueError("latency_profile must be 'published' or None")
+        if self.force_status is not None and not (400 <= int(self.force_status) <= 599):
+            raise ValueError("force_status must be an HTTP error status (400-599)")
         if self.truncate_state_tokens is not None and self.truncate_state_tokens < 0:
             raise ValueError("truncate_state_tokens must be >= 0")
         return self
@@ -564,13 +568,17 @@ class EmulatorStats:
             self.by_status: Counter = Counter()
             self.by_fault: Counter = Counter()
 
-    def record(self, path: str, model: str | None, status: int | str, fault: str | None) -> None:
+    def arrived(self, path: str, model: str | None) -> None:
+        """Count a request when it arrives (a request that later hangs or is reset still counts)."""
         m = model or "-"
         with self._lock:
             self.total += 1
             self.by_path[path] += 1
             self.by_model[m] += 1
             self.by_model_path[f"{m} {path}"] += 1
+
+    def finished(self, status: int | str, fault: str | None) -> None:
+        with self._lock:
             self.by_status[str(status)] += 1
             if fault:
                 self.by_fault[fault] += 1
@@ -633,7 +641,7 @@ class EmulatorServer:
         if isinstance(faults, dict):
             faults = FaultConfig().merged(**faults)
         self.faults = (faults or FaultConfig()).validate()
-        self._token = require_token
+        self.require_token = require_token  # may be changed while running (tests)
         self.max_body_bytes = max_body_bytes
         self._stats = EmulatorStats()
         self._attempts: dict[bytes, int] = {}
@@ -757,11 +765,12 @@ class EmulatorServer:
         if route != "none" and route != "cloudflare" and route != "vercel":
             model = _peek_model(req.body)
         call = _Call(route, req.path, model, self._rng_for(req.body))
+        self._stats.arrived(req.path, model)
         try:
             resp = await self._route(req, call)
         except Exception as exc:  # an answerer bug must not kill the connection loop
             resp = self._error(call, 500, 5000, f"emulator error: {type(exc).__name__}")
-        self._stats.record(req.path, call.model, "reset" if resp.reset else resp.status, call.fault)
+        self._stats.finished("reset" if resp.reset else resp.status, call.fault)
         return resp
 
     def _rng_for(self, body: bytes) -> random.Random:
@@ -778,7 +787,7 @@ class EmulatorServer:
             return self._error(call, 400, 7000, "No route for that URI")
         if call.route == "cloudflare" and call.model not in _CF_MODELS:
             return self._error(call, 400, 7000, "No route for that URI")
-        if self._token is not None and not self._authorised(req):
+        if self.require_token is not None and not self._authorised(req):
             return self._error(call, 401, 10000, "Authentication error")
         if len(req.body) > self.max_body_bytes:
             return self._error(call, 413, 5021, "Request is too large: the estimated input exceeds the limit")
@@ -793,6 +802,10 @@ class EmulatorServer:
         except Reject as rej:
             status, code = (400, 5006) if rej.kind == "schema" else (422, 5012)
             return self._error(call, status, code, rej.message, loc=rej.loc, model_side=rej.kind == "model")
+        if self.faults.force_status is not None:
+            call.fault = f"forced_{self.faults.force_status}"
+            return self._error(call, int(self.faults.force_status), self.faults.force_code,
+                               f"forced status {self.faults.force_status}")
         # faults and latency (after validation: a bad request is refused at once)
         call.fault = self.faults.draw_fault(call.rng)
         delay = self.faults.latency_for(call.model, call.rng)
@@ -827,9 +840,9 @@ class EmulatorServer:
 
     def _authorised(self, req: HttpRequest) -> bool:
         auth = req.headers.get("authorization", "")
-        if auth.startswith("Bearer ") and auth[7:].strip() == self._token:
+        if auth.startswith("Bearer ") and auth[7:].strip() == self.require_token:
             return True
-        return req.headers.get("api-subscription-key") == self._token
+        return req.headers.get("api-subscription-key") == self.require_token
 
     def _parse(self, req: HttpRequest, call: _Call, body: Any) -> tuple[Any, dict, list, dict]:
         if call.route == "cloudflare":
@@ -910,7 +923,7 @@ class EmulatorServer:
         ray = f"{call.rng.getrandbits(64):016x}-IAD"
         return {"cf-ray": ray, "api-version": "2026-10-01.epoch", "cache-control": "no-store"}
 
-    def _error(self, call: _Call, status: int, code: int, message: str, *, loc: tuple = (),
+    def _error(self, call: _Call, status: int, code: int | None, message: str, *, loc: tuple = (),
                model_side: bool = False) -> HttpResponse:
         rid = str(uuid.UUID(int=call.rng.getrandbits(128)))
         if call.route == "cloudflare":

@@ -229,7 +229,7 @@ class HttpProvider:
     def build_body(self, request: DecisionRequest) -> dict:
         raise NotImplementedError
 
-    def to_system_one(self, data: Any, response: httpx.Response) -> dict:
+    def to_system_one(self, data: Any, response: httpx.Response, request: DecisionRequest) -> dict:
         """Translate a 2xx body into ``{"model", "answers": {qid: answer}, "usage": {...}}``."""
         raise NotImplementedError
 
@@ -310,7 +310,7 @@ class HttpProvider:
                                 f"({len(response.content)} bytes)", status=response.status_code,
                                 request_id=request_id) from None
         try:
-            raw = self.to_system_one(data, response)
+            raw = self.to_system_one(data, response, request)
         except ProviderError as exc:
             exc.request_id = exc.request_id or request_id
             raise

@@ -51,7 +51,7 @@ class SystemOneProvider(HttpProvider):
             body["images"] = list(request.images)
         return body
 
-    def to_system_one(self, data: Any, response: httpx.Response) -> dict:
+    def to_system_one(self, data: Any, response: httpx.Response, request: DecisionRequest) -> dict:
         if not isinstance(data, dict) or not isinstance(data.get("answers"), dict):
             raise ProviderError(ErrorKind.MALFORMED, f"{self.spec}: response has no 'answers' object",
                                 status=response.status_code)

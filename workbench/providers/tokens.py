@@ -8,9 +8,11 @@ character of that class costs, from the per-script ratios measured in providers.
 * log lines ~1.35 and integer arrays ~1.16 characters per token (§3.6), so digits and
   punctuation cost far more than letters;
 * CJK ≈0.46 tokens per character, Devanagari 0.44, emoji 2.6 per code point (§3.6);
-* hosted Clef cut random CJK after ~1,170 characters for 2,048 tokens (§7), i.e. up to
-  ~1.75 tokens per CJK character on Clef's tokenizer — we take the larger figure, because an
-  estimate used to refuse a request must err on the side of *more* tokens.
+* hosted Clef cut English prose after ~7,517 characters for 2,048 tokens (3.7 characters per
+  token), log lines after ~2,863 (1.4) and digit lists after ~2,040 (1.0) (§7), so letters and
+  digits are weighed for the hungrier of the two tokenizers, because an estimate used to
+  refuse a request must err on the side of *more* tokens. CJK is weighed 1 token per character
+  (twice the 0.46 of §3.6); random CJK code points reached ~1.75 on Clef (§7), real text far less.
 
 The estimate is deliberately on the high side for every kind of text (see the tests in
 ``tests/providers/test_tokens.py``): refusing a state that would in fact fit wastes a call,
@@ -26,10 +28,11 @@ import numpy as np
 
 #: Tokens per character, by character class (see the module docstring for where each comes from).
 TOKENS_PER_CHAR: dict[str, float] = {
-    "letter": 0.26,       # ASCII letters: prose 4.3 chars/token, pushed up for identifiers
-    "digit": 0.90,        # integer arrays 1.16 chars/token, log lines 1.35
-    "space": 0.15,        # single spaces merge into the next word; runs of indentation do not
-    "punct": 0.45,        # JSON/code punctuation: minified JSON 3.4 chars/token overall
+    "letter": 0.28,       # ASCII letters: prose 4.3 chars/token (§3.6), 3.7 on hosted Clef (§7)
+    "digit": 1.20,        # integer arrays 1.16 chars/token (§3.6), digit lists ~1.0 on Clef (§7)
+    "mixed": 0.60,        # letters inside runs that also hold digits (hex ids, hashes): log lines
+    "space": 0.20,        # single spaces merge into the next word; runs of indentation do not
+    "punct": 0.70,        # JSON/code punctuation: minified JSON 3.4 chars/token, log lines 1.35
     "latin_ext": 0.50,    # accented Latin, Greek, Cyrillic: byte-level BPE splits them more
     "indic": 0.60,        # Devanagari and other Brahmic scripts (0.44 measured; margin added)
     "cjk": 1.00,          # CJK ideographs, kana, hangul (0.46 on Perplexity, up to ~1.75 on Clef)
@@ -64,6 +67,16 @@ def _class_of_codepoints(codes: np.ndarray) -> np.ndarray:
     cls[cjk] = _CLASS_ORDER.index("cjk")
     emoji = ((codes >= 0x1F000) & (codes < 0x1FB00)) | ((codes >= 0x2600) & (codes < 0x27C0))
     cls[emoji] = _CLASS_ORDER.index("emoji")
+    # letters in an alphanumeric run that also holds a digit ("8f3a2b", "req42") tokenise like digits
+    letter = cls == _CLASS_ORDER.index("letter")
+    digit = cls == _CLASS_ORDER.index("digit")
+    alnum = letter | digit
+    if alnum.any():
+        starts = alnum & ~np.concatenate(([False], alnum[:-1]))
+        run_id = np.cumsum(starts) * alnum
+        has_digit = np.bincount(run_id, weights=digit, minlength=int(run_id.max()) + 1) > 0
+        has_digit[0] = False
+        cls[letter & has_digit[run_id]] = _CLASS_ORDER.index("mixed")
     return cls
 
 
