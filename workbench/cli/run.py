@@ -93,10 +93,12 @@ def register(app: typer.Typer) -> None:
                     raise WorkbenchError(f"{experiment}: experiment files are not supported in this build",
                                          hint="use --dataset/--schema/--provider") from None
                 raise
-            result = run_experiment_file(experiment, con=open_store(), concurrency=concurrency or 8,
-                                         rate=parse_rate(rate), max_cost=max_cost, timeout=timeout or 5.0,
-                                         progress=progress,
-                                         as_json=as_json)
+            result = run_experiment_file(experiment, con=open_store(), concurrency=concurrency, limit=limit,
+                                         rate=parse_rate(rate), max_cost=max_cost, timeout=timeout,
+                                         progress=progress, as_json=as_json)
+            for r in (result or {}).get("runs", []):
+                if r.get("summary"):
+                    _print_summary(r["summary"])
             if as_json and result is not None:
                 emit_json(result)
             return
