@@ -61,7 +61,7 @@ def import_spec_for(name: str):
                           calibration_fraction=0.2, seed=0)
     if name == "hwu64":
         return ImportSpec(name="hwu64", text_column="text", id_column="id", split_column="split",
-                          labels={"intent": "label"}, calibration_fraction=0.2, seed=0)
+                          labels={"scenario": "scenario", "intent": "label"}, calibration_fraction=0.2, seed=0)
     raise DemoError(f"no bundled dataset {name!r}", hint=f"choose from {', '.join(DATASETS)}")
 
 
@@ -87,9 +87,10 @@ def schema_variants(name: str, labels: list[str]) -> dict[str, Any]:
     from workbench.schema import DecisionSchema, load_schema
 
     out: dict[str, Any] = {}
+    folder = repo_root() / "experiments" / "schemas"
     for variant in VARIANTS:
-        for cand in (repo_root() / "experiments" / "schemas" / f"{name}-{variant}.yaml",
-                     repo_root() / "experiments" / "schemas" / f"{name}_{variant}.yaml"):
+        names = [f"{name}-{variant}.yaml"] + ([f"{name}.yaml"] if variant == "descriptive" else [])
+        for cand in (folder / n for n in names):
             if cand.exists():
                 out[variant] = load_schema(cand)
                 break
@@ -117,7 +118,7 @@ class DemoRun:
     variant: str
     run_id: str
     emulated: bool
-    calibrated_run_id: str | None = None
+    questions: list[str] = field(default_factory=lambda: ["intent"])
     figures: dict = field(default_factory=dict)
     policy_path: str | None = None
 
@@ -140,3 +141,263 @@ class DemoResult:
                 "policy": str(self.policy_path) if self.policy_path else None, "seconds": self.seconds,
                 "runs": [r.__dict__ for r in self.runs], "summary": self.summary.to_dict(orient="records"),
                 "ui": self.ui_commands}
+
+
+# -- the pipeline ------------------------------------------------------------------------------------
+def _subsample(name: str, out_dir: Path, n_per_split: int) -> list[Path]:
+    """Every k-th row of each bundled file (deterministic), for ``--fast``."""
+    files = []
+    target = out_dir / "fast-data" / name
+    target.mkdir(parents=True, exist_ok=True)
+    for f in dataset_files(name):
+        df = pd.read_csv(f, dtype=str, keep_default_na=False)
+        if "split" in df.columns:
+            parts = []
+            for split, g in df.groupby("split", sort=False):
+                k = max(1, len(g) // (n_per_split * (4 if split == "train" else 1)))
+                parts.append(g.iloc[::k])
+            df = pd.concat(parts)
+        else:
+            k = max(1, len(df) // (n_per_split * (4 if "train" in f.stem else 1)))
+            df = df.iloc[::k]
+        df.to_csv(target / f.name, index=False)
+        files.append(target / f.name)
+    return files
+
+
+def run_label(dataset: str, provider: str, variant: str) -> str:
+    """Run name shown everywhere; the emulated provider is marked EMULATED."""
+    tag = f"{provider} [EMULATED]" if provider == EMULATED_PROVIDER else provider
+    return f"demo {dataset} · {tag} · {variant}"
+
+
+def _memo_minilm():
+    """``local:minilm-zeroshot`` with its state embeddings kept across the demo's runs.
+
+    Both schema variants send the same states, and the model embeds each state independently of
+    the question, so the second variant reuses the first one's embeddings: answers are identical
+    to a fresh instance's, in half the time.
+    """
+    import numpy as np
+
+    from workbench.providers.local import MiniLMZeroShot
+
+    class MemoMiniLM(MiniLMZeroShot):
+        def __init__(self) -> None:
+            super().__init__()
+            self._state_cache: dict[str, np.ndarray] = {}
+
+        def encode(self, texts):
+            missing = [t for t in dict.fromkeys(texts) if t not in self._state_cache]
+            if missing:
+                for t, e in zip(missing, super().encode(missing)):
+                    self._state_cache[t] = e
+            if len(texts) == 0:
+                return super().encode(texts)
+            return np.stack([self._state_cache[t] for t in texts])
+
+    return MemoMiniLM()
+
+
+def _emulator_env(emu) -> dict[str, str]:
+    """Dummy credentials + the emulator's URL: handed to the runner only (never os.environ)."""
+    return {**os.environ, "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url,
+            "CLOUDFLARE_API_KEY": "demo-not-a-real-key", "CLOUDFLARE_ACCOUNT_ID": "demo-account"}
+
+
+def _figures(con, run_id: str, question: str) -> dict:
+    """Test accuracy and top-label ECE before/after temperature scaling fitted on calibration."""
+    from workbench.metrics.recalibrate import make_calibrator
+    from workbench.metrics.reliability import top_label_ece
+    from workbench.store.runs import load_answers
+
+    cal = load_answers(con, run_id, question, ["calibration"]).labelled()
+    test = load_answers(con, run_id, question, ["test"])
+    lab = test.labelled()
+    out = {"n_test": int(len(test.labels)), "failed_test": int(test.failed.sum())}
+    if len(lab.labels) == 0:
+        return out
+    out["accuracy"] = float((lab.probs.argmax(axis=1) == lab.labels).mean())
+    out["ece"] = float(top_label_ece(lab.probs, lab.labels, n_bins=15))
+    if len(cal.labels) >= 2:
+        temp = make_calibrator("temperature").fit(cal.probs, cal.labels)
+        out["temperature"] = float(temp.to_dict()["params"].get("temperature", float("nan")))
+        out["ece_temperature"] = float(top_label_ece(temp.transform(lab.probs), lab.labels, n_bins=15))
+    return out
+
+
+def run_demo(out_dir: str | Path = "demo-output", *, fast: bool = False, alpha: float = 0.1, delta: float = 0.1,
+             datasets: tuple[str, ...] = DATASETS, providers: tuple[str, ...] | None = None,
+             progress: bool = True, log: Callable[[str], None] | None = None) -> DemoResult:
+    """Run the whole offline demo into ``out_dir`` and return what it made.
+
+    Parameters
+    ----------
+    out_dir : path
+        Gets ``workbench.duckdb``, ``policy.json`` (the best certified policy) and
+        ``policies/<dataset>-<provider>-<variant>.json`` for every run.
+    fast : bool
+        Subsample every split (about :data:`FAST_ITEMS` items) for a quick look or a test.
+    alpha, delta : float
+        Guarantee: P(error among auto-accepted > alpha) <= delta on the calibration split.
+    datasets, providers : tuples
+        Subsets of :data:`DATASETS` and of the three demo providers.
+    progress : bool
+        Rich progress bars on stderr (the runner's).
+    log : callable
+        Receives one line per step (default: print to stderr).
+
+    Returns
+    -------
+    DemoResult
+    """
+    from workbench.policy.build import build_policy
+    from workbench.policy.io import write_policy
+    from workbench.providers.emulator import run_emulator
+    from workbench.runner.execute import RunOptions, execute_run, start_run
+    from workbench.store.datasets import dataset_info, import_dataset
+    from workbench.store.db import connect
+    from workbench.thresholds.choose import ThresholdOptions
+
+    if log is None:
+        from workbench.cli.common import err_console
+
+        def log(line: str) -> None:
+            err_console.print(line)
+
+    t0 = time.perf_counter()
+    out = Path(out_dir).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    db = out / "workbench.duckdb"
+    providers = tuple(providers or (*LOCAL_PROVIDERS, EMULATED_PROVIDER))
+    runs: list[DemoRun] = []
+    con = connect(db)
+    try:
+        for name in datasets:
+            files = _subsample(name, out, FAST_ITEMS) if fast else dataset_files(name)
+            info = import_dataset(con, files, import_spec_for(name))
+            log(f"[bold]{name}[/]: {info.n_items:,} items, v{info.version} "
+                f"({'imported' if info.created else 'already in the store'}), fingerprint {info.fingerprint[:12]}")
+        options = RunOptions(splits=["calibration", "test"], concurrency=32)
+        minilm = _memo_minilm() if "local:minilm-zeroshot" in providers else None
+        with ExitStack() as stack:
+            env = dict(os.environ)
+            if EMULATED_PROVIDER in providers:
+                emu = stack.enter_context(run_emulator(port=0))
+                env = _emulator_env(emu)
+                log(f"[yellow]EMULATED[/] {EMULATED_PROVIDER}: the workbench emulator on {emu.base_url} answers "
+                    "instead of Cloudflare (no network, dummy credentials)")
+            for name in datasets:
+                labels = sorted(dataset_info(con, name)["labels"]["intent"]["label_counts"])
+                variants = schema_variants(name, labels)
+                for variant, schema in variants.items():
+                    for spec in providers:
+                        label = run_label(name, spec, variant)
+                        log(f"run {label}")
+                        run_id = start_run(con, dataset=name, schema=schema, provider_spec=spec, options=options,
+                                           run_name=label, experiment=f"demo-{name}", variant=variant)
+                        execute_run(con, run_id, env=env, progress=progress,
+                                    provider=minilm if spec == "local:minilm-zeroshot" else None)
+                        runs.append(DemoRun(name, spec, variant, run_id, spec == EMULATED_PROVIDER,
+                                            questions=list(schema.question_ids)))
+            if EMULATED_PROVIDER in providers:
+                log(f"[yellow]EMULATED[/] emulator stopped after {emu.request_count():,} requests")
+
+        opts = ThresholdOptions(objective="guarantee", alpha=alpha, delta=delta, calibrate="temperature")
+        policy_dir = out / "policies"
+        policy_dir.mkdir(exist_ok=True)
+        for r in runs:
+            r.figures = _figures(con, r.run_id, "intent")
+            try:
+                model, results = build_policy(con, r.run_id, r.questions, opts, created_by="workbench demo")
+            except WorkbenchError as exc:
+                r.figures["policy_error"] = exc.message
+                continue
+            res = results["intent"]
+            sel = res.selection
+            r.figures.update({
+                "certified": bool(sel.feasible), **{k: v for k, v in sel.params.items()},
+                "cal_coverage": sel.calibration.get("coverage"),
+                "test_coverage": (res.test or {}).get("coverage", {}).get("value"),
+                "test_error": (res.test or {}).get("error", {}).get("value")})
+            path = policy_dir / f"{r.dataset}-{r.provider.replace(':', '_')}-{r.variant}.json"
+            write_policy(model, path)
+            r.policy_path = str(path)
+    finally:
+        con.close()
+
+    summary = summary_frame(runs)
+    best = _best_policy(runs)
+    policy_path = None
+    if best is not None:
+        policy_path = out / "policy.json"
+        policy_path.write_bytes(Path(best.policy_path).read_bytes())
+    return DemoResult(out, db, runs, policy_path, time.perf_counter() - t0, summary)
+
+
+def _best_policy(runs: list[DemoRun]) -> DemoRun | None:
+    """The certified policy with the highest calibration coverage, preferring BANKING77 and real
+    (non-emulated) providers: the file a reader would ship first."""
+    ok = [r for r in runs if r.policy_path and r.figures.get("certified")]
+    if not ok:
+        return None
+    return max(ok, key=lambda r: (r.dataset == "banking77", not r.emulated, r.figures.get("cal_coverage") or 0))
+
+
+def summary_frame(runs: list[DemoRun]) -> pd.DataFrame:
+    """One row per run: accuracy, ECE before/after temperature, certified (τ, m), coverage, error."""
+    rows = []
+    for r in runs:
+        f = r.figures
+        rows.append({"dataset": r.dataset, "provider": r.provider + (" (EMULATED)" if r.emulated else ""),
+                     "variant": r.variant, "run_id": r.run_id, "n_test": f.get("n_test"),
+                     "accuracy": f.get("accuracy"), "ece": f.get("ece"), "ece_temp": f.get("ece_temperature"),
+                     "tau": f.get("tau"), "margin": f.get("margin"), "cal_coverage": f.get("cal_coverage"),
+                     "test_coverage": f.get("test_coverage"), "test_error": f.get("test_error")})
+    return pd.DataFrame(rows)
+
+
+def _short_provider(spec: str, emulated: bool) -> str:
+    name = spec.split(":", 1)[-1]
+    return f"{name} EMULATED" if emulated else name
+
+
+def print_summary(result: DemoResult, console=None) -> None:
+    """The short table and the command that opens the UI (stderr by default)."""
+    from rich.table import Table
+
+    from workbench.cli.common import err_console
+
+    console = console or err_console
+    if not console.is_terminal and console.width < 120:  # logs and pipes: keep the table on one line per run
+        from rich.console import Console
+
+        console = Console(stderr=console.stderr, width=120)
+
+    def pct(v):
+        return "—" if v is None or v != v else f"{100 * v:.0f}%"
+
+    def num(v):
+        return "—" if v is None or v != v else f"{v:.2f}"
+
+    t = Table(title=f"workbench demo: {len(result.runs)} runs in {result.seconds:.0f} s (question: intent)",
+              pad_edge=False, box=None, header_style="bold")
+    for col in ("dataset", "provider", "variant", "acc", "ECE raw→T", "τ / m", "cov cal", "cov test", "err test"):
+        t.add_column(col, justify="left" if col in ("dataset", "provider", "variant") else "right", no_wrap=True)
+    for r in result.runs:
+        f = r.figures
+        ece = f"{num(f.get('ece'))}→{num(f.get('ece_temperature'))}" if f.get("ece") is not None else "—"
+        thr = f"{num(f.get('tau'))} / {num(f.get('margin'))}" if f.get("certified") else "none certified"
+        t.add_row(r.dataset, _short_provider(r.provider, r.emulated), r.variant, pct(f.get("accuracy")), ece, thr,
+                  pct(f.get("cal_coverage")), pct(f.get("test_coverage")), pct(f.get("test_error")))
+    console.print(t)
+    console.print("acc/ECE on test (ECE raw → after temperature scaling fitted on calibration); τ/m certified by "
+                  "Learn-then-Test on calibration (P(error among accepted > α) ≤ δ); cov = auto-accepted share; "
+                  "err = error among auto-accepted. EMULATED = answered by the local emulator, not Cloudflare.")
+    if result.policy_path:
+        console.print(f"policy: [bold]{result.policy_path}[/] (one per run in {result.out_dir / 'policies'})")
+    else:
+        console.print("policy: nothing was certified at this α/δ (try a larger --max-error)")
+    console.print("open the UI on the result:")
+    for cmd in result.ui_commands:
+        console.print(f"  [bold]{cmd}[/]")

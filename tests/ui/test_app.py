@@ -109,3 +109,33 @@ def test_thresholds_page_sliders_update_figures_live(ui_store):
     assert at.slider(key="thr_x").value == pytest.approx(expected.params["tau"])
     assert at.slider(key="thr_y").value == pytest.approx(expected.params["margin"])
     assert any("Certified at" in s.value for s in at.success)
+
+
+def test_calibration_page_matches_the_metrics_library(ui_store):
+    path, meta = ui_store
+    at = _app("calibration")
+    assert at.title[0].value == "Calibration"
+    at.selectbox(key="run_id").set_value(meta["runs"]["noisy-model"]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    metrics = next(d.value for d in at.dataframe if "metric" in d.value.columns)
+    # accuracy shown equals scikit-learn's on the same test items (failures excluded)
+    from sklearn.metrics import accuracy_score
+
+    from workbench.store.db import connect
+    from workbench.store.runs import load_answers
+
+    con = connect(path, read_only=True)
+    ans = load_answers(con, meta["runs"]["noisy-model"], "intent", ["test"]).labelled()
+    con.close()
+    expected = accuracy_score(ans.labels, ans.probs.argmax(axis=1))
+    shown = metrics.loc[metrics["metric"] == "accuracy", "as answered"].iloc[0]
+    assert float(shown.split()[0]) == pytest.approx(expected, abs=5e-5)
+    per_class = next(d.value for d in at.dataframe if "precision" in d.value.columns)
+    assert int(per_class["support"].sum()) == len(ans.labels)
+    # recalibration adds a second column; changing bins re-renders without error
+    at.selectbox(key="cal_method").set_value("temperature").run()
+    metrics = next(d.value for d in at.dataframe if "metric" in d.value.columns)
+    assert "temperature" in metrics.columns
+    at.slider(key="cal_bins").set_value(8).run()
+    assert not at.exception
+    assert len(at.get("plotly_chart")) >= 3

@@ -309,6 +309,40 @@ def threshold_surface(path: str, token: tuple, run_id: str, question: str, split
     return surf
 
 
+@st.cache_data(show_spinner=False, max_entries=32)
+def question_report(path: str, token: tuple, run_id: str, question: str, split: str,
+                    recalibrate: str | None = None, n_bins: int = 15, n_boot: int = 200):
+    """:mod:`workbench.metrics.report` of one question on one split (metrics with bootstrap intervals)."""
+    from workbench.metrics.report import REPORTERS
+
+    arr = question_arrays(path, token, run_id, question, split, recalibrate)
+    return REPORTERS[arr.qtype](arr.probs, arr.labels, list(arr.option_ids), question=question, n_bins=n_bins,
+                                n_boot=n_boot, smooth=True)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def reliability(path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None,
+                n_bins: int, strategy: str):
+    """(top-label curve, smooth top-label curve, class-wise curves, confusion) from the metrics layer."""
+    from workbench.metrics.confusion import confusion_result
+    from workbench.metrics.reliability import (classwise_reliability_curves, smooth_reliability_curve,
+                                               top_label, top_label_reliability_curve)
+
+    arr = question_arrays(path, token, run_id, question, split, recalibrate)
+    import numpy as np
+
+    answered = np.isfinite(arr.probs).all(axis=1)  # failures have no probabilities to judge
+    probs, labels = arr.probs[answered], arr.labels[answered]
+    if len(labels) == 0:
+        return None
+    top = top_label_reliability_curve(probs, labels, n_bins, strategy)
+    conf, correct = top_label(probs, labels)
+    smooth = smooth_reliability_curve(correct, conf, label="top-label")
+    classwise = classwise_reliability_curves(probs, labels, list(arr.option_ids), n_bins, strategy)
+    confusion = confusion_result(labels, probs.argmax(axis=1), list(arr.option_ids))
+    return top, smooth, classwise, confusion
+
+
 # -- helpers for pages -------------------------------------------------------------------------------
 def current() -> tuple[str, tuple]:
     """(store path, token) for this rerun."""

@@ -1,0 +1,28 @@
+"""`workbench demo`: the offline end-to-end demo (no keys, no network)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from workbench.cli.common import emit_json, err_console
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("demo")
+    def demo(
+        out: Path = typer.Option(Path("demo-output"), "--out", help="Folder for the store, policies and data."),
+        fast: bool = typer.Option(False, "--fast", help="Subsample every split (a quick look, ~1 minute)."),
+        max_error: float = typer.Option(0.1, "--max-error", help="α: max error among auto-accepted items."),
+        delta: float = typer.Option(0.1, "--delta", help="δ: allowed probability that the guarantee fails."),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
+    ) -> None:
+        """Import BANKING77 + HWU64, run 3 providers × 2 schema variants (clef-flash EMULATED),
+        recalibrate, certify thresholds, export policy.json, and print how to open the UI."""
+        from workbench.demo import print_summary, run_demo
+
+        result = run_demo(out, fast=fast, alpha=max_error, delta=delta, progress=not as_json)
+        if as_json:
+            emit_json(result.to_dict())
+            return
+        print_summary(result, err_console)
