@@ -1,0 +1,160 @@
+"""Experiments as files and `compare`: a real (small) BANKING77 run of 2 providers x 2 schema variants.
+
+The zero-shot model reads option descriptions, so the descriptive and terse variants must give it
+different answers; the TF-IDF baseline is trained on labels and must not care. Every figure of the
+comparison is recomputed here from the stored answers with scikit-learn / scipy.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import binomtest
+from sklearn.metrics import accuracy_score, log_loss as sk_log_loss
+
+from tests.conftest import ROOT, dataset_path, run_cli
+from workbench.compare import compare_runs
+from workbench.experiments import ExperimentError, load_experiment, run_experiment_file
+from workbench.metrics.bootstrap import paired_bootstrap
+from workbench.metrics.scores import accuracy
+from workbench.store.datasets import ImportSpec, import_dataset
+from workbench.store.db import connect
+from workbench.store.runs import load_answers
+
+SCHEMAS = ROOT / "experiments" / "schemas"
+N_BOOT = 300
+
+
+@pytest.fixture(scope="module")
+def experiment_store(tmp_path_factory):
+    """A BANKING77 subset (1,000 train → 200 calibration, 240 test) and the four runs of the experiment."""
+    tmp = tmp_path_factory.mktemp("compare")
+    train = pd.read_csv(dataset_path("banking77", "train.csv")).sample(1000, random_state=0)
+    test = pd.read_csv(dataset_path("banking77", "test.csv")).sample(240, random_state=0)
+    train.to_csv(tmp / "train.csv", index=False)
+    test.to_csv(tmp / "test.csv", index=False)
+    exp = tmp / "b77.yaml"
+    exp.write_text(f"""
+name: b77-ab
+dataset: b77
+splits: [calibration, test]
+providers: [local:minilm-zeroshot, baseline:tfidf-logreg]
+variants:
+  descriptive: {SCHEMAS / 'banking77.yaml'}
+  terse: {{schema: {SCHEMAS / 'banking77-terse.yaml'}}}
+baseline: {{provider: local:minilm-zeroshot, variant: terse}}
+objective: {{kind: coverage, target_coverage: 0.5}}
+compare: {{split: test, n_boot: {N_BOOT}, seed: 3}}
+""")
+    db = tmp / "wb.duckdb"
+    con = connect(db)
+    import_dataset(con, [tmp / "train.csv", tmp / "test.csv"],
+                   ImportSpec(name="b77", text_column="text", labels={"intent": "category"},
+                              calibration_fraction=0.2, seed=0))
+    result = run_experiment_file(con, exp, progress=False, as_json=True)
+    yield con, exp, db, result
+    con.close()
+
+
+def test_shipped_experiment_files_are_valid_cross_products():
+    for name in ("banking77", "hwu64"):
+        exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
+        assert len(exp.providers) >= 2 and len(exp.variants) >= 2
+        assert len(exp.pairs) == len(exp.providers) * len(exp.variants)
+        assert exp.baseline is not None and (exp.baseline.variant, exp.baseline.provider) in exp.pairs
+        for v in exp.variants.values():
+            assert Path(v.schema_file).exists()
+
+
+def test_bad_experiment_file_names_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ndataset: d\nproviders: [local:minilm-zeroshot]\nvariants: {a: nope.yaml}\n")
+    with pytest.raises(ExperimentError, match="variant 'a'.*does not exist"):
+        load_experiment(bad)
+    bad.write_text("name: x\ndataset: d\nproviders: [p]\nvariants: {a: " + str(SCHEMAS / "banking77.yaml")
+                   + "}\nbaseline: {provider: q, variant: a}\n")
+    with pytest.raises(ExperimentError, match="baseline provider 'q'"):
+        load_experiment(bad)
+
+
+@pytest.mark.slow  # the fixture runs the zero-shot model on 2 x 440 items (~40 s)
+def test_experiment_runs_the_cross_product_with_tags(experiment_store):
+    con, _, _, result = experiment_store
+    assert result["experiment"] == "b77-ab"
+    pairs = {(r["variant"], r["provider"]) for r in result["runs"]}
+    assert pairs == {(v, p) for v in ("descriptive", "terse") for p in ("local:minilm-zeroshot", "baseline:tfidf-logreg")}
+    tags = con.execute("SELECT run_id, experiment, variant, provider, status FROM runs").fetchall()
+    assert {(t[1], t[2], t[3]) for t in tags} == {("b77-ab", v, p) for v, p in pairs}
+    assert all(t[4] == "done" for t in tags)
+
+
+def _aligned(con, run_a: str, run_b: str):
+    a = load_answers(con, run_a, "intent", ["test"]).labelled()
+    b = load_answers(con, run_b, "intent", ["test"]).labelled()
+    common, ia, ib = np.intersect1d(a.item_ids.astype(str), b.item_ids.astype(str), return_indices=True)
+    return a.probs[ia], b.probs[ib], a.labels[ia]
+
+
+@pytest.mark.slow  # the fixture runs the zero-shot model on 2 x 440 items (~40 s)
+def test_descriptive_options_change_the_zero_shot_model_with_a_paired_test(experiment_store):
+    con, exp, _, _ = experiment_store
+    cmp = compare_runs(con, [str(exp)])
+    assert cmp.baseline == "local:minilm-zeroshot@terse" and cmp.split == "test"
+    rows = {r["label"]: r for r in cmp.rows}
+    base, desc = rows["local:minilm-zeroshot@terse"], rows["local:minilm-zeroshot@descriptive"]
+    assert base["is_baseline"] and base["n_labelled"] == 240
+    paired = desc["vs_baseline"]
+    pa, pb, y = _aligned(con, base["run_id"], desc["run_id"])
+    assert paired["n_pairs"] == len(y) == 240
+    # the variant changes the zero-shot model's answers
+    assert not np.allclose(pa, pb)
+    # headline numbers equal scikit-learn's on the same stored answers
+    acc = paired["metrics"]["accuracy"]
+    assert acc["a"] == pytest.approx(accuracy_score(y, pa.argmax(1)), abs=1e-12)
+    assert acc["b"] == pytest.approx(accuracy_score(y, pb.argmax(1)), abs=1e-12)
+    assert desc["metrics"]["log_loss"]["estimate"] == pytest.approx(
+        sk_log_loss(y, pb, labels=np.arange(pb.shape[1])), abs=1e-9)
+    # the interval and p-value are the metrics library's paired bootstrap (same seed, same items)
+    ref = paired_bootstrap(lambda w: {"accuracy": accuracy(pa, y, w)}, lambda w: {"accuracy": accuracy(pb, y, w)},
+                           len(y), n_boot=N_BOOT, seed=3)["accuracy"]
+    assert (acc["difference"], acc["low"], acc["high"], acc["p_value"]) == pytest.approx(
+        (ref.difference, ref.low, ref.high, ref.p_value), abs=1e-12)
+    # McNemar: exact binomial test on the discordant items
+    ca, cb = pa.argmax(1) == y, pb.argmax(1) == y
+    b01, b10 = int(np.sum(~ca & cb)), int(np.sum(ca & ~cb))
+    mc = paired["mcnemar"]
+    assert (mc["a_wrong_b_right"], mc["a_right_b_wrong"]) == (b01, b10) and b01 + b10 > 0
+    assert mc["p_exact"] == pytest.approx(binomtest(min(b01, b10), b01 + b10, 0.5).pvalue, abs=1e-12)
+    # coverage and error at the policy chosen on calibration, judged on test
+    pol = desc["policy"]
+    assert pol["objective"] == "coverage" and pol["coverage"]["n"] == 240
+    assert 0 < pol["coverage"]["value"] <= 1 and "d_coverage" in cmp.to_frame().columns
+    # cost per 1,000 items: the stored per-answer costs of the test items (local models bill $0)
+    n, total = con.execute("SELECT count(DISTINCT a.item_id), sum(a.cost_usd) FROM answers a JOIN items i"
+                           " ON i.item_id = a.item_id AND i.dataset = 'b77' WHERE a.run_id = ? AND i.split = 'test'",
+                           [desc["run_id"]]).fetchone()
+    assert desc["cost"]["cost_per_1000_items"] == pytest.approx(total / n * 1000)
+    assert desc["cost"]["latency_p95_ms"] >= desc["cost"]["latency_p50_ms"] > 0
+
+
+@pytest.mark.slow  # the fixture runs the zero-shot model on 2 x 440 items (~40 s)
+def test_label_trained_baseline_ignores_option_descriptions(experiment_store):
+    con, exp, _, _ = experiment_store
+    cmp = compare_runs(con, [str(exp)], baseline="baseline:tfidf-logreg@terse", n_boot=50, policy=False)
+    row = next(r for r in cmp.rows if r["label"] == "baseline:tfidf-logreg@descriptive")
+    assert row["vs_baseline"]["metrics"]["accuracy"]["difference"] == 0.0
+    assert row["vs_baseline"]["mcnemar"]["a_wrong_b_right"] == row["vs_baseline"]["mcnemar"]["a_right_b_wrong"] == 0
+
+
+@pytest.mark.slow  # the fixture runs the zero-shot model on 2 x 440 items (~40 s)
+def test_compare_cli_json(experiment_store):
+    con, exp, db, _ = experiment_store
+    con.close()  # the CLI opens the store read-only in another process
+    proc = run_cli("compare", str(exp), "--json", "--n-boot", "50", "--no-policy", db=db, check=True)
+    doc = json.loads(proc.stdout)
+    assert doc["baseline"] == "local:minilm-zeroshot@terse" and len(doc["rows"]) == 4
+    proc = run_cli("compare", "b77-ab", "nope", db=db)
+    assert proc.returncode == 2 and "neither a run id" in proc.stderr
