@@ -19,6 +19,18 @@ import numpy as np
 Stats = Callable[[np.ndarray | None], Mapping[str, float]]
 
 
+def _single_threaded_blas():
+    """Vector dot products in a replicate are tiny for BLAS threads; on a busy machine the threads'
+    spin-waits cost more than the work, so replicates run with one BLAS thread."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        from contextlib import nullcontext
+
+        return nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def resample_counts(n: int, n_boot: int, seed: int = 0) -> Iterator[np.ndarray]:
     """Yield ``n_boot`` count vectors (n,) float of a seeded multinomial (n draws with replacement)."""
     rng = np.random.default_rng(seed)
@@ -67,9 +79,10 @@ def bootstrap_many(stats: Stats, n: int, n_boot: int = 200, seed: int = 0, level
     names = list(estimate)
     reps = np.empty((n_boot, len(names)))
     if n > 0:
-        for b, w in enumerate(resample_counts(n, n_boot, seed)):
-            values = stats(w)
-            reps[b] = [values[k] for k in names]
+        with _single_threaded_blas():
+            for b, w in enumerate(resample_counts(n, n_boot, seed)):
+                values = stats(w)
+                reps[b] = [values[k] for k in names]
     else:
         reps = np.empty((0, len(names)))
     lo, hi = _percentiles(reps, level) if n_boot and n > 0 else (np.full(len(names), np.nan),) * 2
@@ -111,9 +124,10 @@ def paired_bootstrap(stats_a: Stats, stats_b: Stats, n: int, n_boot: int = 1000,
     est_a, est_b = dict(stats_a(None)), dict(stats_b(None))
     names = [k for k in est_a if k in est_b]
     diffs = np.empty((n_boot, len(names)))
-    for r, w in enumerate(resample_counts(n, n_boot, seed)):
-        va, vb = stats_a(w), stats_b(w)
-        diffs[r] = [vb[k] - va[k] for k in names]
+    with _single_threaded_blas():
+        for r, w in enumerate(resample_counts(n, n_boot, seed)):
+            va, vb = stats_a(w), stats_b(w)
+            diffs[r] = [vb[k] - va[k] for k in names]
     lo, hi = _percentiles(diffs, level) if n_boot else (np.full(len(names), np.nan),) * 2
     out = {}
     for i, k in enumerate(names):

@@ -105,21 +105,39 @@ class QuestionReport:
 
 # -- shared preparation ---------------------------------------------------------------------------
 class _Bins:
-    """Per-item bin index of a binary problem, so replicate sums are two ``bincount`` calls."""
+    """A binary problem sorted by score once, so per-bin sums of any reweighting are segment sums.
+
+    Bins (equal-width or equal-mass) are contiguous runs of the sorted scores; a replicate's
+    per-bin count, Σ w·score and Σ w·outcome are ``np.add.reduceat`` over those runs (exact sums,
+    no cancellation), instead of a scatter ``bincount`` per sum.
+    """
 
     def __init__(self, y_true: np.ndarray, y_score: np.ndarray, n_bins: int, strategy: str):
-        self.y = np.asarray(y_true, dtype=np.int64)
-        self.s = np.asarray(y_score, dtype=float)
-        self.edges = rel.bin_edges(self.s, n_bins, strategy)
-        self.bins = rel.assign_bins(self.s, self.edges)
-        self.cell = self.bins * 2 + self.y  # (bin, outcome): counts and outcome sums from one bincount
+        s = np.asarray(y_score, dtype=float)
+        self.order = np.argsort(s, kind="stable")
+        self.s = s[self.order]
+        self.y = np.asarray(y_true, dtype=float)[self.order]
+        self.edges = rel.bin_edges(s, n_bins, strategy)
+        # bin b holds edges[b] <= s < edges[b+1] (last bin closed): its run starts at the first s >= edges[b]
+        cut = np.r_[0, np.searchsorted(self.s, self.edges[1:-1], side="left"), s.size]
+        self.nonempty = cut[1:] > cut[:-1]
+        self.starts = cut[:-1][self.nonempty]
         self.nb = n_bins
         self.strategy = strategy
 
+    def _segment_sums(self, x: np.ndarray) -> np.ndarray:
+        out = np.zeros(self.nb)
+        if self.starts.size:
+            out[self.nonempty] = np.add.reduceat(x, self.starts)
+        return out
+
     def stats(self, w: np.ndarray | None) -> rel.BinStats:
-        cc = np.bincount(self.cell, weights=w, minlength=2 * self.nb).reshape(self.nb, 2).astype(float)
-        sum_score = np.bincount(self.bins, weights=self.s if w is None else w * self.s, minlength=self.nb)
-        return rel.BinStats(self.edges, cc.sum(axis=1), sum_score, cc[:, 1])
+        if w is None:
+            count = self._segment_sums(np.ones_like(self.s))
+            return rel.BinStats(self.edges, count, self._segment_sums(self.s), self._segment_sums(self.y))
+        ws = w[self.order]
+        return rel.BinStats(self.edges, self._segment_sums(ws), self._segment_sums(ws * self.s),
+                            self._segment_sums(ws * self.y))
 
 
 class _Ranks:

@@ -1,0 +1,218 @@
+"""`workbench report`, `workbench calibrate`, `workbench label-issues`."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from workbench.cli.common import emit_json, err_console, open_store, out_console
+
+
+def _fmt(x: float | None, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    return f"{x:.{digits}f}"
+
+
+def _ci(low: float, high: float) -> str:
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "—"
+    return f"[{low:.4f}, {high:.4f}]"
+
+
+def _print_run_report(rep, compare=None, compare_title: str = "before") -> None:
+    """Rich tables on stdout: one per question, metrics with 95% intervals (and a second column set)."""
+    from rich.table import Table
+
+    from workbench.metrics.report import METRIC_INFO
+
+    run = rep.run
+    out_console.print(f"[bold]{run['run_id']}[/] {run.get('name') or ''}  provider={run.get('provider')} "
+                      f"model={run.get('model') or '—'}  kind={run.get('kind')}  split={rep.split or 'all'}")
+    other = {q.question: q for q in compare.questions} if compare is not None else {}
+    for q in rep.questions:
+        c = q.counts
+        kinds = ", ".join(f"{k}={v}" for k, v in c.get("failures_by_kind", {}).items()) or "none"
+        out_console.print(
+            f"\n[bold]{q.question}[/] ({q.qtype}, {len(q.option_ids)} options): attempted {c['n_attempted']}, "
+            f"answered {c['n_answered']} (coverage {_fmt(c['coverage'], 3)}), failed {c['n_failed']} ({kinds}), "
+            f"labelled {c['n_labelled']}" + (f", excluded {c['n_excluded']}" if c.get("n_excluded") else ""))
+        if not q.metrics:
+            out_console.print("  no answered, labelled items on this split")
+            continue
+        table = Table(show_header=True, header_style="bold")
+        table.add_column("metric")
+        table.add_column("estimate", justify="right")
+        table.add_column("95% CI", justify="right")
+        o = other.get(q.question)
+        if o is not None:
+            table.add_column(compare_title, justify="right")
+            table.add_column(f"{compare_title} 95% CI", justify="right")
+        table.add_column("meaning", style="dim")
+        for name, iv in q.metrics.items():
+            row = [name, _fmt(iv.estimate), _ci(iv.low, iv.high)]
+            if o is not None:
+                ov = o.metrics.get(name)
+                row += [_fmt(ov.estimate), _ci(ov.low, ov.high)] if ov else ["—", "—"]
+            row.append(METRIC_INFO.get(name, ""))
+            table.add_row(*row)
+        if q.decomposition is not None:
+            d = q.decomposition
+            for part in ("reliability", "resolution", "uncertainty"):
+                row = [f"brier_{part}", _fmt(getattr(d, part)), "—"]
+                if o is not None:
+                    row += [_fmt(getattr(o.decomposition, part)) if o.decomposition else "—", "—"]
+                row.append("Brier = reliability − resolution + uncertainty")
+                table.add_row(*row)
+        out_console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("report")
+    def report(
+        run_id: str = typer.Argument(..., help="Run id or name."),
+        question: Optional[str] = typer.Option(None, "--question", "-q", help="Only this question."),
+        split: str = typer.Option("test", "--split", help="Split to evaluate ('all' for every split)."),
+        n_bins: int = typer.Option(15, "--bins", help="Bins of the binned ECE family."),
+        n_boot: int = typer.Option(200, "--boot", help="Bootstrap replicates for the 95% intervals."),
+        seed: int = typer.Option(0, "--seed"),
+        exclude_label_issues: bool = typer.Option(False, "--exclude-label-issues",
+                                                  help="Also report without suspected label errors, side by side."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Every metric per question with 95% bootstrap intervals (before/after for a calibrated view)."""
+        from workbench.metrics.label_issues import label_issues_for_runs
+        from workbench.metrics.report import report_run
+
+        con = open_store(read_only=True)
+        try:
+            rep = report_run(con, run_id, question, split, n_bins=n_bins, n_boot=n_boot, seed=seed)
+            clean = None
+            if exclude_label_issues:
+                issues = label_issues_for_runs(con, [rep.run["run_id"]], question)
+                clean = report_run(con, run_id, question, split, n_bins=n_bins, n_boot=n_boot, seed=seed,
+                                   exclude_items={q: li.item_ids for q, li in issues.items()}, with_before=False)
+        finally:
+            con.close()
+        if as_json:
+            doc = rep.to_dict()
+            if clean is not None:
+                doc["excluding_label_issues"] = {q.question: {"counts": q.counts,
+                                                              "metrics": {k: v.to_dict() for k, v in q.metrics.items()}}
+                                                 for q in clean.questions}
+            emit_json(doc)
+            return
+        if clean is not None:
+            _print_run_report(rep, clean, "w/o label issues")
+        else:
+            _print_run_report(rep, rep.before, "before calibration")
+        if rep.calibrators:
+            out_console.print("\ncalibrators: " + ", ".join(f"{q}={c['type']}" for q, c in rep.calibrators.items()))
+
+    @app.command("calibrate")
+    def calibrate(
+        run_id: str = typer.Argument(..., help="Run id or name."),
+        method: str = typer.Option("temperature", "--method", help="temperature | isotonic | platt (yes/no only)."),
+        question: Optional[list[str]] = typer.Option(None, "--question", "-q", help="Only these questions."),
+        fit_split: str = typer.Option("calibration", "--fit-split", help="Split the calibrator is fitted on."),
+        eval_split: str = typer.Option("test", "--eval-split", help="Split for the before/after figures."),
+        name: Optional[str] = typer.Option(None, "--name", help="Name of the calibrated view."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Fit a calibrator per question and store a calibrated view of the run (a new run)."""
+        from workbench.metrics.recalibrate import METHODS, CalibrationFitError, calibrate_run
+
+        if method not in METHODS:
+            raise CalibrationFitError(f"unknown method {method!r}", hint=f"choose one of {', '.join(METHODS)}")
+        con = open_store()
+        try:
+            out = calibrate_run(con, run_id, method, questions=question or None, fit_split=fit_split,
+                                eval_split=eval_split, name=name)
+        finally:
+            con.close()
+        if as_json:
+            emit_json(out)
+            return
+        err_console.print(f"stored calibrated view [bold]{out['run_id']}[/] of {out['parent_run_id']} ({method}, "
+                          f"fitted on {fit_split})")
+        for q, s in out["questions"].items():
+            extra = f" T={s['temperature']:.3f}" if "temperature" in s else ""
+            out_console.print(f"{q}: top-label ECE on {eval_split} {_fmt(s.get('ece_before'))} → "
+                              f"{_fmt(s.get('ece_after'))}, log loss {_fmt(s.get('log_loss_before'))} → "
+                              f"{_fmt(s.get('log_loss_after'))} (fit n={s['n_fit']}){extra}")
+        out_console.print(f"next: workbench report {out['run_id']}")
+
+    @app.command("label-issues")
+    def label_issues(
+        run_ids: list[str] = typer.Argument(..., help="One run, or several runs on the same dataset (consensus)."),
+        question: Optional[str] = typer.Option(None, "--question", "-q"),
+        split: str = typer.Option("all", "--split", help="Split to check ('all' for every split)."),
+        rank_by: str = typer.Option("self_confidence", "--rank-by", help="self_confidence | normalized_margin."),
+        top: int = typer.Option(20, "--top", help="How many suspects to print."),
+        csv: Optional[Path] = typer.Option(None, "--csv", help="Write the full queue to this CSV for relabelling."),
+        with_metrics: bool = typer.Option(True, "--metrics/--no-metrics",
+                                          help="Show test metrics of the first run with and without the suspects."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Items whose label a confident provider (or a consensus of runs) disputes, ranked."""
+        import pandas as pd
+
+        from workbench.metrics.label_issues import label_issues_for_runs
+        from workbench.metrics.report import report_run
+
+        splits = None if split == "all" else [split]
+        con = open_store(read_only=True)
+        try:
+            issues = label_issues_for_runs(con, run_ids, question, splits, rank_by)
+            side = {}
+            if with_metrics:
+                for q, li in issues.items():
+                    base = report_run(con, run_ids[0], q, "test", n_boot=200, smooth=False, with_before=False)
+                    clean = report_run(con, run_ids[0], q, "test", n_boot=200, smooth=False, with_before=False,
+                                       exclude_items={q: li.item_ids})
+                    side[q] = (base.questions[0], clean.questions[0])
+        finally:
+            con.close()
+        if csv is not None:
+            frames = [li.to_frame().assign(question=q) for q, li in issues.items()]
+            pd.concat(frames, ignore_index=True).to_csv(csv, index=False)
+            err_console.print(f"wrote {sum(len(f) for f in frames)} suspects to {csv}")
+        if as_json:
+            doc = {"runs": list(run_ids), "split": split, "questions": {}}
+            for q, li in issues.items():
+                doc["questions"][q] = li.to_dict(top=top)
+                if q in side:
+                    b, c = side[q]
+                    doc["questions"][q]["metrics_test"] = {
+                        "all_items": {k: v.to_dict() for k, v in b.metrics.items()}, "n_all": b.counts["n_labelled"],
+                        "excluding_suspects": {k: v.to_dict() for k, v in c.metrics.items()},
+                        "n_excluding": c.counts["n_labelled"]}
+            emit_json(doc)
+            return
+        from rich.table import Table
+
+        for q, li in issues.items():
+            d = li.to_dict()
+            out_console.print(f"\n[bold]{q}[/]: {d['n_issues']} suspected label errors among {d['n_items']} items "
+                              f"(estimated noise rate {d['estimated_noise_rate']:.3f}; runs: {', '.join(li.run_ids)})")
+            t = Table(show_header=True, header_style="bold")
+            for col in ("rank", "item_id", "split", "given", "suggested", "quality", "p_given", "p_suggested"):
+                t.add_column(col, justify="right" if col in ("rank", "quality", "p_given", "p_suggested") else "left")
+            for r in li.table.head(top).itertuples():
+                t.add_row(str(r.rank), str(r.item_id), str(r.split), str(r.given), str(r.suggested),
+                          f"{r.quality:.3f}", f"{r.p_given:.3f}", f"{r.p_suggested:.3f}")
+            out_console.print(t)
+            if q in side:
+                b, c = side[q]
+                mt = Table(show_header=True, header_style="bold", title=f"{q} on test: all items vs without suspects")
+                for col in ("metric", f"all (n={b.counts['n_labelled']})", "95% CI",
+                            f"w/o suspects (n={c.counts['n_labelled']})", "95% CI "):
+                    mt.add_column(col)
+                for name in ("accuracy", "macro_f1", "log_loss", "brier", "ece_uniform"):
+                    if name in b.metrics and name in c.metrics:
+                        bi, ci = b.metrics[name], c.metrics[name]
+                        mt.add_row(name, _fmt(bi.estimate), _ci(bi.low, bi.high), _fmt(ci.estimate),
+                                   _ci(ci.low, ci.high))
+                out_console.print(mt)
