@@ -1,6 +1,8 @@
 """Streamlit AppTest of every page against a real prepared store (no mocks)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -139,3 +141,53 @@ def test_calibration_page_matches_the_metrics_library(ui_store):
     at.slider(key="cal_bins").set_value(8).run()
     assert not at.exception
     assert len(at.get("plotly_chart")) >= 3
+
+
+def test_export_policy_from_thresholds_then_view_diff_and_refuse_tampered(ui_store):
+    path, meta = ui_store
+    at = _app("thresholds")
+    at.selectbox(key="run_id").set_value(meta["runs"]["sharp-model"]).run()
+    at.number_input(key="thr_alpha").set_value(0.2).run()
+    at.button(key="pol_build").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("certified: True" in s.value for s in at.success)
+    at.radio(key="pol_objective").set_value("coverage").run()
+    at.button(key="pol_build").click().run()
+    exported = at.session_state["session_policies"]
+    assert len(exported) == 2
+    # the exported text is a valid policy for the library (the same check as `workbench policy validate`)
+    from workbench.policy.io import validate_file
+
+    for name, text in exported.items():
+        f = path.parent / name
+        f.write_text(text)
+        assert validate_file(f)["valid"]
+    # a tampered copy next to the store is refused by the Policy page
+    tampered = json.loads(next(iter(exported.values())))
+    q = next(iter(tampered["questions"].values()))
+    q["rule"]["tau"] = 0.0
+    (path.parent / "policies").mkdir()
+    (path.parent / "policies" / "tampered.json").write_text(json.dumps(tampered))
+    at.switch_page("workbench/ui/pages/policy.py").run()
+    assert at.title[0].value == "Policy"
+    names = at.selectbox(key="pol_view").options
+    assert any("tampered.json" in n for n in names)
+    session_name = next(n for n in names if "guarantee" in n)
+    at.selectbox(key="pol_view").set_value(session_name.replace(" (this session)", "")).run()
+    assert any("Valid policy" in s.value for s in at.success)
+    assert next(d.value for d in at.dataframe if "certified" in d.value.columns)["certified"].iloc[0]
+    # diff A vs B: the rule changed between the guarantee and the coverage objective
+    a_name = next(n for n in exported if "guarantee" in n)
+    b_name = next(n for n in exported if "coverage" in n)
+    at.selectbox(key="pol_diff_a").set_value(a_name).run()
+    at.selectbox(key="pol_diff_b").set_value(b_name).run()
+    assert not at.exception, [e.value for e in at.exception]
+    changes = next(d.value for d in at.dataframe if list(d.value.columns) == ["path", "a", "b"])
+    assert any("objective.kind" in p for p in changes["path"])
+    at.selectbox(key="pol_diff_run").set_value(meta["runs"]["sharp-model"]).run()
+    moves = next(d.value for d in at.dataframe if "coverage change" in d.value.columns)
+    assert moves["coverage change"].iloc[0] == pytest.approx(moves["coverage B"].iloc[0] - moves["coverage A"].iloc[0])
+    # the tampered file: refused, fail closed
+    tampered_name = str(path.resolve().parent / "policies" / "tampered.json")
+    at.selectbox(key="pol_view").set_value(tampered_name).run()
+    assert any("Refused" in e.value and "hash" in e.value for e in at.error)

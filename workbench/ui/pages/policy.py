@@ -1,5 +1,144 @@
-"""Policy (being built)."""
+"""Policy: load (file next to the store, upload, or exported in this tab), view, diff two, download.
+
+Loading runs the full check of ``workbench policy validate`` (JSON Schema, format version,
+content hash, rules rebuild): a corrupt or tampered file is refused, never shown as valid.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pandas as pd
 import streamlit as st
 
+from workbench.errors import WorkbenchError
+from workbench.ui import policy_bridge, state
+
 st.title("Policy")
-st.info("This page is being built.")
+
+
+def _validate_text(name: str, text: str) -> dict:
+    from workbench.policy.io import validate_file
+
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / Path(name).name
+        f.write_text(text, encoding="utf-8")
+        report = validate_file(f)
+    report["path"] = name
+    return report
+
+
+def _model(text: str, name: str):
+    from workbench.policy.runtime import verify_document
+
+    return verify_document(json.loads(text), source=name)
+
+
+# -- sources --------------------------------------------------------------------------------------------
+store_dir = Path(state.db_path()).parent
+found = {str(p): p.read_text(encoding="utf-8") for p in
+         [store_dir / "policy.json", *sorted((store_dir / "policies").glob("*.json"))] if p.is_file()}
+uploads = st.file_uploader("Load policy files", type=["json"], accept_multiple_files=True, key="pol_upload")
+for up in uploads or []:
+    policy_bridge.session_policies()[up.name] = up.getvalue().decode("utf-8", errors="replace")
+available = {**found, **policy_bridge.session_policies()}
+if not available:
+    st.info(f"No policy yet: export one on the Thresholds page, upload a file, or run `workbench demo` "
+            f"(it writes `policy.json` next to the store, here `{store_dir}`).")
+    st.stop()
+names = list(available)
+
+
+def _label(n: str) -> str:
+    return Path(n).name if n in found else f"{n} (this session)"
+
+
+if st.session_state.get("pol_view") not in names:
+    st.session_state.pop("pol_view", None)
+chosen = st.selectbox("Policy", names, key="pol_view", format_func=_label)
+text = available[chosen]
+try:
+    report = _validate_text(chosen, text)
+    model = _model(text, chosen)
+except (WorkbenchError, json.JSONDecodeError) as exc:
+    st.error(f"Refused (fail closed): {getattr(exc, 'message', str(exc))}")
+    st.stop()
+
+# -- view -------------------------------------------------------------------------------------------------
+st.success(f"Valid policy v{model.policy_version} · format {model.format_version} · hash `{model.content_hash}`")
+c = st.columns(4)
+c[0].metric("Provider", model.source.provider)
+c[1].metric("Model", model.source.model or "—")
+c[2].metric("Dataset", f"{model.dataset.name} v{model.dataset.version}")
+c[3].metric("Questions", len(model.questions))
+rows = []
+for q, qp in model.questions.items():
+    test = qp.expected_test
+    rows.append({"question": q, "type": qp.type, "options": len(qp.options), "calibrator": qp.calibrator.type,
+                 "rule": json.dumps(qp.rule.model_dump(exclude_none=True)), "objective": qp.objective.kind,
+                 "certified": qp.objective.certified, "alpha": qp.objective.alpha, "delta": qp.objective.delta,
+                 "coverage (test)": test.coverage.value if test else None,
+                 "error (test)": test.error.value if test else None,
+                 "error 95% high": test.error.high if test else None})
+st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="pol_questions")
+st.caption(f"Valid for schema hashes {', '.join(h[:12] for h in model.validity.schema_hashes)}"
+           + (f", models {', '.join(model.validity.models)}" if model.validity.models else "")
+           + f"; created {model.created_at} by {model.created_by or '—'} (workbench {model.workbench_version}).")
+with st.expander("Full file", expanded=False):
+    st.code(text, language="json")
+st.download_button("Download this policy", text.encode("utf-8"), file_name=Path(chosen).name,
+                   mime="application/json", key="pol_download_view")
+
+# -- diff -------------------------------------------------------------------------------------------------
+st.subheader("Diff two policies")
+if len(names) < 2:
+    st.info("Load or export a second policy to compare.")
+    st.stop()
+d1, d2 = st.columns(2)
+a_name = d1.selectbox("A (current)", names, index=0, key="pol_diff_a", format_func=_label)
+b_name = d2.selectbox("B (candidate)", names, index=1, key="pol_diff_b", format_func=_label)
+try:
+    a, b = _model(available[a_name], a_name), _model(available[b_name], b_name)
+except (WorkbenchError, json.JSONDecodeError) as exc:
+    st.error(f"Refused (fail closed): {getattr(exc, 'message', str(exc))}")
+    st.stop()
+from workbench.policy.io import diff_policies  # noqa: E402
+
+diff = diff_policies(a, b)
+if diff["identical"]:
+    st.success("Identical (same content hash).")
+else:
+    st.write(f"Version {diff['version']['a']} → {diff['version']['b']}"
+             + (" (B is newer)" if diff["version"]["b_is_newer"] else ""))
+    if diff["rule_changes"]:
+        st.dataframe(pd.DataFrame([{"question": q, "A": json.dumps(v["a"]), "B": json.dumps(v["b"])}
+                                   for q, v in diff["rule_changes"].items()]), hide_index=True, width="stretch",
+                     key="pol_rule_changes")
+    changes = pd.DataFrame(diff["changes"]).astype(str) if diff["changes"] else pd.DataFrame(columns=["path", "a", "b"])
+    st.dataframe(changes, hide_index=True, width="stretch", key="pol_changes")
+
+path, token = state.current()
+runs = state.runs_frame(path, token) if Path(path).exists() else pd.DataFrame()
+if not runs.empty:
+    run_id = st.selectbox("Measure both on a run's test split", ["(none)", *runs["run_id"].tolist()],
+                          key="pol_diff_run", format_func=lambda r: r if r == "(none)" else state.run_label(runs, r))
+    if run_id != "(none)":
+        from workbench.policy.build import diff_on_run
+
+        try:
+            with state.read_connection(path) as con:
+                moves = diff_on_run(con, a, b, run_id)
+        except WorkbenchError as exc:
+            state.show_error(exc)
+            st.stop()
+        rows = []
+        for q, mv in moves["questions"].items():
+            if "coverage_change" not in mv:
+                rows.append({"question": q, "note": "question or options missing in this run"})
+                continue
+            rows.append({"question": q, "coverage A": mv["a"]["coverage"]["value"],
+                         "coverage B": mv["b"]["coverage"]["value"], "coverage change": mv["coverage_change"],
+                         "error A": mv["a"]["error"]["value"], "error B": mv["b"]["error"]["value"],
+                         "error change": mv["error_change"], "accepted change": mv["accepted_change"]})
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="pol_diff_on_run")
