@@ -48,6 +48,7 @@ class SidePolicy:
     calibrators: dict[str, Any] = field(default_factory=dict)
     schema: DecisionSchema | None = None
     source: str = "rules"
+    valid_models: tuple[str, ...] = ()  # when set, answers from other models are never accepted
 
     def has_rule(self, question: str) -> bool:
         return question in self.rules or "*" in self.rules
@@ -56,11 +57,20 @@ class SidePolicy:
         rule = self.rules.get(question, self.rules.get("*"))
         return rule(qtype) if callable(rule) and not hasattr(rule, "decide") else rule
 
-    def decide(self, question: str, qtype: str, probs: np.ndarray) -> Decisions | None:
-        """Decisions for ``probs`` (n, k) of ``question``; None when this side has no rule for it."""
+    def decide(self, question: str, qtype: str, probs: np.ndarray, models: np.ndarray | None = None
+               ) -> Decisions | None:
+        """Decisions for ``probs`` (n, k) of ``question``; None when this side has no rule for it.
+
+        ``models`` (n,) names the model that answered each row; with ``valid_models`` set, rows
+        answered by another model are treated as failures (never accepted), as the runtime does.
+        """
         if not self.has_rule(question):
             return None
         probs = np.asarray(probs, dtype=float)
+        if self.valid_models and models is not None and len(probs):
+            wrong_model = ~np.isin(np.asarray(models, dtype=object), list(self.valid_models))
+            if wrong_model.any():
+                probs = np.where(wrong_model[:, None], np.nan, probs)
         cal = self.calibrators.get(question)
         if cal is not None and len(probs):
             ok = np.isfinite(probs).all(axis=1)
@@ -71,7 +81,7 @@ class SidePolicy:
         return self.rule_for(question, qtype).decide(probs)
 
     def describe(self) -> dict:
-        return {"source": self.source,
+        return {"source": self.source, "valid_models": list(self.valid_models),
                 "rules": {q: (repr(r) if not callable(r) or hasattr(r, "decide") else "per type")
                           for q, r in self.rules.items()},
                 "calibrated": sorted(self.calibrators)}
@@ -137,7 +147,10 @@ def load_side_policy(path: str | Path) -> SidePolicy:
     if schema is not None and not isinstance(schema, DecisionSchema):
         schema = DecisionSchema.from_dict(schema if isinstance(schema, dict) else {"questions": schema},
                                           source=str(path))
-    return SidePolicy(rules=rules, calibrators=calibrators, schema=schema, source=Path(path).name)
+    validity = getattr(getattr(policy, "model", None), "validity", None)
+    models = tuple(getattr(validity, "models", None) or ())
+    return SidePolicy(rules=rules, calibrators=calibrators, schema=schema, source=Path(path).name,
+                      valid_models=models)
 
 
 # -- adapters to the policy runtime (kept in one place) ---------------------------------------------

@@ -20,6 +20,7 @@ otherwise its policy's; the challenger's are always its policy's (it never acted
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -96,11 +97,12 @@ def _top_choice(probs: np.ndarray) -> np.ndarray:
 
 
 def _side_decisions(policy: SidePolicy | None, s: ShadowAnswers, probs: np.ndarray, failed: np.ndarray,
-                    logged: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, str] | None:
+                    logged: np.ndarray | None, models: np.ndarray | None
+                    ) -> tuple[np.ndarray, np.ndarray, str] | None:
     """(accepted (n,), option (n,), source) or None when the side has neither a policy nor a log."""
     top = _top_choice(probs)
     has_log = None if logged is None else np.asarray([isinstance(a, str) for a in logged], dtype=bool)
-    decided = policy.decide(s.question, s.qtype, probs) if policy is not None else None
+    decided = policy.decide(s.question, s.qtype, probs, models) if policy is not None else None
     if decided is None and (has_log is None or not has_log.any()):
         return None
     if decided is not None:
@@ -182,8 +184,8 @@ def _question_report(s: ShadowAnswers, champion: SidePolicy | None, challenger: 
                           "top_flips": [{"champion": a, "challenger": b, "count": c} for c, a, b in off[:10]]}
 
     # -- decisions under each side's policy ---------------------------------------------------------
-    dec_c = _side_decisions(champion, s, s.champion_probs, cf, s.champion_logged)
-    dec_d = _side_decisions(challenger, s, s.challenger_probs, df, None)
+    dec_c = _side_decisions(champion, s, s.champion_probs, cf, s.champion_logged, s.champion_model)
+    dec_d = _side_decisions(challenger, s, s.challenger_probs, df, None, s.challenger_model)
     out["decisions"] = {"champion": dec_c[2] if dec_c else None, "challenger": dec_d[2] if dec_d else None}
     if dec_c is None or dec_d is None or n == 0:
         out["directional"] = out["review_load"] = out["error"] = None
@@ -389,9 +391,11 @@ class ShadowReport:
         return [f"{g.gate}{' [' + g.question + ']' if g.question else ''}: {g.message}" for g in deciding]
 
     def to_dict(self) -> dict:
-        return {"shadow": self.shadow, "session": self.session, "verdict": self.verdict, "reasons": self.reasons,
-                "gates": [g.to_dict() for g in self.gates], "criteria": asdict(self.criteria),
-                "policies": self.policies, "questions": self.questions}
+        """A JSON-ready copy (changing it does not change the report)."""
+        return copy.deepcopy({"shadow": self.shadow, "session": self.session, "verdict": self.verdict,
+                              "reasons": self.reasons, "gates": [g.to_dict() for g in self.gates],
+                              "criteria": asdict(self.criteria), "policies": self.policies,
+                              "questions": self.questions})
 
     def to_frame(self) -> pd.DataFrame:
         """One row per question with the headline figures."""

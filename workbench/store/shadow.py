@@ -548,6 +548,8 @@ class ShadowAnswers:
     challenger_latency_ms: np.ndarray
     champion_cost_usd: np.ndarray
     challenger_cost_usd: np.ndarray
+    champion_model: np.ndarray | None = None  # (n,) object: the model that answered, when known
+    challenger_model: np.ndarray | None = None
     extra: dict = field(default_factory=dict)
 
     @property
@@ -578,7 +580,8 @@ def load_shadow(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> S
     tbl = con.execute(
         """SELECT r.item_id, r.ts, r.seq, c.probs AS cp, d.probs AS dp, c.failure_kind AS cf, d.failure_kind AS df,
                   c.logged_action, list_position($opts, o.outcome) - 1 AS outcome_idx,
-                  r.champion_latency_ms, r.challenger_latency_ms, r.champion_cost_usd, r.challenger_cost_usd
+                  r.champion_latency_ms, r.challenger_latency_ms, r.champion_cost_usd, r.challenger_cost_usd,
+                  r.champion_model, r.challenger_model
            FROM shadow_requests r
            LEFT JOIN shadow_answers c ON c.shadow = r.shadow AND c.item_id = r.item_id AND c.question = $q
                 AND c.side = 'champion'
@@ -609,4 +612,4 @@ def load_shadow(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> S
         champion_failure=cf, challenger_failure=df, champion_logged=obj("logged_action"), outcome=outcome,
         champion_latency_ms=num("champion_latency_ms"), challenger_latency_ms=num("challenger_latency_ms"),
         champion_cost_usd=num("champion_cost_usd"), challenger_cost_usd=num("challenger_cost_usd"),
-        extra={"session": session})
+        champion_model=obj("champion_model"), challenger_model=obj("challenger_model"), extra={"session": session})
