@@ -81,6 +81,10 @@ def build_store(db_path: Path, n_items: int = 400, seed: int = 7) -> dict:
             write_answers(con, _answers_frame(run_id, ids, y, sharp, s, fail_every))
             update_run(con, run_id, status="done", summary={"answered": int(len(ids))})
             runs[name] = run_id
+        from workbench.store.shadow import replay_runs
+
+        replay_runs(con, shadow="noisy-vs-sharp", champion_run=runs["noisy-model"], challenger_run=runs["sharp-model"],
+                    splits=["test"])
     finally:
         con.close()
     return {"dataset": "intents", "version": info.version, "runs": runs, "n_scored": len(ids),

@@ -191,3 +191,54 @@ def test_export_policy_from_thresholds_then_view_diff_and_refuse_tampered(ui_sto
     tampered_name = str(path.resolve().parent / "policies" / "tampered.json")
     at.selectbox(key="pol_view").set_value(tampered_name).run()
     assert any("Refused" in e.value and "hash" in e.value for e in at.error)
+
+
+def test_compare_page_pairs_runs_against_the_baseline(ui_store):
+    path, meta = ui_store
+    at = _app("compare")
+    assert at.title[0].value == "Compare"
+    at.selectbox(key="cmp_baseline").set_value(meta["runs"]["noisy-model"]).run()
+    at.select_slider(key="cmp_boot").set_value(200).run()
+    assert not at.exception, [e.value for e in at.exception]
+    everything = next(d.value for d in at.dataframe if "d_accuracy" in d.value.columns and "accuracy" in d.value.columns)
+    from sklearn.metrics import accuracy_score
+
+    from workbench.store.db import connect
+    from workbench.store.runs import load_answers
+
+    con = connect(path, read_only=True)
+    sharp = load_answers(con, meta["runs"]["sharp-model"], "intent", ["test"]).labelled()
+    con.close()
+    row = everything.loc[everything["run_id"] == meta["runs"]["sharp-model"]].iloc[0]
+    assert row["accuracy"] == pytest.approx(accuracy_score(sharp.labels, sharp.probs.argmax(axis=1)))
+    assert row["d_accuracy"] > 0 and row["p_mcnemar"] < 0.05  # the sharp model is clearly better
+    diff = next(d.value for d in at.dataframe if "p_mcnemar" in d.value.columns and "accuracy" not in d.value.columns)
+    assert diff["run_id"].tolist() == [meta["runs"]["sharp-model"]]
+
+
+def test_shadow_page_reports_agreement_flips_and_verdict(ui_store):
+    path, meta = ui_store
+    at = _app("shadow")
+    assert at.title[0].value == "Shadow"
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="sh_session").value == "noisy-vs-sharp"
+    verdicts = [b.value for b in [*at.success, *at.warning, *at.error] if "Verdict" in b.value]
+    assert verdicts and any(v in verdicts[0] for v in ("PROMOTE", "HOLD", "REJECT"))
+    # agreement shown equals the share of test items where the two runs' top answers agree
+    from workbench.store.db import connect
+    from workbench.store.runs import load_answers
+
+    con = connect(path, read_only=True)
+    a = load_answers(con, meta["runs"]["noisy-model"], "intent", ["test"])
+    b = load_answers(con, meta["runs"]["sharp-model"], "intent", ["test"])
+    con.close()
+    both = ~a.failed & ~b.failed
+    expected = (a.probs[both].argmax(1) == b.probs[both].argmax(1)).mean()
+    shown = next(m.value for m in at.metric if m.label == "Agreement (top answer)")
+    assert shown == f"{100 * expected:.1f}%"
+    # stricter challenger rule: its review load rises
+    load_before = next(m.value for m in at.metric if m.label.startswith("Review load"))
+    at.slider(key="sh_challenger_tau").set_value(0.95).run()
+    load_after = next(m.value for m in at.metric if m.label.startswith("Review load"))
+    assert load_before != load_after
+    assert float(load_after.split("→")[1].strip().rstrip("%")) > float(load_before.split("→")[1].strip().rstrip("%"))

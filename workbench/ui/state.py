@@ -343,6 +343,62 @@ def reliability(path: str, token: tuple, run_id: str, question: str, split: str,
     return top, smooth, classwise, confusion
 
 
+@st.cache_data(show_spinner="Comparing runs…", max_entries=16)
+def comparison(path: str, token: tuple, run_ids: tuple[str, ...], baseline: str, question: str, split: str,
+               objective: tuple, n_boot: int):
+    """:func:`workbench.compare.compare_runs` (paired bootstrap, McNemar) as a frame + the raw rows.
+
+    ``objective`` = (kind, max_error, delta, calibrate).
+    """
+    from workbench.compare import ObjectiveSpec, compare_runs
+
+    kind, max_error, delta, calibrate = objective
+    with read_connection(path) as con:
+        comp = compare_runs(con, list(run_ids), baseline=baseline, questions=[question], split=split,
+                            objective=ObjectiveSpec(kind=kind, max_error=max_error, delta=delta, calibrate=calibrate),
+                            n_boot=n_boot)
+    return comp.to_frame(), comp.to_dict()
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def shadow_sessions(path: str, token: tuple) -> pd.DataFrame:
+    from workbench.store.shadow import list_sessions
+
+    with read_connection(path) as con:
+        try:
+            return list_sessions(con)
+        except duckdb.CatalogException:  # a store made before the shadow tables existed
+            return pd.DataFrame(columns=["shadow", "source", "champion", "challenger", "schema", "created_at",
+                                         "n_requests"])
+
+
+@st.cache_data(show_spinner="Building the shadow report…", max_entries=16)
+def shadow_report(path: str, token: tuple, shadow: str, champion: tuple, challenger: tuple, criteria: tuple,
+                  n_boot: int = 1000) -> dict:
+    """:func:`workbench.shadow.report.shadow_report` as a dict (+ ``frame``).
+
+    ``champion``/``challenger`` = ("file", PATH) for a policy file or ("rule", "tau=..,margin=..")
+    or ("none", ""); ``criteria`` = sorted (name, value) pairs of :class:`Criteria`.
+    """
+    from workbench.shadow.policies import load_side_policy, parse_rule_options
+    from workbench.shadow.report import Criteria, shadow_report as _report
+
+    def side(spec: tuple):
+        kind, value = spec
+        if kind == "file":
+            return load_side_policy(value)
+        if kind == "rule":
+            return parse_rule_options([value]) if value else None
+        return None
+
+    with read_connection(path) as con:
+        rep = _report(con, shadow, champion_policy=side(champion), challenger_policy=side(challenger),
+                      criteria=Criteria(**dict(criteria)), n_boot=n_boot)
+    out = rep.to_dict()
+    out["frame"] = rep.to_frame()
+    return out
+
+
 # -- helpers for pages -------------------------------------------------------------------------------
 def current() -> tuple[str, tuple]:
     """(store path, token) for this rerun."""
