@@ -167,7 +167,8 @@ def _mixed_axis(lo: float, hi: float, n: int, decades: float = 3.0) -> np.ndarra
     span = hi - lo
     head = np.linspace(lo, lo + 0.9 * span, n - n_tail, endpoint=False)
     tail = hi - 0.1 * span * 10.0 ** (-decades * np.linspace(0.0, 1.0, n_tail))
-    return np.concatenate([head, tail])
+    # rounded so policy files read 0.36 rather than 0.36000000000000004 (still strictly ascending)
+    return np.round(np.concatenate([head, tail]), 12)
 
 
 def default_grids(qtype: str, n: int = 100, *, spacing: str = "mixed") -> tuple[np.ndarray, np.ndarray]:
