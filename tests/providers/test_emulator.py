@@ -300,3 +300,27 @@ def test_cli_serves_and_stops_on_sigterm():
         proc.wait(10)
     assert proc.returncode == 0
     assert "1 requests served" in proc.stderr.read()
+
+
+def test_emulator_process_handle_has_the_same_surface(cf_env):
+    """`run_emulator_process` runs `workbench emulator` in a child process (no GIL sharing)."""
+    from workbench.providers.emulator import run_emulator_process
+
+    with run_emulator_process(port=0, rate_limit=1.0, require_token="tok") as emu:
+        r = _CLIENT.post(emu.cloudflare_base_url + "/accounts/a/ai/run/@cf/cloudflare/clef", json=body(),
+                         headers={"authorization": "Bearer tok"})
+        assert (r.status_code, r.json()["errors"][0]["code"]) == (429, 3040)
+        assert emu.request_count(model="clef") == 1 and emu.stats["by_fault"] == {"rate_limit": 1}
+        emu.set_faults(rate_limit=0.0)
+        env = {**cf_env, "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url, "CLOUDFLARE_API_KEY": "tok"}
+        provider = build_http_provider("cloudflare:clef", env=env)
+
+        async def go():
+            try:
+                return await provider.decide(DecisionRequest(three_type_schema(), "card stolen"))
+            finally:
+                await provider.aclose()
+        assert asyncio.run(go()).failures == {}
+        emu.reset_stats()
+        assert emu.stats["total"] == 0
+    assert emu.process.poll() is not None       # the child is gone after the block

@@ -15,8 +15,10 @@ scrubbed from every error message. Providers do no retries, caching or storage (
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -33,6 +35,10 @@ from workbench.schema import LimitProfile, normalise_answer, validate_limits
 DEFAULT_TIMEOUT_S = 5.0
 #: Connection pool: enough for the runner's default concurrency with headroom.
 DEFAULT_MAX_CONNECTIONS = 64
+#: httpcore 1.0's pool does O(connections^2) bookkeeping (plus one socket poll per connection) on
+#: every request event: one pool of 32+ busy connections costs ~5 ms CPU per call. A provider
+#: therefore spreads its connections over several small clients of this many connections each.
+POOL_SHARD_SIZE = 8
 
 _DATA_URL = re.compile(r"^data:(image/(?:png|jpeg|jpg|webp));base64,", re.IGNORECASE)
 _PLAIN_NAME = re.compile(r"^~?[A-Za-z0-9][A-Za-z0-9._:-]*(/[A-Za-z0-9][A-Za-z0-9._:-]*)?$")
@@ -59,7 +65,14 @@ def build_client(*, timeout: float = DEFAULT_TIMEOUT_S, transport: httpx.AsyncBa
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
                           keepalive_expiry=30.0)
     return httpx.AsyncClient(timeout=httpx.Timeout(timeout), limits=limits, transport=transport,
-                             headers=dict(headers or {}), follow_redirects=False, trust_env=False)
+                             headers=dict(headers or {}), follow_redirects=False, trust_env=False,
+                             verify=_ssl_context())
+
+
+@functools.lru_cache(maxsize=1)
+def _ssl_context() -> ssl.SSLContext:
+    """One verifying TLS context for every client (loading the CA bundle costs ~50 ms each time)."""
+    return ssl.create_default_context()
 
 
 # -- error classification -------------------------------------------------------------------------
@@ -219,7 +232,14 @@ class HttpProvider:
         self.max_images = max_images
         self.max_body_bytes = max_body_bytes
         self.window_tokens = window_tokens
-        self._client = build_client(timeout=timeout, transport=transport, max_connections=max_connections)
+        if transport is not None:  # an injected transport is one seam: keep one client around it
+            n_clients, per_client = 1, max_connections
+        else:
+            n_clients = max(1, -(-max_connections // POOL_SHARD_SIZE))
+            per_client = -(-max_connections // n_clients)
+        self._clients = [build_client(timeout=timeout, transport=transport, max_connections=per_client)
+                         for _ in range(n_clients)]
+        self._next = 0
         self._disabled: str | None = None
 
     def __repr__(self) -> str:
@@ -276,9 +296,11 @@ class HttpProvider:
                 raise self._refuse(ErrorKind.INVALID, f"{violations[0]}{more}")
         check_images(request.images, max_images=self.max_images, dialect=self.dialect)
         if self.window_tokens is not None:
-            from workbench.providers.tokens import estimate_tokens
+            from workbench.providers.tokens import MAX_TOKENS_PER_CHAR, estimate_tokens, render_state
 
-            n = estimate_tokens(request.state)
+            text = render_state(request.state)
+            # fast path: a state too short to exceed the window even at the costliest weight
+            n = 0 if len(text) * MAX_TOKENS_PER_CHAR <= self.window_tokens else estimate_tokens(text)
             if n > self.window_tokens:
                 raise self._refuse(ErrorKind.MAX_TOKENS, f"state is ~{n:,} estimated tokens, over the "
                                    f"configured window of {self.window_tokens:,} (setting window_tokens)")
@@ -295,7 +317,9 @@ class HttpProvider:
                                f"{self.max_body_bytes:,}")
         t0 = time.perf_counter()
         try:
-            response = await self._client.post(self.endpoint.url, content=content, headers=self._headers())
+            client = self._clients[self._next % len(self._clients)]
+            self._next += 1
+            response = await client.post(self.endpoint.url, content=content, headers=self._headers())
         except httpx.HTTPError as exc:
             raise transport_error(exc, self._secrets) from None
         latency_ms = (time.perf_counter() - t0) * 1000.0
@@ -338,7 +362,8 @@ class HttpProvider:
                                  latency_ms=latency_ms, request_id=request_id)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for client in self._clients:
+            await client.aclose()
 
 
 def system_one_result(request: DecisionRequest, raw: dict, *, vendor: str, requested_model: str | None,

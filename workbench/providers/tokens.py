@@ -40,6 +40,9 @@ TOKENS_PER_CHAR: dict[str, float] = {
     "other": 0.80,        # anything else (Arabic, Hebrew, Thai, ...)
 }
 
+#: The costliest weight: a text of n characters never exceeds ``n * MAX_TOKENS_PER_CHAR`` tokens.
+MAX_TOKENS_PER_CHAR = max(TOKENS_PER_CHAR.values())
+
 #: Fixed tokens a request costs before its state (Clef billed 397 fixed tokens for a short
 #: schema, providers.md §7); added by :func:`estimate_request_tokens`, not by :func:`estimate_tokens`.
 REQUEST_OVERHEAD_TOKENS = 400
