@@ -325,7 +325,12 @@ class ReplayProvider(LocalBatchProvider):
             return ProviderError(ErrorKind.MISSING, f"item {request.item_id!r} is not in the replay file", sent=False)
         err = row.get("error")
         if isinstance(err, str) and err:
-            err = {"kind": "malformed", "message": err}
+            try:
+                err = json.loads(err)                # Parquet logs store the object as JSON text
+            except json.JSONDecodeError:
+                err = {"kind": "malformed", "message": err}
+            if not isinstance(err, dict):
+                err = {"kind": "malformed", "message": str(err)}
         if isinstance(err, dict) and err:
             try:
                 kind = ErrorKind(err.get("kind", "malformed"))
