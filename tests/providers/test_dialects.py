@@ -273,3 +273,17 @@ def test_default_urls_of_presets():
         p = build_http_provider(spec, env={**env, "CLOUDFLARE_ACCOUNT_ID": "acc"})
         assert p.endpoint.url == url
         run(p.aclose())
+
+
+def test_perplexity_429_carries_retry_after(emu):
+    emu.set_faults(rate_limit=1.0)
+    with pytest.raises(ProviderError) as info:
+        run(_decide("perplexity:pplx-decider-v1-27b", env_for(emu), DecisionRequest(three_type_schema(), "x")))
+    assert info.value.kind is ErrorKind.RATE_LIMIT and info.value.retry_after == 1.0
+
+
+def test_query_string_of_a_generic_url_is_not_shown(emu):
+    provider = build_http_provider(f"systemone:{emu.base_url}/v1/systemone?model=m&key=hidden-value")
+    assert "hidden-value" not in repr(provider) and "hidden-value" not in repr(provider.endpoint)
+    assert "key=hidden-value" in provider.endpoint.url   # still sent: the server may need it
+    run(provider.aclose())

@@ -324,3 +324,17 @@ def test_emulator_process_handle_has_the_same_surface(cf_env):
         emu.reset_stats()
         assert emu.stats["total"] == 0
     assert emu.process.poll() is not None       # the child is gone after the block
+
+
+@pytest.mark.slow
+def test_emulator_answers_with_a_local_provider():
+    """`--answerer local:minilm-zeroshot`: the emulator answers through a real local model."""
+    pytest.importorskip("sentence_transformers")
+    from workbench.providers.emulator import answerer_from_spec
+
+    schema = three_type_schema()
+    with run_emulator(port=0, answerer=answerer_from_spec("local:minilm-zeroshot")) as emu:
+        r = post(emu, "/v1/systemone", {"model": "m", "state": "Someone stole my card", "questions": schema.to_wire()})
+    answers = r.json()["answers"]
+    assert r.status_code == 200 and answers["intent"]["choice"] == "lost_or_stolen_card"
+    assert set(answers) == {"intent", "stolen", "severity"}

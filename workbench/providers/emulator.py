@@ -50,7 +50,10 @@ CLI: ``workbench emulator --port 8787 [--host 127.0.0.1] [--latency-ms 100] [--l
 [--fault-timeout ..] [--fault-reset ..] [--fault-malformed ..] [--truncate-state-tokens N]
 [--require-token TOKEN] [--answerer lexical|local:minilm-zeroshot] [--seed 0]``.
 
-In Python: ``with run_emulator(port=0, rate_limit=0.1) as emu: emu.base_url, emu.stats``.
+In Python: ``with run_emulator(port=0, rate_limit=0.1) as emu: emu.base_url, emu.stats`` (a thread of
+the calling process), or ``with run_emulator_process(port=0, latency_ms=100) as emu: ...`` (a child
+``workbench emulator`` process with the same handle surface; use it for throughput benchmarks, since
+an in-thread server shares the caller's GIL).
 """
 from __future__ import annotations
 
@@ -943,8 +946,11 @@ class EmulatorServer:
             etype = {400: "invalid_request", 401: "authentication_error", 413: "max_tokens_exceeded",
                      429: "quota_exceeded" if code == 4006 else "rate_limit", 500: "internal_server_error",
                      529: "overloaded"}.get(status, "error")
+            headers = {"x-request-id": rid}
+            if call.route == "perplexity" and status == 429:
+                headers["retry-after"] = "1"  # Perplexity sends Retry-After: 1 (seconds) on 429 (§3.6)
             return HttpResponse.json(status, {"detail": {"error_type": etype, "message": message, "code": code}},
-                                     {"x-request-id": rid})
+                                     headers)
         etype = {400: "invalid_request_error", 401: "authentication_error", 413: "invalid_request_error",
                  422: "invalid_request_error", 429: "insufficient_quota" if code == 4006 else "rate_limit_exceeded",
                  500: "internal_server_error", 529: "overloaded_error"}.get(status, "error")

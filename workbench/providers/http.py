@@ -207,8 +207,13 @@ class Endpoint:
     extra_headers: dict[str, str] = field(default_factory=dict)
     request_id_headers: tuple[str, ...] = ("x-request-id",)
 
+    @property
+    def public_url(self) -> str:
+        """The URL without its query string (a self-hosted server may take a key there)."""
+        return self.url.split("?", 1)[0]
+
     def __repr__(self) -> str:  # no secrets, ever
-        return f"Endpoint(vendor={self.vendor!r}, url={self.url!r}, model={self.model!r})"
+        return f"Endpoint(vendor={self.vendor!r}, url={self.public_url!r}, model={self.model!r})"
 
 
 class HttpProvider:
@@ -243,7 +248,7 @@ class HttpProvider:
         self._disabled: str | None = None
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(spec={self.spec!r}, model={self.model!r}, url={self.endpoint.url!r})"
+        return f"{type(self).__name__}(spec={self.spec!r}, model={self.model!r}, url={self.endpoint.public_url!r})"
 
     # -- hooks for dialects ----------------------------------------------------------------------
     def build_body(self, request: DecisionRequest) -> dict:

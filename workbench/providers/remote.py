@@ -22,6 +22,7 @@ gets the vendor's path appended; a URL that already ends in a decision path is u
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -195,6 +196,17 @@ def _cloudflare(spec: str, model: str, env: Mapping[str, str], settings: dict, c
                               max_images=int(settings.get("max_images", MAX_IMAGES)), **common)
 
 
+_SECRET_PARAM = re.compile(r"(key|token|secret|password|passwd|auth|signature|sig)", re.IGNORECASE)
+
+
+def public_url(url: str) -> str:
+    """``url`` without user-info and with secret-looking query values replaced by ``***``."""
+    parts = urlsplit(url)
+    query = urlencode([(k, "***" if _SECRET_PARAM.search(k) else v)
+                       for k, v in parse_qsl(parts.query, keep_blank_values=True)])
+    return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, query, ""))
+
+
 def _generic_systemone(spec: str, url: str, env: Mapping[str, str], settings: dict, common: dict) -> HttpProvider:
     from workbench.providers.systemone import SystemOneProvider
 
@@ -210,7 +222,8 @@ def _generic_systemone(spec: str, url: str, env: Mapping[str, str], settings: di
     endpoint = Endpoint(vendor="systemone", url=full, model=model, api_key=key,
                         key_env="WORKBENCH_SYSTEMONE_API_KEY", key_required=False,
                         request_id_headers=("x-request-id", "x-typesafe-request-id", "cf-ai-req-id"))
-    return SystemOneProvider(spec, endpoint, _profile(profile),
+    # the provider's spec is what gets stored and printed: never with a credential in it
+    return SystemOneProvider(f"systemone:{public_url(url)}", endpoint, _profile(profile),
                              max_images=int(settings.get("max_images", 4)), **common)
 
 
