@@ -35,17 +35,21 @@ RuleKind = Literal["top_margin", "noul_two_sided", "score"]
 
 
 # -- per-item summaries --------------------------------------------------------------------------
+#: Rows per block in :func:`top_two_fast` (a reused ~20 MB buffer at 77 options stays cache/TLB friendly).
+_BLOCK_ROWS = 32768
+
+
 def top_two_fast(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Index of the top option, its probability and the runner-up's probability, per row.
 
     Same values as :func:`workbench.schema.answers.top_two` (a selection, not arithmetic, so the
-    floats are identical) but with two ``max`` passes instead of a partition, which is several times
-    faster on 1M × 77 matrices.
+    floats are identical), computed block by block with one reused buffer: ``argmax``, then ``max``
+    after masking the top entry. On 1M × 77 this avoids allocating full-size temporaries.
 
     Parameters
     ----------
     probs : ndarray of shape (n_items, n_options)
-        Probabilities; rows with NaN give NaN summaries.
+        Probabilities; rows with NaN give NaN summaries (and top index 0).
 
     Returns
     -------
@@ -56,20 +60,28 @@ def top_two_fast(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     """
     probs = np.atleast_2d(np.asarray(probs, dtype=float))
     n, k = probs.shape
-    bad = np.isnan(probs).any(axis=1)
-    safe = np.where(bad[:, None], 0.0, probs) if bad.any() else probs
-    top = safe.argmax(axis=1)
-    rows = np.arange(n)
-    p1 = safe[rows, top]
-    if k < 2:
-        p2 = np.zeros(n)
-    else:
-        rest = safe.copy()
-        rest[rows, top] = -np.inf
-        p2 = rest.max(axis=1)
-    if bad.any():
-        p1 = np.where(bad, np.nan, p1)
-        p2 = np.where(bad, np.nan, p2)
+    top = np.empty(n, dtype=np.intp)
+    p1 = np.empty(n)
+    p2 = np.zeros(n)
+    buf = np.empty((min(n, _BLOCK_ROWS), k))
+    for start in range(0, n, _BLOCK_ROWS):
+        blk = probs[start:start + _BLOCK_ROWS]
+        m = blk.shape[0]
+        rows = np.arange(m)
+        bad = np.isnan(blk.sum(axis=1))
+        b = buf[:m]
+        np.copyto(b, blk)
+        if bad.any():
+            b[bad] = 0.0
+        t = b.argmax(axis=1)
+        top[start:start + m] = t
+        first = b[rows, t]
+        p1[start:start + m] = np.where(bad, np.nan, first)
+        if k >= 2:
+            b[rows, t] = -np.inf
+            p2[start:start + m] = np.where(bad, np.nan, b.max(axis=1))
+        elif bad.any():
+            p2[start:start + m][bad] = np.nan
     return top, p1, p2
 
 
