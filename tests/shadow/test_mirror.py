@@ -197,3 +197,35 @@ def test_journal_skips_a_torn_tail_and_continues_on_a_new_line(tmp_path):
     j.append({"kind": "champion", "pair": "b"}).result(5)
     j.close()
     assert [r["pair"] for r in read_journal(path)] == ["a", "b"]
+
+
+def test_challenger_given_as_a_provider_spec(tmp_path):
+    """`--challenger rules:FILE`: called through the provider layer, logged in System One form."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("questions:\n  intent:\n    match_probability: 0.9\n    default: null\n    rules:\n"
+                     "      - option: refund\n        keywords: [refund, money back]\n"
+                     "      - option: lost_card\n        keywords: [stole, stolen, lost]\n")
+    journal = tmp_path / "shadow.jsonl"
+    with run_emulator(port=0) as champion:
+        mirror = Mirror(champion.base_url + "/v1/systemone", f"rules:{rules}", journal, tmp_path / "wb.duckdb",
+                        challenger_timeout=2.0).start()
+        with httpx.Client() as client:
+            for i in range(12):
+                body = {"model": "clef", "state": STATES[i % len(STATES)],
+                        "questions": {"intent": QUESTIONS["intent"]}}
+                m, _ = _send(client, mirror.url + "/v1/systemone", i, body)
+                d, _ = _send(client, champion.base_url + "/v1/systemone", i, body)
+                assert (m.status_code, m.content) == (d.status_code, d.content)
+            mirror.drain()
+        mirror.stop()
+    con = duckdb.connect(str(tmp_path / "wb.duckdb"), read_only=True)
+    try:
+        rows = con.execute("SELECT r.item_id, a.probs, a.failure_kind, r.state FROM shadow_requests r JOIN shadow_answers a"
+                           " USING (shadow, item_id) WHERE a.side = 'challenger' ORDER BY r.item_id").fetchall()
+    finally:
+        con.close()
+    assert len(rows) == 12 and all(r[2] is None for r in rows)
+    by_state = {json.loads(r[3]): r[1] for r in rows}
+    assert by_state["I want a refund for this order"][1] == pytest.approx(0.9)   # option order: card_arrival, refund, lost_card
+    assert by_state["someone stole my card"][2] == pytest.approx(0.9)
+    assert by_state["where is my new card"] == pytest.approx([1 / 3] * 3)  # no rule matched: uniform

@@ -45,10 +45,13 @@ class MirrorConfig:
 
     Parameters
     ----------
-    champion, challenger : str
-        System One endpoint URLs (``http://host:port/v1/systemone``); a ``systemone:`` prefix is
-        accepted. A ``?model=NAME`` query on the challenger URL rewrites the body's ``model`` for the
-        challenger only; the champion always receives the caller's bytes.
+    champion : str
+        System One endpoint URL (``http://host:port/v1/systemone``; a ``systemone:`` prefix is accepted).
+    challenger : str
+        A System One endpoint URL as above — a ``?model=NAME`` query rewrites the body's ``model``
+        for the challenger only (the champion always receives the caller's bytes) — or any provider
+        spec of the registry (``cloudflare:clef-flash``, ``local:minilm-zeroshot``, ``rules:PATH``...),
+        called through the provider layer on a separate event-loop thread.
     journal : path
         Append-only JSON-lines log (see :mod:`workbench.shadow.journal`).
     champion_timeout, challenger_timeout : float
@@ -81,6 +84,10 @@ def endpoint_url(spec: str) -> str:
         raise WorkbenchError(f"shadow serve needs a System One endpoint URL, got {spec!r}",
                              hint="e.g. http://127.0.0.1:8787/v1/systemone or systemone:https://…/v1/systemone")
     return url
+
+
+def _is_url(spec: str) -> bool:
+    return spec.startswith(("http://", "https://", "systemone:"))
 
 
 def _split_model(url: str) -> tuple[str, str | None]:
@@ -119,7 +126,13 @@ class MirrorApp:
                  challenger_transport: httpx.AsyncBaseTransport | None = None):
         self.config = config
         self.champion_url = endpoint_url(config.champion)
-        self.challenger_url, self.challenger_model = _split_model(endpoint_url(config.challenger))
+        self.challenger_is_url = _is_url(config.challenger)
+        if self.challenger_is_url:
+            self.challenger_url, self.challenger_model = _split_model(endpoint_url(config.challenger))
+        else:
+            self.challenger_url, self.challenger_model = None, None
+        self._provider = None
+        self._side_loop: asyncio.AbstractEventLoop | None = None
         self._transports = (champion_transport, challenger_transport)
         self.boot_id = uuid.uuid4().hex[:8]
         self._seq = 0
@@ -142,6 +155,30 @@ class MirrorApp:
                                              timeout=httpx.Timeout(cfg.challenger_timeout,
                                                                    connect=min(5.0, cfg.challenger_timeout)),
                                              headers=cfg.challenger_headers)
+        if not self.challenger_is_url:
+            self._start_provider()
+
+    def _start_provider(self) -> None:
+        """Build the challenger provider and give it its own event loop thread: a CPU-heavy local
+        model or a slow client must not hold up the loop that answers with the champion."""
+        import os
+        import threading
+
+        from workbench.providers.registry import ProviderContext, get_provider
+
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            ready.set()
+            loop.run_forever()
+
+        threading.Thread(target=run, name="shadow-challenger", daemon=True).start()
+        ready.wait(5)
+        self._side_loop = loop
+        context = ProviderContext(env=dict(os.environ), timeout=self.config.challenger_timeout)
+        self._provider = get_provider(self.config.challenger, context=context)
 
     async def shutdown(self) -> None:
         # Let running challenger calls finish (each is bounded by its timeout), then close.
@@ -150,6 +187,14 @@ class MirrorApp:
         for client in (self._champion, self._challenger):
             if client is not None:
                 await client.aclose()
+        if self._side_loop is not None:
+            if self._provider is not None:
+                try:
+                    await asyncio.wait_for(asyncio.wrap_future(
+                        asyncio.run_coroutine_threadsafe(self._provider.aclose(), self._side_loop)), 5.0)
+                except Exception:
+                    pass
+            self._side_loop.call_soon_threadsafe(self._side_loop.stop)
         if self.journal is not None:
             await asyncio.to_thread(self.journal.close)
         if self.on_closed is not None:  # e.g. ingest the journal: uvicorn re-raises SIGTERM after this
@@ -249,6 +294,9 @@ class MirrorApp:
         task.add_done_callback(self._tasks.discard)
 
     async def _call_challenger(self, pair: str, body: bytes, headers: list) -> None:
+        if not self.challenger_is_url:
+            await self._call_provider(pair, body)
+            return
         sent_headers = [(k, v) for k, v in headers if k in _CHALLENGER_PASS]
         if self.challenger_model is not None:
             try:
@@ -275,6 +323,53 @@ class MirrorApp:
         # Not awaited: the group commit syncs it with the next batch; nobody waits on it.
         self.journal.append({"kind": "challenger", "pair": pair, "status": status, "body": text,
                              "latency_ms": latency_ms, "error": error})
+
+
+    async def _call_provider(self, pair: str, body: bytes) -> None:
+        """Challenger through the provider layer; its answer is logged in System One form."""
+        from workbench.providers.base import DecisionRequest, ProviderError
+
+        t0 = time.perf_counter()
+        status = text = error = None
+        try:
+            doc = json.loads(body)
+            request = DecisionRequest(schema=_schema_of(doc), state=doc.get("state"),
+                                      images=tuple(doc.get("images") or ()))
+            future = asyncio.run_coroutine_threadsafe(self._provider.decide(request), self._side_loop)
+            result = await asyncio.wait_for(asyncio.wrap_future(future), timeout=self.config.challenger_timeout)
+            status, text = 200, json.dumps(_system_one_body(request.schema, result), ensure_ascii=False)
+        except asyncio.TimeoutError:
+            error = "timeout"
+        except ProviderError as exc:
+            error = exc.kind.value
+        except Exception as exc:  # unparsable request, provider bug: never reaches the caller
+            error = f"invalid_request: {type(exc).__name__}"
+        latency_ms = (time.perf_counter() - t0) * 1000.0
+        self.stats["challenger_done"] += 1
+        if error:
+            self.stats["challenger_errors"] += 1
+        self.journal.append({"kind": "challenger", "pair": pair, "status": status, "body": text,
+                             "latency_ms": latency_ms, "error": error})
+
+
+def _schema_of(doc: dict):
+    from workbench.schema import DecisionSchema
+
+    return DecisionSchema.from_dict({"questions": doc.get("questions")}, source="mirrored request")
+
+
+def _system_one_body(schema, result) -> dict:
+    """A provider result as a System One response (failed questions are left out: missing answers)."""
+    from workbench.providers.local import wire_answer
+
+    if result.raw and isinstance(result.raw.get("answers"), dict):
+        body = dict(result.raw)
+    else:
+        body = {"model": result.model,
+                "answers": {q: wire_answer(schema.questions[q], a.probs) for q, a in result.answers.items()}}
+    if result.input_tokens is not None:
+        body.setdefault("usage", {"input_tokens": result.input_tokens, "output_tokens": 0})
+    return body
 
 
 async def _respond(send, status: int, headers: list, body: bytes) -> None:
