@@ -134,3 +134,11 @@ def test_drift_measures_match_their_definitions():
     assert psi(ha, ha) == 0.0 and js_divergence(ha, ha) == 0.0
     assert window_bounds(100, 5) == [(0, 20), (20, 40), (40, 60), (60, 80), (80, 100)]
     assert window_bounds(30, 5) == [(0, 30)]  # too few items for several windows
+
+
+def test_drift_by_calendar_period():
+    s = _traffic(n=600)  # one request per second: 10 one-minute windows
+    r = report_from_answers([s], champion_policy=RULE, challenger_policy=RULE, n_boot=20, period="1min")
+    windows = r.questions[0]["drift"]["windows"]
+    assert [w["n"] for w in windows] == [60] * 10
+    assert windows[1]["start"].startswith("1970-01-01T00:01:00") and windows[0]["psi_challenger"] == 0.0

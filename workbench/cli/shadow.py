@@ -188,7 +188,9 @@ def register(app: typer.Typer) -> None:
         max_failure_rate: float = typer.Option(0.01, "--max-failure-rate"),
         min_outcomes: int = typer.Option(100, "--min-outcomes", help="Known outcomes needed to judge error."),
         max_drift_psi: float = typer.Option(0.25, "--max-drift-psi"),
-        windows: int = typer.Option(5, "--windows", help="Time windows for drift (equal counts)."),
+        windows: int = typer.Option(5, "--windows", help="Drift windows (equal counts in arrival order)."),
+        period: Optional[str] = typer.Option(None, "--period", help="Drift windows by calendar period instead, "
+                                                                    "e.g. 1h, 1D, 15min."),
         n_boot: int = typer.Option(1000, "--n-boot"),
         seed: int = typer.Option(0, "--seed"),
         as_json: bool = typer.Option(False, "--json"),
@@ -205,7 +207,8 @@ def register(app: typer.Typer) -> None:
         con = open_store(read_only=True)
         try:
             report = shadow_report(con, name, champion_policy=champ, challenger_policy=chall, criteria=criteria,
-                                   questions=question or None, n_windows=windows, n_boot=n_boot, seed=seed)
+                                   questions=question or None, n_windows=windows, n_boot=n_boot, seed=seed,
+                                   period=period)
         finally:
             con.close()
         if as_json:

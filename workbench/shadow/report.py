@@ -30,7 +30,7 @@ import pandas as pd
 from workbench.metrics.bootstrap import mcnemar, paired_bootstrap
 from workbench.metrics.confusion import confusion_matrix
 from workbench.metrics.reliability import wilson_interval
-from workbench.shadow.drift import histogram, js_divergence, psi, window_bounds
+from workbench.shadow.drift import histogram, js_divergence, psi, time_window_bounds, window_bounds
 from workbench.shadow.policies import SidePolicy, is_accept
 from workbench.store.shadow import ShadowAnswers
 from workbench.thresholds.rules import top_two_fast
@@ -155,7 +155,7 @@ def _rate_stats(accepted: np.ndarray, wrong: np.ndarray, top_correct: np.ndarray
 
 
 def _question_report(s: ShadowAnswers, champion: SidePolicy | None, challenger: SidePolicy | None, *,
-                     criteria: Criteria, n_windows: int, n_boot: int, seed: int) -> dict:
+                     criteria: Criteria, n_windows: int, n_boot: int, seed: int, period: str | None = None) -> dict:
     n, k = s.n, len(s.option_ids)
     cf = np.asarray([f is not None for f in s.champion_failure], dtype=bool) if n else np.zeros(0, bool)
     df = np.asarray([f is not None for f in s.challenger_failure], dtype=bool) if n else np.zeros(0, bool)
@@ -237,14 +237,14 @@ def _question_report(s: ShadowAnswers, champion: SidePolicy | None, challenger: 
                          "p95_change": None if lat_c["p95"] is None or lat_d["p95"] is None else lat_d["p95"] - lat_c["p95"]}
 
     # -- drift of p_top over time windows -----------------------------------------------------------
-    out["drift"] = _drift(s, n_windows)
+    out["drift"] = _drift(s, n_windows, period)
     return out
 
 
-def _drift(s: ShadowAnswers, n_windows: int) -> dict:
+def _drift(s: ShadowAnswers, n_windows: int, period: str | None = None) -> dict:
     ptop_c = top_two_fast(s.champion_probs)[1] if s.n else np.zeros(0)
     ptop_d = top_two_fast(s.challenger_probs)[1] if s.n else np.zeros(0)
-    bounds = window_bounds(s.n, n_windows)
+    bounds = time_window_bounds(s.ts, period) if period else window_bounds(s.n, n_windows)
     rows = []
     ref_c = histogram(ptop_c[bounds[0][0]:bounds[0][1]]) if bounds and s.n else None
     ref_d = histogram(ptop_d[bounds[0][0]:bounds[0][1]]) if bounds and s.n else None
@@ -263,7 +263,9 @@ def _drift(s: ShadowAnswers, n_windows: int) -> dict:
                      "js_champion": js_divergence(ref_c, hc), "js_challenger": js_divergence(ref_d, hd),
                      "js_between_sides": js_divergence(hc, hd)})
     finite = [r["psi_challenger"] for r in rows if np.isfinite(r["psi_challenger"])]
-    return {"score": "p_top", "bins": 10, "reference": "first window", "windows": rows,
+    return {"score": "p_top", "bins": 10, "reference": "first window",
+            "windows_by": f"period {period}" if period else f"{len(rows)} equal-count windows in arrival order",
+            "windows": rows,
             "max_psi_challenger": max(finite) if finite else None,
             "max_psi_champion": max([r["psi_champion"] for r in rows if np.isfinite(r["psi_champion"])], default=None)}
 
@@ -438,11 +440,15 @@ class ShadowReport:
 def report_from_answers(answers: list[ShadowAnswers], *, champion_policy: SidePolicy | None,
                         challenger_policy: SidePolicy | None, criteria: Criteria | None = None,
                         n_windows: int = 5, n_boot: int = 1000, seed: int = 0, shadow: str = "",
-                        session: dict | None = None) -> ShadowReport:
-    """Build the report from per-question arrays (no store needed)."""
+                        session: dict | None = None, period: str | None = None) -> ShadowReport:
+    """Build the report from per-question arrays (no store needed).
+
+    Drift windows are ``n_windows`` equal-count windows in arrival order, or calendar periods when
+    ``period`` is given (a pandas offset such as ``"1h"`` or ``"1D"``; rows without a time are left out).
+    """
     criteria = criteria or Criteria()
     questions = [_question_report(s, champion_policy, challenger_policy, criteria=criteria, n_windows=n_windows,
-                                  n_boot=n_boot, seed=seed) for s in answers]
+                                  n_boot=n_boot, seed=seed, period=period) for s in answers]
     verdict, gates = judge(questions, criteria)
     policies = {"champion": champion_policy.describe() if champion_policy else None,
                 "challenger": challenger_policy.describe() if challenger_policy else None}
@@ -452,7 +458,7 @@ def report_from_answers(answers: list[ShadowAnswers], *, champion_policy: SidePo
 def shadow_report(con, shadow: str, *, champion_policy: SidePolicy | None = None,
                   challenger_policy: SidePolicy | None = None, criteria: Criteria | None = None,
                   questions: list[str] | None = None, n_windows: int = 5, n_boot: int = 1000,
-                  seed: int = 0) -> ShadowReport:
+                  seed: int = 0, period: str | None = None) -> ShadowReport:
     """Report of stored session ``shadow`` (see the module docstring)."""
     from workbench.store.shadow import get_session, load_shadow, session_schema
 
@@ -464,4 +470,4 @@ def shadow_report(con, shadow: str, *, champion_policy: SidePolicy | None = None
     meta["created_at"] = str(session["created_at"])
     return report_from_answers(arrays, champion_policy=champion_policy, challenger_policy=challenger_policy,
                                criteria=criteria, n_windows=n_windows, n_boot=n_boot, seed=seed, shadow=shadow,
-                               session=meta)
+                               session=meta, period=period)
