@@ -183,3 +183,15 @@ def test_classwise_ece_is_the_mean_of_one_vs_rest_eces(choice_data):
         counts = counts[counts > 0]
         per_class.append(np.sum(counts * np.abs(prob_true - prob_pred)) / len(labels))
     assert reliability.classwise_ece(probs, labels, 15) == pytest.approx(np.mean(per_class), abs=TOL)
+
+
+@pytest.mark.parametrize("n_bins", [3, 5, 7, 10, 13, 15, 20, 100])
+def test_fast_uniform_bins_agree_with_the_edge_array_even_at_edges(n_bins):
+    rng = np.random.default_rng(n_bins)
+    edges = np.linspace(0, 1, n_bins + 1)
+    s = np.clip(np.r_[rng.random(10_000), edges, np.nextafter(edges, 2), np.nextafter(edges, -1),
+                      np.arange(n_bins + 1) / n_bins], 0, 1)
+    np.testing.assert_array_equal(reliability.uniform_bin_index(s, n_bins), reliability.assign_bins(s, edges))
+    # and the numpy histogram convention (what netcal uses)
+    np.testing.assert_array_equal(np.bincount(reliability.uniform_bin_index(s, n_bins), minlength=n_bins),
+                                  np.histogram(s, bins=edges)[0])

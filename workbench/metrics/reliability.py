@@ -54,6 +54,49 @@ def assign_bins(y_score: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.searchsorted(edges[1:-1], np.asarray(y_score, dtype=float), side="right")
 
 
+def uniform_bin_index(y_score: np.ndarray, n_bins: int) -> np.ndarray:
+    """Same result as ``assign_bins(y_score, linspace(0, 1, n_bins + 1))``, without a binary search.
+
+    ``floor(s · n_bins)`` can only disagree with the edge array for scores within rounding error of
+    an edge; those few are re-assigned by ``searchsorted`` on the edges.
+    """
+    s = np.asarray(y_score, dtype=float)
+    t = s * n_bins
+    b = t.astype(np.int64)
+    near = np.abs(t - np.rint(t)) < 1e-9
+    if near.any():
+        edges = np.linspace(0.0, 1.0, n_bins + 1)
+        b[near] = np.searchsorted(edges[1:-1], s[near], side="right")
+    np.clip(b, 0, n_bins - 1, out=b)
+    return b
+
+
+def option_bin_sums(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, chunk_rows: int = 16384
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Equal-width bin sums of every one-vs-rest column, in one pass over row chunks.
+
+    Returns ``count``, ``sum_score`` and ``sum_true``, each (k, n_bins): for option j and bin b the
+    number of items with p_j in bin b, the sum of those p_j, and how many of them are labelled j.
+    Row chunks keep the work cache-friendly and memory O(chunk_rows · k) (reading columns of a
+    C-ordered (n, k) matrix one at a time would stream the whole matrix k times).
+    """
+    probs = np.asarray(probs, dtype=float)
+    labels = np.asarray(labels, dtype=np.int64)
+    n, k = probs.shape
+    size = k * n_bins
+    offsets = n_bins * np.arange(k, dtype=np.int64)[None, :]
+    count = np.zeros(size)
+    sum_score = np.zeros(size)
+    for start in range(0, n, chunk_rows):
+        block = probs[start:start + chunk_rows]
+        cells = (uniform_bin_index(block, n_bins) + offsets).ravel()
+        count += np.bincount(cells, minlength=size)
+        sum_score += np.bincount(cells, weights=block.ravel(), minlength=size)
+    p_label = probs[np.arange(n), labels]
+    sum_true = np.bincount(uniform_bin_index(p_label, n_bins) + n_bins * labels, minlength=size).astype(float)
+    return count.reshape(k, n_bins), sum_score.reshape(k, n_bins), sum_true.reshape(k, n_bins)
+
+
 @dataclass
 class BinStats:
     """Per-bin sums of one binary problem; everything binned metrics need.
@@ -78,6 +121,9 @@ def bin_stats(y_true: np.ndarray, y_score: np.ndarray, n_bins: int = 15, strateg
     """Sum scores, outcomes and counts per bin (``bins`` may be precomputed with :func:`assign_bins`)."""
     y_true = np.asarray(y_true, dtype=float)
     y_score = np.asarray(y_score, dtype=float)
+    if bins is None and edges is None and strategy == "uniform":
+        edges = np.linspace(0.0, 1.0, n_bins + 1)
+        bins = uniform_bin_index(y_score, n_bins)
     if edges is None:
         edges = bin_edges(y_score, n_bins, strategy)
     nb = len(edges) - 1
@@ -237,10 +283,18 @@ def top_label_reliability_curve(probs: np.ndarray, labels: np.ndarray, n_bins: i
 
 
 def classwise_stats(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15,
-                    strategy: str = "uniform") -> list[BinStats]:
-    """One :class:`BinStats` per option (one-vs-rest); a loop over the k columns, each vectorised."""
+                    strategy: str = "uniform", sums: tuple | None = None) -> list[BinStats]:
+    """One :class:`BinStats` per option (one-vs-rest).
+
+    Equal-width bins come from one chunked pass (:func:`option_bin_sums`, or ``sums`` already
+    computed by it); equal-mass bins need per-column quantiles, so they loop over the k columns.
+    """
     probs = np.asarray(probs, dtype=float)
     labels = np.asarray(labels)
+    if strategy == "uniform":  # one chunked pass over the matrix instead of k column scans
+        edges = np.linspace(0.0, 1.0, n_bins + 1)
+        count, sum_score, sum_true = sums if sums is not None else option_bin_sums(probs, labels, n_bins)
+        return [BinStats(edges, count[j], sum_score[j], sum_true[j]) for j in range(probs.shape[1])]
     return [bin_stats((labels == j), probs[:, j], n_bins, strategy) for j in range(probs.shape[1])]
 
 

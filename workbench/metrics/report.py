@@ -107,37 +107,41 @@ class QuestionReport:
 class _Bins:
     """A binary problem sorted by score once, so per-bin sums of any reweighting are segment sums.
 
-    Bins (equal-width or equal-mass) are contiguous runs of the sorted scores; a replicate's
+    Bins (equal-width and/or equal-mass) are contiguous runs of the sorted scores; a replicate's
     per-bin count, Σ w·score and Σ w·outcome are ``np.add.reduceat`` over those runs (exact sums,
-    no cancellation), instead of a scatter ``bincount`` per sum.
+    no cancellation), and all binnings share one gather of the weights into sorted order.
     """
 
-    def __init__(self, y_true: np.ndarray, y_score: np.ndarray, n_bins: int, strategy: str):
+    def __init__(self, y_true: np.ndarray, y_score: np.ndarray, n_bins: int,
+                 strategies: tuple[str, ...] = ("uniform", "quantile")):
         s = np.asarray(y_score, dtype=float)
         self.order = np.argsort(s, kind="stable")
         self.s = s[self.order]
         self.y = np.asarray(y_true, dtype=float)[self.order]
-        self.edges = rel.bin_edges(s, n_bins, strategy)
-        # bin b holds edges[b] <= s < edges[b+1] (last bin closed): its run starts at the first s >= edges[b]
-        cut = np.r_[0, np.searchsorted(self.s, self.edges[1:-1], side="left"), s.size]
-        self.nonempty = cut[1:] > cut[:-1]
-        self.starts = cut[:-1][self.nonempty]
         self.nb = n_bins
-        self.strategy = strategy
+        self.binnings = []
+        for strategy in strategies:
+            edges = rel.bin_edges(self.s, n_bins, strategy)
+            # bin b holds edges[b] <= s < edges[b+1] (last closed): its run starts at the first s >= edges[b]
+            cut = np.r_[0, np.searchsorted(self.s, edges[1:-1], side="left"), s.size]
+            nonempty = cut[1:] > cut[:-1]
+            self.binnings.append((edges, nonempty, cut[:-1][nonempty]))
 
-    def _segment_sums(self, x: np.ndarray) -> np.ndarray:
+    def _segment_sums(self, x: np.ndarray, nonempty: np.ndarray, starts: np.ndarray) -> np.ndarray:
         out = np.zeros(self.nb)
-        if self.starts.size:
-            out[self.nonempty] = np.add.reduceat(x, self.starts)
+        if starts.size:
+            out[nonempty] = np.add.reduceat(x, starts)
         return out
 
-    def stats(self, w: np.ndarray | None) -> rel.BinStats:
+    def stats(self, w: np.ndarray | None) -> list[rel.BinStats]:
+        """One :class:`BinStats` per strategy, for weights ``w`` (n,) in the caller's item order."""
         if w is None:
-            count = self._segment_sums(np.ones_like(self.s))
-            return rel.BinStats(self.edges, count, self._segment_sums(self.s), self._segment_sums(self.y))
-        ws = w[self.order]
-        return rel.BinStats(self.edges, self._segment_sums(ws), self._segment_sums(ws * self.s),
-                            self._segment_sums(ws * self.y))
+            ws, wss, wsy = np.ones_like(self.s), self.s, self.y
+        else:
+            ws = np.take(w, self.order)
+            wss, wsy = ws * self.s, ws * self.y
+        return [rel.BinStats(edges, self._segment_sums(ws, ne, st), self._segment_sums(wss, ne, st),
+                             self._segment_sums(wsy, ne, st)) for edges, ne, st in self.binnings]
 
 
 class _Ranks:
@@ -172,10 +176,30 @@ class _Ranks:
         return auc, ap
 
 
-def _wmean(x: np.ndarray, w: np.ndarray | None) -> float:
+def _wmean(x: np.ndarray, w: np.ndarray | None, total: float | None = None) -> float:
+    """Mean of ``x`` weighted by ``w`` (``total`` = Σw when the caller knows it)."""
     if x.size == 0:
         return float("nan")
-    return float(x.mean()) if w is None else float(np.dot(w, x) / w.sum())
+    if w is None:
+        return float(x.mean())
+    return float(np.dot(w, x) / (w.sum() if total is None else total))
+
+
+def _take_rows(probs: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``probs[keep]`` without copying the matrix when every row is kept (a 1M × 77 copy is 600 MB)."""
+    return probs if keep.all() else probs[keep]
+
+
+def _label_rank(p: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """0-based rank of the label among the options (ties count options listed before the label first)."""
+    rows = np.arange(len(y))
+    p_true = p[rows, y]
+    rank = np.count_nonzero(p > p_true[:, None], axis=1)
+    tied = np.flatnonzero(np.count_nonzero(p == p_true[:, None], axis=1) > 1)
+    if tied.size:  # rare: only rows with exact ties pay for the second comparison
+        sub = p[tied]
+        rank[tied] += np.count_nonzero((sub == p_true[tied, None]) & (np.arange(p.shape[1]) < y[tied, None]), axis=1)
+    return rank
 
 
 def _split_rows(probs: np.ndarray, labels: np.ndarray, failure_kinds: Iterable | None,
@@ -243,29 +267,28 @@ def choice_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] |
     keep, counts = _split_rows(probs, labels, failure_kinds, exclude)
     params = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level}
     report = QuestionReport(question, qtype, list(opts), counts, params=params)
-    p, y = probs[keep], labels[keep]
+    p, y = _take_rows(probs, keep), labels[keep]
     n = len(y)
     if n == 0:
         return report
     pred = p.argmax(axis=1)
     conf = p[np.arange(n), pred]
-    correct = (pred == y).astype(np.int64)
+    correct = (pred == y).astype(float)
     ll = sc.item_log_loss(p, y)
     ib = sc.item_brier(p, y)
-    p_true = p[np.arange(n), y]
-    rank = (p > p_true[:, None]).sum(axis=1) + ((p == p_true[:, None]) & (np.arange(k) < y[:, None])).sum(axis=1)
+    rank = _label_rank(p, y)
     in_top2, in_top3 = (rank < 2).astype(float), (rank < 3).astype(float)
-    uni = _Bins(correct, conf, n_bins, "uniform")
-    qua = _Bins(correct, conf, n_bins, "quantile")
+    top = _Bins(correct, conf, n_bins)
     cm_cell = y * k + pred
-    del rank, p_true
+    del rank
 
     def stats(w: np.ndarray | None) -> dict[str, float]:
-        su, sq = uni.stats(w), qua.stats(w)
+        su, sq = top.stats(w)
+        total = float(n) if w is None else float(w.sum())
         cm = np.bincount(cm_cell, weights=w, minlength=k * k).reshape(k, k)
-        out = {"accuracy": _wmean(correct.astype(float), w), "macro_f1": macro_f1_from_matrix(cm),
-               "top_2_accuracy": _wmean(in_top2, w), "top_3_accuracy": _wmean(in_top3, w),
-               "log_loss": _wmean(ll, w), "brier": _wmean(ib, w),
+        out = {"accuracy": float(su.sum_true.sum() / total), "macro_f1": macro_f1_from_matrix(cm),
+               "top_2_accuracy": _wmean(in_top2, w, total), "top_3_accuracy": _wmean(in_top3, w, total),
+               "log_loss": _wmean(ll, w, total), "brier": _wmean(ib, w, total),
                "ece_uniform": rel.ece_from_stats(su), "ece_quantile": rel.ece_from_stats(sq),
                "mce_uniform": rel.mce_from_stats(su), "debiased_ece": rel.debiased_ece_from_stats(sq)}
         if k <= 2:
@@ -278,18 +301,20 @@ def choice_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] |
     if smooth:
         report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
             correct.astype(float), conf, n_boot, seed, level, "top-label")
-    cw = rel.classwise_stats(p, y, n_bins, "uniform")
+    sums = rel.option_bin_sums(p, y, n_bins)  # shared by class-wise ECE and the Brier decomposition
+    cw = rel.classwise_stats(p, y, n_bins, "uniform", sums=sums)
     report.metrics["classwise_ece"] = Interval(float(np.mean([rel.ece_from_stats(s) for s in cw])), level=level)
     if n * k <= CLASSWISE_BOOT_LIMIT and n_boot:
-        col_bins = [_Bins((y == j), p[:, j], n_bins, "uniform") for j in range(k)]
-        iv = _intervals(lambda w: {"classwise_ece": float(np.mean([rel.ece_from_stats(b.stats(w))
+        col_bins = [_Bins((y == j), p[:, j], n_bins, ("uniform",)) for j in range(k)]
+        iv = _intervals(lambda w: {"classwise_ece": float(np.mean([rel.ece_from_stats(b.stats(w)[0])
                                                                     for b in col_bins]))},
                         n, n_boot, seed, level)
         report.metrics["classwise_ece"] = iv["classwise_ece"]
-    report.curves = {"top_label_uniform": rel.curve_from_stats(uni.stats(None), "uniform", "top-label"),
-                     "top_label_quantile": rel.curve_from_stats(qua.stats(None), "quantile", "top-label")}
+    su, sq = top.stats(None)
+    report.curves = {"top_label_uniform": rel.curve_from_stats(su, "uniform", "top-label"),
+                     "top_label_quantile": rel.curve_from_stats(sq, "quantile", "top-label")}
     report.classwise = [rel.curve_from_stats(s, "uniform", opts[j]) for j, s in enumerate(cw)]
-    report.decomposition = sc.brier_decomposition(p, y, n_bins)
+    report.decomposition = sc.brier_decomposition(p, y, n_bins, bin_sums=sums)
     acc = None if accept is None else np.asarray(accept, bool)[keep]
     report.confusion = confusion_result(y, pred, list(opts), acc)
     return report
@@ -310,7 +335,7 @@ def noul_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | N
     keep, counts = _split_rows(probs, labels, failure_kinds, exclude)
     params = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level}
     report = QuestionReport(question, "noul", list(opts), counts, params=params)
-    p, lab = probs[keep], labels[keep]
+    p, lab = _take_rows(probs, keep), labels[keep]
     n = len(lab)
     if n == 0:
         return report
@@ -321,16 +346,14 @@ def noul_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | N
     correct = (pred == lab).astype(np.int64)
     ll = sc.item_log_loss(p, lab)
     sq_err = (s - y) ** 2
-    yes_u = _Bins(y, s, n_bins, "uniform")
-    yes_q = _Bins(y, s, n_bins, "quantile")
-    top_u = _Bins(correct, conf, n_bins, "uniform")
-    top_q = _Bins(correct, conf, n_bins, "quantile")
+    yes_bins = _Bins(y, s, n_bins)
+    top_bins = _Bins(correct, conf, n_bins)
     ranks = _Ranks(y, s)
     cm_cell = lab * 2 + pred
 
     def stats(w: np.ndarray | None) -> dict[str, float]:
-        su, sq = yes_u.stats(w), yes_q.stats(w)
-        tu, tq = top_u.stats(w), top_q.stats(w)
+        su, sq = yes_bins.stats(w)
+        tu, tq = top_bins.stats(w)
         auc, ap = ranks.auc_ap(w)
         cm = np.bincount(cm_cell, weights=w, minlength=4).reshape(2, 2)
         return {"accuracy": _wmean(correct.astype(float), w), "macro_f1": macro_f1_from_matrix(cm),
@@ -346,10 +369,12 @@ def noul_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | N
             y.astype(float), s, n_boot, seed, level, "P(yes)")
         report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
             correct.astype(float), conf, n_boot, seed, level, "top-label")
-    report.curves = {"p_yes_uniform": rel.curve_from_stats(yes_u.stats(None), "uniform", "P(yes)"),
-                     "p_yes_quantile": rel.curve_from_stats(yes_q.stats(None), "quantile", "P(yes)"),
-                     "top_label_uniform": rel.curve_from_stats(top_u.stats(None), "uniform", "top-label"),
-                     "top_label_quantile": rel.curve_from_stats(top_q.stats(None), "quantile", "top-label")}
+    su, sq = yes_bins.stats(None)
+    tu, tq = top_bins.stats(None)
+    report.curves = {"p_yes_uniform": rel.curve_from_stats(su, "uniform", "P(yes)"),
+                     "p_yes_quantile": rel.curve_from_stats(sq, "quantile", "P(yes)"),
+                     "top_label_uniform": rel.curve_from_stats(tu, "uniform", "top-label"),
+                     "top_label_quantile": rel.curve_from_stats(tq, "quantile", "top-label")}
     report.decomposition = sc.binary_brier_decomposition(y, s, n_bins)
     acc = None if accept is None else np.asarray(accept, bool)[keep]
     report.confusion = confusion_result(lab, pred, list(opts), acc)
@@ -373,7 +398,7 @@ def score_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | 
     keep, counts = _split_rows(probs, labels, failure_kinds, exclude)
     params = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level}
     report = QuestionReport(question, "score", list(opts), counts, params=params)
-    p, y = probs[keep], labels[keep]
+    p, y = _take_rows(probs, keep), labels[keep]
     n = len(y)
     if n == 0:
         return report
@@ -385,10 +410,9 @@ def score_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | 
     rps = sc.item_rps(p, y)
     ll = sc.item_log_loss(p, y)
     ib = sc.item_brier(p, y)
-    top_u = _Bins(correct, conf, n_bins, "uniform")
-    top_q = _Bins(correct, conf, n_bins, "quantile")
+    top_bins = _Bins(correct, conf, n_bins)
     survival = 1.0 - np.cumsum(p, axis=1)[:, :-1]  # P(level >= j) for j = 1..k-1
-    cum = [_Bins((y >= j), np.clip(survival[:, j - 1], 0.0, 1.0), n_bins, "uniform") for j in range(1, k)]
+    cum = [_Bins((y >= j), np.clip(survival[:, j - 1], 0.0, 1.0), n_bins, ("uniform",)) for j in range(1, k)]
     cm_cell = y * k + pred
     idx = np.arange(k)
     qw = (idx[:, None] - idx[None, :]) ** 2 / max((k - 1) ** 2, 1)
@@ -398,22 +422,23 @@ def score_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | 
         total = cm.sum()
         expected = np.outer(cm.sum(axis=1), cm.sum(axis=0)) / total
         denom = float(np.sum(qw * expected))
-        tu, tq = top_u.stats(w), top_q.stats(w)
+        tu, tq = top_bins.stats(w)
         return {"accuracy": _wmean(correct.astype(float), w), "within_one_accuracy": _wmean(within, w),
                 "mae_expected_level": _wmean(abs_err, w), "rps": _wmean(rps, w),
                 "qwk": float(1.0 - np.sum(qw * cm) / denom) if denom > 0 else float("nan"),
                 "macro_f1": macro_f1_from_matrix(cm), "log_loss": _wmean(ll, w), "brier": _wmean(ib, w),
                 "ece_uniform": rel.ece_from_stats(tu), "ece_quantile": rel.ece_from_stats(tq),
                 "mce_uniform": rel.mce_from_stats(tu), "debiased_ece": rel.debiased_ece_from_stats(tq),
-                "cumulative_ece": float(np.mean([rel.ece_from_stats(b.stats(w)) for b in cum]))}
+                "cumulative_ece": float(np.mean([rel.ece_from_stats(b.stats(w)[0]) for b in cum]))}
 
     report.metrics = _intervals(stats, n, n_boot, seed, level)
     if smooth:
         report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
             correct.astype(float), conf, n_boot, seed, level, "top-label")
-    report.curves = {"top_label_uniform": rel.curve_from_stats(top_u.stats(None), "uniform", "top-label"),
-                     "top_label_quantile": rel.curve_from_stats(top_q.stats(None), "quantile", "top-label")}
-    report.classwise = [rel.curve_from_stats(b.stats(None), "uniform", f"P(level >= {opts[j]})")
+    tu, tq = top_bins.stats(None)
+    report.curves = {"top_label_uniform": rel.curve_from_stats(tu, "uniform", "top-label"),
+                     "top_label_quantile": rel.curve_from_stats(tq, "quantile", "top-label")}
+    report.classwise = [rel.curve_from_stats(b.stats(None)[0], "uniform", f"P(level >= {opts[j]})")
                         for j, b in zip(range(1, k), cum)]
     report.decomposition = sc.brier_decomposition(p, y, n_bins)
     acc = None if accept is None else np.asarray(accept, bool)[keep]

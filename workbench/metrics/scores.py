@@ -106,8 +106,8 @@ class BrierDecomposition:
     - ``reliability`` = Brier − Brier of the recalibrated forecast (miscalibration, lower is better).
 
     The *recalibrated* forecast replaces p_j by the observed frequency of option j among items whose
-    p_j falls in the same bin (``n_bins`` equal-width bins per option), the binned analogue of the
-    CORP decomposition, so the three terms add up to the Brier score exactly.
+    p_j falls in the same bin (``n_bins`` equal-width bins per option, histogram convention), the
+    binned analogue of the CORP decomposition, so the three terms add up to the Brier score exactly.
     """
 
     brier: float
@@ -121,29 +121,30 @@ class BrierDecomposition:
 
 
 def brier_decomposition(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15,
-                        sample_weight: np.ndarray | None = None, *, chunk_rows: int = 65536) -> BrierDecomposition:
+                        sample_weight: np.ndarray | None = None, *, bin_sums: tuple | None = None
+                        ) -> BrierDecomposition:
     """Reliability − resolution + uncertainty of the multiclass Brier score (see :class:`BrierDecomposition`).
 
-    Rows are processed in chunks of ``chunk_rows`` so memory stays O(chunk_rows · k) for a
-    million items × 77 options; every (option, bin) cell is summed with one ``bincount`` per chunk.
+    Unweighted, the (option, bin) sums come from one chunked pass over the matrix
+    (:func:`~workbench.metrics.reliability.option_bin_sums`, or ``bin_sums`` already computed by
+    it), so memory stays O(chunk · k).
     """
+    from workbench.metrics.reliability import option_bin_sums, uniform_bin_index
+
     probs = np.asarray(probs, dtype=float)
-    labels = np.asarray(labels)
+    labels = np.asarray(labels, dtype=np.int64)
     n, k = probs.shape
-    w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+    if sample_weight is None:
+        w = np.ones(n)
+        count, _, hits = bin_sums if bin_sums is not None else option_bin_sums(probs, labels, n_bins)
+        count, hits = count.ravel(), hits.ravel()
+    else:
+        w = np.asarray(sample_weight, dtype=float)
+        cells = (uniform_bin_index(probs, n_bins) + n_bins * np.arange(k)[None, :]).ravel()
+        count = np.bincount(cells, weights=np.repeat(w, k), minlength=k * n_bins)
+        hit_cells = uniform_bin_index(_true_prob(probs, labels), n_bins) + n_bins * labels
+        hits = np.bincount(hit_cells, weights=w, minlength=k * n_bins)
     total = w.sum()
-    count = np.zeros(k * n_bins)
-    offsets = n_bins * np.arange(k)[None, :]
-    for start in range(0, n, chunk_rows):
-        block = probs[start:start + chunk_rows]
-        cells = (option_bins(block, n_bins) + offsets).ravel()
-        if sample_weight is None:
-            count += np.bincount(cells, minlength=k * n_bins)
-        else:
-            count += np.bincount(cells, weights=np.repeat(w[start:start + chunk_rows], k), minlength=k * n_bins)
-    # the label's own (option, bin) cell per item: where the outcome 1[label = j] is 1
-    hit_cells = option_bins(_true_prob(probs, labels), n_bins) + n_bins * labels
-    hits = np.bincount(hit_cells, weights=w, minlength=k * n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         freq = np.where(count > 0, hits / count, 0.0)
     brier_recal = float(np.sum(count * freq * (1.0 - freq)) / total)
@@ -160,7 +161,9 @@ def binary_brier_decomposition(y_true: np.ndarray, y_score: np.ndarray, n_bins: 
     s = np.asarray(y_score, dtype=float)
     w = np.ones(y.size) if sample_weight is None else np.asarray(sample_weight, dtype=float)
     total = w.sum()
-    bins = np.minimum((s * n_bins).astype(np.int64), n_bins - 1)
+    from workbench.metrics.reliability import uniform_bin_index
+
+    bins = uniform_bin_index(s, n_bins)
     count = np.bincount(bins, weights=w, minlength=n_bins)
     hits = np.bincount(bins, weights=w * y, minlength=n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -170,11 +173,6 @@ def binary_brier_decomposition(y_true: np.ndarray, y_score: np.ndarray, n_bins: 
     uncertainty = base * (1.0 - base)
     brier = float(np.dot(w, (s - y) ** 2) / total)
     return BrierDecomposition(brier, brier - brier_recal, uncertainty - brier_recal, uncertainty)
-
-
-def option_bins(probs: np.ndarray, n_bins: int) -> np.ndarray:
-    """Equal-width bin of every probability, (n, k) int in [0, n_bins) (1.0 goes to the last bin)."""
-    return np.minimum((np.asarray(probs, dtype=float) * n_bins).astype(np.int64), n_bins - 1)
 
 
 # -- ranking metrics for yes/no -----------------------------------------------------------------
