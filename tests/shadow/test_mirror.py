@@ -55,11 +55,12 @@ class Mirror:
     """A `workbench shadow serve` subprocess."""
 
     def __init__(self, champion: str, challenger: str, journal: Path, db: Path, *, challenger_timeout: float,
-                 name: str = "live"):
+                 name: str = "live", extra: tuple[str, ...] = ()):
         self.port = _free_port()
         self.args = [sys.executable, "-c", "from workbench.cli import main; main()", "--db", str(db), "shadow",
                      "serve", "--champion", champion, "--challenger", challenger, "--port", str(self.port),
-                     "--journal", str(journal), "--name", name, "--challenger-timeout", str(challenger_timeout)]
+                     "--journal", str(journal), "--name", name, "--challenger-timeout", str(challenger_timeout),
+                     *extra]
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
@@ -229,3 +230,21 @@ def test_challenger_given_as_a_provider_spec(tmp_path):
     assert by_state["I want a refund for this order"][1] == pytest.approx(0.9)   # option order: card_arrival, refund, lost_card
     assert by_state["someone stole my card"][2] == pytest.approx(0.9)
     assert by_state["where is my new card"] == pytest.approx([1 / 3] * 3)  # no rule matched: uniform
+
+
+def test_a_stuck_challenger_is_shed_not_queued(tmp_path):
+    journal = tmp_path / "shadow.jsonl"
+    with run_emulator(port=0) as champion, run_emulator(port=0, latency_ms=1500) as challenger:
+        mirror = Mirror(champion.base_url + "/v1/systemone", challenger.base_url + "/v1/systemone", journal,
+                        tmp_path / "wb.duckdb", challenger_timeout=5.0,
+                        extra=("--max-challenger-in-flight", "4", "--no-ingest")).start()
+        with httpx.Client() as client:
+            for i in range(20):
+                r, _ = _send(client, mirror.url + "/v1/systemone", i, _body(i))
+                assert r.status_code == 200
+        status = mirror.status()
+        assert status["challenger_in_flight"] <= 4 and status["challenger_shed"] >= 12
+        mirror.stop()
+    shed = [r for r in read_journal(journal) if r["kind"] == "challenger" and r["error"] == "shed"]
+    assert len(shed) == status["challenger_shed"]
+    assert not (tmp_path / "wb.duckdb").exists()  # --no-ingest
