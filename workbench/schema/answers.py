@@ -62,10 +62,16 @@ def normalise_answer(question: Noul | Choice | Score, answer: Any, *, question_i
     raw = answer.get("probabilities")
     if not isinstance(raw, dict) or not raw:
         raise AnswerError(f"{where}: no 'probabilities' object")
-    unknown = [k for k in raw if k not in set(ids)]
+    id_set = set(ids)
+    unknown = [k for k in raw if k not in id_set]
     if unknown:
         raise AnswerError(f"{where}: unknown option {unknown[0]!r} (not in the schema)")
-    vec = np.array([_prob(raw.get(k, 0.0), f"{where}.{k}") for k in ids])
+    values = [raw.get(k, 0.0) for k in ids]
+    vec = np.asarray(values, dtype=float) if all(type(v) in (float, int) for v in values) else None
+    if vec is None or not (np.isfinite(vec).all() and (vec >= -1e-9).all() and (vec <= 1 + 1e-9).all()):
+        # slow path only to name the offending option precisely
+        vec = np.array([_prob(v, f"{where}.{k}") for k, v in zip(ids, values)])
+    vec = np.clip(vec, 0.0, 1.0)
     total = float(vec.sum())
     deviation = total - 1.0
     if abs(deviation) > tol:
