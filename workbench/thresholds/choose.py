@@ -22,7 +22,7 @@ from workbench.thresholds.guarantees import (
     ThresholdError,
     error_cost_weights,
     select_cost,
-    select_guarantee_split,
+    certify_surface,
     select_target,
 )
 from workbench.thresholds.rules import Rule, make_rule
@@ -229,13 +229,9 @@ def choose_thresholds(calibration: RunAnswers, test: RunAnswers | None = None,
 
     if opts.objective == "guarantee":
         classes = [c for c in range(k) if c not in abstain_idx]
-        coords = surface.extra["coordinates"]
-        sel, _ = select_guarantee_split(coords, coords.predicted == labels, x_grid=surface.x_grid,
-                                        y_grid=surface.y_grid, n_classes=k, alpha=opts.alpha, delta=opts.delta,
-                                        method=opts.method, per_class=opts.per_class, classes=classes,
-                                        order_fraction=opts.order_fraction,
-                                        rng=np.random.default_rng([opts.seed, 1]), n_paths=opts.n_paths,
-                                        n_starts=opts.n_starts)
+        sel = certify_surface(surface, alpha=opts.alpha, delta=opts.delta, method=opts.method,
+                              per_class=opts.per_class, classes=classes, order_fraction=opts.order_fraction,
+                              seed=opts.seed, n_paths=opts.n_paths, n_starts=opts.n_starts)
     elif opts.objective == "cost":
         api = opts.api_cost_per_item
         if api is None:

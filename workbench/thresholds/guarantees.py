@@ -377,6 +377,29 @@ def select_guarantee_split(coords, correct: np.ndarray, *, x_grid: np.ndarray, y
     return sel, certify
 
 
+def certify_surface(surface: Surface, *, alpha: float = 0.05, delta: float = 0.1,
+                    method: Method = "fixed-sequence", per_class: bool = False,
+                    classes: Sequence[int] | None = None, order_fraction: float = 0.3, seed: int = 0,
+                    n_paths: int = 10, n_starts: int = 10) -> Selection:
+    """The guarantee selection exactly as ``workbench thresholds`` makes it, from a surface built by
+    :func:`~workbench.thresholds.surface.risk_coverage_surface` (which keeps the per-item coordinates).
+
+    The held-apart items for the fixed-sequence order are drawn with ``default_rng([seed, 1])``, as
+    in :func:`workbench.thresholds.choose.choose_thresholds`, so the CLI, the UI and a policy export
+    certify the same point on the same items.
+    """
+    coords, correct = surface.extra.get("coordinates"), surface.extra.get("correct")
+    if coords is None or correct is None:
+        raise ThresholdError("certify_surface needs a surface from risk_coverage_surface (per-item coordinates)")
+    n_classes = surface.class_accepted.shape[0] if surface.class_accepted is not None \
+        else int(coords.predicted.max(initial=0)) + 1
+    sel, _ = select_guarantee_split(coords, correct, x_grid=surface.x_grid, y_grid=surface.y_grid,
+                                    n_classes=n_classes, alpha=alpha, delta=delta, method=method,
+                                    per_class=per_class, classes=classes, order_fraction=order_fraction,
+                                    rng=np.random.default_rng([seed, 1]), n_paths=n_paths, n_starts=n_starts)
+    return sel
+
+
 def error_cost_weights(labels: np.ndarray, predicted: np.ndarray, n_options: int,
                        error_cost: float | Mapping[int, float] | np.ndarray) -> np.ndarray:
     """Per-item cost if the item were auto-accepted: 0 when correct, else the cost of that mistake.

@@ -233,6 +233,7 @@ def risk_coverage_surface(qtype: str, probs: np.ndarray, labels: np.ndarray, *, 
                                     n_total=probs.shape[0] + int(n_failed), x_name=coords.x_name,
                                     y_name=coords.y_name)
     surf.extra["coordinates"] = coords
+    surf.extra["correct"] = correct
     return surf
 
 
