@@ -119,3 +119,17 @@ def test_bad_calibrator_dicts_are_rejected(bad):
 def test_too_few_items_is_a_clear_error():
     with pytest.raises(CalibrationFitError, match="at least 2"):
         TemperatureScaling().fit(np.array([[0.5, 0.5]]), np.array([0]))
+
+
+def test_applying_a_calibrator_needs_numpy_only():
+    """The policy runtime imports calibrators in production processes: no scipy/sklearn/pandas."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np\n"
+            "from workbench.metrics.recalibrate import calibrator_from_dict\n"
+            "c = calibrator_from_dict({'type': 'temperature', 'params': {'temperature': 2.0}})\n"
+            "c.transform(np.array([[0.9, 0.1]]))\n"
+            "print(sorted(m for m in ('scipy', 'sklearn', 'pandas', 'plotly') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

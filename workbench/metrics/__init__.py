@@ -1,1 +1,43 @@
-"""metrics layer."""
+"""Metrics layer: pure functions over (probabilities, labels) arrays, plus per-question reports.
+
+Modules::
+
+    reliability   reliability curves, ECE (equal-width / equal-mass), MCE, debiased ECE, smooth ECE, class-wise
+    scores        accuracy, log loss, Brier + decomposition, top-k, RPS, MAE of the expected level, QWK, AUC/AP
+    confusion     confusion matrix with a review column, per-class P/R/F1 with Wilson intervals, review_rate
+    bootstrap     seeded vectorised bootstrap intervals, paired run comparison, McNemar
+    recalibrate   temperature / isotonic / Platt calibrators (numpy-only transform, exact JSON round trip)
+    report        choice_report, noul_report, score_report, report_run
+    label_issues  confident-learning label-issue queue
+    displays      plotly ReliabilityDisplay, ConfusionDisplay
+
+Names below are imported lazily: ``workbench.metrics.recalibrate`` is used by the policy runtime,
+which must not pull pandas or plotly into production processes.
+"""
+from __future__ import annotations
+
+_LAZY = {
+    "choice_report": "report", "noul_report": "report", "score_report": "report", "report_run": "report",
+    "QuestionReport": "report", "RunReport": "report",
+    "reliability_curve": "reliability", "top_label_ece": "reliability", "classwise_ece": "reliability",
+    "smooth_ece": "reliability", "calibration_error": "reliability",
+    "brier_score": "scores", "brier_decomposition": "scores", "log_loss": "scores", "accuracy": "scores",
+    "confusion_matrix": "confusion", "confusion_result": "confusion", "review_rate": "confusion",
+    "bootstrap_many": "bootstrap", "paired_bootstrap": "bootstrap", "mcnemar": "bootstrap",
+    "TemperatureScaling": "recalibrate", "IsotonicCalibrator": "recalibrate", "PlattCalibrator": "recalibrate",
+    "IdentityCalibrator": "recalibrate", "calibrator_from_dict": "recalibrate", "make_calibrator": "recalibrate",
+    "calibrate_run": "recalibrate",
+    "find_label_issues": "label_issues", "label_issues_for_runs": "label_issues",
+    "ReliabilityDisplay": "displays", "ConfusionDisplay": "displays",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"workbench.metrics.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'workbench.metrics' has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)
