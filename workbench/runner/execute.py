@@ -39,7 +39,7 @@ from workbench.schema.answers import normalise_answer
 from workbench.store import calls as calls_store
 
 #: Answers per write transaction, and the longest time an answer waits in memory.
-BATCH_ROWS = 200
+BATCH_ROWS = 500
 BATCH_SECONDS = 1.0
 #: Requests per ``decide_batch`` call for in-process providers.
 LOCAL_CHUNK = 512
@@ -184,6 +184,7 @@ class _Recorder:
         self.last_flush = time.monotonic()
         self.write_lock = threading.Lock()
         self.progress_cb = None
+        self.replace = True       # False for a run with no rows yet: no earlier answers to delete
 
     # rows -----------------------------------------------------------------------------------------
     def failure(self, unit: WorkUnit, kind: str, message: str, *, latency_ms: float | None = None,
@@ -261,7 +262,7 @@ class _Recorder:
 
     def write(self, calls: list[dict], answers: list[dict], segment) -> None:
         with self.write_lock:
-            calls_store.write_batch(self.con, calls, answers)
+            calls_store.write_batch(self.con, calls, answers, replace=self.replace)
         if segment is not None:
             segment.unlink(missing_ok=True)
 
@@ -565,6 +566,7 @@ def execute_run(con, run_id: str, *, env: Mapping[str, str] | None = None, trans
     todo = [u for u in units if not set(slices[u.slice_index].question_ids) <= done.get(u.item_id, set())]
     journal = calls_store.CallJournal(calls_store.journal_dir(con), run_id)
     rec = _Recorder(con, run_id, spec, model, slices, _Scrubber(env), journal)
+    rec.replace = con.execute("SELECT count(*) FROM answers WHERE run_id = ?", [run_id]).fetchone()[0] > 0
     rec.counters.units_total = len(units)
     rec.counters.units_skipped = len(units) - len(todo)
     update_run(con, run_id, status="running", model=model, dialect=dialect)

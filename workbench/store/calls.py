@@ -113,8 +113,13 @@ def calls_table(rows: Sequence[dict]) -> pa.Table:
                     schema=_CALL_SCHEMA)
 
 
-def write_batch(con: duckdb.DuckDBPyConnection, calls: Sequence[dict], answers: Sequence[dict]) -> None:
-    """Insert new calls (ignoring keys already cached) and answers (replacing) in one transaction."""
+def write_batch(con: duckdb.DuckDBPyConnection, calls: Sequence[dict], answers: Sequence[dict], *,
+                replace: bool = True) -> None:
+    """Insert new calls (ignoring keys already cached) and answers in one transaction.
+
+    ``replace=True`` first deletes earlier rows of the same (run, item, question) — needed when a
+    run is resumed; a fresh run skips that scan.
+    """
     if not calls and not answers:
         return
     ctbl, atbl = calls_table(calls), answers_table(answers)
@@ -126,9 +131,10 @@ def write_batch(con: duckdb.DuckDBPyConnection, calls: Sequence[dict], answers: 
                 con.execute(f"INSERT OR IGNORE INTO calls ({', '.join(CALL_FIELDS)}) SELECT cache_key, provider,"
                             " model, response::JSON, model_answered, request_id, latency_ms, input_tokens, cost_usd,"
                             " run_id FROM (SELECT DISTINCT ON (cache_key) * FROM _new_calls)")
-            if answers:
+            if answers and replace:
                 con.execute("DELETE FROM answers WHERE (run_id, item_id, question) IN "
                             "(SELECT run_id, item_id, question FROM _new_answers)")
+            if answers:
                 con.execute(f"INSERT INTO answers ({', '.join(ANSWER_FIELDS)}) SELECT {', '.join(ANSWER_FIELDS)}"
                             " FROM _new_answers")
     finally:
