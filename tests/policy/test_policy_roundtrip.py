@@ -227,6 +227,15 @@ def test_jev_eval_export_is_conservative_and_says_what_it_drops(sim_store, tmp_p
         assert {"type", "threshold", "accuracy", "coverage", "n"} <= set(e) and 0 <= e["threshold"] <= 1
         assert jev["definitions"][q] == SCHEMA.to_wire()[q]
     assert any("margin" in s for s in jev["workbench"]["cannotCarry"]["intent"])
+    # accuracy/coverage/n are the gate's own figures on the test split (recomputed here from raw probs)
+    test = sim_store["split"] == "test"
+    p_t, y_t = sim_store["probs"]["intent"][test], sim_store["labels"]["intent"][test]
+    ok = ~sim_store["failed"][test]
+    conf = (len(OPTIONS) * p_t.max(axis=1) - 1) / (len(OPTIONS) - 1)
+    g = ok & (conf >= jev["questions"]["intent"]["threshold"])
+    assert jev["questions"]["intent"]["n"] == int(test.sum())
+    assert jev["questions"]["intent"]["coverage"] == pytest.approx(g.sum() / test.sum())
+    assert jev["questions"]["intent"]["accuracy"] == pytest.approx((p_t.argmax(axis=1) == y_t)[g].mean())
     # every item the jev gate accepts, the policy accepts too (margin converted conservatively)
     policy = Policy.load(out)
     p = sim_store["probs"]["intent"]

@@ -85,14 +85,22 @@ def register(app: typer.Typer) -> None:
                              fallback=fallback, calibrator_fraction=calibrator_fraction, seed=seed)
         con = open_store(read_only=True)
         try:
-            model, results = build_policy(con, run_id, question, opts, policy_version=policy_version,
-                                          max_state_tokens=max_state_tokens, created_by=created_by,
-                                          bind_model=not any_model)
-        except ValueError as exc:  # pydantic: e.g. a bad --policy-version
-            raise PolicyError(f"cannot build the policy: {str(exc).splitlines()[0]}") from None
+            try:
+                model, results = build_policy(con, run_id, question, opts, policy_version=policy_version,
+                                              max_state_tokens=max_state_tokens, created_by=created_by,
+                                              bind_model=not any_model)
+            except ValueError as exc:  # pydantic: e.g. a bad --policy-version
+                raise PolicyError(f"cannot build the policy: {str(exc).splitlines()[0]}") from None
+            model = write_policy(model, out)
+            jev_warnings: list[str] = []
+            if fmt == "jev-eval":
+                from workbench.policy.build import jev_gate_metrics_on_run
+
+                target = jev_out or out.with_name("thresholds.json")
+                jev_warnings = write_jev_thresholds(model, target,
+                                                    jev_gate_metrics_on_run(con, model.source.run_id or run_id))
         finally:
             con.close()
-        model = write_policy(model, out)
         doc = {"path": str(out), "content_hash": model.content_hash, "policy_version": model.policy_version,
                "questions": {q: {"rule": qp.rule.model_dump(), "certified": qp.objective.certified,
                                  "feasible": qp.objective.feasible,
@@ -100,8 +108,7 @@ def register(app: typer.Typer) -> None:
                                  "test_coverage": qp.expected_test.coverage.value if qp.expected_test else None}
                              for q, qp in model.questions.items()}}
         if fmt == "jev-eval":
-            target = jev_out or out.with_name("thresholds.json")
-            warnings = write_jev_thresholds(model, target)
+            warnings = jev_warnings
             doc["jev_eval"] = {"path": str(target), "warnings": warnings,
                                "cannot_carry": "margins, two-sided yes/no thresholds, per-class thresholds, "
                                                "guarantees and calibrators (see the file's 'workbench' key)"}

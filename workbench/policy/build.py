@@ -182,3 +182,24 @@ def diff_on_run(con, a: PolicyModel, b: PolicyModel, run_id: str, *, splits: Seq
                                      else val(qb, "error") - val(qa, "error")),
                     "accepted_change": qb["n_accepted"] - qa["n_accepted"]}
     return {"run_id": run_id, "splits": list(splits), "questions": moves}
+
+
+def jev_gate_metrics_on_run(con, run_id: str, *, splits: Sequence[str] = ("test",)):
+    """A ``gate_metrics`` callback for :func:`workbench.policy.io.to_jev_thresholds`: the jev-eval gate's
+    own accuracy, coverage and n on a run's labelled items (raw probabilities, as jev-eval gates them)."""
+    from workbench.policy.io import jev_gate_accepts
+    from workbench.store.runs import load_answers
+
+    def measure(question: str, qtype: str, threshold: float) -> dict | None:
+        ans = load_answers(con, run_id, question, splits=list(splits))
+        ans = ans.select(ans.labels >= 0)
+        if len(ans.labels) == 0:
+            return None
+        acc = jev_gate_accepts(qtype, ans.probs, threshold)
+        top = np.nan_to_num(ans.probs, nan=0.0).argmax(axis=1)
+        n_acc = int(acc.sum())
+        correct = int((acc & (top == ans.labels)).sum())
+        return {"accuracy": correct / n_acc if n_acc else None, "coverage": n_acc / len(ans.labels),
+                "n": int(len(ans.labels))}
+
+    return measure

@@ -38,6 +38,9 @@ def _atomic_write(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a policy file is meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -151,8 +154,29 @@ def _jev_confidence(p_top: float, n_options: int) -> float:
     return (n_options * p_top - 1.0) / (n_options - 1.0)
 
 
-def to_jev_thresholds(model: PolicyModel) -> tuple[dict, list[str]]:
-    """jev-eval ``thresholds.json`` (contract version 1) and the list of warnings about what was lost."""
+def jev_gate_accepts(qtype: str, probs, threshold: float):
+    """Which rows jev-eval's gate accepts: ``|p_yes − 0.5|·2 >= t`` (noul) or Jev confidence
+    ``(n·p_top − 1)/(n − 1) >= t`` (choice/score), on raw probabilities of shape (n_items, n_options)."""
+    import numpy as np
+
+    probs = np.asarray(probs, dtype=float)
+    ok = np.isfinite(probs).all(axis=1)
+    safe = np.where(ok[:, None], probs, 0.0)
+    if qtype == "noul":
+        conf = np.abs(safe[:, 0] - 0.5) * 2
+    else:
+        n = probs.shape[1]
+        conf = (n * safe.max(axis=1) - 1.0) / (n - 1.0)
+    return ok & (conf >= threshold)
+
+
+def to_jev_thresholds(model: PolicyModel, gate_metrics=None) -> tuple[dict, list[str]]:
+    """jev-eval ``thresholds.json`` (contract version 1) and the list of warnings about what was lost.
+
+    ``gate_metrics(question, qtype, threshold) -> {"accuracy", "coverage", "n"} | None`` measures the
+    written gate itself (e.g. on the run's test split); without it the policy's own expected test
+    figures are written and the file says so.
+    """
     questions: dict[str, dict] = {}
     cannot: dict[str, list[str]] = {}
     warnings: list[str] = []
@@ -192,9 +216,13 @@ def to_jev_thresholds(model: PolicyModel) -> tuple[dict, list[str]]:
             threshold = min(1.0, max(0.0, _jev_confidence(min(p_gate, 1.0), len(qp.options))))
         test = qp.expected_test
         entry = {"type": qp.type, "threshold": round(threshold, 6)}
-        if test is not None:
+        measured = gate_metrics(qid, qp.type, entry["threshold"]) if gate_metrics is not None else None
+        if measured is not None:
+            entry.update(measured)
+        elif test is not None:
             entry.update({"accuracy": None if test.error.value is None else 1.0 - test.error.value,
                           "coverage": test.coverage.value, "n": test.n_items})
+            lost.append("accuracy/coverage/n are the policy's own test figures, not this gate's")
         questions[qid] = entry
         if lost:
             cannot[qid] = lost
@@ -209,16 +237,21 @@ def to_jev_thresholds(model: PolicyModel) -> tuple[dict, list[str]]:
         # additive key (jev-eval consumers ignore unknown keys): provenance and what was lost
         "workbench": {"policy": model.content_hash, "policyVersion": model.policy_version,
                       "note": "written from a workbench policy; margins, guarantees and calibrators "
-                              "cannot be expressed in thresholds.json v1", "cannotCarry": cannot},
+                              "cannot be expressed in thresholds.json v1. Thresholds are on Jev's confidence "
+                              "scale (n*p_top - 1)/(n - 1) (noul: |p - 0.5|*2); other vendors define their "
+                              "confidence field differently",
+                      "gateFigures": "measured on the test split" if gate_metrics is not None else
+                      "the policy's expected test figures", "cannotCarry": cannot},
     }
     return doc, warnings
 
 
-def write_jev_thresholds(model: PolicyModel, path: str | Path) -> list[str]:
-    doc, warnings = to_jev_thresholds(model)
+def write_jev_thresholds(model: PolicyModel, path: str | Path, gate_metrics=None) -> list[str]:
+    doc, warnings = to_jev_thresholds(model, gate_metrics)
     _atomic_write(Path(path), json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     return warnings
 
 
 __all__ = ["write_policy", "validate_file", "diff_policies", "to_jev_thresholds", "write_jev_thresholds",
+           "jev_gate_accepts",
            "shipped_schema", "json_schema"]
