@@ -91,3 +91,24 @@ def test_export_refuses_accept_as_fallback(sim_store, tmp_path):
                 "accept", db=sim_store["db"])
     assert r.returncode == 2 and "never be 'accept'" in r.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("args,words", [
+    (["thresholds", "nope", "-q", "intent"], ["run 'nope' does not exist"]),
+    (["thresholds", "run-sim", "-q", "nope"], ["no question 'nope'", "intent, urgent"]),
+    (["thresholds", "run-sim", "-q", "intent", "--max-error", "1.5"], ["--max-error", "(0, 1)"]),
+    (["thresholds", "run-sim", "-q", "intent", "--objective", "coverage"], ["needs --target-coverage"]),
+    (["thresholds", "run-sim", "-q", "intent", "--abstain-option", "zzz"], ["abstain option 'zzz'"]),
+    (["thresholds", "run-sim", "-q", "intent", "--method", "bonferroni"], ["--method"]),
+    (["policy", "export", "run-sim", "-q", "intent", "--out", "{tmp}/p.json", "--policy-version", "1.x"],
+     ["not a semantic version"]),
+    (["policy", "apply", "{tmp}/missing.json", "--answers", "{tmp}/a.json"], ["does not exist"]),
+])
+def test_cli_errors_are_one_line_with_a_hint(sim_store, tmp_path, args, words):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    r = run_cli(*args, db=sim_store["db"])
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
+    for w in words:
+        assert w in r.stderr, r.stderr
+    assert not (tmp_path / "p.json").exists()

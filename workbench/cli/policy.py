@@ -75,8 +75,15 @@ def register(app: typer.Typer) -> None:
         from workbench.policy.build import build_policy
         from workbench.policy.io import write_jev_thresholds, write_policy
 
+        from workbench.policy.model import semver_tuple
+
         if fmt not in ("workbench", "jev-eval"):
             raise OptionError(f"--format {fmt!r} is not workbench or jev-eval")
+        try:
+            semver_tuple(policy_version)
+        except ValueError:
+            raise OptionError(f"--policy-version {policy_version!r} is not a semantic version",
+                              hint="use MAJOR.MINOR.PATCH, e.g. 1.2.0") from None
         opts = build_options(objective=objective, max_error=max_error, delta=delta, method=method,
                              calibrate=calibrate, per_class=per_class, review_cost=review_cost,
                              error_cost=error_cost, class_error_cost=class_error_cost, cost_matrix=cost_matrix,
