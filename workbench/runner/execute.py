@@ -509,6 +509,14 @@ def _progress(enabled: bool, total: int, description: str):
     return progress, task
 
 
+def build_provider(con, spec: str, *, dataset: str, dataset_version: int, options: RunOptions,
+                   env: Mapping[str, str] | None = None, transport: Any = None, settings: dict | None = None):
+    """The provider named by ``spec``, with what its factory may need (training data, env, timeout)."""
+    return get_provider(spec, context=ProviderContext(
+        con=con, dataset=dataset, dataset_version=dataset_version, env=env, timeout=options.timeout,
+        transport=transport, settings={"max_connections": max(options.concurrency, 1), **(settings or {})}))
+
+
 def execute_run(con, run_id: str, *, env: Mapping[str, str] | None = None, transport: Any = None,
                 progress: bool = False, provider: Any = None, settings: dict | None = None) -> dict:
     """Run (or continue) ``run_id`` until every item × question has an answer or a failure.
@@ -546,10 +554,8 @@ def execute_run(con, run_id: str, *, env: Mapping[str, str] | None = None, trans
     schema = load_stored_schema(con, run["schema_hash"])
     spec = run["provider"]
     if provider is None:
-        provider = get_provider(spec, context=ProviderContext(
-            con=con, dataset=run["dataset"], dataset_version=int(run["dataset_version"]), env=env,
-            timeout=opts.timeout, transport=transport,
-            settings={"max_connections": max(opts.concurrency, 1), **(settings or {})}))
+        provider = build_provider(con, spec, dataset=run["dataset"], dataset_version=int(run["dataset_version"]),
+                                  options=opts, env=env, transport=transport, settings=settings)
     model = getattr(provider, "model", None)
     dialect = getattr(provider, "dialect", None)
     limits = getattr(provider, "limits", None)
@@ -594,11 +600,12 @@ def execute_run(con, run_id: str, *, env: Mapping[str, str] | None = None, trans
             if rec.due():
                 rec.flush_now()
         try:
-            if to_ask:
-                if hasattr(provider, "decide_batch"):
-                    asyncio.run(_drive_local(provider, to_ask, rec, spec, run_id))
-                else:
-                    asyncio.run(_drive_remote(provider, to_ask, rec, opts, stop, spec, run_id))
+            if to_ask and hasattr(provider, "decide_batch"):
+                asyncio.run(_drive_local(provider, to_ask, rec, spec, run_id))
+            elif to_ask:
+                asyncio.run(_drive_remote(provider, to_ask, rec, opts, stop, spec, run_id))
+            else:
+                asyncio.run(provider.aclose())  # nothing to ask: release the HTTP client
         except BaseException as exc:
             status = "interrupted"
             rec.flush_now()
@@ -670,15 +677,26 @@ def run_experiment(con, *, dataset: str, schema: DecisionSchema, provider_specs:
     Parameters mirror ``workbench run``. ``max_cost`` applies to each run. ``run_name`` gets
     the provider spec appended when several providers run.
     """
+    import os
+
+    from workbench.store.datasets import latest_version
+
     opts = RunOptions(splits=list(splits) if splits else None, limit=limit, concurrency=concurrency, rate=rate,
                       max_cost=max_cost, timeout=timeout, questions_per_request=questions_per_request)
+    if not provider_specs:
+        raise WorkbenchError("no provider given", hint="pass --provider SPEC, e.g. local:minilm-zeroshot")
+    env = os.environ if env is None else env
+    version = dataset_version or latest_version(con, dataset)
+    # build every provider first: a bad spec or a missing setting fails before any run is created
+    providers = [build_provider(con, spec, dataset=dataset, dataset_version=version, options=opts, env=env,
+                                transport=transport) for spec in provider_specs]
     run_ids = []
-    for spec in provider_specs:
+    for spec, provider in zip(provider_specs, providers):
         name = run_name if (run_name is None or len(provider_specs) == 1) else f"{run_name}:{spec}"
         run_id = start_run(con, dataset=dataset, schema=schema, provider_spec=spec, options=opts,
-                           dataset_version=dataset_version, run_name=name, experiment=experiment, variant=variant)
+                           dataset_version=version, run_name=name, experiment=experiment, variant=variant)
         run_ids.append(run_id)
-        execute_run(con, run_id, env=env, transport=transport, progress=progress)
+        execute_run(con, run_id, env=env, transport=transport, progress=progress, provider=provider)
     return run_ids
 
 

@@ -266,8 +266,10 @@ def export_run(con: duckdb.DuckDBPyConnection, run_id: str, fmt: str, out: str |
 
         pq.write_table(tbl, out)
     elif fmt == "jsonl":
-        df = tbl.to_pandas()
-        df.to_json(out, orient="records", lines=True, force_ascii=False, date_format="iso")
+        # json.dumps writes floats with their shortest exact repr (pandas' to_json rounds to 10 digits)
+        with out.open("w", encoding="utf-8") as fh:
+            for row in tbl.to_pylist():
+                fh.write(json.dumps(row, ensure_ascii=False, allow_nan=False, default=str) + "\n")
     else:
         df = tbl.to_pandas()
         for col in ("option_ids", "probs"):
