@@ -10,6 +10,11 @@ Failures and unlabelled items never enter a metric: a failed row (NaN probabilit
 Speed: per-item quantities (correctness, per-item losses, bin indices) are computed once; each
 bootstrap replicate is a few weighted ``bincount``/dot products over them (see ``bootstrap.py``).
 Bin edges of equal-mass ECE are fixed from the full sample (the replicate only reweights items).
+
+Intervals are 95% percentile bootstrap intervals. Binned calibration errors are biased upwards,
+and a resample (which duplicates items) is more so, so for small calibration errors — class-wise
+ECE in particular — the interval can sit just above the plug-in estimate; ``debiased_ece`` is the
+estimator that corrects for this bias.
 """
 from __future__ import annotations
 
@@ -42,7 +47,7 @@ METRIC_INFO: dict[str, str] = {
     "mce_uniform": "top-label max calibration error, equal-width bins",
     "debiased_ece": "top-label debiased L2 calibration error (Kumar 2019), equal-mass bins",
     "smece": "smooth ECE (Błasiok & Nakkiran), top-label",
-    "classwise_ece": "class-wise ECE, equal-width bins, mean over options",
+    "classwise_ece": "class-wise ECE, equal-width bins, mean over options (resampling bias: CI may lie above)",
     "ece_yes_uniform": "ECE of P(yes), equal-width bins",
     "ece_yes_quantile": "ECE of P(yes), equal-mass bins",
     "mce_yes_uniform": "max calibration error of P(yes), equal-width bins",
