@@ -6,6 +6,7 @@ a time, as production code would), and the eventual outcomes.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -60,6 +61,8 @@ def _traffic(world) -> list[dict]:
 
 
 def _write_jsonl(rows: list[dict], path) -> None:
+    """In the order replay uses for items without an arrival time (documented: md5 of the id)."""
+    rows = sorted(rows, key=lambda r: hashlib.md5(r["item_id"].encode()).hexdigest())
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -124,6 +127,7 @@ def test_csv_parquet_and_late_outcomes_import_the_same(world, policies, tmp_path
     rows = _traffic(world)
     reference = shadow_report(world.con, "imported", champion_policy=champ, challenger_policy=chall, n_boot=100)
     # CSV: nested values as JSON text; outcomes arrive later in their own file
+    rows = sorted(rows, key=lambda r: hashlib.md5(r["item_id"].encode()).hexdigest())
     flat = pd.DataFrame([{**{k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in r.items()
                              if k != "outcome"}} for r in rows])
     flat.to_csv(tmp_path / "traffic.csv", index=False)

@@ -214,4 +214,4 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit_json(report.to_dict())
             return
-        out_console.print(report.to_text())
+        out_console.print(report.to_text(), markup=False, highlight=False)

@@ -449,8 +449,9 @@ def replay_runs(con: duckdb.DuckDBPyConnection, *, shadow: str, champion_run: st
     """Make session ``shadow`` from two runs over the same dataset (items answered by either run).
 
     Each item is one request: probabilities come from the runs' answers, latency is the slowest
-    question's call and cost the sum over questions; gold labels become known outcomes. There is no
-    timestamp: ``seq`` (item order) stands in for time.
+    question's call and cost the sum over questions; gold labels become known outcomes. A dataset
+    has no arrival order, and files are often sorted by label, so ``seq`` is a fixed shuffle (items
+    ordered by ``md5(item_id)``): drift windows then compare exchangeable slices, not classes.
     """
     a, b = get_run(con, champion_run), get_run(con, challenger_run)
     if (a["dataset"], a["dataset_version"]) != (b["dataset"], b["dataset_version"]):
@@ -480,7 +481,7 @@ def replay_runs(con: duckdb.DuckDBPyConnection, *, shadow: str, champion_run: st
                           any_value(model) FILTER (WHERE run_id = $b) AS mb
                    FROM answers WHERE run_id IN ($a, $b) AND list_contains($qs, question) GROUP BY item_id
                )
-               SELECT $shadow, per.item_id, row_number() OVER (ORDER BY per.item_id), NULL,
+               SELECT $shadow, per.item_id, row_number() OVER (ORDER BY md5(per.item_id), per.item_id), NULL,
                       coalesce(i.state_json, to_json(i.state_text)), la, ca, ma, lb, cb, mb
                FROM per JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = per.item_id
                WHERE $splits IS NULL OR list_contains($splits, i.split)""",
