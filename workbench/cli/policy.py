@@ -206,7 +206,17 @@ def register(app: typer.Typer) -> None:
             out_console.print("identical policies")
             return
         out_console.print(f"{a} ({doc['version']['a']}) -> {b} ({doc['version']['b']})")
-        for c in doc["changes"]:
+
+        def rank(path: str) -> int:  # behaviour first: rules, calibrators, validity; then figures
+            for i, key in enumerate((".rule.", ".calibrator.type", "validity", "decision_schema", "source")):
+                if key in path:
+                    return i
+            return 9
+
+        noise = (".low", ".high", ".k", ".n", ".confidence")
+        for c in sorted(doc["changes"], key=lambda c: rank(c["path"])):
+            if ".expected_test." in c["path"] and c["path"].endswith(noise):
+                continue  # the JSON output has every interval bound; the text shows values
             out_console.print(f"  {c['path']}: {json.dumps(c['a'])} -> {json.dumps(c['b'])}")
         for q, m in (doc.get("on_run") or {}).get("questions", {}).items():
             if "coverage_change" in m:

@@ -311,6 +311,16 @@ def select_guarantee(surface: Surface, *, alpha: float = 0.05, delta: float = 0.
         per[str(k)] = {"certified": True, **surface.params(i, j), "accepted": a, "errors": e,
                        "p_value": float(p[i, j]), "risk_upper_bound": min(binomial_upper_bound(e, a, level), alpha)}
     feasible = any(v is not None for v in chosen.values())
+    notes = [] if feasible else ["no option is certified at this alpha/delta: everything goes to review"]
+    uncertified = [k for k in classes if chosen.get(k) is None]
+    if uncertified:
+        # even with zero errors, certifying needs (1 - alpha)^n <= the per-test level
+        n_min = math.ceil(math.log(delta_k) / math.log(1 - alpha))
+        sizes = surface.class_accepted[:, 0, 0]
+        notes.append(f"{len(uncertified)} of {len(classes)} options are never auto-accepted: certifying one "
+                     f"option at alpha={alpha} needs at least {n_min} accepted calibration items with no error "
+                     f"(per-option level {delta_k:.3g}); the median option has "
+                     f"{int(np.median(sizes[classes]))} items here")
     return Selection(
         "guarantee", True, None, None, {}, chosen, _calibration_summary(surface, tot_acc, tot_err),
         guarantee={"alpha": alpha, "delta": delta, "method": method, "per_class": True,
@@ -320,8 +330,7 @@ def select_guarantee(surface: Surface, *, alpha: float = 0.05, delta: float = 0.
                    "classes": per, "order": _order_name(method, use_order, order_surface),
                    "n_paths": n_paths if method == "fixed-sequence" and not use_order else None,
                    "n_starts": n_starts if method == "fixed-sequence" and not use_order else None},
-        feasible=feasible,
-        notes=[] if feasible else ["no option is certified at this alpha/delta: everything goes to review"])
+        feasible=feasible, notes=notes)
 
 
 def _order_name(method: str, use_order: bool, order_surface: Surface | None) -> str | None:
