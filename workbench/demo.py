@@ -44,9 +44,6 @@ def bundled_dir(name: str) -> Path:
     base = Path(os.environ.get("WORKBENCH_DATASETS", repo_root() / "datasets"))
     path = base / name
     if not path.is_dir():
-        fallback = repo_root().parent / "shared" / "datasets" / name  # the development mirror
-        if fallback.is_dir():
-            return fallback
         raise DemoError(f"bundled dataset {name!r} not found in {base}",
                         hint="run the demo from a checkout (datasets/ ships with it) or set WORKBENCH_DATASETS")
     return path
@@ -80,13 +77,23 @@ def _readable(option_id: str) -> str:
 def schema_variants(name: str, labels: list[str]) -> dict[str, Any]:
     """``{"descriptive": schema, "terse": schema}`` for dataset ``name``.
 
-    The experiment files' schemas (``experiments/schemas/<name>-<variant>.yaml``) are used when
-    they exist; otherwise both variants are built from the label set: *terse* sends bare option ids,
+    Taken from the experiment file ``experiments/<name>.yaml`` (its ``descriptive`` and ``terse``
+    variants) or the schema files ``experiments/schemas/<name>[-terse].yaml`` when they exist;
+    otherwise both variants are built from the label set: *terse* sends bare option ids,
     *descriptive* adds one sentence per option.
     """
     from workbench.schema import DecisionSchema, load_schema
 
     out: dict[str, Any] = {}
+    exp_file = repo_root() / "experiments" / f"{name}.yaml"
+    if exp_file.exists():
+        from workbench.experiments import load_experiment
+
+        exp = load_experiment(exp_file)
+        for variant in VARIANTS:
+            v = exp.variants.get(variant)
+            if v is not None and not v.questions_per_request:
+                out[variant] = load_schema(v.schema_file)
     folder = repo_root() / "experiments" / "schemas"
     for variant in VARIANTS:
         names = [f"{name}-{variant}.yaml"] + ([f"{name}.yaml"] if variant == "descriptive" else [])
@@ -205,6 +212,25 @@ def _emulator_env(emu) -> dict[str, str]:
             "CLOUDFLARE_API_KEY": "demo-not-a-real-key", "CLOUDFLARE_ACCOUNT_ID": "demo-account"}
 
 
+def _demo_shadow(con, runs: list["DemoRun"], log) -> str | None:
+    """A shadow replay on BANKING77 test: the TF-IDF baseline (champion) vs the zero-shot model."""
+    from workbench.store.shadow import replay_runs
+
+    def pick(provider: str) -> "DemoRun | None":
+        return next((r for r in runs if r.dataset == "banking77" and r.provider == provider
+                     and r.variant == "descriptive"), None)
+
+    champion, challenger = pick("baseline:tfidf-logreg"), pick("local:minilm-zeroshot")
+    if champion is None or challenger is None:
+        return None
+    name = "demo-banking77-tfidf-vs-minilm"
+    replay_runs(con, shadow=name, champion_run=champion.run_id, challenger_run=challenger.run_id, splits=["test"],
+                replace=True)
+    log(f"shadow replay [bold]{name}[/]: champion {champion.run_id} (tfidf) vs challenger {challenger.run_id} "
+        "(minilm), BANKING77 test")
+    return name
+
+
 def _figures(con, run_id: str, question: str) -> dict:
     """Test accuracy and top-label ECE before/after temperature scaling fitted on calibration."""
     from workbench.metrics.recalibrate import make_calibrator
@@ -290,19 +316,25 @@ def run_demo(out_dir: str | Path = "demo-output", *, fast: bool = False, alpha: 
             for name in datasets:
                 labels = sorted(dataset_info(con, name)["labels"]["intent"]["label_counts"])
                 variants = schema_variants(name, labels)
+                tfidf = None
+                if "baseline:tfidf-logreg" in providers:  # one fit per dataset, shared by both variants
+                    from workbench.providers.baselines import build_tfidf_logreg
+
+                    tfidf = build_tfidf_logreg(con, name)
+                shared = {"local:minilm-zeroshot": minilm, "baseline:tfidf-logreg": tfidf}
                 for variant, schema in variants.items():
                     for spec in providers:
                         label = run_label(name, spec, variant)
                         log(f"run {label}")
                         run_id = start_run(con, dataset=name, schema=schema, provider_spec=spec, options=options,
-                                           run_name=label, experiment=f"demo-{name}", variant=variant)
-                        execute_run(con, run_id, env=env, progress=progress,
-                                    provider=minilm if spec == "local:minilm-zeroshot" else None)
+                                           run_name=label, experiment=name, variant=variant)
+                        execute_run(con, run_id, env=env, progress=progress, provider=shared.get(spec))
                         runs.append(DemoRun(name, spec, variant, run_id, spec == EMULATED_PROVIDER,
                                             questions=list(schema.question_ids)))
             if EMULATED_PROVIDER in providers:
                 log(f"[yellow]EMULATED[/] emulator stopped after {emu.request_count():,} requests")
 
+        shadow = _demo_shadow(con, runs, log)
         opts = ThresholdOptions(objective="guarantee", alpha=alpha, delta=delta, calibrate="temperature")
         policy_dir = out / "policies"
         policy_dir.mkdir(exist_ok=True)

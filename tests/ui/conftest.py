@@ -25,5 +25,6 @@ def ui_store(prepared_store, tmp_path, monkeypatch) -> tuple[Path, dict]:
     src, meta = prepared_store
     dst = tmp_path / "wb.duckdb"
     shutil.copyfile(src, dst)
+    shutil.copyfile(src.parent / "policy.json", dst.parent / "policy.json")
     monkeypatch.setenv("WORKBENCH_DB", str(dst))
     return dst, meta

@@ -85,6 +85,13 @@ def build_store(db_path: Path, n_items: int = 400, seed: int = 7) -> dict:
 
         replay_runs(con, shadow="noisy-vs-sharp", champion_run=runs["noisy-model"], challenger_run=runs["sharp-model"],
                     splits=["test"])
+        from workbench.policy.build import build_policy
+        from workbench.policy.io import write_policy
+        from workbench.thresholds.choose import ThresholdOptions
+
+        policy, _ = build_policy(con, runs["sharp-model"], ["intent"],
+                                 ThresholdOptions(objective="guarantee", alpha=0.2, delta=0.1, calibrate="temperature"))
+        write_policy(policy, db_path.parent / "policy.json")
     finally:
         con.close()
     return {"dataset": "intents", "version": info.version, "runs": runs, "n_scored": len(ids),

@@ -41,6 +41,7 @@ def server(prepared_store, tmp_path_factory):
     src, meta = prepared_store
     db = tmp_path_factory.mktemp("browser") / "wb.duckdb"
     shutil.copyfile(src, db)
+    shutil.copyfile(src.parent / "policy.json", db.parent / "policy.json")
     port = _free_port()
     log = open(db.parent / "streamlit.log", "wb")
     proc = subprocess.Popen(streamlit_command(db, port=port), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,

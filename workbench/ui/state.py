@@ -399,6 +399,27 @@ def shadow_report(path: str, token: tuple, shadow: str, champion: tuple, challen
     return out
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def certified_selection(path: str, token: tuple, run_id: str, question: str, recalibrate: str | None,
+                        alpha: float, delta: float, method: str):
+    """Learn-then-Test selection on the calibration surface (cached per α, δ, method)."""
+    from workbench.thresholds.guarantees import select_guarantee
+
+    surface = threshold_surface(path, token, run_id, question, "calibration", recalibrate)
+    return select_guarantee(surface, alpha=alpha, delta=delta, method=method)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def certified_frontier(path: str, token: tuple, run_id: str, question: str, recalibrate: str | None,
+                       delta: float, method: str, alphas: tuple[float, ...]) -> pd.DataFrame:
+    """Certified calibration coverage for each α (the frontier plotted on the Thresholds page)."""
+    rows = []
+    for a in alphas:
+        sel = certified_selection(path, token, run_id, question, recalibrate, float(a), delta, method)
+        rows.append({"alpha": a, "certified coverage": sel.calibration["coverage"] if sel.feasible else 0.0})
+    return pd.DataFrame(rows)
+
+
 # -- helpers for pages -------------------------------------------------------------------------------
 def current() -> tuple[str, tuple]:
     """(store path, token) for this rerun."""

@@ -151,13 +151,11 @@ alpha = g1.number_input("α: max error among accepted", 0.005, 0.5, 0.05, 0.005,
 delta = g2.number_input("δ: allowed failure probability", 0.01, 0.5, 0.1, 0.01, key="thr_delta")
 method = g3.selectbox("Family-wise control", ["fixed-sequence", "holm"], key="thr_method")
 
-from workbench.thresholds.guarantees import select_cost, select_guarantee  # noqa: E402
+from workbench.thresholds.guarantees import select_cost  # noqa: E402
 
-selection = select_guarantee(surface, alpha=float(alpha), delta=float(delta), method=method)
-alphas = np.round(np.linspace(0.01, 0.3, 30), 3)
-frontier = [select_guarantee(surface, alpha=float(a), delta=float(delta), method=method) for a in alphas]
-front = pd.DataFrame({"alpha": alphas, "certified coverage": [s.calibration["coverage"] if s.feasible else 0.0
-                                                                for s in frontier]})
+selection = state.certified_selection(path, token, run_id, question, recal_method, float(alpha), float(delta), method)
+front = state.certified_frontier(path, token, run_id, question, recal_method, float(delta), method,
+                                 tuple(np.round(np.linspace(0.01, 0.3, 30), 3).tolist()))
 curve.add_trace(go.Scatter(x=front["certified coverage"], y=front["alpha"], mode="lines+markers",
                            name=f"certified frontier (δ={delta:g})", line={"dash": "dot"}))
 curve.update_layout(height=420, margin={"t": 30}, title="Risk–coverage (calibration)",

@@ -1,0 +1,69 @@
+"""`workbench demo --fast` end to end (real models, real emulator over loopback), then the UI on its store."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import APP
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    from workbench.demo import run_demo
+
+    before = {k: os.environ.get(k) for k in ("CLOUDFLARE_API_KEY", "CLOUDFLARE_ACCOUNT_ID", "CLOUDFLARE_CLEF_BASE_URL")}
+    result = run_demo(tmp_path_factory.mktemp("demo"), fast=True, alpha=0.2, progress=False, log=lambda _: None)
+    after = {k: os.environ.get(k) for k in before}
+    return result, before, after
+
+
+@pytest.mark.slow
+def test_demo_runs_everything_offline_and_labels_the_emulator(demo):
+    from workbench.policy.io import validate_file
+    from workbench.store.db import connect
+    from workbench.store.runs import list_runs
+
+    result, env_before, env_after = demo
+    assert env_before == env_after  # dummy credentials only went to the runner
+    con = connect(result.db_path, read_only=True)
+    runs = list_runs(con)
+    shadows = con.execute("SELECT shadow FROM shadow_sessions").fetchall()
+    con.close()
+    # 2 datasets x 2 variants x 3 providers, every run finished with answers and no failure
+    assert len(runs) == 12 and set(runs["status"]) == {"done"}
+    assert set(runs["provider"]) == {"local:minilm-zeroshot", "baseline:tfidf-logreg", "cloudflare:clef-flash"}
+    assert set(runs["variant"]) == {"descriptive", "terse"} and set(runs["dataset"]) == {"banking77", "hwu64"}
+    assert (runs["n_failed"] == 0).all() and (runs["n_answers"] > 0).all()
+    emulated = runs.loc[runs["provider"] == "cloudflare:clef-flash", "name"]
+    assert len(emulated) == 4 and all("EMULATED" in n for n in emulated)
+    assert shadows == [("demo-banking77-tfidf-vs-minilm",)]
+    # the dummy key never reaches the store
+    assert b"demo-not-a-real-key" not in result.db_path.read_bytes()
+    # policies: one per run with something certified, and the best one as policy.json
+    assert result.policy_path is not None and validate_file(result.policy_path)["valid"]
+    assert any(r.figures.get("certified") for r in result.runs)
+    # temperature scaling lowers the zero-shot model's test ECE (fitted on calibration)
+    zs = [r.figures for r in result.runs if r.provider == "local:minilm-zeroshot"]
+    assert all(f["ece_temperature"] < f["ece"] for f in zs)
+    # the descriptive options change the zero-shot model's answers (schema A/B is meaningful offline)
+    acc = {(r.dataset, r.variant): r.figures["accuracy"] for r in result.runs if r.provider == "local:minilm-zeroshot"}
+    assert acc[("banking77", "descriptive")] != acc[("banking77", "terse")]
+    assert result.summary.shape[0] == 12
+    assert f"workbench ui --db {result.db_path}" in result.ui_commands
+
+
+@pytest.mark.slow
+def test_ui_opens_on_the_demo_store_and_downloads_its_policy(demo, monkeypatch):
+    result, _, _ = demo
+    monkeypatch.setenv("WORKBENCH_DB", str(result.db_path))
+    at = AppTest.from_file(str(APP), default_timeout=120).run()
+    at.switch_page("workbench/ui/pages/runs.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(at.dataframe[0].value) == 12
+    at.switch_page("workbench/ui/pages/policy.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Valid policy" in s.value for s in at.success)
+    download = at.get("download_button")
+    assert download, "no download button on the Policy page"
