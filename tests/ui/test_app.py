@@ -242,3 +242,21 @@ def test_shadow_page_reports_agreement_flips_and_verdict(ui_store):
     load_after = next(m.value for m in at.metric if m.label.startswith("Review load"))
     assert load_before != load_after
     assert float(load_after.split("→")[1].strip().rstrip("%")) > float(load_before.split("→")[1].strip().rstrip("%"))
+
+
+def test_launch_a_run_from_the_runs_page_and_watch_it_finish(ui_store):
+    path, meta = ui_store
+    at = _app("runs")
+    assert at.selectbox(key="launch_schema").value is not None  # the dataset's own schema
+    at.text_input(key="launch_provider").set_value("baseline:tfidf-logreg")
+    at.text_input(key="launch_name").set_value("from-the-ui")
+    next(b for b in at.button if b.label == "Start run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    launched = at.session_state["launched_runs"]
+    assert len(launched) == 1
+    assert launched[0]["proc"].wait(timeout=300) == 0, open(launched[0]["log"]).read()
+    at.button(key="refresh_store").click().run()
+    table = at.dataframe[0].value
+    new = table.loc[table["name"] == "from-the-ui"].iloc[0]
+    assert new["status"] == "done" and new["provider"] == "baseline:tfidf-logreg"
+    assert int(new["n_answers"]) == meta["n_scored"] and int(new["n_failed"]) == 0

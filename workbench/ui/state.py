@@ -420,6 +420,37 @@ def certified_frontier(path: str, token: tuple, run_id: str, question: str, reca
     return pd.DataFrame(rows)
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def dataset_schema_file(path: str, token: tuple, name: str) -> str | None:
+    """The schema stored with dataset ``name`` (``--schema`` at import), written to a temp JSON file."""
+    import json
+
+    from workbench.store.runs import load_stored_schema
+
+    info = dataset_info(path, token, name)
+    if not info.get("schema_hash"):
+        return None
+    with read_connection(path) as con:
+        schema = load_stored_schema(con, info["schema_hash"])
+    out = _SNAP_DIR / f"schema-{info['schema_hash'][:16]}.json"
+    _SNAP_DIR.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(schema.to_file_dict(), ensure_ascii=False, indent=1), encoding="utf-8")
+    return str(out)
+
+
+def planned_answers(path: str, token: tuple, run: dict) -> int | None:
+    """Item × question answers a run will have when done (its splits, ``--limit``, its questions)."""
+    try:
+        info = dataset_info(path, token, run["dataset"], int(run["dataset_version"]))
+    except Exception:  # noqa: BLE001 - progress is best effort
+        return None
+    n_items = sum(int(info["splits"].get(s, 0)) for s in run.get("splits") or [])
+    limit = ((run.get("params") or {}).get("options") or {}).get("limit")
+    if limit:
+        n_items = min(n_items, int(limit))
+    return n_items * max(len(run.get("questions") or []), 1)
+
+
 # -- helpers for pages -------------------------------------------------------------------------------
 def current() -> tuple[str, tuple]:
     """(store path, token) for this rerun."""

@@ -73,7 +73,11 @@ scatter = px.scatter(frame, x="coverage", y="error", color="provider", symbol="v
                      height=380)
 p1, p2 = st.columns(2)
 p1.plotly_chart(fig, key="cmp_bar_chart")
-p2.plotly_chart(scatter, key="cmp_policy_chart")
+if frame["coverage"].notna().any():
+    p2.plotly_chart(scatter, key="cmp_policy_chart")
+else:
+    p2.info(f"No run has a certified policy at α={max_error:g}, δ={delta:g} on this split: everything would "
+            "go to review. Raise α to see coverage and error at the policy.")
 
 st.subheader(f"Paired differences against the baseline ({state.run_label(runs, baseline)})")
 diff = frame.loc[~frame["is_baseline"], ["provider", "variant", "run_id", "n", "d_accuracy", "d_accuracy_low",

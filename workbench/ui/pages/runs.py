@@ -35,12 +35,14 @@ def _launch_form(path: str, token: tuple) -> None:
         if datasets.empty:
             st.info("Import a dataset first.")
             return
-        schema_files = sorted(str(p) for p in Path("experiments/schemas").glob("*.y*ml")) if \
-            Path("experiments/schemas").is_dir() else []
+        dataset = st.selectbox("Dataset", datasets["name"].tolist(), key="launch_dataset")
+        stored = state.dataset_schema_file(path, token, dataset)
+        schema_files = ([stored] if stored else []) + (sorted(str(p) for p in Path("experiments/schemas").glob(
+            "*.y*ml")) if Path("experiments/schemas").is_dir() else [])
         with st.form("launch_run"):
             c1, c2 = st.columns(2)
-            dataset = c1.selectbox("Dataset", datasets["name"].tolist(), key="launch_dataset")
-            schema = c2.selectbox("Schema file", schema_files, key="launch_schema", accept_new_options=True)
+            schema = c2.selectbox("Schema file", schema_files, key="launch_schema", accept_new_options=True,
+                                  format_func=lambda f: "the dataset's own schema" if f == stored else f)
             provider = c1.text_input("Provider spec", value="baseline:tfidf-logreg", key="launch_provider")
             splits = c2.multiselect("Splits", ["calibration", "test"], default=["calibration", "test"],
                                     key="launch_splits")
@@ -53,7 +55,7 @@ def _launch_form(path: str, token: tuple) -> None:
             st.error("Choose a schema file.")
             return
         cmd = [sys.executable, "-c", "from workbench.cli import main; main()", "--db", path, "run",
-               "--dataset", dataset, "--schema", str(schema), "--provider", provider]
+               "--dataset", dataset, "--schema", str(schema), "--provider", provider, "--no-progress"]
         for s in splits:
             cmd += ["--split", s]
         if limit:
@@ -81,8 +83,7 @@ def _progress() -> None:
         return
     st.subheader("In progress")
     for r in running.itertuples():
-        params = state.run_record(path, token, r.run_id).get("params") or {}
-        planned = params.get("n_planned") or params.get("n_work_items") or params.get("planned")
+        planned = state.planned_answers(path, token, state.run_record(path, token, r.run_id))
         label = f"{r.name or r.provider} — {int(r.n_answers):,} answers, {int(r.n_failed):,} failed"
         if planned:
             st.progress(min(1.0, float(r.n_answers) / float(planned)), text=f"{label} of {int(planned):,}")
