@@ -158,3 +158,42 @@ def test_compare_cli_json(experiment_store):
     assert doc["baseline"] == "local:minilm-zeroshot@terse" and len(doc["rows"]) == 4
     proc = run_cli("compare", "b77-ab", "nope", db=db)
     assert proc.returncode == 2 and "neither a run id" in proc.stderr
+
+
+def test_experiment_with_an_emulated_hosted_model_reports_its_cost(tmp_path):
+    """`cloudflare:clef-flash` over real loopback HTTP (the emulator): priced, so cost per 1,000 is known."""
+    from workbench.providers.emulator import run_emulator
+
+    rows = pd.read_csv(dataset_path("banking77", "test.csv")).sample(120, random_state=1)
+    rows.to_csv(tmp_path / "test.csv", index=False)
+    exp = tmp_path / "hosted.yaml"
+    exp.write_text(f"""
+name: hosted
+dataset: tiny
+splits: [test]
+providers: ["cloudflare:clef-flash", "rules:{ROOT / 'experiments' / 'rules' / 'banking77.yaml'}"]
+variants:
+  descriptive: {SCHEMAS / 'banking77.yaml'}
+  terse: {SCHEMAS / 'banking77-terse.yaml'}
+baseline: {{provider: "cloudflare:clef-flash", variant: terse}}
+""")
+    con = connect(tmp_path / "wb.duckdb")
+    import_dataset(con, [tmp_path / "test.csv"], ImportSpec(name="tiny", text_column="text", split="test",
+                                                             labels={"intent": "category"}))
+    with run_emulator(port=0) as emu:
+        env = {"CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url, "CLOUDFLARE_API_TOKEN": "dummy-token",
+               "CLOUDFLARE_ACCOUNT_ID": "0" * 32}
+        result = run_experiment_file(con, exp, env=env, progress=False, as_json=True)
+        assert emu.request_count() == 240  # 120 items x 2 variants, one request each
+        run_experiment_file(con, exp, env=env, progress=False, as_json=True)
+        assert emu.request_count() == 240  # the rerun is answered from the cache
+    assert len(result["runs"]) == 4
+    cmp = compare_runs(con, [str(exp)], n_boot=50, policy=False)
+    frame = cmp.to_frame().set_index(["provider", "variant"])
+    hosted = frame.loc[("cloudflare:clef-flash", "descriptive")]
+    n, cost = con.execute("SELECT count(DISTINCT a.item_id), sum(a.cost_usd) FROM answers a JOIN runs r USING (run_id)"
+                          " WHERE r.run_id = ?", [hosted["run_id"]]).fetchone()
+    assert hosted["cost_per_1000"] == pytest.approx(cost / n * 1000) and hosted["cost_per_1000"] > 0
+    assert frame.loc[("cloudflare:clef-flash", "terse"), "is_baseline"]
+    assert hosted["d_accuracy"] is not None and hosted["n"] == 120
+    con.close()
