@@ -112,3 +112,27 @@ def test_cli_errors_are_one_line_with_a_hint(sim_store, tmp_path, args, words):
     for w in words:
         assert w in r.stderr, r.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+def test_request_with_a_reworded_question_routes_that_question_to_review(sim_store, tmp_path):
+    from tests.policy.conftest import SCHEMA
+    from tests.policy.test_policy_roundtrip import _response
+
+    out = tmp_path / "p.json"
+    run_cli("policy", "export", "run-sim", "-q", "intent", "-q", "urgent", "--out", str(out),
+            db=sim_store["db"], check=True)
+    policy = Policy.load(out)
+    i = int(np.argmax(sim_store["probs"]["intent"].max(axis=1)))
+    resp = _response(sim_store, i)
+    request = {"state": "x", "questions": SCHEMA.to_wire()}
+    assert policy.decide(resp, request=request)["intent"].accepted
+    reworded = {"state": "x", "questions": {**SCHEMA.to_wire(), "intent": {
+        **SCHEMA.to_wire()["intent"], "instructions": "Pick any intent you like."}}}
+    d = policy.decide(resp, request=reworded)
+    assert d["intent"].action == "review" and "differs" in d["intent"].reason
+    assert d["urgent"].reason != d["intent"].reason  # the unchanged question is judged on its own
+    reordered = {"questions": {**SCHEMA.to_wire(), "intent": {
+        **SCHEMA.to_wire()["intent"], "criteria": dict(reversed(list(SCHEMA.to_wire()["intent"]["criteria"].items())))}}}
+    assert policy.decide(resp, request=reordered)["intent"].action == "review"
+    only_urgent = {"questions": {"urgent": SCHEMA.to_wire()["urgent"]}}
+    assert "not asked" in policy.decide(resp, request=only_urgent)["intent"].reason

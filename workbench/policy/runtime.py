@@ -137,6 +137,8 @@ class Policy:
             raise PolicyError(f"{source}: the embedded decision schema does not match its hash",
                               hint="the file was edited; re-export it")
         self.schema = schema
+        #: per-question hash of the definition the policy was measured with (reworded -> fallback)
+        self._question_hashes = {q: schema.subset([q]).hash for q in model.questions}
         self.questions: dict[str, _CompiledQuestion] = {}
         for qid, qp in model.questions.items():
             if qid not in schema.questions:
@@ -198,7 +200,28 @@ class Policy:
             return "provider failure: response has no 'answers'"
         return None
 
-    def decide(self, response: Any, *, schema_hash: str | None = None,
+    def _request_mismatches(self, request: Any) -> dict[str, str]:
+        """Questions whose definition in ``request`` differs from the policy's (reason per question)."""
+        from workbench.schema.questions import DecisionSchema
+
+        questions = request.get("questions") if isinstance(request, Mapping) else None
+        if not isinstance(questions, Mapping):
+            return {q: "request has no 'questions'" for q in self.questions}
+        out = {}
+        for q in self.questions:
+            if q not in questions:
+                out[q] = "question was not asked in the request"
+                continue
+            try:
+                h = DecisionSchema.from_dict({"questions": {q: questions[q]}}, source="request").hash
+            except Exception:
+                out[q] = "question definition in the request is invalid"
+                continue
+            if h != self._question_hashes[q]:
+                out[q] = "question definition differs from the policy's (reworded or options changed)"
+        return out
+
+    def decide(self, response: Any, *, schema_hash: str | None = None, request: Any = None,
                state_tokens: int | None = None) -> dict[str, QuestionDecision]:
         """Action per policy question for one response.
 
@@ -208,6 +231,9 @@ class Policy:
             A System One response (``{"model": ..., "answers": {...}}``) or a failure (``{"error": ...}``).
         schema_hash : str, optional
             Hash of the decision schema the request was sent with; must be one the policy accepts.
+        request : dict, optional
+            The request that was sent; each question's definition must equal the policy's
+            (a reworded question or changed options routes that question to fallback).
         state_tokens : int, optional
             Size of the state sent; over ``validity.max_state_tokens`` routes everything to fallback.
 
@@ -216,9 +242,11 @@ class Policy:
         decisions : dict of question id -> QuestionDecision
         """
         return self.decide_many([response], schema_hash=schema_hash,
+                                requests=None if request is None else [request],
                                 state_tokens=None if state_tokens is None else [state_tokens])[0]
 
     def decide_many(self, responses: Iterable[Any], *, schema_hash: str | None = None,
+                    requests: list[Any] | None = None,
                     state_tokens: list[int | None] | None = None) -> list[dict[str, QuestionDecision]]:
         """:meth:`decide` over a batch; the rule is applied vectorised per question."""
         from workbench.schema.answers import normalise_answer
@@ -227,11 +255,14 @@ class Policy:
         n = len(responses)
         refusals = [self._global_refusal(r, schema_hash, None if state_tokens is None else state_tokens[i])
                     for i, r in enumerate(responses)]
+        mismatches = [self._request_mismatches(r) for r in requests] if requests is not None else None
         out: list[dict[str, QuestionDecision]] = [{} for _ in range(n)]
         for qid, cq in self.questions.items():
             k = len(cq.options)
             probs = np.full((n, k), np.nan)
             reasons: list[str | None] = list(refusals)
+            if mismatches is not None:
+                reasons = [r if r is not None else mismatches[i].get(qid) for i, r in enumerate(reasons)]
             for i, r in enumerate(responses):
                 if reasons[i] is not None:
                     continue
