@@ -145,6 +145,9 @@ def test_sigkill_half_way_then_resume_matches_uninterrupted_run(tmp_path, bankin
     assert summary["status"] == "done" and summary["answered"] == n and summary["failed"] == 0
     total_requests = emu.request_count()
     assert total_requests <= n + concurrency, (total_requests, n, concurrency)
+    # what the killed process had received but not yet committed came back from its journal
+    recovered = summary["this_session"]["calls_recovered_from_journal"]
+    assert written + recovered >= killed_at - concurrency
 
     # an uninterrupted run of the same experiment in a fresh store gives the same answers
     other = connect(tmp_path / "fresh.duckdb")
