@@ -166,3 +166,19 @@ def test_shadow_cli_import_report_json(world, tmp_path):
     bad = run_cli("shadow", "import", str(tmp_path / "bad.jsonl"), "--name", "bad", "--policy",
                   str(world.champion_policy), db=db)
     assert bad.returncode == 2 and "item_id" in bad.stderr
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet", ".csv"])
+def test_export_then_import_round_trips_a_replayed_session(world, policies, tmp_path, suffix):
+    from workbench.store.shadow import export_session
+
+    champ, chall = policies
+    if not world.con.execute("SELECT count(*) FROM shadow_sessions WHERE shadow = 'replay'").fetchone()[0]:
+        replay_runs(world.con, shadow="replay", champion_run=world.champion_run,
+                    challenger_run=world.challenger_run, splits=["test"])
+    out = tmp_path / f"replay{suffix}"
+    assert export_session(world.con, "replay", out) == 450
+    import_traffic(world.con, out, shadow=f"back{suffix}", schema=SCHEMA)
+    a = shadow_report(world.con, "replay", champion_policy=champ, challenger_policy=chall, n_boot=100)
+    b = shadow_report(world.con, f"back{suffix}", champion_policy=champ, challenger_policy=chall, n_boot=100)
+    _close(_comparable(a), _comparable(b))

@@ -152,6 +152,25 @@ def register(app: typer.Typer) -> None:
         else:
             err_console.print(f"shadow [bold]{name}[/]: {s['n_requests']} items replayed, {s['n_outcomes']} outcomes")
 
+    @sh.command("export")
+    def export_(
+        name: str = typer.Argument(..., help="Shadow session."),
+        out: Path = typer.Option(..., "--out", "-o", help="Traffic file: .jsonl, .parquet or .csv."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Write a session as a traffic file (the format `shadow import` reads)."""
+        from workbench.store.shadow import export_session
+
+        con = open_store(read_only=True)
+        try:
+            n = export_session(con, name, out)
+        finally:
+            con.close()
+        if as_json:
+            emit_json({"shadow": name, "out": str(out), "n_requests": n})
+        else:
+            err_console.print(f"{n} requests of {name} written to {out}")
+
     @sh.command("list")
     def list_(as_json: bool = typer.Option(False, "--json")) -> None:
         """Shadow sessions in the store."""

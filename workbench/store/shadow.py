@@ -522,6 +522,51 @@ def replay_runs(con: duckdb.DuckDBPyConnection, *, shadow: str, champion_run: st
     return {"shadow": shadow, "kind": "replay", "n_requests": n, "n_outcomes": n_out}
 
 
+# -- export ----------------------------------------------------------------------------------------
+def export_session(con: duckdb.DuckDBPyConnection, shadow: str, path: str | Path) -> int:
+    """Write session ``shadow`` as a traffic file that :func:`import_traffic` reads back.
+
+    The format follows the suffix (``.jsonl``, ``.parquet``, ``.csv``; nested values are JSON text
+    in Parquet and CSV). Stored responses are written as received; a replayed session's answers are
+    written as System One responses rebuilt from its probabilities. Returns the number of rows.
+    """
+    path = Path(path)
+    kind = _reader(path)
+    schema = session_schema(con, shadow)
+    qtable = pa.table({"question": schema.question_ids,
+                       "qtype": [schema.questions[q].type for q in schema.question_ids],
+                       "opts": [option_ids(schema.questions[q]) for q in schema.question_ids]})
+    con.register("_export_questions", qtable)
+    answers = """(SELECT json_group_object(a.question,
+                    CASE WHEN q.qtype = 'noul' THEN json_object('type', 'noul', 'noul', a.probs[1])
+                         ELSE json_object('type', q.qtype, 'probabilities', to_json(map(q.opts, a.probs))) END)
+                FROM shadow_answers a JOIN _export_questions q USING (question)
+                WHERE a.shadow = r.shadow AND a.item_id = r.item_id AND a.side = '{side}' AND a.probs IS NOT NULL)"""
+    built = ("CASE WHEN " + answers + " IS NOT NULL THEN json_object('model', {side_model}, 'answers', "
+             + answers + ") END")
+    text = "" if kind == "json" else "::VARCHAR"
+    select = f"""
+        SELECT r.item_id, strftime(r.ts, '%Y-%m-%dT%H:%M:%S.%fZ') AS "timestamp", r.state{text} AS state,
+               coalesce(r.champion_response, {built.format(side='champion', side_model='r.champion_model')}){text}
+                   AS champion,
+               r.champion_actions{text} AS champion_action,
+               coalesce(r.challenger_response, {built.format(side='challenger', side_model='r.challenger_model')}){text}
+                   AS challenger,
+               r.champion_status, r.champion_error, r.champion_latency_ms, r.champion_cost_usd, r.champion_model,
+               r.challenger_status, r.challenger_error, r.challenger_latency_ms, r.challenger_cost_usd,
+               r.challenger_model,
+               (SELECT json_group_object(o.question, o.outcome) FROM shadow_outcomes o
+                WHERE o.shadow = r.shadow AND o.item_id = r.item_id AND o.outcome IS NOT NULL){text} AS outcome
+        FROM shadow_requests r WHERE r.shadow = ? ORDER BY r.ts NULLS LAST, r.seq, r.item_id"""
+    fmt = {"json": "FORMAT json", "parquet": "FORMAT parquet", "csv": "FORMAT csv, HEADER true"}[kind]
+    try:
+        target = str(path).replace("'", "''")
+        con.execute(f"COPY ({select}) TO '{target}' ({fmt})", [shadow])
+    finally:
+        con.unregister("_export_questions")
+    return con.execute("SELECT count(*) FROM shadow_requests WHERE shadow = ?", [shadow]).fetchone()[0]
+
+
 # -- typed reads for the report --------------------------------------------------------------------
 @dataclass
 class ShadowAnswers:
