@@ -260,3 +260,28 @@ def test_launch_a_run_from_the_runs_page_and_watch_it_finish(ui_store):
     new = table.loc[table["name"] == "from-the-ui"].iloc[0]
     assert new["status"] == "done" and new["provider"] == "baseline:tfidf-logreg"
     assert int(new["n_answers"]) == meta["n_scored"] and int(new["n_failed"]) == 0
+
+
+def test_import_form_writes_a_new_dataset_version(ui_store, tmp_path):
+    path, meta = ui_store
+    at = _app()
+    csv = (b"text,category,split\nmy card has not arrived,card_arrival,train\nplease refund me,refund,train\n"
+           b"where is my card,card_arrival,test\nI want a refund,refund,test\n")
+    at.file_uploader(key="import_file").set_value(("tiny.csv", csv, "text/csv"))
+    at.text_input(key="import_name").set_value("tiny")
+    at.text_input(key="import_split_column").set_value("split")
+    at.number_input(key="import_calibration_fraction").set_value(0.0)
+    next(b for b in at.button if b.label == "Import").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Imported tiny v1: 4 items" in s.value for s in at.success), [s.value for s in at.success]
+    # the listing refreshes from the store (new token) and matches the library's own count
+    from workbench.store.datasets import dataset_info
+    from workbench.store.db import connect
+
+    at.run()
+    table = at.dataframe[0].value
+    assert set(table["name"]) == {"intents", "tiny"}
+    con = connect(path, read_only=True)
+    info = dataset_info(con, "tiny")
+    con.close()
+    assert info["splits"] == {"test": 2, "train": 2}
