@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workbench.errors import WorkbenchError
 from workbench.store.runs import RunAnswers
 from workbench.thresholds.evaluate import evaluate_rule
 from workbench.thresholds.guarantees import (
@@ -202,10 +201,7 @@ def choose_thresholds(calibration: RunAnswers, test: RunAnswers | None = None,
         rng = np.random.default_rng(opts.seed)
         fit_mask = rng.random(len(labels)) < opts.calibrator_fraction
         n_fit = int(fit_mask.sum())
-        try:
-            calibrator = _fit_calibrator(opts.calibrate, probs[fit_mask], labels[fit_mask])
-        except WorkbenchError:
-            raise
+        calibrator = _fit_calibrator(opts.calibrate, probs[fit_mask], labels[fit_mask])
         probs, labels = probs[~fit_mask], labels[~fit_mask]
     else:
         calibrator = _fit_calibrator("none", probs, labels)
