@@ -82,7 +82,9 @@ def test_export_validate_and_schema(exported, sim_store):
     from workbench.policy.model import SCHEMA_FILE, json_schema
 
     printed = json.loads(run_cli("policy", "schema", check=True).stdout)
-    assert printed == json.loads(SCHEMA_FILE.read_text()) == json.loads(json.dumps(json_schema()))
+    assert printed == json.loads(SCHEMA_FILE.read_text())
+    assert printed == json.loads(json.dumps(json_schema())), \
+        "policy.schema.json is stale: run `python -m workbench.policy.model`"
     jsonschema.validate(doc, printed)
 
 

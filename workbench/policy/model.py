@@ -236,3 +236,8 @@ def semver_tuple(v: str) -> tuple[int, int, int]:
     if not m:
         raise ValueError(f"not a semantic version: {v!r}")
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+if __name__ == "__main__":  # regenerate the shipped schema after changing the model: python -m workbench.policy.model
+    SCHEMA_FILE.write_text(json.dumps(json_schema(), indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {SCHEMA_FILE}")
