@@ -59,6 +59,13 @@ def build(db: Path, n: int, k: int, seed: int = 0) -> str:
     return run_id
 
 
+def _grid() -> np.ndarray:
+    from workbench.thresholds.surface import default_grids
+    from workbench.ui.state import GRID_POINTS
+
+    return default_grids("choice", GRID_POINTS)[0]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-items", type=int, default=100_000, help="calibration + test items answered by the run")
@@ -80,9 +87,11 @@ def main() -> None:
         assert not at.exception, [e.value for e in at.exception]
         times = []
         for i in range(args.moves):
-            tau = round(0.3 + 0.05 * (i % 10), 2)
+            slider = at.select_slider(key="thr_x")
+            grid = _grid()
+            tau = float(grid[np.argmin(np.abs(grid - (0.3 + 0.05 * (i % 10))))])
             t0 = time.perf_counter()
-            at.slider(key="thr_x").set_value(tau).run()
+            slider.set_value(tau).run()
             times.append(time.perf_counter() - t0)
             assert not at.exception, [e.value for e in at.exception]
         print(json.dumps({"run_items": args.run_items, "options": args.options, "run_id": run_id,

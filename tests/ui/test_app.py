@@ -72,6 +72,17 @@ def test_runs_page_lists_runs_and_failures(ui_store):
     assert any("No failures" in s.value for s in at.success)
 
 
+def _on_grid(value: float, qtype: str = "choice", axis: int = 0) -> float:
+    """The threshold grid point nearest ``value`` (the sliders move over the surface's grid)."""
+    import numpy as np
+
+    from workbench.thresholds.surface import default_grids
+
+    grid = default_grids(qtype, 101)[axis]
+    grid = np.sort(-grid) if (qtype == "noul" and axis == 1) else grid
+    return float(grid[np.argmin(np.abs(grid - value))])
+
+
 def _metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
 
@@ -80,13 +91,13 @@ def test_thresholds_page_sliders_update_figures_live(ui_store):
     path, meta = ui_store
     at = _app("thresholds")
     at.selectbox(key="run_id").set_value(meta["runs"]["sharp-model"]).run()
-    at.slider(key="thr_x").set_value(0.0).run()
-    at.slider(key="thr_y").set_value(0.0).run()
+    at.select_slider(key="thr_x").set_value(_on_grid(0.0)).run()
+    at.select_slider(key="thr_y").set_value(_on_grid(0.0, axis=1)).run()
     assert not at.exception, [e.value for e in at.exception]
     # with no threshold everything answered is accepted: coverage 100 % on test
     assert _metric(at, "Coverage (test)") == "100.0%"
     low_cov = _metric(at, "Coverage (test)")
-    at.slider(key="thr_x").set_value(0.9).run()
+    at.select_slider(key="thr_x").set_value(_on_grid(0.9)).run()
     high_tau_cov = _metric(at, "Coverage (test)")
     assert float(high_tau_cov.rstrip("%")) < float(low_cov.rstrip("%"))
     # the confusion matrix has a review column whose total equals the review load shown
@@ -108,8 +119,8 @@ def test_thresholds_page_sliders_update_figures_live(ui_store):
                                 alpha=0.2, delta=0.1)
     assert expected.feasible
     at.button(key="thr_use_certified").click().run()
-    assert at.slider(key="thr_x").value == pytest.approx(expected.params["tau"])
-    assert at.slider(key="thr_y").value == pytest.approx(expected.params["margin"])
+    assert at.select_slider(key="thr_x").value == pytest.approx(expected.params["tau"])
+    assert at.select_slider(key="thr_y").value == pytest.approx(expected.params["margin"])
     assert any("Certified at" in s.value for s in at.success)
 
 

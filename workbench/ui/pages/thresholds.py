@@ -49,24 +49,29 @@ if surface.n_total == 0:
 is_noul = qtype == "noul"
 x_label, y_label = ("τ yes (accept yes when P(yes) ≥)", "τ no (accept no when P(yes) ≤)") if is_noul else \
     ("τ (lowest top probability accepted)", "m (lowest margin top − second)")
-x_lo, x_hi = float(surface.x_grid[0]), float(surface.x_grid[-1])
-y_vals = -surface.y_grid[::-1] if is_noul else surface.y_grid  # tau_no ascending
-y_lo, y_hi = float(y_vals[0]), float(y_vals[-1])
-step = float(surface.x_grid[1] - surface.x_grid[0])
+# the sliders move over the surface's own grid (it may be finer near the strict end), so every
+# position is a grid point whose calibration figures are read from the surface without rescanning
+x_opts = [float(v) for v in surface.x_grid]
+y_opts = sorted(float(-v) for v in surface.y_grid) if is_noul else [float(v) for v in surface.y_grid]
+
+
+def _nearest(options: list[float], value: float) -> float:
+    return options[int(np.argmin(np.abs(np.asarray(options) - float(value))))]
 
 
 def _set_point(x: float, y_param: float) -> None:
-    st.session_state["thr_x"] = float(x)
-    st.session_state["thr_y"] = float(y_param)
+    st.session_state["thr_x"] = _nearest(x_opts, x)
+    st.session_state["thr_y"] = _nearest(y_opts, y_param)
 
 
-st.session_state.setdefault("thr_x", x_lo + round((x_hi - x_lo) * 0.6 / step) * step)
-st.session_state.setdefault("thr_y", y_lo if not is_noul else y_hi - round((y_hi - y_lo) * 0.6 / step) * step)
-for k, lo, hi in (("thr_x", x_lo, x_hi), ("thr_y", y_lo, y_hi)):  # another question type may be stale
-    st.session_state[k] = float(min(max(st.session_state[k], lo), hi))
+st.session_state.setdefault("thr_x", _nearest(x_opts, 0.6 if not is_noul else 0.8))
+st.session_state.setdefault("thr_y", _nearest(y_opts, 0.0 if not is_noul else 0.2))
+for k, opts in (("thr_x", x_opts), ("thr_y", y_opts)):  # another run or question type: snap onto this grid
+    if st.session_state[k] not in opts:
+        st.session_state[k] = _nearest(opts, st.session_state[k])
 c1, c2 = st.columns(2)
-x_thr = c1.slider(x_label, x_lo, x_hi, step=step, key="thr_x", format="%.3f")
-y_param = c2.slider(y_label, y_lo, y_hi, step=step, key="thr_y", format="%.3f")
+x_thr = c1.select_slider(x_label, options=x_opts, key="thr_x", format_func=lambda v: f"{v:.3f}")
+y_param = c2.select_slider(y_label, options=y_opts, key="thr_y", format_func=lambda v: f"{v:.3f}")
 y_thr = -y_param if is_noul else y_param  # surface coordinate
 
 i = int(np.argmin(np.abs(surface.x_grid - x_thr)))
