@@ -61,3 +61,15 @@ def test_cost_objective_uses_the_runs_api_cost_and_option_costs():
     assert not res.selection.certified
     with pytest.raises(ThresholdError, match="unknown option"):
         choose_thresholds(cal, None, ThresholdOptions(objective="cost", error_cost={"zzz": 3.0}))
+
+
+def test_order_fraction_zero_uses_data_independent_paths():
+    rng = np.random.default_rng(3)
+    probs, labels = choice_data(rng, 4000, k=4, scale=4.0)
+    cal = _answers(probs, labels, "choice")
+    res = choose_thresholds(cal, None, ThresholdOptions(order_fraction=0.0))
+    g = res.selection.guarantee
+    assert "data-independent" in g["order"] and g["n_order"] == 0 and g["n_calibration"] == 4000
+    assert g["test_level"] == pytest.approx(0.1 / (g["n_paths"] * g["n_starts"]))
+    learned = choose_thresholds(cal, None, ThresholdOptions()).selection.guarantee
+    assert "learned" in learned["order"] and learned["test_level"] == 0.1

@@ -10,7 +10,7 @@ import typer
 from workbench.cli.common import emit_json, err_console, open_store, out_console
 from workbench.cli.thresholds import (
     ABSTAIN, API_COST, CAL_FRACTION, CALIBRATE, CLASS_ERROR_COST, COST_MATRIX, DELTA, ERROR_COST, FALLBACK, GRID,
-    LEVEL, MAX_ERROR, METHOD, OBJECTIVE, PATHS, PER_CLASS, REVIEW_COST, SEED, STARTS, TARGET_COVERAGE, TARGET_ERROR,
+    LEVEL, MAX_ERROR, METHOD, OBJECTIVE, ORDER_FRACTION, PATHS, PER_CLASS, REVIEW_COST, SEED, STARTS, TARGET_COVERAGE, TARGET_ERROR,
     OptionError, build_options,
 )
 from workbench.errors import PolicyError
@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
         target_coverage: Optional[float] = TARGET_COVERAGE, target_error: Optional[float] = TARGET_ERROR,
         grid: int = GRID, paths: int = PATHS, starts: int = STARTS,
         abstain_option: Optional[list[str]] = ABSTAIN, level: str = LEVEL, fallback: str = FALLBACK,
-        calibrator_fraction: float = CAL_FRACTION, seed: int = SEED,
+        calibrator_fraction: float = CAL_FRACTION, seed: int = SEED, order_fraction: float = ORDER_FRACTION,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Choose thresholds for a run's questions and write a versioned, hashed policy file."""
@@ -89,7 +89,8 @@ def register(app: typer.Typer) -> None:
                              error_cost=error_cost, class_error_cost=class_error_cost, cost_matrix=cost_matrix,
                              api_cost=api_cost, target_coverage=target_coverage, target_error=target_error,
                              grid=grid, paths=paths, starts=starts, abstain_option=abstain_option, level=level,
-                             fallback=fallback, calibrator_fraction=calibrator_fraction, seed=seed)
+                             fallback=fallback, calibrator_fraction=calibrator_fraction, seed=seed,
+                             order_fraction=order_fraction)
         con = open_store(read_only=True)
         try:
             try:

@@ -41,7 +41,7 @@ def build_options(*, objective: str, max_error: float, delta: float, method: str
                   review_cost: float, error_cost: float, class_error_cost: list[str] | None,
                   cost_matrix: Path | None, api_cost: float | None, target_coverage: float | None,
                   target_error: float | None, grid: int, paths: int, starts: int, abstain_option: list[str] | None,
-                  level: str, fallback: str, calibrator_fraction: float, seed: int):
+                  level: str, fallback: str, calibrator_fraction: float, seed: int, order_fraction: float = 0.3):
     from workbench.policy.model import FALLBACK_ACTIONS
     from workbench.thresholds.choose import OBJECTIVES, ThresholdOptions
 
@@ -58,6 +58,8 @@ def build_options(*, objective: str, max_error: float, delta: float, method: str
         raise OptionError(f"--grid {grid} must be between 2 and 1000")
     if not (0 < calibrator_fraction < 1):
         raise OptionError("--calibrator-fraction must be in (0, 1)")
+    if not (0 <= order_fraction < 1):
+        raise OptionError("--order-fraction must be in [0, 1)")
     if level not in ("top", "expected"):
         raise OptionError("--level must be top or expected")
     if objective == "coverage" and target_coverage is None:
@@ -69,7 +71,7 @@ def build_options(*, objective: str, max_error: float, delta: float, method: str
         review_cost=review_cost, error_cost=parse_costs(error_cost, class_error_cost, cost_matrix),
         api_cost_per_item=api_cost, target_coverage=target_coverage, target_error=target_error, grid=grid,
         n_paths=paths, n_starts=starts, abstain_options=list(abstain_option or []), level=level, fallback=fallback,
-        calibrator_fraction=calibrator_fraction, seed=seed)
+        calibrator_fraction=calibrator_fraction, seed=seed, order_fraction=order_fraction)
 
 
 # Shared typer options (also used by `workbench policy export`).
@@ -88,8 +90,10 @@ API_COST = typer.Option(None, "--api-cost", help="API cost per item (default: th
 TARGET_COVERAGE = typer.Option(None, "--target-coverage", help="Coverage target (uncertified point estimate).")
 TARGET_ERROR = typer.Option(None, "--target-error", help="Error target (uncertified point estimate).")
 GRID = typer.Option(100, "--grid", help="Grid points per threshold axis.")
-PATHS = typer.Option(10, "--paths", help="Fixed-sequence: margin columns tested.")
-STARTS = typer.Option(10, "--starts", help="Fixed-sequence: starting points per column.")
+ORDER_FRACTION = typer.Option(0.3, "--order-fraction", help="Fixed-sequence: share of calibration items that "
+                              "only learn the strict→lax test order (0: data-independent column paths).")
+PATHS = typer.Option(10, "--paths", help="Fixed-sequence with --order-fraction 0: margin columns tested.")
+STARTS = typer.Option(10, "--starts", help="Fixed-sequence with --order-fraction 0: starting points per column.")
 ABSTAIN = typer.Option(None, "--abstain-option", help="Option that always goes to review (repeatable).")
 LEVEL = typer.Option("top", "--level", help="score questions: top | expected level.")
 FALLBACK = typer.Option("review", "--fallback", help="Action when not accepted: review | escalate | hold.")
@@ -136,7 +140,7 @@ def register(app: typer.Typer) -> None:
         target_coverage: Optional[float] = TARGET_COVERAGE, target_error: Optional[float] = TARGET_ERROR,
         grid: int = GRID, paths: int = PATHS, starts: int = STARTS,
         abstain_option: Optional[list[str]] = ABSTAIN, level: str = LEVEL, fallback: str = FALLBACK,
-        calibrator_fraction: float = CAL_FRACTION, seed: int = SEED,
+        calibrator_fraction: float = CAL_FRACTION, seed: int = SEED, order_fraction: float = ORDER_FRACTION,
         surface_out: Optional[Path] = typer.Option(None, "--surface-out",
                                                    help="Write the per-grid-point table (CSV) here."),
         as_json: bool = typer.Option(False, "--json"),
@@ -150,7 +154,8 @@ def register(app: typer.Typer) -> None:
                              error_cost=error_cost, class_error_cost=class_error_cost, cost_matrix=cost_matrix,
                              api_cost=api_cost, target_coverage=target_coverage, target_error=target_error,
                              grid=grid, paths=paths, starts=starts, abstain_option=abstain_option, level=level,
-                             fallback=fallback, calibrator_fraction=calibrator_fraction, seed=seed)
+                             fallback=fallback, calibrator_fraction=calibrator_fraction, seed=seed,
+                             order_fraction=order_fraction)
         con = open_store(read_only=True)
         try:
             results = []
