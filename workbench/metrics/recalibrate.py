@@ -198,7 +198,9 @@ class IsotonicCalibrator:
     its breakpoints ``(x_j, y_j)`` and applied with ``np.interp`` (linear between breakpoints,
     constant outside), which is exactly how scikit-learn's ``IsotonicRegression.transform`` with
     ``out_of_bounds="clip"`` evaluates it. A row whose mapped values are all 0 keeps its input
-    probabilities (there is nothing to renormalise).
+    probabilities (there is nothing to renormalise). With few calibration items per option the maps
+    output hard zeros, which lowers ECE but can raise log loss (BANKING77 zero-shot: ECE 0.244 →
+    0.048, log loss 1.27 → 2.21); temperature scaling has no such zeros.
     """
 
     kind = "isotonic"
