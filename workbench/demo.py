@@ -138,6 +138,7 @@ class DemoResult:
     policy_path: Path | None
     seconds: float
     summary: pd.DataFrame
+    shadow: str | None = None
 
     @property
     def ui_commands(self) -> list[str]:
@@ -146,6 +147,7 @@ class DemoResult:
     def to_dict(self) -> dict:
         return {"out_dir": str(self.out_dir), "db": str(self.db_path),
                 "policy": str(self.policy_path) if self.policy_path else None, "seconds": self.seconds,
+                "shadow": self.shadow,
                 "runs": [r.__dict__ for r in self.runs], "summary": self.summary.to_dict(orient="records"),
                 "ui": self.ui_commands}
 
@@ -338,23 +340,30 @@ def run_demo(out_dir: str | Path = "demo-output", *, fast: bool = False, alpha: 
         opts = ThresholdOptions(objective="guarantee", alpha=alpha, delta=delta, calibrate="temperature")
         policy_dir = out / "policies"
         policy_dir.mkdir(exist_ok=True)
-        for r in runs:
-            r.figures = _figures(con, r.run_id, "intent")
-            try:
-                model, results = build_policy(con, r.run_id, r.questions, opts, created_by="workbench demo")
-            except WorkbenchError as exc:
-                r.figures["policy_error"] = exc.message
-                continue
-            res = results["intent"]
-            sel = res.selection
-            r.figures.update({
-                "certified": bool(sel.feasible), **{k: v for k, v in sel.params.items()},
-                "cal_coverage": sel.calibration.get("coverage"),
-                "test_coverage": (res.test or {}).get("coverage", {}).get("value"),
-                "test_error": (res.test or {}).get("error", {}).get("value")})
-            path = policy_dir / f"{r.dataset}-{r.provider.replace(':', '_')}-{r.variant}.json"
-            write_policy(model, path)
-            r.policy_path = str(path)
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from workbench.cli.common import err_console
+
+        bar = Progress(TextColumn("recalibrate + certify + export"), BarColumn(), MofNCompleteColumn(),
+                       TimeElapsedColumn(), console=err_console, disable=not progress)
+        with bar:
+            for r in bar.track(runs):
+                r.figures = _figures(con, r.run_id, "intent")
+                try:
+                    model, results = build_policy(con, r.run_id, r.questions, opts, created_by="workbench demo")
+                except WorkbenchError as exc:
+                    r.figures["policy_error"] = exc.message
+                    continue
+                res = results["intent"]
+                sel = res.selection
+                r.figures.update({
+                    "certified": bool(sel.feasible), **{k: v for k, v in sel.params.items()},
+                    "cal_coverage": sel.calibration.get("coverage"),
+                    "test_coverage": (res.test or {}).get("coverage", {}).get("value"),
+                    "test_error": (res.test or {}).get("error", {}).get("value")})
+                path = policy_dir / f"{r.dataset}-{r.provider.replace(':', '_')}-{r.variant}.json"
+                write_policy(model, path)
+                r.policy_path = str(path)
     finally:
         con.close()
 
@@ -364,7 +373,7 @@ def run_demo(out_dir: str | Path = "demo-output", *, fast: bool = False, alpha: 
     if best is not None:
         policy_path = out / "policy.json"
         policy_path.write_bytes(Path(best.policy_path).read_bytes())
-    return DemoResult(out, db, runs, policy_path, time.perf_counter() - t0, summary)
+    return DemoResult(out, db, runs, policy_path, time.perf_counter() - t0, summary, shadow)
 
 
 def _best_policy(runs: list[DemoRun]) -> DemoRun | None:
@@ -430,6 +439,9 @@ def print_summary(result: DemoResult, console=None) -> None:
         console.print(f"policy: [bold]{result.policy_path}[/] (one per run in {result.out_dir / 'policies'})")
     else:
         console.print("policy: nothing was certified at this α/δ (try a larger --max-error)")
+    if result.shadow:
+        console.print(f"shadow replay (tfidf champion vs zero-shot challenger): "
+                      f"[bold]workbench --db {result.db_path} shadow report {result.shadow}[/]")
     console.print("open the UI on the result:")
     for cmd in result.ui_commands:
         console.print(f"  [bold]{cmd}[/]")

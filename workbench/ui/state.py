@@ -14,6 +14,7 @@ library's public functions; no metric is computed here.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import shutil
@@ -89,6 +90,13 @@ class Snapshot:
 
 
 _snapshots: dict[str, Snapshot] = {}
+
+
+def _remove_snapshots() -> None:
+    shutil.rmtree(_SNAP_DIR, ignore_errors=True)
+
+
+atexit.register(_remove_snapshots)  # snapshots are per process: nothing survives the server
 
 
 def snapshot(path: str) -> Snapshot:

@@ -82,16 +82,20 @@ cal_point = surface.point(i, j)
 per_class: dict[int, tuple[float, float]] = {}
 if not is_noul:
     with st.expander("Per-class overrides", expanded=False):
+        st.caption("Tick an option and give its own τ and m (empty = the sliders' values). Overrides change the "
+                   "test figures below; the calibration surface is for the global rule.")
+        # the frame does not depend on the sliders, so edits survive slider moves
         base = pd.DataFrame({"option": list(test.option_ids), "override": False,
-                             "tau": float(x_thr), "margin": float(y_thr)})
-        edited = st.data_editor(base, hide_index=True, key="thr_overrides", disabled=["option"],
+                             "tau": np.nan, "margin": np.nan})
+        edited = st.data_editor(base, hide_index=True, key=f"thr_overrides_{run_id}_{question}", disabled=["option"],
                                 column_config={"tau": st.column_config.NumberColumn(min_value=0.0, max_value=1.0,
                                                                                     step=0.01),
                                                "margin": st.column_config.NumberColumn(min_value=0.0,
                                                                                        max_value=1.0, step=0.01)})
         for k, row in enumerate(edited.itertuples()):
             if row.override:
-                per_class[k] = (float(row.tau), float(row.margin))
+                per_class[k] = (float(x_thr) if pd.isna(row.tau) else float(row.tau),
+                                float(y_thr) if pd.isna(row.margin) else float(row.margin))
 
 from workbench.thresholds.evaluate import evaluate_rule  # noqa: E402
 from workbench.thresholds.rules import make_rule  # noqa: E402
