@@ -32,7 +32,7 @@ import numpy as np
 
 from workbench.errors import AnswerError, WorkbenchError
 from workbench.providers.base import DecisionRequest, DecisionResult, ErrorKind, ProviderError
-from workbench.providers.registry import ProviderContext, get_provider, public_spec
+from workbench.providers.registry import ProviderContext, get_provider, is_local, public_spec
 from workbench.runner.plan import KEY_VERSION, QuestionSlice, WorkUnit, build_units, plan_slices
 from workbench.schema import DecisionSchema
 from workbench.schema.answers import normalise_answer
@@ -386,7 +386,8 @@ async def _ask(provider, request: DecisionRequest, *, timeout: float, bucket: To
         if bucket is not None:
             await bucket.acquire()
         try:
-            result = await asyncio.wait_for(provider.decide(request), timeout)
+            async with asyncio.timeout(timeout):   # cheaper than wait_for: no task per call
+                result = await provider.decide(request)
             rec.counters.requests += 1
             return result, None
         except ProviderError as exc:
@@ -511,7 +512,15 @@ def _progress(enabled: bool, total: int, description: str):
 
 def build_provider(con, spec: str, *, dataset: str, dataset_version: int, options: RunOptions,
                    env: Mapping[str, str] | None = None, transport: Any = None, settings: dict | None = None):
-    """The provider named by ``spec``, with what its factory may need (training data, env, timeout)."""
+    """The provider named by ``spec``, with what its factory may need (training data, env, timeout).
+
+    HTTP providers get the runner's lean keep-alive transport unless one is injected
+    (:mod:`workbench.runner.transport`: ~10× less CPU per call than httpx's default pool).
+    """
+    if transport is None and not is_local(spec):
+        from workbench.runner.transport import StreamTransport
+
+        transport = StreamTransport()
     return get_provider(spec, context=ProviderContext(
         con=con, dataset=dataset, dataset_version=dataset_version, env=env, timeout=options.timeout,
         transport=transport, settings={"max_connections": max(options.concurrency, 1), **(settings or {})}))
