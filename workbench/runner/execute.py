@@ -42,7 +42,7 @@ from workbench.store import calls as calls_store
 BATCH_ROWS = 500
 BATCH_SECONDS = 1.0
 #: Requests per ``decide_batch`` call for in-process providers.
-LOCAL_CHUNK = 512
+LOCAL_CHUNK = 256
 #: Attempts per error kind (first try included); kinds not listed are never retried.
 RETRY_ATTEMPTS: dict[ErrorKind, int] = {ErrorKind.RATE_LIMIT: 6, ErrorKind.SERVER: 2, ErrorKind.TIMEOUT: 2,
                                         ErrorKind.NETWORK: 2}
@@ -412,7 +412,6 @@ async def _drive_remote(provider, units: list[WorkUnit], rec: _Recorder, opts: R
     rng = random.Random(0x5EED)
     pending = iter(units)
     model = getattr(provider, "model", None)
-    flushing: list[asyncio.Task] = []
 
     async def flusher() -> None:
         while True:
@@ -449,7 +448,6 @@ async def _drive_remote(provider, units: list[WorkUnit], rec: _Recorder, opts: R
                 stop.kind, stop.message = "budget", why
 
     flush_task = asyncio.create_task(flusher())
-    flushing.append(flush_task)
     try:
         await asyncio.gather(*(worker() for _ in range(opts.concurrency)))
     finally:
