@@ -572,8 +572,13 @@ def execute_run(con, run_id: str, *, env: Mapping[str, str] | None = None, trans
     recovered = calls_store.recover_journal(con)
     items = load_items(con, run["dataset"], int(run["dataset_version"]), splits=run["splits"] or None,
                        limit=opts.limit)
+    build_body = getattr(provider, "build_body", None)
+    render = None
+    if callable(build_body):
+        def render(request: DecisionRequest) -> str:  # the body exactly as the dialect serialises it
+            return json.dumps(build_body(request), ensure_ascii=False, separators=(",", ":"))
     units = build_units(items, slices, spec=spec, model=model, dialect=dialect,
-                        keyed_by_item=bool(getattr(provider, "keyed_by_item", False)))
+                        keyed_by_item=bool(getattr(provider, "keyed_by_item", False)), render=render)
 
     done = calls_store.answered_questions(con, run_id)
     todo = [u for u in units if not set(slices[u.slice_index].question_ids) <= done.get(u.item_id, set())]

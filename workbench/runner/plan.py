@@ -1,8 +1,10 @@
 """Plan a run: question slices, one work unit per (item, slice), and each unit's cache key.
 
 Cache-key granularity is the request: ``cache_key`` = sha256 over (key-format version, public
-provider spec, model, dialect, the exact System One request JSON). The request JSON is built
-with the schema's own key order — never a sorted copy — because option order changes answers.
+provider spec, model, dialect, the exact request body). For HTTP providers the body is the one
+their dialect sends (``provider.build_body``, serialised as on the wire); for in-process
+providers it is the System One request. Keys keep the schema's own order — never a sorted
+copy — because option order changes answers.
 
 A schema is sent as one request per item unless the provider's ``limits.max_questions`` is
 smaller (then it is split into consecutive slices) or ``questions_per_request`` asks for
@@ -18,11 +20,12 @@ import json
 import mimetypes
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from workbench.errors import WorkbenchError
+from workbench.providers.base import DecisionRequest
 from workbench.schema import DecisionSchema
 
 #: Version of the cache-key recipe; bump it when :func:`cache_key` or :func:`request_json` change.
@@ -126,11 +129,13 @@ def cache_key(spec: str, model: str | None, dialect: str | None, body: str, *, i
 
 
 def build_units(items, slices: Sequence[QuestionSlice], *, spec: str, model: str | None, dialect: str | None,
-                keyed_by_item: bool = False) -> list[WorkUnit]:
+                keyed_by_item: bool = False, render: Callable[[DecisionRequest], str] | None = None) -> list[WorkUnit]:
     """One :class:`WorkUnit` per (item, slice), item-major (all slices of an item together).
 
     ``items`` is the frame of :func:`workbench.store.datasets.load_items` (item_id, state,
-    images, split).
+    images, split). ``render`` turns a request into the exact body text the provider sends
+    (HTTP dialects); without it, or when it refuses, the System One form of :func:`request_json`
+    is hashed.
     """
     out: list[WorkUnit] = []
     ids = items["item_id"].tolist()
@@ -142,7 +147,14 @@ def build_units(items, slices: Sequence[QuestionSlice], *, spec: str, model: str
         if isinstance(imgs, (list, tuple, np.ndarray)) and len(imgs):
             images = tuple(image_data_url(str(r)) for r in imgs)
         for s in slices:
-            body = request_json(state, s.questions_json, model=model, images=images)
+            body = None
+            if render is not None:
+                try:
+                    body = render(DecisionRequest(schema=s.schema, state=state, images=images, item_id=item_id))
+                except Exception:  # refused locally (e.g. a bad image): it will fail the same way when sent
+                    body = None
+            if body is None:
+                body = request_json(state, s.questions_json, model=model, images=images)
             key = cache_key(spec, model, dialect, body, item_id=item_id if keyed_by_item else None)
             out.append(WorkUnit(item_id, split, state, images, s.index, key))
     return out
