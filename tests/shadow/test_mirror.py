@@ -4,6 +4,7 @@ The mirror runs as the real `workbench shadow serve` process so that it can be k
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from workbench.providers.emulator import run_emulator
+from workbench.providers.emulator import run_emulator, run_emulator_process
 from workbench.shadow.journal import Journal, read_journal
 from workbench.store.db import connect
 from workbench.store.shadow import ingest_journal
@@ -92,9 +93,11 @@ class Mirror:
 
 @pytest.fixture
 def emulators():
-    # the challenger times out (sleeps past the mirror's challenger timeout) or fails with 500
-    with run_emulator(port=0) as champion, \
-            run_emulator(port=0, timeout=0.3, server_error=0.3, timeout_sleep_s=2.0) as challenger:
+    # Separate processes, as in production: an in-process challenger would share the GIL with the
+    # champion and charge its own CPU to the mirror's overhead. The challenger times out (sleeps past
+    # the mirror's challenger timeout) or fails with 500.
+    with run_emulator_process(port=0) as champion, \
+            run_emulator_process(port=0, timeout=0.3, server_error=0.3, timeout_sleep_s=2.0) as challenger:
         yield champion, challenger
 
 
@@ -190,14 +193,19 @@ def test_acknowledged_requests_survive_a_kill_with_challenger_calls_in_flight(tm
 def test_journal_skips_a_torn_tail_and_continues_on_a_new_line(tmp_path):
     path = tmp_path / "j.jsonl"
     j = Journal(path)
-    j.append({"kind": "champion", "pair": "a"}).result(5)
+    j.append({"kind": "champion", "pair": "a"})
     j.close()
     with open(path, "ab") as fh:  # a crash in the middle of a write
         fh.write(b'{"kind": "champion", "pa')
     j = Journal(path)
-    j.append({"kind": "champion", "pair": "b"}).result(5)
+
+    async def durable() -> None:
+        await asyncio.gather(*(j.append_durable({"kind": "champion", "pair": p}) for p in "bcd"))
+
+    asyncio.run(durable())
+    assert j.syncs == 1  # appended in one loop tick: one fsync for the group
     j.close()
-    assert [r["pair"] for r in read_journal(path)] == ["a", "b"]
+    assert [r["pair"] for r in read_journal(path)] == ["a", "b", "c", "d"]
 
 
 def test_challenger_given_as_a_provider_spec(tmp_path):

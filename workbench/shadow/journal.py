@@ -2,30 +2,37 @@
 
 Why a file and not DuckDB: the mirror must acknowledge a request only once its record is on disk,
 and a DuckDB file admits one writer process, which would lock ``workbench shadow report`` out while
-the mirror runs. A journal of JSON lines is written by one background thread with *group commit*
-(every record queued while the previous ``fsync`` ran is written and synced together), so durability
-costs about one ``fsync`` per burst rather than per request, and the event loop never blocks on disk.
+the mirror runs.
+
+Two kinds of appends, both from the event loop's thread (so lines never interleave):
+
+- :meth:`Journal.append_durable` (the champion half of a pair) resolves once the line is written
+  *and fsynced*. Appends made in the same event-loop tick share one ``fsync`` (group commit without
+  threads: a thread would cost two GIL hand-offs and a loop wake-up per request, which is more
+  than the ``fsync`` itself on a busy machine).
+- :meth:`Journal.append` (the challenger half, written when it completes) goes to the file at once
+  with ``os.write`` — it survives the death of the process — and reaches the disk with the next
+  ``fsync``. Nobody waits on it.
 
 A record is a flat JSON object with a ``kind`` (``"champion"`` or ``"challenger"``) and a ``pair`` id;
-:func:`workbench.shadow.store.ingest_journal` pairs them up. A line torn by a crash can only belong
-to a record that was never acknowledged, and the reader skips it.
+:func:`workbench.store.shadow.ingest_journal` pairs them up. A line torn by a crash can only belong
+to a record that was never acknowledged: the reader skips it, and reopening the journal ends it.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import queue
-import threading
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Iterator
 
-_STOP = object()
+
+def _line(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
 class Journal:
-    """Durable JSON-lines appender with one writer thread and group commit.
+    """Durable JSON-lines appender (see the module docstring).
 
     Parameters
     ----------
@@ -33,79 +40,87 @@ class Journal:
         File to append to (created with its parent directory). Existing content is kept, so a
         restarted mirror continues the same journal.
     fsync : bool, default=True
-        Call ``os.fsync`` after each group of writes. Only tests of throughput turn it off.
+        Sync before acknowledging. Only throughput experiments turn it off.
     """
 
     def __init__(self, path: str | Path, *, fsync: bool = True):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._file = open(self.path, "ab", buffering=0)
-        self._repair_tail()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._pending: list[bytes] = []
+        self._waiters: list[asyncio.Future] = []
+        self._flush_scheduled = False
         self.records_written = 0
-        self._thread = threading.Thread(target=self._run, name="shadow-journal", daemon=True)
-        self._thread.start()
+        self.syncs = 0
+        self._repair_tail()
 
     def _repair_tail(self) -> None:
         """End a line torn by a crash so the next record starts on its own line."""
-        size = self.path.stat().st_size
+        size = os.fstat(self._fd).st_size
         if size == 0:
             return
         with open(self.path, "rb") as fh:
             fh.seek(size - 1)
             if fh.read(1) != b"\n":
-                self._file.write(b"\n")
-                os.fsync(self._file.fileno())
+                os.write(self._fd, b"\n")
+                os.fsync(self._fd)
 
-    # -- writer thread ------------------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            batch = [first]
-            while True:  # group commit: take everything queued meanwhile
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            stop = any(item is _STOP for item in batch)
-            records = [item for item in batch if item is not _STOP]
-            error: BaseException | None = None
-            if records:
-                try:
-                    self._file.write(b"".join(line for line, _ in records))
-                    if self._fsync:
-                        os.fsync(self._file.fileno())
-                    self.records_written += len(records)
-                except BaseException as exc:  # disk full, closed fd: tell every waiter
-                    error = exc
-            for _, fut in records:
-                if fut is not None and not fut.done():
-                    if error is None:
-                        fut.set_result(None)
-                    else:
-                        fut.set_exception(error)
-            if stop:
-                return
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:  # a regular file takes it all at once; loop for the general case
+            n = os.write(self._fd, view)
+            view = view[n:]
 
     # -- API ----------------------------------------------------------------------------------
-    def append(self, record: dict[str, Any]) -> Future:
-        """Queue ``record``; the returned future resolves once it is written and fsynced."""
-        line = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
-        fut: Future = Future()
-        self._queue.put((line, fut))
-        return fut
+    def append(self, record: dict[str, Any]) -> None:
+        """Write ``record`` now (no wait for the disk; synced with the next durable append)."""
+        self._write(_line(record))
+        self.records_written += 1
 
     async def append_durable(self, record: dict[str, Any]) -> None:
-        """Append and wait (without blocking the event loop) until the record is on disk."""
-        await asyncio.wrap_future(self.append(record))
+        """Append and return once the record is written and fsynced (group commit per loop tick)."""
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._pending.append(_line(record))
+        self._waiters.append(waiter)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush_pending)
+        await waiter
+
+    def _flush_pending(self) -> None:
+        self._flush_scheduled = False
+        waiters, self._waiters = self._waiters, []
+        try:
+            self.flush()
+        except BaseException as exc:  # disk full, closed fd: every waiter learns it
+            for w in waiters:
+                if not w.done():
+                    w.set_exception(exc)
+            return
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    def flush(self) -> None:
+        """Write what is pending and fsync everything written so far."""
+        if self._pending:
+            data, n = b"".join(self._pending), len(self._pending)
+            self._pending.clear()
+            self._write(data)
+            self.records_written += n
+        if self._fsync:
+            os.fsync(self._fd)
+            self.syncs += 1
 
     def close(self) -> None:
-        """Write what is queued, sync and close the file."""
-        if self._thread.is_alive():
-            self._queue.put(_STOP)
-            self._thread.join()
-        self._file.close()
+        """Write what is pending, sync and close the file."""
+        if self._fd < 0:
+            return
+        self._flush_pending()
+        os.close(self._fd)
+        self._fd = -1
 
 
 def read_journal(path: str | Path) -> Iterator[dict]:

@@ -1,42 +1,48 @@
 """Live mirror: a System One endpoint that answers with the champion and shadows the challenger.
 
 Each ``POST /v1/systemone`` is forwarded to the champion; its status, headers and body bytes go back
-to the caller unchanged. The same request goes to the challenger in a background task, started at
-arrival so it never waits on the champion, bounded in time and in number (excess is *shed* and
-logged, never queued), and never awaited by the caller's response. A champion failure is passed
-through as the champion's own error (its HTTP status and body); a champion that cannot be reached
-becomes 502 (network) or 504 (timeout) with a System One style error body.
+to the caller unchanged. The same request then goes to the challenger in a background task — started
+once the champion's answer has been written back, bounded in time and in number (excess is *shed*
+and logged, never queued), never awaited by the caller. A champion failure is passed through as the
+champion's own error (its HTTP status and body); a champion that cannot be reached becomes 502
+(network) or 504 (timeout) with a System One style error body.
 
 Durability: the champion half of every pair is fsynced to the :class:`~workbench.shadow.journal.Journal`
 *before* the response is sent, so every acknowledged request survives a crash or restart. The
 challenger half is appended when it completes; a pair whose challenger half was lost in a crash is
 ingested with ``challenger_error = "lost"``.
 
-The app is plain ASGI (no framework) served by uvicorn; one shared ``httpx.AsyncClient`` per side.
+The HTTP layer is :mod:`workbench.shadow.http11` (plain asyncio streams: the mirror must add as
+little CPU as possible in front of production traffic). A challenger given as a provider spec
+(``cloudflare:clef-flash``, ``local:minilm-zeroshot``...) is called through the provider layer
+(httpx, one shared client per provider) on its own event-loop thread.
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-import httpx
-
+from workbench.shadow.http11 import (
+    ClientPool,
+    HttpError,
+    Message,
+    encode_response,
+    read_request,
+)
 from workbench.shadow.journal import Journal
 
-#: Headers that describe one hop, not the message (RFC 9110 §7.6.1); never forwarded either way.
-_HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te",
-               b"trailer", b"transfer-encoding", b"upgrade", b"host", b"content-length"}
 #: Request headers the challenger receives (the caller's credentials belong to the champion).
 _CHALLENGER_PASS = {b"content-type", b"accept", b"x-item-id", b"x-request-id"}
 ITEM_ID_HEADER = b"x-item-id"
+_JSON = [(b"content-type", b"application/json")]
 
 
 @dataclass
@@ -50,8 +56,7 @@ class MirrorConfig:
     challenger : str
         A System One endpoint URL as above — a ``?model=NAME`` query rewrites the body's ``model``
         for the challenger only (the champion always receives the caller's bytes) — or any provider
-        spec of the registry (``cloudflare:clef-flash``, ``local:minilm-zeroshot``, ``rules:PATH``...),
-        called through the provider layer on a separate event-loop thread.
+        spec of the registry (``cloudflare:clef-flash``, ``local:minilm-zeroshot``, ``rules:PATH``...).
     journal : path
         Append-only JSON-lines log (see :mod:`workbench.shadow.journal`).
     champion_timeout, challenger_timeout : float
@@ -102,28 +107,30 @@ def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
-def _text(raw: bytes, encoding: str | None) -> str:
+def _text(raw: bytes, encoding: bytes | None) -> str:
     """Body as text for the journal (decompressed when the champion compressed it)."""
     if encoding:
         import gzip
         import zlib
 
         try:
-            raw = gzip.decompress(raw) if encoding == "gzip" else zlib.decompress(raw) if encoding == "deflate" else raw
+            if encoding.lower() == b"gzip":
+                raw = gzip.decompress(raw)
+            elif encoding.lower() == b"deflate":
+                raw = zlib.decompress(raw)
         except (OSError, zlib.error):
             pass
     return raw.decode("utf-8", errors="replace")
 
 
 def _error_kind(exc: BaseException) -> str:
-    return "timeout" if isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError)) else "network"
+    return "timeout" if isinstance(exc, asyncio.TimeoutError) else "network"
 
 
 class MirrorApp:
-    """ASGI application of the live mirror (see the module docstring)."""
+    """The mirror's request handling and lifecycle (see the module docstring)."""
 
-    def __init__(self, config: MirrorConfig, *, champion_transport: httpx.AsyncBaseTransport | None = None,
-                 challenger_transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(self, config: MirrorConfig):
         self.config = config
         self.champion_url = endpoint_url(config.champion)
         self.challenger_is_url = _is_url(config.challenger)
@@ -131,31 +138,27 @@ class MirrorApp:
             self.challenger_url, self.challenger_model = _split_model(endpoint_url(config.challenger))
         else:
             self.challenger_url, self.challenger_model = None, None
-        self._provider = None
-        self._side_loop: asyncio.AbstractEventLoop | None = None
-        self._transports = (champion_transport, challenger_transport)
         self.boot_id = uuid.uuid4().hex[:8]
         self._seq = 0
         self._tasks: set[asyncio.Task] = set()
         self.stats = {"requests": 0, "champion_errors": 0, "challenger_done": 0, "challenger_errors": 0,
                       "challenger_shed": 0, "journal_errors": 0}
         self.journal: Journal | None = None
-        self._champion: httpx.AsyncClient | None = None
-        self._challenger: httpx.AsyncClient | None = None
+        self._champion: ClientPool | None = None
+        self._challenger: ClientPool | None = None
+        self._challenger_headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+                                    for k, v in config.challenger_headers.items()]
+        self._provider = None
+        self._side_loop: asyncio.AbstractEventLoop | None = None
         self.on_closed = None  # callable(app) run once the journal is closed
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def startup(self) -> None:
-        cfg = self.config
-        self.journal = Journal(cfg.journal, fsync=cfg.fsync)
-        limits = httpx.Limits(max_connections=512, max_keepalive_connections=128)
-        self._champion = httpx.AsyncClient(transport=self._transports[0], limits=limits,
-                                           timeout=httpx.Timeout(cfg.champion_timeout, connect=5.0))
-        self._challenger = httpx.AsyncClient(transport=self._transports[1], limits=limits,
-                                             timeout=httpx.Timeout(cfg.challenger_timeout,
-                                                                   connect=min(5.0, cfg.challenger_timeout)),
-                                             headers=cfg.challenger_headers)
-        if not self.challenger_is_url:
+        self.journal = Journal(self.config.journal, fsync=self.config.fsync)
+        self._champion = ClientPool(self.champion_url, max_idle=256)
+        if self.challenger_is_url:
+            self._challenger = ClientPool(self.challenger_url, max_idle=256)
+        else:
             self._start_provider()
 
     def _start_provider(self) -> None:
@@ -184,9 +187,9 @@ class MirrorApp:
         # Let running challenger calls finish (each is bounded by its timeout), then close.
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=self.config.challenger_timeout + 1.0)
-        for client in (self._champion, self._challenger):
-            if client is not None:
-                await client.aclose()
+        for pool in (self._champion, self._challenger):
+            if pool is not None:
+                await pool.aclose()
         if self._side_loop is not None:
             if self._provider is not None:
                 try:
@@ -196,79 +199,43 @@ class MirrorApp:
                     pass
             self._side_loop.call_soon_threadsafe(self._side_loop.stop)
         if self.journal is not None:
-            await asyncio.to_thread(self.journal.close)
-        if self.on_closed is not None:  # e.g. ingest the journal: uvicorn re-raises SIGTERM after this
+            self.journal.close()
+        if self.on_closed is not None:  # e.g. ingest the journal into the store
             await asyncio.to_thread(self.on_closed, self)
 
-    # -- ASGI ---------------------------------------------------------------------------------
-    async def __call__(self, scope: dict, receive, send) -> None:
-        if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        method, path = scope["method"], scope["path"]
-        if method == "POST" and path == self.config.path:
-            await self._mirror(scope, receive, send)
-        elif method == "GET" and path == "/v1/shadow/status":
+    # -- requests -----------------------------------------------------------------------------
+    async def handle(self, request: Message) -> tuple[int, list, bytes, object]:
+        """(status, headers, body, after) for one request; ``after()`` runs once the answer is sent."""
+        path = request.target.split("?", 1)[0]
+        if request.method == "POST" and path == self.config.path:
+            return await self._mirror(request)
+        if request.method == "GET" and path == "/v1/shadow/status":
             body = json.dumps({**self.stats, "challenger_in_flight": len(self._tasks), "boot_id": self.boot_id,
                                "name": self.config.name}).encode()
-            await _respond(send, 200, [(b"content-type", b"application/json")], body)
-        else:
-            await _respond(send, 404, [(b"content-type", b"application/json")],
-                           b'{"error":{"type":"not_found","message":"the mirror serves POST ' +
-                           self.config.path.encode() + b'"}}')
+            return 200, _JSON, body, None
+        return 404, _JSON, (b'{"error":{"type":"not_found","message":"the mirror serves POST '
+                            + self.config.path.encode() + b'"}}'), None
 
-    async def _lifespan(self, receive, send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                try:
-                    await self.startup()
-                except Exception as exc:  # e.g. journal path not writable
-                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
-                    return
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.shutdown()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-
-    async def _mirror(self, scope: dict, receive, send) -> None:
-        body = bytearray()
-        while True:
-            message = await receive()
-            body.extend(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = bytes(body)
-        headers = [(k, v) for k, v in scope["headers"] if k not in _HOP_BY_HOP]
+    async def _mirror(self, request: Message) -> tuple[int, list, bytes, object]:
+        body, headers = request.body, request.headers
         self._seq += 1
         self.stats["requests"] += 1
         pair = f"{self.boot_id}-{self._seq:08d}"
         item_id = next((v.decode("latin-1") for k, v in headers if k == ITEM_ID_HEADER), None) or pair
         arrived = _now_iso()
-        self._start_challenger(pair, item_id, body, headers)
-
         t0 = time.perf_counter()
         error = None
         try:
-            request = self._champion.build_request("POST", self.champion_url, content=body, headers=headers)
-            response = await self._champion.send(request, stream=True)
-            try:
-                raw = b"".join([chunk async for chunk in response.aiter_raw()])
-            finally:
-                await response.aclose()
-            status = response.status_code
-            out_headers = [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP]
-            encoding = response.headers.get("content-encoding")
-        except (httpx.HTTPError, asyncio.TimeoutError) as exc:
+            response = await asyncio.wait_for(self._champion.request("POST", headers, body),
+                                              self.config.champion_timeout)
+            status, out_headers, raw = response.status, response.headers, response.body
+            encoding = response.header(b"content-encoding")
+        except (OSError, EOFError, HttpError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
             error = _error_kind(exc)
             status = 504 if error == "timeout" else 502
             raw = json.dumps({"error": {"type": error, "message": f"champion unreachable: {type(exc).__name__}"}}
                              ).encode()
-            out_headers = [(b"content-type", b"application/json")]
-            encoding = None
+            out_headers, encoding = _JSON, None
         latency_ms = (time.perf_counter() - t0) * 1000.0
         if error or status >= 400:
             self.stats["champion_errors"] += 1
@@ -280,24 +247,22 @@ class MirrorApp:
         except Exception as exc:  # never change the champion's answer because our disk failed
             self.stats["journal_errors"] += 1
             print(f"shadow mirror: journal write failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        await _respond(send, status, out_headers, raw)
+        return status, out_headers, raw, (lambda: self._start_challenger(pair, body, headers))
 
     # -- challenger -----------------------------------------------------------------------------
-    def _start_challenger(self, pair: str, item_id: str, body: bytes, headers: list) -> None:
+    def _start_challenger(self, pair: str, body: bytes, headers: list) -> None:
         if len(self._tasks) >= self.config.max_challenger_in_flight:
             self.stats["challenger_shed"] += 1
             self.journal.append({"kind": "challenger", "pair": pair, "status": None, "body": None,
                                  "latency_ms": None, "error": "shed"})
             return
-        task = asyncio.get_running_loop().create_task(self._call_challenger(pair, body, headers))
+        call = self._call_challenger(pair, body, headers) if self.challenger_is_url else self._call_provider(pair, body)
+        task = asyncio.get_running_loop().create_task(call)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _call_challenger(self, pair: str, body: bytes, headers: list) -> None:
-        if not self.challenger_is_url:
-            await self._call_provider(pair, body)
-            return
-        sent_headers = [(k, v) for k, v in headers if k in _CHALLENGER_PASS]
+        sent_headers = [(k, v) for k, v in headers if k in _CHALLENGER_PASS] + self._challenger_headers
         if self.challenger_model is not None:
             try:
                 doc = json.loads(body)
@@ -308,22 +273,14 @@ class MirrorApp:
         t0 = time.perf_counter()
         status = text = error = None
         try:
-            response = await asyncio.wait_for(
-                self._challenger.post(self.challenger_url, content=body, headers=sent_headers),
-                timeout=self.config.challenger_timeout)
-            status, text = response.status_code, response.text
-        except (httpx.HTTPError, asyncio.TimeoutError) as exc:
+            response = await asyncio.wait_for(self._challenger.request("POST", sent_headers, body),
+                                              self.config.challenger_timeout)
+            status, text = response.status, _text(response.body, response.header(b"content-encoding"))
+        except (OSError, EOFError, HttpError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
             error = _error_kind(exc)
         except Exception as exc:  # a challenger bug must never surface to the caller
             error = f"internal: {type(exc).__name__}"
-        latency_ms = (time.perf_counter() - t0) * 1000.0
-        self.stats["challenger_done"] += 1
-        if error or (status or 0) >= 400:
-            self.stats["challenger_errors"] += 1
-        # Not awaited: the group commit syncs it with the next batch; nobody waits on it.
-        self.journal.append({"kind": "challenger", "pair": pair, "status": status, "body": text,
-                             "latency_ms": latency_ms, "error": error})
-
+        self._record_challenger(pair, status, text, error, t0)
 
     async def _call_provider(self, pair: str, body: bytes) -> None:
         """Challenger through the provider layer; its answer is logged in System One form."""
@@ -344,10 +301,14 @@ class MirrorApp:
             error = exc.kind.value
         except Exception as exc:  # unparsable request, provider bug: never reaches the caller
             error = f"invalid_request: {type(exc).__name__}"
+        self._record_challenger(pair, status, text, error, t0)
+
+    def _record_challenger(self, pair: str, status, text, error, t0: float) -> None:
         latency_ms = (time.perf_counter() - t0) * 1000.0
         self.stats["challenger_done"] += 1
-        if error:
+        if error or (status or 0) >= 400:
             self.stats["challenger_errors"] += 1
+        # written at once (survives a crash of this process), fsynced with the next champion record
         self.journal.append({"kind": "challenger", "pair": pair, "status": status, "body": text,
                              "latency_ms": latency_ms, "error": error})
 
@@ -372,24 +333,87 @@ def _system_one_body(schema, result) -> dict:
     return body
 
 
-async def _respond(send, status: int, headers: list, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+# -- the server ------------------------------------------------------------------------------------
+class _Server:
+    """Connections in, :meth:`MirrorApp.handle` per request, keep-alive, graceful stop."""
+
+    def __init__(self, app: MirrorApp):
+        self.app = app
+        self.active = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.writers: set[asyncio.StreamWriter] = set()
+
+    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.add(writer)
+        try:
+            while True:
+                try:
+                    request = await read_request(reader, writer)
+                except HttpError as exc:
+                    writer.write(encode_response(exc.status, _JSON, json.dumps(
+                        {"error": {"type": "invalid_request", "message": str(exc)}}).encode(), keep_alive=False))
+                    await writer.drain()
+                    return
+                if request is None:
+                    return
+                self.active += 1
+                self.idle.clear()
+                try:
+                    status, headers, body, after = await self.app.handle(request)
+                    writer.write(encode_response(status, headers, body, keep_alive=request.keep_alive))
+                    await writer.drain()
+                finally:
+                    self.active -= 1
+                    if self.active == 0:
+                        self.idle.set()
+                if after is not None:
+                    after()
+                if not request.keep_alive:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away
+        finally:
+            self.writers.discard(writer)
+            writer.close()
+
+
+async def serve_async(config: MirrorConfig, *, host: str = "127.0.0.1", port: int = 8790, on_closed=None,
+                      stop: asyncio.Event | None = None, ready=None) -> MirrorApp:
+    """Run the mirror until ``stop`` is set or SIGINT/SIGTERM arrives; return the app (with its stats).
+
+    Stopping is graceful: no new connections, requests in progress are answered and journaled,
+    running challenger calls finish (bounded by their timeout), the journal is closed, then
+    ``on_closed(app)`` runs (the CLI ingests the journal into the store there).
+    """
+    app = MirrorApp(config)
+    app.on_closed = on_closed
+    await app.startup()
+    server_state = _Server(app)
+    server = await asyncio.start_server(server_state.connection, host, port, limit=65_536, backlog=1024)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread (tests)
+            pass
+    if ready is not None:
+        ready(server.sockets[0].getsockname()[1])
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        try:
+            await asyncio.wait_for(server_state.idle.wait(), timeout=config.champion_timeout + 1.0)
+        except asyncio.TimeoutError:
+            pass
+        for w in list(server_state.writers):  # idle keep-alive connections
+            w.close()
+        await app.shutdown()
+    return app
 
 
 def serve(config: MirrorConfig, *, host: str = "127.0.0.1", port: int = 8790, on_closed=None) -> MirrorApp:
-    """Run the mirror until SIGINT/SIGTERM (graceful: running challenger calls finish).
-
-    ``on_closed(app)`` runs after the journal is closed. Code after this call may not run: uvicorn
-    re-raises the stopping signal once it has shut down.
-    """
-    import uvicorn
-
-    app = MirrorApp(config)
-    app.on_closed = on_closed
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, lifespan="on", access_log=False,
-                                           log_level="warning", timeout_keep_alive=30,
-                                           server_header=False, date_header=False))
-    server.run()
-    return app
+    """Run the mirror in this thread until SIGINT/SIGTERM (see :func:`serve_async`)."""
+    return asyncio.run(serve_async(config, host=host, port=port, on_closed=on_closed))
