@@ -23,6 +23,15 @@ def _schema_from(schema: Optional[Path], policy: Optional[Path]):
     return None
 
 
+def _public(spec: str) -> str:
+    """A spec or URL without credentials (user-info, secret-looking query values), for the store."""
+    from workbench.providers.registry import public_spec
+
+    if spec.startswith(("http://", "https://")):
+        return public_spec("url:" + spec)[len("url:"):]
+    return public_spec(spec)
+
+
 def _headers(values: list[str] | None) -> dict[str, str]:
     """``NAME=ENVVAR`` pairs: the header value is read from the environment, never from argv."""
     out: dict[str, str] = {}
@@ -102,7 +111,8 @@ def register(app: typer.Typer) -> None:
 
                 con = open_store()
                 try:
-                    s = ingest_journal(con, path, shadow=name, champion=champion, challenger=config.challenger)
+                    s = ingest_journal(con, path, shadow=name, champion=_public(champion),
+                                       challenger=_public(config.challenger))
                 finally:
                     con.close()
                 err_console.print(f"ingested {s['n_requests']} requests into session {name}")
