@@ -115,13 +115,16 @@ def main() -> None:
         "ideal_calls_per_second": ideal, "ratio_to_ideal": calls / wall / ideal,
         "ratio_to_ideal_run_loop": calls / loop_wall / ideal,
         "cpu_ms_per_call": cpu / calls * 1000.0, "cpus": os.cpu_count(),
+        # the machine is shared: a high load average means the runner was starved of CPU
+        "load_average_1m": os.getloadavg()[0],
     }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(f"{calls} calls in {wall:.2f} s (run loop {loop_wall:.2f} s): {result['calls_per_second']:.1f} calls/s "
               f"= {result['ratio_to_ideal']:.1%} of the ideal {ideal:.0f} calls/s "
-              f"(run loop {result['ratio_to_ideal_run_loop']:.1%}); runner CPU {result['cpu_ms_per_call']:.2f} ms/call")
+              f"(run loop {result['ratio_to_ideal_run_loop']:.1%}); runner CPU {result['cpu_ms_per_call']:.2f} ms/call; "
+              f"load average {result['load_average_1m']:.1f} on {result['cpus']} CPUs")
 
 
 if __name__ == "__main__":

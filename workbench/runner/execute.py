@@ -602,16 +602,16 @@ def execute_run(con, run_id: str, *, env: Mapping[str, str] | None = None, trans
     stop = _Stop()
     status = "done"
     with bar:
-        for u in todo:
-            row = cached.get(u.cache_key)
-            if row is None:
-                to_ask.append(u)
-                continue
-            res = result_from_cache(slices[u.slice_index], row)
-            rec.result(u, res, cached=row.get("run_id") != run_id, call_row=None, fresh=False)
-            if rec.due():
-                rec.flush_now()
         try:
+            for u in todo:
+                row = cached.get(u.cache_key)
+                if row is None:
+                    to_ask.append(u)
+                    continue
+                res = result_from_cache(slices[u.slice_index], row)
+                rec.result(u, res, cached=row.get("run_id") != run_id, call_row=None, fresh=False)
+                if rec.due():
+                    rec.flush_now()
             if to_ask and hasattr(provider, "decide_batch"):
                 asyncio.run(_drive_local(provider, to_ask, rec, spec, run_id))
             elif to_ask:
@@ -633,6 +633,7 @@ def execute_run(con, run_id: str, *, env: Mapping[str, str] | None = None, trans
     model_row = con.execute("SELECT mode(model) FROM answers WHERE run_id = ? AND model IS NOT NULL",
                             [run_id]).fetchone()
     summary = _summary(con, run, rec, stop, recovered, status)
+    summary["model"] = model_row[0] if model_row and model_row[0] else model
     from datetime import datetime, timezone
 
     update_run(con, run_id, status=status, summary=summary, model=model_row[0] if model_row else model,
