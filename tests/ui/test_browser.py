@@ -76,12 +76,17 @@ def browser():
         b.close()
 
 
-def wait_idle(page, timeout: float = 30_000) -> None:
-    """Wait until the script run is over: title drawn, no skeleton placeholders, and Streamlit's
-    "Running..." status widget gone — twice, 400 ms apart, so a rerun that starts late is caught."""
+def wait_idle(page, timeout: float = 60_000) -> None:
+    """Wait until the script run is over: title drawn, the app's script state no longer ``running``
+    (the attribute Streamlit's "Running..." status widget follows), no status widget saying Running,
+    and no skeleton placeholder — twice, 400 ms apart, so that a rerun starting late is caught."""
     page.wait_for_selector('[data-testid="stMain"] h1', timeout=timeout)
-    idle = ("() => !document.querySelector('[data-testid=\"stSkeleton\"]')"
-            " && !(document.querySelector('[data-testid=\"stStatusWidget\"]')?.innerText || '').includes('Running')")
+    idle = ("() => { const app = document.querySelector('[data-testid=\"stApp\"]');"
+            " const state = app ? app.getAttribute('data-test-script-state') : 'initial';"
+            " const widget = document.querySelector('[data-testid=\"stStatusWidget\"]');"
+            " return state !== 'running' && state !== 'initial'"
+            " && !(widget && widget.innerText.includes('Running'))"
+            " && !document.querySelector('[data-testid=\"stSkeleton\"]'); }")
     for _ in range(2):
         page.wait_for_function(idle, timeout=timeout)
         page.wait_for_timeout(400)
@@ -95,7 +100,7 @@ def _main_text(page) -> str:
 def test_every_page_renders_with_data(server, browser):
     url, meta = server
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport={"width": 1400, "height": 3000})  # Streamlit scrolls inside stMain
     for name in PAGES:
         page.goto(f"{url}/{name}")
         wait_idle(page)
@@ -122,7 +127,7 @@ def _metric_value(page, label: str) -> str:
 def test_threshold_slider_changes_the_figures(server, browser):
     url, meta = server
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page = browser.new_page(viewport={"width": 1400, "height": 2200})
     page.goto(f"{url}/thresholds")
     wait_idle(page)
     before = (_metric_value(page, "Coverage (test)"), _metric_value(page, "Review load (test)"))

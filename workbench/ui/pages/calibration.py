@@ -49,7 +49,10 @@ if curves["as answered"] is None:
     st.stop()
 
 base = reports["as answered"]
-st.caption(f"{base.counts.get('n_labelled', '?')} labelled answered items on `{split}`; counts: {base.counts}")
+cnt = base.counts
+st.caption(f"{cnt.get('n_labelled', 0):,} labelled answered items on `{split}` "
+           f"({cnt.get('n_failed', 0):,} provider failures and {cnt.get('n_unlabelled', 0):,} unlabelled items "
+           f"left out{'; failures by kind: ' + str(cnt['failures_by_kind']) if cnt.get('failures_by_kind') else ''}).")
 
 # -- metric table: estimate [low, high] per variant -------------------------------------------------------
 st.subheader("Metrics (95% bootstrap intervals)")
