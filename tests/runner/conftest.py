@@ -56,3 +56,17 @@ def banking_db(tmp_path: Path):
     name = import_banking(con, tmp_path / "data")
     con.close()
     return db, name
+
+
+SIZES = {"subset": {"test_every": 10, "train_every": 5}, "full": {"test_every": 1, "train_every": 1}}
+
+
+@pytest.fixture
+def sized_db(request, tmp_path: Path):
+    """Like ``banking_db`` at size ``request.param``: "subset" (308 test items) or "full" (3,080)."""
+    subset = SIZES[request.param]
+    db = tmp_path / "wb.duckdb"
+    con = connect(db)
+    name = import_banking(con, tmp_path / "data", **subset)
+    con.close()
+    return db, name, subset

@@ -109,15 +109,19 @@ def _cli(db: Path, *args: str, env: dict) -> list[str]:
     return [sys.executable, "-c", "from workbench.cli import main; main()", "--db", str(db), *args]
 
 
-def test_sigkill_half_way_then_resume_matches_uninterrupted_run(tmp_path, banking_db, emu, env):
-    db, name = banking_db
+SIZED = pytest.mark.parametrize("sized_db", ["subset", pytest.param("full", marks=pytest.mark.slow)], indirect=True)
+
+
+@SIZED
+def test_sigkill_half_way_then_resume_matches_uninterrupted_run(tmp_path, sized_db, emu, env):
+    db, name, subset = sized_db
     con = connect(db)
     n = _n_test(con)
     con.close()
     schema_file = tmp_path / "schema.yaml"
     schema_file.write_text(yaml.safe_dump(banking_schema().to_file_dict(), sort_keys=False))
     emu.set_faults(latency_ms=40.0)
-    concurrency = 4
+    concurrency = 4 if n < 1000 else 32
     full_env = {**os.environ, **env}
     proc = subprocess.Popen(_cli(db, "run", "--dataset", name, "--schema", str(schema_file), "--provider",
                                  "cloudflare:clef", "--concurrency", str(concurrency), env=env),
@@ -153,7 +157,7 @@ def test_sigkill_half_way_then_resume_matches_uninterrupted_run(tmp_path, bankin
     other = connect(tmp_path / "fresh.duckdb")
     from .conftest import import_banking
 
-    import_banking(other, tmp_path / "data2")
+    import_banking(other, tmp_path / "data2", **subset)
     (clean,) = run_experiment(other, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"],
                               env=env)
     con = connect(db)
@@ -161,10 +165,11 @@ def test_sigkill_half_way_then_resume_matches_uninterrupted_run(tmp_path, bankin
 
 
 # -- 4. fault mix -------------------------------------------------------------------------------
-def test_fault_mix_loses_nothing_and_resume_reasks_only_failures(banking_db, emu, env, monkeypatch):
+@SIZED
+def test_fault_mix_loses_nothing_and_resume_reasks_only_failures(sized_db, emu, env, monkeypatch):
     monkeypatch.setitem(execute.BACKOFF_BASE_S, execute.ErrorKind.RATE_LIMIT, 0.02)
     monkeypatch.setattr(execute, "BACKOFF_DEFAULT_BASE_S", 0.02)
-    db, name = banking_db
+    db, name, _ = sized_db
     con = connect(db)
     n = _n_test(con)
     emu.set_faults(rate_limit=0.10, server_error=0.02, timeout=0.01, malformed=0.01, timeout_sleep_s=2.0, seed=3)
