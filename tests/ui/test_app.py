@@ -46,11 +46,10 @@ def test_datasets_page_shows_counts_versions_and_samples(ui_store):
     # sample rows follow the slider
     at.slider(key="dataset_sample_rows").set_value(7).run()
     samples = at.dataframe[-1].value
-    assert len(samples) == 7
-    if "intent" in samples.columns:  # gold labels next to the state (the builder wrote text from the label)
-        from store_builder import WORDS
+    assert len(samples) == 7 and "intent" in samples.columns
+    from store_builder import WORDS  # gold labels next to the state (the builder wrote text from the label)
 
-        assert all(row.state.startswith(WORDS[row.intent]) for row in samples.itertuples())
+    assert all(row.state.startswith(WORDS[row.intent]) for row in samples.itertuples())
     at.selectbox(key="dataset_sample_split").set_value("test").run()
     assert set(at.dataframe[-1].value["split"]) == {"test"}
 

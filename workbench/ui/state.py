@@ -194,17 +194,16 @@ def dataset_info(path: str, token: tuple, name: str, version: int | None = None)
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def sample_items(path: str, token: tuple, name: str, version: int, split: str | None, n: int) -> pd.DataFrame:
-    from workbench.store.datasets import load_items, load_labels
+    from workbench.store.calls import majority_labels
+    from workbench.store.datasets import load_items
 
     with read_connection(path) as con:
         items = load_items(con, name, version, splits=[split] if split else None, limit=n)
-        try:
-            labels = load_labels(con, name, version, splits=[split] if split else None)
-        except duckdb.Error:  # an older store layer whose label query fails: show the items alone
-            labels = None
+        labels = majority_labels(con, name, version, [split] if split else ["train", "calibration", "test"])
     out = items[["item_id", "split", "state"]].copy()
     out["state"] = out["state"].astype(str)
-    if labels is None or labels.empty:
+    labels = labels.loc[labels["item_id"].isin(out["item_id"])]
+    if labels.empty:
         return out
     wide = labels.pivot_table(index="item_id", columns="question", values="option_id", aggfunc="first")
     return out.join(wide, on="item_id")

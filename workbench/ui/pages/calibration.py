@@ -22,6 +22,9 @@ if run_id is None:
     st.stop()
 run = state.run_record(path, token, run_id)
 question = state.pick_question(run, container=c2)
+if run.get("kind") == "calibrated" and isinstance(run.get("parent_run_id"), str):
+    st.caption(f"This run is a calibrated view of `{run['parent_run_id']}` (made by `workbench calibrate`): pick the "
+               "parent run to see the answers as the provider gave them.")
 qtype = run["question_types"][question]
 splits = [s for s in ("test", "calibration") if s in run["splits"]] or run["splits"]
 split = c3.selectbox("Split", splits, key="cal_split")
