@@ -119,14 +119,32 @@ def _pick_baseline(runs: list[dict], baseline: str | None, experiment: Any) -> d
 
 
 # -- per-run figures -------------------------------------------------------------------------------
-def _metric_stats(probs: np.ndarray, labels: np.ndarray, k: int):
+def _metric_stats(probs: np.ndarray, labels: np.ndarray, k: int, qtype: str = "choice"):
+    """Bootstrap-able headline metrics (weights = resampling counts); ordinal ones for ``score``."""
+    from workbench.metrics.scores import mae_expected_level, ranked_probability_score
+
     pred = probs.argmax(axis=1)
 
     def stats(w: np.ndarray | None) -> dict[str, float]:
-        return {"accuracy": accuracy(probs, labels, w), "macro_f1": macro_f1(labels, pred, k, w),
-                "log_loss": log_loss(probs, labels, w), "brier": brier_score(probs, labels, w)}
+        out = {"accuracy": accuracy(probs, labels, w), "macro_f1": macro_f1(labels, pred, k, w),
+               "log_loss": log_loss(probs, labels, w), "brier": brier_score(probs, labels, w)}
+        if qtype == "score":
+            out["rps"] = ranked_probability_score(probs, labels, w)
+            out["mae_expected_level"] = mae_expected_level(probs, labels, w)
+        return out
 
     return stats
+
+
+def _point_metrics(probs: np.ndarray, labels: np.ndarray, qtype: str) -> dict[str, float]:
+    """Metrics without weights support: ECE for all; ROC-AUC and average precision of P(yes) for noul."""
+    from workbench.metrics.scores import average_precision, roc_auc
+
+    out = {"ece": top_label_ece(probs, labels)}
+    if qtype == "noul":
+        out["roc_auc"] = roc_auc(labels == 0, probs[:, 0])
+        out["average_precision"] = average_precision(labels == 0, probs[:, 0])
+    return out
 
 
 def _run_costs(con, run: dict, split: str) -> dict:
@@ -180,8 +198,8 @@ def _paired(base: RunAnswers, other: RunAnswers, *, base_rule, other_rule, n_boo
         return out
     pa, pb, y = a.probs[ia], b.probs[ib], a.labels[ia]
     k = pa.shape[1]
-    diffs = paired_bootstrap(_metric_stats(pa, y, k), _metric_stats(pb, y, k), common.size, n_boot=n_boot,
-                             seed=seed, level=level)
+    diffs = paired_bootstrap(_metric_stats(pa, y, k, a.qtype), _metric_stats(pb, y, k, b.qtype), common.size,
+                             n_boot=n_boot, seed=seed, level=level)
     out["metrics"] = {name: d.to_dict() for name, d in diffs.items()}
     out["mcnemar"] = mcnemar(pa.argmax(axis=1) == y, pb.argmax(axis=1) == y).to_dict()
     if base_rule is not None and other_rule is not None:
@@ -307,10 +325,12 @@ def compare_runs(con, names: list[str], *, baseline: str | None = None, question
                                    "n_labelled": int(len(lab.labels)), "n_failed": int(ans.failed.sum()),
                                    "cost": costs}
             if len(lab.labels):
-                ci = bootstrap_many(_metric_stats(lab.probs, lab.labels, k), len(lab.labels), n_boot=n_boot,
-                                    seed=seed, level=level)
+                ci = bootstrap_many(_metric_stats(lab.probs, lab.labels, k, ans.qtype), len(lab.labels),
+                                    n_boot=n_boot, seed=seed, level=level)
                 row["metrics"] = {name: iv.to_dict() for name, iv in ci.items()}
-                row["ece"] = top_label_ece(lab.probs, lab.labels)
+                point = _point_metrics(lab.probs, lab.labels, ans.qtype)
+                row["ece"] = point.pop("ece")
+                row["point_metrics"] = point
             rule = None
             if policy:
                 pol = _policy_at_objective(con, run["run_id"], q, ans, objective, seed)

@@ -197,3 +197,37 @@ baseline: {{provider: "cloudflare:clef-flash", variant: terse}}
     assert frame.loc[("cloudflare:clef-flash", "terse"), "is_baseline"]
     assert hosted["d_accuracy"] is not None and hosted["n"] == 120
     con.close()
+
+
+def test_compare_plain_run_ids_with_a_yes_no_question(tmp_path):
+    """Runs outside an experiment, a noul question: ROC-AUC of P(yes) equals scikit-learn's."""
+    from sklearn.metrics import roc_auc_score
+
+    from tests.shadow.conftest import SCHEMA, _probs, _write_run
+
+    rng = np.random.default_rng(3)
+    n = 300
+    y_intent, y_urgent = rng.integers(0, 3, n), (rng.random(n) < 0.4)
+    ids = [f"t{i:04d}" for i in range(n)]
+    pd.DataFrame({"id": ids, "text": ids, "intent": np.asarray(["refund", "delivery", "account"])[y_intent],
+                  "urgent": np.where(y_urgent, "yes", "no"),
+                  "split": np.where(np.arange(n) < 150, "calibration", "test")}).to_csv(tmp_path / "t.csv", index=False)
+    con = connect(tmp_path / "wb.duckdb")
+    import_dataset(con, [tmp_path / "t.csv"], ImportSpec(name="tickets", id_column="id", text_column="text",
+                                                         split_column="split", labels={"intent": "intent",
+                                                                                       "urgent": "urgent"},
+                                                         positive={"urgent": "yes"}), SCHEMA)
+    yu = np.where(y_urgent, 0, 1)
+    a = _write_run(con, "a", "m-a", _probs(rng, y_intent, 3, 2.0, 1.0), _probs(rng, yu, 2, 1.0, 1.0), ids,
+                   np.full(n, 10.0), np.full(n, 1e-5))
+    b = _write_run(con, "b", "m-b", _probs(rng, y_intent, 3, 2.0, 1.0), _probs(rng, yu, 2, 3.0, 1.0), ids,
+                   np.full(n, 10.0), np.full(n, 1e-5))
+    cmp = compare_runs(con, [a, b], questions=["urgent"], n_boot=100)
+    assert cmp.baseline == f"test:a@{a}"  # no experiment: the first run is the baseline
+    row = next(r for r in cmp.rows if r["run_id"] == b)
+    test = load_answers(con, b, "urgent", ["test"]).labelled()
+    assert row["point_metrics"]["roc_auc"] == pytest.approx(
+        roc_auc_score(test.labels == 0, test.probs[:, 0]), abs=1e-12)
+    assert row["vs_baseline"]["n_pairs"] == 150 and row["policy"]["objective"] == "guarantee"
+    assert row["cost"]["cost_per_1000_items"] == pytest.approx(1e-5 * 1000)  # both questions' shares: one item
+    con.close()
