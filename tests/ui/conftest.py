@@ -8,9 +8,6 @@ import pytest
 
 from store_builder import build_store  # tests/ui is on sys.path (rootdir conftest)
 
-ROOT = Path(__file__).resolve().parents[2]
-APP = ROOT / "streamlit_app.py"
-
 
 @pytest.fixture(scope="session")
 def prepared_store(tmp_path_factory) -> tuple[Path, dict]:

@@ -11,6 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+#: The app's entry script (what `streamlit run` and AppTest start from).
+APP = Path(__file__).resolve().parents[2] / "streamlit_app.py"
+
 INTENTS = ["card_arrival", "lost_card", "refund", "top_up"]
 WORDS = {"card_arrival": "when will my new card arrive", "lost_card": "I lost my card please block it",
          "refund": "I want my money back for this purchase", "top_up": "how do I top up my account"}
@@ -96,3 +99,14 @@ def build_store(db_path: Path, n_items: int = 400, seed: int = 7) -> dict:
         con.close()
     return {"dataset": "intents", "version": info.version, "runs": runs, "n_scored": len(ids),
             "fingerprint": info.fingerprint}
+
+
+def on_grid(value: float, qtype: str = "choice", axis: int = 0) -> float:
+    """The threshold grid point nearest ``value`` (the sliders move over the surface's grid)."""
+    import numpy as np
+
+    from workbench.thresholds.surface import default_grids
+
+    grid = default_grids(qtype, 101)[axis]
+    grid = np.sort(-grid) if (qtype == "noul" and axis == 1) else grid
+    return float(grid[np.argmin(np.abs(grid - value))])

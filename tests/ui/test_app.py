@@ -6,7 +6,7 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import APP
+from store_builder import APP, on_grid as _on_grid
 
 TIMEOUT = 60
 
@@ -69,17 +69,6 @@ def test_runs_page_lists_runs_and_failures(ui_store):
     assert int(fails["count"].iloc[0]) == int(noisy["n_failed"])
     at.selectbox(key="run_id").set_value(meta["runs"]["sharp-model"]).run()
     assert any("No failures" in s.value for s in at.success)
-
-
-def _on_grid(value: float, qtype: str = "choice", axis: int = 0) -> float:
-    """The threshold grid point nearest ``value`` (the sliders move over the surface's grid)."""
-    import numpy as np
-
-    from workbench.thresholds.surface import default_grids
-
-    grid = default_grids(qtype, 101)[axis]
-    grid = np.sort(-grid) if (qtype == "noul" and axis == 1) else grid
-    return float(grid[np.argmin(np.abs(grid - value))])
 
 
 def _metric(at: AppTest, label: str) -> str:

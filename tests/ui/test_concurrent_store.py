@@ -9,7 +9,7 @@ import time
 
 from streamlit.testing.v1 import AppTest
 
-from conftest import APP
+from store_builder import APP
 
 WRITER = textwrap.dedent("""
     import sys, time

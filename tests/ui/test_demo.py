@@ -6,7 +6,7 @@ import os
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import APP
+from store_builder import APP
 
 
 @pytest.fixture(scope="module")

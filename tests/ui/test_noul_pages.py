@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import APP
+from store_builder import APP, on_grid as _on_grid
 
 
 @pytest.fixture
@@ -45,8 +45,6 @@ def test_noul_thresholds_are_two_sided(noul_store):
     at = AppTest.from_file(str(APP), default_timeout=60).run()
     at.switch_page("workbench/ui/pages/thresholds.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    from test_app import _on_grid
-
     # τ_yes starts at 0.5 and τ_no ends at 0.5: the widest setting accepts every answered item
     at.select_slider(key="thr_x").set_value(_on_grid(0.5, "noul", 0)).run()
     at.select_slider(key="thr_y").set_value(_on_grid(0.5, "noul", 1)).run()
