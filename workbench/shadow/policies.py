@@ -23,8 +23,10 @@ ACCEPT_ACTIONS = frozenset({"accept", "accepted", "auto", "auto_accept", "auto-a
 
 def is_accept(actions: np.ndarray) -> np.ndarray:
     """Vectorised: which logged action strings mean auto-accept (None → False)."""
-    lowered = np.char.lower(np.asarray([a if isinstance(a, str) else "" for a in actions], dtype=str))
-    return np.isin(lowered, list(ACCEPT_ACTIONS))
+    import pandas as pd
+
+    lowered = pd.Series(np.asarray(actions, dtype=object), dtype="string").str.strip().str.lower()
+    return lowered.isin(ACCEPT_ACTIONS).fillna(False).to_numpy(dtype=bool)
 
 
 @dataclass

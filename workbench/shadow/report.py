@@ -101,7 +101,7 @@ def _side_decisions(policy: SidePolicy | None, s: ShadowAnswers, probs: np.ndarr
                     ) -> tuple[np.ndarray, np.ndarray, str] | None:
     """(accepted (n,), option (n,), source) or None when the side has neither a policy nor a log."""
     top = _top_choice(probs)
-    has_log = None if logged is None else np.asarray([isinstance(a, str) for a in logged], dtype=bool)
+    has_log = None if logged is None else pd.notna(np.asarray(logged, dtype=object))
     decided = policy.decide(s.question, s.qtype, probs, models) if policy is not None else None
     if decided is None and (has_log is None or not has_log.any()):
         return None
@@ -157,8 +157,8 @@ def _rate_stats(accepted: np.ndarray, wrong: np.ndarray, top_correct: np.ndarray
 def _question_report(s: ShadowAnswers, champion: SidePolicy | None, challenger: SidePolicy | None, *,
                      criteria: Criteria, n_windows: int, n_boot: int, seed: int, period: str | None = None) -> dict:
     n, k = s.n, len(s.option_ids)
-    cf = np.asarray([f is not None for f in s.champion_failure], dtype=bool) if n else np.zeros(0, bool)
-    df = np.asarray([f is not None for f in s.challenger_failure], dtype=bool) if n else np.zeros(0, bool)
+    cf = pd.notna(np.asarray(s.champion_failure, dtype=object)) if n else np.zeros(0, bool)
+    df = pd.notna(np.asarray(s.challenger_failure, dtype=object)) if n else np.zeros(0, bool)
     top_c, top_d = _top_choice(s.champion_probs), _top_choice(s.challenger_probs)
     both = ~cf & ~df
     out: dict[str, Any] = {"question": s.question, "type": s.qtype, "options": s.option_ids, "n_requests": n,

@@ -322,7 +322,9 @@ def import_traffic(con: duckdb.DuckDBPyConnection, path: str | Path, *, shadow: 
         if dup:
             raise DataImportError(f"{path}: {dup} duplicate item ids", hint="each request needs its own item id")
         ts = _col(found, "ts")
-        ts_sql = (f"CASE WHEN json_type({ts}) IN ('UBIGINT', 'BIGINT', 'DOUBLE') THEN"
+        # epoch seconds (a JSON number, or digits in a CSV cell) or ISO text
+        ts_sql = (f"CASE WHEN json_type({ts}) IN ('UBIGINT', 'BIGINT', 'DOUBLE')"
+                  f" OR regexp_full_match(coalesce(json_extract_string({ts}, '$'), ''), '[0-9]+(\\.[0-9]*)?') THEN"
                   f" (to_timestamp(TRY_CAST(json_extract_string({ts}, '$') AS DOUBLE)) AT TIME ZONE 'UTC')"
                   f" ELSE (TRY_CAST(json_extract_string({ts}, '$') AS TIMESTAMPTZ) AT TIME ZONE 'UTC') END")
         side_cols = []
