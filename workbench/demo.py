@@ -180,6 +180,20 @@ def run_label(dataset: str, provider: str, variant: str) -> str:
     return f"demo {dataset} · {tag} · {variant}"
 
 
+def _finished_run(con, name: str, schema_hash: str, dataset_version: int) -> str | None:
+    """The id of a finished run called ``name`` over the same dataset version and schema, if any."""
+    from workbench.errors import NotFoundError
+    from workbench.store.runs import get_run
+
+    try:
+        run = get_run(con, name)
+    except NotFoundError:
+        return None
+    same = (run["status"] == "done" and run["schema_hash"] == schema_hash
+            and int(run["dataset_version"]) == int(dataset_version))
+    return run["run_id"] if same else None
+
+
 def _memo_minilm():
     """``local:minilm-zeroshot`` with its state embeddings kept across the demo's runs.
 
@@ -299,11 +313,13 @@ def run_demo(out_dir: str | Path = "demo-output", *, fast: bool = False, alpha: 
     db = out / "workbench.duckdb"
     providers = tuple(providers or (*LOCAL_PROVIDERS, EMULATED_PROVIDER))
     runs: list[DemoRun] = []
+    info_by_name: dict[str, int] = {}
     con = connect(db)
     try:
         for name in datasets:
             files = _subsample(name, out, FAST_ITEMS) if fast else dataset_files(name)
             info = import_dataset(con, files, import_spec_for(name))
+            info_by_name[name] = info.version
             log(f"[bold]{name}[/]: {info.n_items:,} items, v{info.version} "
                 f"({'imported' if info.created else 'already in the store'}), fingerprint {info.fingerprint[:12]}")
         options = RunOptions(splits=["calibration", "test"], concurrency=32)
@@ -327,10 +343,14 @@ def run_demo(out_dir: str | Path = "demo-output", *, fast: bool = False, alpha: 
                 for variant, schema in variants.items():
                     for spec in providers:
                         label = run_label(name, spec, variant)
-                        log(f"run {label}")
-                        run_id = start_run(con, dataset=name, schema=schema, provider_spec=spec, options=options,
-                                           run_name=label, experiment=name, variant=variant)
-                        execute_run(con, run_id, env=env, progress=progress, provider=shared.get(spec))
+                        run_id = _finished_run(con, label, schema.hash, info_by_name[name])
+                        if run_id is not None:  # a rerun of the demo: same data, same schema, already done
+                            log(f"run {label}: already in the store ({run_id})")
+                        else:
+                            log(f"run {label}")
+                            run_id = start_run(con, dataset=name, schema=schema, provider_spec=spec,
+                                               options=options, run_name=label, experiment=name, variant=variant)
+                            execute_run(con, run_id, env=env, progress=progress, provider=shared.get(spec))
                         runs.append(DemoRun(name, spec, variant, run_id, spec == EMULATED_PROVIDER,
                                             questions=list(schema.question_ids)))
             if EMULATED_PROVIDER in providers:

@@ -67,3 +67,18 @@ def test_ui_opens_on_the_demo_store_and_downloads_its_policy(demo, monkeypatch):
     assert any("Valid policy" in s.value for s in at.success)
     download = at.get("download_button")
     assert download, "no download button on the Policy page"
+
+
+@pytest.mark.slow
+def test_rerunning_the_demo_reuses_its_runs(demo):
+    from workbench.demo import run_demo
+    from workbench.store.db import connect
+    from workbench.store.runs import list_runs
+
+    first, _, _ = demo
+    again = run_demo(first.out_dir, fast=True, alpha=0.2, progress=False, log=lambda _: None)
+    assert [r.run_id for r in again.runs] == [r.run_id for r in first.runs]
+    con = connect(again.db_path, read_only=True)
+    assert len(list_runs(con)) == 12
+    con.close()
+    assert again.summary.drop(columns=["run_id"]).equals(first.summary.drop(columns=["run_id"]))
