@@ -10,10 +10,10 @@ import asyncio
 import gzip
 import json
 import threading
+import time
 from contextlib import contextmanager
 
 import httpx
-import pytest
 
 from workbench.shadow.journal import read_journal
 from workbench.shadow.mirror import MirrorConfig, serve_async
@@ -130,7 +130,6 @@ def test_stale_keep_alive_connections_are_retried_and_errors_passed_through(tmp_
                 for _ in range(5):
                     r = c.post(url, json=BODY)
                     assert r.status_code == 200 and r.content == ANSWER
-                    import time
                     time.sleep(0.1)  # the champion closes its side meanwhile
             assert seen["requests"] == 5  # one champion call per request: nothing sent twice
     with stand_in("status-503") as (champ, _), stand_in("plain") as (chall, _):
