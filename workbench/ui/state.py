@@ -481,8 +481,9 @@ def run_label(runs: pd.DataFrame, run_id: str) -> str:
     if row.empty:
         return run_id
     r = row.iloc[0]
-    name = r["name"] if isinstance(r["name"], str) and r["name"] else r["provider"]
-    return f"{name} · {r['dataset']} · {run_id}"
+    if isinstance(r["name"], str) and r["name"]:
+        return f"{r['name']} · {run_id}"
+    return f"{r['provider']} · {r['dataset']} · {run_id}"
 
 
 def pick_run(runs: pd.DataFrame, *, key: str = KEY_RUN, label: str = "Run",

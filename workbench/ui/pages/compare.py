@@ -56,6 +56,10 @@ except WorkbenchError as exc:
     state.show_error(exc)
     st.stop()
 
+# runs answered by the emulator carry EMULATED in their name (the demo's clef-flash): keep it visible
+names = dict(zip(runs["run_id"], runs["name"].fillna("")))
+frame["provider"] = [p + (" (EMULATED)" if "EMULATED" in names.get(r, "") else "")
+                     for p, r in zip(frame["provider"], frame["run_id"])]
 frame = frame.assign(provider_variant=frame["provider"] + " · " + frame["variant"].fillna("—"))
 st.subheader("Providers × schema variants")
 matrix = frame.pivot_table(index="provider", columns="variant", values="accuracy", aggfunc="first")
