@@ -168,3 +168,25 @@ def test_expect_continue_and_malformed_requests(tmp_path):
             reply = asyncio.run(garbage())
             assert reply.startswith(b"HTTP/1.1 400")
             assert httpx.get(url.replace("/v1/systemone", "/nope")).status_code == 404
+
+
+def test_sample_rate_mirrors_a_share_and_ingest_keeps_only_sampled_pairs(tmp_path):
+    from workbench.store.db import connect
+    from workbench.store.shadow import ingest_journal
+
+    with stand_in("plain") as (champ, _), stand_in("plain") as (chall, seen_chall):
+        with mirror(champ, chall, tmp_path / "j.jsonl", sample_rate=0.25) as (url, result):
+            with httpx.Client() as c:
+                for i in range(200):
+                    assert c.post(url, json=BODY).content == ANSWER
+    # leaving the block stopped the mirror gracefully: every started challenger call has finished
+    assert result["app"].stats["challenger_done"] == seen_chall["requests"]
+    recs = list(read_journal(tmp_path / "j.jsonl"))
+    champion = [r for r in recs if r["kind"] == "champion"]
+    sampled = {r["pair"] for r in champion if r["sampled"]}
+    assert len(champion) == 200 and 25 <= len(sampled) <= 75  # every answer journaled, about a quarter mirrored
+    assert {r["pair"] for r in recs if r["kind"] == "challenger"} == sampled == set(
+        r["pair"] for r in champion if r["sampled"])
+    assert seen_chall["requests"] == len(sampled)
+    con = connect(tmp_path / "wb.duckdb")
+    assert ingest_journal(con, tmp_path / "j.jsonl", shadow="s")["n_requests"] == len(sampled)

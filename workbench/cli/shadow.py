@@ -93,6 +93,7 @@ def register(app: typer.Typer) -> None:
                                           help="Challenger calls beyond this are shed (logged)."),
         challenger_header: list[str] = typer.Option(None, "--challenger-header",
                                                     help="NAME=ENVVAR header for the challenger (repeatable)."),
+        sample_rate: float = typer.Option(1.0, "--sample-rate", help="Share of requests mirrored to the challenger."),
         ingest: bool = typer.Option(True, "--ingest/--no-ingest", help="Load the journal into the store on exit."),
     ) -> None:
         """Live mirror: answer with the champion (unchanged), shadow the challenger, log both durably."""
@@ -101,7 +102,8 @@ def register(app: typer.Typer) -> None:
         path = journal or Path(f"shadow-{name}.jsonl")
         config = MirrorConfig(champion=champion, challenger=challenger, journal=path, name=name,
                               champion_timeout=champion_timeout, challenger_timeout=challenger_timeout,
-                              max_challenger_in_flight=max_in_flight, challenger_headers=_headers(challenger_header))
+                              max_challenger_in_flight=max_in_flight, challenger_headers=_headers(challenger_header),
+                              sample_rate=sample_rate)
         err_console.print(f"shadow mirror [bold]{name}[/] on http://{host}:{port}{config.path} "
                           f"(journal {path})")
         def _after(app_) -> None:

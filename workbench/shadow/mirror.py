@@ -66,6 +66,9 @@ class MirrorConfig:
         cannot grow memory or starve the champion.
     challenger_headers : dict
         Extra headers for the challenger (e.g. its own ``Authorization``); never logged.
+    sample_rate : float in (0, 1], default=1.0
+        Share of requests mirrored to the challenger (to bound its cost). Every champion answer is
+        journaled; unsampled ones are marked and left out of the shadow session at ingest.
     """
 
     champion: str
@@ -78,6 +81,7 @@ class MirrorConfig:
     max_challenger_in_flight: int = 256
     challenger_headers: dict[str, str] = field(default_factory=dict)
     fsync: bool = True
+    sample_rate: float = 1.0
 
 
 def endpoint_url(spec: str) -> str:
@@ -151,6 +155,13 @@ class MirrorApp:
         self._provider = None
         self._side_loop: asyncio.AbstractEventLoop | None = None
         self.on_closed = None  # callable(app) run once the journal is closed
+        if not 0.0 < config.sample_rate <= 1.0:
+            from workbench.errors import WorkbenchError
+
+            raise WorkbenchError(f"--sample-rate {config.sample_rate} must be in (0, 1]")
+        import random
+
+        self._sampler = random.Random(self.boot_id)
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -239,14 +250,18 @@ class MirrorApp:
         latency_ms = (time.perf_counter() - t0) * 1000.0
         if error or status >= 400:
             self.stats["champion_errors"] += 1
+        sampled = self.config.sample_rate >= 1.0 or self._sampler.random() < self.config.sample_rate
         record = {"kind": "champion", "pair": pair, "item_id": item_id, "ts": arrived,
                   "shadow": self.config.name, "request": body.decode("utf-8", errors="replace"),
-                  "status": status, "body": _text(raw, encoding), "latency_ms": latency_ms, "error": error}
+                  "status": status, "body": _text(raw, encoding), "latency_ms": latency_ms, "error": error,
+                  "sampled": sampled}
         try:
             await self.journal.append_durable(record)
         except Exception as exc:  # never change the champion's answer because our disk failed
             self.stats["journal_errors"] += 1
             print(f"shadow mirror: journal write failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if not sampled:
+            return status, out_headers, raw, None
         return status, out_headers, raw, (lambda: self._start_challenger(pair, body, headers))
 
     # -- challenger -----------------------------------------------------------------------------

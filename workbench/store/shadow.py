@@ -373,7 +373,7 @@ def _is_journal(path: Path) -> bool:
 
 _JOURNAL_COLUMNS = ("{'kind': 'VARCHAR', 'pair': 'VARCHAR', 'item_id': 'VARCHAR', 'ts': 'VARCHAR',"
                     " 'request': 'VARCHAR', 'status': 'INTEGER', 'body': 'VARCHAR', 'latency_ms': 'DOUBLE',"
-                    " 'error': 'VARCHAR'}")
+                    " 'error': 'VARCHAR', 'sampled': 'BOOLEAN'}")
 
 
 def ingest_journal(con: duckdb.DuckDBPyConnection, path: str | Path, *, shadow: str,
@@ -381,8 +381,9 @@ def ingest_journal(con: duckdb.DuckDBPyConnection, path: str | Path, *, shadow: 
                    challenger: str | None = None) -> dict:
     """Load a mirror journal into session ``shadow`` (replacing its traffic; the journal is the truth).
 
-    Every champion record is one request (it was fsynced before the caller got its answer). A
-    request whose challenger record is missing (the mirror was killed while the challenger ran)
+    Every champion record is one request (it was fsynced before the caller got its answer), except
+    those the mirror did not sample for the challenger (``--sample-rate``). A request whose
+    challenger record is missing (the mirror was killed while the challenger ran)
     gets ``challenger_error = 'lost'``. Without ``schema``, the questions of the first request are
     the session's schema. Outcomes already imported for the session are kept.
     """
@@ -419,7 +420,7 @@ def ingest_journal(con: duckdb.DuckDBPyConnection, path: str | Path, *, shadow: 
                        challenger_status, challenger_error, challenger_latency_ms, challenger_model,
                        challenger_response)
                    WITH ch AS (
-                       SELECT * FROM _journal WHERE kind = 'champion'
+                       SELECT * FROM _journal WHERE kind = 'champion' AND coalesce(sampled, true)
                        QUALIFY row_number() OVER (PARTITION BY item_id ORDER BY ts DESC, pair DESC) = 1
                    ), cl AS (
                        SELECT * FROM _journal WHERE kind = 'challenger'
