@@ -197,10 +197,11 @@ def run_experiment_file(*args: Any, con: Any = None, path: str | Path | None = N
 
 
 def experiment_runs(con: Any, name: str) -> list[dict]:
-    """Latest finished-or-not run of every (variant, provider) of experiment ``name``."""
+    """The run of every (variant, provider) of experiment ``name``: the latest finished one, else the latest."""
     df = con.execute(
         "SELECT run_id, variant, provider, status, created_at FROM runs WHERE experiment = ? AND kind = 'raw'"
-        " QUALIFY row_number() OVER (PARTITION BY variant, provider ORDER BY created_at DESC) = 1"
+        " QUALIFY row_number() OVER (PARTITION BY variant, provider"
+        "                            ORDER BY (status = 'done') DESC, created_at DESC) = 1"
         " ORDER BY created_at", [name]).df()
     if df.empty:
         raise NotFoundError(f"experiment {name!r} has no runs",
