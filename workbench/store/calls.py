@@ -185,6 +185,10 @@ class CallJournal:
             self._fd = None
             if delete and self._path is not None:
                 self._path.unlink(missing_ok=True)
+                try:
+                    self.directory.rmdir()  # only when empty: other runs' segments stay
+                except OSError:
+                    pass
 
 
 def recover_journal(con: duckdb.DuckDBPyConnection) -> int:
