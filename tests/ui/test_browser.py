@@ -23,6 +23,11 @@ SHOTS = ROOT / "artifacts" / "screenshots"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 PAGES = ["datasets", "runs", "calibration", "thresholds", "compare", "shadow", "policy"]
+#: Text each page shows only when it rendered the prepared store's data, and its minimum number of charts.
+EXPECT = {"datasets": ("Sample items", 1), "runs": ("Failures by kind", 0),
+          "calibration": ("Reliability (top label)", 3), "thresholds": ("Coverage (test)", 2),
+          "compare": ("Paired differences against the baseline", 1), "shadow": ("Verdict:", 1),
+          "policy": ("Valid policy", 0)}
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed")]
@@ -108,6 +113,9 @@ def test_every_page_renders_with_data(server, browser):
         assert name.capitalize() in page.locator('[data-testid="stMain"] h1').first.inner_text()
         assert "Traceback" not in text and "Error" not in page.locator('[data-testid="stMain"] h1').first.inner_text()
         assert not page.locator('[data-testid="stException"]').count(), text[:2000]
+        marker, n_charts = EXPECT[name]
+        assert marker in text, (name, text[:1500])
+        assert page.locator(".js-plotly-plot").count() >= n_charts, name
         page.screenshot(path=str(SHOTS / f"{PAGES.index(name) + 1:02d}-{name}.png"), full_page=True)
     # content checks on the pages that must show the prepared data
     page.goto(f"{url}/datasets")
