@@ -50,7 +50,7 @@ def server(prepared_store, tmp_path_factory):
     port = _free_port()
     log = open(db.parent / "streamlit.log", "wb")
     proc = subprocess.Popen(streamlit_command(db, port=port), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                            env={**os.environ, "WORKBENCH_DB": str(db)})
+                            env={k: v for k, v in os.environ.items() if k != "WORKBENCH_DB"})  # `-- --db` only
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:

@@ -29,14 +29,10 @@ def _listening(port: int) -> list[str]:
     return out
 
 
-def test_workbench_ui_binds_loopback_and_serves_the_store(ui_store):
-    path, _ = ui_store
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-c", "from workbench.cli import main; main()", "ui", "--db", str(path),
-                             "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ}, start_new_session=True)
+def _serve(cmd: list[str], port: int) -> str:
+    """Start ``cmd``, wait for the health endpoint, check the listening address, stop; return its output."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ},
+                            start_new_session=True)
     try:
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -51,4 +47,26 @@ def test_workbench_ui_binds_loopback_and_serves_the_store(ui_store):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         out = proc.communicate(timeout=20)[0].decode(errors="replace")
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_workbench_ui_binds_loopback_and_serves_the_store(ui_store):
+    path, _ = ui_store
+    port = _free_port()
+    out = _serve([sys.executable, "-c", "from workbench.cli import main; main()", "ui", "--db", str(path),
+                  "--port", str(port)], port)
     assert str(path.resolve()) in out  # it says which store it opened
+
+
+def test_readme_streamlit_command_binds_loopback(ui_store):
+    """`streamlit run streamlit_app.py -- --db PATH` from the checkout (README): .streamlit/config.toml."""
+    path, _ = ui_store
+    port = _free_port()
+    _serve([sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.port", str(port), "--",
+            "--db", str(path)], port)
