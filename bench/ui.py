@@ -66,39 +66,51 @@ def _grid() -> np.ndarray:
     return default_grids("choice", GRID_POINTS)[0]
 
 
+def measure(run_items: int = 100_000, options: int = 77, moves: int = 10) -> dict:
+    """Build the store, open the Thresholds page, move τ ``moves`` times; timings in a dict."""
+    from streamlit.testing.v1 import AppTest
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "big.duckdb"
+        t0 = time.perf_counter()
+        run_id = build(db, int(round(run_items / 0.8)), options)  # 20% of the items are train
+        build_s = time.perf_counter() - t0
+        old = os.environ.get("WORKBENCH_DB")
+        os.environ["WORKBENCH_DB"] = str(db)
+        try:
+            at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=600).run()
+            t0 = time.perf_counter()
+            at.switch_page("workbench/ui/pages/thresholds.py").run()
+            first_s = time.perf_counter() - t0
+            assert not at.exception, [e.value for e in at.exception]
+            grid = _grid()
+            times, coverages = [], []
+            for i in range(moves):
+                tau = float(grid[np.argmin(np.abs(grid - (0.3 + 0.05 * (i % 10))))])
+                t0 = time.perf_counter()
+                at.select_slider(key="thr_x").set_value(tau).run()
+                times.append(time.perf_counter() - t0)
+                assert not at.exception, [e.value for e in at.exception]
+                coverages.append(next(m.value for m in at.metric if m.label == "Coverage (test)"))
+        finally:
+            if old is None:
+                os.environ.pop("WORKBENCH_DB", None)
+            else:
+                os.environ["WORKBENCH_DB"] = old
+    return {"run_items": run_items, "options": options, "run_id": run_id, "build_store_s": round(build_s, 2),
+            "first_render_s": round(first_s, 2), "coverages": coverages,
+            "load_average": os.getloadavg()[0],
+            "slider_rerun_ms": {"median": round(1000 * statistics.median(times), 1),
+                                "max": round(1000 * max(times), 1), "all": [round(1000 * t, 1) for t in times]}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-items", type=int, default=100_000, help="calibration + test items answered by the run")
     ap.add_argument("--options", type=int, default=77)
     ap.add_argument("--moves", type=int, default=10)
     args = ap.parse_args()
-    from streamlit.testing.v1 import AppTest
-
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "big.duckdb"
-        t0 = time.perf_counter()
-        run_id = build(db, int(round(args.run_items / 0.8)), args.options)  # 20% of the items are train
-        build_s = time.perf_counter() - t0
-        os.environ["WORKBENCH_DB"] = str(db)
-        at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=600).run()
-        t0 = time.perf_counter()
-        at.switch_page("workbench/ui/pages/thresholds.py").run()
-        first_s = time.perf_counter() - t0
-        assert not at.exception, [e.value for e in at.exception]
-        times = []
-        for i in range(args.moves):
-            slider = at.select_slider(key="thr_x")
-            grid = _grid()
-            tau = float(grid[np.argmin(np.abs(grid - (0.3 + 0.05 * (i % 10))))])
-            t0 = time.perf_counter()
-            slider.set_value(tau).run()
-            times.append(time.perf_counter() - t0)
-            assert not at.exception, [e.value for e in at.exception]
-        print(json.dumps({"run_items": args.run_items, "options": args.options, "run_id": run_id,
-                          "build_store_s": round(build_s, 2), "first_render_s": round(first_s, 2),
-                          "slider_rerun_ms": {"median": round(1000 * statistics.median(times), 1),
-                                              "max": round(1000 * max(times), 1),
-                                              "all": [round(1000 * t, 1) for t in times]}}, indent=2))
+    print(json.dumps(measure(args.run_items, args.options, args.moves), indent=2))
 
 
 if __name__ == "__main__":

@@ -284,3 +284,29 @@ def test_import_form_writes_a_new_dataset_version(ui_store, tmp_path):
     info = dataset_info(con, "tiny")
     con.close()
     assert info["splits"] == {"test": 2, "train": 2}
+
+
+def test_cost_inputs_pick_the_library_cost_optimum(ui_store):
+    path, meta = ui_store
+    at = _app("thresholds")
+    at.selectbox(key="run_id").set_value(meta["runs"]["noisy-model"]).run()
+    at.number_input(key="thr_error_cost").set_value(25.0).run()
+    at.number_input(key="thr_review_cost").set_value(2.0).run()
+    at.button(key="thr_use_cost").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    from workbench.store.db import connect
+    from workbench.store.runs import load_answers
+    from workbench.thresholds.guarantees import error_cost_weights, select_cost
+    from workbench.thresholds.rules import rule_coordinates
+    from workbench.thresholds.surface import risk_coverage_surface
+
+    con = connect(path, read_only=True)
+    ans = load_answers(con, meta["runs"]["noisy-model"], "intent", ["calibration"])
+    con.close()
+    ans = ans.select(ans.labels >= 0)
+    w = error_cost_weights(ans.labels, rule_coordinates("choice", ans.probs).predicted, 4, 25.0)
+    best = select_cost(risk_coverage_surface("choice", ans.probs, ans.labels, grid=101, weights=w), review_cost=2.0)
+    assert at.select_slider(key="thr_x").value == pytest.approx(best.params["tau"])
+    assert at.select_slider(key="thr_y").value == pytest.approx(best.params["margin"])
+    shown = next(m.value for m in at.metric if m.label.startswith("Lowest expected cost"))
+    assert shown == f"{best.cost['expected_cost_per_item']:.4f}"

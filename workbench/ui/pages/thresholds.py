@@ -193,10 +193,10 @@ with st.expander("Costs", expanded=False):
     cost_surface = state.threshold_surface(path, token, run_id, question, "calibration", recal_method,
                                            float(error_cost))
     best = select_cost(cost_surface, review_cost=float(review_cost), api_cost_per_item=float(api_cost))
-    n = max(cost_surface.n_total, 1)
-    here = (float(cost_surface.weighted[i, j]) + review_cost * (cost_surface.n_total - cost_surface.accepted[i, j])) \
-        / n + api_cost
-    st.metric("Expected cost per item at the current thresholds (calibration)", f"{here:.4f}")
+    st.metric("Lowest expected cost per item (calibration)", f"{best.cost['expected_cost_per_item']:.4f}")
+    st.button("Use the cost-optimal thresholds", key="thr_use_cost", on_click=_set_point,
+              args=((best.params.get("tau_yes"), best.params.get("tau_no")) if is_noul
+                    else (best.params.get("tau"), best.params.get("margin"))))
     st.write(f"Cost-optimal point (not certified): "
              + ", ".join(f"{k} = {v:.3f}" for k, v in best.params.items())
              + f", expected cost per item {best.cost['expected_cost_per_item']:.4f} "
