@@ -310,3 +310,18 @@ def test_cost_inputs_pick_the_library_cost_optimum(ui_store):
     assert at.select_slider(key="thr_y").value == pytest.approx(best.params["margin"])
     shown = next(m.value for m in at.metric if m.label.startswith("Lowest expected cost"))
     assert shown == f"{best.cost['expected_cost_per_item']:.4f}"
+
+
+def test_per_class_guarantee_table_and_export(ui_store):
+    path, meta = ui_store
+    at = _app("thresholds")
+    at.selectbox(key="run_id").set_value(meta["runs"]["sharp-model"]).run()
+    at.number_input(key="thr_alpha").set_value(0.2).run()
+    at.toggle(key="thr_per_class").set_value(True).run()
+    assert not at.exception, [e.value for e in at.exception]
+    table = next(d.value for d in at.dataframe if "certified" in d.value.columns and "option" in d.value.columns)
+    assert list(table["option"]) == ["card_arrival", "lost_card", "refund", "top_up"]
+    at.button(key="pol_build").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    doc = json.loads(next(iter(at.session_state["session_policies"].values())))
+    assert doc["questions"]["intent"]["objective"]["per_class"] is True

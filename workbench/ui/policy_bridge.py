@@ -42,7 +42,8 @@ def export_section(path: str, token: tuple, run_id: str, question: str, recalibr
                                       "error": "target error (uncertified)"}.get)
     options: dict = {"objective": objective, "alpha": alpha, "delta": delta,
                      "method": st.session_state.get("thr_method", "fixed-sequence"),
-                     "calibrate": recalibrate or "none"}
+                     "calibrate": recalibrate or "none",
+                     "per_class": bool(st.session_state.get("thr_per_class")) and objective == "guarantee"}
     if objective == "cost":
         options.update(review_cost=float(st.session_state.get("thr_review_cost", 1.0)),
                        error_cost=float(st.session_state.get("thr_error_cost", 10.0)),

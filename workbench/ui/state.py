@@ -408,12 +408,12 @@ def shadow_report(path: str, token: tuple, shadow: str, champion: tuple, challen
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def certified_selection(path: str, token: tuple, run_id: str, question: str, recalibrate: str | None,
-                        alpha: float, delta: float, method: str):
-    """Learn-then-Test selection on the calibration surface (cached per α, δ, method)."""
+                        alpha: float, delta: float, method: str, per_class: bool = False):
+    """Learn-then-Test selection on the calibration surface (cached per α, δ, method, per-class)."""
     from workbench.thresholds.guarantees import select_guarantee
 
     surface = threshold_surface(path, token, run_id, question, "calibration", recalibrate)
-    return select_guarantee(surface, alpha=alpha, delta=delta, method=method)
+    return select_guarantee(surface, alpha=alpha, delta=delta, method=method, per_class=per_class)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

@@ -173,6 +173,18 @@ pc1, pc2 = st.columns(2)
 pc1.plotly_chart(fig, key="thr_surface_chart")
 pc2.plotly_chart(curve, key="thr_curve_chart")
 
+if not is_noul and st.toggle("Per-class guarantees (one certified (τ, m) per option, Bonferroni over options)",
+                             key="thr_per_class"):
+    per_sel = state.certified_selection(path, token, run_id, question, recal_method, float(alpha), float(delta),
+                                        method, True)
+    classes = (per_sel.guarantee or {}).get("classes", {})
+    rows = [{"option": test.option_ids[int(k)], **{kk: vv for kk, vv in v.items() if not isinstance(vv, dict)}}
+            for k, v in classes.items()]
+    st.caption(f"δ per option {per_sel.guarantee.get('delta_per_class', float('nan')):.4g}; "
+               f"calibration coverage {_pct(per_sel.calibration['coverage'])} with the certified options only."
+               if per_sel.guarantee else "")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="thr_per_class_table")
+    st.caption("Export a per-class policy from the section below (objective: guarantee).")
 if selection.feasible:
     gpar = selection.params
     st.success(f"Certified at α={alpha:g}, δ={delta:g} ({method}): "
