@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from workbench.providers.base import DecisionRequest, ErrorKind, ProviderError
-from workbench.providers.baselines import (LOGREG_PARAMS, TFIDF_PARAMS, UNSEEN_FLOOR, ReplayProvider, RulesProvider,
+from workbench.providers.baselines import (LOGREG_PARAMS, TFIDF_PARAMS, UNSEEN_FLOOR, RulesProvider,
                                            build_tfidf_logreg)
 from workbench.providers.registry import ProviderContext, get_provider, public_spec
 from workbench.runner import run_experiment

@@ -28,8 +28,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from workbench.errors import AnswerError, WorkbenchError
 from workbench.providers.base import DecisionRequest, DecisionResult, ErrorKind, ProviderError
 from workbench.providers.registry import ProviderContext, get_provider, is_local, public_spec

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Any
-
 import httpx
 
 _MAX_HEAD = 64 * 1024
@@ -191,8 +189,3 @@ class StreamTransport(httpx.AsyncBaseTransport):
             for conn in stack:
                 conn.close()
         self._idle.clear()
-
-
-def default_transport(spec: str) -> Any:
-    """The transport the runner gives HTTP providers (None: the provider's own default)."""
-    return StreamTransport()
