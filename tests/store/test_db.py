@@ -91,3 +91,17 @@ def test_answers_round_trip_with_failures_and_majority_labels(db_path: Path):
     assert len(load_answers(con, run, "intent", splits=["calibration"]).item_ids) == 1
     lab = ans.labelled()
     assert list(lab.item_ids) == ["x1"]
+
+
+def test_load_labels_majority_with_ties(db_path: Path):
+    from workbench.store.datasets import load_labels
+
+    con = connect(db_path)
+    con.execute("INSERT INTO datasets (name, version, fingerprint, questions, n_items) VALUES ('d', 1, 'f', ['q'], 2)")
+    con.execute("INSERT INTO items (dataset, version, item_id, state_text, split) VALUES "
+                "('d',1,'x1','s1','test'),('d',1,'x2','s2','train')")
+    con.execute("INSERT INTO labels VALUES ('d',1,'x1','q','b','u1'),('d',1,'x1','q','b','u2'),('d',1,'x1','q','a','u3'),"
+                "('d',1,'x2','q','c','u1'),('d',1,'x2','q','a','u2')")
+    df = load_labels(con, "d")
+    assert df[["item_id", "option_id", "split"]].values.tolist() == [["x1", "b", "test"], ["x2", "a", "train"]]
+    assert load_labels(con, "d", splits=["train"])["item_id"].tolist() == ["x2"]

@@ -314,12 +314,6 @@ def majority_labels(con: duckdb.DuckDBPyConnection, dataset: str, version: int, 
 
     Returns a DataFrame with columns item_id, question, option_id.
     """
-    return con.execute(
-        "SELECT l.item_id, l.question, arg_max(l.option_id, l.n * 1000000 - l.tie) AS option_id FROM ("
-        "  SELECT item_id, question, option_id, count(*) AS n,"
-        "         row_number() OVER (PARTITION BY item_id, question ORDER BY option_id) AS tie"
-        "  FROM labels WHERE dataset = $ds AND version = $v GROUP BY item_id, question, option_id) l"
-        " JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = l.item_id"
-        " WHERE list_contains($splits, i.split)"
-        " GROUP BY l.item_id, l.question ORDER BY l.item_id, l.question",
-        {"ds": dataset, "v": int(version), "splits": list(splits)}).df()
+    from workbench.store.datasets import load_labels
+
+    return load_labels(con, dataset, int(version), splits=list(splits))[["item_id", "question", "option_id"]]

@@ -481,11 +481,14 @@ def load_labels(con: duckdb.DuckDBPyConnection, name: str, version: int | None =
     """Majority label per (item, question) — ties to the alphabetically first option."""
     version = version or latest_version(con, name)
     return con.execute(
-        "SELECT l.item_id, l.question, arg_max(l.option_id, l.votes * 1000000 - rank_) AS option_id, i.split FROM ("
-        "  SELECT item_id, question, option_id, count(*) AS votes,"
-        "         dense_rank() OVER (PARTITION BY item_id, question ORDER BY option_id) AS rank_"
-        "  FROM labels WHERE dataset = $n AND version = $v AND ($q IS NULL OR question = $q) GROUP BY ALL) l"
-        " JOIN items i ON i.dataset = $n AND i.version = $v AND i.item_id = l.item_id"
-        " WHERE ($s IS NULL OR list_contains($s, i.split))"
-        " GROUP BY l.item_id, l.question, i.split ORDER BY l.item_id",
+        "WITH votes AS ("
+        "  SELECT item_id, question, option_id, count(*) AS n FROM labels"
+        "  WHERE dataset = $n AND version = $v AND ($q IS NULL OR question = $q) GROUP BY ALL"
+        "), ranked AS ("
+        "  SELECT *, row_number() OVER (PARTITION BY item_id, question ORDER BY n DESC, option_id) AS r FROM votes"
+        ")"
+        " SELECT r.item_id, r.question, r.option_id, i.split FROM ranked r"
+        " JOIN items i ON i.dataset = $n AND i.version = $v AND i.item_id = r.item_id"
+        " WHERE r.r = 1 AND ($s IS NULL OR list_contains($s, i.split))"
+        " ORDER BY r.item_id, r.question",
         {"n": name, "v": version, "q": question, "s": list(splits) if splits else None}).df()
