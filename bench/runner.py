@@ -115,6 +115,7 @@ def main() -> None:
         "ideal_calls_per_second": ideal, "ratio_to_ideal": calls / wall / ideal,
         "ratio_to_ideal_run_loop": calls / loop_wall / ideal,
         "cpu_ms_per_call": cpu / calls * 1000.0, "cpus": os.cpu_count(),
+        "latency_p50_ms": summary["latency_p50_ms"], "latency_p95_ms": summary["latency_p95_ms"],
         # the machine is shared: a high load average means the runner was starved of CPU
         "load_average_1m": os.getloadavg()[0],
     }

@@ -48,6 +48,10 @@ RETRY_ATTEMPTS: dict[ErrorKind, int] = {ErrorKind.RATE_LIMIT: 6, ErrorKind.SERVE
 BACKOFF_BASE_S: dict[ErrorKind, float] = {ErrorKind.RATE_LIMIT: 0.5}
 BACKOFF_DEFAULT_BASE_S = 0.25
 BACKOFF_CAP_S = 8.0
+#: Workers start spread over this many seconds ("slow start"): responses of a steady-latency
+#: server then arrive spread out instead of in one burst of ``concurrency`` that queues behind
+#: the event loop (measured: 85 % → 90+ % of the ideal rate at 100 ms, concurrency 32).
+RAMP_UP_S = 0.1
 #: Kinds after which no further call is made in this run.
 STOP_KINDS = {ErrorKind.AUTH, ErrorKind.QUOTA}
 NOT_ASKED = "not_asked"
@@ -417,7 +421,8 @@ async def _drive_remote(provider, units: list[WorkUnit], rec: _Recorder, opts: R
             if rec.due():
                 await asyncio.to_thread(rec.write, *rec.take())
 
-    async def worker() -> None:
+    async def worker(position: int) -> None:
+        await asyncio.sleep(RAMP_UP_S * position / opts.concurrency)
         for unit in pending:
             if stop.kind is not None:
                 rec.failure(unit, NOT_ASKED, f"not asked: {stop.message}")
@@ -447,7 +452,7 @@ async def _drive_remote(provider, units: list[WorkUnit], rec: _Recorder, opts: R
 
     flush_task = asyncio.create_task(flusher())
     try:
-        await asyncio.gather(*(worker() for _ in range(opts.concurrency)))
+        await asyncio.gather(*(worker(i) for i in range(opts.concurrency)))
     finally:
         flush_task.cancel()
         try:
