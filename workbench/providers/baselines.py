@@ -125,14 +125,13 @@ class TfidfLogReg(LocalBatchProvider):
 def build_tfidf_logreg(con, dataset: str, version: int | None = None, *,
                        spec: str = "baseline:tfidf-logreg") -> TfidfLogReg:
     """Read the ``train`` split of ``dataset`` (states and every question's labels) and wrap it."""
-    from workbench.store.calls import majority_labels
-    from workbench.store.datasets import dataset_info, load_items
+    from workbench.store.datasets import dataset_info, load_items, load_labels
 
     info = dataset_info(con, dataset, version)
     items = load_items(con, dataset, info["version"], splits=["train"])
     if items.empty:
         raise ProviderError(ErrorKind.INVALID, f"dataset {dataset!r} has no train split to learn from", sent=False)
-    labels = majority_labels(con, dataset, info["version"], ["train"])
+    labels = load_labels(con, dataset, info["version"], splits=["train"])
     wide = labels.pivot(index="item_id", columns="question", values="option_id")
     wide = wide.reindex(items["item_id"])
     train_labels = {q: [None if (v is None or v != v) else str(v) for v in wide[q].tolist()] for q in wide.columns}
