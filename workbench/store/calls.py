@@ -306,3 +306,14 @@ def run_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
             "answers_with_unknown_cost": int(row[5] or 0),
             "latency_p50_ms": float(lat[0]) if lat and lat[0] is not None else None,
             "latency_p95_ms": float(lat[1]) if lat and lat[1] is not None else None}
+
+
+# -- training data for in-process baselines ------------------------------------------------------
+def majority_labels(con: duckdb.DuckDBPyConnection, dataset: str, version: int, splits: Sequence[str]):
+    """Majority gold option per (item, question) for items of ``splits`` (ties: smallest option id).
+
+    Returns a DataFrame with columns item_id, question, option_id (used by the UI's loaders).
+    """
+    from workbench.store.datasets import load_labels
+
+    return load_labels(con, dataset, int(version), splits=list(splits))[["item_id", "question", "option_id"]]
