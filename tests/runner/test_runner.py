@@ -57,6 +57,23 @@ def _n_test(con) -> int:
     return con.execute("SELECT count(*) FROM items WHERE split = 'test'").fetchone()[0]
 
 
+# -- the endpoint is part of the cache key ---------------------------------------------------------
+def test_another_endpoint_is_not_served_from_the_cache(banking_db, emu, env):
+    """Answers cached from one base URL (an emulator, a proxy) are never reused for another."""
+    db, name = banking_db
+    con = connect(db)
+    n = _n_test(con)
+    run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef-flash"],
+                   env=env, concurrency=8)
+    assert emu.request_count() == n
+    with run_emulator(port=0, require_token=TOKEN) as other:
+        other_env = {**env, "CLOUDFLARE_CLEF_BASE_URL": other.cloudflare_base_url}
+        run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef-flash"],
+                       env=other_env, concurrency=8)
+        assert other.request_count() == n, "a different endpoint must be asked, not answered from the cache"
+    assert emu.request_count() == n
+
+
 # -- 2. rerun: zero calls ------------------------------------------------------------------------
 def test_rerun_makes_no_new_requests_and_gives_identical_answers(banking_db, emu, env):
     db, name = banking_db

@@ -580,7 +580,11 @@ def execute_run(con, run_id: str, *, env: Mapping[str, str] | None = None, trans
     if callable(build_body):
         def render(request: DecisionRequest) -> str:  # the body exactly as the dialect serialises it
             return json.dumps(build_body(request), ensure_ascii=False, separators=(",", ":"))
-    units = build_units(items, slices, spec=spec, model=model, dialect=dialect,
+    # The endpoint is part of the key: answers from an emulator or a proxy must never be served
+    # as answers of the real service (the public URL has no query string, so no secret).
+    endpoint = getattr(getattr(provider, "endpoint", None), "public_url", None)
+    key_spec = f"{spec}@{endpoint}" if endpoint else spec
+    units = build_units(items, slices, spec=key_spec, model=model, dialect=dialect,
                         keyed_by_item=bool(getattr(provider, "keyed_by_item", False)), render=render)
 
     done = calls_store.answered_questions(con, run_id)
@@ -616,11 +620,11 @@ def execute_run(con, run_id: str, *, env: Mapping[str, str] | None = None, trans
                 if rec.due():
                     rec.flush_now()
             if to_ask and hasattr(provider, "decide_batch"):
-                asyncio.run(_drive_local(provider, to_ask, rec, spec, run_id))
+                _run_coroutine(_drive_local(provider, to_ask, rec, spec, run_id))
             elif to_ask:
-                asyncio.run(_drive_remote(provider, to_ask, rec, opts, stop, spec, run_id))
+                _run_coroutine(_drive_remote(provider, to_ask, rec, opts, stop, spec, run_id))
             else:
-                asyncio.run(provider.aclose())  # nothing to ask: release the HTTP client
+                _run_coroutine(provider.aclose())  # nothing to ask: release the HTTP client
         except BaseException as exc:
             status = "interrupted"
             rec.flush_now()
@@ -680,6 +684,19 @@ def start_run(con, *, dataset: str, schema: DecisionSchema, provider_spec: str, 
     return create_run(con, dataset=dataset, dataset_version=version, schema=schema, provider=spec, splits=splits,
                       name=run_name, params={"options": opts, "key_version": KEY_VERSION},
                       experiment=experiment, variant=variant)
+
+
+def _run_coroutine(coro):
+    """``asyncio.run`` — or, inside a running event loop (Jupyter, Streamlit), the same in a worker
+    thread, so the library call stays synchronous for its caller."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="workbench-run") as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def run_experiment(con, *, dataset: str, schema: DecisionSchema, provider_specs: Sequence[str],

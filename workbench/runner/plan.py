@@ -29,7 +29,7 @@ from workbench.providers.base import DecisionRequest
 from workbench.schema import DecisionSchema
 
 #: Version of the cache-key recipe; bump it when :func:`cache_key` or :func:`request_json` change.
-KEY_VERSION = 1
+KEY_VERSION = 2  # 2: the HTTP endpoint's public URL is part of the key
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,8 @@ def cache_key(spec: str, model: str | None, dialect: str | None, body: str, *, i
     Parameters
     ----------
     spec : str
-        Public provider spec (no secrets), e.g. ``cloudflare:clef``.
+        Public provider spec (no secrets), e.g. ``cloudflare:clef``, followed by ``@`` and the
+        endpoint's public URL for HTTP providers (an emulator's answers are not the service's).
     model, dialect : str or None
         What answers and how it is asked; anything that can change the answer is in the key.
     body : str
