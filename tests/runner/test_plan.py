@@ -81,7 +81,9 @@ def test_stored_cache_keys_hash_the_bytes_that_went_over_the_wire(banking_db):
         (run_id,) = run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"],
                                    env=env, limit=12, transport=rec)
     assert len(rec.bodies) == 12
-    sent = {cache_key("cloudflare:clef", "clef", "cloudflare", b.decode("utf-8")) for b in rec.bodies}
+    # key v2: the spec carries the endpoint's public URL (an emulator's answers are not the service's)
+    key_spec = f"cloudflare:clef@{emu.cloudflare_base_url}/accounts/{'0' * 32}/ai/run/@cf/cloudflare/clef"
+    sent = {cache_key(key_spec, "clef", "cloudflare", b.decode("utf-8")) for b in rec.bodies}
     stored = {r[0] for r in con.execute("SELECT cache_key FROM calls WHERE run_id = ?", [run_id]).fetchall()}
     assert stored == sent
 

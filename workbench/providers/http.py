@@ -29,7 +29,7 @@ from pydantic import SecretStr
 from workbench.errors import AnswerError
 from workbench.providers.base import DecisionRequest, DecisionResult, ErrorKind, ProviderError
 from workbench.providers.prices import cost_usd
-from workbench.schema import LimitProfile, normalise_answer, validate_limits
+from workbench.schema import DecisionSchema, LimitProfile, normalise_answer, validate_limits
 
 #: Per-call timeout in seconds (issue 3: default 5 s, configurable).
 DEFAULT_TIMEOUT_S = 5.0
@@ -64,9 +64,38 @@ def build_client(*, timeout: float = DEFAULT_TIMEOUT_S, transport: httpx.AsyncBa
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
                           keepalive_expiry=30.0)
-    return httpx.AsyncClient(timeout=httpx.Timeout(timeout), limits=limits, transport=transport,
-                             headers=dict(headers or {}), follow_redirects=False, trust_env=False,
-                             verify=_ssl_context())
+    return StatelessClient(timeout=httpx.Timeout(timeout), limits=limits, transport=transport,
+                           headers=dict(headers or {}), follow_redirects=False, trust_env=False,
+                           verify=_ssl_context())
+
+
+class _NoCookies(httpx.Cookies):
+    """A cookie store that stays empty: ``Set-Cookie`` from a response is ignored."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+    def set_cookie_header(self, request: httpx.Request) -> None:
+        return None
+
+
+class StatelessClient(httpx.AsyncClient):
+    """``httpx.AsyncClient`` that keeps no cookies between calls.
+
+    A decision call must not depend on an earlier one (the cache key is the request alone), so
+    a ``Set-Cookie`` (e.g. a CDN's bot-management cookie) is never sent back. It also saves
+    httpx's cookie extraction, which wraps every response in urllib/email objects (~0.1 ms of
+    CPU per call). Cookies passed explicitly per request are still sent.
+    """
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return _NoCookies()
+
+    @cookies.setter
+    def cookies(self, value: Any) -> None:
+        if value:
+            raise ValueError("StatelessClient keeps no cookies; pass them per request")
 
 
 @functools.lru_cache(maxsize=1)
@@ -246,6 +275,11 @@ class HttpProvider:
                          for _ in range(n_clients)]
         self._next = 0
         self._disabled: str | None = None
+        # per-call constants, made on the first call (an invalid URL fails there, as before)
+        self._prepared: tuple[httpx.URL, httpx.Headers, dict] | None = None
+        # schema object -> (schema, its wire ``questions`` JSON, limit violations); the runner
+        # sends one slice object thousands of times. Strong refs keep the ids from being reused.
+        self._schema_cache: dict[int, tuple[DecisionSchema, str, list]] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(spec={self.spec!r}, model={self.model!r}, url={self.endpoint.public_url!r})"
@@ -283,6 +317,32 @@ class HttpProvider:
         h.update(self.dialect_headers())
         return h
 
+    def _prepare(self, client: httpx.AsyncClient) -> tuple[httpx.URL, httpx.Headers, dict]:
+        """(URL, headers, extensions) of every call, merged as ``client.build_request`` does."""
+        headers = httpx.Headers(client.headers)
+        headers.update(self._headers())
+        self._prepared = (httpx.URL(self.endpoint.url), headers, {"timeout": client.timeout.as_dict()})
+        return self._prepared
+
+    def _schema_facts(self, schema: DecisionSchema) -> tuple[str, list]:
+        """(``questions`` JSON as sent, limit violations) of one schema object, computed once."""
+        hit = self._schema_cache.get(id(schema))
+        if hit is None or hit[0] is not schema:
+            if len(self._schema_cache) >= 256:
+                self._schema_cache.clear()
+            wire = json.dumps(schema.to_wire(), ensure_ascii=False, separators=(",", ":"))
+            violations = validate_limits(schema, self.limits) if self.limits is not None else []
+            hit = self._schema_cache[id(schema)] = (schema, wire, violations)
+        return hit[1], hit[2]
+
+    def render_body(self, request: DecisionRequest) -> str:
+        """The request body exactly as sent: compact JSON of :meth:`build_body`.
+
+        The runner hashes this text for the cache key, so a dialect that renders faster (see
+        :class:`~workbench.providers.systemone.SystemOneProvider`) must return the same text.
+        """
+        return json.dumps(self.build_body(request), ensure_ascii=False, separators=(",", ":"))
+
     def _refuse(self, kind: ErrorKind, message: str) -> ProviderError:
         return ProviderError(kind, f"{self.spec}: {message}", sent=False)
 
@@ -295,7 +355,7 @@ class HttpProvider:
         if self.model is not None and not is_plain_name(self.model):
             raise self._refuse(ErrorKind.INVALID, f"model name {self.model!r} is not a plain name")
         if self.limits is not None:
-            violations = validate_limits(request.schema, self.limits)
+            violations = self._schema_facts(request.schema)[1]
             if violations:
                 more = f" (+{len(violations) - 1} more)" if len(violations) > 1 else ""
                 raise self._refuse(ErrorKind.INVALID, f"{violations[0]}{more}")
@@ -315,8 +375,7 @@ class HttpProvider:
         failures (refusal, missing or malformed answer) go to ``result.failures``."""
         self._check_common(request)
         self.preflight(request)
-        body = self.build_body(request)
-        content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        content = self.render_body(request).encode("utf-8")
         if self.max_body_bytes is not None and len(content) > self.max_body_bytes:
             raise self._refuse(ErrorKind.MAX_TOKENS, f"request body is {len(content):,} bytes, over "
                                f"{self.max_body_bytes:,}")
@@ -324,12 +383,19 @@ class HttpProvider:
         try:
             client = self._clients[self._next % len(self._clients)]
             self._next += 1
-            response = await client.post(self.endpoint.url, content=content, headers=self._headers())
+            url, headers, extensions = self._prepared or self._prepare(client)
+            # what client.post() would build, without re-parsing the URL and re-merging headers
+            http_request = httpx.Request("POST", url, headers=headers, content=content,
+                                         extensions=dict(extensions))
+            response = await client.send(http_request)
         except httpx.HTTPError as exc:
             raise transport_error(exc, self._secrets) from None
         latency_ms = (time.perf_counter() - t0) * 1000.0
-        request_id = next((response.headers[h] for h in self.endpoint.request_id_headers
-                           if response.headers.get(h)), None)
+        request_id = None
+        for h in self.endpoint.request_id_headers:
+            request_id = response.headers.get(h) or None
+            if request_id:
+                break
         if response.status_code >= 300:
             raise self._http_error(response, request_id)
         try:

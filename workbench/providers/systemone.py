@@ -8,12 +8,17 @@ has no ``images`` field and takes them as ``image_url`` parts appended to an arr
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
 
 from workbench.providers.base import DecisionRequest, ErrorKind, ProviderError
 from workbench.providers.http import HttpProvider
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def wire_state(state: Any) -> Any:
@@ -50,6 +55,21 @@ class SystemOneProvider(HttpProvider):
         if request.images and not self.images_in_state:
             body["images"] = list(request.images)
         return body
+
+    def render_body(self, request: DecisionRequest) -> str:
+        """:meth:`build_body` as compact JSON, with the ``questions`` text rendered once per schema.
+
+        Same text as ``json.dumps(build_body(request))`` (tests check it); only a subclass that
+        overrides :meth:`build_body`, or Perplexity's images-in-state form, takes the generic path.
+        """
+        if type(self).build_body is not SystemOneProvider.build_body or (request.images and self.images_in_state):
+            return super().render_body(request)
+        parts = [] if self.model is None else ['"model":' + _dumps(self.model)]
+        parts.append('"state":' + _dumps(wire_state(request.state)))
+        parts.append('"questions":' + self._schema_facts(request.schema)[0])
+        if request.images:
+            parts.append('"images":' + _dumps(list(request.images)))
+        return "{" + ",".join(parts) + "}"
 
     def to_system_one(self, data: Any, response: httpx.Response, request: DecisionRequest) -> dict:
         if not isinstance(data, dict) or not isinstance(data.get("answers"), dict):

@@ -576,10 +576,12 @@ def execute_run(con, run_id: str, *, env: Mapping[str, str] | None = None, trans
     items = load_items(con, run["dataset"], int(run["dataset_version"]), splits=run["splits"] or None,
                        limit=opts.limit)
     build_body = getattr(provider, "build_body", None)
-    render = None
-    if callable(build_body):
-        def render(request: DecisionRequest) -> str:  # the body exactly as the dialect serialises it
-            return json.dumps(build_body(request), ensure_ascii=False, separators=(",", ":"))
+    render = getattr(provider, "render_body", None)  # the body text exactly as the dialect sends it
+    if not callable(render):
+        render = None
+        if callable(build_body):
+            def render(request: DecisionRequest) -> str:  # the body exactly as the dialect serialises it
+                return json.dumps(build_body(request), ensure_ascii=False, separators=(",", ":"))
     # The endpoint is part of the key: answers from an emulator or a proxy must never be served
     # as answers of the real service (the public URL has no query string, so no secret).
     endpoint = getattr(getattr(provider, "endpoint", None), "public_url", None)

@@ -1,0 +1,108 @@
+"""The per-call fast path of HttpProvider: body text, headers and cookies as a real server sees them."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from workbench.providers.base import DecisionRequest
+from workbench.providers.http import build_http_provider
+from workbench.runner.transport import StreamTransport
+
+from .conftest import SECRET, run, three_type_schema
+
+PNG = "data:image/png;base64,iVBORw0KGgo="
+
+
+def _env(base: str) -> dict[str, str]:
+    return {"CLOUDFLARE_CLEF_BASE_URL": base + "/client/v4", "CLOUDFLARE_API_KEY": SECRET,
+            "CLOUDFLARE_ACCOUNT_ID": "0123456789abcdef0123456789abcdef",
+            "PERPLEXITY_BASE_URL": base, "PERPLEXITY_API_KEY": SECRET,
+            "TYPESAFE_BASE_URL": base, "TYPESAFE_API_KEY": SECRET,
+            "OPENAI_BASE_URL": base, "OPENAI_API_KEY": SECRET,
+            "WORKBENCH_SYSTEMONE_API_KEY": SECRET}
+
+
+STATES = ["Où est ma carte ? \u2603 \"quoted\"", 42, 3.5, True, None, "", {"text": "hi", "n": [1, 2]},
+          ["a", "b"]]
+
+
+@pytest.mark.parametrize("spec", ["cloudflare:clef-flash", "typesafe:jev-1.13.0", "perplexity:pplx-decider-v1-27b",
+                                  "openai:gpt-6-luna", "systemone:http://127.0.0.1:9/v1/systemone"])
+def test_render_body_is_the_json_of_build_body(spec):
+    """The fast renderer (questions JSON cached per schema) writes the same text as json.dumps."""
+    provider = build_http_provider(spec, env=_env("http://127.0.0.1:9"))
+    schema = three_type_schema()
+    sub = schema.subset(["stolen"])
+    try:
+        for state in STATES:
+            for images in ((), (PNG,), (PNG, PNG)):
+                for s in (schema, sub, schema):  # a second schema object in between: no stale cache
+                    request = DecisionRequest(s, state, images=images)
+                    expected = json.dumps(provider.build_body(request), ensure_ascii=False, separators=(",", ":"))
+                    assert provider.render_body(request) == expected
+    finally:
+        run(provider.aclose())
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Answers every POST with a System One body and a Set-Cookie; keeps what it received."""
+
+    seen: list[tuple[dict[str, str], bytes]] = []
+
+    def do_POST(self):  # noqa: N802 (http.server API)
+        body = self.rfile.read(int(self.headers["content-length"]))
+        type(self).seen.append(({k.lower(): v for k, v in self.headers.items()}, body))
+        out = json.dumps({"model": "jev-1.13.0", "usage": {"input_tokens": 12},
+                          "answers": {"stolen": {"type": "noul", "noul": 0.8}}}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(out)))
+        self.send_header("set-cookie", "session=abc123; Path=/")
+        self.send_header("x-request-id", f"req-{len(type(self).seen)}")
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def recorder():
+    _Recorder.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", _Recorder.seen
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("injected", [False, True], ids=["httpx-pool", "stream-transport"])
+def test_wire_request_headers_body_and_no_cookie_persistence(recorder, injected):
+    base, seen = recorder
+    transport = StreamTransport() if injected else None
+    provider = build_http_provider("typesafe:jev-1.13.0", env=_env(base), transport=transport)
+    request = DecisionRequest(three_type_schema().subset(["stolen"]), "my card is gone")
+
+    async def twice():
+        try:
+            return [await provider.decide(request) for _ in range(2)]
+        finally:
+            await provider.aclose()
+
+    results = run(twice())
+    assert [r.request_id for r in results] == ["req-1", "req-2"]
+    assert results[0].answers["stolen"].probs.tolist() == pytest.approx([0.8, 0.2])
+    assert len(seen) == 2
+    for headers, body in seen:
+        assert body == provider.render_body(request).encode("utf-8")
+        assert headers["authorization"] == f"Bearer {SECRET}"
+        assert headers["content-type"] == "application/json"
+        assert headers["user-agent"] == "decision-workbench/0.1"
+        assert headers["content-length"] == str(len(body))
+        assert headers["host"] == base.removeprefix("http://")
+        assert "accept-encoding" in headers  # httpx's client defaults are still merged in
+        assert "cookie" not in headers       # the Set-Cookie of the first answer is not sent back
