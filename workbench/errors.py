@@ -37,3 +37,7 @@ class NotFoundError(WorkbenchError):
 
 class PolicyError(WorkbenchError):
     """A policy file is corrupt, tampered, or of a newer format (fail closed)."""
+
+
+class OptionError(WorkbenchError):
+    """A command-line option or UI setting has an unusable value."""

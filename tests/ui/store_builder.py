@@ -106,7 +106,8 @@ def on_grid(value: float, qtype: str = "choice", axis: int = 0) -> float:
     import numpy as np
 
     from workbench.thresholds.surface import default_grids
+    from workbench.ui.state import GRID_POINTS
 
-    grid = default_grids(qtype, 101)[axis]
+    grid = default_grids(qtype, GRID_POINTS)[axis]
     grid = np.sort(-grid) if (qtype == "noul" and axis == 1) else grid
     return float(grid[np.argmin(np.abs(grid - value))])

@@ -92,19 +92,16 @@ def test_thresholds_page_sliders_update_figures_live(ui_store):
     conf = next(d.value for d in at.dataframe if "review" in d.value.columns)
     assert conf.columns[-1] == "review"
     assert f"{int(conf['review'].sum()):,} items" == _metric(at, "Review load (test)")
-    # certified thresholds: the button moves the sliders onto the point the library certifies
+    # certified thresholds: the button moves the sliders onto the point `workbench thresholds` certifies
     at.number_input(key="thr_alpha").set_value(0.2).run()
     from workbench.store.db import connect
     from workbench.store.runs import load_answers
-    from workbench.thresholds.guarantees import select_guarantee
-    from workbench.thresholds.surface import risk_coverage_surface
+    from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
 
     con = connect(path, read_only=True)
-    ans = load_answers(con, meta["runs"]["sharp-model"], "intent", ["calibration"])
+    cal = load_answers(con, meta["runs"]["sharp-model"], "intent", ["calibration"])
     con.close()
-    keep = ans.labels >= 0
-    expected = select_guarantee(risk_coverage_surface("choice", ans.probs[keep], ans.labels[keep], grid=101),
-                                alpha=0.2, delta=0.1)
+    expected = choose_thresholds(cal, None, ThresholdOptions(alpha=0.2, delta=0.1)).selection
     assert expected.feasible
     at.button(key="thr_use_certified").click().run()
     assert at.select_slider(key="thr_x").value == pytest.approx(expected.params["tau"])
@@ -305,7 +302,10 @@ def test_cost_inputs_pick_the_library_cost_optimum(ui_store):
     con.close()
     ans = ans.select(ans.labels >= 0)
     w = error_cost_weights(ans.labels, rule_coordinates("choice", ans.probs).predicted, 4, 25.0)
-    best = select_cost(risk_coverage_surface("choice", ans.probs, ans.labels, grid=101, weights=w), review_cost=2.0)
+    from workbench.ui.state import GRID_POINTS
+
+    best = select_cost(risk_coverage_surface("choice", ans.probs, ans.labels, grid=GRID_POINTS, weights=w),
+                       review_cost=2.0)
     assert at.select_slider(key="thr_x").value == pytest.approx(best.params["tau"])
     assert at.select_slider(key="thr_y").value == pytest.approx(best.params["margin"])
     shown = next(m.value for m in at.metric if m.label.startswith("Lowest expected cost"))

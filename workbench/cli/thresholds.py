@@ -8,70 +8,15 @@ from typing import Optional
 import typer
 
 from workbench.cli.common import emit_json, open_store, out_console
-from workbench.errors import WorkbenchError
+from workbench.errors import OptionError  # noqa: F401 - re-exported for `workbench policy export`
 
 
-class OptionError(WorkbenchError):
-    """A command-line option has an unusable value."""
+def build_options(**options):
+    """:func:`workbench.thresholds.choose.build_options` — the one option builder, shared with the UI's
+    Thresholds page (imported on call so `workbench --help` stays fast)."""
+    from workbench.thresholds.choose import build_options as _build_options
 
-
-def parse_costs(error_cost: float, class_error_cost: list[str] | None, cost_matrix: Path | None):
-    """``--error-cost`` scalar, ``--class-error-cost OPT=COST`` overrides, or a ``--cost-matrix`` JSON file."""
-    if cost_matrix is not None:
-        try:
-            data = json.loads(Path(cost_matrix).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise OptionError(f"--cost-matrix {cost_matrix}: cannot read JSON ({exc})") from None
-        return data  # list of lists [true][accepted] (checked against the option count later)
-    if class_error_cost:
-        out: dict[str, float] = {}
-        for item in class_error_cost:
-            key, sep, val = item.partition("=")
-            try:
-                out[key.strip()] = float(val)
-            except ValueError:
-                sep = ""
-            if not sep:
-                raise OptionError(f"--class-error-cost {item!r} is not OPTION=COST", hint="e.g. refund=50")
-        return {**out} if out else error_cost
-    return error_cost
-
-
-def build_options(*, objective: str, max_error: float, delta: float, method: str, calibrate: str, per_class: bool,
-                  review_cost: float, error_cost: float, class_error_cost: list[str] | None,
-                  cost_matrix: Path | None, api_cost: float | None, target_coverage: float | None,
-                  target_error: float | None, grid: int, paths: int, starts: int, abstain_option: list[str] | None,
-                  level: str, fallback: str, calibrator_fraction: float, seed: int, order_fraction: float = 0.3):
-    from workbench.policy.model import FALLBACK_ACTIONS
-    from workbench.thresholds.choose import OBJECTIVES, ThresholdOptions
-
-    if objective not in OBJECTIVES:
-        raise OptionError(f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
-    if method not in ("fixed-sequence", "holm"):
-        raise OptionError(f"--method {method!r} is not fixed-sequence or holm")
-    if calibrate not in ("none", "temperature", "isotonic", "platt"):
-        raise OptionError(f"--calibrate {calibrate!r} is not none, temperature, isotonic or platt")
-    if fallback not in FALLBACK_ACTIONS:
-        raise OptionError(f"--fallback {fallback!r} is not one of {', '.join(FALLBACK_ACTIONS)}",
-                          hint="the fallback can never be 'accept'")
-    if not (2 <= grid <= 1000):
-        raise OptionError(f"--grid {grid} must be between 2 and 1000")
-    if not (0 < calibrator_fraction < 1):
-        raise OptionError("--calibrator-fraction must be in (0, 1)")
-    if not (0 <= order_fraction < 1):
-        raise OptionError("--order-fraction must be in [0, 1)")
-    if level not in ("top", "expected"):
-        raise OptionError("--level must be top or expected")
-    if objective == "coverage" and target_coverage is None:
-        raise OptionError("--objective coverage needs --target-coverage")
-    if objective == "error" and target_error is None:
-        raise OptionError("--objective error needs --target-error")
-    return ThresholdOptions(
-        objective=objective, alpha=max_error, delta=delta, method=method, calibrate=calibrate, per_class=per_class,
-        review_cost=review_cost, error_cost=parse_costs(error_cost, class_error_cost, cost_matrix),
-        api_cost_per_item=api_cost, target_coverage=target_coverage, target_error=target_error, grid=grid,
-        n_paths=paths, n_starts=starts, abstain_options=list(abstain_option or []), level=level, fallback=fallback,
-        calibrator_fraction=calibrator_fraction, seed=seed, order_fraction=order_fraction)
+    return _build_options(**options)
 
 
 # Shared typer options (also used by `workbench policy export`).

@@ -10,10 +10,14 @@ the test order. Calibration figures of a guarantee are those of the certifying i
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
+from workbench.errors import OptionError
 from workbench.store.runs import RunAnswers
 from workbench.thresholds.evaluate import evaluate_rule
 from workbench.thresholds.guarantees import (
@@ -58,6 +62,78 @@ class ThresholdOptions:
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+def parse_costs(error_cost: float, class_error_cost: list[str] | None, cost_matrix: Path | None):
+    """``--error-cost`` scalar, ``--class-error-cost OPT=COST`` overrides, or a ``--cost-matrix`` JSON file."""
+    if cost_matrix is not None:
+        try:
+            data = json.loads(Path(cost_matrix).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise OptionError(f"--cost-matrix {cost_matrix}: cannot read JSON ({exc})") from None
+        return data  # list of lists [true][accepted] (checked against the option count later)
+    if class_error_cost:
+        out: dict[str, float] = {}
+        for item in class_error_cost:
+            key, sep, val = item.partition("=")
+            try:
+                out[key.strip()] = float(val)
+            except ValueError:
+                sep = ""
+            if not sep:
+                raise OptionError(f"--class-error-cost {item!r} is not OPTION=COST", hint="e.g. refund=50")
+        return {**out} if out else error_cost
+    return error_cost
+
+
+def build_options(*, objective: str = "guarantee", max_error: float = 0.05, delta: float = 0.1,
+                  method: str = "fixed-sequence", calibrate: str = "none", per_class: bool = False,
+                  review_cost: float = 1.0, error_cost: float = 10.0, class_error_cost: list[str] | None = None,
+                  cost_matrix: Path | None = None, api_cost: float | None = None,
+                  target_coverage: float | None = None, target_error: float | None = None, grid: int = 100,
+                  paths: int = 10, starts: int = 10, abstain_option: list[str] | None = None, level: str = "top",
+                  fallback: str = "review", calibrator_fraction: float = 0.3, seed: int = 0,
+                  order_fraction: float = 0.3) -> ThresholdOptions:
+    """Check option values and build :class:`ThresholdOptions` — the one builder behind
+    ``workbench thresholds``, ``workbench policy export`` and the Thresholds page of the UI.
+
+    Keyword names and defaults are the command-line options' (``max_error`` is α, ``paths``/``starts``
+    are ``n_paths``/``n_starts``), so the same settings give the same options wherever they come from.
+
+    Raises
+    ------
+    OptionError
+        When a value is outside its allowed set or range.
+    """
+    from workbench.policy.model import FALLBACK_ACTIONS  # lazy: workbench.policy imports this module
+
+    if objective not in OBJECTIVES:
+        raise OptionError(f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    if method not in ("fixed-sequence", "holm"):
+        raise OptionError(f"--method {method!r} is not fixed-sequence or holm")
+    if calibrate not in ("none", "temperature", "isotonic", "platt"):
+        raise OptionError(f"--calibrate {calibrate!r} is not none, temperature, isotonic or platt")
+    if fallback not in FALLBACK_ACTIONS:
+        raise OptionError(f"--fallback {fallback!r} is not one of {', '.join(FALLBACK_ACTIONS)}",
+                          hint="the fallback can never be 'accept'")
+    if not (2 <= grid <= 1000):
+        raise OptionError(f"--grid {grid} must be between 2 and 1000")
+    if not (0 < calibrator_fraction < 1):
+        raise OptionError("--calibrator-fraction must be in (0, 1)")
+    if not (0 <= order_fraction < 1):
+        raise OptionError("--order-fraction must be in [0, 1)")
+    if level not in ("top", "expected"):
+        raise OptionError("--level must be top or expected")
+    if objective == "coverage" and target_coverage is None:
+        raise OptionError("--objective coverage needs --target-coverage")
+    if objective == "error" and target_error is None:
+        raise OptionError("--objective error needs --target-error")
+    return ThresholdOptions(
+        objective=objective, alpha=max_error, delta=delta, method=method, calibrate=calibrate, per_class=per_class,
+        review_cost=review_cost, error_cost=parse_costs(error_cost, class_error_cost, cost_matrix),
+        api_cost_per_item=api_cost, target_coverage=target_coverage, target_error=target_error, grid=grid,
+        n_paths=paths, n_starts=starts, abstain_options=list(abstain_option or []), level=level, fallback=fallback,
+        calibrator_fraction=calibrator_fraction, seed=seed, order_fraction=order_fraction)
 
 
 @dataclass
@@ -160,23 +236,27 @@ def selection_to_rule(sel: Selection, qtype: str, n_options: int, opts: Threshol
                      fallback=opts.fallback)
 
 
-def choose_thresholds(calibration: RunAnswers, test: RunAnswers | None = None,
-                      opts: ThresholdOptions | None = None) -> ThresholdResult:
-    """Pick the rule for one question and judge it on the test split.
+@dataclass
+class PreparedQuestion:
+    """What every selection of one question starts from: the calibrator, the items it did not see and
+    their risk–coverage surface (with per-item coordinates). Shapes: ``probs`` (n, k), ``labels`` (n,)."""
 
-    Parameters
-    ----------
-    calibration : RunAnswers
-        Answers of the calibration split (labelled items are used; failures count as reviews).
-    test : RunAnswers, optional
-        Answers of the test split.
-    opts : ThresholdOptions
+    qtype: str
+    option_ids: list[str]
+    abstain_idx: list[int]
+    calibrator: object
+    n_fit: int
+    probs: np.ndarray
+    labels: np.ndarray
+    surface: Surface
 
-    Returns
-    -------
-    result : ThresholdResult
+
+def prepare_question(calibration: RunAnswers, opts: ThresholdOptions) -> PreparedQuestion:
+    """Check the options against the question, fit the calibrator on its carve and build the surface.
+
+    The surface depends on the calibration, grid, abstain options, level and (cost objective) error
+    costs, never on α/δ, so one prepared question serves every α of a frontier.
     """
-    opts = opts or ThresholdOptions()
     if opts.objective not in OBJECTIVES:
         raise ThresholdError(f"unknown objective {opts.objective!r}", hint=f"use one of {', '.join(OBJECTIVES)}")
     if opts.fallback == "accept":
@@ -208,7 +288,6 @@ def choose_thresholds(calibration: RunAnswers, test: RunAnswers | None = None,
     probs = apply_calibrator(calibrator, probs)
 
     weights = None
-    coords_pred = None
     if opts.objective == "cost":
         from workbench.thresholds.rules import rule_coordinates
 
@@ -222,28 +301,69 @@ def choose_thresholds(calibration: RunAnswers, test: RunAnswers | None = None,
         weights = error_cost_weights(labels, coords_pred, k, ec)
     surface = risk_coverage_surface(qtype, probs, labels, grid=opts.grid, abstain_options=abstain_idx,
                                     level=opts.level, per_class=True, weights=weights)
+    return PreparedQuestion(qtype, opt_ids, abstain_idx, calibrator, n_fit, probs, labels, surface)
 
+
+def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration: RunAnswers) -> Selection:
+    """The objective's selection on a prepared question (``calibration`` gives the mean API cost)."""
     if opts.objective == "guarantee":
-        classes = [c for c in range(k) if c not in abstain_idx]
-        sel = certify_surface(surface, alpha=opts.alpha, delta=opts.delta, method=opts.method,
-                              per_class=opts.per_class, classes=classes, order_fraction=opts.order_fraction,
-                              seed=opts.seed, n_paths=opts.n_paths, n_starts=opts.n_starts)
-    elif opts.objective == "cost":
+        classes = [c for c in range(len(prep.option_ids)) if c not in prep.abstain_idx]
+        return certify_surface(prep.surface, alpha=opts.alpha, delta=opts.delta, method=opts.method,
+                               per_class=opts.per_class, classes=classes, order_fraction=opts.order_fraction,
+                               seed=opts.seed, n_paths=opts.n_paths, n_starts=opts.n_starts)
+    if opts.objective == "cost":
         api = opts.api_cost_per_item
         if api is None:
             c = calibration.cost_usd
             api = float(np.nanmean(c)) if np.isfinite(c).any() else 0.0
-        sel = select_cost(surface, review_cost=opts.review_cost, api_cost_per_item=api)
-    elif opts.objective == "coverage":
+        return select_cost(prep.surface, review_cost=opts.review_cost, api_cost_per_item=api)
+    if opts.objective == "coverage":
         if opts.target_coverage is None:
             raise ThresholdError("--objective coverage needs --target-coverage")
-        sel = select_target(surface, target_coverage=opts.target_coverage)
-    else:
-        if opts.target_error is None:
-            raise ThresholdError("--objective error needs --target-error")
-        sel = select_target(surface, target_error=opts.target_error)
+        return select_target(prep.surface, target_coverage=opts.target_coverage)
+    if opts.target_error is None:
+        raise ThresholdError("--objective error needs --target-error")
+    return select_target(prep.surface, target_error=opts.target_error)
 
-    rule = selection_to_rule(sel, qtype, k, opts, abstain_idx)
+
+def choose_thresholds(calibration: RunAnswers, test: RunAnswers | None = None,
+                      opts: ThresholdOptions | None = None) -> ThresholdResult:
+    """Pick the rule for one question and judge it on the test split.
+
+    Parameters
+    ----------
+    calibration : RunAnswers
+        Answers of the calibration split (labelled items are used; failures count as reviews).
+    test : RunAnswers, optional
+        Answers of the test split.
+    opts : ThresholdOptions
+
+    Returns
+    -------
+    result : ThresholdResult
+    """
+    opts = opts or ThresholdOptions()
+    prep = prepare_question(calibration, opts)
+    sel = select_prepared(prep, opts, calibration)
+    return _finish(prep, sel, opts, calibration, test)
+
+
+def certified_frontier(calibration: RunAnswers, opts: ThresholdOptions, alphas: Sequence[float]) -> list[Selection]:
+    """Guarantee selections for each α in ``alphas`` (other options as ``opts``).
+
+    Element ``i`` equals ``choose_thresholds(calibration, None, replace(opts, objective="guarantee",
+    alpha=alphas[i])).selection``; the calibrator and surface are built once for all of them.
+    """
+    opts = replace(opts, objective="guarantee")
+    prep = prepare_question(calibration, opts)
+    return [select_prepared(prep, replace(opts, alpha=float(a)), calibration) for a in alphas]
+
+
+def _finish(prep: PreparedQuestion, sel: Selection, opts: ThresholdOptions, calibration: RunAnswers,
+            test: RunAnswers | None) -> ThresholdResult:
+    """Rule of a selection, its per-class counts at the chosen point, and its test report."""
+    surface, opt_ids, k = prep.surface, prep.option_ids, len(prep.option_ids)
+    rule = selection_to_rule(sel, prep.qtype, k, opts, prep.abstain_idx)
     per_class_point = None
     if sel.x is not None and surface.class_accepted is not None:
         i = int(np.searchsorted(surface.x_grid, sel.x))
@@ -256,7 +376,7 @@ def choose_thresholds(calibration: RunAnswers, test: RunAnswers | None = None,
     if test is not None:
         t = _labelled(test)
         if len(t.labels):
-            test_report = evaluate_rule(rule, apply_calibrator(calibrator, t.probs), t.labels, option_ids=opt_ids,
-                                        confidence=opts.confidence)
-    return ThresholdResult(calibration.question, qtype, opt_ids, opts, calibrator.to_dict(), sel, rule, surface,
-                           test_report, n_fit, per_class_point)
+            test_report = evaluate_rule(rule, apply_calibrator(prep.calibrator, t.probs), t.labels,
+                                        option_ids=opt_ids, confidence=opts.confidence)
+    return ThresholdResult(calibration.question, prep.qtype, opt_ids, opts, prep.calibrator.to_dict(), sel, rule,
+                           surface, test_report, prep.n_fit, per_class_point)

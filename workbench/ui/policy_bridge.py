@@ -20,34 +20,41 @@ def session_policies() -> dict[str, str]:
     return st.session_state.setdefault(KEY_POLICIES, {})
 
 
-def export_policy_json(path: str, run_id: str, question: str, options: dict, policy_version: str = "1.0.0") -> str:
-    """Build and hash a policy for ``question`` of ``run_id``; returns the file's JSON text."""
+def export_policy_json(path: str, run_id: str, question: str, settings: dict,
+                       policy_version: str = "1.0.0") -> str:
+    """Build and hash a policy for ``question`` of ``run_id``; returns the file's JSON text.
+
+    ``settings`` are keyword arguments of :func:`workbench.thresholds.choose.build_options` (the
+    CLI's option names), so the options are built exactly as ``workbench policy export`` builds them.
+    """
     from workbench.policy.build import build_policy
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.choose import build_options
     from workbench.ui.state import read_connection
 
     with read_connection(path) as con:
-        model, _ = build_policy(con, run_id, [question], ThresholdOptions(**options), policy_version=policy_version,
+        model, _ = build_policy(con, run_id, [question], build_options(**settings), policy_version=policy_version,
                                 created_by="workbench ui")
     return model.to_json()
 
 
-def export_section(path: str, token: tuple, run_id: str, question: str, recalibrate: str | None, *,
-                   rule_params: dict, per_class: dict, selection, alpha: float, delta: float) -> None:
-    """Objective, options and a download button for the policy file."""
+def export_section(path: str, token: tuple, run_id: str, question: str, settings: tuple, *,
+                   per_class_overrides: bool = False) -> None:
+    """Objective, options and a download button for the policy file.
+
+    ``settings`` are the certified section's :func:`workbench.ui.state.threshold_settings` (α, δ,
+    method, calibration), so a guarantee policy carries the rule that section shows.
+    """
     objective = st.radio("Objective written into the policy",
                          ["guarantee", "cost", "coverage", "error"], horizontal=True, key="pol_objective",
                          format_func={"guarantee": "guarantee (certified, α/δ above)", "cost": "cost (costs above)",
                                       "coverage": "target coverage (uncertified)",
                                       "error": "target error (uncertified)"}.get)
-    options: dict = {"objective": objective, "alpha": alpha, "delta": delta,
-                     "method": st.session_state.get("thr_method", "fixed-sequence"),
-                     "calibrate": recalibrate or "none",
+    options: dict = {**dict(settings), "objective": objective,
                      "per_class": bool(st.session_state.get("thr_per_class")) and objective == "guarantee"}
     if objective == "cost":
         options.update(review_cost=float(st.session_state.get("thr_review_cost", 1.0)),
                        error_cost=float(st.session_state.get("thr_error_cost", 10.0)),
-                       api_cost_per_item=float(st.session_state.get("thr_api_cost", 0.0)))
+                       api_cost=float(st.session_state.get("thr_api_cost", 0.0)))
     elif objective == "coverage":
         options["target_coverage"] = st.slider("Target coverage", 0.05, 1.0, 0.8, 0.05, key="pol_target_coverage")
     elif objective == "error":
@@ -55,7 +62,7 @@ def export_section(path: str, token: tuple, run_id: str, question: str, recalibr
     version = st.text_input("Policy version (semver)", "1.0.0", key="pol_version")
     st.caption("The policy layer refits the calibrator and the thresholds on the calibration split with these "
                "options (like `workbench policy export`), and reports the rule on test. "
-               + ("Per-class overrides from the sliders are not exported. " if per_class else ""))
+               + ("Per-class overrides from the sliders are not exported. " if per_class_overrides else ""))
     if st.button("Build policy", key="pol_build", type="primary"):
         try:
             text = export_policy_json(path, run_id, question, options, version)

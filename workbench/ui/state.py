@@ -289,8 +289,9 @@ def question_arrays(path: str, token: tuple, run_id: str, question: str, split: 
     return QuestionArrays(ans.qtype, tuple(ans.option_ids), probs, labels, cal_dict)
 
 
-#: Points per axis of the threshold grid the UI shows (step 0.01 on [0, 1] for choice/score).
-GRID_POINTS = 101
+#: Points per axis of the threshold grid the sliders move over: the CLI's default ``--grid``
+#: (:class:`workbench.thresholds.choose.ThresholdOptions`), so a certified (τ, m) is a slider position.
+GRID_POINTS = 100
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -406,25 +407,42 @@ def shadow_report(path: str, token: tuple, shadow: str, champion: tuple, challen
     return out
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def certified_selection(path: str, token: tuple, run_id: str, question: str, recalibrate: str | None,
-                        alpha: float, delta: float, method: str, per_class: bool = False):
-    """Learn-then-Test selection on the calibration surface (cached per α, δ, method, per-class)."""
-    from workbench.thresholds.guarantees import select_guarantee
-
-    surface = threshold_surface(path, token, run_id, question, "calibration", recalibrate)
-    return select_guarantee(surface, alpha=alpha, delta=delta, method=method, per_class=per_class)
+def threshold_settings(**settings) -> tuple:
+    """Hashable cache key of threshold settings: sorted ``(name, value)`` pairs whose names are the
+    keyword arguments of :func:`workbench.thresholds.choose.build_options` (the CLI's option names,
+    e.g. ``max_error``, ``delta``, ``method``, ``calibrate``, ``per_class``)."""
+    return tuple(sorted(settings.items()))
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def certified_frontier(path: str, token: tuple, run_id: str, question: str, recalibrate: str | None,
-                       delta: float, method: str, alphas: tuple[float, ...]) -> pd.DataFrame:
-    """Certified calibration coverage for each α (the frontier plotted on the Thresholds page)."""
-    rows = []
-    for a in alphas:
-        sel = certified_selection(path, token, run_id, question, recalibrate, float(a), delta, method)
-        rows.append({"alpha": a, "certified coverage": sel.calibration["coverage"] if sel.feasible else 0.0})
-    return pd.DataFrame(rows)
+@st.cache_data(show_spinner="Certifying thresholds…", max_entries=64)
+def certified_thresholds(path: str, token: tuple, run_id: str, question: str, settings: tuple) -> dict:
+    """``choose_thresholds(...).to_dict()`` — exactly what ``workbench thresholds ... --json`` reports
+    for the question (same option builder, same calibration/test loads, same library call).
+
+    ``settings`` comes from :func:`threshold_settings`. Only the small result dict is cached (not
+    the surface), so a cache hit on every slider move stays cheap.
+    """
+    from workbench.thresholds.choose import build_options, choose_thresholds
+
+    opts = build_options(**dict(settings))
+    cal = run_answers(path, token, run_id, question, ("calibration",))
+    test = run_answers(path, token, run_id, question, ("test",))
+    return choose_thresholds(cal, test, opts).to_dict()
+
+
+@st.cache_data(show_spinner="Certifying the frontier…", max_entries=32)
+def certified_frontier(path: str, token: tuple, run_id: str, question: str, settings: tuple,
+                       alphas: tuple[float, ...]) -> pd.DataFrame:
+    """Certified calibration coverage for each α (others as ``settings``), from
+    :func:`workbench.thresholds.choose.certified_frontier`: each point is the selection
+    ``choose_thresholds`` makes at that α (0 where nothing is certified)."""
+    from workbench.thresholds.choose import build_options, certified_frontier as _frontier
+
+    opts = build_options(**dict(settings))
+    cal = run_answers(path, token, run_id, question, ("calibration",))
+    sels = _frontier(cal, opts, [float(a) for a in alphas])
+    return pd.DataFrame({"alpha": list(alphas),
+                         "certified coverage": [s.calibration["coverage"] if s.feasible else 0.0 for s in sels]})
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

@@ -1,8 +1,14 @@
 """Thresholds: risk–coverage surface, live (τ, m) sliders, certified frontier, costs, policy export.
 
-Calibration-split figures are read from the surface (one lookup per slider move); test-split
-figures come from applying the rule with :func:`workbench.thresholds.evaluate.evaluate_rule`, the
-same code the CLI and the policy runtime use.
+Two kinds of figures, labelled as such on the page:
+
+* **exploration** (the sliders): calibration-split figures are read from the surface (one lookup
+  per slider move); test-split figures come from applying the rule with
+  :func:`workbench.thresholds.evaluate.evaluate_rule`. Nothing here is certified.
+* **certified** (Learn-then-Test section, frontier, policy export): every figure comes from
+  :func:`workbench.thresholds.choose.choose_thresholds` with options from
+  :func:`workbench.thresholds.choose.build_options` — the call behind ``workbench thresholds`` and
+  ``workbench policy export`` — so the screen, the CLI and the exported policy agree.
 """
 from __future__ import annotations
 
@@ -32,7 +38,9 @@ if "calibration" not in run["splits"] or "test" not in run["splits"]:
 
 recal = st.radio("Probabilities", ["as answered", "temperature", "isotonic"] + (["platt"] if qtype == "noul" else []),
                  horizontal=True, key="thr_recalibrate",
-                 help="Recalibration is fitted on the calibration split and applied to both splits.")
+                 help="Exploration (sliders): the calibrator is fitted on the whole calibration split. "
+                      "Certified figures and the policy export fit it on their own carve of the calibration "
+                      "split, exactly as `workbench thresholds --calibrate` does.")
 recal_method = None if recal == "as answered" else recal
 
 try:
@@ -112,7 +120,7 @@ def _ci(d: dict) -> str:
     return "—" if d["low"] is None else f"95% CI {100 * d['low']:.1f}–{100 * d['high']:.1f}%"
 
 
-st.subheader("At these thresholds")
+st.subheader("At these thresholds (exploration, not certified)")
 m = st.columns(4)
 m[0].metric("Coverage (test)", _pct(test_report["coverage"]["value"]),
             help="Share of test items auto-accepted. " + _ci(test_report["coverage"]))
@@ -159,12 +167,22 @@ g1, g2, g3 = st.columns(3)
 alpha = g1.number_input("α: max error among accepted", 0.005, 0.5, 0.05, 0.005, format="%.3f", key="thr_alpha")
 delta = g2.number_input("δ: allowed failure probability", 0.01, 0.5, 0.1, 0.01, key="thr_delta")
 method = g3.selectbox("Family-wise control", ["fixed-sequence", "holm"], key="thr_method")
+calibrate = recal_method or "none"
+cli = (f"workbench thresholds {run_id} --question {question} --max-error {alpha:g} --delta {delta:g} "
+       f"--method {method}" + (f" --calibrate {calibrate}" if recal_method else "") + " --json")
+st.caption(f"Everything in this section (and the frontier dotted on the risk–coverage plot) is what `{cli}` "
+           "reports: same options, same library call. The sliders above only explore.")
 
 from workbench.thresholds.guarantees import select_cost  # noqa: E402
 
-selection = state.certified_selection(path, token, run_id, question, recal_method, float(alpha), float(delta), method)
-front = state.certified_frontier(path, token, run_id, question, recal_method, float(delta), method,
-                                 tuple(np.round(np.linspace(0.01, 0.3, 30), 3).tolist()))
+settings = state.threshold_settings(max_error=float(alpha), delta=float(delta), method=method, calibrate=calibrate)
+try:
+    certified = state.certified_thresholds(path, token, run_id, question, settings)
+    front = state.certified_frontier(path, token, run_id, question, settings,
+                                     tuple(np.round(np.linspace(0.01, 0.3, 30), 3).tolist()))
+except WorkbenchError as exc:
+    state.show_error(exc)
+    st.stop()
 curve.add_trace(go.Scatter(x=front["certified coverage"], y=front["alpha"], mode="lines+markers",
                            name=f"certified frontier (δ={delta:g})", line={"dash": "dot"}))
 curve.update_layout(height=420, margin={"t": 30}, title="Risk–coverage (calibration)",
@@ -175,26 +193,52 @@ pc2.plotly_chart(curve, key="thr_curve_chart")
 
 if not is_noul and st.toggle("Per-class guarantees (one certified (τ, m) per option, Bonferroni over options)",
                              key="thr_per_class"):
-    per_sel = state.certified_selection(path, token, run_id, question, recal_method, float(alpha), float(delta),
-                                        method, True)
-    classes = (per_sel.guarantee or {}).get("classes", {})
-    rows = [{"option": test.option_ids[int(k)], **{kk: vv for kk, vv in v.items() if not isinstance(vv, dict)}}
-            for k, v in classes.items()]
-    st.caption(f"δ per option {per_sel.guarantee.get('delta_per_class', float('nan')):.4g}; "
-               f"calibration coverage {_pct(per_sel.calibration['coverage'])} with the certified options only."
-               if per_sel.guarantee else "")
+    try:
+        per_res = state.certified_thresholds(path, token, run_id, question,
+                                             state.threshold_settings(**dict(settings), per_class=True))
+    except WorkbenchError as exc:
+        state.show_error(exc)
+        st.stop()
+    per_g = per_res["selection"]["guarantee"] or {}  # per-class entries keyed by option id
+    rows = [{"option": opt, **{kk: vv for kk, vv in v.items() if not isinstance(vv, dict)}}
+            for opt, v in per_g.get("classes", {}).items()]
+    st.caption(f"δ per option {per_g.get('delta_per_class', float('nan')):.4g}; "
+               f"calibration coverage {_pct(per_res['calibration']['coverage'])} with the certified options only."
+               if per_g else "")
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="thr_per_class_table")
     st.caption("Export a per-class policy from the section below (objective: guarantee).")
-if selection.feasible:
-    gpar = selection.params
+
+
+def _num(v) -> str:
+    return "—" if v is None else f"{v:.4f}"
+
+
+cert_rule, cert_g = certified["rule"], certified["guarantee"] or {}
+if certified["feasible"]:
+    xy = (cert_rule["tau_yes"], cert_rule["tau_no"]) if is_noul else (cert_rule["tau"], cert_rule["margin"])
+    names = ("Certified τ yes", "Certified τ no") if is_noul else ("Certified τ", "Certified m")
+    cm = st.columns(4)
+    cm[0].metric(names[0], _num(xy[0]))
+    cm[1].metric(names[1], _num(xy[1]))
+    cm[2].metric("Certified error bound", _num(cert_g.get("risk_upper_bound")),
+                 help=f"Upper confidence bound on the error among accepted items (≤ α = {alpha:g}) on the "
+                      f"{cert_g.get('n_calibration', 0):,} certifying calibration items.")
+    cert_test = certified.get("test") or {}
+    cm[3].metric("Certified rule: coverage / error (test)",
+                 f"{_pct((cert_test.get('coverage') or {}).get('value'))} / "
+                 f"{_pct((cert_test.get('error') or {}).get('value'))}",
+                 help="The certified rule applied to the test split (with its calibrator), as the CLI reports.")
+    n_fit = certified.get("n_calibrator_fit") or 0
     st.success(f"Certified at α={alpha:g}, δ={delta:g} ({method}): "
-               + ", ".join(f"{k} = {v:.3f}" for k, v in gpar.items())
-               + f" → calibration coverage {_pct(selection.guarantee['expected_coverage'])}, "
-               f"n_calibration {selection.guarantee['n_calibration']:,}.")
-    xy = (gpar.get("tau_yes"), gpar.get("tau_no")) if is_noul else (gpar.get("tau"), gpar.get("margin"))
-    st.button("Use the certified thresholds", key="thr_use_certified", on_click=_set_point, args=xy)
+               + ", ".join(f"{k} = {v:.4f}" for k, v in zip(("τ yes", "τ no") if is_noul else ("τ", "m"), xy))
+               + f" → calibration coverage {_pct(cert_g.get('expected_coverage'))}, "
+               f"n_calibration {cert_g.get('n_calibration', 0):,}"
+               + (f" (calibrator fitted on {n_fit:,} other calibration items)." if n_fit else "."))
+    st.button("Use the certified thresholds", key="thr_use_certified", on_click=_set_point, args=xy,
+              help="Moves the exploration sliders onto the certified point (the figures above then show it "
+                   "with the exploration calibrator).")
 else:
-    st.warning("; ".join(selection.notes) or "Nothing is certified at this α/δ.")
+    st.warning("; ".join(certified["notes"]) or "Nothing is certified at this α/δ.")
 
 # -- costs ----------------------------------------------------------------------------------------------
 with st.expander("Costs", expanded=False):
@@ -234,5 +278,4 @@ st.download_button("Download the confusion matrix (CSV)", matrix.to_csv().encode
 st.subheader("Export the policy")
 from workbench.ui import policy_bridge  # noqa: E402
 
-policy_bridge.export_section(path, token, run_id, question, recal_method, rule_params=cal_point,
-                             per_class=per_class, selection=selection, alpha=float(alpha), delta=float(delta))
+policy_bridge.export_section(path, token, run_id, question, settings, per_class_overrides=bool(per_class))
