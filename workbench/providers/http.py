@@ -276,7 +276,7 @@ class HttpProvider:
         self._next = 0
         self._disabled: str | None = None
         # per-call constants, made on the first call (an invalid URL fails there, as before)
-        self._prepared: tuple[httpx.URL, httpx.Headers, dict] | None = None
+        self._prepared: tuple[httpx.URL, list[tuple[bytes, bytes]], dict] | None = None
         # schema object -> (schema, its wire ``questions`` JSON, limit violations); the runner
         # sends one slice object thousands of times. Strong refs keep the ids from being reused.
         self._schema_cache: dict[int, tuple[DecisionSchema, str, list]] = {}
@@ -317,11 +317,13 @@ class HttpProvider:
         h.update(self.dialect_headers())
         return h
 
-    def _prepare(self, client: httpx.AsyncClient) -> tuple[httpx.URL, httpx.Headers, dict]:
-        """(URL, headers, extensions) of every call, merged as ``client.build_request`` does."""
+    def _prepare(self, client: httpx.AsyncClient) -> tuple[httpx.URL, list[tuple[bytes, bytes]], dict]:
+        """(URL, raw headers but Content-Length, extensions) of every call, as ``client.build_request``
+        makes them: ``Host`` first, then the client's defaults updated with :meth:`_headers`."""
+        url = httpx.URL(self.endpoint.url)
         headers = httpx.Headers(client.headers)
         headers.update(self._headers())
-        self._prepared = (httpx.URL(self.endpoint.url), headers, {"timeout": client.timeout.as_dict()})
+        self._prepared = (url, [(b"Host", url.netloc)] + headers.raw, {"timeout": client.timeout.as_dict()})
         return self._prepared
 
     def _schema_facts(self, schema: DecisionSchema) -> tuple[str, list]:
@@ -383,10 +385,11 @@ class HttpProvider:
         try:
             client = self._clients[self._next % len(self._clients)]
             self._next += 1
-            url, headers, extensions = self._prepared or self._prepare(client)
-            # what client.post() would build, without re-parsing the URL and re-merging headers
-            http_request = httpx.Request("POST", url, headers=headers, content=content,
-                                         extensions=dict(extensions))
+            url, head, extensions = self._prepared or self._prepare(client)
+            # what client.post() would build (same headers in the same order), without re-parsing
+            # the URL or re-merging headers on every call
+            http_request = httpx.Request("POST", url, headers=head + [(b"Content-Length", b"%d" % len(content))],
+                                         stream=httpx.ByteStream(content), extensions=extensions)
             response = await client.send(http_request)
         except httpx.HTTPError as exc:
             raise transport_error(exc, self._secrets) from None
