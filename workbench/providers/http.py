@@ -64,9 +64,10 @@ def build_client(*, timeout: float = DEFAULT_TIMEOUT_S, transport: httpx.AsyncBa
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
                           keepalive_expiry=30.0)
+    # an injected transport does its own TLS: do not load the CA bundle for a pool never made
     return StatelessClient(timeout=httpx.Timeout(timeout), limits=limits, transport=transport,
                            headers=dict(headers or {}), follow_redirects=False, trust_env=False,
-                           verify=_ssl_context())
+                           verify=True if transport is not None else _ssl_context())
 
 
 class _NoCookies(httpx.Cookies):

@@ -57,7 +57,11 @@ class StreamTransport(httpx.AsyncBaseTransport):
     async def _connect(self, scheme: str, host: str, port: int, timeout: float | None) -> _Conn:
         ctx = None
         if scheme == "https":
-            ctx = self._ssl or ssl.create_default_context()
+            if self._ssl is None:  # one verifying context for every connection (~20 ms to load each)
+                from workbench.providers.http import _ssl_context
+
+                self._ssl = _ssl_context()
+            ctx = self._ssl
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(host, port, ssl=ctx, server_hostname=host if ctx else None,
