@@ -9,9 +9,8 @@ One run = one provider × one schema × the dataset's chosen splits. The loop:
    token bucket (``rate`` requests/s), retries by :class:`ErrorKind` with jittered backoff and a
    per-call timeout; in-process providers answer chunks through ``decide_batch``;
 4. answers and calls are written in batches (one transaction per :data:`BATCH_ROWS` answers or
-   :data:`BATCH_SECONDS`), and every response is journaled before the event loop next waits
-   (the responses handled in one loop pass share one write), so a SIGKILL loses only the calls
-   in flight (see :mod:`workbench.store.calls`).
+   :data:`BATCH_SECONDS`), and every response is journaled at once (before its worker sends the
+   next request) so a SIGKILL loses only the calls in flight (see :mod:`workbench.store.calls`).
 
 Every item × question ends as an answer or a failure row (``failure_kind`` + message, ``probs``
 NULL) — a failure is never written as a probability. ``authentication`` and ``quota`` failures
@@ -188,9 +187,6 @@ class _Recorder:
         self.write_lock = threading.Lock()
         self.progress_cb = None
         self.replace = True       # False for a run with no rows yet: no earlier answers to delete
-        # inside the remote loop, journal rows of one loop pass go out in one write (call_soon)
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self._journal_rows: list[dict] = []
 
     # rows -----------------------------------------------------------------------------------------
     def failure(self, unit: WorkUnit, kind: str, message: str, *, latency_ms: float | None = None,
@@ -243,24 +239,12 @@ class _Recorder:
             self.counters.tokens += tokens or 0
             if call_row is not None:
                 self.calls.append(call_row)
-                self._journal(call_row)
+                self.journal.append(call_row)
         elif cached:
             self.counters.cache_hits += 1
         else:
             self.counters.reused_own_calls += 1
         self._tick()
-
-    def _journal(self, row: dict) -> None:
-        if self.loop is None:
-            self.journal.append(row)
-            return
-        self._journal_rows.append(row)
-        if len(self._journal_rows) == 1:
-            self.loop.call_soon(self.flush_journal)  # runs before the loop polls for more responses
-
-    def flush_journal(self) -> None:
-        rows, self._journal_rows = self._journal_rows, []
-        self.journal.append_many(rows)
 
     def _tick(self) -> None:
         if self.progress_cb is not None:
@@ -272,7 +256,6 @@ class _Recorder:
             bool(self.answers) and time.monotonic() - self.last_flush >= BATCH_SECONDS)
 
     def take(self):
-        self.flush_journal()  # the segment rotated out must hold every call of this batch
         calls, answers = self.calls, self.answers
         self.calls, self.answers = [], []
         segment = self.journal.rotate()
@@ -468,12 +451,9 @@ async def _drive_remote(provider, units: list[WorkUnit], rec: _Recorder, opts: R
                 stop.kind, stop.message = "budget", why
 
     flush_task = asyncio.create_task(flusher())
-    rec.loop = asyncio.get_running_loop()
     try:
         await asyncio.gather(*(worker(i) for i in range(opts.concurrency)))
     finally:
-        rec.flush_journal()
-        rec.loop = None
         flush_task.cancel()
         try:
             await flush_task

@@ -170,12 +170,6 @@ class CallJournal:
         if self._fd is not None:
             os.write(self._fd, (json.dumps(call, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
 
-    def append_many(self, calls: Sequence[dict]) -> None:
-        """Several rows in one ``os.write`` (a killed process may tear only the last line)."""
-        if self._fd is not None and calls:
-            os.write(self._fd, "".join(json.dumps(c, ensure_ascii=False, separators=(",", ":")) + "\n"
-                                       for c in calls).encode())
-
     def rotate(self) -> Path | None:
         """Start a new segment; return the finished one (delete it after its batch commits)."""
         if self._fd is None:
