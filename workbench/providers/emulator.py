@@ -68,6 +68,7 @@ import re
 import socket
 import struct
 import threading
+import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -785,6 +786,7 @@ class EmulatorServer:
         return random.Random(int.from_bytes(seed[:8], "big"))
 
     async def _route(self, req: HttpRequest, call: _Call) -> HttpResponse:
+        t0 = time.perf_counter()
         if call.route == "none" or req.method != "POST":
             call.route = "cloudflare"  # Cloudflare's API answers unknown URIs this way
             return self._error(call, 400, 7000, "No route for that URI")
@@ -814,8 +816,8 @@ class EmulatorServer:
         delay = self.faults.latency_for(call.model, call.rng)
         if call.fault == "timeout":
             await asyncio.sleep(self.faults.timeout_sleep_s)
-        elif delay > 0:
-            await asyncio.sleep(delay)
+        elif delay > 0 and call.fault is not None:
+            await _sleep_rest(t0, delay)
         if call.fault == "reset":
             return HttpResponse(0, reset=True)
         if call.fault == "rate_limit":
@@ -839,6 +841,9 @@ class EmulatorServer:
         resp = self._render(call, questions, probs, tokens, ctx)
         if call.fault == "malformed":
             resp.body = resp.body[: max(1, len(resp.body) // 2)]
+        if delay > 0 and call.fault is None:
+            # the latency is the service time: answering counts towards it, as on a real server
+            await _sleep_rest(t0, delay)
         return resp
 
     def _authorised(self, req: HttpRequest) -> bool:
@@ -1274,3 +1279,10 @@ def run_emulator_process(host: str = "127.0.0.1", port: int = 0, *, require_toke
         except Exception:
             proc.kill()
             proc.wait(5)
+
+
+async def _sleep_rest(t0: float, delay: float) -> None:
+    """Sleep what is left of ``delay`` seconds since ``t0`` (work done so far counts)."""
+    rest = delay - (time.perf_counter() - t0)
+    if rest > 0:
+        await asyncio.sleep(rest)
