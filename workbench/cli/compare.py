@@ -30,12 +30,9 @@ def register(app: typer.Typer) -> None:
         """Metrics, cost, latency, coverage/error at the chosen policy, and paired tests vs a baseline."""
         from workbench.compare import compare_runs
 
-        con = open_store(read_only=True)
-        try:
+        with open_store(read_only=True) as con:
             result = compare_runs(con, list(names), baseline=baseline, questions=question or None, split=split,
                                   n_boot=n_boot, seed=seed, policy=not no_policy)
-        finally:
-            con.close()
         if as_json:
             emit_json(result.to_dict())
             return

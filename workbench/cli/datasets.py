@@ -62,12 +62,9 @@ def register(app: typer.Typer) -> None:
             from workbench.schema.questions import check_limits
 
             check_limits(sch, profile, source=str(schema))
-        con = open_store()
-        try:
+        with open_store() as con:
             result = import_dataset(con, paths, spec, sch)
             info = dataset_info(con, name, result.version)
-        finally:
-            con.close()
         if as_json:
             emit_json({"import": result.to_dict(), "dataset": info})
             return
@@ -80,11 +77,8 @@ def register(app: typer.Typer) -> None:
         """Datasets in the store (latest version of each)."""
         from workbench.store.datasets import list_datasets
 
-        con = open_store()
-        try:
+        with open_store() as con:
             df = list_datasets(con)
-        finally:
-            con.close()
         if as_json:
             emit_json(df.to_dict(orient="records"))
             return
@@ -102,11 +96,8 @@ def register(app: typer.Typer) -> None:
         """Counts per split and per label, questions, fingerprint and versions."""
         from workbench.store.datasets import dataset_info
 
-        con = open_store()
-        try:
+        with open_store() as con:
             info = dataset_info(con, name, version)
-        finally:
-            con.close()
         if as_json:
             emit_json(info)
             return

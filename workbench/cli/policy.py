@@ -91,8 +91,7 @@ def register(app: typer.Typer) -> None:
                              grid=grid, paths=paths, starts=starts, abstain_option=abstain_option, level=level,
                              fallback=fallback, calibrator_fraction=calibrator_fraction, seed=seed,
                              order_fraction=order_fraction)
-        con = open_store(read_only=True)
-        try:
+        with open_store(read_only=True) as con:
             try:
                 model, results = build_policy(con, run_id, question, opts, policy_version=policy_version,
                                               max_state_tokens=max_state_tokens, created_by=created_by,
@@ -107,8 +106,6 @@ def register(app: typer.Typer) -> None:
                 target = jev_out or out.with_name("thresholds.json")
                 jev_warnings = write_jev_thresholds(model, target,
                                                     jev_gate_metrics_on_run(con, model.source.run_id or run_id))
-        finally:
-            con.close()
         doc = {"path": str(out), "content_hash": model.content_hash, "policy_version": model.policy_version,
                "questions": {q: {"rule": qp.rule.model_dump(), "certified": qp.objective.certified,
                                  "feasible": qp.objective.feasible,
@@ -195,11 +192,8 @@ def register(app: typer.Typer) -> None:
         if run:
             from workbench.policy.build import diff_on_run
 
-            con = open_store(read_only=True)
-            try:
+            with open_store(read_only=True) as con:
                 doc["on_run"] = diff_on_run(con, pa.model, pb.model, run, splits=split)
-            finally:
-                con.close()
         if as_json:
             emit_json(doc)
             return

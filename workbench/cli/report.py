@@ -86,16 +86,13 @@ def register(app: typer.Typer) -> None:
         from workbench.metrics.label_issues import label_issues_for_runs
         from workbench.metrics.report import report_run
 
-        con = open_store(read_only=True)
-        try:
+        with open_store(read_only=True) as con:
             rep = report_run(con, run_id, question, split, n_bins=n_bins, n_boot=n_boot, seed=seed)
             clean = None
             if exclude_label_issues:
                 issues = label_issues_for_runs(con, [rep.run["run_id"]], question)
                 clean = report_run(con, run_id, question, split, n_bins=n_bins, n_boot=n_boot, seed=seed,
                                    exclude_items={q: li.item_ids for q, li in issues.items()}, with_before=False)
-        finally:
-            con.close()
         if as_json:
             doc = rep.to_dict()
             if clean is not None:
@@ -126,12 +123,9 @@ def register(app: typer.Typer) -> None:
 
         if method not in METHODS:
             raise CalibrationFitError(f"unknown method {method!r}", hint=f"choose one of {', '.join(METHODS)}")
-        con = open_store()
-        try:
+        with open_store() as con:
             out = calibrate_run(con, run_id, method, questions=question or None, fit_split=fit_split,
                                 eval_split=eval_split, name=name)
-        finally:
-            con.close()
         if as_json:
             emit_json(out)
             return
@@ -163,8 +157,7 @@ def register(app: typer.Typer) -> None:
         from workbench.metrics.report import report_run
 
         splits = None if split == "all" else [split]
-        con = open_store(read_only=True)
-        try:
+        with open_store(read_only=True) as con:
             issues = label_issues_for_runs(con, run_ids, question, splits, rank_by)
             side = {}
             if with_metrics:
@@ -173,8 +166,6 @@ def register(app: typer.Typer) -> None:
                     clean = report_run(con, run_ids[0], q, "test", n_boot=200, smooth=False, with_before=False,
                                        exclude_items={q: li.item_ids})
                     side[q] = (base.questions[0], clean.questions[0])
-        finally:
-            con.close()
         if csv is not None:
             frames = [li.to_frame().assign(question=q) for q, li in issues.items()]
             pd.concat(frames, ignore_index=True).to_csv(csv, index=False)

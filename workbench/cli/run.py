@@ -93,36 +93,37 @@ def register(app: typer.Typer) -> None:
                     raise WorkbenchError(f"{experiment}: experiment files are not supported in this build",
                                          hint="use --dataset/--schema/--provider") from None
                 raise
-            result = run_experiment_file(experiment, con=open_store(), concurrency=concurrency, limit=limit,
-                                         rate=parse_rate(rate), max_cost=max_cost, timeout=timeout,
-                                         progress=progress, as_json=as_json)
+            with open_store() as con:
+                result = run_experiment_file(experiment, con=con, concurrency=concurrency, limit=limit,
+                                             rate=parse_rate(rate), max_cost=max_cost, timeout=timeout,
+                                             progress=progress, as_json=as_json)
             for r in (result or {}).get("runs", []):
                 if r.get("summary"):
                     _print_summary(r["summary"])
             if as_json and result is not None:
                 emit_json(result)
             return
-        con = open_store()
-        if resume:
-            summaries = [resume_run(con, resume, env=os.environ, progress=progress,
-                                    concurrency=concurrency, rate=parse_rate(rate), max_cost=max_cost,
-                                    timeout=timeout)]
-        else:
-            missing = [o for o, v in (("--dataset", dataset), ("--schema", schema), ("--provider", provider)) if not v]
-            if missing:
-                raise WorkbenchError(f"missing {', '.join(missing)}",
-                                     hint="workbench run --dataset NAME --schema FILE --provider SPEC, "
-                                          "or workbench run --resume RUN_ID")
-            from workbench.schema import load_schema
-            from workbench.store.runs import get_run
+        with open_store() as con:
+            if resume:
+                summaries = [resume_run(con, resume, env=os.environ, progress=progress,
+                                        concurrency=concurrency, rate=parse_rate(rate), max_cost=max_cost,
+                                        timeout=timeout)]
+            else:
+                missing = [o for o, v in (("--dataset", dataset), ("--schema", schema), ("--provider", provider)) if not v]
+                if missing:
+                    raise WorkbenchError(f"missing {', '.join(missing)}",
+                                         hint="workbench run --dataset NAME --schema FILE --provider SPEC, "
+                                              "or workbench run --resume RUN_ID")
+                from workbench.schema import load_schema
+                from workbench.store.runs import get_run
 
-            sch = load_schema(schema)
-            run_ids = run_experiment(con, dataset=dataset, schema=sch, provider_specs=list(provider),
-                                     splits=list(split) if split else None, limit=limit, concurrency=concurrency or 8,
-                                     rate=parse_rate(rate), max_cost=max_cost, run_name=run_name,
-                                     experiment=experiment_name, variant=variant, env=os.environ, timeout=timeout or 5.0,
-                                     questions_per_request=questions_per_request, progress=progress)
-            summaries = [get_run(con, r)["summary"] for r in run_ids]
+                sch = load_schema(schema)
+                run_ids = run_experiment(con, dataset=dataset, schema=sch, provider_specs=list(provider),
+                                         splits=list(split) if split else None, limit=limit, concurrency=concurrency or 8,
+                                         rate=parse_rate(rate), max_cost=max_cost, run_name=run_name,
+                                         experiment=experiment_name, variant=variant, env=os.environ, timeout=timeout or 5.0,
+                                         questions_per_request=questions_per_request, progress=progress)
+                summaries = [get_run(con, r)["summary"] for r in run_ids]
         for s in summaries:
             _print_summary(s)
         if as_json:
@@ -136,7 +137,8 @@ def register(app: typer.Typer) -> None:
         """Runs with provider, status, answers, failures, cost and latency."""
         from workbench.store.runs import list_runs
 
-        df = list_runs(open_store(read_only=True))
+        with open_store(read_only=True) as con:
+            df = list_runs(con)
         if as_json:
             emit_json({"runs": df.to_dict(orient="records")})
             return
@@ -161,7 +163,8 @@ def register(app: typer.Typer) -> None:
         """One row per item × question: ids, split, label, options, probabilities, cost, latency, failure."""
         from workbench.store.calls import export_run
 
-        n = export_run(open_store(read_only=True), run_id, fmt, out)
+        with open_store(read_only=True) as con:
+            n = export_run(con, run_id, fmt, out)
         if as_json:
             emit_json({"run_id": run_id, "format": fmt, "out": str(out), "rows": n})
         else:

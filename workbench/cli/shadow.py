@@ -66,12 +66,9 @@ def register(app: typer.Typer) -> None:
         """Import production logs (or later outcomes, joined by item id) into a shadow session."""
         from workbench.store.shadow import import_traffic
 
-        con = open_store()
-        try:
+        with open_store() as con:
             summary = import_traffic(con, path, shadow=name, schema=_schema_from(schema, policy),
                                      champion=champion, challenger=challenger, replace=replace)
-        finally:
-            con.close()
         if as_json:
             emit_json(summary)
         else:
@@ -111,12 +108,9 @@ def register(app: typer.Typer) -> None:
             if ingest and path.exists():
                 from workbench.store.shadow import ingest_journal
 
-                con = open_store()
-                try:
+                with open_store() as con:
                     s = ingest_journal(con, path, shadow=name, champion=_public(champion),
                                        challenger=_public(config.challenger))
-                finally:
-                    con.close()
                 err_console.print(f"ingested {s['n_requests']} requests into session {name}")
 
         serve(config, host=host, port=port, on_closed=_after)
@@ -131,11 +125,8 @@ def register(app: typer.Typer) -> None:
         """Load (again) a mirror journal into the store; safe to repeat while the mirror runs."""
         from workbench.store.shadow import ingest_journal
 
-        con = open_store()
-        try:
+        with open_store() as con:
             s = ingest_journal(con, journal, shadow=name, schema=_schema_from(schema, None))
-        finally:
-            con.close()
         if as_json:
             emit_json(s)
         else:
@@ -153,12 +144,9 @@ def register(app: typer.Typer) -> None:
         """Replay a dataset through champion and challenger (two stored runs) as a shadow session."""
         from workbench.store.shadow import replay_runs
 
-        con = open_store()
-        try:
+        with open_store() as con:
             s = replay_runs(con, shadow=name, champion_run=champion_run, challenger_run=challenger_run,
                             splits=split or None, replace=replace)
-        finally:
-            con.close()
         if as_json:
             emit_json(s)
         else:
@@ -173,11 +161,8 @@ def register(app: typer.Typer) -> None:
         """Write a session as a traffic file (the format `shadow import` reads)."""
         from workbench.store.shadow import export_session
 
-        con = open_store(read_only=True)
-        try:
+        with open_store(read_only=True) as con:
             n = export_session(con, name, out)
-        finally:
-            con.close()
         if as_json:
             emit_json({"shadow": name, "out": str(out), "n_requests": n})
         else:
@@ -188,11 +173,8 @@ def register(app: typer.Typer) -> None:
         """Shadow sessions in the store."""
         from workbench.store.shadow import list_sessions
 
-        con = open_store(read_only=True)
-        try:
+        with open_store(read_only=True) as con:
             df = list_sessions(con)
-        finally:
-            con.close()
         if as_json:
             emit_json(df.to_dict(orient="records"))
         else:
@@ -235,13 +217,10 @@ def register(app: typer.Typer) -> None:
                             max_failure_rate=max_failure_rate, min_outcomes=min_outcomes, max_drift_psi=max_drift_psi)
         champ = load_side_policy(champion_policy) if champion_policy else parse_rule_options(champion_rule)
         chall = load_side_policy(challenger_policy) if challenger_policy else parse_rule_options(challenger_rule)
-        con = open_store(read_only=True)
-        try:
+        with open_store(read_only=True) as con:
             report = shadow_report(con, name, champion_policy=champ, challenger_policy=chall, criteria=criteria,
                                    questions=question or None, n_windows=windows, n_boot=n_boot, seed=seed,
                                    period=period)
-        finally:
-            con.close()
         if as_json:
             emit_json(report.to_dict())
             return

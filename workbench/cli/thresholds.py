@@ -101,8 +101,7 @@ def register(app: typer.Typer) -> None:
                              grid=grid, paths=paths, starts=starts, abstain_option=abstain_option, level=level,
                              fallback=fallback, calibrator_fraction=calibrator_fraction, seed=seed,
                              order_fraction=order_fraction)
-        con = open_store(read_only=True)
-        try:
+        with open_store(read_only=True) as con:
             results = []
             for q in question:
                 cal = load_answers(con, run_id, q, splits=["calibration"])
@@ -115,8 +114,6 @@ def register(app: typer.Typer) -> None:
                         f"{surface_out.stem}.{q}{surface_out.suffix}")
                     pd.DataFrame(res.surface.to_table()).to_csv(target, index=False)
                 results.append(res.to_dict())
-        finally:
-            con.close()
         doc = {"run_id": cal.run_id, "questions": {r["question"]: r for r in results}}
         if as_json:
             emit_json(doc)
