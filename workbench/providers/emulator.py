@@ -77,6 +77,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from workbench.schema.questions import PROFILES
+
 # ------------------------------------------------------------------------------------------------
 # Fault configuration
 # ------------------------------------------------------------------------------------------------
@@ -329,7 +331,7 @@ class ProviderAnswerer:
 # ------------------------------------------------------------------------------------------------
 # Validation (shared System One rules; limits per route)
 # ------------------------------------------------------------------------------------------------
-_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_ID = re.compile(f"^{PROFILES['cloudflare-clef'].id_pattern}$")
 _IMG = re.compile(r"^data:image/(png|jpeg|jpg|webp);base64,([A-Za-z0-9+/=\s]*)$", re.IGNORECASE | re.DOTALL)
 
 
@@ -342,9 +344,16 @@ class Limits:
     max_levels: int = 10
     max_images: int = 4
 
+    @classmethod
+    def from_profile(cls, name: str, *, max_images: int) -> "Limits":
+        """The hosted service's limits, from the same profiles the client validates with."""
+        p = PROFILES[name]
+        return cls(max_questions=p.max_questions, min_options=p.min_options, max_options=p.max_options,
+                   min_levels=p.min_levels, max_levels=p.max_levels, max_images=max_images)
 
-CLEF_LIMITS = Limits()
-PERPLEXITY_LIMITS = Limits(max_questions=128, min_options=1, min_levels=1, max_images=8)
+
+CLEF_LIMITS = Limits.from_profile("cloudflare-clef", max_images=4)
+PERPLEXITY_LIMITS = Limits.from_profile("perplexity", max_images=8)
 
 
 class Reject(Exception):
