@@ -19,7 +19,7 @@ A NaN row (a provider failure) is never accepted. Every rule reduces to "accept 
 which is what lets :mod:`workbench.thresholds.surface` evaluate a whole grid of rules at once and
 guarantees that the surface and the runtime take exactly the same decisions.
 
-This module imports numpy only: the policy runtime uses it in production code.
+This module imports numpy (and the schema layer's top_two) only: the policy runtime uses it in production code.
 """
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
+from workbench.schema.answers import top_two
+
 #: The fallback action when a rule does not accept (or cannot be applied).
 DEFAULT_FALLBACK = "review"
 
@@ -35,54 +37,8 @@ RuleKind = Literal["top_margin", "noul_two_sided", "score"]
 
 
 # -- per-item summaries --------------------------------------------------------------------------
-#: Rows per block in :func:`top_two_fast` (a reused ~20 MB buffer at 77 options stays cache/TLB friendly).
-_BLOCK_ROWS = 32768
-
-
-def top_two_fast(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Index of the top option, its probability and the runner-up's probability, per row.
-
-    Same values as :func:`workbench.schema.answers.top_two` (a selection, not arithmetic, so the
-    floats are identical), computed block by block with one reused buffer: ``argmax``, then ``max``
-    after masking the top entry. On 1M × 77 this avoids allocating full-size temporaries.
-
-    Parameters
-    ----------
-    probs : ndarray of shape (n_items, n_options)
-        Probabilities; rows with NaN give NaN summaries (and top index 0).
-
-    Returns
-    -------
-    top : ndarray of shape (n_items,), int
-        Index of the first maximal option (schema order breaks ties).
-    p1, p2 : ndarray of shape (n_items,)
-        Top and runner-up probability (``p2 == 0`` when there is a single option).
-    """
-    probs = np.atleast_2d(np.asarray(probs, dtype=float))
-    n, k = probs.shape
-    top = np.empty(n, dtype=np.intp)
-    p1 = np.empty(n)
-    p2 = np.zeros(n)
-    buf = np.empty((min(n, _BLOCK_ROWS), k))
-    for start in range(0, n, _BLOCK_ROWS):
-        blk = probs[start:start + _BLOCK_ROWS]
-        m = blk.shape[0]
-        rows = np.arange(m)
-        bad = np.isnan(blk.sum(axis=1))
-        b = buf[:m]
-        np.copyto(b, blk)
-        if bad.any():
-            b[bad] = 0.0
-        t = b.argmax(axis=1)
-        top[start:start + m] = t
-        first = b[rows, t]
-        p1[start:start + m] = np.where(bad, np.nan, first)
-        if k >= 2:
-            b[rows, t] = -np.inf
-            p2[start:start + m] = np.where(bad, np.nan, b.max(axis=1))
-        elif bad.any():
-            p2[start:start + m][bad] = np.nan
-    return top, p1, p2
+#: The blocked, NaN-aware top-two of the schema layer (kept under this name for callers).
+top_two_fast = top_two
 
 
 def _rows_failed(probs: np.ndarray) -> np.ndarray:
