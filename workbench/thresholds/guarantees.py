@@ -512,11 +512,9 @@ def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for a proportion; ``(nan, nan)`` when ``n == 0``."""
     from scipy.stats import norm
 
+    from workbench.metrics.reliability import wilson_interval
+
     if n <= 0:
         return (math.nan, math.nan)
-    z = float(norm.ppf(1 - (1 - confidence) / 2))
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo, hi = wilson_interval(k, n, z=float(norm.ppf(1 - (1 - confidence) / 2)))
+    return float(lo), float(hi)
