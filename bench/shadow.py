@@ -6,6 +6,7 @@ overhead, and the mirror's CPU time per request (from /proc).
 
     python bench/shadow.py [--requests 1000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,10 +26,17 @@ import numpy as np
 from workbench.providers.emulator import run_emulator_process
 
 ROOT = Path(__file__).resolve().parents[1]
-BODY = {"model": "clef", "questions": {
-    "intent": {"type": "choice", "instructions": "Which intent?",
-               "criteria": {"card_arrival": "card not arrived", "refund": "wants money back", "lost_card": "lost it"}},
-    "urgent": {"type": "noul", "instructions": "Urgent?"}}}
+BODY = {
+    "model": "clef",
+    "questions": {
+        "intent": {
+            "type": "choice",
+            "instructions": "Which intent?",
+            "criteria": {"card_arrival": "card not arrived", "refund": "wants money back", "lost_card": "lost it"},
+        },
+        "urgent": {"type": "noul", "instructions": "Urgent?"},
+    },
+}
 
 
 def _port() -> int:
@@ -44,11 +52,30 @@ def _cpu_seconds(pid: int) -> float:
 
 def measure(champion: str, challenger: str, n: int, tmp: Path, label: str) -> dict:
     port = _port()
-    proc = subprocess.Popen([sys.executable, "-c", "from workbench.cli import main; main()", "--db",
-                             str(tmp / "b.duckdb"), "shadow", "serve", "--champion", champion, "--challenger",
-                             challenger, "--port", str(port), "--journal", str(tmp / f"{label}.jsonl"),
-                             "--challenger-timeout", "0.2", "--no-ingest"], cwd=ROOT,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from workbench.cli import main; main()",
+            "--db",
+            str(tmp / "b.duckdb"),
+            "shadow",
+            "serve",
+            "--champion",
+            champion,
+            "--challenger",
+            challenger,
+            "--port",
+            str(port),
+            "--journal",
+            str(tmp / f"{label}.jsonl"),
+            "--challenger-timeout",
+            "0.2",
+            "--no-ingest",
+        ],
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/v1/systemone"
     for _ in range(300):
         try:
@@ -73,12 +100,17 @@ def measure(champion: str, challenger: str, n: int, tmp: Path, label: str) -> di
         cpu = (_cpu_seconds(proc.pid) - cpu0) / n * 1000
     proc.send_signal(signal.SIGTERM)
     proc.wait(30)
-    return {"challenger": label, "requests": n, "mirror_p50_ms": float(np.median(via)),
-            "mirror_p95_ms": float(np.percentile(via, 95)), "direct_p50_ms": float(np.median(direct)),
-            "direct_p95_ms": float(np.percentile(direct, 95)),
-            "overhead_p50_ms": float(np.median(via) - np.median(direct)),
-            "overhead_p95_ms": float(np.percentile(via, 95) - np.percentile(direct, 95)),
-            "mirror_cpu_ms_per_request": cpu}
+    return {
+        "challenger": label,
+        "requests": n,
+        "mirror_p50_ms": float(np.median(via)),
+        "mirror_p95_ms": float(np.percentile(via, 95)),
+        "direct_p50_ms": float(np.median(direct)),
+        "direct_p95_ms": float(np.percentile(direct, 95)),
+        "overhead_p50_ms": float(np.median(via) - np.median(direct)),
+        "overhead_p95_ms": float(np.percentile(via, 95) - np.percentile(direct, 95)),
+        "mirror_cpu_ms_per_request": cpu,
+    }
 
 
 def main() -> None:
@@ -87,12 +119,17 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     rows = []
-    with run_emulator_process(port=0) as champ, run_emulator_process(port=0) as ok, \
-            run_emulator_process(port=0, timeout=0.3, server_error=0.3, timeout_sleep_s=2.0) as bad:
+    with (
+        run_emulator_process(port=0) as champ,
+        run_emulator_process(port=0) as ok,
+        run_emulator_process(port=0, timeout=0.3, server_error=0.3, timeout_sleep_s=2.0) as bad,
+    ):
         champion = champ.base_url + "/v1/systemone"
-        for label, challenger in (("healthy", ok.base_url + "/v1/systemone?model=clef-flash"),
-                                  ("30% timeouts + 30% HTTP 500", bad.base_url + "/v1/systemone"),
-                                  ("unreachable", "http://127.0.0.1:9/v1/systemone")):
+        for label, challenger in (
+            ("healthy", ok.base_url + "/v1/systemone?model=clef-flash"),
+            ("30% timeouts + 30% HTTP 500", bad.base_url + "/v1/systemone"),
+            ("unreachable", "http://127.0.0.1:9/v1/systemone"),
+        ):
             rows.append(measure(champion, challenger, args.requests, tmp, label.split()[0]))
             rows[-1]["challenger"] = label
     print(json.dumps({"load_average": os.getloadavg(), "results": rows}, indent=2))

@@ -3,6 +3,7 @@ against the one-row-per-option layout (the baseline), side by side.
 
     python bench/store.py --n 200000 --k 77
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,14 @@ def main() -> None:
         con = connect(path)
         flat = pa.array(p.ravel())
         probs = pa.FixedSizeListArray.from_arrays(flat, k).cast(pa.list_(pa.float64()))
-        tbl = pa.table({"run_id": pa.array(["r"] * n), "item_id": pa.array(ids.tolist()),
-                        "question": pa.array(["intent"] * n), "probs": probs})
+        tbl = pa.table(
+            {
+                "run_id": pa.array(["r"] * n),
+                "item_id": pa.array(ids.tolist()),
+                "question": pa.array(["intent"] * n),
+                "probs": probs,
+            }
+        )
         t0 = time.perf_counter()
         con.register("t", tbl)
         con.execute("INSERT INTO answers (run_id, item_id, question, probs) SELECT * FROM t")
@@ -50,17 +57,24 @@ def main() -> None:
         import duckdb
 
         con2 = duckdb.connect(path2)
-        long = pa.table({"run_id": pa.array(["r"] * (n * k)), "item_id": pa.array(np.repeat(ids, k).tolist()),
-                         "question": pa.array(["intent"] * (n * k)),
-                         "option_id": pa.array(np.tile([f"opt{j}" for j in range(k)], n).tolist()),
-                         "p": flat})
+        long = pa.table(
+            {
+                "run_id": pa.array(["r"] * (n * k)),
+                "item_id": pa.array(np.repeat(ids, k).tolist()),
+                "question": pa.array(["intent"] * (n * k)),
+                "option_id": pa.array(np.tile([f"opt{j}" for j in range(k)], n).tolist()),
+                "p": flat,
+            }
+        )
         t0 = time.perf_counter()
         con2.register("t", long)
         con2.execute("CREATE TABLE answers_long AS SELECT * FROM t")
         con2.execute("CHECKPOINT")
         t_write2 = time.perf_counter() - t0
         t0 = time.perf_counter()
-        mean_top2 = con2.execute("SELECT avg(m) FROM (SELECT max(p) m FROM answers_long GROUP BY item_id)").fetchone()[0]
+        mean_top2 = con2.execute("SELECT avg(m) FROM (SELECT max(p) m FROM answers_long GROUP BY item_id)").fetchone()[
+            0
+        ]
         t_query2 = time.perf_counter() - t0
         con2.close()
         size_long = os.path.getsize(path2)
@@ -69,8 +83,10 @@ def main() -> None:
     print(f"{'layout':<22}{'file MB':>10}{'write s':>10}{'mean p_top query s':>22}")
     print(f"{'DOUBLE[] per answer':<22}{size_list / 1e6:>10.1f}{t_write:>10.2f}{t_query:>22.3f}")
     print(f"{'row per option':<22}{size_long / 1e6:>10.1f}{t_write2:>10.2f}{t_query2:>22.3f}")
-    print(f"ratio (row per option / ours): size {size_long / size_list:.1f}x, query {t_query2 / t_query:.1f}x; "
-          f"extrapolated 1M items: {size_list / 1e6 * 1e6 / n:.0f} MB")
+    print(
+        f"ratio (row per option / ours): size {size_long / size_list:.1f}x, query {t_query2 / t_query:.1f}x; "
+        f"extrapolated 1M items: {size_list / 1e6 * 1e6 / n:.0f} MB"
+    )
 
 
 if __name__ == "__main__":

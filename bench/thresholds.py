@@ -13,6 +13,7 @@ Timings (best of ``--repeat``):
   random grid points and extrapolated linearly to the full grid (each point costs the same scan);
   the counts of those points are checked against the surface.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,9 +45,9 @@ def make_data(n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     for s in range(0, n, block):
         e = rng.standard_exponential((min(block, n - s), k)) ** 4
         p = e / e.sum(axis=1, keepdims=True)
-        probs[s:s + len(p)] = p
+        probs[s : s + len(p)] = p
         u = rng.random(len(p))[:, None]
-        labels[s:s + len(p)] = np.minimum((np.cumsum(p, axis=1) < u).sum(axis=1), k - 1)
+        labels[s : s + len(p)] = np.minimum((np.cumsum(p, axis=1) < u).sum(axis=1), k - 1)
     return probs, labels
 
 
@@ -64,11 +65,15 @@ def main() -> None:
     t_coords, coords = _best(lambda: rule_coordinates("choice", probs), args.repeat)
     correct = coords.predicted == labels
     gx, gy = default_grids("choice", args.grid)
-    t_surface, surf = _best(lambda: surface_from_coordinates(coords.x, coords.y, correct, x_grid=gx, y_grid=gy),
-                            args.repeat)
-    t_class, surf_k = _best(lambda: surface_from_coordinates(coords.x, coords.y, correct, x_grid=gx, y_grid=gy,
-                                                             predicted=coords.predicted, n_classes=args.k),
-                            args.repeat)
+    t_surface, surf = _best(
+        lambda: surface_from_coordinates(coords.x, coords.y, correct, x_grid=gx, y_grid=gy), args.repeat
+    )
+    t_class, surf_k = _best(
+        lambda: surface_from_coordinates(
+            coords.x, coords.y, correct, x_grid=gx, y_grid=gy, predicted=coords.predicted, n_classes=args.k
+        ),
+        args.repeat,
+    )
     t_select, sel = _best(lambda: select_guarantee(surf, alpha=0.05, delta=0.1, method="holm"), args.repeat)
 
     rng = np.random.default_rng(1)
@@ -84,15 +89,24 @@ def main() -> None:
     t_naive_full = t_naive_subset * (args.grid * args.grid) / n_points
 
     result = {
-        "n_items": args.n, "n_options": args.k, "grid": [args.grid, args.grid],
-        "seconds": {"coordinates": t_coords, "surface": t_surface, "surface_per_class": t_class,
-                    "selection_holm": t_select, "coordinates_plus_surface": t_coords + t_surface,
-                    "naive_measured_points": n_points, "naive_measured": t_naive_subset,
-                    "naive_full_grid_extrapolated": t_naive_full},
+        "n_items": args.n,
+        "n_options": args.k,
+        "grid": [args.grid, args.grid],
+        "seconds": {
+            "coordinates": t_coords,
+            "surface": t_surface,
+            "surface_per_class": t_class,
+            "selection_holm": t_select,
+            "coordinates_plus_surface": t_coords + t_surface,
+            "naive_measured_points": n_points,
+            "naive_measured": t_naive_subset,
+            "naive_full_grid_extrapolated": t_naive_full,
+        },
         "speedup_surface_vs_naive": t_naive_full / t_surface,
         "speedup_coordinates_plus_surface_vs_naive": t_naive_full / (t_coords + t_surface),
         "naive_counts_equal_surface_on_measured_points": True,
-        "chosen": sel.params, "chosen_coverage": sel.calibration["coverage"],
+        "chosen": sel.params,
+        "chosen_coverage": sel.calibration["coverage"],
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -103,10 +117,14 @@ def main() -> None:
     print(f"  full surface (accepted, errors)         : {s['surface']:.3f} s")
     print(f"  full surface with per-class axis (K={args.k}) : {s['surface_per_class']:.3f} s")
     print(f"  LTT p-values + Holm + pick              : {s['selection_holm']:.3f} s")
-    print(f"  naive scan, {n_points} grid points measured : {s['naive_measured']:.3f} s "
-          f"-> full grid extrapolated {s['naive_full_grid_extrapolated']:.1f} s")
-    print(f"  speed-up surface vs naive: {result['speedup_surface_vs_naive']:.0f}x "
-          f"(including coordinates: {result['speedup_coordinates_plus_surface_vs_naive']:.0f}x)")
+    print(
+        f"  naive scan, {n_points} grid points measured : {s['naive_measured']:.3f} s "
+        f"-> full grid extrapolated {s['naive_full_grid_extrapolated']:.1f} s"
+    )
+    print(
+        f"  speed-up surface vs naive: {result['speedup_surface_vs_naive']:.0f}x "
+        f"(including coordinates: {result['speedup_coordinates_plus_surface_vs_naive']:.0f}x)"
+    )
 
 
 if __name__ == "__main__":

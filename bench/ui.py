@@ -7,6 +7,7 @@ reruns after moving the τ slider, once the per-run caches are warm. Prints one 
 
     python bench/ui.py [--run-items 100000] [--options 77] [--moves 10]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,25 +36,59 @@ def build(db: Path, n: int, k: int, seed: int = 0) -> str:
     opts = [f"intent_{j:02d}" for j in range(k)]
     labels = rng.integers(0, k, size=n)
     csv = db.parent / "items.csv"
-    pd.DataFrame({"id": [f"x{i:07d}" for i in range(n)], "text": [f"message {i}" for i in range(n)],
-                  "label": [opts[y] for y in labels]}).to_csv(csv, index=False)
-    schema = DecisionSchema.from_dict({"questions": {"intent": {"type": "choice", "instructions": "Intent?",
-                                                                "criteria": {o: None for o in opts}}}})
+    pd.DataFrame(
+        {
+            "id": [f"x{i:07d}" for i in range(n)],
+            "text": [f"message {i}" for i in range(n)],
+            "label": [opts[y] for y in labels],
+        }
+    ).to_csv(csv, index=False)
+    schema = DecisionSchema.from_dict(
+        {"questions": {"intent": {"type": "choice", "instructions": "Intent?", "criteria": {o: None for o in opts}}}}
+    )
     con = connect(db)
-    info = import_dataset(con, [csv], ImportSpec(name="big", text_column="text", id_column="id",
-                                                 labels={"intent": "label"}, test_fraction=0.4,
-                                                 calibration_fraction=0.66), schema)
+    info = import_dataset(
+        con,
+        [csv],
+        ImportSpec(
+            name="big",
+            text_column="text",
+            id_column="id",
+            labels={"intent": "label"},
+            test_fraction=0.4,
+            calibration_fraction=0.66,
+        ),
+        schema,
+    )
     ids = con.execute("SELECT item_id FROM items WHERE split <> 'train' ORDER BY item_id").fetchnumpy()["item_id"]
     y = labels[np.array([int(i[1:]) for i in ids])]
     logits = rng.normal(size=(len(ids), k))
     logits[np.arange(len(ids)), y] += rng.uniform(0, 6, size=len(ids))
     probs = np.exp(logits - logits.max(1, keepdims=True))
     probs /= probs.sum(1, keepdims=True)
-    run_id = create_run(con, dataset="big", dataset_version=info.version, schema=schema, provider="synthetic:big",
-                        splits=["calibration", "test"], name="big")
-    write_answers(con, pd.DataFrame({"run_id": run_id, "item_id": ids, "question": "intent",
-                                     "probs": list(probs), "p_top": p_top(probs), "margin": margin(probs),
-                                     "entropy": entropy(probs)}))
+    run_id = create_run(
+        con,
+        dataset="big",
+        dataset_version=info.version,
+        schema=schema,
+        provider="synthetic:big",
+        splits=["calibration", "test"],
+        name="big",
+    )
+    write_answers(
+        con,
+        pd.DataFrame(
+            {
+                "run_id": run_id,
+                "item_id": ids,
+                "question": "intent",
+                "probs": list(probs),
+                "p_top": p_top(probs),
+                "margin": margin(probs),
+                "entropy": entropy(probs),
+            }
+        ),
+    )
     update_run(con, run_id, status="done")
     con.close()
     return run_id
@@ -97,11 +132,20 @@ def measure(run_items: int = 100_000, options: int = 77, moves: int = 10) -> dic
                 os.environ.pop("WORKBENCH_DB", None)
             else:
                 os.environ["WORKBENCH_DB"] = old
-    return {"run_items": run_items, "options": options, "run_id": run_id, "build_store_s": round(build_s, 2),
-            "first_render_s": round(first_s, 2), "coverages": coverages,
-            "load_average": os.getloadavg()[0],
-            "slider_rerun_ms": {"median": round(1000 * statistics.median(times), 1),
-                                "max": round(1000 * max(times), 1), "all": [round(1000 * t, 1) for t in times]}}
+    return {
+        "run_items": run_items,
+        "options": options,
+        "run_id": run_id,
+        "build_store_s": round(build_s, 2),
+        "first_render_s": round(first_s, 2),
+        "coverages": coverages,
+        "load_average": os.getloadavg()[0],
+        "slider_rerun_ms": {
+            "median": round(1000 * statistics.median(times), 1),
+            "max": round(1000 * max(times), 1),
+            "all": [round(1000 * t, 1) for t in times],
+        },
+    }
 
 
 def main() -> None:

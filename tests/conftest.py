@@ -1,4 +1,5 @@
 """Shared fixtures: paths to the shipped data and a fresh store per test."""
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,9 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "wb.duckdb"
 
 
-def run_cli(*args: str, db: Path | None = None, env: dict | None = None, check: bool = False,
-            timeout: float = 600) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, db: Path | None = None, env: dict | None = None, check: bool = False, timeout: float = 600
+) -> subprocess.CompletedProcess:
     """Run the real `workbench` console entry point in a subprocess."""
     cmd = [sys.executable, "-c", "from workbench.cli import main; main()"]
     if db is not None:

@@ -1,4 +1,5 @@
 """Execute every notebook in ``notebooks/`` with nbclient (they are saved without outputs)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,8 +29,9 @@ def test_notebook_executes(path: Path):
     NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
-    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
-                     if o.output_type == "stream")
+    text = "\n".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "stream"
+    )
     if "calibrate" in path.stem:
         assert "certified:" in text and "test ECE" in text and "QuestionDecision" in text
     else:

@@ -14,6 +14,7 @@ For every run and question, on the comparison split (default ``test``):
 
 Runs are named by run id, by experiment name (its latest run of every pair), or by an experiment file.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,8 +29,8 @@ from workbench.metrics.bootstrap import bootstrap_many, mcnemar, paired_bootstra
 from workbench.metrics.confusion import macro_f1
 from workbench.metrics.reliability import top_label_ece
 from workbench.metrics.scores import accuracy, brier_score, log_loss
-from workbench.store.runs import RunAnswers, get_run, load_answers, load_stored_schema
 from workbench.schema import option_ids
+from workbench.store.runs import RunAnswers, get_run, load_answers, load_stored_schema
 
 
 @dataclass
@@ -47,7 +48,7 @@ class ObjectiveSpec:
     calibration_split: str = "calibration"
 
     @classmethod
-    def from_experiment(cls, objective: Any) -> "ObjectiveSpec":
+    def from_experiment(cls, objective: Any) -> ObjectiveSpec:
         return cls(**{k: getattr(objective, k) for k in cls.__dataclass_fields__})
 
 
@@ -69,8 +70,9 @@ def resolve_runs(con, names: list[str]) -> tuple[list[dict], Any]:
                 try:
                     rows = experiment_runs(con, name)
                 except NotFoundError:
-                    raise NotFoundError(f"{name!r} is neither a run id, a run name nor an experiment",
-                                        hint="see `workbench runs list`") from None
+                    raise NotFoundError(
+                        f"{name!r} is neither a run id, a run name nor an experiment", hint="see `workbench runs list`"
+                    ) from None
                 experiment = experiment or _experiment_by_name(name)
         for r in rows:
             full = get_run(con, r["run_id"])
@@ -80,9 +82,11 @@ def resolve_runs(con, names: list[str]) -> tuple[list[dict], Any]:
         raise NotFoundError("no runs to compare", hint="name run ids or an experiment")
     datasets = {(r["dataset"], int(r["dataset_version"])) for r in runs}
     if len(datasets) > 1:
-        raise WorkbenchError("runs are on different datasets or dataset versions: "
-                             + ", ".join(f"{d} v{v}" for d, v in sorted(datasets)),
-                             hint="compare runs of one dataset version (item-paired)")
+        raise WorkbenchError(
+            "runs are on different datasets or dataset versions: "
+            + ", ".join(f"{d} v{v}" for d, v in sorted(datasets)),
+            hint="compare runs of one dataset version (item-paired)",
+        )
     return runs, experiment
 
 
@@ -114,8 +118,10 @@ def _pick_baseline(runs: list[dict], baseline: str | None, experiment: Any) -> d
     for r in runs:
         if baseline in (r["run_id"], r.get("name"), label(r)):
             return r
-    raise NotFoundError(f"baseline {baseline!r} is not among the compared runs",
-                        hint="use a run id or PROVIDER@VARIANT of: " + ", ".join(label(r) for r in runs))
+    raise NotFoundError(
+        f"baseline {baseline!r} is not among the compared runs",
+        hint="use a run id or PROVIDER@VARIANT of: " + ", ".join(label(r) for r in runs),
+    )
 
 
 # -- per-run figures -------------------------------------------------------------------------------
@@ -126,8 +132,12 @@ def _metric_stats(probs: np.ndarray, labels: np.ndarray, k: int, qtype: str = "c
     pred = probs.argmax(axis=1)
 
     def stats(w: np.ndarray | None) -> dict[str, float]:
-        out = {"accuracy": accuracy(probs, labels, w), "macro_f1": macro_f1(labels, pred, k, w),
-               "log_loss": log_loss(probs, labels, w), "brier": brier_score(probs, labels, w)}
+        out = {
+            "accuracy": accuracy(probs, labels, w),
+            "macro_f1": macro_f1(labels, pred, k, w),
+            "log_loss": log_loss(probs, labels, w),
+            "brier": brier_score(probs, labels, w),
+        }
         if qtype == "score":
             out["rps"] = ranked_probability_score(probs, labels, w)
             out["mae_expected_level"] = mae_expected_level(probs, labels, w)
@@ -160,36 +170,58 @@ def _run_costs(con, run: dict, split: str) -> dict:
                   (SELECT quantile_cont(latency_ms, 0.5) FROM calls),
                   (SELECT quantile_cont(latency_ms, 0.95) FROM calls),
                   (SELECT count(*) FROM calls)""",
-        {"ds": run["dataset"], "v": int(run["dataset_version"]), "run": run["run_id"], "split": split}).fetchone()
+        {"ds": run["dataset"], "v": int(run["dataset_version"]), "run": run["run_id"], "split": split},
+    ).fetchone()
     n_items, cost, n_unpriced, p50, p95, n_calls = row
     known = n_items and cost is not None and n_unpriced == 0
-    return {"n_items": int(n_items or 0), "n_calls": int(n_calls or 0),
-            "cost_per_1000_items": (float(cost) / n_items * 1000.0) if known else None,
-            "cost_known": bool(known), "latency_p50_ms": p50, "latency_p95_ms": p95}
+    return {
+        "n_items": int(n_items or 0),
+        "n_calls": int(n_calls or 0),
+        "cost_per_1000_items": (float(cost) / n_items * 1000.0) if known else None,
+        "cost_known": bool(known),
+        "latency_p50_ms": p50,
+        "latency_p95_ms": p95,
+    }
 
 
-def _policy_at_objective(con, run_id: str, question: str, test: RunAnswers, objective: ObjectiveSpec,
-                         seed: int) -> dict:
+def _policy_at_objective(
+    con, run_id: str, question: str, test: RunAnswers, objective: ObjectiveSpec, seed: int
+) -> dict:
     from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
 
     try:
         calibration = load_answers(con, run_id, question, [objective.calibration_split])
-        opts = ThresholdOptions(objective=objective.kind, alpha=objective.max_error, delta=objective.delta,
-                                target_coverage=objective.target_coverage, target_error=objective.target_error,
-                                review_cost=objective.review_cost, error_cost=objective.error_cost,
-                                calibrate=objective.calibrate, seed=seed)
+        opts = ThresholdOptions(
+            objective=objective.kind,
+            alpha=objective.max_error,
+            delta=objective.delta,
+            target_coverage=objective.target_coverage,
+            target_error=objective.target_error,
+            review_cost=objective.review_cost,
+            error_cost=objective.error_cost,
+            calibrate=objective.calibrate,
+            seed=seed,
+        )
         result = choose_thresholds(calibration, test, opts)
     except WorkbenchError as exc:
         return {"not_chosen": str(exc)}
     t = result.test or {}
-    return {"objective": objective.kind, "certified": result.selection.certified,
-            "feasible": result.selection.feasible, "rule": result.rule_dict(),
-            "coverage": t.get("coverage"), "error": t.get("error"), "n_accepted": t.get("n_accepted"),
-            "n_items": t.get("n_items"), "_rule": result.rule}
+    return {
+        "objective": objective.kind,
+        "certified": result.selection.certified,
+        "feasible": result.selection.feasible,
+        "rule": result.rule_dict(),
+        "coverage": t.get("coverage"),
+        "error": t.get("error"),
+        "n_accepted": t.get("n_accepted"),
+        "n_items": t.get("n_items"),
+        "_rule": result.rule,
+    }
 
 
-def _paired(base: RunAnswers, other: RunAnswers, *, base_rule, other_rule, n_boot: int, seed: int,
-            level: float) -> dict:
+def _paired(
+    base: RunAnswers, other: RunAnswers, *, base_rule, other_rule, n_boot: int, seed: int, level: float
+) -> dict:
     """Paired differences other − base on items both answered and labelled."""
     a, b = base.labelled(), other.labelled()
     common, ia, ib = np.intersect1d(a.item_ids.astype(str), b.item_ids.astype(str), return_indices=True)
@@ -198,8 +230,14 @@ def _paired(base: RunAnswers, other: RunAnswers, *, base_rule, other_rule, n_boo
         return out
     pa, pb, y = a.probs[ia], b.probs[ib], a.labels[ia]
     k = pa.shape[1]
-    diffs = paired_bootstrap(_metric_stats(pa, y, k, a.qtype), _metric_stats(pb, y, k, b.qtype), common.size,
-                             n_boot=n_boot, seed=seed, level=level)
+    diffs = paired_bootstrap(
+        _metric_stats(pa, y, k, a.qtype),
+        _metric_stats(pb, y, k, b.qtype),
+        common.size,
+        n_boot=n_boot,
+        seed=seed,
+        level=level,
+    )
     out["metrics"] = {name: d.to_dict() for name, d in diffs.items()}
     out["mcnemar"] = mcnemar(pa.argmax(axis=1) == y, pb.argmax(axis=1) == y).to_dict()
     if base_rule is not None and other_rule is not None:
@@ -212,13 +250,16 @@ def _paired(base: RunAnswers, other: RunAnswers, *, base_rule, other_rule, n_boo
             def stats(w):
                 ww = np.ones_like(acc) if w is None else w
                 n_acc = ww @ acc
-                return {"coverage": float(ww @ acc / ww.sum()),
-                        "error_among_accepted": float(ww @ err / n_acc) if n_acc > 0 else 0.0}
+                return {
+                    "coverage": float(ww @ acc / ww.sum()),
+                    "error_among_accepted": float(ww @ err / n_acc) if n_acc > 0 else 0.0,
+                }
 
             return stats
 
-        pol = paired_bootstrap(policy_stats(da), policy_stats(db), common.size, n_boot=n_boot, seed=seed + 1,
-                               level=level)
+        pol = paired_bootstrap(
+            policy_stats(da), policy_stats(db), common.size, n_boot=n_boot, seed=seed + 1, level=level
+        )
         out["policy"] = {name: d.to_dict() for name, d in pol.items()}
     return out
 
@@ -235,8 +276,14 @@ class Comparison:
     experiment: str | None = None
 
     def to_dict(self) -> dict:
-        return {"experiment": self.experiment, "dataset": self.dataset, "split": self.split,
-                "baseline": self.baseline, "objective": self.objective, "rows": self.rows}
+        return {
+            "experiment": self.experiment,
+            "dataset": self.dataset,
+            "split": self.split,
+            "baseline": self.baseline,
+            "objective": self.objective,
+            "rows": self.rows,
+        }
 
     def to_frame(self) -> pd.DataFrame:
         """Flat table: one row per (run, question), headline figures and differences vs the baseline."""
@@ -245,33 +292,52 @@ class Comparison:
             m, p = r.get("metrics") or {}, r.get("policy") or {}
             d = r.get("vs_baseline") or {}
             dm = d.get("metrics") or {}
-            flat.append({
-                "provider": r["provider"], "variant": r["variant"], "question": r["question"], "run_id": r["run_id"],
-                "n": r["n_labelled"], "failed": r["n_failed"],
-                "accuracy": (m.get("accuracy") or {}).get("estimate"),
-                "accuracy_low": (m.get("accuracy") or {}).get("low"),
-                "accuracy_high": (m.get("accuracy") or {}).get("high"),
-                "macro_f1": (m.get("macro_f1") or {}).get("estimate"),
-                "log_loss": (m.get("log_loss") or {}).get("estimate"),
-                "brier": (m.get("brier") or {}).get("estimate"), "ece": r.get("ece"),
-                "cost_per_1000": r["cost"]["cost_per_1000_items"], "latency_p50_ms": r["cost"]["latency_p50_ms"],
-                "latency_p95_ms": r["cost"]["latency_p95_ms"],
-                "coverage": (p.get("coverage") or {}).get("value"), "error": (p.get("error") or {}).get("value"),
-                "d_accuracy": (dm.get("accuracy") or {}).get("difference"),
-                "d_accuracy_low": (dm.get("accuracy") or {}).get("low"),
-                "d_accuracy_high": (dm.get("accuracy") or {}).get("high"),
-                "p_bootstrap": (dm.get("accuracy") or {}).get("p_value"),
-                "p_mcnemar": (d.get("mcnemar") or {}).get("p_exact"),
-                "d_log_loss": (dm.get("log_loss") or {}).get("difference"),
-                "d_coverage": ((d.get("policy") or {}).get("coverage") or {}).get("difference"),
-                "is_baseline": r["is_baseline"],
-            })
+            flat.append(
+                {
+                    "provider": r["provider"],
+                    "variant": r["variant"],
+                    "question": r["question"],
+                    "run_id": r["run_id"],
+                    "n": r["n_labelled"],
+                    "failed": r["n_failed"],
+                    "accuracy": (m.get("accuracy") or {}).get("estimate"),
+                    "accuracy_low": (m.get("accuracy") or {}).get("low"),
+                    "accuracy_high": (m.get("accuracy") or {}).get("high"),
+                    "macro_f1": (m.get("macro_f1") or {}).get("estimate"),
+                    "log_loss": (m.get("log_loss") or {}).get("estimate"),
+                    "brier": (m.get("brier") or {}).get("estimate"),
+                    "ece": r.get("ece"),
+                    "cost_per_1000": r["cost"]["cost_per_1000_items"],
+                    "latency_p50_ms": r["cost"]["latency_p50_ms"],
+                    "latency_p95_ms": r["cost"]["latency_p95_ms"],
+                    "coverage": (p.get("coverage") or {}).get("value"),
+                    "error": (p.get("error") or {}).get("value"),
+                    "d_accuracy": (dm.get("accuracy") or {}).get("difference"),
+                    "d_accuracy_low": (dm.get("accuracy") or {}).get("low"),
+                    "d_accuracy_high": (dm.get("accuracy") or {}).get("high"),
+                    "p_bootstrap": (dm.get("accuracy") or {}).get("p_value"),
+                    "p_mcnemar": (d.get("mcnemar") or {}).get("p_exact"),
+                    "d_log_loss": (dm.get("log_loss") or {}).get("difference"),
+                    "d_coverage": ((d.get("policy") or {}).get("coverage") or {}).get("difference"),
+                    "is_baseline": r["is_baseline"],
+                }
+            )
         return pd.DataFrame(flat)
 
 
-def compare_runs(con, names: list[str], *, baseline: str | None = None, questions: list[str] | None = None,
-                 split: str | None = None, objective: ObjectiveSpec | None = None, n_boot: int | None = None,
-                 seed: int | None = None, level: float = 0.95, policy: bool = True) -> Comparison:
+def compare_runs(
+    con,
+    names: list[str],
+    *,
+    baseline: str | None = None,
+    questions: list[str] | None = None,
+    split: str | None = None,
+    objective: ObjectiveSpec | None = None,
+    n_boot: int | None = None,
+    seed: int | None = None,
+    level: float = 0.95,
+    policy: bool = True,
+) -> Comparison:
     """Compare runs named by id, experiment name or experiment file (see the module docstring).
 
     Parameters
@@ -302,8 +368,9 @@ def compare_runs(con, names: list[str], *, baseline: str | None = None, question
     qids = questions or (settings.questions if settings and settings.questions else None) or base_schema.question_ids
     unknown = [q for q in qids if q not in base_schema.questions]
     if unknown:
-        raise NotFoundError(f"the baseline run has no question {unknown[0]!r}",
-                            hint=f"questions: {', '.join(base_schema.question_ids)}")
+        raise NotFoundError(
+            f"the baseline run has no question {unknown[0]!r}", hint=f"questions: {', '.join(base_schema.question_ids)}"
+        )
     # baseline first, so its rule is known when the others are paired with it
     ordered = [base] + [r for r in runs if r["run_id"] != base["run_id"]]
     base_answers: dict[str, RunAnswers] = {}
@@ -318,15 +385,28 @@ def compare_runs(con, names: list[str], *, baseline: str | None = None, question
             ans = load_answers(con, run["run_id"], q, [split])
             lab = ans.labelled()
             k = len(ans.option_ids)
-            row: dict[str, Any] = {"run_id": run["run_id"], "provider": run["provider"],
-                                   "variant": run.get("variant"), "label": label(run), "question": q,
-                                   "model": run.get("model"), "schema_hash": run["schema_hash"],
-                                   "is_baseline": run["run_id"] == base["run_id"], "n_items": int(len(ans.item_ids)),
-                                   "n_labelled": int(len(lab.labels)), "n_failed": int(ans.failed.sum()),
-                                   "cost": costs}
+            row: dict[str, Any] = {
+                "run_id": run["run_id"],
+                "provider": run["provider"],
+                "variant": run.get("variant"),
+                "label": label(run),
+                "question": q,
+                "model": run.get("model"),
+                "schema_hash": run["schema_hash"],
+                "is_baseline": run["run_id"] == base["run_id"],
+                "n_items": int(len(ans.item_ids)),
+                "n_labelled": int(len(lab.labels)),
+                "n_failed": int(ans.failed.sum()),
+                "cost": costs,
+            }
             if len(lab.labels):
-                ci = bootstrap_many(_metric_stats(lab.probs, lab.labels, k, ans.qtype), len(lab.labels),
-                                    n_boot=n_boot, seed=seed, level=level)
+                ci = bootstrap_many(
+                    _metric_stats(lab.probs, lab.labels, k, ans.qtype),
+                    len(lab.labels),
+                    n_boot=n_boot,
+                    seed=seed,
+                    level=level,
+                )
                 row["metrics"] = {name: iv.to_dict() for name, iv in ci.items()}
                 point = _point_metrics(lab.probs, lab.labels, ans.qtype)
                 row["ece"] = point.pop("ece")
@@ -339,10 +419,23 @@ def compare_runs(con, names: list[str], *, baseline: str | None = None, question
             if run["run_id"] == base["run_id"]:
                 base_answers[q], base_rules[q] = ans, rule
             elif q in base_answers and option_ids(schema.questions[q]) == base_answers[q].option_ids:
-                row["vs_baseline"] = _paired(base_answers[q], ans, base_rule=base_rules.get(q), other_rule=rule,
-                                             n_boot=n_boot, seed=seed, level=level)
+                row["vs_baseline"] = _paired(
+                    base_answers[q],
+                    ans,
+                    base_rule=base_rules.get(q),
+                    other_rule=rule,
+                    n_boot=n_boot,
+                    seed=seed,
+                    level=level,
+                )
             elif q in base_answers:
                 row["vs_baseline"] = {"n_pairs": 0, "note": "options differ from the baseline's: not paired"}
             rows.append(row)
-    return Comparison(dataset=base["dataset"], split=split, baseline=label(base),
-                      objective=dict(objective.__dict__), rows=rows, experiment=exp.name if exp else None)
+    return Comparison(
+        dataset=base["dataset"],
+        split=split,
+        baseline=label(base),
+        objective=dict(objective.__dict__),
+        rows=rows,
+        experiment=exp.name if exp else None,
+    )

@@ -5,15 +5,16 @@ machine with no keys: the local zero-shot model, the TF-IDF baseline, and Cloudf
 ``clef-flash`` **emulated** by the workbench's loopback emulator (started and stopped here; the
 dummy credentials exist only in the environment handed to the runner).
 """
+
 from __future__ import annotations
 
-import json
 import os
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
@@ -44,8 +45,10 @@ def bundled_dir(name: str) -> Path:
     base = Path(os.environ.get("WORKBENCH_DATASETS", repo_root() / "datasets"))
     path = base / name
     if not path.is_dir():
-        raise DemoError(f"bundled dataset {name!r} not found in {base}",
-                        hint="run the demo from a checkout (datasets/ ships with it) or set WORKBENCH_DATASETS")
+        raise DemoError(
+            f"bundled dataset {name!r} not found in {base}",
+            hint="run the demo from a checkout (datasets/ ships with it) or set WORKBENCH_DATASETS",
+        )
     return path
 
 
@@ -54,11 +57,19 @@ def import_spec_for(name: str):
     from workbench.store.datasets import ImportSpec
 
     if name == "banking77":
-        return ImportSpec(name="banking77", text_column="text", labels={"intent": "category"},
-                          calibration_fraction=0.2, seed=0)
+        return ImportSpec(
+            name="banking77", text_column="text", labels={"intent": "category"}, calibration_fraction=0.2, seed=0
+        )
     if name == "hwu64":
-        return ImportSpec(name="hwu64", text_column="text", id_column="id", split_column="split",
-                          labels={"scenario": "scenario", "intent": "label"}, calibration_fraction=0.2, seed=0)
+        return ImportSpec(
+            name="hwu64",
+            text_column="text",
+            id_column="id",
+            split_column="split",
+            labels={"scenario": "scenario", "intent": "label"},
+            calibration_fraction=0.2,
+            seed=0,
+        )
     raise DemoError(f"no bundled dataset {name!r}", hint=f"choose from {', '.join(DATASETS)}")
 
 
@@ -103,17 +114,37 @@ def schema_variants(name: str, labels: list[str]) -> dict[str, Any]:
                 break
     if len(out) == len(VARIANTS):
         return out
-    instructions = ("Which intent does the customer's message express? Pick the single best option."
-                    if name == "banking77" else
-                    "Which intent does the user's request to the home assistant express? Pick the single best option.")
-    out.setdefault("descriptive", DecisionSchema.from_dict({
-        "name": f"{name}-descriptive",
-        "questions": {"intent": {"type": "choice", "instructions": instructions,
-                                 "criteria": {lab: f"The message is about {_readable(lab)}." for lab in labels}}}}))
-    out.setdefault("terse", DecisionSchema.from_dict({
-        "name": f"{name}-terse",
-        "questions": {"intent": {"type": "choice", "instructions": "Intent?",
-                                 "criteria": {lab: None for lab in labels}}}}))
+    instructions = (
+        "Which intent does the customer's message express? Pick the single best option."
+        if name == "banking77"
+        else "Which intent does the user's request to the home assistant express? Pick the single best option."
+    )
+    out.setdefault(
+        "descriptive",
+        DecisionSchema.from_dict(
+            {
+                "name": f"{name}-descriptive",
+                "questions": {
+                    "intent": {
+                        "type": "choice",
+                        "instructions": instructions,
+                        "criteria": {lab: f"The message is about {_readable(lab)}." for lab in labels},
+                    }
+                },
+            }
+        ),
+    )
+    out.setdefault(
+        "terse",
+        DecisionSchema.from_dict(
+            {
+                "name": f"{name}-terse",
+                "questions": {
+                    "intent": {"type": "choice", "instructions": "Intent?", "criteria": {lab: None for lab in labels}}
+                },
+            }
+        ),
+    )
     return out
 
 
@@ -145,11 +176,16 @@ class DemoResult:
         return [f"workbench ui --db {self.db_path}", f"streamlit run streamlit_app.py -- --db {self.db_path}"]
 
     def to_dict(self) -> dict:
-        return {"out_dir": str(self.out_dir), "db": str(self.db_path),
-                "policy": str(self.policy_path) if self.policy_path else None, "seconds": self.seconds,
-                "shadow": self.shadow,
-                "runs": [r.__dict__ for r in self.runs], "summary": self.summary.to_dict(orient="records"),
-                "ui": self.ui_commands}
+        return {
+            "out_dir": str(self.out_dir),
+            "db": str(self.db_path),
+            "policy": str(self.policy_path) if self.policy_path else None,
+            "seconds": self.seconds,
+            "shadow": self.shadow,
+            "runs": [r.__dict__ for r in self.runs],
+            "summary": self.summary.to_dict(orient="records"),
+            "ui": self.ui_commands,
+        }
 
 
 # -- the pipeline ------------------------------------------------------------------------------------
@@ -189,8 +225,11 @@ def _finished_run(con, name: str, schema_hash: str, dataset_version: int) -> str
         run = get_run(con, name)
     except NotFoundError:
         return None
-    same = (run["status"] == "done" and run["schema_hash"] == schema_hash
-            and int(run["dataset_version"]) == int(dataset_version))
+    same = (
+        run["status"] == "done"
+        and run["schema_hash"] == schema_hash
+        and int(run["dataset_version"]) == int(dataset_version)
+    )
     return run["run_id"] if same else None
 
 
@@ -224,26 +263,35 @@ def _memo_minilm():
 
 def _emulator_env(emu) -> dict[str, str]:
     """Dummy credentials + the emulator's URL: handed to the runner only (never os.environ)."""
-    return {**os.environ, "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url,
-            "CLOUDFLARE_API_KEY": "demo-not-a-real-key", "CLOUDFLARE_ACCOUNT_ID": "demo-account"}
+    return {
+        **os.environ,
+        "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url,
+        "CLOUDFLARE_API_KEY": "demo-not-a-real-key",
+        "CLOUDFLARE_ACCOUNT_ID": "demo-account",
+    }
 
 
-def _demo_shadow(con, runs: list["DemoRun"], log) -> str | None:
+def _demo_shadow(con, runs: list[DemoRun], log) -> str | None:
     """A shadow replay on BANKING77 test: the TF-IDF baseline (champion) vs the zero-shot model."""
     from workbench.store.shadow import replay_runs
 
-    def pick(provider: str) -> "DemoRun | None":
-        return next((r for r in runs if r.dataset == "banking77" and r.provider == provider
-                     and r.variant == "descriptive"), None)
+    def pick(provider: str) -> DemoRun | None:
+        return next(
+            (r for r in runs if r.dataset == "banking77" and r.provider == provider and r.variant == "descriptive"),
+            None,
+        )
 
     champion, challenger = pick("baseline:tfidf-logreg"), pick("local:minilm-zeroshot")
     if champion is None or challenger is None:
         return None
     name = "demo-banking77-tfidf-vs-minilm"
-    replay_runs(con, shadow=name, champion_run=champion.run_id, challenger_run=challenger.run_id, splits=["test"],
-                replace=True)
-    log(f"shadow replay [bold]{name}[/]: champion {champion.run_id} (tfidf) vs challenger {challenger.run_id} "
-        "(minilm), BANKING77 test")
+    replay_runs(
+        con, shadow=name, champion_run=champion.run_id, challenger_run=challenger.run_id, splits=["test"], replace=True
+    )
+    log(
+        f"shadow replay [bold]{name}[/]: champion {champion.run_id} (tfidf) vs challenger {challenger.run_id} "
+        "(minilm), BANKING77 test"
+    )
     return name
 
 
@@ -268,9 +316,17 @@ def _figures(con, run_id: str, question: str) -> dict:
     return out
 
 
-def run_demo(out_dir: str | Path = "demo-output", *, fast: bool = False, alpha: float = 0.1, delta: float = 0.1,
-             datasets: tuple[str, ...] = DATASETS, providers: tuple[str, ...] | None = None,
-             progress: bool = True, log: Callable[[str], None] | None = None) -> DemoResult:
+def run_demo(
+    out_dir: str | Path = "demo-output",
+    *,
+    fast: bool = False,
+    alpha: float = 0.1,
+    delta: float = 0.1,
+    datasets: tuple[str, ...] = DATASETS,
+    providers: tuple[str, ...] | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> DemoResult:
     """Run the whole offline demo into ``out_dir`` and return what it made.
 
     Parameters
@@ -320,8 +376,10 @@ def run_demo(out_dir: str | Path = "demo-output", *, fast: bool = False, alpha: 
             files = _subsample(name, out, FAST_ITEMS) if fast else dataset_files(name)
             info = import_dataset(con, files, import_spec_for(name))
             info_by_name[name] = info.version
-            log(f"[bold]{name}[/]: {info.n_items:,} items, v{info.version} "
-                f"({'imported' if info.created else 'already in the store'}), fingerprint {info.fingerprint[:12]}")
+            log(
+                f"[bold]{name}[/]: {info.n_items:,} items, v{info.version} "
+                f"({'imported' if info.created else 'already in the store'}), fingerprint {info.fingerprint[:12]}"
+            )
         options = RunOptions(splits=["calibration", "test"], concurrency=32)
         minilm = _memo_minilm() if "local:minilm-zeroshot" in providers else None
         with ExitStack() as stack:
@@ -329,8 +387,10 @@ def run_demo(out_dir: str | Path = "demo-output", *, fast: bool = False, alpha: 
             if EMULATED_PROVIDER in providers:
                 emu = stack.enter_context(run_emulator(port=0))
                 env = _emulator_env(emu)
-                log(f"[yellow]EMULATED[/] {EMULATED_PROVIDER}: the workbench emulator on {emu.base_url} answers "
-                    "instead of Cloudflare (no network, dummy credentials)")
+                log(
+                    f"[yellow]EMULATED[/] {EMULATED_PROVIDER}: the workbench emulator on {emu.base_url} answers "
+                    "instead of Cloudflare (no network, dummy credentials)"
+                )
             for name in datasets:
                 labels = sorted(dataset_info(con, name)["labels"]["intent"]["label_counts"])
                 variants = schema_variants(name, labels)
@@ -348,11 +408,27 @@ def run_demo(out_dir: str | Path = "demo-output", *, fast: bool = False, alpha: 
                             log(f"run {label}: already in the store ({run_id})")
                         else:
                             log(f"run {label}")
-                            run_id = start_run(con, dataset=name, schema=schema, provider_spec=spec,
-                                               options=options, run_name=label, experiment=name, variant=variant)
+                            run_id = start_run(
+                                con,
+                                dataset=name,
+                                schema=schema,
+                                provider_spec=spec,
+                                options=options,
+                                run_name=label,
+                                experiment=name,
+                                variant=variant,
+                            )
                             execute_run(con, run_id, env=env, progress=progress, provider=shared.get(spec))
-                        runs.append(DemoRun(name, spec, variant, run_id, spec == EMULATED_PROVIDER,
-                                            questions=list(schema.question_ids)))
+                        runs.append(
+                            DemoRun(
+                                name,
+                                spec,
+                                variant,
+                                run_id,
+                                spec == EMULATED_PROVIDER,
+                                questions=list(schema.question_ids),
+                            )
+                        )
             if EMULATED_PROVIDER in providers:
                 log(f"[yellow]EMULATED[/] emulator stopped after {emu.request_count():,} requests")
 
@@ -364,8 +440,14 @@ def run_demo(out_dir: str | Path = "demo-output", *, fast: bool = False, alpha: 
 
         from workbench.cli.common import err_console
 
-        bar = Progress(TextColumn("recalibrate + certify + export"), BarColumn(), MofNCompleteColumn(),
-                       TimeElapsedColumn(), console=err_console, disable=not progress)
+        bar = Progress(
+            TextColumn("recalibrate + certify + export"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            disable=not progress,
+        )
         with bar:
             for r in bar.track(runs):
                 r.figures = _figures(con, r.run_id, "intent")
@@ -376,11 +458,15 @@ def run_demo(out_dir: str | Path = "demo-output", *, fast: bool = False, alpha: 
                     continue
                 res = results["intent"]
                 sel = res.selection
-                r.figures.update({
-                    "certified": bool(sel.feasible), **{k: v for k, v in sel.params.items()},
-                    "cal_coverage": sel.calibration.get("coverage"),
-                    "test_coverage": (res.test or {}).get("coverage", {}).get("value"),
-                    "test_error": (res.test or {}).get("error", {}).get("value")})
+                r.figures.update(
+                    {
+                        "certified": bool(sel.feasible),
+                        **{k: v for k, v in sel.params.items()},
+                        "cal_coverage": sel.calibration.get("coverage"),
+                        "test_coverage": (res.test or {}).get("coverage", {}).get("value"),
+                        "test_error": (res.test or {}).get("error", {}).get("value"),
+                    }
+                )
                 path = policy_dir / f"{r.dataset}-{r.provider.replace(':', '_')}-{r.variant}.json"
                 write_policy(model, path)
                 r.policy_path = str(path)
@@ -410,11 +496,23 @@ def summary_frame(runs: list[DemoRun]) -> pd.DataFrame:
     rows = []
     for r in runs:
         f = r.figures
-        rows.append({"dataset": r.dataset, "provider": r.provider + (" (EMULATED)" if r.emulated else ""),
-                     "variant": r.variant, "run_id": r.run_id, "n_test": f.get("n_test"),
-                     "accuracy": f.get("accuracy"), "ece": f.get("ece"), "ece_temp": f.get("ece_temperature"),
-                     "tau": f.get("tau"), "margin": f.get("margin"), "cal_coverage": f.get("cal_coverage"),
-                     "test_coverage": f.get("test_coverage"), "test_error": f.get("test_error")})
+        rows.append(
+            {
+                "dataset": r.dataset,
+                "provider": r.provider + (" (EMULATED)" if r.emulated else ""),
+                "variant": r.variant,
+                "run_id": r.run_id,
+                "n_test": f.get("n_test"),
+                "accuracy": f.get("accuracy"),
+                "ece": f.get("ece"),
+                "ece_temp": f.get("ece_temperature"),
+                "tau": f.get("tau"),
+                "margin": f.get("margin"),
+                "cal_coverage": f.get("cal_coverage"),
+                "test_coverage": f.get("test_coverage"),
+                "test_error": f.get("test_error"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -441,27 +539,44 @@ def print_summary(result: DemoResult, console=None) -> None:
     def num(v):
         return "—" if v is None or v != v else f"{v:.2f}"
 
-    t = Table(title=f"workbench demo: {len(result.runs)} runs in {result.seconds:.0f} s (question: intent)",
-              pad_edge=False, box=None, header_style="bold")
+    t = Table(
+        title=f"workbench demo: {len(result.runs)} runs in {result.seconds:.0f} s (question: intent)",
+        pad_edge=False,
+        box=None,
+        header_style="bold",
+    )
     for col in ("dataset", "provider", "variant", "acc", "ECE raw→T", "τ / m", "cov cal", "cov test", "err test"):
         t.add_column(col, justify="left" if col in ("dataset", "provider", "variant") else "right", no_wrap=True)
     for r in result.runs:
         f = r.figures
         ece = f"{num(f.get('ece'))}→{num(f.get('ece_temperature'))}" if f.get("ece") is not None else "—"
         thr = f"{num(f.get('tau'))} / {num(f.get('margin'))}" if f.get("certified") else "none certified"
-        t.add_row(r.dataset, _short_provider(r.provider, r.emulated), r.variant, pct(f.get("accuracy")), ece, thr,
-                  pct(f.get("cal_coverage")), pct(f.get("test_coverage")), pct(f.get("test_error")))
+        t.add_row(
+            r.dataset,
+            _short_provider(r.provider, r.emulated),
+            r.variant,
+            pct(f.get("accuracy")),
+            ece,
+            thr,
+            pct(f.get("cal_coverage")),
+            pct(f.get("test_coverage")),
+            pct(f.get("test_error")),
+        )
     console.print(t)
-    console.print("acc/ECE on test (ECE raw → after temperature scaling fitted on calibration); τ/m certified by "
-                  "Learn-then-Test on calibration (P(error among accepted > α) ≤ δ); cov = auto-accepted share; "
-                  "err = error among auto-accepted. EMULATED = answered by the local emulator, not Cloudflare.")
+    console.print(
+        "acc/ECE on test (ECE raw → after temperature scaling fitted on calibration); τ/m certified by "
+        "Learn-then-Test on calibration (P(error among accepted > α) ≤ δ); cov = auto-accepted share; "
+        "err = error among auto-accepted. EMULATED = answered by the local emulator, not Cloudflare."
+    )
     if result.policy_path:
         console.print(f"policy: [bold]{result.policy_path}[/] (one per run in {result.out_dir / 'policies'})")
     else:
         console.print("policy: nothing was certified at this α/δ (try a larger --max-error)")
     if result.shadow:
-        console.print(f"shadow replay (tfidf champion vs zero-shot challenger): "
-                      f"[bold]workbench --db {result.db_path} shadow report {result.shadow}[/]")
+        console.print(
+            f"shadow replay (tfidf champion vs zero-shot challenger): "
+            f"[bold]workbench --db {result.db_path} shadow report {result.shadow}[/]"
+        )
     console.print("open the UI on the result:")
     for cmd in result.ui_commands:
         console.print(f"  [bold]{cmd}[/]")

@@ -3,6 +3,7 @@
 Every error a user can cause carries a ``hint`` that says what to do, so the CLI can
 print a single line naming the file, record or field and the fix.
 """
+
 from __future__ import annotations
 
 

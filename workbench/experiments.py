@@ -19,11 +19,13 @@ An experiment file (YAML) is the reviewable record of a comparison::
 (the response cache makes a rerun free), tagging each run with ``experiment`` and ``variant``;
 ``workbench compare banking77-schema-ab`` compares the latest run of every pair.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -55,7 +57,7 @@ class Objective(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: Literal["guarantee", "cost", "coverage", "error"] = "guarantee"
-    max_error: float = Field(default=0.05, gt=0, lt=1)   # alpha of the guarantee
+    max_error: float = Field(default=0.05, gt=0, lt=1)  # alpha of the guarantee
     delta: float = Field(default=0.1, gt=0, lt=1)
     target_coverage: float | None = Field(default=None, gt=0, le=1)
     target_error: float | None = Field(default=None, gt=0, lt=1)
@@ -99,7 +101,7 @@ class Experiment(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _baseline_known(self) -> "Experiment":
+    def _baseline_known(self) -> Experiment:
         if len(set(self.providers)) != len(self.providers):
             raise ValueError("providers are listed twice")
         if self.baseline is not None:
@@ -136,17 +138,28 @@ def load_experiment(path: str | Path) -> Experiment:
     for name, v in exp.variants.items():
         schema_path = (path.parent / v.schema_file).resolve()
         if not schema_path.exists():
-            raise ExperimentError(f"{path}: variant {name!r}: schema file {v.schema_file} does not exist",
-                                  hint="schema paths are relative to the experiment file")
+            raise ExperimentError(
+                f"{path}: variant {name!r}: schema file {v.schema_file} does not exist",
+                hint="schema paths are relative to the experiment file",
+            )
         variants[name] = v.model_copy(update={"schema_file": str(schema_path)})
     return exp.model_copy(update={"variants": variants})
 
 
-def run_experiment_file(*args: Any, con: Any = None, path: str | Path | None = None,
-                        concurrency: int | None = None, limit: int | None = None,
-                        env: Mapping[str, str] | None = None, progress: bool = True, rate: float | None = None,
-                        max_cost: float | None = None, timeout: float | None = None, transport: Any = None,
-                        as_json: bool = False) -> dict:
+def run_experiment_file(
+    *args: Any,
+    con: Any = None,
+    path: str | Path | None = None,
+    concurrency: int | None = None,
+    limit: int | None = None,
+    env: Mapping[str, str] | None = None,
+    progress: bool = True,
+    rate: float | None = None,
+    max_cost: float | None = None,
+    timeout: float | None = None,
+    transport: Any = None,
+    as_json: bool = False,
+) -> dict:
     """Run the full cross product of an experiment file; return its name and run ids.
 
     Call as ``run_experiment_file(con, path)`` or ``run_experiment_file(path, con=con)``. Each
@@ -174,24 +187,45 @@ def run_experiment_file(*args: Any, con: Any = None, path: str | Path | None = N
     results = []
     for vname, variant in exp.variants.items():
         schema = load_schema(variant.schema_file)
-        run_ids = run_experiment(con, dataset=exp.dataset, schema=schema, provider_specs=list(exp.providers),
-                                 splits=exp.splits, limit=limit or exp.limit,
-                                 concurrency=concurrency or exp.concurrency or 8, rate=rate, max_cost=max_cost,
-                                 run_name=f"{exp.name}/{vname}", experiment=exp.name, variant=vname, env=env,
-                                 timeout=timeout or exp.timeout or 5.0,
-                                 questions_per_request=variant.questions_per_request, transport=transport,
-                                 progress=progress)
+        run_ids = run_experiment(
+            con,
+            dataset=exp.dataset,
+            schema=schema,
+            provider_specs=list(exp.providers),
+            splits=exp.splits,
+            limit=limit or exp.limit,
+            concurrency=concurrency or exp.concurrency or 8,
+            rate=rate,
+            max_cost=max_cost,
+            run_name=f"{exp.name}/{vname}",
+            experiment=exp.name,
+            variant=vname,
+            env=env,
+            timeout=timeout or exp.timeout or 5.0,
+            questions_per_request=variant.questions_per_request,
+            transport=transport,
+            progress=progress,
+        )
         for provider, run_id in zip(exp.providers, run_ids):
             run = get_run(con, run_id)
-            results.append({"run_id": run_id, "variant": vname, "provider": provider, "status": run["status"],
-                            "summary": run["summary"]})
+            results.append(
+                {
+                    "run_id": run_id,
+                    "variant": vname,
+                    "provider": provider,
+                    "status": run["status"],
+                    "summary": run["summary"],
+                }
+            )
     if not as_json:
         from workbench.cli.common import err_console
 
         for r in results:
             s = r["summary"] or {}
-            err_console.print(f"{exp.name} [bold]{r['variant']}[/] × {r['provider']}: run {r['run_id']} "
-                              f"{r['status']} ({s.get('answered', '?')} answered, {s.get('failed', '?')} failed)")
+            err_console.print(
+                f"{exp.name} [bold]{r['variant']}[/] × {r['provider']}: run {r['run_id']} "
+                f"{r['status']} ({s.get('answered', '?')} answered, {s.get('failed', '?')} failed)"
+            )
         err_console.print(f"compare with `workbench compare {exp.name}`")
     return {"experiment": exp.name, "dataset": exp.dataset, "source": str(path), "runs": results}
 
@@ -202,8 +236,11 @@ def experiment_runs(con: Any, name: str) -> list[dict]:
         "SELECT run_id, variant, provider, status, created_at FROM runs WHERE experiment = ? AND kind = 'raw'"
         " QUALIFY row_number() OVER (PARTITION BY variant, provider"
         "                            ORDER BY (status = 'done') DESC, created_at DESC) = 1"
-        " ORDER BY created_at", [name]).df()
+        " ORDER BY created_at",
+        [name],
+    ).df()
     if df.empty:
-        raise NotFoundError(f"experiment {name!r} has no runs",
-                            hint=f"run it first: workbench run experiments/{name}.yaml")
+        raise NotFoundError(
+            f"experiment {name!r} has no runs", hint=f"run it first: workbench run experiments/{name}.yaml"
+        )
     return df.to_dict(orient="records")

@@ -4,6 +4,7 @@ The zero-shot model reads option descriptions, so the descriptive and terse vari
 different answers; the TF-IDF baseline is trained on labels and must not care. Every figure of the
 comparison is recomputed here from the stored answers with scikit-learn / scipy.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy.stats import binomtest
-from sklearn.metrics import accuracy_score, log_loss as sk_log_loss
+from sklearn.metrics import accuracy_score
+from sklearn.metrics import log_loss as sk_log_loss
 
 from tests.conftest import ROOT, dataset_path, run_cli
 from workbench.compare import compare_runs
@@ -43,17 +45,19 @@ dataset: b77
 splits: [calibration, test]
 providers: [local:minilm-zeroshot, baseline:tfidf-logreg]
 variants:
-  descriptive: {SCHEMAS / 'banking77.yaml'}
-  terse: {{schema: {SCHEMAS / 'banking77-terse.yaml'}}}
+  descriptive: {SCHEMAS / "banking77.yaml"}
+  terse: {{schema: {SCHEMAS / "banking77-terse.yaml"}}}
 baseline: {{provider: local:minilm-zeroshot, variant: terse}}
 objective: {{kind: coverage, target_coverage: 0.5}}
 compare: {{split: test, n_boot: {N_BOOT}, seed: 3}}
 """)
     db = tmp / "wb.duckdb"
     con = connect(db)
-    import_dataset(con, [tmp / "train.csv", tmp / "test.csv"],
-                   ImportSpec(name="b77", text_column="text", labels={"intent": "category"},
-                              calibration_fraction=0.2, seed=0))
+    import_dataset(
+        con,
+        [tmp / "train.csv", tmp / "test.csv"],
+        ImportSpec(name="b77", text_column="text", labels={"intent": "category"}, calibration_fraction=0.2, seed=0),
+    )
     result = run_experiment_file(con, exp, progress=False, as_json=True)
     yield con, exp, db, result
     con.close()
@@ -74,8 +78,11 @@ def test_bad_experiment_file_names_the_field(tmp_path):
     bad.write_text("name: x\ndataset: d\nproviders: [local:minilm-zeroshot]\nvariants: {a: nope.yaml}\n")
     with pytest.raises(ExperimentError, match="variant 'a'.*does not exist"):
         load_experiment(bad)
-    bad.write_text("name: x\ndataset: d\nproviders: [p]\nvariants: {a: " + str(SCHEMAS / "banking77.yaml")
-                   + "}\nbaseline: {provider: q, variant: a}\n")
+    bad.write_text(
+        "name: x\ndataset: d\nproviders: [p]\nvariants: {a: "
+        + str(SCHEMAS / "banking77.yaml")
+        + "}\nbaseline: {provider: q, variant: a}\n"
+    )
     with pytest.raises(ExperimentError, match="baseline provider 'q'"):
         load_experiment(bad)
 
@@ -85,7 +92,9 @@ def test_experiment_runs_the_cross_product_with_tags(experiment_store):
     con, _, _, result = experiment_store
     assert result["experiment"] == "b77-ab"
     pairs = {(r["variant"], r["provider"]) for r in result["runs"]}
-    assert pairs == {(v, p) for v in ("descriptive", "terse") for p in ("local:minilm-zeroshot", "baseline:tfidf-logreg")}
+    assert pairs == {
+        (v, p) for v in ("descriptive", "terse") for p in ("local:minilm-zeroshot", "baseline:tfidf-logreg")
+    }
     tags = con.execute("SELECT run_id, experiment, variant, provider, status FROM runs").fetchall()
     assert {(t[1], t[2], t[3]) for t in tags} == {("b77-ab", v, p) for v, p in pairs}
     assert all(t[4] == "done" for t in tags)
@@ -116,12 +125,19 @@ def test_descriptive_options_change_the_zero_shot_model_with_a_paired_test(exper
     assert acc["a"] == pytest.approx(accuracy_score(y, pa.argmax(1)), abs=1e-12)
     assert acc["b"] == pytest.approx(accuracy_score(y, pb.argmax(1)), abs=1e-12)
     assert desc["metrics"]["log_loss"]["estimate"] == pytest.approx(
-        sk_log_loss(y, pb, labels=np.arange(pb.shape[1])), abs=1e-9)
+        sk_log_loss(y, pb, labels=np.arange(pb.shape[1])), abs=1e-9
+    )
     # the interval and p-value are the metrics library's paired bootstrap (same seed, same items)
-    ref = paired_bootstrap(lambda w: {"accuracy": accuracy(pa, y, w)}, lambda w: {"accuracy": accuracy(pb, y, w)},
-                           len(y), n_boot=N_BOOT, seed=3)["accuracy"]
+    ref = paired_bootstrap(
+        lambda w: {"accuracy": accuracy(pa, y, w)},
+        lambda w: {"accuracy": accuracy(pb, y, w)},
+        len(y),
+        n_boot=N_BOOT,
+        seed=3,
+    )["accuracy"]
     assert (acc["difference"], acc["low"], acc["high"], acc["p_value"]) == pytest.approx(
-        (ref.difference, ref.low, ref.high, ref.p_value), abs=1e-12)
+        (ref.difference, ref.low, ref.high, ref.p_value), abs=1e-12
+    )
     # McNemar: exact binomial test on the discordant items
     ca, cb = pa.argmax(1) == y, pb.argmax(1) == y
     b01, b10 = int(np.sum(~ca & cb)), int(np.sum(ca & ~cb))
@@ -133,9 +149,11 @@ def test_descriptive_options_change_the_zero_shot_model_with_a_paired_test(exper
     assert pol["objective"] == "coverage" and pol["coverage"]["n"] == 240
     assert 0 < pol["coverage"]["value"] <= 1 and "d_coverage" in cmp.to_frame().columns
     # cost per 1,000 items: the stored per-answer costs of the test items (local models bill $0)
-    n, total = con.execute("SELECT count(DISTINCT a.item_id), sum(a.cost_usd) FROM answers a JOIN items i"
-                           " ON i.item_id = a.item_id AND i.dataset = 'b77' WHERE a.run_id = ? AND i.split = 'test'",
-                           [desc["run_id"]]).fetchone()
+    n, total = con.execute(
+        "SELECT count(DISTINCT a.item_id), sum(a.cost_usd) FROM answers a JOIN items i"
+        " ON i.item_id = a.item_id AND i.dataset = 'b77' WHERE a.run_id = ? AND i.split = 'test'",
+        [desc["run_id"]],
+    ).fetchone()
     assert desc["cost"]["cost_per_1000_items"] == pytest.approx(total / n * 1000)
     assert desc["cost"]["latency_p95_ms"] >= desc["cost"]["latency_p50_ms"] > 0
 
@@ -171,18 +189,24 @@ def test_experiment_with_an_emulated_hosted_model_reports_its_cost(tmp_path):
 name: hosted
 dataset: tiny
 splits: [test]
-providers: ["cloudflare:clef-flash", "rules:{ROOT / 'experiments' / 'rules' / 'banking77.yaml'}"]
+providers: ["cloudflare:clef-flash", "rules:{ROOT / "experiments" / "rules" / "banking77.yaml"}"]
 variants:
-  descriptive: {SCHEMAS / 'banking77.yaml'}
-  terse: {SCHEMAS / 'banking77-terse.yaml'}
+  descriptive: {SCHEMAS / "banking77.yaml"}
+  terse: {SCHEMAS / "banking77-terse.yaml"}
 baseline: {{provider: "cloudflare:clef-flash", variant: terse}}
 """)
     con = connect(tmp_path / "wb.duckdb")
-    import_dataset(con, [tmp_path / "test.csv"], ImportSpec(name="tiny", text_column="text", split="test",
-                                                             labels={"intent": "category"}))
+    import_dataset(
+        con,
+        [tmp_path / "test.csv"],
+        ImportSpec(name="tiny", text_column="text", split="test", labels={"intent": "category"}),
+    )
     with run_emulator(port=0) as emu:
-        env = {"CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url, "CLOUDFLARE_API_TOKEN": "dummy-token",
-               "CLOUDFLARE_ACCOUNT_ID": "0" * 32}
+        env = {
+            "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url,
+            "CLOUDFLARE_API_TOKEN": "dummy-token",
+            "CLOUDFLARE_ACCOUNT_ID": "0" * 32,
+        }
         result = run_experiment_file(con, exp, env=env, progress=False, as_json=True)
         assert emu.request_count() == 240  # 120 items x 2 variants, one request each
         run_experiment_file(con, exp, env=env, progress=False, as_json=True)
@@ -191,8 +215,11 @@ baseline: {{provider: "cloudflare:clef-flash", variant: terse}}
     cmp = compare_runs(con, [str(exp)], n_boot=50, policy=False)
     frame = cmp.to_frame().set_index(["provider", "variant"])
     hosted = frame.loc[("cloudflare:clef-flash", "descriptive")]
-    n, cost = con.execute("SELECT count(DISTINCT a.item_id), sum(a.cost_usd) FROM answers a JOIN runs r USING (run_id)"
-                          " WHERE r.run_id = ?", [hosted["run_id"]]).fetchone()
+    n, cost = con.execute(
+        "SELECT count(DISTINCT a.item_id), sum(a.cost_usd) FROM answers a JOIN runs r USING (run_id)"
+        " WHERE r.run_id = ?",
+        [hosted["run_id"]],
+    ).fetchone()
     assert hosted["cost_per_1000"] == pytest.approx(cost / n * 1000) and hosted["cost_per_1000"] > 0
     assert frame.loc[("cloudflare:clef-flash", "terse"), "is_baseline"]
     assert hosted["d_accuracy"] is not None and hosted["n"] == 120
@@ -209,25 +236,57 @@ def test_compare_plain_run_ids_with_a_yes_no_question(tmp_path):
     n = 300
     y_intent, y_urgent = rng.integers(0, 3, n), (rng.random(n) < 0.4)
     ids = [f"t{i:04d}" for i in range(n)]
-    pd.DataFrame({"id": ids, "text": ids, "intent": np.asarray(["refund", "delivery", "account"])[y_intent],
-                  "urgent": np.where(y_urgent, "yes", "no"),
-                  "split": np.where(np.arange(n) < 150, "calibration", "test")}).to_csv(tmp_path / "t.csv", index=False)
+    pd.DataFrame(
+        {
+            "id": ids,
+            "text": ids,
+            "intent": np.asarray(["refund", "delivery", "account"])[y_intent],
+            "urgent": np.where(y_urgent, "yes", "no"),
+            "split": np.where(np.arange(n) < 150, "calibration", "test"),
+        }
+    ).to_csv(tmp_path / "t.csv", index=False)
     con = connect(tmp_path / "wb.duckdb")
-    import_dataset(con, [tmp_path / "t.csv"], ImportSpec(name="tickets", id_column="id", text_column="text",
-                                                         split_column="split", labels={"intent": "intent",
-                                                                                       "urgent": "urgent"},
-                                                         positive={"urgent": "yes"}), SCHEMA)
+    import_dataset(
+        con,
+        [tmp_path / "t.csv"],
+        ImportSpec(
+            name="tickets",
+            id_column="id",
+            text_column="text",
+            split_column="split",
+            labels={"intent": "intent", "urgent": "urgent"},
+            positive={"urgent": "yes"},
+        ),
+        SCHEMA,
+    )
     yu = np.where(y_urgent, 0, 1)
-    a = _write_run(con, "a", "m-a", _probs(rng, y_intent, 3, 2.0, 1.0), _probs(rng, yu, 2, 1.0, 1.0), ids,
-                   np.full(n, 10.0), np.full(n, 1e-5))
-    b = _write_run(con, "b", "m-b", _probs(rng, y_intent, 3, 2.0, 1.0), _probs(rng, yu, 2, 3.0, 1.0), ids,
-                   np.full(n, 10.0), np.full(n, 1e-5))
+    a = _write_run(
+        con,
+        "a",
+        "m-a",
+        _probs(rng, y_intent, 3, 2.0, 1.0),
+        _probs(rng, yu, 2, 1.0, 1.0),
+        ids,
+        np.full(n, 10.0),
+        np.full(n, 1e-5),
+    )
+    b = _write_run(
+        con,
+        "b",
+        "m-b",
+        _probs(rng, y_intent, 3, 2.0, 1.0),
+        _probs(rng, yu, 2, 3.0, 1.0),
+        ids,
+        np.full(n, 10.0),
+        np.full(n, 1e-5),
+    )
     cmp = compare_runs(con, [a, b], questions=["urgent"], n_boot=100)
     assert cmp.baseline == f"test:a@{a}"  # no experiment: the first run is the baseline
     row = next(r for r in cmp.rows if r["run_id"] == b)
     test = load_answers(con, b, "urgent", ["test"]).labelled()
     assert row["point_metrics"]["roc_auc"] == pytest.approx(
-        roc_auc_score(test.labels == 0, test.probs[:, 0]), abs=1e-12)
+        roc_auc_score(test.labels == 0, test.probs[:, 0]), abs=1e-12
+    )
     assert row["vs_baseline"]["n_pairs"] == 150 and row["policy"]["objective"] == "guarantee"
     assert row["cost"]["cost_per_1000_items"] == pytest.approx(1e-5 * 1000)  # both questions' shares: one item
     con.close()

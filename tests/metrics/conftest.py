@@ -1,4 +1,5 @@
 """Synthetic probability data with known calibration, shared by the metrics tests."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,7 +38,6 @@ def build_store(path, questions: dict, n: int, seed: int = 0, fail_every: int = 
     Items are split calibration/test alternately; every ``fail_every``-th answer is a provider failure.
     Returns (connection, run_id, item_ids, splits).
     """
-    import json as _json
 
     import pandas as pd
 
@@ -54,15 +54,19 @@ def build_store(path, questions: dict, n: int, seed: int = 0, fail_every: int = 
         crit = {"noul": None, "choice": {o: None for o in opts}, "score": list(opts)}[qtype]
         body[q] = {"type": qtype, "instructions": f"question {q}", **({"criteria": crit} if crit else {})}
     schema = DecisionSchema.from_dict({"name": "toy", "questions": body})
-    con.execute("INSERT INTO datasets (name, version, fingerprint, questions, n_items) VALUES (?, 1, 'fp', ?, ?)",
-                [dataset, list(questions), n])
+    con.execute(
+        "INSERT INTO datasets (name, version, fingerprint, questions, n_items) VALUES (?, 1, 'fp', ?, ?)",
+        [dataset, list(questions), n],
+    )
     items = pd.DataFrame({"dataset": dataset, "version": 1, "item_id": item_ids, "state_text": "s", "split": splits})
     con.register("_items", items)
-    con.execute("INSERT INTO items (dataset, version, item_id, state_text, split) "
-                "SELECT dataset, version, item_id, state_text, split FROM _items")
+    con.execute(
+        "INSERT INTO items (dataset, version, item_id, state_text, split) "
+        "SELECT dataset, version, item_id, state_text, split FROM _items"
+    )
     con.unregister("_items")
     label_rows = []
-    for q, (qtype, opts, _, labels) in questions.items():
+    for q, (_qtype, _opts, _, labels) in questions.items():
         for iid, lab in zip(item_ids, labels):
             if lab >= 0:
                 label_rows.append((dataset, 1, iid, q, opts[lab]))
@@ -70,20 +74,35 @@ def build_store(path, questions: dict, n: int, seed: int = 0, fail_every: int = 
     con.register("_labels", lab_df)
     con.execute("INSERT INTO labels (dataset, version, item_id, question, option_id) SELECT * FROM _labels")
     con.unregister("_labels")
-    run_id = create_run(con, dataset=dataset, dataset_version=1, schema=schema, provider="test:synthetic",
-                        splits=["calibration", "test"], name="synthetic", status="done")
+    run_id = create_run(
+        con,
+        dataset=dataset,
+        dataset_version=1,
+        schema=schema,
+        provider="test:synthetic",
+        splits=["calibration", "test"],
+        name="synthetic",
+        status="done",
+    )
     rows = []
-    for q, (qtype, opts, probs, _) in questions.items():
+    for q, (_qtype, _opts, probs, _) in questions.items():
         failed = (np.arange(n) % fail_every == 3) if fail_every else np.zeros(n, bool)
         _, p1, p2 = top_two(probs)
         ent = entropy(probs)
         for j in range(n):
-            rows.append({"run_id": run_id, "item_id": item_ids[j], "question": q,
-                         "probs": None if failed[j] else [float(x) for x in probs[j]],
-                         "p_top": None if failed[j] else float(p1[j]),
-                         "margin": None if failed[j] else float(p1[j] - p2[j]),
-                         "entropy": None if failed[j] else float(ent[j]),
-                         "failure_kind": "transient" if failed[j] else None,
-                         "latency_ms": 10.0, "cost_usd": 0.0})
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "item_id": item_ids[j],
+                    "question": q,
+                    "probs": None if failed[j] else [float(x) for x in probs[j]],
+                    "p_top": None if failed[j] else float(p1[j]),
+                    "margin": None if failed[j] else float(p1[j] - p2[j]),
+                    "entropy": None if failed[j] else float(ent[j]),
+                    "failure_kind": "transient" if failed[j] else None,
+                    "latency_ms": 10.0,
+                    "cost_usd": 0.0,
+                }
+            )
     write_answers(con, pd.DataFrame(rows))
     return con, run_id, item_ids, splits

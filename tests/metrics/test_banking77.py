@@ -1,4 +1,5 @@
 """Acceptance on real data: BANKING77 through the TF-IDF baseline, then report / calibrate / label-issues."""
+
 from __future__ import annotations
 
 import json
@@ -12,18 +13,59 @@ pytestmark = pytest.mark.slow
 
 def test_banking77_report_calibrate_label_issues(tmp_path):
     db = tmp_path / "b77.duckdb"
-    run_cli("datasets", "import", str(dataset_path("banking77", "train.csv")), str(dataset_path("banking77", "test.csv")),
-            "--name", "banking77", "--text-column", "text", "--label", "intent=category",
-            "--calibration-fraction", "0.2", "--seed", "0",
-            "--schema", str(ROOT / "experiments" / "schemas" / "banking77.yaml"), db=db, check=True)
-    out = run_cli("run", "--dataset", "banking77", "--schema", str(ROOT / "experiments" / "schemas" / "banking77.yaml"),
-                  "--provider", "baseline:tfidf-logreg", "--split", "calibration", "--split", "test",
-                  "--no-progress", "--json", db=db, check=True)
+    run_cli(
+        "datasets",
+        "import",
+        str(dataset_path("banking77", "train.csv")),
+        str(dataset_path("banking77", "test.csv")),
+        "--name",
+        "banking77",
+        "--text-column",
+        "text",
+        "--label",
+        "intent=category",
+        "--calibration-fraction",
+        "0.2",
+        "--seed",
+        "0",
+        "--schema",
+        str(ROOT / "experiments" / "schemas" / "banking77.yaml"),
+        db=db,
+        check=True,
+    )
+    out = run_cli(
+        "run",
+        "--dataset",
+        "banking77",
+        "--schema",
+        str(ROOT / "experiments" / "schemas" / "banking77.yaml"),
+        "--provider",
+        "baseline:tfidf-logreg",
+        "--split",
+        "calibration",
+        "--split",
+        "test",
+        "--no-progress",
+        "--json",
+        db=db,
+        check=True,
+    )
     run_id = json.loads(out.stdout)["runs"][0]["run_id"]
     rep = json.loads(run_cli("report", run_id, "--json", "--boot", "100", db=db, check=True).stdout)
     metrics = rep["questions"]["intent"]["metrics"]
-    for name in ("accuracy", "macro_f1", "top_2_accuracy", "log_loss", "brier", "ece_uniform", "ece_quantile",
-                 "mce_uniform", "debiased_ece", "smece", "classwise_ece"):
+    for name in (
+        "accuracy",
+        "macro_f1",
+        "top_2_accuracy",
+        "log_loss",
+        "brier",
+        "ece_uniform",
+        "ece_quantile",
+        "mce_uniform",
+        "debiased_ece",
+        "smece",
+        "classwise_ece",
+    ):
         m = metrics[name]
         assert m["n_boot"] == 100 and m["low"] <= m["high"], name
     assert 0.8 < metrics["accuracy"]["estimate"] < 0.95  # TF-IDF + logistic regression on BANKING77

@@ -1,4 +1,5 @@
 """The real `workbench report | calibrate | label-issues` commands on a store in tmp_path."""
+
 from __future__ import annotations
 
 import csv
@@ -20,8 +21,9 @@ def store(tmp_path):
     sure = np.flatnonzero(probs.max(axis=1) > 0.995)[:8]
     labels[sure] = (probs[sure].argmax(axis=1) + 1) % 4  # planted label errors
     path = tmp_path / "wb.duckdb"
-    con, run_id, item_ids, splits = build_store(path, {"intent": ("choice", ["a", "b", "c", "d"], probs, labels)},
-                                                n, fail_every=25)
+    con, run_id, item_ids, splits = build_store(
+        path, {"intent": ("choice", ["a", "b", "c", "d"], probs, labels)}, n, fail_every=25
+    )
     con.close()
     return path, run_id, probs, labels, splits, item_ids[sure]
 
@@ -34,10 +36,20 @@ def test_report_json_has_every_metric_with_intervals(store):
     failed = np.arange(len(labels)) % 25 == 3
     use = (splits == "test") & ~failed
     assert q["counts"]["n_failed"] == int(((splits == "test") & failed).sum())
-    assert q["metrics"]["accuracy"]["estimate"] == pytest.approx(
-        skm.accuracy_score(labels[use], probs[use].argmax(1)))
-    for name in ("accuracy", "macro_f1", "log_loss", "brier", "ece_uniform", "ece_quantile", "debiased_ece",
-                 "smece", "classwise_ece", "top_2_accuracy", "mce_uniform"):
+    assert q["metrics"]["accuracy"]["estimate"] == pytest.approx(skm.accuracy_score(labels[use], probs[use].argmax(1)))
+    for name in (
+        "accuracy",
+        "macro_f1",
+        "log_loss",
+        "brier",
+        "ece_uniform",
+        "ece_quantile",
+        "debiased_ece",
+        "smece",
+        "classwise_ece",
+        "top_2_accuracy",
+        "mce_uniform",
+    ):
         m = q["metrics"][name]
         assert m["low"] <= m["estimate"] <= m["high"], name
     assert len(q["reliability"]["top_label_uniform"]["count"]) == 15

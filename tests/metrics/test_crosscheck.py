@@ -1,4 +1,5 @@
 """Cross-checks against scikit-learn, netcal and relplot on the same inputs (1e-9 unless stated)."""
+
 from __future__ import annotations
 
 import warnings
@@ -8,8 +9,8 @@ import pytest
 import sklearn.metrics as skm
 from sklearn.calibration import calibration_curve
 
-from workbench.metrics import confusion, reliability, scores
 from tests.metrics.conftest import calibrated_sample
+from workbench.metrics import confusion, reliability, scores
 
 TOL = 1e-9
 
@@ -23,7 +24,7 @@ def choice_data(request):
 def binary_data(n=1000, seed=0):
     rng = np.random.default_rng(seed)
     score = rng.beta(0.8, 1.2, n)
-    y = (rng.random(n) < score ** 1.3).astype(int)
+    y = (rng.random(n) < score**1.3).astype(int)
     return y, score
 
 
@@ -52,12 +53,15 @@ def test_confusion_and_f1_match_sklearn(choice_data):
     assert (ours[:, k] == 0).all()
     assert confusion.macro_f1(labels, pred, k) == pytest.approx(skm.f1_score(labels, pred, average="macro"), abs=TOL)
     res = confusion.confusion_result(labels, pred, [str(j) for j in range(k)])
-    np.testing.assert_allclose(res.f1, skm.f1_score(labels, pred, average=None, labels=range(k), zero_division=0),
-                               atol=TOL)
-    np.testing.assert_allclose(res.precision, skm.precision_score(labels, pred, average=None, labels=range(k),
-                                                                  zero_division=0), atol=TOL)
-    np.testing.assert_allclose(res.recall, skm.recall_score(labels, pred, average=None, labels=range(k),
-                                                            zero_division=0), atol=TOL)
+    np.testing.assert_allclose(
+        res.f1, skm.f1_score(labels, pred, average=None, labels=range(k), zero_division=0), atol=TOL
+    )
+    np.testing.assert_allclose(
+        res.precision, skm.precision_score(labels, pred, average=None, labels=range(k), zero_division=0), atol=TOL
+    )
+    np.testing.assert_allclose(
+        res.recall, skm.recall_score(labels, pred, average=None, labels=range(k), zero_division=0), atol=TOL
+    )
     assert scores.accuracy(probs, labels) == pytest.approx(skm.accuracy_score(labels, pred), abs=TOL)
 
 
@@ -69,7 +73,9 @@ def test_review_column_moves_rejected_items_only():
     np.testing.assert_array_equal(m[:, :4], skm.confusion_matrix(labels[accept], pred[accept], labels=range(4)))
     np.testing.assert_array_equal(m[:, 4], np.bincount(labels[~accept], minlength=4))
     assert confusion.review_rate(accept) == pytest.approx(1 - accept.mean())
-    assert confusion.confusion_result(labels, pred, list("abcd"), accept).review_rate == pytest.approx(1 - accept.mean())
+    assert confusion.confusion_result(labels, pred, list("abcd"), accept).review_rate == pytest.approx(
+        1 - accept.mean()
+    )
 
 
 def test_top_k_accuracy_matches_sklearn(choice_data):
@@ -77,7 +83,8 @@ def test_top_k_accuracy_matches_sklearn(choice_data):
     k = probs.shape[1]
     for top in (1, 2):
         assert scores.top_k_accuracy(probs, labels, top) == pytest.approx(
-            skm.top_k_accuracy_score(labels, probs, k=top, labels=range(k)), abs=TOL)
+            skm.top_k_accuracy_score(labels, probs, k=top, labels=range(k)), abs=TOL
+        )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -130,22 +137,24 @@ def test_smooth_ece_matches_relplot_within_1e3():
         f = rng.random(n) ** rng.uniform(0.3, 4)
         y = (rng.random(n) < np.clip(f ** rng.uniform(0.5, 2), 0, 1)).astype(float)
         assert reliability.smooth_ece(y, f) == pytest.approx(float(relplot.smECE(f, y)), abs=1e-3)
-        assert reliability.smooth_ece_sigma(y, f, 0.05) == pytest.approx(float(relplot.smECE_sigma(f, y, 0.05)),
-                                                                         abs=1e-6)
+        assert reliability.smooth_ece_sigma(y, f, 0.05) == pytest.approx(
+            float(relplot.smECE_sigma(f, y, 0.05)), abs=1e-6
+        )
 
 
 def test_quadratic_weighted_kappa_matches_sklearn():
     probs, labels = calibrated_sample(1500, 5, seed=3)
     pred = probs.argmax(axis=1)
     assert scores.quadratic_weighted_kappa(labels, pred, 5) == pytest.approx(
-        skm.cohen_kappa_score(labels, pred, weights="quadratic"), abs=TOL)
+        skm.cohen_kappa_score(labels, pred, weights="quadratic"), abs=TOL
+    )
 
 
 def test_ranked_probability_score_against_its_definition():
     probs, labels = calibrated_sample(300, 4, seed=8)
     expected = []
     for p, y in zip(probs, labels):  # the textbook double sum, item by item
-        expected.append(sum((sum(p[:j + 1]) - (1.0 if y <= j else 0.0)) ** 2 for j in range(3)) / 3)
+        expected.append(sum((sum(p[: j + 1]) - (1.0 if y <= j else 0.0)) ** 2 for j in range(3)) / 3)
     assert scores.ranked_probability_score(probs, labels) == pytest.approx(np.mean(expected), abs=TOL)
     # a one-hot forecast on the right level scores 0, on the farthest level scores 1
     assert scores.ranked_probability_score(np.eye(4)[[0, 3]], np.array([0, 3])) == 0
@@ -171,7 +180,8 @@ def test_debiased_ece_against_verified_calibration_formula():
         ybar, pbar = y[m].mean(), score[m].mean()
         total += m.mean() * ((pbar - ybar) ** 2 - ybar * (1 - ybar) / (m.sum() - 1))
     assert reliability.calibration_error(y, score, 15, "quantile", "debiased") == pytest.approx(
-        np.sqrt(max(total, 0)), abs=TOL)
+        np.sqrt(max(total, 0)), abs=TOL
+    )
 
 
 def test_classwise_ece_is_the_mean_of_one_vs_rest_eces(choice_data):
@@ -189,9 +199,15 @@ def test_classwise_ece_is_the_mean_of_one_vs_rest_eces(choice_data):
 def test_fast_uniform_bins_agree_with_the_edge_array_even_at_edges(n_bins):
     rng = np.random.default_rng(n_bins)
     edges = np.linspace(0, 1, n_bins + 1)
-    s = np.clip(np.r_[rng.random(10_000), edges, np.nextafter(edges, 2), np.nextafter(edges, -1),
-                      np.arange(n_bins + 1) / n_bins], 0, 1)
+    s = np.clip(
+        np.r_[
+            rng.random(10_000), edges, np.nextafter(edges, 2), np.nextafter(edges, -1), np.arange(n_bins + 1) / n_bins
+        ],
+        0,
+        1,
+    )
     np.testing.assert_array_equal(reliability.uniform_bin_index(s, n_bins), reliability.assign_bins(s, edges))
     # and the numpy histogram convention (what netcal uses)
-    np.testing.assert_array_equal(np.bincount(reliability.uniform_bin_index(s, n_bins), minlength=n_bins),
-                                  np.histogram(s, bins=edges)[0])
+    np.testing.assert_array_equal(
+        np.bincount(reliability.uniform_bin_index(s, n_bins), minlength=n_bins), np.histogram(s, bins=edges)[0]
+    )

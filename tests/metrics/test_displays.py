@@ -1,12 +1,13 @@
 """Plotly displays carry the same numbers as the metric functions."""
+
 from __future__ import annotations
 
 import numpy as np
 
+from tests.metrics.conftest import build_store, calibrated_sample
 from workbench.metrics import reliability
 from workbench.metrics.displays import ConfusionDisplay, ReliabilityDisplay
 from workbench.metrics.recalibrate import calibrate_run
-from tests.metrics.conftest import build_store, calibrated_sample
 
 
 def test_reliability_display_from_predictions_matches_the_curve():

@@ -1,4 +1,5 @@
 """Property tests (hypothesis) and bootstrap checks."""
+
 from __future__ import annotations
 
 import warnings
@@ -10,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.stats import binomtest
 
+from tests.metrics.conftest import calibrated_sample
 from workbench.metrics import reliability, scores
 from workbench.metrics.bootstrap import bootstrap_many, mcnemar, paired_bootstrap, resample_counts
 from workbench.metrics.report import choice_report, noul_report, score_report
-from tests.metrics.conftest import calibrated_sample
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -85,11 +86,13 @@ def test_a_bootstrap_replicate_equals_the_metric_on_the_resampled_items():
     counts = next(resample_counts(len(labels), 1, seed=123)).astype(int)
     idx = np.repeat(np.arange(len(labels)), counts)
     p, y = probs[idx], labels[idx]
-    expected = {"accuracy": skm.accuracy_score(y, p.argmax(1)),
-                "macro_f1": skm.f1_score(y, p.argmax(1), average="macro"),
-                "log_loss": skm.log_loss(y, p, labels=range(6)),
-                "brier": skm.brier_score_loss(y, p, labels=range(6)),
-                "ece_uniform": float(ECE(bins=15).measure(p, y))}
+    expected = {
+        "accuracy": skm.accuracy_score(y, p.argmax(1)),
+        "macro_f1": skm.f1_score(y, p.argmax(1), average="macro"),
+        "log_loss": skm.log_loss(y, p, labels=range(6)),
+        "brier": skm.brier_score_loss(y, p, labels=range(6)),
+        "ece_uniform": float(ECE(bins=15).measure(p, y)),
+    }
     for k, v in expected.items():
         assert rep.metrics[k].low == pytest.approx(v, abs=1e-9), k
         assert rep.metrics[k].high == rep.metrics[k].low
@@ -120,8 +123,9 @@ def test_bootstrap_is_seeded_and_covers_the_truth():
     covered = 0
     for rep in range(200):  # the 95% interval of a mean should cover the truth ~95% of the time
         xs = np.random.default_rng(1000 + rep).random(200)
-        iv = bootstrap_many(lambda w: {"m": float(xs.mean()) if w is None else float(w @ xs / w.sum())},
-                            200, n_boot=200, seed=rep)["m"]
+        iv = bootstrap_many(
+            lambda w: {"m": float(xs.mean()) if w is None else float(w @ xs / w.sum())}, 200, n_boot=200, seed=rep
+        )["m"]
         covered += iv.low <= 0.5 <= iv.high
     assert 0.88 <= covered / 200 <= 0.99
 
@@ -130,8 +134,10 @@ def test_paired_bootstrap_and_mcnemar():
     probs, labels = calibrated_sample(2000, 4, seed=1)
     worse = 0.5 * probs + 0.5 / 4  # same ranking, less confident: higher log loss
     better_acc = probs.copy()
-    stat = lambda p: (lambda w: {"log_loss": scores.log_loss(p, labels, w),  # noqa: E731
-                                 "accuracy": scores.accuracy(p, labels, w)})
+
+    def stat(p):
+        return lambda w: {"log_loss": scores.log_loss(p, labels, w), "accuracy": scores.accuracy(p, labels, w)}
+
     same = paired_bootstrap(stat(probs), stat(better_acc), 2000, n_boot=200)
     assert same["log_loss"].difference == 0 and same["log_loss"].low == 0 == same["log_loss"].high
     diff = paired_bootstrap(stat(probs), stat(worse), 2000, n_boot=200)

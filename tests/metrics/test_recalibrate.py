@@ -1,4 +1,5 @@
 """Recalibration: fits cross-checked against scikit-learn / an independent NLL, exact serialisation."""
+
 from __future__ import annotations
 
 import json
@@ -9,10 +10,16 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss
 
-from workbench.metrics.recalibrate import (CalibrationFitError, IdentityCalibrator, IsotonicCalibrator,
-                                           PlattCalibrator, TemperatureScaling, calibrator_from_dict,
-                                           make_calibrator)
 from tests.metrics.conftest import calibrated_sample
+from workbench.metrics.recalibrate import (
+    CalibrationFitError,
+    IdentityCalibrator,
+    IsotonicCalibrator,
+    PlattCalibrator,
+    TemperatureScaling,
+    calibrator_from_dict,
+    make_calibrator,
+)
 
 
 def roundtrip(cal):
@@ -77,7 +84,7 @@ def test_serialisation_round_trip_is_exact_and_failures_stay_nan(method):
     k = 2 if method == "platt" else 5
     probs, labels = calibrated_sample(2000, k, seed=11, temperature=0.7)
     probs[::50] = np.nan  # provider failures: ignored by fit, NaN after transform
-    labels[1::37] = -1    # unlabelled items: ignored by fit
+    labels[1::37] = -1  # unlabelled items: ignored by fit
     cal = make_calibrator(method).fit(probs, labels)
     fresh, _ = calibrated_sample(500, k, seed=12)
     fresh[3] = np.nan
@@ -104,13 +111,16 @@ def test_identity_changes_nothing():
     assert np.array_equal(IdentityCalibrator().fit(probs, labels).transform(probs), probs)
 
 
-@pytest.mark.parametrize("bad", [
-    {"type": "dirichlet", "params": {}},
-    {"params": {}},
-    {"type": "temperature", "params": {"temperature": -1}},
-    {"type": "temperature", "params": {}},
-    {"type": "isotonic", "params": {"x_thresholds": [[0, 1]], "y_thresholds": [[1, 0.5]]}},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"type": "dirichlet", "params": {}},
+        {"params": {}},
+        {"type": "temperature", "params": {"temperature": -1}},
+        {"type": "temperature", "params": {}},
+        {"type": "isotonic", "params": {"x_thresholds": [[0, 1]], "y_thresholds": [[1, 0.5]]}},
+    ],
+)
 def test_bad_calibrator_dicts_are_rejected(bad):
     with pytest.raises(CalibrationFitError):
         calibrator_from_dict(bad)
@@ -126,10 +136,12 @@ def test_applying_a_calibrator_needs_numpy_only():
     import subprocess
     import sys
 
-    code = ("import sys, numpy as np\n"
-            "from workbench.metrics.recalibrate import calibrator_from_dict\n"
-            "c = calibrator_from_dict({'type': 'temperature', 'params': {'temperature': 2.0}})\n"
-            "c.transform(np.array([[0.9, 0.1]]))\n"
-            "print(sorted(m for m in ('scipy', 'sklearn', 'pandas', 'plotly') if m in sys.modules))")
+    code = (
+        "import sys, numpy as np\n"
+        "from workbench.metrics.recalibrate import calibrator_from_dict\n"
+        "c = calibrator_from_dict({'type': 'temperature', 'params': {'temperature': 2.0}})\n"
+        "c.transform(np.array([[0.9, 0.1]]))\n"
+        "print(sorted(m for m in ('scipy', 'sklearn', 'pandas', 'plotly') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,4 +1,5 @@
 """report_run and calibrate_run against a real DuckDB store in tmp_path."""
+
 from __future__ import annotations
 
 import json
@@ -7,10 +8,10 @@ import numpy as np
 import pytest
 import sklearn.metrics as skm
 
+from tests.metrics.conftest import build_store, calibrated_sample
 from workbench.metrics.recalibrate import CalibrationFitError, calibrate_run, calibrator_from_dict
 from workbench.metrics.report import report_run
 from workbench.store.runs import get_run, load_answers
-from tests.metrics.conftest import build_store, calibrated_sample
 
 
 @pytest.fixture
@@ -20,13 +21,18 @@ def store(tmp_path):
     labels = labels.copy()
     labels[::25] = -1  # some items unlabelled
     yes = np.clip(np.random.default_rng(3).beta(2, 2, n), 0.01, 0.99)
-    noul_labels = np.where(np.random.default_rng(4).random(n) < yes ** 2, 0, 1)
+    noul_labels = np.where(np.random.default_rng(4).random(n) < yes**2, 0, 1)
     s_probs, s_labels = calibrated_sample(n, 5, seed=5)
-    con, run_id, item_ids, splits = build_store(tmp_path / "wb.duckdb", {
-        "intent": ("choice", ["a", "b", "c", "d"], probs, labels),
-        "urgent": ("noul", ["yes", "no"], np.stack([yes, 1 - yes], axis=1), noul_labels),
-        "severity": ("score", ["0", "1", "2", "3", "4"], s_probs, s_labels),
-    }, n, fail_every=10)
+    con, run_id, item_ids, splits = build_store(
+        tmp_path / "wb.duckdb",
+        {
+            "intent": ("choice", ["a", "b", "c", "d"], probs, labels),
+            "urgent": ("noul", ["yes", "no"], np.stack([yes, 1 - yes], axis=1), noul_labels),
+            "severity": ("score", ["0", "1", "2", "3", "4"], s_probs, s_labels),
+        },
+        n,
+        fail_every=10,
+    )
     yield con, run_id, item_ids, splits, probs, labels
     con.close()
 
@@ -51,7 +57,9 @@ def test_report_run_counts_failures_separately_and_matches_sklearn(store):
     assert {"accuracy", "ece_uniform", "smece", "classwise_ece", "brier_reliability"} <= set(frame["metric"])
     kinds = {q.question: q for q in rep.questions}
     assert {"roc_auc", "pr_auc", "ece_yes_uniform"} <= set(kinds["urgent"].metrics)
-    assert {"rps", "qwk", "mae_expected_level", "within_one_accuracy", "cumulative_ece"} <= set(kinds["severity"].metrics)
+    assert {"rps", "qwk", "mae_expected_level", "within_one_accuracy", "cumulative_ece"} <= set(
+        kinds["severity"].metrics
+    )
     json.dumps(rep.to_dict(), default=float)  # JSON-ready (numpy scalars aside)
 
 

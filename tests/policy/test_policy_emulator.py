@@ -1,5 +1,6 @@
 """Production path over real loopback HTTP: System One responses from the emulator go straight into
 Policy.decide; HTTP failures and malformed bodies become {"error": ...} and are routed to review."""
+
 from __future__ import annotations
 
 import json
@@ -27,14 +28,33 @@ def call(client: httpx.Client, state: str) -> dict:
 @pytest.fixture(scope="module")
 def any_model_policy(sim_store, tmp_path_factory) -> Policy:
     out = tmp_path_factory.mktemp("emu") / "p.json"
-    run_cli("policy", "export", "run-sim", "-q", "intent", "-q", "urgent", "--out", str(out), "--any-model",
-            "--max-error", "0.2", db=sim_store["db"], check=True)
+    run_cli(
+        "policy",
+        "export",
+        "run-sim",
+        "-q",
+        "intent",
+        "-q",
+        "urgent",
+        "--out",
+        str(out),
+        "--any-model",
+        "--max-error",
+        "0.2",
+        db=sim_store["db"],
+        check=True,
+    )
     return Policy.load(out)
 
 
 def test_emulator_responses_and_failures(any_model_policy):
-    states = ["my card has not arrived yet", "I lost my card, please block it", "how do I top up?",
-              "refund my purchase please", "urgent!!! someone stole my money"] * 4
+    states = [
+        "my card has not arrived yet",
+        "I lost my card, please block it",
+        "how do I top up?",
+        "refund my purchase please",
+        "urgent!!! someone stole my money",
+    ] * 4
     with run_emulator(port=0) as emu, httpx.Client(base_url=emu.base_url, timeout=10) as client:
         ok = [call(client, s) for s in states]
         emu.faults = FaultConfig(server_error=0.5, malformed=0.5, seed=3)
@@ -46,8 +66,11 @@ def test_emulator_responses_and_failures(any_model_policy):
             assert d[q].action in ("accept", "review")
             if d[q].accepted:  # an accepted option is the top option of the (identity-calibrated) answer
                 a = r["answers"][q]
-                top = max(a["probabilities"], key=a["probabilities"].get) if q == "intent" else \
-                    ("yes" if a["noul"] >= 0.5 else "no")
+                top = (
+                    max(a["probabilities"], key=a["probabilities"].get)
+                    if q == "intent"
+                    else ("yes" if a["noul"] >= 0.5 else "no")
+                )
                 assert d[q].option == top
     assert any(x.accepted for d in decisions for x in d.values())  # the check above was exercised
     assert all(("error" in r) for r in bad)

@@ -1,4 +1,5 @@
 """Policy export → validate → apply → diff, from the CLI and the Python runtime, on a real store."""
+
 from __future__ import annotations
 
 import json
@@ -17,27 +18,77 @@ from workbench.policy import Policy
 
 def _response(meta: dict, i: int) -> dict:
     p_int = meta["probs"]["intent"][i]
-    return {"model": MODEL, "answers": {
-        "intent": {"type": "choice", "choice": OPTIONS[int(np.argmax(p_int))],
-                   "probabilities": {o: float(v) for o, v in zip(OPTIONS, p_int)}},
-        "urgent": {"type": "noul", "noul": float(meta["probs"]["urgent"][i, 0])}},
-        "usage": {"input_tokens": 12, "output_tokens": 0}}
+    return {
+        "model": MODEL,
+        "answers": {
+            "intent": {
+                "type": "choice",
+                "choice": OPTIONS[int(np.argmax(p_int))],
+                "probabilities": {o: float(v) for o, v in zip(OPTIONS, p_int)},
+            },
+            "urgent": {"type": "noul", "noul": float(meta["probs"]["urgent"][i, 0])},
+        },
+        "usage": {"input_tokens": 12, "output_tokens": 0},
+    }
 
 
 @pytest.fixture(scope="module")
 def exported(sim_store) -> dict:
     db, tmp = sim_store["db"], sim_store["tmp"]
     a, b = tmp / "a.json", tmp / "b.json"
-    ra = run_cli("policy", "export", "run-sim", "--question", "intent", "--question", "urgent", "--out", str(a),
-                 "--max-error", "0.05", "--delta", "0.1", "--json", db=db, check=True)
-    rb = run_cli("policy", "export", "run-sim", "-q", "intent", "-q", "urgent", "--out", str(b), "--max-error",
-                 "0.1", "--policy-version", "1.1.0", "--json", db=db, check=True)
+    ra = run_cli(
+        "policy",
+        "export",
+        "run-sim",
+        "--question",
+        "intent",
+        "--question",
+        "urgent",
+        "--out",
+        str(a),
+        "--max-error",
+        "0.05",
+        "--delta",
+        "0.1",
+        "--json",
+        db=db,
+        check=True,
+    )
+    rb = run_cli(
+        "policy",
+        "export",
+        "run-sim",
+        "-q",
+        "intent",
+        "-q",
+        "urgent",
+        "--out",
+        str(b),
+        "--max-error",
+        "0.1",
+        "--policy-version",
+        "1.1.0",
+        "--json",
+        db=db,
+        check=True,
+    )
     return {"a": a, "b": b, "export_a": json.loads(ra.stdout), "export_b": json.loads(rb.stdout)}
 
 
 def test_thresholds_cli_reports_rule_bound_and_test_intervals(sim_store):
-    r = run_cli("thresholds", "run-sim", "--question", "intent", "--max-error", "0.05", "--delta", "0.1", "--json",
-                db=sim_store["db"], check=True)
+    r = run_cli(
+        "thresholds",
+        "run-sim",
+        "--question",
+        "intent",
+        "--max-error",
+        "0.05",
+        "--delta",
+        "0.1",
+        "--json",
+        db=sim_store["db"],
+        check=True,
+    )
     res = json.loads(r.stdout)["questions"]["intent"]
     assert res["certified"] and res["rule"]["tau"] is not None and res["rule"]["margin"] is not None
     g = res["guarantee"]
@@ -53,12 +104,36 @@ def test_thresholds_cli_reports_rule_bound_and_test_intervals(sim_store):
     assert t["confusion"]["columns"][-1] == "review" and m.shape == (5, 6) and m.sum() == t["n_items"]
     assert m[:, -1].sum() == t["n_review"]
     # uncertified objectives say so
-    r = run_cli("thresholds", "run-sim", "-q", "urgent", "--objective", "error", "--target-error", "0.05", "--json",
-                db=sim_store["db"], check=True)
+    r = run_cli(
+        "thresholds",
+        "run-sim",
+        "-q",
+        "urgent",
+        "--objective",
+        "error",
+        "--target-error",
+        "0.05",
+        "--json",
+        db=sim_store["db"],
+        check=True,
+    )
     res = json.loads(r.stdout)["questions"]["urgent"]
     assert not res["certified"] and any("NOT certified" in n for n in res["notes"])
-    r = run_cli("thresholds", "run-sim", "-q", "intent", "--objective", "cost", "--review-cost", "1",
-                "--error-cost", "20", "--json", db=sim_store["db"], check=True)
+    r = run_cli(
+        "thresholds",
+        "run-sim",
+        "-q",
+        "intent",
+        "--objective",
+        "cost",
+        "--review-cost",
+        "1",
+        "--error-cost",
+        "20",
+        "--json",
+        db=sim_store["db"],
+        check=True,
+    )
     res = json.loads(r.stdout)["questions"]["intent"]
     assert res["cost"]["expected_cost_per_item"] <= res["cost"]["cost_if_everything_reviewed"]
 
@@ -83,8 +158,9 @@ def test_export_validate_and_schema(exported, sim_store):
 
     printed = json.loads(run_cli("policy", "schema", check=True).stdout)
     assert printed == json.loads(SCHEMA_FILE.read_text())
-    assert printed == json.loads(json.dumps(json_schema())), \
+    assert printed == json.loads(json.dumps(json_schema())), (
         "policy.schema.json is stale: run `python -m workbench.policy.model`"
+    )
     jsonschema.validate(doc, printed)
 
 
@@ -92,8 +168,10 @@ def test_runtime_reproduces_the_expected_test_figures(exported, sim_store):
     """Deciding every stored test answer through Policy.decide gives exactly the exported test metrics."""
     policy = Policy.load(exported["a"])
     test_idx = np.flatnonzero(sim_store["split"] == "test")
-    responses = [{"error": {"kind": "transient", "message": "HTTP 503"}} if sim_store["failed"][i]
-                 else _response(sim_store, i) for i in test_idx]
+    responses = [
+        {"error": {"kind": "transient", "message": "HTTP 503"}} if sim_store["failed"][i] else _response(sim_store, i)
+        for i in test_idx
+    ]
     decisions = policy.decide_many(responses)
     for q in ("intent", "urgent"):
         labels = sim_store["labels"][q][test_idx]
@@ -120,14 +198,20 @@ def test_apply_cli_single_and_batch(exported, sim_store, tmp_path: Path):
     py = Policy.load(exported["a"]).decide(_response(sim_store, i))
     assert py["intent"].to_dict() == d
     batch = tmp_path / "batch.jsonl"
-    lines = [_response(sim_store, i), {"error": {"kind": "rate_limit", "message": "429"}},
-             {"model": MODEL, "answers": {"urgent": {"type": "noul", "noul": 0.999}}}]
+    lines = [
+        _response(sim_store, i),
+        {"error": {"kind": "rate_limit", "message": "429"}},
+        {"model": MODEL, "answers": {"urgent": {"type": "noul", "noul": 0.999}}},
+    ]
     batch.write_text("\n".join(json.dumps(x) for x in lines))
-    out = json.loads(run_cli("policy", "apply", str(exported["a"]), "--answers", str(batch), "--json",
-                             check=True).stdout)
+    out = json.loads(
+        run_cli("policy", "apply", str(exported["a"]), "--answers", str(batch), "--json", check=True).stdout
+    )
     assert len(out["decisions"]) == 3
-    assert out["decisions"][1]["intent"]["action"] == "review" and "provider failure" in \
-        out["decisions"][1]["intent"]["reason"]
+    assert (
+        out["decisions"][1]["intent"]["action"] == "review"
+        and "provider failure" in out["decisions"][1]["intent"]["reason"]
+    )
     assert out["decisions"][2]["intent"]["action"] == "review" and "missing" in out["decisions"][2]["intent"]["reason"]
     assert out["counts"]["intent"]["review"] >= 2
 
@@ -156,8 +240,11 @@ def test_every_invalid_path_routes_to_review(exported, sim_store):
         assert why.split()[0] in d.reason, (why, d.reason)
     assert policy.decide(good, schema_hash=SCHEMA.hash)["intent"].accepted
     # a state over the token limit of the validity conditions
-    limited = Policy(policy.model.model_copy(update={"validity": policy.model.validity.model_copy(
-        update={"max_state_tokens": 100})}).with_hash())
+    limited = Policy(
+        policy.model.model_copy(
+            update={"validity": policy.model.validity.model_copy(update={"max_state_tokens": 100})}
+        ).with_hash()
+    )
     assert limited.decide(good, state_tokens=100)["intent"].accepted
     d = limited.decide(good, state_tokens=101)["intent"]
     assert d.action == "review" and "over the policy's limit" in d.reason
@@ -200,8 +287,17 @@ def test_tampered_corrupt_and_newer_files_fail_closed(exported, tmp_path: Path, 
 
 
 def test_diff_reports_changes_and_movement_on_run(exported, sim_store):
-    r = run_cli("policy", "diff", str(exported["a"]), str(exported["b"]), "--run", "run-sim", "--json",
-                db=sim_store["db"], check=True)
+    r = run_cli(
+        "policy",
+        "diff",
+        str(exported["a"]),
+        str(exported["b"]),
+        "--run",
+        "run-sim",
+        "--json",
+        db=sim_store["db"],
+        check=True,
+    )
     d = json.loads(r.stdout)
     assert not d["identical"] and d["version"] == {"a": "1.0.0", "b": "1.1.0", "b_is_newer": True}
     paths = {c["path"] for c in d["changes"]}
@@ -212,15 +308,28 @@ def test_diff_reports_changes_and_movement_on_run(exported, sim_store):
     a, b = Policy.load(exported["a"]).model, Policy.load(exported["b"]).model
     assert moves["a"]["coverage"]["value"] == pytest.approx(a.questions["intent"].expected_test.coverage.value)
     assert moves["b"]["coverage"]["value"] == pytest.approx(b.questions["intent"].expected_test.coverage.value)
-    same = json.loads(run_cli("policy", "diff", str(exported["a"]), str(exported["a"]), "--json",
-                              check=True).stdout)
+    same = json.loads(run_cli("policy", "diff", str(exported["a"]), str(exported["a"]), "--json", check=True).stdout)
     assert same["identical"] and same["changes"] == []
 
 
 def test_jev_eval_export_is_conservative_and_says_what_it_drops(sim_store, tmp_path: Path):
     out = tmp_path / "p.json"
-    r = run_cli("policy", "export", "run-sim", "-q", "intent", "-q", "urgent", "--out", str(out), "--format",
-                "jev-eval", "--json", db=sim_store["db"], check=True)
+    r = run_cli(
+        "policy",
+        "export",
+        "run-sim",
+        "-q",
+        "intent",
+        "-q",
+        "urgent",
+        "--out",
+        str(out),
+        "--format",
+        "jev-eval",
+        "--json",
+        db=sim_store["db"],
+        check=True,
+    )
     info = json.loads(r.stdout)["jev_eval"]
     jev = json.loads(Path(info["path"]).read_text())
     assert jev["version"] == 1 and jev["model"] == MODEL and set(jev["questions"]) == {"intent", "urgent"}
@@ -245,22 +354,26 @@ def test_jev_eval_export_is_conservative_and_says_what_it_drops(sim_store, tmp_p
     jev_conf = (n * p.max(axis=1) - 1) / (n - 1)
     gate = jev_conf >= jev["questions"]["intent"]["threshold"]
     assert gate.sum() > 0
-    ours = np.array([d["intent"].accepted for d in policy.decide_many(
-        [_response(sim_store, i) for i in np.flatnonzero(gate)])])
+    ours = np.array(
+        [d["intent"].accepted for d in policy.decide_many([_response(sim_store, i) for i in np.flatnonzero(gate)])]
+    )
     assert ours.all()
     pu = sim_store["probs"]["urgent"][:, 0]
     gate_u = np.abs(pu - 0.5) * 2 >= jev["questions"]["urgent"]["threshold"]
-    ours_u = np.array([d["urgent"].accepted for d in policy.decide_many(
-        [_response(sim_store, i) for i in np.flatnonzero(gate_u)])])
+    ours_u = np.array(
+        [d["urgent"].accepted for d in policy.decide_many([_response(sim_store, i) for i in np.flatnonzero(gate_u)])]
+    )
     assert ours_u.all()
 
 
 def test_runtime_imports_no_heavy_libraries(exported):
-    code = ("import sys, json; from workbench.policy import Policy; "
-            f"p = Policy.load({str(exported['a'])!r}); "
-            "p.decide({'error': 'x'}); "
-            "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
-            "{'duckdb', 'pandas', 'sklearn', 'scipy', 'plotly', 'pyarrow', 'streamlit', 'yaml', 'torch'}); "
-            "print(json.dumps(heavy))")
+    code = (
+        "import sys, json; from workbench.policy import Policy; "
+        f"p = Policy.load({str(exported['a'])!r}); "
+        "p.decide({'error': 'x'}); "
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'duckdb', 'pandas', 'sklearn', 'scipy', 'plotly', 'pyarrow', 'streamlit', 'yaml', 'torch'}); "
+        "print(json.dumps(heavy))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []

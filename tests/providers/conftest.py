@@ -1,4 +1,5 @@
 """A real emulator on a free loopback port, shared by the provider tests (faults reset per test)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,14 +21,27 @@ INTENT_OPTIONS = {
 
 def three_type_schema() -> DecisionSchema:
     """One question of each type."""
-    return DecisionSchema.from_dict({"questions": {
-        "intent": {"type": "choice", "instructions": "Which intent does the message express?",
-                   "criteria": dict(INTENT_OPTIONS)},
-        "stolen": {"type": "noul", "instructions": "Was the card stolen?",
-                   "criteria": {"true": "the card was stolen or lost", "false": "nothing was stolen"}},
-        "severity": {"type": "score", "instructions": "How severe is the problem?",
-                     "criteria": ["minor question", "moderate problem", "severe: card stolen, money lost"]},
-    }})
+    return DecisionSchema.from_dict(
+        {
+            "questions": {
+                "intent": {
+                    "type": "choice",
+                    "instructions": "Which intent does the message express?",
+                    "criteria": dict(INTENT_OPTIONS),
+                },
+                "stolen": {
+                    "type": "noul",
+                    "instructions": "Was the card stolen?",
+                    "criteria": {"true": "the card was stolen or lost", "false": "nothing was stolen"},
+                },
+                "severity": {
+                    "type": "score",
+                    "instructions": "How severe is the problem?",
+                    "criteria": ["minor question", "moderate problem", "severe: card stolen, money lost"],
+                },
+            }
+        }
+    )
 
 
 @pytest.fixture(scope="session")
@@ -49,8 +63,11 @@ def emu(emulator):
 
 @pytest.fixture
 def cf_env(emu):
-    return {"CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url, "CLOUDFLARE_API_KEY": SECRET,
-            "CLOUDFLARE_ACCOUNT_ID": "0123456789abcdef0123456789abcdef"}
+    return {
+        "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url,
+        "CLOUDFLARE_API_KEY": SECRET,
+        "CLOUDFLARE_ACCOUNT_ID": "0123456789abcdef0123456789abcdef",
+    }
 
 
 def run(coro):

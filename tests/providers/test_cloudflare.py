@@ -1,4 +1,5 @@
 """Cloudflare Workers AI dialect against the real emulator over loopback."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,7 +48,7 @@ def test_happy_path_every_question_type(emu, cf_env, model):
     # cost derived independently from the documented price per million input tokens
     assert result.cost_usd == pytest.approx(result.input_tokens * PRICES_USD_PER_M[("cloudflare", model)] / 1e6)
     assert result.latency_ms > 0
-    assert result.raw["answers"]["intent"]["type"] == "choice"   # raw in System One shape (unwrapped)
+    assert result.raw["answers"]["intent"]["type"] == "choice"  # raw in System One shape (unwrapped)
     assert emu.request_count(model=model) == 1
 
 
@@ -58,13 +59,18 @@ def test_body_carries_model_and_envelope_is_unwrapped(emu, cf_env):
 
 
 def test_rounded_probabilities_are_renormalised(emu, cf_env):
-    schema = DecisionSchema.from_dict({"questions": {"q": {"type": "choice", "instructions": "Pick one",
-                                                           "criteria": {"a": None, "b": None, "c": None}}}})
+    schema = DecisionSchema.from_dict(
+        {
+            "questions": {
+                "q": {"type": "choice", "instructions": "Pick one", "criteria": {"a": None, "b": None, "c": None}}
+            }
+        }
+    )
     result = run(_decide("cloudflare:clef", cf_env, DecisionRequest(schema, "nothing in common")))
     wire = result.raw["answers"]["q"]["probabilities"]
-    assert all(round(v, 4) == v for v in wire.values())        # 4 decimals on the wire, like Clef
+    assert all(round(v, 4) == v for v in wire.values())  # 4 decimals on the wire, like Clef
     raw_sum = sum(wire.values())
-    assert raw_sum != 1.0                                        # 3 x 0.3333
+    assert raw_sum != 1.0  # 3 x 0.3333
     ans = result.answers["q"]
     assert ans.deviation == pytest.approx(raw_sum - 1.0)
     assert ans.probs.sum() == pytest.approx(1.0, abs=1e-12)
@@ -77,15 +83,18 @@ def test_request_id_falls_back_to_cf_ray(emu, cf_env):
     assert err.kind is ErrorKind.SERVER and err.request_id.endswith("-IAD")
 
 
-@pytest.mark.parametrize("faults, kind, status, code", [
-    ({"rate_limit": 1.0}, ErrorKind.RATE_LIMIT, 429, 3040),
-    ({"quota": 1.0}, ErrorKind.QUOTA, 429, 4006),
-    ({"server_error": 1.0}, ErrorKind.SERVER, 500, 5000),
-    ({"overloaded": 1.0}, ErrorKind.SERVER, 529, 5012),
-    ({"force_status": 403}, ErrorKind.INVALID, 403, None),
-    ({"force_status": 413, "force_code": 5021}, ErrorKind.MAX_TOKENS, 413, 5021),
-    ({"force_status": 422, "force_code": 5012}, ErrorKind.INVALID, 422, 5012),
-])
+@pytest.mark.parametrize(
+    "faults, kind, status, code",
+    [
+        ({"rate_limit": 1.0}, ErrorKind.RATE_LIMIT, 429, 3040),
+        ({"quota": 1.0}, ErrorKind.QUOTA, 429, 4006),
+        ({"server_error": 1.0}, ErrorKind.SERVER, 500, 5000),
+        ({"overloaded": 1.0}, ErrorKind.SERVER, 529, 5012),
+        ({"force_status": 403}, ErrorKind.INVALID, 403, None),
+        ({"force_status": 413, "force_code": 5021}, ErrorKind.MAX_TOKENS, 413, 5021),
+        ({"force_status": 422, "force_code": 5012}, ErrorKind.INVALID, 422, 5012),
+    ],
+)
 def test_error_classification(emu, cf_env, faults, kind, status, code):
     emu.set_faults(**faults)
     err = _expect_error("cloudflare:clef", cf_env, DecisionRequest(three_type_schema(), "hi"))
@@ -97,8 +106,9 @@ def test_error_classification(emu, cf_env, faults, kind, status, code):
 
 def test_validation_422_from_the_service(emu, cf_env):
     """With local checks relaxed, the emulator itself answers 422/5012 for 65 questions."""
-    schema = DecisionSchema.from_dict({"questions": {f"q{i}": {"type": "noul", "instructions": "ok?"}
-                                                     for i in range(65)}})
+    schema = DecisionSchema.from_dict(
+        {"questions": {f"q{i}": {"type": "noul", "instructions": "ok?"} for i in range(65)}}
+    )
     err = _expect_error("cloudflare:clef", cf_env, DecisionRequest(schema, "x"), profile="self-hosted")
     assert (err.kind, err.status, err.code) == (ErrorKind.INVALID, 422, 5012)
     assert emu.stats["total"] == 1
@@ -113,6 +123,7 @@ def test_timeout(emu, cf_env):
             await provider.decide(DecisionRequest(three_type_schema(), "x"))
         finally:
             await provider.aclose()
+
     with pytest.raises(ProviderError) as info:
         run(go())
     assert info.value.kind is ErrorKind.TIMEOUT
@@ -150,10 +161,11 @@ def test_401_disables_the_provider_and_hides_the_token(emu, cf_env):
                 errors.append(exc)
         await provider.aclose()
         return errors
+
     first, second = run(twice())
     assert (first.kind, first.status, first.code, first.sent) == (ErrorKind.AUTH, 401, 10000, True)
     assert (second.kind, second.sent) == (ErrorKind.AUTH, False)
-    assert emu.stats["total"] == 1                      # the second call never left the process
+    assert emu.stats["total"] == 1  # the second call never left the process
     for text in (str(first), str(second), repr(provider), repr(provider.endpoint), repr(provider.endpoint.api_key)):
         assert SECRET not in text
 
@@ -171,8 +183,11 @@ def test_api_token_env_alias(emu, cf_env):
 
 
 def test_model_from_env_when_spec_has_none(emu, cf_env):
-    result = run(_decide("cloudflare:", {**cf_env, "CLOUDFLARE_CLEF_MODEL": "clef-flash"},
-                         DecisionRequest(three_type_schema(), "x")))
+    result = run(
+        _decide(
+            "cloudflare:", {**cf_env, "CLOUDFLARE_CLEF_MODEL": "clef-flash"}, DecisionRequest(three_type_schema(), "x")
+        )
+    )
     assert result.model == "clef-flash"
 
 
@@ -186,8 +201,11 @@ def test_envelope_without_success_fails_closed():
         provider.to_system_one(body, httpx.Response(200), DecisionRequest(three_type_schema(), "x"))
     assert info.value.kind is ErrorKind.RATE_LIMIT
     with pytest.raises(ProviderError) as info:
-        provider.to_system_one({"success": "yes", "result": {"answers": {}}}, httpx.Response(200),
-                               DecisionRequest(three_type_schema(), "x"))
+        provider.to_system_one(
+            {"success": "yes", "result": {"answers": {}}},
+            httpx.Response(200),
+            DecisionRequest(three_type_schema(), "x"),
+        )
     assert info.value.kind is ErrorKind.MALFORMED
     run(provider.aclose())
 
@@ -203,8 +221,9 @@ def _refused(emu, spec, env, request, **settings) -> ProviderError:
 
 
 def test_refuses_state_over_the_token_window(emu, cf_env):
-    err = _refused(emu, "cloudflare:clef", cf_env, DecisionRequest(three_type_schema(), "word " * 400),
-                   window_tokens=100)
+    err = _refused(
+        emu, "cloudflare:clef", cf_env, DecisionRequest(three_type_schema(), "word " * 400), window_tokens=100
+    )
     assert err.kind is ErrorKind.MAX_TOKENS and "window" in str(err)
 
 
@@ -221,15 +240,17 @@ def test_refuses_more_questions_than_allowed_and_exposes_limits(emu, cf_env):
     provider = build_http_provider("cloudflare:clef", env=cf_env)
     assert provider.limits.max_questions == 64
     run(provider.aclose())
-    schema = DecisionSchema.from_dict({"questions": {f"q{i}": {"type": "noul", "instructions": "ok?"}
-                                                     for i in range(65)}})
+    schema = DecisionSchema.from_dict(
+        {"questions": {f"q{i}": {"type": "noul", "instructions": "ok?"} for i in range(65)}}
+    )
     err = _refused(emu, "cloudflare:clef", cf_env, DecisionRequest(schema, "x"))
     assert err.kind is ErrorKind.INVALID and "64" in str(err)
 
 
 def test_refuses_body_over_256000_bytes(emu, cf_env):
-    err = _refused(emu, "cloudflare:clef", cf_env, DecisionRequest(three_type_schema(), "a" * 260_000),
-                   window_tokens=10**9)
+    err = _refused(
+        emu, "cloudflare:clef", cf_env, DecisionRequest(three_type_schema(), "a" * 260_000), window_tokens=10**9
+    )
     assert err.kind is ErrorKind.MAX_TOKENS and "bytes" in str(err)
 
 
@@ -237,11 +258,16 @@ def test_refuses_five_images_and_non_png_jpeg_webp(emu, cf_env):
     png = "data:image/png;base64,iVBORw0KGgo="
     err = _refused(emu, "cloudflare:clef", cf_env, DecisionRequest(three_type_schema(), "x", images=(png,) * 5))
     assert err.kind is ErrorKind.INVALID and "4" in str(err)
-    err = _refused(emu, "cloudflare:clef", cf_env,
-                   DecisionRequest(three_type_schema(), "x", images=("data:image/gif;base64,R0lGOD==",)))
+    err = _refused(
+        emu,
+        "cloudflare:clef",
+        cf_env,
+        DecisionRequest(three_type_schema(), "x", images=("data:image/gif;base64,R0lGOD==",)),
+    )
     assert err.kind is ErrorKind.INVALID
-    err = _refused(emu, "cloudflare:clef", cf_env,
-                   DecisionRequest(three_type_schema(), "x", images=("https://example.com/a.png",)))
+    err = _refused(
+        emu, "cloudflare:clef", cf_env, DecisionRequest(three_type_schema(), "x", images=("https://example.com/a.png",))
+    )
     assert err.kind is ErrorKind.INVALID
 
 
@@ -273,7 +299,12 @@ def test_refuses_missing_key(emu, cf_env):
 
 
 def test_refuses_too_many_options(emu, cf_env):
-    schema = DecisionSchema.from_dict({"questions": {"q": {"type": "choice", "instructions": "pick",
-                                                           "criteria": {f"o{i}": None for i in range(256)}}}})
+    schema = DecisionSchema.from_dict(
+        {
+            "questions": {
+                "q": {"type": "choice", "instructions": "pick", "criteria": {f"o{i}": None for i in range(256)}}
+            }
+        }
+    )
     err = _refused(emu, "cloudflare:clef", cf_env, DecisionRequest(schema, "x"))
     assert err.kind is ErrorKind.INVALID and "255" in str(err)

@@ -1,4 +1,5 @@
 """System One presets, OpenAI Decisions and Vercel evaluation-model dialects against the emulator."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -71,7 +72,7 @@ def test_every_preset_answers_every_question_type(emu, spec, dialect, path, answ
     assert int(result.answers["severity"].probs.argmax()) == 2
     assert result.model == answered
     assert result.input_tokens > 0 and result.request_id
-    assert (result.cost_usd is not None) is priced          # unknown price -> None, never 0
+    assert (result.cost_usd is not None) is priced  # unknown price -> None, never 0
     assert set(result.raw["answers"]) == {"intent", "stolen", "severity"}
     assert result.raw["answers"]["stolen"]["type"] == "noul"  # raw is always System One shaped
     assert emu.stats["by_path"] == {path: 1}
@@ -123,12 +124,19 @@ ERROR_SPECS = ["typesafe:jev-latest", "openai:gpt-6-luna", "vercel:typesafe-ai/j
 
 
 @pytest.mark.parametrize("spec", ERROR_SPECS)
-@pytest.mark.parametrize("faults, kind", [
-    ({"rate_limit": 1.0}, ErrorKind.RATE_LIMIT), ({"quota": 1.0}, ErrorKind.QUOTA),
-    ({"server_error": 1.0}, ErrorKind.SERVER), ({"overloaded": 1.0}, ErrorKind.SERVER),
-    ({"malformed": 1.0}, ErrorKind.MALFORMED), ({"reset": 1.0}, ErrorKind.NETWORK),
-    ({"force_status": 403}, ErrorKind.INVALID), ({"force_status": 413}, ErrorKind.MAX_TOKENS),
-])
+@pytest.mark.parametrize(
+    "faults, kind",
+    [
+        ({"rate_limit": 1.0}, ErrorKind.RATE_LIMIT),
+        ({"quota": 1.0}, ErrorKind.QUOTA),
+        ({"server_error": 1.0}, ErrorKind.SERVER),
+        ({"overloaded": 1.0}, ErrorKind.SERVER),
+        ({"malformed": 1.0}, ErrorKind.MALFORMED),
+        ({"reset": 1.0}, ErrorKind.NETWORK),
+        ({"force_status": 403}, ErrorKind.INVALID),
+        ({"force_status": 413}, ErrorKind.MAX_TOKENS),
+    ],
+)
 def test_error_kinds_per_dialect(emu, spec, faults, kind):
     emu.set_faults(**faults)
     with pytest.raises(ProviderError) as info:
@@ -150,6 +158,7 @@ def test_401_per_dialect_disables_provider(emu, spec):
                 out.append(exc)
         await provider.aclose()
         return out
+
     first, second = run(twice())
     assert first.kind is ErrorKind.AUTH and first.sent and second.kind is ErrorKind.AUTH and not second.sent
     assert emu.stats["total"] == 1
@@ -158,8 +167,9 @@ def test_401_per_dialect_disables_provider(emu, spec):
 
 @pytest.mark.parametrize("spec", ERROR_SPECS)
 def test_service_validation_is_invalid_request(emu, spec):
-    schema = DecisionSchema.from_dict({"questions": {"q": {"type": "score", "instructions": "rate",
-                                                           "criteria": [str(i) for i in range(11)]}}})
+    schema = DecisionSchema.from_dict(
+        {"questions": {"q": {"type": "score", "instructions": "rate", "criteria": [str(i) for i in range(11)]}}}
+    )
     with pytest.raises(ProviderError) as info:  # local limits relaxed: the emulator refuses 11 levels
         run(_decide(spec, env_for(emu), DecisionRequest(schema, "x"), profile="self-hosted"))
     assert info.value.kind is ErrorKind.INVALID and info.value.sent and info.value.status in (400, 422)
@@ -171,19 +181,37 @@ def test_openai_translation_both_ways():
     qs = to_openai_questions(wire)
     assert [q["type"] for q in qs] == ["choice", "predicate", "score"]
     assert [q["name"] for q in qs] == ["intent", "stolen", "severity"]
-    assert qs[0]["choices"][0] == {"value": "card_arrival",
-                                   "description": "The customer asks when their new card will arrive"}
-    assert qs[0]["choices"][2] == {"value": "exchange_rate"}             # null description omitted
-    assert "the card was stolen or lost" in qs[1]["instructions"]          # criteria reach the model
+    assert qs[0]["choices"][0] == {
+        "value": "card_arrival",
+        "description": "The customer asks when their new card will arrive",
+    }
+    assert qs[0]["choices"][2] == {"value": "exchange_rate"}  # null description omitted
+    assert "the card was stolen or lost" in qs[1]["instructions"]  # criteria reach the model
     assert [lv["label"] for lv in qs[2]["levels"]] == wire["severity"]["criteria"]
     answers = [  # unnamed answers map by position; score levels by their index
-        {"type": "choice", "name": None, "choice": "exchange_rate", "confidence": 0.5,
-         "probabilities": [{"value": "card_arrival", "probability": 0.2}, {"value": "lost_or_stolen_card",
-                           "probability": 0.3}, {"value": "exchange_rate", "probability": 0.5}]},
+        {
+            "type": "choice",
+            "name": None,
+            "choice": "exchange_rate",
+            "confidence": 0.5,
+            "probabilities": [
+                {"value": "card_arrival", "probability": 0.2},
+                {"value": "lost_or_stolen_card", "probability": 0.3},
+                {"value": "exchange_rate", "probability": 0.5},
+            ],
+        },
         {"type": "refusal", "name": "stolen"},
-        {"type": "score", "name": "severity", "score": 1.2, "confidence": 0.6,
-         "probabilities": [{"label": "x", "probability": 0.2, "value": 0}, {"label": "y", "probability": 0.4,
-                           "value": 1}, {"label": "z", "probability": 0.4, "value": 2}]},
+        {
+            "type": "score",
+            "name": "severity",
+            "score": 1.2,
+            "confidence": 0.6,
+            "probabilities": [
+                {"label": "x", "probability": 0.2, "value": 0},
+                {"label": "y", "probability": 0.4, "value": 1},
+                {"label": "z", "probability": 0.4, "value": 2},
+            ],
+        },
     ]
     s1 = from_openai_answers(wire, answers)
     assert s1["intent"]["probabilities"] == {"card_arrival": 0.2, "lost_or_stolen_card": 0.3, "exchange_rate": 0.5}
@@ -193,12 +221,13 @@ def test_openai_translation_both_ways():
 
 def test_openai_refusal_is_a_failure_not_a_probability(emu):
     emu.set_faults(refusal=0.5)
-    schema = DecisionSchema.from_dict({"questions": {f"q{i}": {"type": "noul", "instructions": f"is it {i}?"}
-                                                     for i in range(40)}})
+    schema = DecisionSchema.from_dict(
+        {"questions": {f"q{i}": {"type": "noul", "instructions": f"is it {i}?"} for i in range(40)}}
+    )
     _, result = run(_decide("openai:gpt-6-luna", env_for(emu), DecisionRequest(schema, "x")))
     refused = {q for q, (kind, _) in result.failures.items() if kind is ErrorKind.REFUSED}
-    assert 5 < len(refused) < 35                       # about half, drawn per question
-    assert refused.isdisjoint(result.answers)          # a refused question has no probability
+    assert 5 < len(refused) < 35  # about half, drawn per question
+    assert refused.isdisjoint(result.answers)  # a refused question has no probability
     assert len(refused) + len(result.answers) == 40
     assert all(result.raw["answers"][q] == {"type": "refusal"} for q in refused)
 
@@ -207,8 +236,12 @@ def test_openai_images_travel_as_input_image_parts(emu):
     png = "data:image/png;base64,iVBORw0KGgo="
     provider = build_http_provider("openai:gpt-6-luna", env=env_for(emu))
     body = provider.build_body(DecisionRequest(three_type_schema(), "hello", images=(png,)))
-    assert body["input"] == [{"role": "user", "content": [{"type": "input_text", "text": "hello"},
-                                                          {"type": "input_image", "image_url": png}]}]
+    assert body["input"] == [
+        {
+            "role": "user",
+            "content": [{"type": "input_text", "text": "hello"}, {"type": "input_image", "image_url": png}],
+        }
+    ]
     result = run(_call_and_close(provider, DecisionRequest(three_type_schema(), STOLEN, images=(png,))))
     assert result.failures == {}
 
@@ -226,9 +259,15 @@ def test_openai_and_systemone_agree_on_the_same_answerer(emu):
 def test_vercel_translation_and_headers(emu):
     wire = three_type_schema().to_wire()
     assert to_vercel_questions(wire)["stolen"]["type"] == "boolean"
-    s1 = from_vercel_answers({"answers": {"stolen": {"type": "boolean", "probability": 0.9},
-                                          "intent": {"type": "choice", "choice": "a", "probabilities": {"a": 1.0}}},
-                              "providerMetadata": {"typesafe": {"confidence": {"intent": 0.7}}}})
+    s1 = from_vercel_answers(
+        {
+            "answers": {
+                "stolen": {"type": "boolean", "probability": 0.9},
+                "intent": {"type": "choice", "choice": "a", "probabilities": {"a": 1.0}},
+            },
+            "providerMetadata": {"typesafe": {"confidence": {"intent": 0.7}}},
+        }
+    )
     assert s1["stolen"] == {"type": "noul", "noul": 0.9} and s1["intent"]["confidence"] == 0.7
     provider = build_http_provider("vercel:typesafe-ai/jev", env=env_for(emu))
     body = provider.build_body(DecisionRequest(three_type_schema(), "x"))
@@ -241,7 +280,7 @@ def test_vercel_translation_and_headers(emu):
 def test_vercel_usage_camelcase_and_confidence(emu):
     _, result = run(_decide("vercel:typesafe-ai/jev", env_for(emu), DecisionRequest(three_type_schema(), STOLEN)))
     assert result.input_tokens > 0
-    assert result.answers["intent"].vendor_confidence is not None   # moved back from providerMetadata
+    assert result.answers["intent"].vendor_confidence is not None  # moved back from providerMetadata
 
 
 # -- spec parsing -------------------------------------------------------------------------------------
@@ -261,14 +300,16 @@ def test_unknown_spec_and_self_hosted_without_url():
 
 def test_default_urls_of_presets():
     env = {}
-    expected = {"typesafe:jev-latest": "https://api.typesafe.ai/v1/systemone",
-                "openrouter:typesafe/jev-1.13": "https://openrouter.ai/api/alpha/decisions",
-                "perplexity:pplx-decider-v1-27b": "https://api.perplexity.ai/v1/decisions",
-                "openai:gpt-6-luna": "https://api.openai.com/v1/decisions",
-                "vercel:typesafe-ai/jev": "https://ai-gateway.vercel.sh/v4/ai/evaluation-model",
-                "subq:subq-snap-preview": "https://api.subq.ai/v1/systemone",
-                "sarvam:sarvam-prism": "https://api.sarvam.ai/v2/systemone",
-                "cloudflare:clef": "https://api.cloudflare.com/client/v4/accounts/acc/ai/run/@cf/cloudflare/clef"}
+    expected = {
+        "typesafe:jev-latest": "https://api.typesafe.ai/v1/systemone",
+        "openrouter:typesafe/jev-1.13": "https://openrouter.ai/api/alpha/decisions",
+        "perplexity:pplx-decider-v1-27b": "https://api.perplexity.ai/v1/decisions",
+        "openai:gpt-6-luna": "https://api.openai.com/v1/decisions",
+        "vercel:typesafe-ai/jev": "https://ai-gateway.vercel.sh/v4/ai/evaluation-model",
+        "subq:subq-snap-preview": "https://api.subq.ai/v1/systemone",
+        "sarvam:sarvam-prism": "https://api.sarvam.ai/v2/systemone",
+        "cloudflare:clef": "https://api.cloudflare.com/client/v4/accounts/acc/ai/run/@cf/cloudflare/clef",
+    }
     for spec, url in expected.items():
         p = build_http_provider(spec, env={**env, "CLOUDFLARE_ACCOUNT_ID": "acc"})
         assert p.endpoint.url == url
@@ -285,5 +326,5 @@ def test_perplexity_429_carries_retry_after(emu):
 def test_query_string_of_a_generic_url_is_not_shown(emu):
     provider = build_http_provider(f"systemone:{emu.base_url}/v1/systemone?model=m&key=hidden-value")
     assert "hidden-value" not in repr(provider) and "hidden-value" not in repr(provider.endpoint)
-    assert "key=hidden-value" in provider.endpoint.url   # still sent: the server may need it
+    assert "key=hidden-value" in provider.endpoint.url  # still sent: the server may need it
     run(provider.aclose())

@@ -1,4 +1,5 @@
 """The emulator itself, over real HTTP: validation codes, headers, admin API, faults, answers."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,13 +14,10 @@ import httpx
 import numpy as np
 import pytest
 
-from workbench.providers.base import DecisionRequest
-from workbench.providers.emulator import (FaultConfig, LexicalAnswerer, run_emulator, server_token_count,
-                                          truncate_tokens)
-from workbench.providers.http import build_http_provider
-from workbench.schema import DecisionSchema
-
 from tests.conftest import ROOT, dataset_path
+from workbench.providers.base import DecisionRequest
+from workbench.providers.emulator import FaultConfig, LexicalAnswerer, run_emulator, server_token_count, truncate_tokens
+from workbench.providers.http import build_http_provider
 
 from .conftest import three_type_schema
 
@@ -27,8 +25,11 @@ CF_PATH = "/client/v4/accounts/acc/ai/run/@cf/cloudflare/clef"
 
 
 def body(n_questions=1, **over):
-    b = {"model": "clef", "state": "hello",
-         "questions": {f"q{i}": {"type": "noul", "instructions": "ok?"} for i in range(n_questions)}}
+    b = {
+        "model": "clef",
+        "state": "hello",
+        "questions": {f"q{i}": {"type": "noul", "instructions": "ok?"} for i in range(n_questions)},
+    }
     b.update(over)
     return b
 
@@ -39,8 +40,9 @@ _CLIENT = httpx.Client(timeout=5)  # one client: building one costs an SSL conte
 def post(emu, path, payload=None, *, content=None, headers=None):
     if content is None:
         content = json.dumps(payload).encode()
-    return _CLIENT.post(emu.base_url + path, content=content,
-                        headers={"content-type": "application/json", **(headers or {})})
+    return _CLIENT.post(
+        emu.base_url + path, content=content, headers={"content-type": "application/json", **(headers or {})}
+    )
 
 
 def cf_error(resp):
@@ -50,32 +52,47 @@ def cf_error(resp):
 
 
 # -- Cloudflare validation exactly as documented ----------------------------------------------------
-@pytest.mark.parametrize("payload, expected", [
-    (body(64), (200, None)),
-    (body(65), (422, 5012)),
-    (body(questions={"a b": {"type": "noul", "instructions": "x"}}), (422, 5012)),
-    (body(questions={"x" * 101: {"type": "noul", "instructions": "x"}}), (422, 5012)),
-    (body(questions={"x" * 100: {"type": "noul", "instructions": "x"}}), (200, None)),
-    (body(questions={"q": {"type": "choice", "instructions": "x", "criteria": {"a": None}}}), (422, 5012)),
-    (body(questions={"q": {"type": "choice", "instructions": "x",
-                           "criteria": {f"o{i}": None for i in range(255)}}}), (200, None)),
-    (body(questions={"q": {"type": "choice", "instructions": "x",
-                           "criteria": {f"o{i}": None for i in range(256)}}}), (422, 5012)),
-    (body(questions={"q": {"type": "score", "instructions": "x", "criteria": ["a"] * 10}}), (200, None)),
-    (body(questions={"q": {"type": "score", "instructions": "x", "criteria": ["a"] * 11}}), (422, 5012)),
-    (body(questions={"q": {"type": "score", "instructions": "x", "criteria": ["a"]}}), (422, 5012)),
-    (body(questions={"q": {"type": "noul", "instructions": "  "}}), (422, 5012)),
-    (body(questions={"q": {"type": "noul", "instructions": "x", "extra": 1}}), (422, 5012)),
-    (body(unknown_field=1), (422, 5012)),
-    (body(questions={"q": {"type": "maybe", "instructions": "x"}}), (400, 5006)),
-    (body(questions={}), (400, 5006)),
-    ({"model": "clef", "state": "x"}, (400, 5006)),
-    (body(model="clef-flash"), (400, 5006)),            # body model must match the URL model
-    (body(images=["data:image/png;base64,AAAA"] * 4), (200, None)),
-    (body(images=["data:image/png;base64,AAAA"] * 5), (422, 5012)),
-    (body(images=["https://example.com/x.png"]), (422, 5012)),
-    (body(images=[{"content_type": "image/webp", "base64": "AAAA"}]), (200, None)),
-])
+@pytest.mark.parametrize(
+    "payload, expected",
+    [
+        (body(64), (200, None)),
+        (body(65), (422, 5012)),
+        (body(questions={"a b": {"type": "noul", "instructions": "x"}}), (422, 5012)),
+        (body(questions={"x" * 101: {"type": "noul", "instructions": "x"}}), (422, 5012)),
+        (body(questions={"x" * 100: {"type": "noul", "instructions": "x"}}), (200, None)),
+        (body(questions={"q": {"type": "choice", "instructions": "x", "criteria": {"a": None}}}), (422, 5012)),
+        (
+            body(
+                questions={
+                    "q": {"type": "choice", "instructions": "x", "criteria": {f"o{i}": None for i in range(255)}}
+                }
+            ),
+            (200, None),
+        ),
+        (
+            body(
+                questions={
+                    "q": {"type": "choice", "instructions": "x", "criteria": {f"o{i}": None for i in range(256)}}
+                }
+            ),
+            (422, 5012),
+        ),
+        (body(questions={"q": {"type": "score", "instructions": "x", "criteria": ["a"] * 10}}), (200, None)),
+        (body(questions={"q": {"type": "score", "instructions": "x", "criteria": ["a"] * 11}}), (422, 5012)),
+        (body(questions={"q": {"type": "score", "instructions": "x", "criteria": ["a"]}}), (422, 5012)),
+        (body(questions={"q": {"type": "noul", "instructions": "  "}}), (422, 5012)),
+        (body(questions={"q": {"type": "noul", "instructions": "x", "extra": 1}}), (422, 5012)),
+        (body(unknown_field=1), (422, 5012)),
+        (body(questions={"q": {"type": "maybe", "instructions": "x"}}), (400, 5006)),
+        (body(questions={}), (400, 5006)),
+        ({"model": "clef", "state": "x"}, (400, 5006)),
+        (body(model="clef-flash"), (400, 5006)),  # body model must match the URL model
+        (body(images=["data:image/png;base64,AAAA"] * 4), (200, None)),
+        (body(images=["data:image/png;base64,AAAA"] * 5), (422, 5012)),
+        (body(images=["https://example.com/x.png"]), (422, 5012)),
+        (body(images=[{"content_type": "image/webp", "base64": "AAAA"}]), (200, None)),
+    ],
+)
 def test_cloudflare_validation(emu, payload, expected):
     resp = post(emu, CF_PATH, payload)
     if expected[0] == 200:
@@ -114,7 +131,7 @@ def test_cloudflare_headers_and_model_side_error_nesting(emu):
     tokens = ok.json()["result"]["usage"]["input_tokens"]
     assert float(ok.headers["cf-ai-neurons"]) == pytest.approx(tokens * 21_818 / 1e6, abs=0.006)
     bad = post(emu, CF_PATH, body(65))
-    assert "cf-ai-neurons" not in bad.headers             # errors are not billed
+    assert "cf-ai-neurons" not in bad.headers  # errors are not billed
     msg = bad.json()["errors"][0]["message"]
     assert msg.startswith("AiError: AiError: {") and msg.endswith(f"({bad.headers['cf-ai-req-id']})")
 
@@ -135,8 +152,15 @@ def test_systemone_validation_envelope(emu):
 def test_perplexity_route_allows_128_questions_and_openai_route_detects_arrays(emu):
     assert post(emu, "/v1/decisions", body(128, model="pplx-decider-v1-27b")).status_code == 200
     assert post(emu, "/v1/decisions", body(129, model="pplx-decider-v1-27b")).status_code == 422
-    resp = post(emu, "/v1/decisions", {"model": "gpt-6-luna", "input": "hi",
-                                       "questions": [{"type": "predicate", "name": "p", "instructions": "ok?"}]})
+    resp = post(
+        emu,
+        "/v1/decisions",
+        {
+            "model": "gpt-6-luna",
+            "input": "hi",
+            "questions": [{"type": "predicate", "name": "p", "instructions": "ok?"}],
+        },
+    )
     assert resp.status_code == 200 and resp.json()["answers"][0]["type"] == "predicate"
 
 
@@ -160,9 +184,10 @@ def test_answers_are_deterministic_and_rounded_to_4_decimals(emu):
     # hosted Clef's confidence is the normalised Gini purity (providers.md §5)
     p = np.array(list(a["intent"]["probabilities"].values()))
     n = len(p)
-    assert a["intent"]["confidence"] == pytest.approx((np.sum(p ** 2) - 1 / n) / (1 - 1 / n), abs=2e-4)
-    assert a["severity"]["score"] == pytest.approx(sum(i * v for i, v in enumerate(
-        a["severity"]["probabilities"].values())), abs=2e-4)
+    assert a["intent"]["confidence"] == pytest.approx((np.sum(p**2) - 1 / n) / (1 - 1 / n), abs=2e-4)
+    assert a["severity"]["score"] == pytest.approx(
+        sum(i * v for i, v in enumerate(a["severity"]["probabilities"].values())), abs=2e-4
+    )
 
 
 def test_lexical_answerer_beats_chance_on_banking77():
@@ -173,12 +198,17 @@ def test_lexical_answerer_beats_chance_on_banking77():
     with dataset_path("banking77", "test.csv").open() as f:
         rows = list(csv.DictReader(f))
     rows = random.Random(0).sample(rows, 600)
-    q = {"intent": {"type": "choice", "instructions": "Which banking intent is this?",
-                    "criteria": {c: None for c in cats}}}
+    q = {
+        "intent": {
+            "type": "choice",
+            "instructions": "Which banking intent is this?",
+            "criteria": {c: None for c in cats},
+        }
+    }
     answerer = LexicalAnswerer()
     pred = [int(np.argmax(answerer(q, r["text"])["intent"])) for r in rows]
     acc = accuracy_score([cats.index(r["category"]) for r in rows], pred)
-    assert acc > 0.3, acc     # chance is 0.013
+    assert acc > 0.3, acc  # chance is 0.013
 
 
 def test_custom_answerer_hook_over_http():
@@ -186,8 +216,11 @@ def test_custom_answerer_hook_over_http():
 
     def answerer(questions, state):
         calls.append(state)
-        return {qid: ([0.9, 0.1] if q["type"] == "noul" else [1.0] + [0.0] * (len(q["criteria"]) - 1))
-                for qid, q in questions.items()}
+        return {
+            qid: ([0.9, 0.1] if q["type"] == "noul" else [1.0] + [0.0] * (len(q["criteria"]) - 1))
+            for qid, q in questions.items()
+        }
+
     with run_emulator(port=0, answerer=answerer) as emu:
         r = post(emu, "/v1/systemone", body(2, state="s1"))
     assert r.json()["answers"]["q0"] == {"type": "noul", "noul": 0.9}
@@ -199,6 +232,7 @@ def test_fault_draws_are_seeded_and_retries_get_fresh_draws():
     def sequence(seed):
         with run_emulator(port=0, rate_limit=0.5, seed=seed) as emu:
             return [post(emu, CF_PATH, body(state=f"s{i % 5}")).status_code for i in range(40)]
+
     a, b, c = sequence(1), sequence(1), sequence(2)
     assert a == b and a != c
     assert 5 < a.count(429) < 35
@@ -240,8 +274,10 @@ def test_silent_truncation_reads_and_bills_only_the_head(emu):
     cut = post(emu, CF_PATH, payload).json()["result"]
     assert full["usage"]["input_tokens"] - cut["usage"]["input_tokens"] == server_token_count(state) - 64
     assert full["answers"]["intent"]["choice"] == "lost_or_stolen_card"
-    assert cut["answers"]["intent"]["probabilities"]["lost_or_stolen_card"] < \
-        full["answers"]["intent"]["probabilities"]["lost_or_stolen_card"]
+    assert (
+        cut["answers"]["intent"]["probabilities"]["lost_or_stolen_card"]
+        < full["answers"]["intent"]["probabilities"]["lost_or_stolen_card"]
+    )
     assert server_token_count(truncate_tokens(state, 64)) == 64
 
 
@@ -261,7 +297,7 @@ def test_stats_count_per_model_and_path_and_reset(emu):
         assert c.post("/_emulator/faults", json={"nonsense": 1}).status_code == 400
         c.post("/_emulator/faults", json={"rate_limit": 0.0})
         assert c.post("/_emulator/reset").status_code == 200
-        assert c.get("/_emulator/stats").json()["total"] == 0   # admin calls are never counted
+        assert c.get("/_emulator/stats").json()["total"] == 0  # admin calls are never counted
 
 
 def test_no_duplicate_calls_under_concurrency(emu, cf_env):
@@ -270,19 +306,35 @@ def test_no_duplicate_calls_under_concurrency(emu, cf_env):
 
     async def go():
         try:
-            return await asyncio.gather(*[provider.decide(DecisionRequest(three_type_schema(), f"item {i}"))
-                                          for i in range(100)])
+            return await asyncio.gather(
+                *[provider.decide(DecisionRequest(three_type_schema(), f"item {i}")) for i in range(100)]
+            )
         finally:
             await provider.aclose()
+
     results = asyncio.run(go())
     assert len(results) == 100 and all(not r.failures for r in results)
     assert emu.request_count(model="clef-flash") == 100 and emu.stats["answered"] == 100
 
 
 def test_cli_serves_and_stops_on_sigterm():
-    proc = subprocess.Popen([sys.executable, "-c", "from workbench.cli import main; main()", "emulator",
-                             "--port", "0", "--json", "--fault-429", "1"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from workbench.cli import main; main()",
+            "emulator",
+            "--port",
+            "0",
+            "--json",
+            "--fault-429",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         lines = []
         while True:
@@ -307,8 +359,11 @@ def test_emulator_process_handle_has_the_same_surface(cf_env):
     from workbench.providers.emulator import run_emulator_process
 
     with run_emulator_process(port=0, rate_limit=1.0, require_token="tok") as emu:
-        r = _CLIENT.post(emu.cloudflare_base_url + "/accounts/a/ai/run/@cf/cloudflare/clef", json=body(),
-                         headers={"authorization": "Bearer tok"})
+        r = _CLIENT.post(
+            emu.cloudflare_base_url + "/accounts/a/ai/run/@cf/cloudflare/clef",
+            json=body(),
+            headers={"authorization": "Bearer tok"},
+        )
         assert (r.status_code, r.json()["errors"][0]["code"]) == (429, 3040)
         assert emu.request_count(model="clef") == 1 and emu.stats["by_fault"] == {"rate_limit": 1}
         emu.set_faults(rate_limit=0.0)
@@ -320,10 +375,11 @@ def test_emulator_process_handle_has_the_same_surface(cf_env):
                 return await provider.decide(DecisionRequest(three_type_schema(), "card stolen"))
             finally:
                 await provider.aclose()
+
         assert asyncio.run(go()).failures == {}
         emu.reset_stats()
         assert emu.stats["total"] == 0
-    assert emu.process.poll() is not None       # the child is gone after the block
+    assert emu.process.poll() is not None  # the child is gone after the block
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
 """The per-call fast path of HttpProvider: body text, headers and cookies as a real server sees them."""
+
 from __future__ import annotations
 
 import json
@@ -17,20 +18,33 @@ PNG = "data:image/png;base64,iVBORw0KGgo="
 
 
 def _env(base: str) -> dict[str, str]:
-    return {"CLOUDFLARE_CLEF_BASE_URL": base + "/client/v4", "CLOUDFLARE_API_KEY": SECRET,
-            "CLOUDFLARE_ACCOUNT_ID": "0123456789abcdef0123456789abcdef",
-            "PERPLEXITY_BASE_URL": base, "PERPLEXITY_API_KEY": SECRET,
-            "TYPESAFE_BASE_URL": base, "TYPESAFE_API_KEY": SECRET,
-            "OPENAI_BASE_URL": base, "OPENAI_API_KEY": SECRET,
-            "WORKBENCH_SYSTEMONE_API_KEY": SECRET}
+    return {
+        "CLOUDFLARE_CLEF_BASE_URL": base + "/client/v4",
+        "CLOUDFLARE_API_KEY": SECRET,
+        "CLOUDFLARE_ACCOUNT_ID": "0123456789abcdef0123456789abcdef",
+        "PERPLEXITY_BASE_URL": base,
+        "PERPLEXITY_API_KEY": SECRET,
+        "TYPESAFE_BASE_URL": base,
+        "TYPESAFE_API_KEY": SECRET,
+        "OPENAI_BASE_URL": base,
+        "OPENAI_API_KEY": SECRET,
+        "WORKBENCH_SYSTEMONE_API_KEY": SECRET,
+    }
 
 
-STATES = ["Où est ma carte ? \u2603 \"quoted\"", 42, 3.5, True, None, "", {"text": "hi", "n": [1, 2]},
-          ["a", "b"]]
+STATES = ['Où est ma carte ? \u2603 "quoted"', 42, 3.5, True, None, "", {"text": "hi", "n": [1, 2]}, ["a", "b"]]
 
 
-@pytest.mark.parametrize("spec", ["cloudflare:clef-flash", "typesafe:jev-1.13.0", "perplexity:pplx-decider-v1-27b",
-                                  "openai:gpt-6-luna", "systemone:http://127.0.0.1:9/v1/systemone"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "cloudflare:clef-flash",
+        "typesafe:jev-1.13.0",
+        "perplexity:pplx-decider-v1-27b",
+        "openai:gpt-6-luna",
+        "systemone:http://127.0.0.1:9/v1/systemone",
+    ],
+)
 def test_render_body_is_the_json_of_build_body(spec):
     """The fast renderer (questions JSON cached per schema) writes the same text as json.dumps."""
     provider = build_http_provider(spec, env=_env("http://127.0.0.1:9"))
@@ -55,8 +69,9 @@ class _Recorder(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 (http.server API)
         body = self.rfile.read(int(self.headers["content-length"]))
         type(self).seen.append(({k.lower(): v for k, v in self.headers.items()}, body))
-        out = json.dumps({"model": "jev-1.13.0", "usage": {"input_tokens": 12},
-                          "answers": {"stolen": {"type": "noul", "noul": 0.8}}}).encode()
+        out = json.dumps(
+            {"model": "jev-1.13.0", "usage": {"input_tokens": 12}, "answers": {"stolen": {"type": "noul", "noul": 0.8}}}
+        ).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(out)))
@@ -105,4 +120,4 @@ def test_wire_request_headers_body_and_no_cookie_persistence(recorder, injected)
         assert headers["content-length"] == str(len(body))
         assert headers["host"] == base.removeprefix("http://")
         assert "accept-encoding" in headers  # httpx's client defaults are still merged in
-        assert "cookie" not in headers       # the Set-Cookie of the first answer is not sent back
+        assert "cookie" not in headers  # the Set-Cookie of the first answer is not sent back

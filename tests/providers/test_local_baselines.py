@@ -1,4 +1,5 @@
 """In-process baselines: tfidf-logreg (cross-checked against scikit-learn), rules, replay, registry."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,7 @@ import pytest
 import yaml
 
 from workbench.providers.base import DecisionRequest, ErrorKind, ProviderError
-from workbench.providers.baselines import (LOGREG_PARAMS, TFIDF_PARAMS, UNSEEN_FLOOR, RulesProvider,
-                                           build_tfidf_logreg)
+from workbench.providers.baselines import LOGREG_PARAMS, TFIDF_PARAMS, UNSEEN_FLOOR, RulesProvider, build_tfidf_logreg
 from workbench.providers.registry import ProviderContext, get_provider, public_spec
 from workbench.runner import run_experiment
 from workbench.schema import DecisionSchema
@@ -20,14 +20,22 @@ from workbench.store.db import connect
 from workbench.store.runs import get_run, load_answers
 
 ROOT = Path(__file__).resolve().parents[2]
-BANKING = next(p for p in (ROOT / "datasets" / "banking77", ROOT.parent / "shared" / "datasets" / "banking77")
-               if (p / "test.csv").exists())
+BANKING = next(
+    p
+    for p in (ROOT / "datasets" / "banking77", ROOT.parent / "shared" / "datasets" / "banking77")
+    if (p / "test.csv").exists()
+)
 CATEGORIES = json.loads((BANKING / "categories.json").read_text())
 
 
 def schema_with(options: list[str]) -> DecisionSchema:
-    return DecisionSchema.from_dict({"questions": {"intent": {"type": "choice", "instructions": "Which intent?",
-                                                               "criteria": {o: None for o in options}}}})
+    return DecisionSchema.from_dict(
+        {
+            "questions": {
+                "intent": {"type": "choice", "instructions": "Which intent?", "criteria": {o: None for o in options}}
+            }
+        }
+    )
 
 
 @pytest.fixture
@@ -38,8 +46,11 @@ def store(tmp_path):
         frames[split] = pd.read_csv(BANKING / f"{split}.csv").iloc[::every].reset_index(drop=True)
         frames[split].to_csv(tmp_path / f"{split}.csv", index=False)
     con = connect(tmp_path / "wb.duckdb")
-    import_dataset(con, [tmp_path / "train.csv", tmp_path / "test.csv"],
-                   ImportSpec(name="b77", text_column="text", labels={"intent": "category"}))
+    import_dataset(
+        con,
+        [tmp_path / "train.csv", tmp_path / "test.csv"],
+        ImportSpec(name="b77", text_column="text", labels={"intent": "category"}),
+    )
     return con, frames
 
 
@@ -52,11 +63,13 @@ def test_tfidf_logreg_equals_a_scikit_learn_pipeline_fitted_on_train_only(store)
     provider = build_tfidf_logreg(con, "b77")
     schema = schema_with(CATEGORIES)
     texts = frames["test"]["text"].tolist()
-    ours = np.array([r.answers["intent"].probs for r in provider.decide_batch(
-        [DecisionRequest(schema, t) for t in texts])])
+    ours = np.array(
+        [r.answers["intent"].probs for r in provider.decide_batch([DecisionRequest(schema, t) for t in texts])]
+    )
     vec = TfidfVectorizer(**TFIDF_PARAMS)
-    clf = LogisticRegression(**LOGREG_PARAMS).fit(vec.fit_transform(frames["train"]["text"]),
-                                                  frames["train"]["category"])
+    clf = LogisticRegression(**LOGREG_PARAMS).fit(
+        vec.fit_transform(frames["train"]["text"]), frames["train"]["category"]
+    )
     ref = clf.predict_proba(vec.transform(texts))
     cols = [CATEGORIES.index(c) for c in clf.classes_]
     expected = np.full_like(ours, UNSEEN_FLOOR)
@@ -76,8 +89,10 @@ def test_tfidf_option_never_seen_in_training_is_present_with_almost_no_mass(stor
     assert 0 < p[-1] < 1e-5
     # the model identity is the training data: relabelling a test item keeps it
     before = provider.model
-    con.execute("UPDATE labels SET option_id = 'card_linking' WHERE item_id = (SELECT min(item_id) FROM items"
-                " WHERE split = 'test')")
+    con.execute(
+        "UPDATE labels SET option_id = 'card_linking' WHERE item_id = (SELECT min(item_id) FROM items"
+        " WHERE split = 'test')"
+    )
     assert build_tfidf_logreg(con, "b77").model == before
 
 
@@ -97,24 +112,42 @@ def write_rules(tmp_path: Path, doc: dict) -> Path:
 
 
 def test_rules_first_match_wins_default_and_uniform(tmp_path):
-    path = write_rules(tmp_path, {"questions": {
-        "intent": {"match_probability": 0.8, "rules": [
-            {"option": "lost_or_stolen_card", "keywords": ["stolen"]},
-            {"option": "card_arrival", "patterns": [r"\bcard\b.*\barrive"]}]},
-        "urgent": {"default": "no", "rules": [{"option": "yes", "keywords": ["right now", "asap"]}]}}})
+    path = write_rules(
+        tmp_path,
+        {
+            "questions": {
+                "intent": {
+                    "match_probability": 0.8,
+                    "rules": [
+                        {"option": "lost_or_stolen_card", "keywords": ["stolen"]},
+                        {"option": "card_arrival", "patterns": [r"\bcard\b.*\barrive"]},
+                    ],
+                },
+                "urgent": {"default": "no", "rules": [{"option": "yes", "keywords": ["right now", "asap"]}]},
+            }
+        },
+    )
     provider = RulesProvider(path)
-    schema = DecisionSchema.from_dict({"questions": {
-        "intent": {"type": "choice", "instructions": "Which?",
-                   "criteria": {"card_arrival": None, "lost_or_stolen_card": None, "exchange_rate": None}},
-        "urgent": {"type": "noul", "instructions": "Urgent?"}}})
+    schema = DecisionSchema.from_dict(
+        {
+            "questions": {
+                "intent": {
+                    "type": "choice",
+                    "instructions": "Which?",
+                    "criteria": {"card_arrival": None, "lost_or_stolen_card": None, "exchange_rate": None},
+                },
+                "urgent": {"type": "noul", "instructions": "Urgent?"},
+            }
+        }
+    )
     texts = ["My STOLEN card will never arrive", "When will my card arrive? ASAP please", "hello there"]
     out = provider.decide_batch([DecisionRequest(schema, t) for t in texts])
     intent = np.array([r.answers["intent"].probs for r in out])
-    np.testing.assert_allclose(intent[0], [0.1, 0.8, 0.1])      # first rule wins
+    np.testing.assert_allclose(intent[0], [0.1, 0.8, 0.1])  # first rule wins
     np.testing.assert_allclose(intent[1], [0.8, 0.1, 0.1])
     np.testing.assert_allclose(intent[2], [1 / 3, 1 / 3, 1 / 3])  # nothing matched, no default
     urgent = np.array([r.answers["urgent"].probs for r in out])
-    np.testing.assert_allclose(urgent[:, 0], [0.1, 0.9, 0.1])     # default "no" with match_probability 0.9
+    np.testing.assert_allclose(urgent[:, 0], [0.1, 0.9, 0.1])  # default "no" with match_probability 0.9
 
 
 def test_rules_missing_block_and_unknown_option(tmp_path):
@@ -156,15 +189,37 @@ def test_replay_jsonl_and_parquet_through_the_runner(store, tmp_path):
         p = rng.dirichlet(np.ones(len(CATEGORIES)))
         p = np.round(p, 4)
         recorded[item] = p / p.sum()
-        rows.append({"item_id": item, "latency_ms": 120.0 + i, "cost_usd": 1e-5,
-                     "response": {"model": "clef-2026-10", "usage": {"input_tokens": 50},
-                                  "answers": {"intent": {"type": "choice", "choice": CATEGORIES[int(p.argmax())],
-                                                         "probabilities": dict(zip(CATEGORIES, p.tolist()))}}}})
+        rows.append(
+            {
+                "item_id": item,
+                "latency_ms": 120.0 + i,
+                "cost_usd": 1e-5,
+                "response": {
+                    "model": "clef-2026-10",
+                    "usage": {"input_tokens": 50},
+                    "answers": {
+                        "intent": {
+                            "type": "choice",
+                            "choice": CATEGORIES[int(p.argmax())],
+                            "probabilities": dict(zip(CATEGORIES, p.tolist())),
+                        }
+                    },
+                },
+            }
+        )
     jsonl = tmp_path / "log.jsonl"
     jsonl.write_text("\n".join(json.dumps(r) for r in rows))
     parquet = tmp_path / "log.parquet"
-    pd.DataFrame([{**r, "response": json.dumps(r.get("response")) if "response" in r else None,
-                   "error": json.dumps(r["error"]) if "error" in r else None} for r in rows]).to_parquet(parquet)
+    pd.DataFrame(
+        [
+            {
+                **r,
+                "response": json.dumps(r.get("response")) if "response" in r else None,
+                "error": json.dumps(r["error"]) if "error" in r else None,
+            }
+            for r in rows
+        ]
+    ).to_parquet(parquet)
     run_ids = run_experiment(con, dataset="b77", schema=schema, provider_specs=[f"replay:{jsonl}", f"replay:{parquet}"])
     for run_id in run_ids:
         ra = load_answers(con, run_id, "intent")

@@ -1,4 +1,5 @@
 """`local:minilm-zeroshot`: the real all-MiniLM-L6-v2 weights, offline, reading the schema."""
+
 from __future__ import annotations
 
 import json
@@ -10,14 +11,16 @@ import pandas as pd
 import pytest
 
 from workbench.providers.base import DecisionRequest
-from workbench.providers.local import (TEMPERATURE, MiniLMZeroShot, answerer, model_path, option_texts,
-                                       shared_model)
+from workbench.providers.local import TEMPERATURE, MiniLMZeroShot, answerer, model_path, option_texts, shared_model
 from workbench.providers.registry import ProviderContext, get_provider
 from workbench.schema import DecisionSchema
 
 ROOT = Path(__file__).resolve().parents[2]
-BANKING = next(p for p in (ROOT / "datasets" / "banking77", ROOT.parent / "shared" / "datasets" / "banking77")
-               if (p / "test.csv").exists())
+BANKING = next(
+    p
+    for p in (ROOT / "datasets" / "banking77", ROOT.parent / "shared" / "datasets" / "banking77")
+    if (p / "test.csv").exists()
+)
 CATEGORIES = json.loads((BANKING / "categories.json").read_text())
 
 
@@ -26,10 +29,13 @@ def model() -> MiniLMZeroShot:
     return shared_model()
 
 
-def intent_schema(descriptions: dict[str, str | None] | None = None, instructions: str = "Which intent?") -> DecisionSchema:
+def intent_schema(
+    descriptions: dict[str, str | None] | None = None, instructions: str = "Which intent?"
+) -> DecisionSchema:
     criteria = {c: (descriptions or {}).get(c) for c in CATEGORIES}
-    return DecisionSchema.from_dict({"questions": {"intent": {"type": "choice", "instructions": instructions,
-                                                               "criteria": criteria}}})
+    return DecisionSchema.from_dict(
+        {"questions": {"intent": {"type": "choice", "instructions": instructions, "criteria": criteria}}}
+    )
 
 
 def probs_of(model, schema, texts, qid="intent") -> np.ndarray:
@@ -38,11 +44,19 @@ def probs_of(model, schema, texts, qid="intent") -> np.ndarray:
 
 
 def test_option_texts_read_instructions_ids_descriptions_criteria_and_levels():
-    s = DecisionSchema.from_dict({"questions": {
-        "intent": {"type": "choice", "instructions": "Which intent?",
-                   "criteria": {"card_arrival": "when the card comes", "other": None}},
-        "stolen": {"type": "noul", "instructions": "Was it stolen?", "criteria": {"true": "thief took it"}},
-        "severity": {"type": "score", "instructions": "How bad?", "criteria": ["fine", "awful"]}}})
+    s = DecisionSchema.from_dict(
+        {
+            "questions": {
+                "intent": {
+                    "type": "choice",
+                    "instructions": "Which intent?",
+                    "criteria": {"card_arrival": "when the card comes", "other": None},
+                },
+                "stolen": {"type": "noul", "instructions": "Was it stolen?", "criteria": {"true": "thief took it"}},
+                "severity": {"type": "score", "instructions": "How bad?", "criteria": ["fine", "awful"]},
+            }
+        }
+    )
     choice = option_texts(s.questions["intent"])
     assert choice == ["Which intent? card arrival: when the card comes", "Which intent? other"]
     noul = option_texts(s.questions["stolen"])
@@ -71,14 +85,24 @@ def test_probabilities_equal_an_independent_sentence_transformers_computation(mo
 
 
 def test_changing_option_descriptions_changes_the_answers(model):
-    texts = ["My card still has not arrived after two weeks", "Somebody stole my card yesterday",
-             "What is the exchange rate for euros?"]
+    texts = [
+        "My card still has not arrived after two weeks",
+        "Somebody stole my card yesterday",
+        "What is the exchange rate for euros?",
+    ]
     terse = probs_of(model, intent_schema(), texts)
     again = probs_of(model, intent_schema(), texts)
     np.testing.assert_array_equal(terse, again)  # deterministic
-    described = probs_of(model, intent_schema({
-        "card_arrival": "The customer is still waiting for a card that was ordered and has not been delivered",
-        "lost_or_stolen_card": "The customer's card was stolen or lost"}), texts)
+    described = probs_of(
+        model,
+        intent_schema(
+            {
+                "card_arrival": "The customer is still waiting for a card that was ordered and has not been delivered",
+                "lost_or_stolen_card": "The customer's card was stolen or lost",
+            }
+        ),
+        texts,
+    )
     assert np.abs(described - terse).max() > 0.01
     k_arrival = CATEGORIES.index("card_arrival")
     # a description that paraphrases the message pulls mass towards its option
@@ -110,11 +134,22 @@ def test_option_embeddings_are_cached_per_question(model):
 
 
 def test_noul_and_score_answers_are_well_formed(model):
-    s = DecisionSchema.from_dict({"questions": {
-        "stolen": {"type": "noul", "instructions": "Was the card stolen?",
-                   "criteria": {"true": "the card was stolen", "false": "the card is safe"}},
-        "severity": {"type": "score", "instructions": "How severe is the problem?",
-                     "criteria": ["a simple question", "a problem", "money was lost"]}}})
+    s = DecisionSchema.from_dict(
+        {
+            "questions": {
+                "stolen": {
+                    "type": "noul",
+                    "instructions": "Was the card stolen?",
+                    "criteria": {"true": "the card was stolen", "false": "the card is safe"},
+                },
+                "severity": {
+                    "type": "score",
+                    "instructions": "How severe is the problem?",
+                    "criteria": ["a simple question", "a problem", "money was lost"],
+                },
+            }
+        }
+    )
     (res,) = model.decide_batch([DecisionRequest(s, "A thief stole my card and took all my money")])
     assert set(res.answers) == {"stolen", "severity"} and not res.failures
     assert res.answers["stolen"].probs.shape == (2,) and res.answers["severity"].probs.shape == (3,)

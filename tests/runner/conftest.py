@@ -1,4 +1,5 @@
 """Fixtures for runner tests: a real DuckDB file holding a BANKING77 subset, and its schema."""
+
 from __future__ import annotations
 
 import json
@@ -12,21 +13,29 @@ from workbench.store.datasets import ImportSpec, import_dataset
 from workbench.store.db import connect
 
 ROOT = Path(__file__).resolve().parents[2]
-BANKING_DIR = next(p for p in (ROOT / "datasets" / "banking77", ROOT.parent / "shared" / "datasets" / "banking77")
-                   if (p / "test.csv").exists())
+BANKING_DIR = next(
+    p
+    for p in (ROOT / "datasets" / "banking77", ROOT.parent / "shared" / "datasets" / "banking77")
+    if (p / "test.csv").exists()
+)
 
 
 def banking_categories() -> list[str]:
     return json.loads((BANKING_DIR / "categories.json").read_text())
 
 
-def banking_schema(*, descriptive: bool = False, instructions: str = "Which intent does the customer message express?"
-                   ) -> DecisionSchema:
+def banking_schema(
+    *, descriptive: bool = False, instructions: str = "Which intent does the customer message express?"
+) -> DecisionSchema:
     """One `choice` question `intent` with the 77 BANKING77 options (descriptions optional)."""
     cats = banking_categories()
     criteria = {c: (f"The customer asks about {c.replace('_', ' ')}." if descriptive else None) for c in cats}
-    return DecisionSchema.from_dict({"name": "banking77-test", "questions": {
-        "intent": {"type": "choice", "instructions": instructions, "criteria": criteria}}})
+    return DecisionSchema.from_dict(
+        {
+            "name": "banking77-test",
+            "questions": {"intent": {"type": "choice", "instructions": instructions, "criteria": criteria}},
+        }
+    )
 
 
 def write_banking_subset(directory: Path, *, test_every: int = 10, train_every: int = 5) -> list[Path]:
@@ -43,8 +52,9 @@ def write_banking_subset(directory: Path, *, test_every: int = 10, train_every: 
 
 def import_banking(con, directory: Path, *, name: str = "banking77", **subset) -> str:
     paths = write_banking_subset(directory, **subset)
-    import_dataset(con, paths, ImportSpec(name=name, text_column="text", labels={"intent": "category"}),
-                   schema=banking_schema())
+    import_dataset(
+        con, paths, ImportSpec(name=name, text_column="text", labels={"intent": "category"}), schema=banking_schema()
+    )
     return name
 
 

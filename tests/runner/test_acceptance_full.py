@@ -1,5 +1,6 @@
 """Issue 3 acceptance 1, 2 and 7 at full size: the BANKING77 test split (3,080 items) through the
 emulated Cloudflare models and both local providers, from the command line only."""
+
 from __future__ import annotations
 
 import json
@@ -32,16 +33,38 @@ def _get(url: str) -> dict:
 def test_full_banking77_test_split_every_provider_then_rerun_is_free(tmp_path):
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    emulator = subprocess.Popen([sys.executable, "-c", "from workbench.cli import main; main()", "emulator",
-                                 "--port", str(port), "--require-token", TOKEN], cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    env = {**os.environ, "CLOUDFLARE_CLEF_BASE_URL": f"{base}/client/v4", "CLOUDFLARE_API_TOKEN": TOKEN,
-           "CLOUDFLARE_ACCOUNT_ID": "0123456789abcdef0123456789abcdef"}
+    emulator = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from workbench.cli import main; main()",
+            "emulator",
+            "--port",
+            str(port),
+            "--require-token",
+            TOKEN,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    env = {
+        **os.environ,
+        "CLOUDFLARE_CLEF_BASE_URL": f"{base}/client/v4",
+        "CLOUDFLARE_API_TOKEN": TOKEN,
+        "CLOUDFLARE_ACCOUNT_ID": "0123456789abcdef0123456789abcdef",
+    }
     db = tmp_path / "wb.duckdb"
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        res = subprocess.run([sys.executable, "-c", "from workbench.cli import main; main()", "--db", str(db), *args],
-                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+        res = subprocess.run(
+            [sys.executable, "-c", "from workbench.cli import main; main()", "--db", str(db), *args],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         assert res.returncode == 0, res.stderr[-3000:]
         return res
 
@@ -54,12 +77,36 @@ def test_full_banking77_test_split_every_provider_then_rerun_is_free(tmp_path):
             except OSError:
                 assert time.time() < deadline, "emulator did not start"
                 time.sleep(0.2)
-        cli("datasets", "import", str(BANKING_DIR / "train.csv"), str(BANKING_DIR / "test.csv"), "--name", "banking77",
-            "--text-column", "text", "--label", "intent=category", "--calibration-fraction", "0.2", "--seed", "0")
+        cli(
+            "datasets",
+            "import",
+            str(BANKING_DIR / "train.csv"),
+            str(BANKING_DIR / "test.csv"),
+            "--name",
+            "banking77",
+            "--text-column",
+            "text",
+            "--label",
+            "intent=category",
+            "--calibration-fraction",
+            "0.2",
+            "--seed",
+            "0",
+        )
         schema = ROOT / "experiments" / "schemas" / "banking77.yaml"
         providers = ["cloudflare:clef", "cloudflare:clef-flash", "local:minilm-zeroshot", "baseline:tfidf-logreg"]
-        args = ["run", "--dataset", "banking77", "--schema", str(schema), "--split", "test", "--concurrency", "32",
-                "--json"]
+        args = [
+            "run",
+            "--dataset",
+            "banking77",
+            "--schema",
+            str(schema),
+            "--split",
+            "test",
+            "--concurrency",
+            "32",
+            "--json",
+        ]
         for p in providers:
             args += ["--provider", p]
         first = json.loads(cli(*args).stdout)["runs"]

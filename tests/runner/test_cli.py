@@ -1,4 +1,5 @@
 """`workbench run` with local providers, `runs list`, `export`, Ctrl-C, through the real console entry point."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,9 @@ TOKEN = "cli-test-token-55aa66bb77cc"
 
 def cli(db, *args, env=None, timeout=600):
     cmd = [sys.executable, "-c", "from workbench.cli import main; main()", "--db", str(db), *args]
-    return subprocess.run(cmd, env={**os.environ, **(env or {})}, cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        cmd, env={**os.environ, **(env or {})}, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture
@@ -40,8 +42,21 @@ def schema_file(tmp_path):
 def test_local_providers_answer_every_item_and_export_round_trips(tmp_path, banking_db, schema_file):
     db, name = banking_db
     rules = ROOT / "experiments" / "rules" / "banking77.yaml"
-    res = cli(db, "run", "--dataset", name, "--schema", str(schema_file), "--provider", "baseline:tfidf-logreg",
-              "--provider", f"rules:{rules}", "--provider", "local:minilm-zeroshot", "--json")
+    res = cli(
+        db,
+        "run",
+        "--dataset",
+        name,
+        "--schema",
+        str(schema_file),
+        "--provider",
+        "baseline:tfidf-logreg",
+        "--provider",
+        f"rules:{rules}",
+        "--provider",
+        "local:minilm-zeroshot",
+        "--json",
+    )
     assert res.returncode == 0, res.stderr
     runs = json.loads(res.stdout)["runs"]
     con = connect(db, read_only=True)
@@ -68,9 +83,20 @@ def test_local_providers_answer_every_item_and_export_round_trips(tmp_path, bank
         frames[fmt] = df.sort_values("item_id").reset_index(drop=True)
     con = connect(db, read_only=True)
     ra = load_answers(con, run_id, "intent")
-    for fmt, df in frames.items():
-        assert len(df) == n and set(df.columns) >= {"item_id", "split", "label", "option_ids", "probs", "provider",
-                                                    "model", "latency_ms", "input_tokens", "cost_usd", "failure_kind"}
+    for df in frames.values():
+        assert len(df) == n and set(df.columns) >= {
+            "item_id",
+            "split",
+            "label",
+            "option_ids",
+            "probs",
+            "provider",
+            "model",
+            "latency_ms",
+            "input_tokens",
+            "cost_usd",
+            "failure_kind",
+        }
         np.testing.assert_allclose(np.vstack(df["probs"].to_numpy()), ra.probs, atol=1e-12)
         assert list(df["option_ids"].iloc[0]) == list(banking_schema().questions["intent"].criteria)
         # the exported label is the imported category, item by item (ids follow file order)
@@ -81,12 +107,30 @@ def test_local_providers_answer_every_item_and_export_round_trips(tmp_path, bank
 def test_ctrl_c_commits_what_was_answered_and_resume_finishes(tmp_path, banking_db, schema_file):
     db, name = banking_db
     with run_emulator(port=0, require_token=TOKEN, latency_ms=60.0) as emu:
-        env = {"CLOUDFLARE_API_KEY": TOKEN, "CLOUDFLARE_ACCOUNT_ID": "0" * 32,
-               "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url}
-        cmd = [sys.executable, "-c", "from workbench.cli import main; main()", "--db", str(db), "run", "--dataset",
-               name, "--schema", str(schema_file), "--provider", "cloudflare:clef-flash", "--concurrency", "4"]
-        proc = subprocess.Popen(cmd, env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        env = {
+            "CLOUDFLARE_API_KEY": TOKEN,
+            "CLOUDFLARE_ACCOUNT_ID": "0" * 32,
+            "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url,
+        }
+        cmd = [
+            sys.executable,
+            "-c",
+            "from workbench.cli import main; main()",
+            "--db",
+            str(db),
+            "run",
+            "--dataset",
+            name,
+            "--schema",
+            str(schema_file),
+            "--provider",
+            "cloudflare:clef-flash",
+            "--concurrency",
+            "4",
+        ]
+        proc = subprocess.Popen(
+            cmd, env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         deadline = time.time() + 120
         while emu.stats["answered"] < 100 and time.time() < deadline:
             time.sleep(0.02)
@@ -96,8 +140,9 @@ def test_ctrl_c_commits_what_was_answered_and_resume_finishes(tmp_path, banking_
         assert "--resume" in err
         con = connect(db)
         run_id, status = con.execute("SELECT run_id, status FROM runs").fetchone()
-        answered = con.execute("SELECT count(*) FROM answers WHERE run_id = ? AND probs IS NOT NULL",
-                               [run_id]).fetchone()[0]
+        answered = con.execute(
+            "SELECT count(*) FROM answers WHERE run_id = ? AND probs IS NOT NULL", [run_id]
+        ).fetchone()[0]
         con.close()
         assert status == "interrupted" and answered >= 90  # everything answered before Ctrl-C was committed
         sent_before = emu.request_count()

@@ -1,4 +1,5 @@
 """Planning: question slices, cache keys over the exact bytes sent, splitting over provider limits."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,8 +18,9 @@ from workbench.store.runs import get_run
 
 
 def noul_schema(n: int) -> DecisionSchema:
-    return DecisionSchema.from_dict({"questions": {f"q{i:02d}": {"type": "noul", "instructions": f"Is it about topic {i}?"}
-                                                   for i in range(n)}})
+    return DecisionSchema.from_dict(
+        {"questions": {f"q{i:02d}": {"type": "noul", "instructions": f"Is it about topic {i}?"} for i in range(n)}}
+    )
 
 
 def test_slices_partition_the_schema_in_order():
@@ -34,23 +36,30 @@ def test_slices_partition_the_schema_in_order():
 
 
 def test_cache_key_is_sha256_of_the_exact_request_and_order_sensitive():
-    a = DecisionSchema.from_dict({"questions": {"q": {"type": "choice", "instructions": "Which?",
-                                                      "criteria": {"x": "ex", "y": None}}}})
-    b = DecisionSchema.from_dict({"questions": {"q": {"type": "choice", "instructions": "Which?",
-                                                      "criteria": {"y": None, "x": "ex"}}}})
+    a = DecisionSchema.from_dict(
+        {"questions": {"q": {"type": "choice", "instructions": "Which?", "criteria": {"x": "ex", "y": None}}}}
+    )
+    b = DecisionSchema.from_dict(
+        {"questions": {"q": {"type": "choice", "instructions": "Which?", "criteria": {"y": None, "x": "ex"}}}}
+    )
     (sa,), (sb,) = plan_slices(a), plan_slices(b)
     body = request_json("hi", sa.questions_json, model="clef")
-    assert body == '{"model":"clef","state":"hi","questions":{"q":{"type":"choice","instructions":"Which?",' \
-                   '"criteria":{"x":"ex","y":null}}}}'
-    expected = hashlib.sha256(("\x1f".join([f"wb-call-v{KEY_VERSION}", "cloudflare:clef", "clef", "cloudflare", ""])
-                               + "\x1e" + body).encode()).hexdigest()
+    assert (
+        body == '{"model":"clef","state":"hi","questions":{"q":{"type":"choice","instructions":"Which?",'
+        '"criteria":{"x":"ex","y":null}}}}'
+    )
+    expected = hashlib.sha256(
+        ("\x1f".join([f"wb-call-v{KEY_VERSION}", "cloudflare:clef", "clef", "cloudflare", ""]) + "\x1e" + body).encode()
+    ).hexdigest()
     assert cache_key("cloudflare:clef", "clef", "cloudflare", body) == expected
     other_order = request_json("hi", sb.questions_json, model="clef")
-    keys = {cache_key("cloudflare:clef", "clef", "cloudflare", body),
-            cache_key("cloudflare:clef", "clef", "cloudflare", other_order),      # option order matters
-            cache_key("cloudflare:clef-flash", "clef-flash", "cloudflare", body),
-            cache_key("cloudflare:clef", "clef", "systemone", body),
-            cache_key("cloudflare:clef", "clef", "cloudflare", body, item_id="i1")}
+    keys = {
+        cache_key("cloudflare:clef", "clef", "cloudflare", body),
+        cache_key("cloudflare:clef", "clef", "cloudflare", other_order),  # option order matters
+        cache_key("cloudflare:clef-flash", "clef-flash", "cloudflare", body),
+        cache_key("cloudflare:clef", "clef", "systemone", body),
+        cache_key("cloudflare:clef", "clef", "cloudflare", body, item_id="i1"),
+    }
     assert len(keys) == 5
 
 
@@ -76,10 +85,20 @@ def test_stored_cache_keys_hash_the_bytes_that_went_over_the_wire(banking_db):
 
     rec = RecordingTransport()
     with run_emulator(port=0) as emu:
-        env = {"CLOUDFLARE_API_KEY": "dummy-key-123456", "CLOUDFLARE_ACCOUNT_ID": "0" * 32,
-               "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url}
-        (run_id,) = run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"],
-                                   env=env, limit=12, transport=rec)
+        env = {
+            "CLOUDFLARE_API_KEY": "dummy-key-123456",
+            "CLOUDFLARE_ACCOUNT_ID": "0" * 32,
+            "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url,
+        }
+        (run_id,) = run_experiment(
+            con,
+            dataset=name,
+            schema=banking_schema(),
+            provider_specs=["cloudflare:clef"],
+            env=env,
+            limit=12,
+            transport=rec,
+        )
     assert len(rec.bodies) == 12
     # key v2: the spec carries the endpoint's public URL (an emulator's answers are not the service's)
     key_spec = f"cloudflare:clef@{emu.cloudflare_base_url}/accounts/{'0' * 32}/ai/run/@cf/cloudflare/clef"
@@ -91,15 +110,20 @@ def test_stored_cache_keys_hash_the_bytes_that_went_over_the_wire(banking_db):
 def test_schema_over_the_provider_limit_is_split_into_several_requests(banking_db):
     db, name = banking_db
     con = connect(db)
-    schema = noul_schema(66)          # Workers AI accepts 64 questions per request
+    schema = noul_schema(66)  # Workers AI accepts 64 questions per request
     with run_emulator(port=0) as emu:
-        env = {"CLOUDFLARE_API_KEY": "dummy-key-123456", "CLOUDFLARE_ACCOUNT_ID": "0" * 32,
-               "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url}
-        (run_id,) = run_experiment(con, dataset=name, schema=schema, provider_specs=["cloudflare:clef-flash"],
-                                   env=env, limit=5)
+        env = {
+            "CLOUDFLARE_API_KEY": "dummy-key-123456",
+            "CLOUDFLARE_ACCOUNT_ID": "0" * 32,
+            "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url,
+        }
+        (run_id,) = run_experiment(
+            con, dataset=name, schema=schema, provider_specs=["cloudflare:clef-flash"], env=env, limit=5
+        )
         assert emu.request_count() == 10 and emu.stats["by_status"] == {"200": 10}
     s = get_run(con, run_id)["summary"]
     assert s["answered"] == 5 * 66 and s["failed"] == 0
-    per_item = con.execute("SELECT count(DISTINCT cache_key) FROM answers WHERE run_id = ? GROUP BY item_id",
-                           [run_id]).fetchall()
+    per_item = con.execute(
+        "SELECT count(DISTINCT cache_key) FROM answers WHERE run_id = ? GROUP BY item_id", [run_id]
+    ).fetchall()
     assert {r[0] for r in per_item} == {2}

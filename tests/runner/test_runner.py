@@ -3,6 +3,7 @@
 Real components only: a DuckDB file in tmp_path, the emulator over loopback HTTP, the
 Cloudflare provider, and the `workbench` console entry point in a subprocess for the crash test.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,10 +38,22 @@ def emu():
 @pytest.fixture
 def env(emu):
     emu.reset_stats()
-    emu.set_faults(latency_ms=0.0, rate_limit=0.0, quota=0.0, server_error=0.0, overloaded=0.0, timeout=0.0,
-                   reset=0.0, malformed=0.0, timeout_sleep_s=30.0)
-    return {"CLOUDFLARE_API_KEY": TOKEN, "CLOUDFLARE_ACCOUNT_ID": ACCOUNT,
-            "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url}
+    emu.set_faults(
+        latency_ms=0.0,
+        rate_limit=0.0,
+        quota=0.0,
+        server_error=0.0,
+        overloaded=0.0,
+        timeout=0.0,
+        reset=0.0,
+        malformed=0.0,
+        timeout_sleep_s=30.0,
+    )
+    return {
+        "CLOUDFLARE_API_KEY": TOKEN,
+        "CLOUDFLARE_ACCOUNT_ID": ACCOUNT,
+        "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url,
+    }
 
 
 def _answers(con, run_id: str, question: str = "intent"):
@@ -49,8 +62,11 @@ def _answers(con, run_id: str, question: str = "intent"):
 
 
 def _failure_rows(con, run_id: str):
-    return con.execute("SELECT item_id, question, failure_kind, failure_message, probs FROM answers"
-                       " WHERE run_id = ? AND failure_kind IS NOT NULL", [run_id]).fetchall()
+    return con.execute(
+        "SELECT item_id, question, failure_kind, failure_message, probs FROM answers"
+        " WHERE run_id = ? AND failure_kind IS NOT NULL",
+        [run_id],
+    ).fetchall()
 
 
 def _n_test(con) -> int:
@@ -63,13 +79,20 @@ def test_another_endpoint_is_not_served_from_the_cache(banking_db, emu, env):
     db, name = banking_db
     con = connect(db)
     n = _n_test(con)
-    run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef-flash"],
-                   env=env, concurrency=8)
+    run_experiment(
+        con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef-flash"], env=env, concurrency=8
+    )
     assert emu.request_count() == n
     with run_emulator(port=0, require_token=TOKEN) as other:
         other_env = {**env, "CLOUDFLARE_CLEF_BASE_URL": other.cloudflare_base_url}
-        run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef-flash"],
-                       env=other_env, concurrency=8)
+        run_experiment(
+            con,
+            dataset=name,
+            schema=banking_schema(),
+            provider_specs=["cloudflare:clef-flash"],
+            env=other_env,
+            concurrency=8,
+        )
         assert other.request_count() == n, "a different endpoint must be asked, not answered from the cache"
     assert emu.request_count() == n
 
@@ -79,11 +102,13 @@ def test_rerun_makes_no_new_requests_and_gives_identical_answers(banking_db, emu
     db, name = banking_db
     con = connect(db)
     n = _n_test(con)
-    (first,) = run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"],
-                              env=env, concurrency=8)
+    (first,) = run_experiment(
+        con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"], env=env, concurrency=8
+    )
     assert emu.request_count() == n
-    (second,) = run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"],
-                               env=env, concurrency=8)
+    (second,) = run_experiment(
+        con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"], env=env, concurrency=8
+    )
     assert emu.request_count() == n, "a rerun of the same experiment must not call the provider"
     s2 = get_run(con, second)["summary"]
     assert s2["this_session"]["cache_hits"] == n and s2["this_session"]["requests_sent"] == 0
@@ -104,13 +129,20 @@ def test_changed_question_reasks_only_that_question(banking_db, emu, env):
     base = banking_schema().to_file_dict()
     base["questions"]["complaint"] = {"type": "noul", "instructions": "Is the customer complaining?"}
     schema_a = DecisionSchema.from_dict(base)
-    run_experiment(con, dataset=name, schema=schema_a, provider_specs=["cloudflare:clef"], env=env,
-                   questions_per_request=1)
+    run_experiment(
+        con, dataset=name, schema=schema_a, provider_specs=["cloudflare:clef"], env=env, questions_per_request=1
+    )
     assert emu.request_count() == 2 * n
     changed = json.loads(json.dumps(base))
     changed["questions"]["complaint"]["instructions"] = "Is the customer unhappy about a fee?"
-    (run_b,) = run_experiment(con, dataset=name, schema=DecisionSchema.from_dict(changed),
-                              provider_specs=["cloudflare:clef"], env=env, questions_per_request=1)
+    (run_b,) = run_experiment(
+        con,
+        dataset=name,
+        schema=DecisionSchema.from_dict(changed),
+        provider_specs=["cloudflare:clef"],
+        env=env,
+        questions_per_request=1,
+    )
     assert emu.request_count() == 3 * n, "only the changed question is asked again"
     s = get_run(con, run_b)["summary"]
     assert s["answered"] == 2 * n and s["this_session"]["cache_hits"] == n
@@ -139,9 +171,25 @@ def test_sigkill_half_way_then_resume_matches_uninterrupted_run(tmp_path, sized_
     emu.set_faults(latency_ms=40.0)
     concurrency = 4 if n < 1000 else 32
     full_env = {**os.environ, **env}
-    proc = subprocess.Popen(_cli(db, "run", "--dataset", name, "--schema", str(schema_file), "--provider",
-                                 "cloudflare:clef", "--concurrency", str(concurrency), env=env),
-                            env=full_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        _cli(
+            db,
+            "run",
+            "--dataset",
+            name,
+            "--schema",
+            str(schema_file),
+            "--provider",
+            "cloudflare:clef",
+            "--concurrency",
+            str(concurrency),
+            env=env,
+        ),
+        env=full_env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 120
     while emu.stats["answered"] < n // 2 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.02)
@@ -158,8 +206,14 @@ def test_sigkill_half_way_then_resume_matches_uninterrupted_run(tmp_path, sized_
     con.close()
     assert written < n
     emu.set_faults(latency_ms=0.0)
-    res = subprocess.run(_cli(db, "run", "--resume", run_id, "--json", env=env), env=full_env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        _cli(db, "run", "--resume", run_id, "--json", env=env),
+        env=full_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
     assert summary["status"] == "done" and summary["answered"] == n and summary["failed"] == 0
@@ -174,8 +228,7 @@ def test_sigkill_half_way_then_resume_matches_uninterrupted_run(tmp_path, sized_
     from .conftest import import_banking
 
     import_banking(other, tmp_path / "data2", **subset)
-    (clean,) = run_experiment(other, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"],
-                              env=env)
+    (clean,) = run_experiment(other, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"], env=env)
     con = connect(db)
     assert _answers(con, run_id) == _answers(other, clean)
 
@@ -189,8 +242,15 @@ def test_fault_mix_loses_nothing_and_resume_reasks_only_failures(sized_db, emu, 
     con = connect(db)
     n = _n_test(con)
     emu.set_faults(rate_limit=0.10, server_error=0.02, timeout=0.01, malformed=0.01, timeout_sleep_s=2.0, seed=3)
-    (run_id,) = run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"],
-                               env=env, concurrency=16, timeout=0.5)
+    (run_id,) = run_experiment(
+        con,
+        dataset=name,
+        schema=banking_schema(),
+        provider_specs=["cloudflare:clef"],
+        env=env,
+        concurrency=16,
+        timeout=0.5,
+    )
     stats = emu.stats
     summary = get_run(con, run_id)["summary"]
     rows = con.execute("SELECT item_id, probs, failure_kind FROM answers WHERE run_id = ?", [run_id]).fetchall()
@@ -220,17 +280,25 @@ def test_fault_mix_loses_nothing_and_resume_reasks_only_failures(sized_db, emu, 
 
 
 # -- retry policy per kind --------------------------------------------------------------------------
-@pytest.mark.parametrize("fault,kind,tries", [("server_error", "server", 2), ("overloaded", "server", 2),
-                                              ("rate_limit", "rate_limit", 6), ("malformed", "malformed", 1),
-                                              ("reset", "network", 2)])
+@pytest.mark.parametrize(
+    "fault,kind,tries",
+    [
+        ("server_error", "server", 2),
+        ("overloaded", "server", 2),
+        ("rate_limit", "rate_limit", 6),
+        ("malformed", "malformed", 1),
+        ("reset", "network", 2),
+    ],
+)
 def test_retry_attempts_per_error_kind(banking_db, emu, env, monkeypatch, fault, kind, tries):
     monkeypatch.setitem(execute.BACKOFF_BASE_S, execute.ErrorKind.RATE_LIMIT, 0.01)
     monkeypatch.setattr(execute, "BACKOFF_DEFAULT_BASE_S", 0.01)
     db, name = banking_db
     con = connect(db)
     emu.set_faults(**{fault: 1.0})
-    (run_id,) = run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"],
-                               env=env, limit=5, concurrency=2)
+    (run_id,) = run_experiment(
+        con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"], env=env, limit=5, concurrency=2
+    )
     assert emu.request_count() == 5 * tries
     kinds = {r[2] for r in _failure_rows(con, run_id)}
     assert kinds == {kind}
@@ -242,8 +310,16 @@ def test_timeout_is_retried_once(banking_db, emu, env, monkeypatch):
     con = connect(db)
     emu.set_faults(timeout=1.0, timeout_sleep_s=1.5)
     t0 = time.perf_counter()
-    (run_id,) = run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"],
-                               env=env, limit=3, concurrency=3, timeout=0.3)
+    (run_id,) = run_experiment(
+        con,
+        dataset=name,
+        schema=banking_schema(),
+        provider_specs=["cloudflare:clef"],
+        env=env,
+        limit=3,
+        concurrency=3,
+        timeout=0.3,
+    )
     assert time.perf_counter() - t0 < 5
     s = get_run(con, run_id)["summary"]
     assert s["failed_by_kind"] == {"timeout": 3} and s["this_session"]["requests_sent"] == 6
@@ -259,8 +335,9 @@ def test_quota_and_authentication_stop_the_run(banking_db, emu, env, fault_or_to
         emu.set_faults(quota=1.0)
     else:
         env = {**env, "CLOUDFLARE_API_KEY": "wrong-token-123456789"}
-    (run_id,) = run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"],
-                               env=env, limit=40, concurrency=1)
+    (run_id,) = run_experiment(
+        con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"], env=env, limit=40, concurrency=1
+    )
     assert emu.request_count() == 1, "no call after a stopping failure"
     s = get_run(con, run_id)["summary"]
     assert s["status"] == "stopped" and s["failed_by_kind"] == {kind: 1, "not_asked": 39}
@@ -277,13 +354,28 @@ def test_quota_and_authentication_stop_the_run(banking_db, emu, env, fault_or_to
 def test_max_cost_stops_before_exceeding(banking_db, emu, env):
     db, name = banking_db
     con = connect(db)
-    (probe,) = run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"],
-                              env=env, limit=20, splits=["train"])
+    (probe,) = run_experiment(
+        con,
+        dataset=name,
+        schema=banking_schema(),
+        provider_specs=["cloudflare:clef"],
+        env=env,
+        limit=20,
+        splits=["train"],
+    )
     per_call = get_run(con, probe)["summary"]["cost_usd"] / 20
     cap = per_call * 10.5
     emu.reset_stats()
-    (run_id,) = run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"],
-                               env=env, limit=40, concurrency=4, max_cost=cap)
+    (run_id,) = run_experiment(
+        con,
+        dataset=name,
+        schema=banking_schema(),
+        provider_specs=["cloudflare:clef"],
+        env=env,
+        limit=40,
+        concurrency=4,
+        max_cost=cap,
+    )
     s = get_run(con, run_id)["summary"]
     assert s["status"] == "stopped" and s["cost_paid_usd"] <= cap
     assert 5 <= s["answered"] <= 10 and s["failed_by_kind"]["not_asked"] == 40 - s["answered"]
@@ -293,8 +385,16 @@ def test_rate_limit_spaces_requests(banking_db, emu, env):
     db, name = banking_db
     con = connect(db)
     t0 = time.perf_counter()
-    run_experiment(con, dataset=name, schema=banking_schema(), provider_specs=["cloudflare:clef"], env=env,
-                   limit=11, concurrency=8, rate=20.0)
+    run_experiment(
+        con,
+        dataset=name,
+        schema=banking_schema(),
+        provider_specs=["cloudflare:clef"],
+        env=env,
+        limit=11,
+        concurrency=8,
+        rate=20.0,
+    )
     # a token bucket of capacity 1 at 20/s lets 11 requests through in no less than 10/20 s
     assert time.perf_counter() - t0 >= 0.5 - 0.02
     assert emu.request_count() == 11
@@ -308,19 +408,51 @@ def test_token_never_reaches_database_journal_or_logs(tmp_path, banking_db, emu,
     full_env = {**os.environ, **env}
     outputs = []
     emu.set_faults(rate_limit=0.05, server_error=0.05, malformed=0.02)
-    for args in (["run", "--dataset", name, "--schema", str(schema_file), "--provider", "cloudflare:clef",
-                  "--limit", "60", "--json"],
-                 ["runs", "list", "--json"]):
-        res = subprocess.run(_cli(db, *args, env=env), env=full_env, cwd=ROOT, capture_output=True, text=True,
-                             timeout=300)
+    for args in (
+        [
+            "run",
+            "--dataset",
+            name,
+            "--schema",
+            str(schema_file),
+            "--provider",
+            "cloudflare:clef",
+            "--limit",
+            "60",
+            "--json",
+        ],
+        ["runs", "list", "--json"],
+    ):
+        res = subprocess.run(
+            _cli(db, *args, env=env), env=full_env, cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
         assert res.returncode == 0, res.stderr
         outputs += [res.stdout, res.stderr]
     # a rejected token must not leak either (the 401 message, the stored failure)
     bad = {**full_env, "CLOUDFLARE_API_KEY": TOKEN[::-1]}
-    res = subprocess.run(_cli(db, "run", "--dataset", name, "--schema", str(schema_file), "--provider",
-                              "cloudflare:clef", "--split", "train", "--limit", "5", "--json", env=env), env=bad,
-                         cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        _cli(
+            db,
+            "run",
+            "--dataset",
+            name,
+            "--schema",
+            str(schema_file),
+            "--provider",
+            "cloudflare:clef",
+            "--split",
+            "train",
+            "--limit",
+            "5",
+            "--json",
+            env=env,
+        ),
+        env=bad,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     outputs += [res.stdout, res.stderr]
     by_kind = json.loads(res.stdout)["runs"][0]["failed_by_kind"]
     assert by_kind["authentication"] >= 1 and by_kind["authentication"] + by_kind.get("not_asked", 0) == 5

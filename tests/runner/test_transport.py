@@ -1,4 +1,5 @@
 """The runner's keep-alive transport, against real loopback servers."""
+
 from __future__ import annotations
 
 import asyncio
@@ -33,7 +34,9 @@ async def _serve(handler):
 
 async def _read_request(reader) -> bytes:
     head = await reader.readuntil(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
     return await reader.readexactly(length)
 
 
@@ -42,8 +45,10 @@ def test_keep_alive_chunked_close_and_errors():
         while True:
             body = await _read_request(reader)
             if body == b"chunked":
-                writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/plain\r\n\r\n"
-                             b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/plain\r\n\r\n"
+                    b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+                )
             elif body == b"close":
                 writer.write(b"HTTP/1.1 201 Created\r\nconnection: close\r\ncontent-length: 3\r\n\r\nbye")
                 await writer.drain()
@@ -92,8 +97,11 @@ def test_answers_identical_to_httpx_default_transport():
     schema = banking_schema()
     texts = ["Where is my new card?", "I was charged twice for one coffee", "Can I top up with cash?"]
     with run_emulator(port=0) as emu:
-        env = {"CLOUDFLARE_API_KEY": "dummy-key-123456", "CLOUDFLARE_ACCOUNT_ID": "0" * 32,
-               "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url}
+        env = {
+            "CLOUDFLARE_API_KEY": "dummy-key-123456",
+            "CLOUDFLARE_ACCOUNT_ID": "0" * 32,
+            "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url,
+        }
 
         async def ask(transport):
             provider = get_provider("cloudflare:clef", context=ProviderContext(env=env, transport=transport))

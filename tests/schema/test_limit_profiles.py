@@ -4,6 +4,7 @@ The expected outcomes are derived from the limits as written in ../shared/docs/p
 (table DOC_LIMITS below, typed in from the document), not from ``PROFILES``, so a wrong number in
 the code shows up as a failing case.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -13,18 +14,17 @@ from hypothesis import strategies as st
 from workbench.errors import SchemaError
 from workbench.schema import PROFILES, DecisionSchema, validate_limits
 
-
 # profile -> (max questions, (min, max) options, (min, max) levels, restricted question ids,
 #             max options in total); None = no limit. providers.md §1 table, §3 per vendor.
 DOC_LIMITS = {
-    "cloudflare-clef": (64, (2, 255), (2, 10), True, None),     # §3.1 limits table, measured 65/256/11 refused
-    "typesafe-jev": (None, (2, 255), (2, 10), True, None),      # "Choice ≤255 options; score ≥2 and ≤10 levels"
-    "perplexity": (128, (1, 255), (1, 10), True, None),         # "1–128", "1–255 / 1–10"
-    "laya": (64, (2, 100), (1, 32), True, 512),                 # 64 questions, 100 options, 32 levels, 512 total
-    "subq": (128, (2, 255), (2, 10), True, None),               # "up to 128 questions; 2–255 options; 2–10 levels"
-    "openai": (200, (2, 255), (2, 10), True, None),             # 255 choices; OpenRouter lists up to 200 questions
-    "self-hosted": (None, (1, None), (1, None), False, None),   # no cap in the reference server code
-    "default": (64, (2, 100), (2, 10), True, 512),              # strictest common profile
+    "cloudflare-clef": (64, (2, 255), (2, 10), True, None),  # §3.1 limits table, measured 65/256/11 refused
+    "typesafe-jev": (None, (2, 255), (2, 10), True, None),  # "Choice ≤255 options; score ≥2 and ≤10 levels"
+    "perplexity": (128, (1, 255), (1, 10), True, None),  # "1–128", "1–255 / 1–10"
+    "laya": (64, (2, 100), (1, 32), True, 512),  # 64 questions, 100 options, 32 levels, 512 total
+    "subq": (128, (2, 255), (2, 10), True, None),  # "up to 128 questions; 2–255 options; 2–10 levels"
+    "openai": (200, (2, 255), (2, 10), True, None),  # 255 choices; OpenRouter lists up to 200 questions
+    "self-hosted": (None, (1, None), (1, None), False, None),  # no cap in the reference server code
+    "default": (64, (2, 100), (2, 10), True, 512),  # strictest common profile
 }
 
 
@@ -75,9 +75,9 @@ def test_bad_schema_refused_exactly_where_the_docs_say(case, profile):
         expected_qid = None if case == "65_questions" else next(iter(CASES[case].questions))
         assert v.question_id == expected_qid
         text = str(v)
-        assert profile in text                       # the limit names the profile it comes from
+        assert profile in text  # the limit names the profile it comes from
         if expected_qid:
-            assert repr(expected_qid) in text        # ... and the offending question
+            assert repr(expected_qid) in text  # ... and the offending question
 
 
 @pytest.mark.parametrize("profile", sorted(DOC_LIMITS))
@@ -100,7 +100,7 @@ def test_clef_question_id_length_limit_is_100_characters():
 
 @pytest.mark.parametrize("profile", ["laya", "default"])
 def test_total_option_budget(profile):
-    over = _schema({f"q{i}": _choice(100) for i in range(6)})        # 600 options in total
+    over = _schema({f"q{i}": _choice(100) for i in range(6)})  # 600 options in total
     violations = validate_limits(over, profile)
     assert [v.question_id for v in violations] == [None]
     assert "600" in str(violations[0]) and "512" in str(violations[0])

@@ -1,5 +1,6 @@
 """normalise_answer (tolerance, errors, schema order, vendor confidence) and the vectorised
 summaries top_two / p_top / margin / entropy, checked against plain numpy and scipy."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,11 +11,19 @@ from workbench.errors import AnswerError
 from workbench.schema import DecisionSchema, entropy, margin, normalise_answer, option_ids, p_top, top_two
 from workbench.schema.answers import SUM_TOLERANCE
 
-SCHEMA = DecisionSchema.from_dict({"questions": {
-    "topic": {"type": "choice", "instructions": "Topic?", "criteria": {"card": None, "transfer": None, "other": None}},
-    "refund": {"type": "noul", "instructions": "Refund?"},
-    "urgency": {"type": "score", "instructions": "Urgency?", "criteria": ["low", "mid", "high"]},
-}})
+SCHEMA = DecisionSchema.from_dict(
+    {
+        "questions": {
+            "topic": {
+                "type": "choice",
+                "instructions": "Topic?",
+                "criteria": {"card": None, "transfer": None, "other": None},
+            },
+            "refund": {"type": "noul", "instructions": "Refund?"},
+            "urgency": {"type": "score", "instructions": "Urgency?", "criteria": ["low", "mid", "high"]},
+        }
+    }
+)
 TOPIC, REFUND, URGENCY = (SCHEMA.questions[q] for q in ("topic", "refund", "urgency"))
 
 
@@ -26,13 +35,16 @@ def test_tolerance_is_the_documented_0_02():
     assert SUM_TOLERANCE == 0.02
 
 
-@pytest.mark.parametrize("raw", [
-    {"card": 0.5, "transfer": 0.3, "other": 0.2},          # exact
-    {"card": 0.5101, "transfer": 0.3, "other": 0.2},       # rounded up, +0.0101
-    {"card": 0.49, "transfer": 0.3, "other": 0.2},         # -0.01
-    {"card": 0.519, "transfer": 0.3, "other": 0.2},        # +0.019, just inside
-    {"card": 0.481, "transfer": 0.3, "other": 0.2},        # -0.019, just inside
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"card": 0.5, "transfer": 0.3, "other": 0.2},  # exact
+        {"card": 0.5101, "transfer": 0.3, "other": 0.2},  # rounded up, +0.0101
+        {"card": 0.49, "transfer": 0.3, "other": 0.2},  # -0.01
+        {"card": 0.519, "transfer": 0.3, "other": 0.2},  # +0.019, just inside
+        {"card": 0.481, "transfer": 0.3, "other": 0.2},  # -0.019, just inside
+    ],
+)
 def test_within_tolerance_is_renormalised_and_the_deviation_reported(raw):
     out = normalise_answer(TOPIC, _choice(raw))
     values = np.array([raw["card"], raw["transfer"], raw["other"]])
@@ -58,16 +70,19 @@ def test_unknown_option_is_an_error_naming_it():
         normalise_answer(TOPIC, _choice({"card": 0.5, "transfer": 0.3, "fraud": 0.2}), question_id="topic")
 
 
-@pytest.mark.parametrize("answer, match", [
-    ({"type": "refusal", "name": "topic"}, "refused"),
-    ({"type": "noul", "noul": 0.9}, "does not match"),
-    ({"type": "choice", "choice": "card"}, "probabilities"),
-    ({"type": "choice", "probabilities": {"card": 1.2, "transfer": -0.2, "other": 0.0}}, "outside"),
-    ({"type": "choice", "probabilities": {"card": "0.5", "transfer": 0.5}}, "not a number"),
-    ({"type": "choice", "probabilities": {"card": True, "transfer": 0.0}}, "not a number"),
-    ({"type": "choice", "probabilities": {"card": float("nan"), "transfer": 0.5}}, "outside"),
-    ("card", "expected an object"),
-])
+@pytest.mark.parametrize(
+    "answer, match",
+    [
+        ({"type": "refusal", "name": "topic"}, "refused"),
+        ({"type": "noul", "noul": 0.9}, "does not match"),
+        ({"type": "choice", "choice": "card"}, "probabilities"),
+        ({"type": "choice", "probabilities": {"card": 1.2, "transfer": -0.2, "other": 0.0}}, "outside"),
+        ({"type": "choice", "probabilities": {"card": "0.5", "transfer": 0.5}}, "not a number"),
+        ({"type": "choice", "probabilities": {"card": True, "transfer": 0.0}}, "not a number"),
+        ({"type": "choice", "probabilities": {"card": float("nan"), "transfer": 0.5}}, "outside"),
+        ("card", "expected an object"),
+    ],
+)
 def test_malformed_answers_are_errors(answer, match):
     with pytest.raises(AnswerError, match=match):
         normalise_answer(TOPIC, answer, question_id="topic")
@@ -87,8 +102,16 @@ def test_noul_outside_unit_interval_is_an_error():
 
 
 def test_score_probabilities_are_keyed_by_level_index():
-    out = normalise_answer(URGENCY, {"type": "score", "score": 1.6, "legend": {"0": "low", "1": "mid", "2": "high"},
-                                     "probabilities": {"2": 0.7, "0": 0.1, "1": 0.2}, "confidence": 0.4})
+    out = normalise_answer(
+        URGENCY,
+        {
+            "type": "score",
+            "score": 1.6,
+            "legend": {"0": "low", "1": "mid", "2": "high"},
+            "probabilities": {"2": 0.7, "0": 0.1, "1": 0.2},
+            "confidence": 0.4,
+        },
+    )
     np.testing.assert_allclose(out.probs, [0.1, 0.2, 0.7])
 
 
@@ -102,8 +125,12 @@ def test_vendor_confidence_is_kept_raw_and_never_replaced_by_ours(confidence):
 
 def test_missing_or_non_numeric_confidence_is_none():
     assert normalise_answer(TOPIC, _choice({"card": 1.0, "transfer": 0.0, "other": 0.0})).vendor_confidence is None
-    assert normalise_answer(TOPIC, _choice({"card": 1.0, "transfer": 0.0, "other": 0.0},
-                                           confidence="high")).vendor_confidence is None
+    assert (
+        normalise_answer(
+            TOPIC, _choice({"card": 1.0, "transfer": 0.0, "other": 0.0}, confidence="high")
+        ).vendor_confidence
+        is None
+    )
 
 
 # -- vectorised summaries vs straightforward numpy -------------------------------------------------
@@ -112,7 +139,7 @@ def _random_probs(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
     # some exact ties and one-hot rows, the cases a partial sort can get wrong
     probs[: n // 10] = np.eye(k)[rng.integers(0, k, n // 10)]
     if k >= 2:
-        tied = probs[n // 10: n // 5]
+        tied = probs[n // 10 : n // 5]
         tied[:] = 0.0
         tied[:, :2] = 0.5
     return probs
@@ -126,7 +153,7 @@ def test_top_two_margin_entropy_match_numpy_and_scipy(k, seed):
     top, p1, p2 = top_two(probs)
 
     ordered = np.sort(probs, axis=1)
-    np.testing.assert_array_equal(top, np.argmax(probs, axis=1))      # ties -> first in schema order
+    np.testing.assert_array_equal(top, np.argmax(probs, axis=1))  # ties -> first in schema order
     np.testing.assert_array_equal(p1, ordered[:, -1])
     np.testing.assert_array_equal(p2, ordered[:, -2])
     np.testing.assert_array_equal(p_top(probs), ordered[:, -1])

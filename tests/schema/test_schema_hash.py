@@ -4,6 +4,7 @@ Unchanged when the file is reformatted (YAML <-> JSON, indentation, flow vs bloc
 question order, field order inside a question, the unsent ``name``/``description``); changed when
 choice options or score levels are reordered, or when any text that is sent changes.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench.schema import DecisionSchema, load_schema, schema_hash
-
 from tests.conftest import ROOT
+from workbench.schema import DecisionSchema, load_schema, schema_hash
 
 BASE_YAML = """\
 name: refunds
@@ -128,8 +128,9 @@ def test_name_and_description_are_not_sent_so_not_hashed(base_hash):
     assert _hash_of(data) == base_hash
 
 
-@pytest.mark.parametrize("order", [["transfer", "card", "other"], ["other", "card", "transfer"],
-                                   ["card", "other", "transfer"]])
+@pytest.mark.parametrize(
+    "order", [["transfer", "card", "other"], ["other", "card", "transfer"], ["card", "other", "transfer"]]
+)
 def test_reordering_choice_options_changes_the_hash(base_hash, order):
     data = _base_dict()
     criteria = data["questions"]["topic"]["criteria"]
@@ -143,17 +144,29 @@ def test_reordering_score_levels_changes_the_hash(base_hash):
     assert _hash_of(data) != base_hash
 
 
-@pytest.mark.parametrize("edit", [
-    lambda d: d["questions"]["topic"]["criteria"].update(card="A problem with a card."),
-    lambda d: d["questions"]["topic"]["criteria"].update(other="Anything else."),   # null -> text
-    lambda d: d["questions"]["topic"]["criteria"].update(card=None),                # text -> null
-    lambda d: d["questions"]["refund"]["criteria"].update({"true": "They want a refund."}),
-    lambda d: d["questions"]["urgency"]["criteria"].__setitem__(1, "This week"),
-    lambda d: d["questions"]["refund"].update(instructions="Is this a refund request?"),
-    lambda d: d["questions"]["topic"]["criteria"].update(fraud="Fraud."),           # option added
-    lambda d: d["questions"].update(extra=d["questions"].pop("topic")),             # question renamed
-], ids=["description", "null-to-text", "text-to-null", "noul-criteria", "score-level", "instructions",
-        "added-option", "renamed-question"])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda d: d["questions"]["topic"]["criteria"].update(card="A problem with a card."),
+        lambda d: d["questions"]["topic"]["criteria"].update(other="Anything else."),  # null -> text
+        lambda d: d["questions"]["topic"]["criteria"].update(card=None),  # text -> null
+        lambda d: d["questions"]["refund"]["criteria"].update({"true": "They want a refund."}),
+        lambda d: d["questions"]["urgency"]["criteria"].__setitem__(1, "This week"),
+        lambda d: d["questions"]["refund"].update(instructions="Is this a refund request?"),
+        lambda d: d["questions"]["topic"]["criteria"].update(fraud="Fraud."),  # option added
+        lambda d: d["questions"].update(extra=d["questions"].pop("topic")),  # question renamed
+    ],
+    ids=[
+        "description",
+        "null-to-text",
+        "text-to-null",
+        "noul-criteria",
+        "score-level",
+        "instructions",
+        "added-option",
+        "renamed-question",
+    ],
+)
 def test_changing_what_is_sent_changes_the_hash(base_hash, edit):
     data = _base_dict()
     edit(data)
@@ -178,9 +191,11 @@ def test_hash_of_identical_content_agrees_across_function_and_property(base_hash
 @given(n_options=st.integers(min_value=2, max_value=12), data=st.data())
 def test_any_option_permutation_changes_the_hash_and_any_question_permutation_does_not(n_options, data):
     options = {f"opt{i}": f"Description {i}." for i in range(n_options)}
-    questions = {"a": {"type": "choice", "instructions": "Pick one.", "criteria": options},
-                 "b": {"type": "noul", "instructions": "Yes or no?"},
-                 "c": {"type": "score", "instructions": "Rate.", "criteria": ["low", "mid", "high"]}}
+    questions = {
+        "a": {"type": "choice", "instructions": "Pick one.", "criteria": options},
+        "b": {"type": "noul", "instructions": "Yes or no?"},
+        "c": {"type": "score", "instructions": "Rate.", "criteria": ["low", "mid", "high"]},
+    }
     reference = _hash_of({"questions": questions})
     q_order = data.draw(st.permutations(list(questions)))
     assert _hash_of({"questions": {q: questions[q] for q in q_order}}) == reference

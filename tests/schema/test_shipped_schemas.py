@@ -6,6 +6,7 @@ list copied into the test); the variants of one dataset ask the same options in 
 The cards' checksums match the files, and each card's import command, run through the real CLI
 into a fresh DuckDB file, gives the split counts the card states.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,15 +18,20 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.schema import load_schema, option_ids, validate_limits
-
 from tests.conftest import ROOT, run_cli
+from workbench.schema import load_schema, option_ids, validate_limits
 
 SCHEMAS = ROOT / "experiments" / "schemas"
 DATA = ROOT / "datasets"
 SCHEMA_FILES = sorted(SCHEMAS.glob("*.yaml"))
-EXPECTED_FILES = {"banking77.yaml", "banking77-terse.yaml", "banking77-other.yaml",
-                  "hwu64.yaml", "hwu64-terse.yaml", "sms_spam.yaml"}
+EXPECTED_FILES = {
+    "banking77.yaml",
+    "banking77-terse.yaml",
+    "banking77-other.yaml",
+    "hwu64.yaml",
+    "hwu64-terse.yaml",
+    "sms_spam.yaml",
+}
 
 
 def _criteria(path: Path, question: str) -> dict:
@@ -156,8 +162,13 @@ def test_card_has_licence_attribution_and_citation(dataset):
     folder = DATA / dataset
     card = (folder / "README.md").read_text(encoding="utf-8")
     assert (folder / "LICENSE").stat().st_size > 500
-    for heading in ("## Source", "## Licence and attribution", "## Files and columns", "## Counts",
-                    "## Import with the workbench"):
+    for heading in (
+        "## Source",
+        "## Licence and attribution",
+        "## Files and columns",
+        "## Counts",
+        "## Import with the workbench",
+    ):
         assert heading in card
     assert "@inproceedings" in card
     assert re.search(r"commit `[0-9a-f]{40}`", card)

@@ -4,6 +4,7 @@ The runs are written with the store's own functions (``create_run`` + ``write_an
 synthetic probabilities, so the shadow tests need no model; the policies are built by the policy
 layer (``build_policy``) exactly as ``workbench policy export`` does.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,12 +23,23 @@ from workbench.store.db import connect
 from workbench.store.runs import create_run, update_run, write_answers
 from workbench.thresholds.choose import ThresholdOptions
 
-SCHEMA = DecisionSchema.from_dict({"name": "tickets", "questions": {
-    "intent": {"type": "choice", "instructions": "Which intent?",
-               "criteria": {"refund": "wants money back", "delivery": "asks where the parcel is",
-                            "account": "cannot log in"}},
-    "urgent": {"type": "noul", "instructions": "Is it urgent?"},
-}})
+SCHEMA = DecisionSchema.from_dict(
+    {
+        "name": "tickets",
+        "questions": {
+            "intent": {
+                "type": "choice",
+                "instructions": "Which intent?",
+                "criteria": {
+                    "refund": "wants money back",
+                    "delivery": "asks where the parcel is",
+                    "account": "cannot log in",
+                },
+            },
+            "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+        },
+    }
+)
 OPTIONS = ["refund", "delivery", "account"]
 
 
@@ -52,17 +64,38 @@ def _probs(rng: np.random.Generator, labels: np.ndarray, k: int, strength: float
     return p / p.sum(axis=1, keepdims=True)
 
 
-def _write_run(con, name: str, model: str, intent: np.ndarray, urgent: np.ndarray, ids: list[str],
-               latency: np.ndarray, cost: np.ndarray) -> str:
-    run_id = create_run(con, dataset="tickets", dataset_version=1, schema=SCHEMA, provider=f"test:{name}",
-                        splits=["calibration", "test"], name=name, model=model)
+def _write_run(
+    con,
+    name: str,
+    model: str,
+    intent: np.ndarray,
+    urgent: np.ndarray,
+    ids: list[str],
+    latency: np.ndarray,
+    cost: np.ndarray,
+) -> str:
+    run_id = create_run(
+        con,
+        dataset="tickets",
+        dataset_version=1,
+        schema=SCHEMA,
+        provider=f"test:{name}",
+        splits=["calibration", "test"],
+        name=name,
+        model=model,
+    )
     n = len(ids)
-    rows = pd.DataFrame({
-        "run_id": run_id, "item_id": ids * 2, "question": ["intent"] * n + ["urgent"] * n,
-        "probs": [list(map(float, r)) for r in intent] + [list(map(float, r)) for r in urgent],
-        "model": model, "latency_ms": np.concatenate([latency, latency]),
-        "cost_usd": np.concatenate([cost / 2, cost / 2]),
-    })
+    rows = pd.DataFrame(
+        {
+            "run_id": run_id,
+            "item_id": ids * 2,
+            "question": ["intent"] * n + ["urgent"] * n,
+            "probs": [list(map(float, r)) for r in intent] + [list(map(float, r)) for r in urgent],
+            "model": model,
+            "latency_ms": np.concatenate([latency, latency]),
+            "cost_usd": np.concatenate([cost / 2, cost / 2]),
+        }
+    )
     # one failed answer per run: stored as a failure, never as a probability
     rows.loc[3, "probs"] = None
     rows["failure_kind"] = [("timeout" if i == 3 else None) for i in range(len(rows))]
@@ -80,23 +113,56 @@ def world(tmp_path_factory) -> ShadowWorld:
     urgent = rng.random(n) < 0.3
     split = np.where(np.arange(n) < 450, "calibration", "test")
     ids = [f"t{i:04d}" for i in range(n)]
-    pd.DataFrame({"id": ids, "text": [f"ticket {i}" for i in range(n)],
-                  "intent": np.asarray(OPTIONS)[intent], "urgent": np.where(urgent, "yes", "no"),
-                  "split": split}).to_csv(tmp / "tickets.csv", index=False)
+    pd.DataFrame(
+        {
+            "id": ids,
+            "text": [f"ticket {i}" for i in range(n)],
+            "intent": np.asarray(OPTIONS)[intent],
+            "urgent": np.where(urgent, "yes", "no"),
+            "split": split,
+        }
+    ).to_csv(tmp / "tickets.csv", index=False)
     db = tmp / "wb.duckdb"
     con = connect(db)
-    import_dataset(con, [tmp / "tickets.csv"],
-                   ImportSpec(name="tickets", id_column="id", text_column="text", split_column="split",
-                              labels={"intent": "intent", "urgent": "urgent"}, positive={"urgent": "yes"}), SCHEMA)
+    import_dataset(
+        con,
+        [tmp / "tickets.csv"],
+        ImportSpec(
+            name="tickets",
+            id_column="id",
+            text_column="text",
+            split_column="split",
+            labels={"intent": "intent", "urgent": "urgent"},
+            positive={"urgent": "yes"},
+        ),
+        SCHEMA,
+    )
     y_urgent = np.where(urgent, 0, 1)
-    champ = _write_run(con, "champion", "clef", _probs(rng, intent, 3, 2.0, 1.0), _probs(rng, y_urgent, 2, 2.0, 1.0),
-                       ids, rng.gamma(4, 50, n), np.full(n, 2e-5))
-    chall = _write_run(con, "challenger", "clef-flash", _probs(rng, intent, 3, 2.6, 0.8),
-                       _probs(rng, y_urgent, 2, 2.2, 0.9), ids, rng.gamma(4, 12, n), np.full(n, 8e-6))
+    champ = _write_run(
+        con,
+        "champion",
+        "clef",
+        _probs(rng, intent, 3, 2.0, 1.0),
+        _probs(rng, y_urgent, 2, 2.0, 1.0),
+        ids,
+        rng.gamma(4, 50, n),
+        np.full(n, 2e-5),
+    )
+    chall = _write_run(
+        con,
+        "challenger",
+        "clef-flash",
+        _probs(rng, intent, 3, 2.6, 0.8),
+        _probs(rng, y_urgent, 2, 2.2, 0.9),
+        ids,
+        rng.gamma(4, 12, n),
+        np.full(n, 8e-6),
+    )
     paths = []
     for run_id, name in ((champ, "champion"), (chall, "challenger")):
-        model, _ = build_policy(con, run_id, ["intent", "urgent"],
-                                ThresholdOptions(objective="coverage", target_coverage=0.6))
+        model, _ = build_policy(
+            con, run_id, ["intent", "urgent"], ThresholdOptions(objective="coverage", target_coverage=0.6)
+        )
         path = tmp / f"{name}.policy.json"
         write_policy(model, path)
         Policy.load(path)  # fails closed if the file is not valid

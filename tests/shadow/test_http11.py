@@ -4,6 +4,7 @@ A hand-written stand-in champion answers in ways the emulator does not (chunked 
 closing idle keep-alive connections, hanging); the mirror runs in-process (``serve_async`` on a
 thread) and is called with httpx.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,24 +35,32 @@ def stand_in(mode: str):
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                n = int([ln for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")][0]
-                        .split(b":")[1])
+                n = int(
+                    [ln for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")][0].split(b":")[1]
+                )
                 await reader.readexactly(n)
                 seen["requests"] += 1
                 if mode == "hang":
                     await asyncio.sleep(30)
                 if mode == "chunked-gzip":
                     body = gzip.compress(ANSWER)
-                    chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 7]), body[i:i + 7])
-                                      for i in range(0, len(body), 7))
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
-                                 b"transfer-encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n")
+                    chunks = b"".join(
+                        b"%x\r\n%s\r\n" % (len(body[i : i + 7]), body[i : i + 7]) for i in range(0, len(body), 7)
+                    )
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+                        b"transfer-encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+                    )
                 elif mode == "status-503":
-                    writer.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-                                 b"content-length: 18\r\n\r\n{\"detail\": \"busy\"}")
+                    writer.write(
+                        b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+                        b'content-length: 18\r\n\r\n{"detail": "busy"}'
+                    )
                 else:
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
-                                 % len(ANSWER) + ANSWER)
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(ANSWER)
+                        + ANSWER
+                    )
                 await writer.drain()
                 if mode == "close-idle":
                     await asyncio.sleep(0.05)
@@ -93,9 +102,14 @@ def mirror(champion: str, challenger: str, journal, **kw):
 
     def run():
         asyncio.set_event_loop(loop)
-        result["app"] = loop.run_until_complete(serve_async(
-            MirrorConfig(champion=champion, challenger=challenger, journal=journal, **kw), port=0, stop=stop,
-            ready=on_ready))
+        result["app"] = loop.run_until_complete(
+            serve_async(
+                MirrorConfig(champion=champion, challenger=challenger, journal=journal, **kw),
+                port=0,
+                stop=stop,
+                ready=on_ready,
+            )
+        )
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
@@ -177,7 +191,7 @@ def test_sample_rate_mirrors_a_share_and_ingest_keeps_only_sampled_pairs(tmp_pat
     with stand_in("plain") as (champ, _), stand_in("plain") as (chall, seen_chall):
         with mirror(champ, chall, tmp_path / "j.jsonl", sample_rate=0.25) as (url, result):
             with httpx.Client() as c:
-                for i in range(200):
+                for _i in range(200):
                     assert c.post(url, json=BODY).content == ANSWER
     # leaving the block stopped the mirror gracefully: every started challenger call has finished
     assert result["app"].stats["challenger_done"] == seen_chall["requests"]
@@ -185,8 +199,11 @@ def test_sample_rate_mirrors_a_share_and_ingest_keeps_only_sampled_pairs(tmp_pat
     champion = [r for r in recs if r["kind"] == "champion"]
     sampled = {r["pair"] for r in champion if r["sampled"]}
     assert len(champion) == 200 and 25 <= len(sampled) <= 75  # every answer journaled, about a quarter mirrored
-    assert {r["pair"] for r in recs if r["kind"] == "challenger"} == sampled == set(
-        r["pair"] for r in champion if r["sampled"])
+    assert (
+        {r["pair"] for r in recs if r["kind"] == "challenger"}
+        == sampled
+        == set(r["pair"] for r in champion if r["sampled"])
+    )
     assert seen_chall["requests"] == len(sampled)
     con = connect(tmp_path / "wb.duckdb")
     assert ingest_journal(con, tmp_path / "j.jsonl", shadow="s")["n_requests"] == len(sampled)

@@ -2,6 +2,7 @@
 
 The mirror runs as the real `workbench shadow serve` process so that it can be killed and restarted.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,14 +26,25 @@ from workbench.store.db import connect
 from workbench.store.shadow import ingest_journal
 
 QUESTIONS = {
-    "intent": {"type": "choice", "instructions": "Which intent does the customer message express?",
-               "criteria": {"card_arrival": "The customer asks when their new card will arrive",
-                            "refund": "The customer wants money back for a purchase",
-                            "lost_card": "The customer lost their card or it was stolen"}},
+    "intent": {
+        "type": "choice",
+        "instructions": "Which intent does the customer message express?",
+        "criteria": {
+            "card_arrival": "The customer asks when their new card will arrive",
+            "refund": "The customer wants money back for a purchase",
+            "lost_card": "The customer lost their card or it was stolen",
+        },
+    },
     "urgent": {"type": "noul", "instructions": "Does the customer need help right now?"},
 }
-STATES = ["my card has not arrived yet", "I want a refund for this order", "someone stole my card",
-          "where is my new card", "please give my money back", "I lost my wallet with the card inside"]
+STATES = [
+    "my card has not arrived yet",
+    "I want a refund for this order",
+    "someone stole my card",
+    "where is my new card",
+    "please give my money back",
+    "I lost my wallet with the card inside",
+]
 
 
 def _free_port() -> int:
@@ -47,24 +59,54 @@ def _body(i: int) -> dict:
 
 def _invalid_body(i: int) -> dict:
     # one option only: the emulator (like the hosted service) refuses it with 422
-    return {"model": "clef", "state": f"ticket {i}",
-            "questions": {"intent": {"type": "choice", "instructions": "Which?", "criteria": {"only": None}}}}
+    return {
+        "model": "clef",
+        "state": f"ticket {i}",
+        "questions": {"intent": {"type": "choice", "instructions": "Which?", "criteria": {"only": None}}},
+    }
 
 
 class Mirror:
     """A `workbench shadow serve` subprocess."""
 
-    def __init__(self, champion: str, challenger: str, journal: Path, db: Path, *, challenger_timeout: float,
-                 name: str = "live", extra: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        champion: str,
+        challenger: str,
+        journal: Path,
+        db: Path,
+        *,
+        challenger_timeout: float,
+        name: str = "live",
+        extra: tuple[str, ...] = (),
+    ):
         self.port = _free_port()
-        self.args = [sys.executable, "-c", "from workbench.cli import main; main()", "--db", str(db), "shadow",
-                     "serve", "--champion", champion, "--challenger", challenger, "--port", str(self.port),
-                     "--journal", str(journal), "--name", name, "--challenger-timeout", str(challenger_timeout),
-                     *extra]
+        self.args = [
+            sys.executable,
+            "-c",
+            "from workbench.cli import main; main()",
+            "--db",
+            str(db),
+            "shadow",
+            "serve",
+            "--champion",
+            champion,
+            "--challenger",
+            challenger,
+            "--port",
+            str(self.port),
+            "--journal",
+            str(journal),
+            "--name",
+            name,
+            "--challenger-timeout",
+            str(challenger_timeout),
+            *extra,
+        ]
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "Mirror":
+    def start(self) -> Mirror:
         self.proc = subprocess.Popen(self.args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -95,15 +137,20 @@ def emulators():
     # Separate processes, as in production: an in-process challenger would share the GIL with the
     # champion and charge its own CPU to the mirror's overhead. The challenger times out (sleeps past
     # the mirror's challenger timeout) or fails with 500.
-    with run_emulator_process(port=0) as champion, \
-            run_emulator_process(port=0, timeout=0.3, server_error=0.3, timeout_sleep_s=2.0) as challenger:
+    with (
+        run_emulator_process(port=0) as champion,
+        run_emulator_process(port=0, timeout=0.3, server_error=0.3, timeout_sleep_s=2.0) as challenger,
+    ):
         yield champion, challenger
 
 
 def _send(client: httpx.Client, url: str, i: int, body: dict) -> tuple[httpx.Response, float]:
     t0 = time.perf_counter()
-    r = client.post(url, content=json.dumps(body).encode(), headers={"content-type": "application/json",
-                                                                      "x-item-id": f"req-{i:05d}"})
+    r = client.post(
+        url,
+        content=json.dumps(body).encode(),
+        headers={"content-type": "application/json", "x-item-id": f"req-{i:05d}"},
+    )
     return r, (time.perf_counter() - t0) * 1000.0
 
 
@@ -111,8 +158,9 @@ def test_mirror_passes_champion_bytes_through_and_survives_a_restart(emulators, 
     champion, challenger = emulators
     champion_url = champion.base_url + "/v1/systemone"
     journal, db = tmp_path / "shadow.jsonl", tmp_path / "wb.duckdb"
-    mirror = Mirror(champion_url, challenger.base_url + "/v1/systemone?model=clef-flash", journal, db,
-                    challenger_timeout=0.2).start()
+    mirror = Mirror(
+        champion_url, challenger.base_url + "/v1/systemone?model=clef-flash", journal, db, challenger_timeout=0.2
+    ).start()
     n_total, restart_at = 2000, 1000
     via_mirror, direct, statuses = [], [], []
     with httpx.Client() as client:
@@ -120,8 +168,13 @@ def test_mirror_passes_champion_bytes_through_and_survives_a_restart(emulators, 
             if i == restart_at:
                 mirror.drain()  # every challenger half of phase 1 is journaled
                 mirror.stop(signal.SIGKILL)  # hard crash between requests
-                mirror = Mirror(champion_url, challenger.base_url + "/v1/systemone?model=clef-flash", journal,
-                                db, challenger_timeout=0.2)
+                mirror = Mirror(
+                    champion_url,
+                    challenger.base_url + "/v1/systemone?model=clef-flash",
+                    journal,
+                    db,
+                    challenger_timeout=0.2,
+                )
                 mirror.start()
             body = _invalid_body(i) if i % 250 == 7 else _body(i)
             m, t_m = _send(client, mirror.url + "/v1/systemone", i, body)
@@ -138,8 +191,10 @@ def test_mirror_passes_champion_bytes_through_and_survives_a_restart(emulators, 
     assert "ingested" in err, err
 
     overhead_p50 = float(np.median(via_mirror) - np.median(direct))
-    print(f"mirror p50 {np.median(via_mirror):.2f} ms, direct p50 {np.median(direct):.2f} ms, "
-          f"overhead p50 {overhead_p50:.2f} ms; challenger errors {stats['challenger_errors']}")
+    print(
+        f"mirror p50 {np.median(via_mirror):.2f} ms, direct p50 {np.median(direct):.2f} ms, "
+        f"overhead p50 {overhead_p50:.2f} ms; challenger errors {stats['challenger_errors']}"
+    )
     assert overhead_p50 < 5.0
     n_invalid = sum(1 for i in range(n_total) if i % 250 == 7)
     assert statuses.count(422) == n_invalid and statuses.count(200) == n_total - n_invalid
@@ -151,10 +206,16 @@ def test_mirror_passes_champion_bytes_through_and_survives_a_restart(emulators, 
     assert len(champ_pairs) == n_total and chall_pairs == champ_pairs
     con = duckdb.connect(str(db), read_only=True)
     try:
-        rows = con.execute("SELECT item_id, champion_status, champion_error, challenger_status, challenger_error "
-                           "FROM shadow_requests WHERE shadow = 'live' ORDER BY item_id").fetchall()
-        kinds = dict(con.execute("SELECT failure_kind, count(*) FROM shadow_answers WHERE shadow = 'live' AND "
-                                 "side = 'challenger' AND question = 'intent' GROUP BY ALL").fetchall())
+        rows = con.execute(
+            "SELECT item_id, champion_status, champion_error, challenger_status, challenger_error "
+            "FROM shadow_requests WHERE shadow = 'live' ORDER BY item_id"
+        ).fetchall()
+        kinds = dict(
+            con.execute(
+                "SELECT failure_kind, count(*) FROM shadow_answers WHERE shadow = 'live' AND "
+                "side = 'challenger' AND question = 'intent' GROUP BY ALL"
+            ).fetchall()
+        )
     finally:
         con.close()
     assert [r[0] for r in rows] == [f"req-{i:05d}" for i in range(n_total)]
@@ -169,8 +230,13 @@ def test_mirror_passes_champion_bytes_through_and_survives_a_restart(emulators, 
 def test_acknowledged_requests_survive_a_kill_with_challenger_calls_in_flight(tmp_path):
     journal = tmp_path / "shadow.jsonl"
     with run_emulator(port=0) as champion, run_emulator(port=0, latency_ms=3000) as challenger:
-        mirror = Mirror(champion.base_url + "/v1/systemone", challenger.base_url + "/v1/systemone", journal,
-                        tmp_path / "wb.duckdb", challenger_timeout=10.0).start()
+        mirror = Mirror(
+            champion.base_url + "/v1/systemone",
+            challenger.base_url + "/v1/systemone",
+            journal,
+            tmp_path / "wb.duckdb",
+            challenger_timeout=10.0,
+        ).start()
         with httpx.Client() as client:
             acknowledged = []
             for i in range(40):
@@ -181,11 +247,15 @@ def test_acknowledged_requests_survive_a_kill_with_challenger_calls_in_flight(tm
         mirror.stop(signal.SIGKILL)
     con = connect(tmp_path / "other.duckdb")
     summary = ingest_journal(con, journal, shadow="crash")
-    got = [r[0] for r in con.execute("SELECT item_id FROM shadow_requests WHERE shadow = 'crash' ORDER BY 1").fetchall()]
+    got = [
+        r[0] for r in con.execute("SELECT item_id FROM shadow_requests WHERE shadow = 'crash' ORDER BY 1").fetchall()
+    ]
     assert got == acknowledged
     assert summary["n_challenger_lost"] > 0  # lost challenger halves are marked, not dropped
-    lost = con.execute("SELECT count(*) FROM shadow_answers WHERE shadow = 'crash' AND side = 'challenger'"
-                       " AND failure_kind = 'lost' AND probs IS NULL").fetchone()[0]
+    lost = con.execute(
+        "SELECT count(*) FROM shadow_answers WHERE shadow = 'crash' AND side = 'challenger'"
+        " AND failure_kind = 'lost' AND probs IS NULL"
+    ).fetchone()[0]
     assert lost == summary["n_challenger_lost"] * 2  # two questions per request
 
 
@@ -210,17 +280,23 @@ def test_journal_skips_a_torn_tail_and_continues_on_a_new_line(tmp_path):
 def test_challenger_given_as_a_provider_spec(tmp_path):
     """`--challenger rules:FILE`: called through the provider layer, logged in System One form."""
     rules = tmp_path / "rules.yaml"
-    rules.write_text("questions:\n  intent:\n    match_probability: 0.9\n    default: null\n    rules:\n"
-                     "      - option: refund\n        keywords: [refund, money back]\n"
-                     "      - option: lost_card\n        keywords: [stole, stolen, lost]\n")
+    rules.write_text(
+        "questions:\n  intent:\n    match_probability: 0.9\n    default: null\n    rules:\n"
+        "      - option: refund\n        keywords: [refund, money back]\n"
+        "      - option: lost_card\n        keywords: [stole, stolen, lost]\n"
+    )
     journal = tmp_path / "shadow.jsonl"
     with run_emulator(port=0) as champion:
-        mirror = Mirror(champion.base_url + "/v1/systemone", f"rules:{rules}", journal, tmp_path / "wb.duckdb",
-                        challenger_timeout=2.0).start()
+        mirror = Mirror(
+            champion.base_url + "/v1/systemone",
+            f"rules:{rules}",
+            journal,
+            tmp_path / "wb.duckdb",
+            challenger_timeout=2.0,
+        ).start()
         with httpx.Client() as client:
             for i in range(12):
-                body = {"model": "clef", "state": STATES[i % len(STATES)],
-                        "questions": {"intent": QUESTIONS["intent"]}}
+                body = {"model": "clef", "state": STATES[i % len(STATES)], "questions": {"intent": QUESTIONS["intent"]}}
                 m, _ = _send(client, mirror.url + "/v1/systemone", i, body)
                 d, _ = _send(client, champion.base_url + "/v1/systemone", i, body)
                 assert (m.status_code, m.content) == (d.status_code, d.content)
@@ -228,13 +304,17 @@ def test_challenger_given_as_a_provider_spec(tmp_path):
         mirror.stop()
     con = duckdb.connect(str(tmp_path / "wb.duckdb"), read_only=True)
     try:
-        rows = con.execute("SELECT r.item_id, a.probs, a.failure_kind, r.state FROM shadow_requests r JOIN shadow_answers a"
-                           " USING (shadow, item_id) WHERE a.side = 'challenger' ORDER BY r.item_id").fetchall()
+        rows = con.execute(
+            "SELECT r.item_id, a.probs, a.failure_kind, r.state FROM shadow_requests r JOIN shadow_answers a"
+            " USING (shadow, item_id) WHERE a.side = 'challenger' ORDER BY r.item_id"
+        ).fetchall()
     finally:
         con.close()
     assert len(rows) == 12 and all(r[2] is None for r in rows)
     by_state = {json.loads(r[3]): r[1] for r in rows}
-    assert by_state["I want a refund for this order"][1] == pytest.approx(0.9)   # option order: card_arrival, refund, lost_card
+    assert by_state["I want a refund for this order"][1] == pytest.approx(
+        0.9
+    )  # option order: card_arrival, refund, lost_card
     assert by_state["someone stole my card"][2] == pytest.approx(0.9)
     assert by_state["where is my new card"] == pytest.approx([1 / 3] * 3)  # no rule matched: uniform
 
@@ -242,9 +322,14 @@ def test_challenger_given_as_a_provider_spec(tmp_path):
 def test_a_stuck_challenger_is_shed_not_queued(tmp_path):
     journal = tmp_path / "shadow.jsonl"
     with run_emulator(port=0) as champion, run_emulator(port=0, latency_ms=1500) as challenger:
-        mirror = Mirror(champion.base_url + "/v1/systemone", challenger.base_url + "/v1/systemone", journal,
-                        tmp_path / "wb.duckdb", challenger_timeout=5.0,
-                        extra=("--max-challenger-in-flight", "4", "--no-ingest")).start()
+        mirror = Mirror(
+            champion.base_url + "/v1/systemone",
+            challenger.base_url + "/v1/systemone",
+            journal,
+            tmp_path / "wb.duckdb",
+            challenger_timeout=5.0,
+            extra=("--max-challenger-in-flight", "4", "--no-ingest"),
+        ).start()
         with httpx.Client() as client:
             for i in range(20):
                 r, _ = _send(client, mirror.url + "/v1/systemone", i, _body(i))

@@ -4,6 +4,7 @@ The log is written here independently of the shadow code: System One responses r
 stored answers, the champion's action taken by the policy runtime (``Policy.decide``, one response at
 a time, as production code would), and the eventual outcomes.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,9 +26,14 @@ from .conftest import OPTIONS, SCHEMA
 
 def _response(model: str, intent: list[float], urgent: list[float]) -> dict:
     probs = dict(zip(OPTIONS, intent))
-    return {"model": model, "answers": {
-        "intent": {"type": "choice", "choice": max(probs, key=probs.get), "probabilities": probs},
-        "urgent": {"type": "noul", "noul": urgent[0]}}, "usage": {"input_tokens": 100, "output_tokens": 0}}
+    return {
+        "model": model,
+        "answers": {
+            "intent": {"type": "choice", "choice": max(probs, key=probs.get), "probabilities": probs},
+            "urgent": {"type": "noul", "noul": urgent[0]},
+        },
+        "usage": {"input_tokens": 100, "output_tokens": 0},
+    }
 
 
 def _traffic(world) -> list[dict]:
@@ -36,27 +42,37 @@ def _traffic(world) -> list[dict]:
         """SELECT a.run_id, a.item_id, a.question, a.probs, a.model, a.latency_ms, a.cost_usd
            FROM answers a JOIN items i ON i.item_id = a.item_id AND i.dataset = 'tickets'
            WHERE i.split = 'test' AND a.run_id IN (?, ?) ORDER BY a.item_id""",
-        [world.champion_run, world.challenger_run]).df()
-    gold = dict(con.execute("SELECT item_id || '/' || question, option_id FROM labels WHERE dataset = 'tickets'").fetchall())
+        [world.champion_run, world.challenger_run],
+    ).df()
+    gold = dict(
+        con.execute("SELECT item_id || '/' || question, option_id FROM labels WHERE dataset = 'tickets'").fetchall()
+    )
     policy = Policy.load(world.champion_policy)
     rows = []
     for item_id, g in ans.groupby("item_id", sort=True):
         side = {}
         for run_id, name in ((world.champion_run, "champion"), (world.challenger_run, "challenger")):
             s = g[g.run_id == run_id].set_index("question")
-            side[name] = {"response": _response(s.model.iloc[0], list(s.loc["intent", "probs"]),
-                                                list(s.loc["urgent", "probs"])),
-                          "latency_ms": float(s.latency_ms.max()), "cost_usd": float(s.cost_usd.sum())}
+            side[name] = {
+                "response": _response(s.model.iloc[0], list(s.loc["intent", "probs"]), list(s.loc["urgent", "probs"])),
+                "latency_ms": float(s.latency_ms.max()),
+                "cost_usd": float(s.cost_usd.sum()),
+            }
         decision = policy.decide(side["champion"]["response"])
-        rows.append({"item_id": item_id, "state": f"ticket {item_id}",
-                     "champion": side["champion"]["response"],
-                     "champion_action": {q: d.action for q, d in decision.items()},
-                     "challenger": side["challenger"]["response"],
-                     "champion_latency_ms": side["champion"]["latency_ms"],
-                     "challenger_latency_ms": side["challenger"]["latency_ms"],
-                     "champion_cost_usd": side["champion"]["cost_usd"],
-                     "challenger_cost_usd": side["challenger"]["cost_usd"],
-                     "outcome": {"intent": gold[f"{item_id}/intent"], "urgent": gold[f"{item_id}/urgent"] == "yes"}})
+        rows.append(
+            {
+                "item_id": item_id,
+                "state": f"ticket {item_id}",
+                "champion": side["champion"]["response"],
+                "champion_action": {q: d.action for q, d in decision.items()},
+                "challenger": side["challenger"]["response"],
+                "champion_latency_ms": side["champion"]["latency_ms"],
+                "challenger_latency_ms": side["challenger"]["latency_ms"],
+                "champion_cost_usd": side["champion"]["cost_usd"],
+                "challenger_cost_usd": side["challenger"]["cost_usd"],
+                "outcome": {"intent": gold[f"{item_id}/intent"], "urgent": gold[f"{item_id}/urgent"] == "yes"},
+            }
+        )
     return rows
 
 
@@ -98,8 +114,13 @@ def policies(world):
 
 def test_replay_and_log_import_produce_the_same_report(world, policies, tmp_path):
     champ, chall = policies
-    replay = replay_runs(world.con, shadow="replay", champion_run=world.champion_run,
-                         challenger_run=world.challenger_run, splits=["test"])
+    replay = replay_runs(
+        world.con,
+        shadow="replay",
+        champion_run=world.champion_run,
+        challenger_run=world.challenger_run,
+        splits=["test"],
+    )
     assert replay["n_requests"] == 450 and replay["n_outcomes"] == 900
     rows = _traffic(world)
     log = tmp_path / "traffic.jsonl"
@@ -128,8 +149,9 @@ def test_csv_parquet_and_late_outcomes_import_the_same(world, policies, tmp_path
     reference = shadow_report(world.con, "imported", champion_policy=champ, challenger_policy=chall, n_boot=100)
     # CSV: nested values as JSON text; outcomes arrive later in their own file
     rows = sorted(rows, key=lambda r: hashlib.md5(r["item_id"].encode()).hexdigest())
-    flat = pd.DataFrame([{**{k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in r.items()
-                             if k != "outcome"}} for r in rows])
+    flat = pd.DataFrame(
+        [{**{k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in r.items() if k != "outcome"}} for r in rows]
+    )
     flat.to_csv(tmp_path / "traffic.csv", index=False)
     outcomes = pd.DataFrame([{"item_id": r["item_id"], "outcome": json.dumps(r["outcome"])} for r in rows])
     outcomes.to_csv(tmp_path / "outcomes.csv", index=False)
@@ -139,13 +161,17 @@ def test_csv_parquet_and_late_outcomes_import_the_same(world, policies, tmp_path
     assert before.questions[0]["error"]["n_known"] == 0
     late = import_traffic(world.con, tmp_path / "outcomes.csv", shadow="csv")
     assert late["kind"] == "outcomes" and late["n_outcomes"] == 900
-    _close(_comparable(reference),
-           _comparable(shadow_report(world.con, "csv", champion_policy=champ, challenger_policy=chall, n_boot=100)))
+    _close(
+        _comparable(reference),
+        _comparable(shadow_report(world.con, "csv", champion_policy=champ, challenger_policy=chall, n_boot=100)),
+    )
     # Parquet with the JSON columns as text
     flat.assign(outcome=outcomes["outcome"]).to_parquet(tmp_path / "traffic.parquet")
     import_traffic(world.con, tmp_path / "traffic.parquet", shadow="pq", schema=SCHEMA)
-    _close(_comparable(reference),
-           _comparable(shadow_report(world.con, "pq", champion_policy=champ, challenger_policy=chall, n_boot=100)))
+    _close(
+        _comparable(reference),
+        _comparable(shadow_report(world.con, "pq", champion_policy=champ, challenger_policy=chall, n_boot=100)),
+    )
 
 
 def test_shadow_cli_import_report_json(world, tmp_path):
@@ -154,17 +180,33 @@ def test_shadow_cli_import_report_json(world, tmp_path):
     _write_jsonl(rows, log)
     db = tmp_path / "cli.duckdb"
     run_cli("shadow", "import", str(log), "--name", "prod", "--policy", str(world.champion_policy), db=db, check=True)
-    proc = run_cli("shadow", "report", "prod", "--champion-policy", str(world.champion_policy),
-                   "--challenger-policy", str(world.challenger_policy), "--min-outcomes", "50",
-                   "--max-error-increase", "0.05", "--n-boot", "200", "--json", db=db, check=True)
+    proc = run_cli(
+        "shadow",
+        "report",
+        "prod",
+        "--champion-policy",
+        str(world.champion_policy),
+        "--challenger-policy",
+        str(world.challenger_policy),
+        "--min-outcomes",
+        "50",
+        "--max-error-increase",
+        "0.05",
+        "--n-boot",
+        "200",
+        "--json",
+        db=db,
+        check=True,
+    )
     doc = json.loads(proc.stdout)
     assert doc["verdict"] in ("PROMOTE", "HOLD", "REJECT") and doc["reasons"]
     assert {g["gate"] for g in doc["gates"]} >= {"failures", "coverage", "error", "drift"}
     assert len(doc["questions"]) == 2 and doc["questions"][0]["flip_matrix"]["options"] == OPTIONS
     # a malformed file fails with one line and exit code 2, the store unchanged
     (tmp_path / "bad.jsonl").write_text('{"champion": {}}\n')
-    bad = run_cli("shadow", "import", str(tmp_path / "bad.jsonl"), "--name", "bad", "--policy",
-                  str(world.champion_policy), db=db)
+    bad = run_cli(
+        "shadow", "import", str(tmp_path / "bad.jsonl"), "--name", "bad", "--policy", str(world.champion_policy), db=db
+    )
     assert bad.returncode == 2 and "item_id" in bad.stderr
 
 
@@ -174,8 +216,13 @@ def test_export_then_import_round_trips_a_replayed_session(world, policies, tmp_
 
     champ, chall = policies
     if not world.con.execute("SELECT count(*) FROM shadow_sessions WHERE shadow = 'replay'").fetchone()[0]:
-        replay_runs(world.con, shadow="replay", champion_run=world.champion_run,
-                    challenger_run=world.challenger_run, splits=["test"])
+        replay_runs(
+            world.con,
+            shadow="replay",
+            champion_run=world.champion_run,
+            challenger_run=world.challenger_run,
+            splits=["test"],
+        )
     out = tmp_path / f"replay{suffix}"
     assert export_session(world.con, "replay", out) == 450
     import_traffic(world.con, out, shadow=f"back{suffix}", schema=SCHEMA)

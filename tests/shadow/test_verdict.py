@@ -1,4 +1,5 @@
 """Verdict logic on constructed champion/challenger traffic: one case per outcome and per gate."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,8 +22,18 @@ def _rows(top: np.ndarray, p_top: np.ndarray) -> np.ndarray:
     return p
 
 
-def _traffic(n=2000, *, seed=0, wrong_rate=0.1, chall_wrong_confident=0.0, chall_conf_shift=0.1,
-             chall_fail=0.0, chall_latency=50.0, known=None, drift=False) -> ShadowAnswers:
+def _traffic(
+    n=2000,
+    *,
+    seed=0,
+    wrong_rate=0.1,
+    chall_wrong_confident=0.0,
+    chall_conf_shift=0.1,
+    chall_fail=0.0,
+    chall_latency=50.0,
+    known=None,
+    drift=False,
+) -> ShadowAnswers:
     rng = np.random.default_rng(seed)
     y = rng.integers(0, K, n)
     wrong = rng.random(n) < wrong_rate
@@ -43,21 +54,35 @@ def _traffic(n=2000, *, seed=0, wrong_rate=0.1, chall_wrong_confident=0.0, chall
     if known is not None:
         outcome[known:] = -1
     return ShadowAnswers(
-        shadow="t", question="intent", qtype="choice", option_ids=["a", "b", "c"],
+        shadow="t",
+        question="intent",
+        qtype="choice",
+        option_ids=["a", "b", "c"],
         item_ids=np.asarray([f"i{i}" for i in range(n)], dtype=object),
-        ts=np.arange(n).astype("datetime64[s]").astype("datetime64[us]"), seq=np.arange(1, n + 1),
-        champion_probs=_rows(top_c, p_c), challenger_probs=probs_d,
+        ts=np.arange(n).astype("datetime64[s]").astype("datetime64[us]"),
+        seq=np.arange(1, n + 1),
+        champion_probs=_rows(top_c, p_c),
+        challenger_probs=probs_d,
         champion_failure=np.full(n, None, dtype=object),
         challenger_failure=np.where(failed_d, "timeout", None).astype(object),
-        champion_logged=np.full(n, None, dtype=object), outcome=outcome,
-        champion_latency_ms=rng.gamma(4, 25, n), challenger_latency_ms=rng.gamma(4, chall_latency / 4, n),
-        champion_cost_usd=np.full(n, 2e-5), challenger_cost_usd=np.full(n, 1e-5))
+        champion_logged=np.full(n, None, dtype=object),
+        outcome=outcome,
+        champion_latency_ms=rng.gamma(4, 25, n),
+        challenger_latency_ms=rng.gamma(4, chall_latency / 4, n),
+        champion_cost_usd=np.full(n, 2e-5),
+        challenger_cost_usd=np.full(n, 1e-5),
+    )
 
 
 def _report(s, criteria=None, challenger=RULE):
-    return report_from_answers([s], champion_policy=RULE, challenger_policy=challenger,
-                               criteria=criteria or Criteria(max_error_increase=0.01, max_p95_latency_ms=400),
-                               n_boot=300, seed=1)
+    return report_from_answers(
+        [s],
+        champion_policy=RULE,
+        challenger_policy=challenger,
+        criteria=criteria or Criteria(max_error_increase=0.01, max_p95_latency_ms=400),
+        n_boot=300,
+        seed=1,
+    )
 
 
 def _gate(report, name):

@@ -1,4 +1,5 @@
 """Store mechanics: migrations, transactions, locks, answers round trip."""
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -11,7 +12,6 @@ import pytest
 
 from workbench.errors import StoreError
 from workbench.schema import DecisionSchema
-from workbench.store import db as store_db
 from workbench.store.db import SCHEMA_VERSION, connect, migrate, schema_version, table_counts, transaction
 from workbench.store.runs import create_run, load_answers, write_answers
 
@@ -67,20 +67,40 @@ def test_lock_held_by_another_process_is_reported(db_path: Path):
 
 def test_answers_round_trip_with_failures_and_majority_labels(db_path: Path):
     con = connect(db_path)
-    schema = DecisionSchema.from_dict({"questions": {"intent": {"type": "choice", "instructions": "which?",
-                                                                "criteria": {"b": None, "a": None, "c": None}}}})
-    con.execute("INSERT INTO datasets (name, version, fingerprint, questions, n_items) VALUES ('d', 1, 'f', ['intent'], 3)")
-    con.execute("INSERT INTO items (dataset, version, item_id, state_text, split) VALUES "
-                "('d',1,'x1','s1','test'),('d',1,'x2','s2','test'),('d',1,'x3','s3','calibration')")
+    schema = DecisionSchema.from_dict(
+        {
+            "questions": {
+                "intent": {"type": "choice", "instructions": "which?", "criteria": {"b": None, "a": None, "c": None}}
+            }
+        }
+    )
+    con.execute(
+        "INSERT INTO datasets (name, version, fingerprint, questions, n_items) VALUES ('d', 1, 'f', ['intent'], 3)"
+    )
+    con.execute(
+        "INSERT INTO items (dataset, version, item_id, state_text, split) VALUES "
+        "('d',1,'x1','s1','test'),('d',1,'x2','s2','test'),('d',1,'x3','s3','calibration')"
+    )
     # x1: two annotators say a, one says c -> a; x2: tie b/c -> b (schema order); x3 unlabelled
-    con.execute("INSERT INTO labels (dataset, version, item_id, question, option_id, annotator) VALUES "
-                "('d',1,'x1','intent','a','u1'),('d',1,'x1','intent','a','u2'),('d',1,'x1','intent','c','u3'),"
-                "('d',1,'x2','intent','c','u1'),('d',1,'x2','intent','b','u2')")
+    con.execute(
+        "INSERT INTO labels (dataset, version, item_id, question, option_id, annotator) VALUES "
+        "('d',1,'x1','intent','a','u1'),('d',1,'x1','intent','a','u2'),('d',1,'x1','intent','c','u3'),"
+        "('d',1,'x2','intent','c','u1'),('d',1,'x2','intent','b','u2')"
+    )
     run = create_run(con, dataset="d", dataset_version=1, schema=schema, provider="test:p", splits=["test"])
-    write_answers(con, pd.DataFrame({
-        "run_id": [run] * 3, "item_id": ["x1", "x2", "x3"], "question": ["intent"] * 3,
-        "probs": [[0.2, 0.7, 0.1], None, [0.5, 0.25, 0.25]],
-        "failure_kind": [None, "rate_limit", None], "failure_message": [None, "429", None]}))
+    write_answers(
+        con,
+        pd.DataFrame(
+            {
+                "run_id": [run] * 3,
+                "item_id": ["x1", "x2", "x3"],
+                "question": ["intent"] * 3,
+                "probs": [[0.2, 0.7, 0.1], None, [0.5, 0.25, 0.25]],
+                "failure_kind": [None, "rate_limit", None],
+                "failure_message": [None, "429", None],
+            }
+        ),
+    )
     ans = load_answers(con, run, "intent")
     assert list(ans.item_ids) == ["x1", "x2", "x3"]
     assert ans.option_ids == ["b", "a", "c"]
@@ -98,10 +118,14 @@ def test_load_labels_majority_with_ties(db_path: Path):
 
     con = connect(db_path)
     con.execute("INSERT INTO datasets (name, version, fingerprint, questions, n_items) VALUES ('d', 1, 'f', ['q'], 2)")
-    con.execute("INSERT INTO items (dataset, version, item_id, state_text, split) VALUES "
-                "('d',1,'x1','s1','test'),('d',1,'x2','s2','train')")
-    con.execute("INSERT INTO labels VALUES ('d',1,'x1','q','b','u1'),('d',1,'x1','q','b','u2'),('d',1,'x1','q','a','u3'),"
-                "('d',1,'x2','q','c','u1'),('d',1,'x2','q','a','u2')")
+    con.execute(
+        "INSERT INTO items (dataset, version, item_id, state_text, split) VALUES "
+        "('d',1,'x1','s1','test'),('d',1,'x2','s2','train')"
+    )
+    con.execute(
+        "INSERT INTO labels VALUES ('d',1,'x1','q','b','u1'),('d',1,'x1','q','b','u2'),('d',1,'x1','q','a','u3'),"
+        "('d',1,'x2','q','c','u1'),('d',1,'x2','q','a','u2')"
+    )
     df = load_labels(con, "d")
     assert df[["item_id", "option_id", "split"]].values.tolist() == [["x1", "b", "test"], ["x2", "a", "train"]]
     assert load_labels(con, "d", splits=["train"])["item_id"].tolist() == ["x2"]

@@ -1,4 +1,5 @@
 """Dataset import: splits, fingerprints, versions, and the bad-input corpus (issue 2)."""
+
 from __future__ import annotations
 
 import csv
@@ -15,9 +16,24 @@ OK_SCHEMA = BAD / "schema_ok.yaml"
 
 
 def import_banking(db: Path, *extra: str, train: Path | None = None):
-    return run_cli("datasets", "import", str(train or dataset_path("banking77", "train.csv")),
-                   str(dataset_path("banking77", "test.csv")), "--name", "banking77", "--text-column", "text",
-                   "--label", "intent=category", "--calibration-fraction", "0.2", "--seed", "7", *extra, db=db)
+    return run_cli(
+        "datasets",
+        "import",
+        str(train or dataset_path("banking77", "train.csv")),
+        str(dataset_path("banking77", "test.csv")),
+        "--name",
+        "banking77",
+        "--text-column",
+        "text",
+        "--label",
+        "intent=category",
+        "--calibration-fraction",
+        "0.2",
+        "--seed",
+        "7",
+        *extra,
+        db=db,
+    )
 
 
 def show(db: Path, name: str) -> dict:
@@ -53,9 +69,25 @@ def test_banking77_counts_and_stable_fingerprint(db_path: Path, tmp_path: Path):
 
 
 def test_splits_are_deterministic_and_seeded(db_path: Path):
-    args = ("datasets", "import", str(dataset_path("sms_spam", "sms_spam.csv")), "--name", "sms", "--text-column",
-            "text", "--id-column", "id", "--label", "spam=label", "--positive", "spam=spam",
-            "--test-fraction", "0.3", "--seed", "1")
+    args = (
+        "datasets",
+        "import",
+        str(dataset_path("sms_spam", "sms_spam.csv")),
+        "--name",
+        "sms",
+        "--text-column",
+        "text",
+        "--id-column",
+        "id",
+        "--label",
+        "spam=label",
+        "--positive",
+        "spam=spam",
+        "--test-fraction",
+        "0.3",
+        "--seed",
+        "1",
+    )
     run_cli(*args, db=db_path, check=True)
     info = show(db_path, "sms")
     assert info["n_items"] == 5574
@@ -73,9 +105,27 @@ def test_splits_are_deterministic_and_seeded(db_path: Path):
 
 
 def test_hwu64_two_questions_from_one_file(db_path: Path):
-    run_cli("datasets", "import", str(dataset_path("hwu64", "hwu64_kfold1.csv")), "--name", "hwu64",
-            "--text-column", "text", "--id-column", "id", "--split-column", "split", "--label", "scenario=scenario",
-            "--label", "intent=label", "--calibration-fraction", "0.2", db=db_path, check=True)
+    run_cli(
+        "datasets",
+        "import",
+        str(dataset_path("hwu64", "hwu64_kfold1.csv")),
+        "--name",
+        "hwu64",
+        "--text-column",
+        "text",
+        "--id-column",
+        "id",
+        "--split-column",
+        "split",
+        "--label",
+        "scenario=scenario",
+        "--label",
+        "intent=label",
+        "--calibration-fraction",
+        "0.2",
+        db=db_path,
+        check=True,
+    )
     info = show(db_path, "hwu64")
     assert sorted(info["questions"]) == ["intent", "scenario"]
     assert info["labels"]["scenario"]["n_labels"] == 18 and info["labels"]["intent"]["n_labels"] == 64
@@ -89,11 +139,33 @@ def test_group_column_keeps_groups_in_one_split(db_path: Path, tmp_path: Path):
         w.writerow(["id", "text", "label", "customer"])
         for i in range(400):
             w.writerow([f"r{i}", f"message {i}", "card_arrival" if i % 2 else "lost_card", f"c{i // 4}"])
-    run_cli("datasets", "import", str(f), "--name", "g", "--text-column", "text", "--id-column", "id",
-            "--label", "intent=label", "--group-column", "customer", "--test-fraction", "0.3",
-            "--calibration-fraction", "0.2", "--schema", str(OK_SCHEMA), db=db_path, check=True)
+    run_cli(
+        "datasets",
+        "import",
+        str(f),
+        "--name",
+        "g",
+        "--text-column",
+        "text",
+        "--id-column",
+        "id",
+        "--label",
+        "intent=label",
+        "--group-column",
+        "customer",
+        "--test-fraction",
+        "0.3",
+        "--calibration-fraction",
+        "0.2",
+        "--schema",
+        str(OK_SCHEMA),
+        db=db_path,
+        check=True,
+    )
     con = connect(db_path, read_only=True)
-    n_splits_per_group = con.execute("SELECT max(n) FROM (SELECT grp, count(DISTINCT split) n FROM items GROUP BY grp)").fetchone()[0]
+    n_splits_per_group = con.execute(
+        "SELECT max(n) FROM (SELECT grp, count(DISTINCT split) n FROM items GROUP BY grp)"
+    ).fetchone()[0]
     splits = {r[0] for r in con.execute("SELECT DISTINCT split FROM items").fetchall()}
     con.close()
     assert n_splits_per_group == 1 and splits == {"train", "calibration", "test"}
@@ -102,26 +174,51 @@ def test_group_column_keeps_groups_in_one_split(db_path: Path, tmp_path: Path):
 BAD_CASES = [
     # (name, args, expected words in the one-line error)
     ("missing column", ["missing_column.csv", "--text-column", "text"], ["missing_column.csv", "no column 'text'"]),
-    ("unknown label", ["unknown_label.csv", "--schema", "schema_ok.yaml"], ["line 3", "refund_request", "not an option"]),
+    (
+        "unknown label",
+        ["unknown_label.csv", "--schema", "schema_ok.yaml"],
+        ["line 3", "refund_request", "not an option"],
+    ),
     ("duplicate id", ["duplicate_id.csv"], ["duplicate item id 'a1'"]),
     ("empty text", ["empty_text.csv"], ["line 3", "empty text"]),
     ("invalid utf-8", ["invalid_utf8.csv"], ["invalid_utf8.csv", "UTF-8", "line 3"]),
     ("ragged row", ["ragged_row.csv"], ["ragged_row.csv", "line 3 has 4 fields"]),
     ("bad split", ["bad_split.csv", "--split-column", "split"], ["line 3", "holdout"]),
     ("malformed jsonl", ["malformed.jsonl"], ["malformed.jsonl", "cannot read"]),
-    ("bad noul label", ["bad_noul.csv", "--label", "spam=spam", "--schema", "schema_spam.yaml"], ["line 3", "maybe", "yes/no"]),
+    (
+        "bad noul label",
+        ["bad_noul.csv", "--label", "spam=spam", "--schema", "schema_spam.yaml"],
+        ["line 3", "maybe", "yes/no"],
+    ),
     ("schema one option", ["ok.csv", "--schema", "schema_one_option.yaml"], ["schema_one_option.yaml", "1 options"]),
-    ("schema 65 questions", ["ok.csv", "--schema", "schema_65_questions.json", "--profile", "cloudflare-clef"],
-     ["65 questions", "at most 64"]),
+    (
+        "schema 65 questions",
+        ["ok.csv", "--schema", "schema_65_questions.json", "--profile", "cloudflare-clef"],
+        ["65 questions", "at most 64"],
+    ),
     ("schema id with space", ["ok.csv", "--schema", "schema_id_space.yaml"], ["'my intent'", "id"]),
-    ("schema 256 options", ["ok.csv", "--schema", "schema_256_options.json", "--profile", "cloudflare-clef"],
-     ["256 options", "2–255"]),
+    (
+        "schema 256 options",
+        ["ok.csv", "--schema", "schema_256_options.json", "--profile", "cloudflare-clef"],
+        ["256 options", "2–255"],
+    ),
     ("schema 11 levels", ["ok.csv", "--schema", "schema_11_levels.yaml"], ["'urgency'", "11 levels"]),
-    ("schema empty instructions", ["ok.csv", "--schema", "schema_empty_instructions.yaml"], ["instructions", "non-empty"]),
+    (
+        "schema empty instructions",
+        ["ok.csv", "--schema", "schema_empty_instructions.yaml"],
+        ["instructions", "non-empty"],
+    ),
     ("schema unknown type", ["ok.csv", "--schema", "schema_unknown_type.yaml"], ["unknown question type"]),
-    ("schema broken yaml", ["ok.csv", "--schema", "schema_broken_yaml.yaml"], ["schema_broken_yaml.yaml", "cannot parse"]),
-    ("label for a question the schema lacks", ["ok.csv", "--schema", "schema_ok.yaml", "--label", "topic=label"],
-     ["schema has no question 'topic'"]),
+    (
+        "schema broken yaml",
+        ["ok.csv", "--schema", "schema_broken_yaml.yaml"],
+        ["schema_broken_yaml.yaml", "cannot parse"],
+    ),
+    (
+        "label for a question the schema lacks",
+        ["ok.csv", "--schema", "schema_ok.yaml", "--label", "topic=label"],
+        ["schema has no question 'topic'"],
+    ),
     ("file does not exist", ["does_not_exist.csv"], ["does_not_exist.csv", "does not exist"]),
     ("unknown file type", ["schema_ok.yaml"], ["unknown file type"]),
     ("bad fraction", ["ok.csv", "--test-fraction", "1.5"], ["--test-fraction", "outside"]),
@@ -131,8 +228,23 @@ BAD_CASES = [
 @pytest.mark.parametrize("name,args,expected", BAD_CASES, ids=[c[0] for c in BAD_CASES])
 def test_bad_input_one_line_error_and_nothing_written(db_path: Path, name: str, args: list[str], expected: list[str]):
     # a store with content, so "unchanged" is meaningful
-    run_cli("datasets", "import", str(BAD / "ok.csv"), "--name", "base", "--text-column", "text", "--id-column",
-            "id", "--label", "intent=label", "--split", "test", db=db_path, check=True)
+    run_cli(
+        "datasets",
+        "import",
+        str(BAD / "ok.csv"),
+        "--name",
+        "base",
+        "--text-column",
+        "text",
+        "--id-column",
+        "id",
+        "--label",
+        "intent=label",
+        "--split",
+        "test",
+        db=db_path,
+        check=True,
+    )
     con = connect(db_path)
     before = table_counts(con)
     con.close()
@@ -143,8 +255,19 @@ def test_bad_input_one_line_error_and_nothing_written(db_path: Path, name: str, 
     if "--label" not in opts:
         opts += ["--label", "intent=label"]
     opts = [str(BAD / o) if o.endswith((".yaml", ".json")) else o for o in opts]
-    proc = run_cli("datasets", "import", str(BAD / file), "--name", "bad", "--id-column", "id", "--split", "train",
-                   *opts, db=db_path)
+    proc = run_cli(
+        "datasets",
+        "import",
+        str(BAD / file),
+        "--name",
+        "bad",
+        "--id-column",
+        "id",
+        "--split",
+        "train",
+        *opts,
+        db=db_path,
+    )
     assert proc.returncode != 0
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1, proc.stderr
@@ -157,15 +280,18 @@ def test_bad_input_one_line_error_and_nothing_written(db_path: Path, name: str, 
     con.close()
 
 
-@pytest.mark.parametrize("file,profile,expect_ok", [
-    ("schema_ok.yaml", "cloudflare-clef", True),
-    ("schema_65_questions.json", "cloudflare-clef", False),
-    ("schema_65_questions.json", "perplexity", True),
-    ("schema_256_options.json", "cloudflare-clef", False),
-    ("schema_256_options.json", "self-hosted", True),
-    ("schema_11_levels.yaml", "laya", True),
-    ("schema_11_levels.yaml", "default", False),
-])
+@pytest.mark.parametrize(
+    "file,profile,expect_ok",
+    [
+        ("schema_ok.yaml", "cloudflare-clef", True),
+        ("schema_65_questions.json", "cloudflare-clef", False),
+        ("schema_65_questions.json", "perplexity", True),
+        ("schema_256_options.json", "cloudflare-clef", False),
+        ("schema_256_options.json", "self-hosted", True),
+        ("schema_11_levels.yaml", "laya", True),
+        ("schema_11_levels.yaml", "default", False),
+    ],
+)
 def test_schema_validate_profiles(file: str, profile: str, expect_ok: bool):
     proc = run_cli("schema", "validate", str(BAD / file), "--profile", profile, "--json")
     doc = json.loads(proc.stdout)

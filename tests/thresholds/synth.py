@@ -1,4 +1,5 @@
 """Synthetic probability data with known error rates (vectorised)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +17,9 @@ def sample_labels(rng: np.random.Generator, true_probs: np.ndarray) -> np.ndarra
     return np.minimum((np.cumsum(true_probs, axis=1) < u).sum(axis=1), true_probs.shape[1] - 1)
 
 
-def choice_data(rng: np.random.Generator, n: int, k: int = 8, *, scale: float = 2.5,
-                temperature: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def choice_data(
+    rng: np.random.Generator, n: int, k: int = 8, *, scale: float = 2.5, temperature: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
     """Labels drawn from ``softmax(z)``; the model reports ``softmax(z / temperature)``.
 
     ``temperature == 1`` is perfectly calibrated; ``< 1`` is over-confident (miscalibrated).

@@ -5,6 +5,7 @@ The run's calibration and test answers are pooled and re-split 200 times at rand
 share of splits (plus Monte-Carlo slack), while the uncertified "target error = alpha" point estimate
 exceeds it far more often. Also checks the acceptance command end to end on the same store.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,19 +28,56 @@ ALPHA, DELTA, N_SPLITS, N_CAL = 0.05, 0.1, 200, 3000
 @pytest.fixture(scope="module")
 def banking_run(tmp_path_factory):
     db = tmp_path_factory.mktemp("b77") / "wb.duckdb"
-    run_cli("datasets", "import", str(dataset_path("banking77", "train.csv")),
-            str(dataset_path("banking77", "test.csv")), "--name", "b77", "--text-column", "text",
-            "--label", "intent=category", "--calibration-fraction", "0.3", "--seed", "0", db=db, check=True)
-    out = run_cli("run", "--dataset", "b77", "--schema", str(ROOT / "experiments" / "schemas" / "banking77.yaml"),
-                  "--provider", "baseline:tfidf-logreg", "--no-progress", "--json", db=db, check=True)
+    run_cli(
+        "datasets",
+        "import",
+        str(dataset_path("banking77", "train.csv")),
+        str(dataset_path("banking77", "test.csv")),
+        "--name",
+        "b77",
+        "--text-column",
+        "text",
+        "--label",
+        "intent=category",
+        "--calibration-fraction",
+        "0.3",
+        "--seed",
+        "0",
+        db=db,
+        check=True,
+    )
+    out = run_cli(
+        "run",
+        "--dataset",
+        "b77",
+        "--schema",
+        str(ROOT / "experiments" / "schemas" / "banking77.yaml"),
+        "--provider",
+        "baseline:tfidf-logreg",
+        "--no-progress",
+        "--json",
+        db=db,
+        check=True,
+    )
     run_id = json.loads(out.stdout)["runs"][0]["run_id"]
     return db, run_id
 
 
 def test_acceptance_command_on_banking77(banking_run):
     db, run_id = banking_run
-    r = run_cli("thresholds", run_id, "--question", "intent", "--max-error", "0.05", "--delta", "0.1", "--json",
-                db=db, check=True)
+    r = run_cli(
+        "thresholds",
+        run_id,
+        "--question",
+        "intent",
+        "--max-error",
+        "0.05",
+        "--delta",
+        "0.1",
+        "--json",
+        db=db,
+        check=True,
+    )
     res = json.loads(r.stdout)["questions"]["intent"]
     assert res["certified"] and res["feasible"]
     assert res["rule"]["tau"] is not None and res["rule"]["margin"] is not None
@@ -65,8 +103,9 @@ def test_guarantee_holds_over_random_splits_of_the_banking77_run(banking_run):
         cal = np.zeros(n, dtype=bool)
         cal[rng.choice(n, N_CAL, replace=False)] = True
         sub = RuleCoordinates(coords.predicted[cal], coords.x[cal], coords.y[cal], "tau", "margin")
-        sel, _ = select_guarantee_split(sub, correct[cal], x_grid=full.x_grid, y_grid=full.y_grid, n_classes=k,
-                                        alpha=ALPHA, delta=DELTA, rng=rng)
+        sel, _ = select_guarantee_split(
+            sub, correct[cal], x_grid=full.x_grid, y_grid=full.y_grid, n_classes=k, alpha=ALPHA, delta=DELTA, rng=rng
+        )
         cal_s = surface_from_coordinates(sub.x, sub.y, correct[cal], x_grid=full.x_grid, y_grid=full.y_grid)
         t_acc, t_err = full.accepted - cal_s.accepted, full.errors - cal_s.errors
         if sel.feasible:

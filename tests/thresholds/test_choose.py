@@ -1,4 +1,5 @@
 """choose_thresholds on in-memory answers: score questions, failures and the calibrator carve-out."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,17 +11,28 @@ from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
 from workbench.thresholds.guarantees import ThresholdError
 
 
-def _answers(probs: np.ndarray, labels: np.ndarray, qtype: str = "score", failed_rate: float = 0.0,
-             seed: int = 0) -> RunAnswers:
+def _answers(
+    probs: np.ndarray, labels: np.ndarray, qtype: str = "score", failed_rate: float = 0.0, seed: int = 0
+) -> RunAnswers:
     n, k = probs.shape
     failed = np.random.default_rng(seed).random(n) < failed_rate
     probs = probs.copy()
     probs[failed] = np.nan
-    return RunAnswers(run_id="r", question="q", qtype=qtype, option_ids=[str(i) for i in range(k)],
-                      item_ids=np.array([f"i{i}" for i in range(n)], dtype=object),
-                      splits=np.array(["calibration"] * n, dtype=object), probs=probs, labels=labels,
-                      failed=failed, failure_kind=np.where(failed, "transient", None).astype(object),
-                      latency_ms=np.zeros(n), cost_usd=np.full(n, 2e-5), input_tokens=np.zeros(n))
+    return RunAnswers(
+        run_id="r",
+        question="q",
+        qtype=qtype,
+        option_ids=[str(i) for i in range(k)],
+        item_ids=np.array([f"i{i}" for i in range(n)], dtype=object),
+        splits=np.array(["calibration"] * n, dtype=object),
+        probs=probs,
+        labels=labels,
+        failed=failed,
+        failure_kind=np.where(failed, "transient", None).astype(object),
+        latency_ms=np.zeros(n),
+        cost_usd=np.full(n, 2e-5),
+        input_tokens=np.zeros(n),
+    )
 
 
 @pytest.mark.parametrize("level", ["top", "expected"])
@@ -55,8 +67,9 @@ def test_cost_objective_uses_the_runs_api_cost_and_option_costs():
     rng = np.random.default_rng(2)
     probs, labels = choice_data(rng, 4000, k=3, scale=3.0)
     cal = _answers(probs, labels, "choice")
-    res = choose_thresholds(cal, None, ThresholdOptions(objective="cost", review_cost=1.0,
-                                                        error_cost={"0": 50.0, "1": 1.0, "2": 1.0}))
+    res = choose_thresholds(
+        cal, None, ThresholdOptions(objective="cost", review_cost=1.0, error_cost={"0": 50.0, "1": 1.0, "2": 1.0})
+    )
     assert res.selection.cost["api_cost_per_item"] == pytest.approx(2e-5)
     assert not res.selection.certified
     with pytest.raises(ThresholdError, match="unknown option"):

@@ -1,4 +1,5 @@
 """Learn-then-Test pieces cross-checked against MAPIE and scipy; objectives behave as documented."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,8 @@ from workbench.thresholds.guarantees import (
     clopper_pearson,
     error_cost_weights,
     fixed_sequence_rejections,
-    holm_rejections,
     hoeffding_bentkus_p_values,
+    holm_rejections,
     select_cost,
     select_guarantee,
     select_target,

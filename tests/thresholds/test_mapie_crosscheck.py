@@ -7,6 +7,7 @@ slightly larger p-value). So: p-values must be equal wherever that round trip is
 MAPIE's p-values must give exactly MAPIE's certified set; our own certified set may only differ at
 the round-trip points; and the chosen thresholds must agree within one grid step.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.thresholds.synth import noul_data
-from workbench.thresholds.guarantees import holm_rejections, hoeffding_bentkus_p_values, select_guarantee
+from workbench.thresholds.guarantees import hoeffding_bentkus_p_values, holm_rejections, select_guarantee
 from workbench.thresholds.surface import risk_coverage_surface
 
 risk_control = pytest.importorskip("mapie.risk_control")
@@ -51,8 +52,12 @@ def test_one_sided_yes_matches_mapie_precision_control(seed: int, temperature: f
 
     ctrl = risk_control.BinaryClassificationController(
         predict_function=lambda X: probs[X.astype(int)][:, ::-1],  # columns [P(no), P(yes)]
-        risk="precision", target_level=1 - ALPHA, confidence_level=1 - DELTA,
-        list_predict_params=x_grid, fwer_method="bonferroni_holm")
+        risk="precision",
+        target_level=1 - ALPHA,
+        confidence_level=1 - DELTA,
+        list_predict_params=x_grid,
+        fwer_method="bonferroni_holm",
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ctrl.calibrate(np.arange(len(probs)), y_mapie)
@@ -83,14 +88,24 @@ def test_two_sided_matches_mapie_multidimensional_abstention():
         return out
 
     BinaryRisk = risk_control.BinaryRisk
-    error_among_accepted = BinaryRisk(risk_occurrence=lambda yt, yp: yp != yt,
-                                      risk_condition=lambda yt, yp: ~np.isnan(yp), higher_is_better=False)
-    abstention = BinaryRisk(risk_occurrence=lambda yt, yp: np.isnan(yp),
-                            risk_condition=lambda yt, yp: np.ones(len(yp), dtype=bool), higher_is_better=False)
+    error_among_accepted = BinaryRisk(
+        risk_occurrence=lambda yt, yp: yp != yt, risk_condition=lambda yt, yp: ~np.isnan(yp), higher_is_better=False
+    )
+    abstention = BinaryRisk(
+        risk_occurrence=lambda yt, yp: np.isnan(yp),
+        risk_condition=lambda yt, yp: np.ones(len(yp), dtype=bool),
+        higher_is_better=False,
+    )
     params = np.array([(t_yes, -y) for t_yes in yes_grid for y in y_grid])  # same (i, j) order as ours
     ctrl = risk_control.BinaryClassificationController(
-        predict_function=predict, risk=error_among_accepted, target_level=ALPHA, confidence_level=1 - DELTA,
-        best_predict_param_choice=abstention, list_predict_params=params, fwer_method="bonferroni_holm")
+        predict_function=predict,
+        risk=error_among_accepted,
+        target_level=ALPHA,
+        confidence_level=1 - DELTA,
+        best_predict_param_choice=abstention,
+        list_predict_params=params,
+        fwer_method="bonferroni_holm",
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ctrl.calibrate(np.arange(len(p_yes)), y_mapie)

@@ -7,6 +7,7 @@ binomial standard errors of the exceedance share over 200 splits. The same split
 uncertified point estimate ("target error = alpha", what users do today) breaks the promise often,
 so the test can tell a guarantee from a point estimate.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,9 @@ N_SPLITS = 200
 ALPHA, DELTA = 0.05, 0.1
 
 
-def _exceedance(qtype: str, probs: np.ndarray, labels: np.ndarray, n_cal: int, method: str, seed: int,
-                per_class: bool = False) -> tuple[float, float, float]:
+def _exceedance(
+    qtype: str, probs: np.ndarray, labels: np.ndarray, n_cal: int, method: str, seed: int, per_class: bool = False
+) -> tuple[float, float, float]:
     """Share of splits whose realised test error among accepted exceeds ALPHA: (certified, naive, coverage).
 
     Coordinates and grid are computed once; a split's calibration surface comes from the same code the
@@ -43,11 +45,27 @@ def _exceedance(qtype: str, probs: np.ndarray, labels: np.ndarray, n_cal: int, m
         cal = np.zeros(n, dtype=bool)
         cal[rng.choice(n, n_cal, replace=False)] = True
         sub = RuleCoordinates(coords.predicted[cal], coords.x[cal], coords.y[cal], coords.x_name, coords.y_name)
-        sel, _ = select_guarantee_split(sub, correct[cal], x_grid=full.x_grid, y_grid=full.y_grid,
-                                        n_classes=probs.shape[1], alpha=ALPHA, delta=DELTA, method=method,
-                                        per_class=per_class, rng=rng)
-        cal_surf = surface_from_coordinates(sub.x, sub.y, correct[cal], x_grid=full.x_grid, y_grid=full.y_grid,
-                                            predicted=np.maximum(sub.predicted, 0), n_classes=probs.shape[1])
+        sel, _ = select_guarantee_split(
+            sub,
+            correct[cal],
+            x_grid=full.x_grid,
+            y_grid=full.y_grid,
+            n_classes=probs.shape[1],
+            alpha=ALPHA,
+            delta=DELTA,
+            method=method,
+            per_class=per_class,
+            rng=rng,
+        )
+        cal_surf = surface_from_coordinates(
+            sub.x,
+            sub.y,
+            correct[cal],
+            x_grid=full.x_grid,
+            y_grid=full.y_grid,
+            predicted=np.maximum(sub.predicted, 0),
+            n_classes=probs.shape[1],
+        )
         test_acc = full.accepted - cal_surf.accepted
         test_err = full.errors - cal_surf.errors
         acc = err = 0
@@ -74,8 +92,9 @@ def _exceedance(qtype: str, probs: np.ndarray, labels: np.ndarray, n_cal: int, m
 SLACK = 3 * math.sqrt(DELTA * (1 - DELTA) / N_SPLITS)
 
 
-@pytest.mark.parametrize("scenario,temperature", [("calibrated", 1.0), ("over-confident", 0.5),
-                                                  ("under-confident", 2.0)])
+@pytest.mark.parametrize(
+    "scenario,temperature", [("calibrated", 1.0), ("over-confident", 0.5), ("under-confident", 2.0)]
+)
 @pytest.mark.parametrize("method", ["fixed-sequence", "holm"])
 def test_choice_guarantee_holds_over_random_splits(scenario: str, temperature: float, method: str):
     rng = np.random.default_rng(11)

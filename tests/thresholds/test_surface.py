@@ -1,4 +1,5 @@
 """The one-pass surface equals a naive scan per grid point, and rules decide exactly as the surface counts."""
+
 from __future__ import annotations
 
 import numpy as np

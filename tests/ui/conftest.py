@@ -1,11 +1,11 @@
 """Fixtures for the UI tests: one prepared store per session, and its path exported to the app."""
+
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
 import pytest
-
 from store_builder import build_store  # tests/ui is on sys.path (rootdir conftest)
 
 

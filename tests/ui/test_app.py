@@ -1,12 +1,13 @@
 """Streamlit AppTest of every page against a real prepared store (no mocks)."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
+from store_builder import APP
+from store_builder import on_grid as _on_grid
 from streamlit.testing.v1 import AppTest
-
-from store_builder import APP, on_grid as _on_grid
 
 TIMEOUT = 60
 
@@ -196,7 +197,9 @@ def test_compare_page_pairs_runs_against_the_baseline(ui_store):
     at.selectbox(key="cmp_baseline").set_value(meta["runs"]["noisy-model"]).run()
     at.select_slider(key="cmp_boot").set_value(200).run()
     assert not at.exception, [e.value for e in at.exception]
-    everything = next(d.value for d in at.dataframe if "d_accuracy" in d.value.columns and "accuracy" in d.value.columns)
+    everything = next(
+        d.value for d in at.dataframe if "d_accuracy" in d.value.columns and "accuracy" in d.value.columns
+    )
     from sklearn.metrics import accuracy_score
 
     from workbench.store.db import connect
@@ -261,8 +264,10 @@ def test_launch_a_run_from_the_runs_page_and_watch_it_finish(ui_store):
 def test_import_form_writes_a_new_dataset_version(ui_store, tmp_path):
     path, meta = ui_store
     at = _app()
-    csv = (b"text,category,split\nmy card has not arrived,card_arrival,train\nplease refund me,refund,train\n"
-           b"where is my card,card_arrival,test\nI want a refund,refund,test\n")
+    csv = (
+        b"text,category,split\nmy card has not arrived,card_arrival,train\nplease refund me,refund,train\n"
+        b"where is my card,card_arrival,test\nI want a refund,refund,test\n"
+    )
     at.file_uploader(key="import_file").set_value(("tiny.csv", csv, "text/csv"))
     at.text_input(key="import_name").set_value("tiny")
     at.text_input(key="import_split_column").set_value("split")
@@ -304,8 +309,9 @@ def test_cost_inputs_pick_the_library_cost_optimum(ui_store):
     w = error_cost_weights(ans.labels, rule_coordinates("choice", ans.probs).predicted, 4, 25.0)
     from workbench.ui.state import GRID_POINTS
 
-    best = select_cost(risk_coverage_surface("choice", ans.probs, ans.labels, grid=GRID_POINTS, weights=w),
-                       review_cost=2.0)
+    best = select_cost(
+        risk_coverage_surface("choice", ans.probs, ans.labels, grid=GRID_POINTS, weights=w), review_cost=2.0
+    )
     assert at.select_slider(key="thr_x").value == pytest.approx(best.params["tau"])
     assert at.select_slider(key="thr_y").value == pytest.approx(best.params["margin"])
     shown = next(m.value for m in at.metric if m.label.startswith("Lowest expected cost"))

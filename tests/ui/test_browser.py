@@ -4,10 +4,10 @@ Starts ``workbench ui`` (the real Streamlit server) on a free loopback port agai
 store, opens every page, moves a threshold slider and checks that the figures change, and
 saves one screenshot per page to ``artifacts/screenshots/`` (CI artefacts).
 """
+
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -20,17 +20,32 @@ import pytest
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "screenshots"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 PAGES = ["datasets", "runs", "calibration", "thresholds", "compare", "shadow", "policy"]
 #: Text each page shows only when it rendered the prepared store's data, and its minimum number of charts.
-EXPECT = {"datasets": ("Sample items", 1), "runs": ("Failures by kind", 0),
-          "calibration": ("Reliability (top label)", 3), "thresholds": ("Coverage (test)", 2),
-          "compare": ("Paired differences against the baseline", 1), "shadow": ("Verdict:", 1),
-          "policy": ("Valid policy", 0)}
+EXPECT = {
+    "datasets": ("Sample items", 1),
+    "runs": ("Failures by kind", 0),
+    "calibration": ("Reliability (top label)", 3),
+    "thresholds": ("Coverage (test)", 2),
+    "compare": ("Paired differences against the baseline", 1),
+    "shadow": ("Verdict:", 1),
+    "policy": ("Valid policy", 0),
+}
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
+]
 
 
 def _free_port() -> int:
@@ -49,8 +64,13 @@ def server(prepared_store, tmp_path_factory):
     shutil.copyfile(src.parent / "policy.json", db.parent / "policy.json")
     port = _free_port()
     log = open(db.parent / "streamlit.log", "wb")
-    proc = subprocess.Popen(streamlit_command(db, port=port), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                            env={k: v for k, v in os.environ.items() if k != "WORKBENCH_DB"})  # `-- --db` only
+    proc = subprocess.Popen(
+        streamlit_command(db, port=port),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "WORKBENCH_DB"},
+    )  # `-- --db` only
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -86,12 +106,14 @@ def wait_idle(page, timeout: float = 60_000) -> None:
     (the attribute Streamlit's "Running..." status widget follows), no status widget saying Running,
     and no skeleton placeholder — twice, 400 ms apart, so that a rerun starting late is caught."""
     page.wait_for_selector('[data-testid="stMain"] h1', timeout=timeout)
-    idle = ("() => { const app = document.querySelector('[data-testid=\"stApp\"]');"
-            " const state = app ? app.getAttribute('data-test-script-state') : 'initial';"
-            " const widget = document.querySelector('[data-testid=\"stStatusWidget\"]');"
-            " return state !== 'running' && state !== 'initial'"
-            " && !(widget && widget.innerText.includes('Running'))"
-            " && !document.querySelector('[data-testid=\"stSkeleton\"]'); }")
+    idle = (
+        "() => { const app = document.querySelector('[data-testid=\"stApp\"]');"
+        " const state = app ? app.getAttribute('data-test-script-state') : 'initial';"
+        " const widget = document.querySelector('[data-testid=\"stStatusWidget\"]');"
+        " return state !== 'running' && state !== 'initial'"
+        " && !(widget && widget.innerText.includes('Running'))"
+        " && !document.querySelector('[data-testid=\"stSkeleton\"]'); }"
+    )
     for _ in range(2):
         page.wait_for_function(idle, timeout=timeout)
         page.wait_for_timeout(400)
@@ -146,12 +168,15 @@ def test_threshold_slider_changes_the_figures(server, browser):
     for _ in range(15):  # +0.15 on τ: stricter, so coverage falls and review load rises
         page.keyboard.press("ArrowRight")
     page.wait_for_function(
-        "(v) => Number(document.querySelector('[data-testid=\"stSlider\"] input[type=\"range\"]').value) > v",
-        arg=start)
+        '(v) => Number(document.querySelector(\'[data-testid="stSlider"] input[type="range"]\').value) > v', arg=start
+    )
     page.wait_for_function(  # the figures follow once the rerun has reached the browser
         "(old) => [...document.querySelectorAll('[data-testid=\"stMetric\"]')]"
         ".find(m => m.innerText.includes('Coverage (test)'))?.querySelector('[data-testid=\"stMetricValue\"]')"
-        "?.innerText.trim() !== old", arg=before[0], timeout=30_000)
+        "?.innerText.trim() !== old",
+        arg=before[0],
+        timeout=30_000,
+    )
     elapsed = time.perf_counter() - t0
     wait_idle(page)
     after = (_metric_value(page, "Coverage (test)"), _metric_value(page, "Review load (test)"))

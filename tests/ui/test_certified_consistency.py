@@ -5,6 +5,7 @@ The page's Learn-then-Test section, its certified frontier and its policy export
 for the same run and settings (with and without recalibration, whose calibrator the CLI fits on
 its own carve of the calibration split).
 """
+
 from __future__ import annotations
 
 import json
@@ -13,17 +14,31 @@ import subprocess
 import sys
 
 import pytest
-from streamlit.testing.v1 import AppTest
-
 from store_builder import APP
+from streamlit.testing.v1 import AppTest
 
 ALPHA, DELTA = 0.2, 0.1
 
 
 def _cli_json(db, run_id: str, *args: str) -> dict:
     """`workbench thresholds ... --json` run as a real process against the store copy."""
-    cmd = [sys.executable, "-c", "from workbench.cli import main; main()", "--db", str(db), "thresholds", run_id,
-           "--question", "intent", "--max-error", str(ALPHA), "--delta", str(DELTA), *args, "--json"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from workbench.cli import main; main()",
+        "--db",
+        str(db),
+        "thresholds",
+        run_id,
+        "--question",
+        "intent",
+        "--max-error",
+        str(ALPHA),
+        "--delta",
+        str(DELTA),
+        *args,
+        "--json",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ})
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)["questions"]["intent"]
@@ -90,7 +105,8 @@ def test_certified_section_equals_cli_and_library(ui_store, calibrate):
     assert _metric(at, "Certified error bound") == f"{cli['guarantee']['risk_upper_bound']:.4f}"
     assert float(_metric(at, "Certified τ")) == pytest.approx(cli["rule"]["tau"], abs=5e-5)
     assert f"n_calibration {cli['guarantee']['n_calibration']:,}" in next(
-        s.value for s in at.success if "Certified at" in s.value)
+        s.value for s in at.success if "Certified at" in s.value
+    )
     cov, err = _metric(at, "Certified rule: coverage / error (test)").split(" / ")
     assert cov == f"{100 * cli['test']['coverage']['value']:.1f}%"
     assert err == f"{100 * cli['test']['error']['value']:.1f}%"

@@ -1,4 +1,5 @@
 """`workbench ui` starts the real Streamlit server bound to loopback only, on the store given."""
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,9 @@ def _listening(port: int) -> list[str]:
 
 def _serve(cmd: list[str], port: int) -> str:
     """Start ``cmd``, wait for the health endpoint, check the listening address, stop; return its output."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ},
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ}, start_new_session=True
+    )
     try:
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -59,8 +61,10 @@ def _free_port() -> int:
 def test_workbench_ui_binds_loopback_and_serves_the_store(ui_store):
     path, _ = ui_store
     port = _free_port()
-    out = _serve([sys.executable, "-c", "from workbench.cli import main; main()", "ui", "--db", str(path),
-                  "--port", str(port)], port)
+    out = _serve(
+        [sys.executable, "-c", "from workbench.cli import main; main()", "ui", "--db", str(path), "--port", str(port)],
+        port,
+    )
     assert str(path.resolve()) in out  # it says which store it opened
 
 
@@ -68,5 +72,18 @@ def test_readme_streamlit_command_binds_loopback(ui_store):
     """`streamlit run streamlit_app.py -- --db PATH` from the checkout (README): .streamlit/config.toml."""
     path, _ = ui_store
     port = _free_port()
-    _serve([sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.port", str(port), "--",
-            "--db", str(path)], port)
+    _serve(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "streamlit_app.py",
+            "--server.port",
+            str(port),
+            "--",
+            "--db",
+            str(path),
+        ],
+        port,
+    )

@@ -1,5 +1,6 @@
 """The UI reads while another process writes the store: no lock errors on either side, and the
 pages see each committed batch (the UI reads snapshots, never the live file)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -7,9 +8,8 @@ import sys
 import textwrap
 import time
 
-from streamlit.testing.v1 import AppTest
-
 from store_builder import APP
+from streamlit.testing.v1 import AppTest
 
 WRITER = textwrap.dedent("""
     import sys, time
@@ -38,8 +38,12 @@ WRITER = textwrap.dedent("""
 
 def test_pages_read_while_a_run_writes(ui_store):
     path, meta = ui_store
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path), meta["runs"]["sharp-model"], "6"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), meta["runs"]["sharp-model"], "6"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         at = AppTest.from_file(str(APP), default_timeout=60).run()
         at.switch_page("workbench/ui/pages/runs.py").run()

@@ -1,12 +1,12 @@
 """`workbench demo --fast` end to end (real models, real emulator over loopback), then the UI on its store."""
+
 from __future__ import annotations
 
 import os
 
 import pytest
-from streamlit.testing.v1 import AppTest
-
 from store_builder import APP
+from streamlit.testing.v1 import AppTest
 
 
 @pytest.fixture(scope="module")

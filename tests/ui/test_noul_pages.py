@@ -1,12 +1,13 @@
 """Thresholds and Calibration pages on a yes/no (noul) question: two-sided τ_yes / τ_no sliders."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
+from store_builder import APP
+from store_builder import on_grid as _on_grid
 from streamlit.testing.v1 import AppTest
-
-from store_builder import APP, on_grid as _on_grid
 
 
 @pytest.fixture
@@ -19,22 +20,48 @@ def noul_store(tmp_path, monkeypatch):
     rng = np.random.default_rng(3)
     n = 600
     spam = rng.random(n) < 0.3
-    pd.DataFrame({"id": [f"m{i:04d}" for i in range(n)], "text": [f"message {i}" for i in range(n)],
-                  "label": np.where(spam, "spam", "ham")}).to_csv(tmp_path / "sms.csv", index=False)
+    pd.DataFrame(
+        {
+            "id": [f"m{i:04d}" for i in range(n)],
+            "text": [f"message {i}" for i in range(n)],
+            "label": np.where(spam, "spam", "ham"),
+        }
+    ).to_csv(tmp_path / "sms.csv", index=False)
     schema = DecisionSchema.from_dict({"questions": {"spam": {"type": "noul", "instructions": "Is this spam?"}}})
     db = tmp_path / "wb.duckdb"
     con = connect(db)
-    info = import_dataset(con, [tmp_path / "sms.csv"], ImportSpec(name="sms", text_column="text", id_column="id",
-                                                                  labels={"spam": "label"}, positive={"spam": "spam"},
-                                                                  test_fraction=0.5, calibration_fraction=0.5),
-                          schema)
+    info = import_dataset(
+        con,
+        [tmp_path / "sms.csv"],
+        ImportSpec(
+            name="sms",
+            text_column="text",
+            id_column="id",
+            labels={"spam": "label"},
+            positive={"spam": "spam"},
+            test_fraction=0.5,
+            calibration_fraction=0.5,
+        ),
+        schema,
+    )
     items = con.execute("SELECT item_id FROM items WHERE split <> 'train' ORDER BY item_id").fetchnumpy()["item_id"]
     truth = spam[np.array([int(i[1:]) for i in items])]
     p_yes = np.clip(np.where(truth, rng.beta(6, 2, len(items)), rng.beta(2, 6, len(items))), 0.001, 0.999)
-    run_id = create_run(con, dataset="sms", dataset_version=info.version, schema=schema, provider="synthetic:spam",
-                        splits=["calibration", "test"], name="spam-model")
-    write_answers(con, pd.DataFrame({"run_id": run_id, "item_id": items, "question": "spam",
-                                     "probs": [[float(p), float(1 - p)] for p in p_yes]}))
+    run_id = create_run(
+        con,
+        dataset="sms",
+        dataset_version=info.version,
+        schema=schema,
+        provider="synthetic:spam",
+        splits=["calibration", "test"],
+        name="spam-model",
+    )
+    write_answers(
+        con,
+        pd.DataFrame(
+            {"run_id": run_id, "item_id": items, "question": "spam", "probs": [[float(p), float(1 - p)] for p in p_yes]}
+        ),
+    )
     update_run(con, run_id, status="done")
     con.close()
     monkeypatch.setenv("WORKBENCH_DB", str(db))

@@ -5,6 +5,7 @@ Each area registers its commands from its own module (``workbench/cli/<area>.py`
 Every reporting command takes ``--json`` and prints exactly one JSON document on stdout;
 logs and progress go to stderr.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -12,18 +13,36 @@ import sys
 
 import typer
 
-from workbench.cli.common import state, fail
+from workbench.cli.common import fail, state
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Decision Workbench: evaluate decision models, calibrate, pick thresholds, ship a policy.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Decision Workbench: evaluate decision models, calibrate, pick thresholds, ship a policy.",
+)
 
-AREAS = ["datasets", "schema_cmd", "run", "emulator", "report", "thresholds", "policy", "compare", "shadow",
-         "demo", "ui"]
+AREAS = [
+    "datasets",
+    "schema_cmd",
+    "run",
+    "emulator",
+    "report",
+    "thresholds",
+    "policy",
+    "compare",
+    "shadow",
+    "demo",
+    "ui",
+]
 
 
 @app.callback()
-def _global(db: str = typer.Option(None, "--db", envvar="WORKBENCH_DB",
-                                    help="DuckDB file of the store (default ./workbench.duckdb).")) -> None:
+def _global(
+    db: str = typer.Option(
+        None, "--db", envvar="WORKBENCH_DB", help="DuckDB file of the store (default ./workbench.duckdb)."
+    ),
+) -> None:
     if db:
         state.db = db
 

@@ -1,4 +1,5 @@
 """Shared CLI plumbing: the store path, JSON output, one-line errors."""
+
 from __future__ import annotations
 
 import json

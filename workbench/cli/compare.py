@@ -1,7 +1,6 @@
 """`workbench compare EXPERIMENT_OR_RUN_IDS...`: provider × schema variant, paired against a baseline."""
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import typer
 
@@ -18,12 +17,13 @@ def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare(
         names: list[str] = typer.Argument(..., help="Run ids, experiment names or experiment files."),
-        baseline: Optional[str] = typer.Option(None, "--baseline",
-                                               help="Run id or PROVIDER@VARIANT (default: the experiment's)."),
+        baseline: str | None = typer.Option(
+            None, "--baseline", help="Run id or PROVIDER@VARIANT (default: the experiment's)."
+        ),
         question: list[str] = typer.Option(None, "--question", help="Only these questions (repeatable)."),
-        split: Optional[str] = typer.Option(None, "--split", help="Comparison split (default test)."),
-        n_boot: Optional[int] = typer.Option(None, "--n-boot", help="Bootstrap replicates (default 1000)."),
-        seed: Optional[int] = typer.Option(None, "--seed"),
+        split: str | None = typer.Option(None, "--split", help="Comparison split (default test)."),
+        n_boot: int | None = typer.Option(None, "--n-boot", help="Bootstrap replicates (default 1000)."),
+        seed: int | None = typer.Option(None, "--seed"),
         no_policy: bool = typer.Option(False, "--no-policy", help="Skip choosing a policy per run."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
@@ -31,27 +31,67 @@ def register(app: typer.Typer) -> None:
         from workbench.compare import compare_runs
 
         with open_store(read_only=True) as con:
-            result = compare_runs(con, list(names), baseline=baseline, questions=question or None, split=split,
-                                  n_boot=n_boot, seed=seed, policy=not no_policy)
+            result = compare_runs(
+                con,
+                list(names),
+                baseline=baseline,
+                questions=question or None,
+                split=split,
+                n_boot=n_boot,
+                seed=seed,
+                policy=not no_policy,
+            )
         if as_json:
             emit_json(result.to_dict())
             return
         from rich.table import Table
 
         df = result.to_frame()
-        table = Table(title=f"{result.experiment or result.dataset} on {result.split} "
-                            f"(baseline {result.baseline}, objective {result.objective['kind']})")
-        for col in ("provider", "variant", "question", "n", "accuracy", "Δacc vs baseline [95%]", "p boot", "p McNemar",
-                    "log loss", "ECE", "coverage", "error", "$/1k", "p95 ms"):
+        table = Table(
+            title=f"{result.experiment or result.dataset} on {result.split} "
+            f"(baseline {result.baseline}, objective {result.objective['kind']})"
+        )
+        for col in (
+            "provider",
+            "variant",
+            "question",
+            "n",
+            "accuracy",
+            "Δacc vs baseline [95%]",
+            "p boot",
+            "p McNemar",
+            "log loss",
+            "ECE",
+            "coverage",
+            "error",
+            "$/1k",
+            "p95 ms",
+        ):
             table.add_column(col)
         for _, r in df.iterrows():
-            delta = ("baseline" if r["is_baseline"] else
-                     f"{_fmt(r['d_accuracy'], True)} [{_fmt(r['d_accuracy_low'], True)}, {_fmt(r['d_accuracy_high'], True)}]"
-                     if r["d_accuracy"] is not None else "–")
-            table.add_row(str(r["provider"]), str(r["variant"]), str(r["question"]), str(r["n"]),
-                          _fmt(r["accuracy"], True), delta, _fmt(r["p_bootstrap"]), _fmt(r["p_mcnemar"]),
-                          _fmt(r["log_loss"]), _fmt(r["ece"]), _fmt(r["coverage"], True), _fmt(r["error"], True),
-                          _fmt(r["cost_per_1000"]), _fmt(r["latency_p95_ms"]))
+            delta = (
+                "baseline"
+                if r["is_baseline"]
+                else f"{_fmt(r['d_accuracy'], True)} [{_fmt(r['d_accuracy_low'], True)}, {_fmt(r['d_accuracy_high'], True)}]"
+                if r["d_accuracy"] is not None
+                else "–"
+            )
+            table.add_row(
+                str(r["provider"]),
+                str(r["variant"]),
+                str(r["question"]),
+                str(r["n"]),
+                _fmt(r["accuracy"], True),
+                delta,
+                _fmt(r["p_bootstrap"]),
+                _fmt(r["p_mcnemar"]),
+                _fmt(r["log_loss"]),
+                _fmt(r["ece"]),
+                _fmt(r["coverage"], True),
+                _fmt(r["error"], True),
+                _fmt(r["cost_per_1000"]),
+                _fmt(r["latency_p95_ms"]),
+            )
         from rich.console import Console
 
         console = out_console if out_console.is_terminal else Console(width=220)  # files/pipes: no wrapping

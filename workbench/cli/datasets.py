@@ -1,8 +1,8 @@
 """`workbench datasets import|list|show`."""
+
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -28,22 +28,19 @@ def register(app: typer.Typer) -> None:
     def import_(
         paths: list[Path] = typer.Argument(..., help="CSV, TSV, Parquet, JSON or JSONL file(s); one transaction."),
         name: str = typer.Option(..., "--name", help="Dataset name."),
-        text_column: Optional[str] = typer.Option(None, "--text-column", help="Column holding the text state."),
-        state_column: Optional[str] = typer.Option(None, "--state-column", help="Column holding a JSON state."),
+        text_column: str | None = typer.Option(None, "--text-column", help="Column holding the text state."),
+        state_column: str | None = typer.Option(None, "--state-column", help="Column holding a JSON state."),
         label: list[str] = typer.Option(None, "--label", help="QUESTION=COLUMN (repeatable)."),
-        id_column: Optional[str] = typer.Option(None, "--id-column"),
-        split_column: Optional[str] = typer.Option(None, "--split-column"),
-        split: Optional[str] = typer.Option(None, "--split", help="Put every row in this split."),
-        test_fraction: Optional[float] = typer.Option(None, "--test-fraction"),
-        calibration_fraction: Optional[float] = typer.Option(None, "--calibration-fraction",
-                                                             help="Carved out of train."),
+        id_column: str | None = typer.Option(None, "--id-column"),
+        split_column: str | None = typer.Option(None, "--split-column"),
+        split: str | None = typer.Option(None, "--split", help="Put every row in this split."),
+        test_fraction: float | None = typer.Option(None, "--test-fraction"),
+        calibration_fraction: float | None = typer.Option(None, "--calibration-fraction", help="Carved out of train."),
         seed: int = typer.Option(0, "--seed"),
-        group_column: Optional[str] = typer.Option(None, "--group-column",
-                                                   help="Rows sharing a group stay in one split."),
-        image_column: Optional[str] = typer.Option(None, "--image-column",
-                                                   help="';'-separated image references."),
+        group_column: str | None = typer.Option(None, "--group-column", help="Rows sharing a group stay in one split."),
+        image_column: str | None = typer.Option(None, "--image-column", help="';'-separated image references."),
         positive: list[str] = typer.Option(None, "--positive", help="QUESTION=VALUE meaning yes (noul)."),
-        schema: Optional[Path] = typer.Option(None, "--schema", help="Check labels against this schema."),
+        schema: Path | None = typer.Option(None, "--schema", help="Check labels against this schema."),
         append: bool = typer.Option(False, "--append", help="Add the rows to the latest version."),
         profile: str = typer.Option("default", "--profile", help="Limit profile the --schema must meet."),
         as_json: bool = typer.Option(False, "--json"),
@@ -52,11 +49,22 @@ def register(app: typer.Typer) -> None:
         from workbench.schema import load_schema
         from workbench.store.datasets import ImportSpec, dataset_info, import_dataset
 
-        spec = ImportSpec(name=name, text_column=text_column, state_column=state_column,
-                          labels=_pairs(label, "--label"), id_column=id_column, split_column=split_column,
-                          split=split, test_fraction=test_fraction, calibration_fraction=calibration_fraction,
-                          seed=seed, group_column=group_column, image_column=image_column,
-                          positive=_pairs(positive, "--positive"), append=append)
+        spec = ImportSpec(
+            name=name,
+            text_column=text_column,
+            state_column=state_column,
+            labels=_pairs(label, "--label"),
+            id_column=id_column,
+            split_column=split_column,
+            split=split,
+            test_fraction=test_fraction,
+            calibration_fraction=calibration_fraction,
+            seed=seed,
+            group_column=group_column,
+            image_column=image_column,
+            positive=_pairs(positive, "--positive"),
+            append=append,
+        )
         sch = load_schema(schema) if schema else None
         if sch is not None:
             from workbench.schema.questions import check_limits
@@ -69,8 +77,10 @@ def register(app: typer.Typer) -> None:
             emit_json({"import": result.to_dict(), "dataset": info})
             return
         verb = "imported" if result.created else "unchanged (same fingerprint as)"
-        err_console.print(f"{verb} [bold]{name}[/] v{result.version}: {result.n_items} items, "
-                          f"splits {info['splits']}, fingerprint {result.fingerprint[:12]}")
+        err_console.print(
+            f"{verb} [bold]{name}[/] v{result.version}: {result.n_items} items, "
+            f"splits {info['splits']}, fingerprint {result.fingerprint[:12]}"
+        )
 
     @ds.command("list")
     def list_(as_json: bool = typer.Option(False, "--json")) -> None:
@@ -86,13 +96,15 @@ def register(app: typer.Typer) -> None:
 
         t = Table("name", "version", "versions", "items", "questions", "fingerprint")
         for r in df.itertuples():
-            t.add_row(r.name, str(r.version), str(r.versions), str(r.n_items), ", ".join(r.questions),
-                      r.fingerprint[:12])
+            t.add_row(
+                r.name, str(r.version), str(r.versions), str(r.n_items), ", ".join(r.questions), r.fingerprint[:12]
+            )
         out_console.print(t)
 
     @ds.command("show")
-    def show(name: str, version: Optional[int] = typer.Option(None, "--version"),
-             as_json: bool = typer.Option(False, "--json")) -> None:
+    def show(
+        name: str, version: int | None = typer.Option(None, "--version"), as_json: bool = typer.Option(False, "--json")
+    ) -> None:
         """Counts per split and per label, questions, fingerprint and versions."""
         from workbench.store.datasets import dataset_info
 
@@ -101,8 +113,10 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit_json(info)
             return
-        out_console.print(f"[bold]{info['name']}[/] v{info['version']}  fingerprint {info['fingerprint'][:16]}  "
-                          f"items {info['n_items']}  splits {info['splits']}")
+        out_console.print(
+            f"[bold]{info['name']}[/] v{info['version']}  fingerprint {info['fingerprint'][:16]}  "
+            f"items {info['n_items']}  splits {info['splits']}"
+        )
         for q, d in info["labels"].items():
             top = ", ".join(f"{k} {v}" for k, v in list(d["label_counts"].items())[:8])
             out_console.print(f"  {q}: {d['n_labels']} labels; {top}{' …' if d['n_labels'] > 8 else ''}")

@@ -1,4 +1,5 @@
 """`workbench demo`: the offline end-to-end demo (no keys, no network)."""
+
 from __future__ import annotations
 
 from pathlib import Path

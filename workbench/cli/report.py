@@ -1,9 +1,9 @@
 """`workbench report`, `workbench calibrate`, `workbench label-issues`."""
+
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -29,8 +29,10 @@ def _print_run_report(rep, compare=None, compare_title: str = "before") -> None:
     from workbench.metrics.report import METRIC_INFO
 
     run = rep.run
-    out_console.print(f"[bold]{run['run_id']}[/] {run.get('name') or ''}  provider={run.get('provider')} "
-                      f"model={run.get('model') or '—'}  kind={run.get('kind')}  split={rep.split or 'all'}")
+    out_console.print(
+        f"[bold]{run['run_id']}[/] {run.get('name') or ''}  provider={run.get('provider')} "
+        f"model={run.get('model') or '—'}  kind={run.get('kind')}  split={rep.split or 'all'}"
+    )
     other = {q.question: q for q in compare.questions} if compare is not None else {}
     for q in rep.questions:
         c = q.counts
@@ -38,7 +40,8 @@ def _print_run_report(rep, compare=None, compare_title: str = "before") -> None:
         out_console.print(
             f"\n[bold]{q.question}[/] ({q.qtype}, {len(q.option_ids)} options): attempted {c['n_attempted']}, "
             f"answered {c['n_answered']} (coverage {_fmt(c['coverage'], 3)}), failed {c['n_failed']} ({kinds}), "
-            f"labelled {c['n_labelled']}" + (f", excluded {c['n_excluded']}" if c.get("n_excluded") else ""))
+            f"labelled {c['n_labelled']}" + (f", excluded {c['n_excluded']}" if c.get("n_excluded") else "")
+        )
         if not q.metrics:
             out_console.print("  no answered, labelled items on this split")
             continue
@@ -73,13 +76,14 @@ def register(app: typer.Typer) -> None:
     @app.command("report")
     def report(
         run_id: str = typer.Argument(..., help="Run id or name."),
-        question: Optional[str] = typer.Option(None, "--question", "-q", help="Only this question."),
+        question: str | None = typer.Option(None, "--question", "-q", help="Only this question."),
         split: str = typer.Option("test", "--split", help="Split to evaluate ('all' for every split)."),
         n_bins: int = typer.Option(15, "--bins", help="Bins of the binned ECE family."),
         n_boot: int = typer.Option(200, "--boot", help="Bootstrap replicates for the 95% intervals."),
         seed: int = typer.Option(0, "--seed"),
-        exclude_label_issues: bool = typer.Option(False, "--exclude-label-issues",
-                                                  help="Also report without suspected label errors, side by side."),
+        exclude_label_issues: bool = typer.Option(
+            False, "--exclude-label-issues", help="Also report without suspected label errors, side by side."
+        ),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Every metric per question with 95% bootstrap intervals (before/after for a calibrated view)."""
@@ -91,14 +95,24 @@ def register(app: typer.Typer) -> None:
             clean = None
             if exclude_label_issues:
                 issues = label_issues_for_runs(con, [rep.run["run_id"]], question)
-                clean = report_run(con, run_id, question, split, n_bins=n_bins, n_boot=n_boot, seed=seed,
-                                   exclude_items={q: li.item_ids for q, li in issues.items()}, with_before=False)
+                clean = report_run(
+                    con,
+                    run_id,
+                    question,
+                    split,
+                    n_bins=n_bins,
+                    n_boot=n_boot,
+                    seed=seed,
+                    exclude_items={q: li.item_ids for q, li in issues.items()},
+                    with_before=False,
+                )
         if as_json:
             doc = rep.to_dict()
             if clean is not None:
-                doc["excluding_label_issues"] = {q.question: {"counts": q.counts,
-                                                              "metrics": {k: v.to_dict() for k, v in q.metrics.items()}}
-                                                 for q in clean.questions}
+                doc["excluding_label_issues"] = {
+                    q.question: {"counts": q.counts, "metrics": {k: v.to_dict() for k, v in q.metrics.items()}}
+                    for q in clean.questions
+                }
             emit_json(doc)
             return
         if clean is not None:
@@ -112,10 +126,10 @@ def register(app: typer.Typer) -> None:
     def calibrate(
         run_id: str = typer.Argument(..., help="Run id or name."),
         method: str = typer.Option("temperature", "--method", help="temperature | isotonic | platt (yes/no only)."),
-        question: Optional[list[str]] = typer.Option(None, "--question", "-q", help="Only these questions."),
+        question: list[str] | None = typer.Option(None, "--question", "-q", help="Only these questions."),
         fit_split: str = typer.Option("calibration", "--fit-split", help="Split the calibrator is fitted on."),
         eval_split: str = typer.Option("test", "--eval-split", help="Split for the before/after figures."),
-        name: Optional[str] = typer.Option(None, "--name", help="Name of the calibrated view."),
+        name: str | None = typer.Option(None, "--name", help="Name of the calibrated view."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Fit a calibrator per question and store a calibrated view of the run (a new run)."""
@@ -124,30 +138,36 @@ def register(app: typer.Typer) -> None:
         if method not in METHODS:
             raise CalibrationFitError(f"unknown method {method!r}", hint=f"choose one of {', '.join(METHODS)}")
         with open_store() as con:
-            out = calibrate_run(con, run_id, method, questions=question or None, fit_split=fit_split,
-                                eval_split=eval_split, name=name)
+            out = calibrate_run(
+                con, run_id, method, questions=question or None, fit_split=fit_split, eval_split=eval_split, name=name
+            )
         if as_json:
             emit_json(out)
             return
-        err_console.print(f"stored calibrated view [bold]{out['run_id']}[/] of {out['parent_run_id']} ({method}, "
-                          f"fitted on {fit_split})")
+        err_console.print(
+            f"stored calibrated view [bold]{out['run_id']}[/] of {out['parent_run_id']} ({method}, "
+            f"fitted on {fit_split})"
+        )
         for q, s in out["questions"].items():
             extra = f" T={s['temperature']:.3f}" if "temperature" in s else ""
-            out_console.print(f"{q}: top-label ECE on {eval_split} {_fmt(s.get('ece_before'))} → "
-                              f"{_fmt(s.get('ece_after'))}, log loss {_fmt(s.get('log_loss_before'))} → "
-                              f"{_fmt(s.get('log_loss_after'))} (fit n={s['n_fit']}){extra}")
+            out_console.print(
+                f"{q}: top-label ECE on {eval_split} {_fmt(s.get('ece_before'))} → "
+                f"{_fmt(s.get('ece_after'))}, log loss {_fmt(s.get('log_loss_before'))} → "
+                f"{_fmt(s.get('log_loss_after'))} (fit n={s['n_fit']}){extra}"
+            )
         out_console.print(f"next: workbench report {out['run_id']}")
 
     @app.command("label-issues")
     def label_issues(
         run_ids: list[str] = typer.Argument(..., help="One run, or several runs on the same dataset (consensus)."),
-        question: Optional[str] = typer.Option(None, "--question", "-q"),
+        question: str | None = typer.Option(None, "--question", "-q"),
         split: str = typer.Option("all", "--split", help="Split to check ('all' for every split)."),
         rank_by: str = typer.Option("self_confidence", "--rank-by", help="self_confidence | normalized_margin."),
         top: int = typer.Option(20, "--top", help="How many suspects to print."),
-        csv: Optional[Path] = typer.Option(None, "--csv", help="Write the full queue to this CSV for relabelling."),
-        with_metrics: bool = typer.Option(True, "--metrics/--no-metrics",
-                                          help="Show test metrics of the first run with and without the suspects."),
+        csv: Path | None = typer.Option(None, "--csv", help="Write the full queue to this CSV for relabelling."),
+        with_metrics: bool = typer.Option(
+            True, "--metrics/--no-metrics", help="Show test metrics of the first run with and without the suspects."
+        ),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Items whose label a confident provider (or a consensus of runs) disputes, ranked."""
@@ -163,8 +183,16 @@ def register(app: typer.Typer) -> None:
             if with_metrics:
                 for q, li in issues.items():
                     base = report_run(con, run_ids[0], q, "test", n_boot=200, smooth=False, with_before=False)
-                    clean = report_run(con, run_ids[0], q, "test", n_boot=200, smooth=False, with_before=False,
-                                       exclude_items={q: li.item_ids})
+                    clean = report_run(
+                        con,
+                        run_ids[0],
+                        q,
+                        "test",
+                        n_boot=200,
+                        smooth=False,
+                        with_before=False,
+                        exclude_items={q: li.item_ids},
+                    )
                     side[q] = (base.questions[0], clean.questions[0])
         if csv is not None:
             frames = [li.to_frame().assign(question=q) for q, li in issues.items()]
@@ -177,33 +205,51 @@ def register(app: typer.Typer) -> None:
                 if q in side:
                     b, c = side[q]
                     doc["questions"][q]["metrics_test"] = {
-                        "all_items": {k: v.to_dict() for k, v in b.metrics.items()}, "n_all": b.counts["n_labelled"],
+                        "all_items": {k: v.to_dict() for k, v in b.metrics.items()},
+                        "n_all": b.counts["n_labelled"],
                         "excluding_suspects": {k: v.to_dict() for k, v in c.metrics.items()},
-                        "n_excluding": c.counts["n_labelled"]}
+                        "n_excluding": c.counts["n_labelled"],
+                    }
             emit_json(doc)
             return
         from rich.table import Table
 
         for q, li in issues.items():
             d = li.to_dict()
-            out_console.print(f"\n[bold]{q}[/]: {d['n_issues']} suspected label errors among {d['n_items']} items "
-                              f"(estimated noise rate {d['estimated_noise_rate']:.3f}; runs: {', '.join(li.run_ids)})")
+            out_console.print(
+                f"\n[bold]{q}[/]: {d['n_issues']} suspected label errors among {d['n_items']} items "
+                f"(estimated noise rate {d['estimated_noise_rate']:.3f}; runs: {', '.join(li.run_ids)})"
+            )
             t = Table(show_header=True, header_style="bold")
             for col in ("rank", "item_id", "split", "given", "suggested", "quality", "p_given", "p_suggested"):
                 t.add_column(col, justify="right" if col in ("rank", "quality", "p_given", "p_suggested") else "left")
             for r in li.table.head(top).itertuples():
-                t.add_row(str(r.rank), str(r.item_id), str(r.split), str(r.given), str(r.suggested),
-                          f"{r.quality:.3f}", f"{r.p_given:.3f}", f"{r.p_suggested:.3f}")
+                t.add_row(
+                    str(r.rank),
+                    str(r.item_id),
+                    str(r.split),
+                    str(r.given),
+                    str(r.suggested),
+                    f"{r.quality:.3f}",
+                    f"{r.p_given:.3f}",
+                    f"{r.p_suggested:.3f}",
+                )
             out_console.print(t)
             if q in side:
                 b, c = side[q]
                 mt = Table(show_header=True, header_style="bold", title=f"{q} on test: all items vs without suspects")
-                for col in ("metric", f"all (n={b.counts['n_labelled']})", "95% CI",
-                            f"w/o suspects (n={c.counts['n_labelled']})", "95% CI "):
+                for col in (
+                    "metric",
+                    f"all (n={b.counts['n_labelled']})",
+                    "95% CI",
+                    f"w/o suspects (n={c.counts['n_labelled']})",
+                    "95% CI ",
+                ):
                     mt.add_column(col)
                 for name in ("accuracy", "macro_f1", "log_loss", "brier", "ece_uniform"):
                     if name in b.metrics and name in c.metrics:
                         bi, ci = b.metrics[name], c.metrics[name]
-                        mt.add_row(name, _fmt(bi.estimate), _ci(bi.low, bi.high), _fmt(ci.estimate),
-                                   _ci(ci.low, ci.high))
+                        mt.add_row(
+                            name, _fmt(bi.estimate), _ci(bi.low, bi.high), _fmt(ci.estimate), _ci(ci.low, ci.high)
+                        )
                 out_console.print(mt)

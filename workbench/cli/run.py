@@ -1,9 +1,9 @@
 """`workbench run`, `workbench runs list`, `workbench export`."""
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -38,36 +38,45 @@ def _print_summary(summary: dict) -> None:
         f"[bold]{s['run_id']}[/] {s['provider']} · {s['status']} · answered {s['answered']} · failed {s['failed']} "
         f"({fails}) · tokens {s.get('input_tokens', 0):,} · cost {cost} · latency p50/p95 {lat} · "
         f"requests {sess.get('requests_sent', 0)} (cache hits {sess.get('cache_hits', 0)}, "
-        f"retries {sess.get('retries', 0)})")
+        f"retries {sess.get('retries', 0)})"
+    )
     if s.get("stop_reason"):
-        err_console.print(f"[yellow]stopped:[/] {s['stop_reason']} — continue with "
-                          f"`workbench run --resume {s['run_id']}`")
+        err_console.print(
+            f"[yellow]stopped:[/] {s['stop_reason']} — continue with `workbench run --resume {s['run_id']}`"
+        )
 
 
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run(
-        experiment: Optional[Path] = typer.Argument(
-            None, help="Experiment YAML (dataset × schema variants × providers); or use the options below."),
-        dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset name (latest version)."),
-        schema: Optional[Path] = typer.Option(None, "--schema", help="Decision schema file (YAML/JSON)."),
-        provider: list[str] = typer.Option(None, "--provider",
-                                           help="Provider spec, e.g. cloudflare:clef, local:minilm-zeroshot, "
-                                                "baseline:tfidf-logreg, rules:PATH, replay:PATH (repeatable)."),
+        experiment: Path | None = typer.Argument(
+            None, help="Experiment YAML (dataset × schema variants × providers); or use the options below."
+        ),
+        dataset: str | None = typer.Option(None, "--dataset", help="Dataset name (latest version)."),
+        schema: Path | None = typer.Option(None, "--schema", help="Decision schema file (YAML/JSON)."),
+        provider: list[str] = typer.Option(
+            None,
+            "--provider",
+            help="Provider spec, e.g. cloudflare:clef, local:minilm-zeroshot, "
+            "baseline:tfidf-logreg, rules:PATH, replay:PATH (repeatable).",
+        ),
         split: list[str] = typer.Option(None, "--split", help="Split(s) to run (default: all but train)."),
-        limit: Optional[int] = typer.Option(None, "--limit", help="First N items by id."),
-        concurrency: Optional[int] = typer.Option(None, "--concurrency",
-                                                  help="Requests in flight per provider (default 8)."),
-        rate: Optional[str] = typer.Option(None, "--rate", help="Rate limit, e.g. 20/s or 600/min."),
-        max_cost: Optional[float] = typer.Option(None, "--max-cost", help="Stop before spending more (USD)."),
-        run_name: Optional[str] = typer.Option(None, "--run-name"),
-        timeout: Optional[float] = typer.Option(None, "--timeout", help="Per-call timeout in seconds (default 5)."),
-        questions_per_request: Optional[int] = typer.Option(
-            None, "--questions-per-request",
-            help="Split the schema into requests of at most N questions (1: a changed question re-asks only itself)."),
-        resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted or stopped run."),
-        experiment_name: Optional[str] = typer.Option(None, "--experiment", hidden=True),
-        variant: Optional[str] = typer.Option(None, "--variant", hidden=True),
+        limit: int | None = typer.Option(None, "--limit", help="First N items by id."),
+        concurrency: int | None = typer.Option(
+            None, "--concurrency", help="Requests in flight per provider (default 8)."
+        ),
+        rate: str | None = typer.Option(None, "--rate", help="Rate limit, e.g. 20/s or 600/min."),
+        max_cost: float | None = typer.Option(None, "--max-cost", help="Stop before spending more (USD)."),
+        run_name: str | None = typer.Option(None, "--run-name"),
+        timeout: float | None = typer.Option(None, "--timeout", help="Per-call timeout in seconds (default 5)."),
+        questions_per_request: int | None = typer.Option(
+            None,
+            "--questions-per-request",
+            help="Split the schema into requests of at most N questions (1: a changed question re-asks only itself).",
+        ),
+        resume: str | None = typer.Option(None, "--resume", help="Continue an interrupted or stopped run."),
+        experiment_name: str | None = typer.Option(None, "--experiment", hidden=True),
+        variant: str | None = typer.Option(None, "--variant", hidden=True),
         no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
         as_json: bool = typer.Option(False, "--json", help="Print the run summaries as JSON."),
     ) -> None:
@@ -75,14 +84,48 @@ def register(app: typer.Typer) -> None:
         from workbench.runner import RunInterrupted
 
         try:
-            _run(experiment, dataset, schema, provider, split, limit, concurrency, rate, max_cost, run_name, timeout,
-                 questions_per_request, resume, experiment_name, variant, not no_progress, as_json)
+            _run(
+                experiment,
+                dataset,
+                schema,
+                provider,
+                split,
+                limit,
+                concurrency,
+                rate,
+                max_cost,
+                run_name,
+                timeout,
+                questions_per_request,
+                resume,
+                experiment_name,
+                variant,
+                not no_progress,
+                as_json,
+            )
         except RunInterrupted as exc:
             err_console.print(f"[yellow]{exc}[/]")
             raise typer.Exit(130) from None
 
-    def _run(experiment, dataset, schema, provider, split, limit, concurrency, rate, max_cost, run_name, timeout,
-             questions_per_request, resume, experiment_name, variant, progress, as_json) -> None:
+    def _run(
+        experiment,
+        dataset,
+        schema,
+        provider,
+        split,
+        limit,
+        concurrency,
+        rate,
+        max_cost,
+        run_name,
+        timeout,
+        questions_per_request,
+        resume,
+        experiment_name,
+        variant,
+        progress,
+        as_json,
+    ) -> None:
         from workbench.runner import resume_run, run_experiment
 
         if experiment is not None:
@@ -90,13 +133,23 @@ def register(app: typer.Typer) -> None:
                 from workbench.experiments import run_experiment_file
             except ModuleNotFoundError as exc:
                 if exc.name and exc.name.startswith("workbench.experiments"):
-                    raise WorkbenchError(f"{experiment}: experiment files are not supported in this build",
-                                         hint="use --dataset/--schema/--provider") from None
+                    raise WorkbenchError(
+                        f"{experiment}: experiment files are not supported in this build",
+                        hint="use --dataset/--schema/--provider",
+                    ) from None
                 raise
             with open_store() as con:
-                result = run_experiment_file(experiment, con=con, concurrency=concurrency, limit=limit,
-                                             rate=parse_rate(rate), max_cost=max_cost, timeout=timeout,
-                                             progress=progress, as_json=as_json)
+                result = run_experiment_file(
+                    experiment,
+                    con=con,
+                    concurrency=concurrency,
+                    limit=limit,
+                    rate=parse_rate(rate),
+                    max_cost=max_cost,
+                    timeout=timeout,
+                    progress=progress,
+                    as_json=as_json,
+                )
             for r in (result or {}).get("runs", []):
                 if r.get("summary"):
                     _print_summary(r["summary"])
@@ -105,24 +158,50 @@ def register(app: typer.Typer) -> None:
             return
         with open_store() as con:
             if resume:
-                summaries = [resume_run(con, resume, env=os.environ, progress=progress,
-                                        concurrency=concurrency, rate=parse_rate(rate), max_cost=max_cost,
-                                        timeout=timeout)]
+                summaries = [
+                    resume_run(
+                        con,
+                        resume,
+                        env=os.environ,
+                        progress=progress,
+                        concurrency=concurrency,
+                        rate=parse_rate(rate),
+                        max_cost=max_cost,
+                        timeout=timeout,
+                    )
+                ]
             else:
-                missing = [o for o, v in (("--dataset", dataset), ("--schema", schema), ("--provider", provider)) if not v]
+                missing = [
+                    o for o, v in (("--dataset", dataset), ("--schema", schema), ("--provider", provider)) if not v
+                ]
                 if missing:
-                    raise WorkbenchError(f"missing {', '.join(missing)}",
-                                         hint="workbench run --dataset NAME --schema FILE --provider SPEC, "
-                                              "or workbench run --resume RUN_ID")
+                    raise WorkbenchError(
+                        f"missing {', '.join(missing)}",
+                        hint="workbench run --dataset NAME --schema FILE --provider SPEC, "
+                        "or workbench run --resume RUN_ID",
+                    )
                 from workbench.schema import load_schema
                 from workbench.store.runs import get_run
 
                 sch = load_schema(schema)
-                run_ids = run_experiment(con, dataset=dataset, schema=sch, provider_specs=list(provider),
-                                         splits=list(split) if split else None, limit=limit, concurrency=concurrency or 8,
-                                         rate=parse_rate(rate), max_cost=max_cost, run_name=run_name,
-                                         experiment=experiment_name, variant=variant, env=os.environ, timeout=timeout or 5.0,
-                                         questions_per_request=questions_per_request, progress=progress)
+                run_ids = run_experiment(
+                    con,
+                    dataset=dataset,
+                    schema=sch,
+                    provider_specs=list(provider),
+                    splits=list(split) if split else None,
+                    limit=limit,
+                    concurrency=concurrency or 8,
+                    rate=parse_rate(rate),
+                    max_cost=max_cost,
+                    run_name=run_name,
+                    experiment=experiment_name,
+                    variant=variant,
+                    env=os.environ,
+                    timeout=timeout or 5.0,
+                    questions_per_request=questions_per_request,
+                    progress=progress,
+                )
                 summaries = [get_run(con, r)["summary"] for r in run_ids]
         for s in summaries:
             _print_summary(s)
@@ -144,13 +223,22 @@ def register(app: typer.Typer) -> None:
             return
         from rich.table import Table
 
-        table = Table("run", "name", "provider", "model", "dataset", "status", "answers", "failed", "cost $",
-                      "p50 ms")
+        table = Table("run", "name", "provider", "model", "dataset", "status", "answers", "failed", "cost $", "p50 ms")
         for r in df.itertuples():
             cost = "-" if r.cost_usd is None or r.cost_usd != r.cost_usd else f"{r.cost_usd:.4f}"
             p50 = "-" if r.latency_p50_ms is None or r.latency_p50_ms != r.latency_p50_ms else f"{r.latency_p50_ms:.0f}"
-            table.add_row(r.run_id, r.name or "", r.provider, r.model or "", f"{r.dataset} v{r.dataset_version}",
-                          r.status, str(r.n_answers), str(r.n_failed), cost, p50)
+            table.add_row(
+                r.run_id,
+                r.name or "",
+                r.provider,
+                r.model or "",
+                f"{r.dataset} v{r.dataset_version}",
+                r.status,
+                str(r.n_answers),
+                str(r.n_failed),
+                cost,
+                p50,
+            )
         out_console.print(table)
 
     @app.command("export")

@@ -1,4 +1,5 @@
 """`workbench schema validate|hash`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,27 +14,40 @@ def register(app: typer.Typer) -> None:
     app.add_typer(sc, name="schema")
 
     @sc.command("validate")
-    def validate(file: Path, profile: str = typer.Option("default", "--profile",
-                                                          help="cloudflare-clef, typesafe-jev, perplexity, laya, "
-                                                               "subq, openai, self-hosted or default (strictest)."),
-                 as_json: bool = typer.Option(False, "--json")) -> None:
+    def validate(
+        file: Path,
+        profile: str = typer.Option(
+            "default",
+            "--profile",
+            help="cloudflare-clef, typesafe-jev, perplexity, laya, subq, openai, self-hosted or default (strictest).",
+        ),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
         """Validate FILE against a provider family's limits; exit 1 on violations."""
         from workbench.schema import load_schema, option_ids, validate_limits
 
         schema = load_schema(file)
         violations = validate_limits(schema, profile)
-        doc = {"file": str(file), "profile": profile, "valid": not violations, "schema_hash": schema.hash,
-               "questions": {q: {"type": v.type, "n_options": len(option_ids(v))} for q, v in schema.questions.items()},
-               "violations": [{"question": v.question_id, "field": v.field, "message": v.message, "limit": v.limit}
-                              for v in violations]}
+        doc = {
+            "file": str(file),
+            "profile": profile,
+            "valid": not violations,
+            "schema_hash": schema.hash,
+            "questions": {q: {"type": v.type, "n_options": len(option_ids(v))} for q, v in schema.questions.items()},
+            "violations": [
+                {"question": v.question_id, "field": v.field, "message": v.message, "limit": v.limit}
+                for v in violations
+            ],
+        }
         if as_json:
             emit_json(doc)
         else:
             for v in violations:
                 err_console.print(f"{file}: {v}")
             if not violations:
-                out_console.print(f"{file}: valid under {profile} ({len(schema.questions)} questions, "
-                                  f"hash {schema.hash[:12]})")
+                out_console.print(
+                    f"{file}: valid under {profile} ({len(schema.questions)} questions, hash {schema.hash[:12]})"
+                )
         if violations:
             raise typer.Exit(1)
 

@@ -1,9 +1,9 @@
 """`workbench shadow import|ingest|serve|replay|report|list`: the challenger beside the champion."""
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -11,7 +11,7 @@ from workbench.cli.common import emit_json, err_console, open_store, out_console
 from workbench.errors import WorkbenchError
 
 
-def _schema_from(schema: Optional[Path], policy: Optional[Path]):
+def _schema_from(schema: Path | None, policy: Path | None):
     from workbench.schema import load_schema
 
     if schema is not None:
@@ -28,7 +28,7 @@ def _public(spec: str) -> str:
     from workbench.providers.registry import public_spec
 
     if spec.startswith(("http://", "https://")):
-        return public_spec("url:" + spec)[len("url:"):]
+        return public_spec("url:" + spec)[len("url:") :]
     return public_spec(spec)
 
 
@@ -38,28 +38,32 @@ def _headers(values: list[str] | None) -> dict[str, str]:
     for v in values or []:
         name, sep, env = v.partition("=")
         if not sep or not name.strip() or not env.strip():
-            raise WorkbenchError(f"--challenger-header {v!r} is not NAME=ENVVAR",
-                                 hint="e.g. --challenger-header Authorization=CHALLENGER_AUTH")
+            raise WorkbenchError(
+                f"--challenger-header {v!r} is not NAME=ENVVAR",
+                hint="e.g. --challenger-header Authorization=CHALLENGER_AUTH",
+            )
         if env.strip() not in os.environ:
-            raise WorkbenchError(f"environment variable {env.strip()} is not set",
-                                 hint="export it before starting the mirror")
+            raise WorkbenchError(
+                f"environment variable {env.strip()} is not set", hint="export it before starting the mirror"
+            )
         out[name.strip()] = os.environ[env.strip()]
     return out
 
 
 def register(app: typer.Typer) -> None:
-    sh = typer.Typer(help="Shadow mode: compare a challenger with the champion on the same traffic.",
-                     no_args_is_help=True)
+    sh = typer.Typer(
+        help="Shadow mode: compare a challenger with the champion on the same traffic.", no_args_is_help=True
+    )
     app.add_typer(sh, name="shadow")
 
     @sh.command("import")
     def import_(
         path: Path = typer.Argument(..., help="Traffic log (JSONL/Parquet/CSV), an outcome file, or a mirror journal."),
         name: str = typer.Option(..., "--name", help="Shadow session name."),
-        schema: Optional[Path] = typer.Option(None, "--schema", help="Decision schema (option order)."),
-        policy: Optional[Path] = typer.Option(None, "--policy", help="Take the schema from this policy file."),
-        champion: Optional[str] = typer.Option(None, "--champion", help="Label of the champion (e.g. its model)."),
-        challenger: Optional[str] = typer.Option(None, "--challenger", help="Label of the challenger."),
+        schema: Path | None = typer.Option(None, "--schema", help="Decision schema (option order)."),
+        policy: Path | None = typer.Option(None, "--policy", help="Take the schema from this policy file."),
+        champion: str | None = typer.Option(None, "--champion", help="Label of the champion (e.g. its model)."),
+        challenger: str | None = typer.Option(None, "--challenger", help="Label of the challenger."),
         replace: bool = typer.Option(False, "--replace", help="Overwrite an existing session."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
@@ -67,29 +71,41 @@ def register(app: typer.Typer) -> None:
         from workbench.store.shadow import import_traffic
 
         with open_store() as con:
-            summary = import_traffic(con, path, shadow=name, schema=_schema_from(schema, policy),
-                                     champion=champion, challenger=challenger, replace=replace)
+            summary = import_traffic(
+                con,
+                path,
+                shadow=name,
+                schema=_schema_from(schema, policy),
+                champion=champion,
+                challenger=challenger,
+                replace=replace,
+            )
         if as_json:
             emit_json(summary)
         else:
-            err_console.print(f"shadow [bold]{name}[/]: {summary['kind']} imported, "
-                              f"{summary['n_requests']} requests, {summary['n_outcomes']} outcomes")
+            err_console.print(
+                f"shadow [bold]{name}[/]: {summary['kind']} imported, "
+                f"{summary['n_requests']} requests, {summary['n_outcomes']} outcomes"
+            )
 
     @sh.command("serve")
     def serve_(
         champion: str = typer.Option(..., "--champion", help="Champion System One endpoint URL."),
-        challenger: str = typer.Option(..., "--challenger", help="Challenger System One endpoint URL "
-                                                                 "(?model=NAME rewrites the body's model)."),
+        challenger: str = typer.Option(
+            ..., "--challenger", help="Challenger System One endpoint URL (?model=NAME rewrites the body's model)."
+        ),
         port: int = typer.Option(8790, "--port"),
         host: str = typer.Option("127.0.0.1", "--host"),
         name: str = typer.Option("mirror", "--name", help="Shadow session name."),
-        journal: Optional[Path] = typer.Option(None, "--journal", help="Append-only log (default shadow-NAME.jsonl)."),
+        journal: Path | None = typer.Option(None, "--journal", help="Append-only log (default shadow-NAME.jsonl)."),
         champion_timeout: float = typer.Option(30.0, "--champion-timeout", help="Seconds."),
         challenger_timeout: float = typer.Option(5.0, "--challenger-timeout", help="Seconds."),
-        max_in_flight: int = typer.Option(256, "--max-challenger-in-flight",
-                                          help="Challenger calls beyond this are shed (logged)."),
-        challenger_header: list[str] = typer.Option(None, "--challenger-header",
-                                                    help="NAME=ENVVAR header for the challenger (repeatable)."),
+        max_in_flight: int = typer.Option(
+            256, "--max-challenger-in-flight", help="Challenger calls beyond this are shed (logged)."
+        ),
+        challenger_header: list[str] = typer.Option(
+            None, "--challenger-header", help="NAME=ENVVAR header for the challenger (repeatable)."
+        ),
         sample_rate: float = typer.Option(1.0, "--sample-rate", help="Share of requests mirrored to the challenger."),
         ingest: bool = typer.Option(True, "--ingest/--no-ingest", help="Load the journal into the store on exit."),
     ) -> None:
@@ -97,20 +113,28 @@ def register(app: typer.Typer) -> None:
         from workbench.shadow.mirror import MirrorConfig, serve
 
         path = journal or Path(f"shadow-{name}.jsonl")
-        config = MirrorConfig(champion=champion, challenger=challenger, journal=path, name=name,
-                              champion_timeout=champion_timeout, challenger_timeout=challenger_timeout,
-                              max_challenger_in_flight=max_in_flight, challenger_headers=_headers(challenger_header),
-                              sample_rate=sample_rate)
-        err_console.print(f"shadow mirror [bold]{name}[/] on http://{host}:{port}{config.path} "
-                          f"(journal {path})")
+        config = MirrorConfig(
+            champion=champion,
+            challenger=challenger,
+            journal=path,
+            name=name,
+            champion_timeout=champion_timeout,
+            challenger_timeout=challenger_timeout,
+            max_challenger_in_flight=max_in_flight,
+            challenger_headers=_headers(challenger_header),
+            sample_rate=sample_rate,
+        )
+        err_console.print(f"shadow mirror [bold]{name}[/] on http://{host}:{port}{config.path} (journal {path})")
+
         def _after(app_) -> None:
             err_console.print(f"stopped after {app_.stats['requests']} requests")
             if ingest and path.exists():
                 from workbench.store.shadow import ingest_journal
 
                 with open_store() as con:
-                    s = ingest_journal(con, path, shadow=name, champion=_public(champion),
-                                       challenger=_public(config.challenger))
+                    s = ingest_journal(
+                        con, path, shadow=name, champion=_public(champion), challenger=_public(config.challenger)
+                    )
                 err_console.print(f"ingested {s['n_requests']} requests into session {name}")
 
         serve(config, host=host, port=port, on_closed=_after)
@@ -119,7 +143,7 @@ def register(app: typer.Typer) -> None:
     def ingest_(
         journal: Path = typer.Argument(..., help="Mirror journal (JSON lines)."),
         name: str = typer.Option(..., "--name"),
-        schema: Optional[Path] = typer.Option(None, "--schema"),
+        schema: Path | None = typer.Option(None, "--schema"),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Load (again) a mirror journal into the store; safe to repeat while the mirror runs."""
@@ -145,8 +169,14 @@ def register(app: typer.Typer) -> None:
         from workbench.store.shadow import replay_runs
 
         with open_store() as con:
-            s = replay_runs(con, shadow=name, champion_run=champion_run, challenger_run=challenger_run,
-                            splits=split or None, replace=replace)
+            s = replay_runs(
+                con,
+                shadow=name,
+                champion_run=champion_run,
+                challenger_run=challenger_run,
+                splits=split or None,
+                replace=replace,
+            )
         if as_json:
             emit_json(s)
         else:
@@ -183,44 +213,64 @@ def register(app: typer.Typer) -> None:
     @sh.command("report")
     def report_(
         name: str = typer.Argument(..., help="Shadow session."),
-        champion_policy: Optional[Path] = typer.Option(None, "--champion-policy",
-                                                       help="Policy file of the champion (else its logged actions)."),
-        challenger_policy: Optional[Path] = typer.Option(None, "--challenger-policy",
-                                                         help="Policy file the challenger would ship with."),
-        champion_rule: list[str] = typer.Option(None, "--champion-rule",
-                                                help="QUESTION:tau=0.9,margin=0.1 (or tau_yes/tau_no); repeatable."),
+        champion_policy: Path | None = typer.Option(
+            None, "--champion-policy", help="Policy file of the champion (else its logged actions)."
+        ),
+        challenger_policy: Path | None = typer.Option(
+            None, "--challenger-policy", help="Policy file the challenger would ship with."
+        ),
+        champion_rule: list[str] = typer.Option(
+            None, "--champion-rule", help="QUESTION:tau=0.9,margin=0.1 (or tau_yes/tau_no); repeatable."
+        ),
         challenger_rule: list[str] = typer.Option(None, "--challenger-rule", help="As --champion-rule."),
         question: list[str] = typer.Option(None, "--question", help="Only these questions."),
-        max_error_increase: float = typer.Option(0.0, "--max-error-increase",
-                                                 help="Largest acceptable rise of error among auto-accepted."),
-        min_coverage_gain: float = typer.Option(0.0, "--min-coverage-gain",
-                                                help="Smallest auto-accept rate gain worth a rollout."),
-        max_p95_latency_ms: Optional[float] = typer.Option(None, "--max-p95-latency-ms"),
-        max_cost_increase: Optional[float] = typer.Option(None, "--max-cost-increase",
-                                                          help="USD per 1,000 requests."),
+        max_error_increase: float = typer.Option(
+            0.0, "--max-error-increase", help="Largest acceptable rise of error among auto-accepted."
+        ),
+        min_coverage_gain: float = typer.Option(
+            0.0, "--min-coverage-gain", help="Smallest auto-accept rate gain worth a rollout."
+        ),
+        max_p95_latency_ms: float | None = typer.Option(None, "--max-p95-latency-ms"),
+        max_cost_increase: float | None = typer.Option(None, "--max-cost-increase", help="USD per 1,000 requests."),
         max_failure_rate: float = typer.Option(0.01, "--max-failure-rate"),
         min_outcomes: int = typer.Option(100, "--min-outcomes", help="Known outcomes needed to judge error."),
         max_drift_psi: float = typer.Option(0.25, "--max-drift-psi"),
         windows: int = typer.Option(5, "--windows", help="Drift windows (equal counts in arrival order)."),
-        period: Optional[str] = typer.Option(None, "--period", help="Drift windows by calendar period instead, "
-                                                                    "e.g. 1h, 1D, 15min."),
+        period: str | None = typer.Option(
+            None, "--period", help="Drift windows by calendar period instead, e.g. 1h, 1D, 15min."
+        ),
         n_boot: int = typer.Option(1000, "--n-boot"),
         seed: int = typer.Option(0, "--seed"),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Agreement, flips, directional disagreements, review load, error, cost, latency, drift, verdict."""
-        from workbench.shadow.policies import parse_rule_options, load_side_policy
+        from workbench.shadow.policies import load_side_policy, parse_rule_options
         from workbench.shadow.report import Criteria, shadow_report
 
-        criteria = Criteria(max_error_increase=max_error_increase, min_coverage_gain=min_coverage_gain,
-                            max_p95_latency_ms=max_p95_latency_ms, max_cost_increase_per_1000=max_cost_increase,
-                            max_failure_rate=max_failure_rate, min_outcomes=min_outcomes, max_drift_psi=max_drift_psi)
+        criteria = Criteria(
+            max_error_increase=max_error_increase,
+            min_coverage_gain=min_coverage_gain,
+            max_p95_latency_ms=max_p95_latency_ms,
+            max_cost_increase_per_1000=max_cost_increase,
+            max_failure_rate=max_failure_rate,
+            min_outcomes=min_outcomes,
+            max_drift_psi=max_drift_psi,
+        )
         champ = load_side_policy(champion_policy) if champion_policy else parse_rule_options(champion_rule)
         chall = load_side_policy(challenger_policy) if challenger_policy else parse_rule_options(challenger_rule)
         with open_store(read_only=True) as con:
-            report = shadow_report(con, name, champion_policy=champ, challenger_policy=chall, criteria=criteria,
-                                   questions=question or None, n_windows=windows, n_boot=n_boot, seed=seed,
-                                   period=period)
+            report = shadow_report(
+                con,
+                name,
+                champion_policy=champ,
+                challenger_policy=chall,
+                criteria=criteria,
+                questions=question or None,
+                n_windows=windows,
+                n_boot=n_boot,
+                seed=seed,
+                period=period,
+            )
         if as_json:
             emit_json(report.to_dict())
             return

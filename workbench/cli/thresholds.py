@@ -1,9 +1,9 @@
 """`workbench thresholds RUN_ID --question Q ...`: pick (tau, margin) with a guarantee, a cost, or a target."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -24,8 +24,9 @@ OBJECTIVE = typer.Option("guarantee", "--objective", help="guarantee | cost | co
 MAX_ERROR = typer.Option(0.05, "--max-error", help="alpha: largest error rate among auto-accepted items.")
 DELTA = typer.Option(0.1, "--delta", help="Allowed probability that the true error exceeds --max-error.")
 METHOD = typer.Option("fixed-sequence", "--method", help="FWER control: fixed-sequence | holm.")
-CALIBRATE = typer.Option("none", "--calibrate", help="none | temperature | isotonic | platt (fitted on part of "
-                                                   "the calibration split).")
+CALIBRATE = typer.Option(
+    "none", "--calibrate", help="none | temperature | isotonic | platt (fitted on part of the calibration split)."
+)
 PER_CLASS = typer.Option(False, "--per-class", help="One (tau, margin) per option, Bonferroni over options.")
 REVIEW_COST = typer.Option(1.0, "--review-cost", help="Cost of one human review (cost objective).")
 ERROR_COST = typer.Option(10.0, "--error-cost", help="Cost of one wrong auto-accept (cost objective).")
@@ -35,15 +36,20 @@ API_COST = typer.Option(None, "--api-cost", help="API cost per item (default: th
 TARGET_COVERAGE = typer.Option(None, "--target-coverage", help="Coverage target (uncertified point estimate).")
 TARGET_ERROR = typer.Option(None, "--target-error", help="Error target (uncertified point estimate).")
 GRID = typer.Option(100, "--grid", help="Grid points per threshold axis.")
-ORDER_FRACTION = typer.Option(0.3, "--order-fraction", help="Fixed-sequence: share of calibration items that "
-                              "only learn the strict→lax test order (0: data-independent column paths).")
+ORDER_FRACTION = typer.Option(
+    0.3,
+    "--order-fraction",
+    help="Fixed-sequence: share of calibration items that "
+    "only learn the strict→lax test order (0: data-independent column paths).",
+)
 PATHS = typer.Option(10, "--paths", help="Fixed-sequence with --order-fraction 0: margin columns tested.")
 STARTS = typer.Option(10, "--starts", help="Fixed-sequence with --order-fraction 0: starting points per column.")
 ABSTAIN = typer.Option(None, "--abstain-option", help="Option that always goes to review (repeatable).")
 LEVEL = typer.Option("top", "--level", help="score questions: top | expected level.")
 FALLBACK = typer.Option("review", "--fallback", help="Action when not accepted: review | escalate | hold.")
-CAL_FRACTION = typer.Option(0.3, "--calibrator-fraction", help="Share of the calibration split used to fit "
-                                                               "the calibrator.")
+CAL_FRACTION = typer.Option(
+    0.3, "--calibrator-fraction", help="Share of the calibration split used to fit the calibrator."
+)
 SEED = typer.Option(0, "--seed", help="Seed of the calibrator-fit carve-out.")
 
 
@@ -53,22 +59,30 @@ def _fmt(x) -> str:
 
 def _print_result(res: dict) -> None:
     rule = res["rule"]
-    out_console.print(f"[bold]{res['question']}[/bold] ({res['type']}), objective {res['objective']}"
-                      f" — {'CERTIFIED' if res['certified'] else 'NOT certified (point estimate)'}")
+    out_console.print(
+        f"[bold]{res['question']}[/bold] ({res['type']}), objective {res['objective']}"
+        f" — {'CERTIFIED' if res['certified'] else 'NOT certified (point estimate)'}"
+    )
     out_console.print(f"  rule: {json.dumps({k: v for k, v in rule.items() if v not in ({}, [])})}")
     g = res.get("guarantee")
     if g:
-        out_console.print(f"  guarantee: P(error among accepted > {g['alpha']}) <= {g['delta']} ({g['method']}),"
-                          f" n_calibration={g['n_calibration']}, upper bound {_fmt(g.get('risk_upper_bound'))}")
+        out_console.print(
+            f"  guarantee: P(error among accepted > {g['alpha']}) <= {g['delta']} ({g['method']}),"
+            f" n_calibration={g['n_calibration']}, upper bound {_fmt(g.get('risk_upper_bound'))}"
+        )
     c = res["calibration"]
-    out_console.print(f"  calibration: coverage {_fmt(c['coverage'])}, error {_fmt(c['error_rate'])}"
-                      f" ({c['n_accepted']} accepted of {c['n_items']})")
+    out_console.print(
+        f"  calibration: coverage {_fmt(c['coverage'])}, error {_fmt(c['error_rate'])}"
+        f" ({c['n_accepted']} accepted of {c['n_items']})"
+    )
     t = res.get("test")
     if t:
         e, cv = t["error"], t["coverage"]
-        out_console.print(f"  test: error {_fmt(e['value'])} [{_fmt(e['low'])}, {_fmt(e['high'])}], coverage "
-                          f"{_fmt(cv['value'])} [{_fmt(cv['low'])}, {_fmt(cv['high'])}], review "
-                          f"{_fmt(t['review_rate']['value'])} (n={t['n_items']})")
+        out_console.print(
+            f"  test: error {_fmt(e['value'])} [{_fmt(e['low'])}, {_fmt(e['high'])}], coverage "
+            f"{_fmt(cv['value'])} [{_fmt(cv['low'])}, {_fmt(cv['high'])}], review "
+            f"{_fmt(t['review_rate']['value'])} (n={t['n_items']})"
+        )
     for n in res.get("notes") or []:
         out_console.print(f"  note: {n}")
 
@@ -78,29 +92,61 @@ def register(app: typer.Typer) -> None:
     def thresholds(
         run_id: str = typer.Argument(..., help="Run id (or name)."),
         question: list[str] = typer.Option(..., "--question", "-q", help="Question id (repeatable)."),
-        objective: str = OBJECTIVE, max_error: float = MAX_ERROR, delta: float = DELTA, method: str = METHOD,
-        calibrate: str = CALIBRATE, per_class: bool = PER_CLASS, review_cost: float = REVIEW_COST,
-        error_cost: float = ERROR_COST, class_error_cost: Optional[list[str]] = CLASS_ERROR_COST,
-        cost_matrix: Optional[Path] = COST_MATRIX, api_cost: Optional[float] = API_COST,
-        target_coverage: Optional[float] = TARGET_COVERAGE, target_error: Optional[float] = TARGET_ERROR,
-        grid: int = GRID, paths: int = PATHS, starts: int = STARTS,
-        abstain_option: Optional[list[str]] = ABSTAIN, level: str = LEVEL, fallback: str = FALLBACK,
-        calibrator_fraction: float = CAL_FRACTION, seed: int = SEED, order_fraction: float = ORDER_FRACTION,
-        surface_out: Optional[Path] = typer.Option(None, "--surface-out",
-                                                   help="Write the per-grid-point table (CSV) here."),
+        objective: str = OBJECTIVE,
+        max_error: float = MAX_ERROR,
+        delta: float = DELTA,
+        method: str = METHOD,
+        calibrate: str = CALIBRATE,
+        per_class: bool = PER_CLASS,
+        review_cost: float = REVIEW_COST,
+        error_cost: float = ERROR_COST,
+        class_error_cost: list[str] | None = CLASS_ERROR_COST,
+        cost_matrix: Path | None = COST_MATRIX,
+        api_cost: float | None = API_COST,
+        target_coverage: float | None = TARGET_COVERAGE,
+        target_error: float | None = TARGET_ERROR,
+        grid: int = GRID,
+        paths: int = PATHS,
+        starts: int = STARTS,
+        abstain_option: list[str] | None = ABSTAIN,
+        level: str = LEVEL,
+        fallback: str = FALLBACK,
+        calibrator_fraction: float = CAL_FRACTION,
+        seed: int = SEED,
+        order_fraction: float = ORDER_FRACTION,
+        surface_out: Path | None = typer.Option(
+            None, "--surface-out", help="Write the per-grid-point table (CSV) here."
+        ),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Choose routing thresholds for questions of a run and judge them on the test split."""
         from workbench.store.runs import load_answers
         from workbench.thresholds.choose import choose_thresholds
 
-        opts = build_options(objective=objective, max_error=max_error, delta=delta, method=method,
-                             calibrate=calibrate, per_class=per_class, review_cost=review_cost,
-                             error_cost=error_cost, class_error_cost=class_error_cost, cost_matrix=cost_matrix,
-                             api_cost=api_cost, target_coverage=target_coverage, target_error=target_error,
-                             grid=grid, paths=paths, starts=starts, abstain_option=abstain_option, level=level,
-                             fallback=fallback, calibrator_fraction=calibrator_fraction, seed=seed,
-                             order_fraction=order_fraction)
+        opts = build_options(
+            objective=objective,
+            max_error=max_error,
+            delta=delta,
+            method=method,
+            calibrate=calibrate,
+            per_class=per_class,
+            review_cost=review_cost,
+            error_cost=error_cost,
+            class_error_cost=class_error_cost,
+            cost_matrix=cost_matrix,
+            api_cost=api_cost,
+            target_coverage=target_coverage,
+            target_error=target_error,
+            grid=grid,
+            paths=paths,
+            starts=starts,
+            abstain_option=abstain_option,
+            level=level,
+            fallback=fallback,
+            calibrator_fraction=calibrator_fraction,
+            seed=seed,
+            order_fraction=order_fraction,
+        )
         with open_store(read_only=True) as con:
             results = []
             for q in question:
@@ -110,8 +156,11 @@ def register(app: typer.Typer) -> None:
                 if surface_out is not None:
                     import pandas as pd
 
-                    target = surface_out if len(question) == 1 else surface_out.with_name(
-                        f"{surface_out.stem}.{q}{surface_out.suffix}")
+                    target = (
+                        surface_out
+                        if len(question) == 1
+                        else surface_out.with_name(f"{surface_out.stem}.{q}{surface_out.suffix}")
+                    )
                     pd.DataFrame(res.surface.to_table()).to_csv(target, index=False)
                 results.append(res.to_dict())
         doc = {"run_id": cal.run_id, "questions": {r["question"]: r for r in results}}

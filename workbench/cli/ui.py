@@ -1,38 +1,54 @@
 """`workbench ui`: the Streamlit app on the same store, bound to loopback by default."""
+
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from workbench.cli.common import err_console, state
 
 
-def streamlit_command(db: str | Path, *, port: int = 8501, host: str = "127.0.0.1",
-                      headless: bool = True) -> list[str]:
+def streamlit_command(db: str | Path, *, port: int = 8501, host: str = "127.0.0.1", headless: bool = True) -> list[str]:
     """The ``streamlit run`` command line for the app on store ``db`` (also used by tests)."""
     import workbench.ui
 
     entry = Path(workbench.ui.__file__).resolve().parent / "_launch" / "streamlit_app.py"
-    return [sys.executable, "-m", "streamlit", "run", str(entry),
-            "--server.address", host, "--server.port", str(port),
-            "--server.headless", "true" if headless else "false",
-            "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-            "--client.toolbarMode", "minimal",
-            "--", "--db", str(Path(db).expanduser().resolve())]
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(entry),
+        "--server.address",
+        host,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true" if headless else "false",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+        "--client.toolbarMode",
+        "minimal",
+        "--",
+        "--db",
+        str(Path(db).expanduser().resolve()),
+    ]
 
 
 def register(app: typer.Typer) -> None:
     @app.command("ui")
     def ui(
-        db: Optional[str] = typer.Option(None, "--db", help="DuckDB store to open (default: the global --db)."),
+        db: str | None = typer.Option(None, "--db", help="DuckDB store to open (default: the global --db)."),
         port: int = typer.Option(8501, "--port", help="Port to listen on."),
-        host: str = typer.Option("127.0.0.1", "--host",
-                                 help="Address to bind; loopback by default (the UI has no login)."),
+        host: str = typer.Option(
+            "127.0.0.1", "--host", help="Address to bind; loopback by default (the UI has no login)."
+        ),
         open_browser: bool = typer.Option(False, "--open/--no-open", help="Open a browser tab."),
     ) -> None:
         """Open the Streamlit UI on a store (reads a snapshot, so runs may write meanwhile)."""

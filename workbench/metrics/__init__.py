@@ -14,21 +14,42 @@ Modules::
 Names below are imported lazily: ``workbench.metrics.recalibrate`` is used by the policy runtime,
 which must not pull pandas or plotly into production processes.
 """
+
 from __future__ import annotations
 
 _LAZY = {
-    "choice_report": "report", "noul_report": "report", "score_report": "report", "report_run": "report",
-    "QuestionReport": "report", "RunReport": "report",
-    "reliability_curve": "reliability", "top_label_ece": "reliability", "classwise_ece": "reliability",
-    "smooth_ece": "reliability", "calibration_error": "reliability",
-    "brier_score": "scores", "brier_decomposition": "scores", "log_loss": "scores", "accuracy": "scores",
-    "confusion_matrix": "confusion", "confusion_result": "confusion", "review_rate": "confusion",
-    "bootstrap_many": "bootstrap", "paired_bootstrap": "bootstrap", "mcnemar": "bootstrap",
-    "TemperatureScaling": "recalibrate", "IsotonicCalibrator": "recalibrate", "PlattCalibrator": "recalibrate",
-    "IdentityCalibrator": "recalibrate", "calibrator_from_dict": "recalibrate", "make_calibrator": "recalibrate",
+    "choice_report": "report",
+    "noul_report": "report",
+    "score_report": "report",
+    "report_run": "report",
+    "QuestionReport": "report",
+    "RunReport": "report",
+    "reliability_curve": "reliability",
+    "top_label_ece": "reliability",
+    "classwise_ece": "reliability",
+    "smooth_ece": "reliability",
+    "calibration_error": "reliability",
+    "brier_score": "scores",
+    "brier_decomposition": "scores",
+    "log_loss": "scores",
+    "accuracy": "scores",
+    "confusion_matrix": "confusion",
+    "confusion_result": "confusion",
+    "review_rate": "confusion",
+    "bootstrap_many": "bootstrap",
+    "paired_bootstrap": "bootstrap",
+    "mcnemar": "bootstrap",
+    "TemperatureScaling": "recalibrate",
+    "IsotonicCalibrator": "recalibrate",
+    "PlattCalibrator": "recalibrate",
+    "IdentityCalibrator": "recalibrate",
+    "calibrator_from_dict": "recalibrate",
+    "make_calibrator": "recalibrate",
     "calibrate_run": "recalibrate",
-    "find_label_issues": "label_issues", "label_issues_for_runs": "label_issues",
-    "ReliabilityDisplay": "displays", "ConfusionDisplay": "displays",
+    "find_label_issues": "label_issues",
+    "label_issues_for_runs": "label_issues",
+    "ReliabilityDisplay": "displays",
+    "ConfusionDisplay": "displays",
 }
 
 

@@ -9,10 +9,11 @@ a report on a resampled copy of the data.
 Paired comparison of two runs on the *same items* applies the same counts to both runs, so the
 interval of a difference reflects item-level correlation (the compare/shadow layer reuses this).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -49,8 +50,13 @@ class Interval:
     n_boot: int = 0
 
     def to_dict(self) -> dict:
-        return {"estimate": self.estimate, "low": self.low, "high": self.high, "level": self.level,
-                "n_boot": self.n_boot}
+        return {
+            "estimate": self.estimate,
+            "low": self.low,
+            "high": self.high,
+            "level": self.level,
+            "n_boot": self.n_boot,
+        }
 
 
 def _percentiles(reps: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
@@ -61,8 +67,9 @@ def _percentiles(reps: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray
     return lo, hi
 
 
-def bootstrap_many(stats: Stats, n: int, n_boot: int = 200, seed: int = 0, level: float = 0.95,
-                   keep_replicates: bool = False) -> dict[str, Interval] | tuple[dict[str, Interval], dict]:
+def bootstrap_many(
+    stats: Stats, n: int, n_boot: int = 200, seed: int = 0, level: float = 0.95, keep_replicates: bool = False
+) -> dict[str, Interval] | tuple[dict[str, Interval], dict]:
     """Percentile intervals for several metrics sharing the same resamples.
 
     Parameters
@@ -86,8 +93,10 @@ def bootstrap_many(stats: Stats, n: int, n_boot: int = 200, seed: int = 0, level
     else:
         reps = np.empty((0, len(names)))
     lo, hi = _percentiles(reps, level) if n_boot and n > 0 else (np.full(len(names), np.nan),) * 2
-    out = {k: Interval(float(estimate[k]), float(lo[i]), float(hi[i]), level, n_boot if n > 0 else 0)
-           for i, k in enumerate(names)}
+    out = {
+        k: Interval(float(estimate[k]), float(lo[i]), float(hi[i]), level, n_boot if n > 0 else 0)
+        for i, k in enumerate(names)
+    }
     if keep_replicates:
         return out, {k: reps[:, i] for i, k in enumerate(names)}
     return out
@@ -111,12 +120,21 @@ class PairedDifference:
     n_boot: int = 0
 
     def to_dict(self) -> dict:
-        return {"a": self.a, "b": self.b, "difference": self.difference, "low": self.low, "high": self.high,
-                "p_value": self.p_value, "level": self.level, "n_boot": self.n_boot}
+        return {
+            "a": self.a,
+            "b": self.b,
+            "difference": self.difference,
+            "low": self.low,
+            "high": self.high,
+            "p_value": self.p_value,
+            "level": self.level,
+            "n_boot": self.n_boot,
+        }
 
 
-def paired_bootstrap(stats_a: Stats, stats_b: Stats, n: int, n_boot: int = 1000, seed: int = 0,
-                     level: float = 0.95) -> dict[str, PairedDifference]:
+def paired_bootstrap(
+    stats_a: Stats, stats_b: Stats, n: int, n_boot: int = 1000, seed: int = 0, level: float = 0.95
+) -> dict[str, PairedDifference]:
     """Item-paired bootstrap of ``stats_b − stats_a`` for every metric both return.
 
     Both callables receive the *same* resampling counts per replicate (items aligned by index).
@@ -136,8 +154,16 @@ def paired_bootstrap(stats_a: Stats, stats_b: Stats, n: int, n_boot: int = 1000,
             p = min(1.0, 2.0 * min(np.mean(d <= 0), np.mean(d >= 0)))
         else:
             p = float("nan")
-        out[k] = PairedDifference(float(est_a[k]), float(est_b[k]), float(est_b[k] - est_a[k]),
-                                  float(lo[i]), float(hi[i]), float(p), level, n_boot)
+        out[k] = PairedDifference(
+            float(est_a[k]),
+            float(est_b[k]),
+            float(est_b[k] - est_a[k]),
+            float(lo[i]),
+            float(hi[i]),
+            float(p),
+            level,
+            n_boot,
+        )
     return out
 
 
@@ -151,8 +177,7 @@ class McNemarResult:
     p_mid: float
 
     def to_dict(self) -> dict:
-        return {"a_wrong_b_right": self.b01, "a_right_b_wrong": self.b10, "p_exact": self.p_exact,
-                "p_mid": self.p_mid}
+        return {"a_wrong_b_right": self.b01, "a_right_b_wrong": self.b10, "p_exact": self.p_exact, "p_mid": self.p_mid}
 
 
 def mcnemar(correct_a: np.ndarray, correct_b: np.ndarray) -> McNemarResult:

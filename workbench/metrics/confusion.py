@@ -5,6 +5,7 @@ decision) or routed to human review. The matrix then has ``k + 1`` columns: rows
 options, columns the accepted decisions plus one ``review`` column. Without an accept mask every
 item is accepted and the review column is all zeros.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,8 +18,13 @@ from workbench.metrics.reliability import wilson_interval
 REVIEW = "review"
 
 
-def confusion_matrix(labels: np.ndarray, predicted: np.ndarray, k: int, accept: np.ndarray | None = None,
-                     sample_weight: np.ndarray | None = None) -> np.ndarray:
+def confusion_matrix(
+    labels: np.ndarray,
+    predicted: np.ndarray,
+    k: int,
+    accept: np.ndarray | None = None,
+    sample_weight: np.ndarray | None = None,
+) -> np.ndarray:
     """Counts, shape (k, k + 1): [true option, decided option or review (last column)].
 
     Parameters
@@ -74,23 +80,39 @@ class ConfusionResult:
 
     def to_frame(self) -> pd.DataFrame:
         """The matrix as a labelled frame (rows: gold option; columns: decision or ``review``)."""
-        return pd.DataFrame(self.matrix, index=pd.Index(self.option_ids, name="label"),
-                            columns=[*self.option_ids, REVIEW])
+        return pd.DataFrame(
+            self.matrix, index=pd.Index(self.option_ids, name="label"), columns=[*self.option_ids, REVIEW]
+        )
 
     def per_class_frame(self) -> pd.DataFrame:
-        return pd.DataFrame({"option": self.option_ids, "support": self.support,
-                             "precision": self.precision, "precision_low": self.precision_low,
-                             "precision_high": self.precision_high, "recall": self.recall,
-                             "recall_low": self.recall_low, "recall_high": self.recall_high, "f1": self.f1})
+        return pd.DataFrame(
+            {
+                "option": self.option_ids,
+                "support": self.support,
+                "precision": self.precision,
+                "precision_low": self.precision_low,
+                "precision_high": self.precision_high,
+                "recall": self.recall,
+                "recall_low": self.recall_low,
+                "recall_high": self.recall_high,
+                "f1": self.f1,
+            }
+        )
 
     def to_dict(self) -> dict:
-        return {"options": self.option_ids, "columns": [*self.option_ids, REVIEW], "matrix": self.matrix.tolist(),
-                "review_rate": self.review_rate, "macro_f1": self.macro_f1,
-                "per_class": self.per_class_frame().to_dict(orient="records")}
+        return {
+            "options": self.option_ids,
+            "columns": [*self.option_ids, REVIEW],
+            "matrix": self.matrix.tolist(),
+            "review_rate": self.review_rate,
+            "macro_f1": self.macro_f1,
+            "per_class": self.per_class_frame().to_dict(orient="records"),
+        }
 
 
-def confusion_result(labels: np.ndarray, predicted: np.ndarray, option_ids: list[str],
-                     accept: np.ndarray | None = None) -> ConfusionResult:
+def confusion_result(
+    labels: np.ndarray, predicted: np.ndarray, option_ids: list[str], accept: np.ndarray | None = None
+) -> ConfusionResult:
     """Build a :class:`ConfusionResult` (matrix with review column, per-option P/R/F1 and intervals)."""
     k = len(option_ids)
     m = confusion_matrix(labels, predicted, k, accept)
@@ -103,8 +125,7 @@ def confusion_result(labels: np.ndarray, predicted: np.ndarray, option_ids: list
         f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
     p_lo, p_hi = wilson_interval(correct, decided)
     r_lo, r_hi = wilson_interval(correct, support)
-    return ConfusionResult(list(option_ids), m, precision, p_lo, p_hi, recall, r_lo, r_hi, f1,
-                           support.astype(np.int64))
+    return ConfusionResult(list(option_ids), m, precision, p_lo, p_hi, recall, r_lo, r_hi, f1, support.astype(np.int64))
 
 
 def macro_f1(labels: np.ndarray, predicted: np.ndarray, k: int, sample_weight: np.ndarray | None = None) -> float:

@@ -4,10 +4,12 @@ Each display is built by a ``from_*`` class method, keeps the computed data (``c
 ``result``) and the figure in ``figure_``; nothing is shown (call ``st.plotly_chart(d.figure_)``
 or ``d.figure_.show()`` yourself).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -17,8 +19,9 @@ from workbench.metrics.confusion import ConfusionResult, confusion_result
 _COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 
 
-def _binary_problem(probs: np.ndarray, labels: np.ndarray, kind: str, option: int | None
-                    ) -> tuple[np.ndarray, np.ndarray, str]:
+def _binary_problem(
+    probs: np.ndarray, labels: np.ndarray, kind: str, option: int | None
+) -> tuple[np.ndarray, np.ndarray, str]:
     probs = np.asarray(probs, dtype=float)
     labels = np.asarray(labels)
     keep = np.isfinite(probs).all(axis=1) & (labels >= 0)
@@ -46,9 +49,19 @@ class ReliabilityDisplay:
     figure_: Any = None
 
     @classmethod
-    def from_predictions(cls, labels: np.ndarray, probs: np.ndarray, *, n_bins: int = 15,
-                         strategy: str = "uniform", kind: str = "top-label", option: int | None = None,
-                         smooth: bool = True, name: str = "model", title: str | None = None) -> "ReliabilityDisplay":
+    def from_predictions(
+        cls,
+        labels: np.ndarray,
+        probs: np.ndarray,
+        *,
+        n_bins: int = 15,
+        strategy: str = "uniform",
+        kind: str = "top-label",
+        option: int | None = None,
+        smooth: bool = True,
+        name: str = "model",
+        title: str | None = None,
+    ) -> ReliabilityDisplay:
         """``labels`` (n,) option indices (−1 unlabelled), ``probs`` (n, k) (NaN rows = failures, skipped)."""
         y, s, x_title = _binary_problem(probs, labels, kind, option)
         curve = rel.reliability_curve(y, s, n_bins, strategy, label=name)
@@ -58,9 +71,20 @@ class ReliabilityDisplay:
         return d
 
     @classmethod
-    def from_run(cls, con: Any, run_id: str, question: str, *, split: str | None = "test", n_bins: int = 15,
-                 strategy: str = "uniform", kind: str | None = None, option: int | None = None,
-                 smooth: bool = True, with_parent: bool = True) -> "ReliabilityDisplay":
+    def from_run(
+        cls,
+        con: Any,
+        run_id: str,
+        question: str,
+        *,
+        split: str | None = "test",
+        n_bins: int = 15,
+        strategy: str = "uniform",
+        kind: str | None = None,
+        option: int | None = None,
+        smooth: bool = True,
+        with_parent: bool = True,
+    ) -> ReliabilityDisplay:
         """Diagram of a stored run (yes/no questions default to P(yes)); a calibrated view also draws
         its parent run, so before/after share the axes."""
         from workbench.store.runs import get_run, load_answers
@@ -72,14 +96,24 @@ class ReliabilityDisplay:
         runs = [(f"{run.get('name') or run['run_id']}", ans)]
         if with_parent and run.get("kind") == "calibrated" and run.get("parent_run_id"):
             parent = get_run(con, run["parent_run_id"])
-            runs.insert(0, (f"{parent.get('name') or parent['run_id']} (before)",
-                            load_answers(con, parent["run_id"], question, splits)))
+            runs.insert(
+                0,
+                (
+                    f"{parent.get('name') or parent['run_id']} (before)",
+                    load_answers(con, parent["run_id"], question, splits),
+                ),
+            )
         curves = []
         x_title = ""
         for name, a in runs:
             y, s, x_title = _binary_problem(a.probs, a.labels, kind, option)
-            curves.append((name, rel.reliability_curve(y, s, n_bins, strategy, label=name),
-                           rel.smooth_reliability_curve(y, s, label=name) if smooth and len(y) else None))
+            curves.append(
+                (
+                    name,
+                    rel.reliability_curve(y, s, n_bins, strategy, label=name),
+                    rel.smooth_reliability_curve(y, s, label=name) if smooth and len(y) else None,
+                )
+            )
         label = "P(yes)" if (ans.qtype == "noul" and kind == "option" and not option) else x_title
         d = cls(curves, f"{question}: reliability of {label} on {split or 'all'} ({strategy} bins)", label)
         d.plot()
@@ -90,33 +124,74 @@ class ReliabilityDisplay:
         from plotly.subplots import make_subplots
 
         fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.75, 0.25], vertical_spacing=0.04)
-        fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
-                                 line=dict(color="grey", dash="dash")), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration", line=dict(color="grey", dash="dash")
+            ),
+            row=1,
+            col=1,
+        )
         for i, (name, curve, sm) in enumerate(self.curves):
             colour = _COLOURS[i % len(_COLOURS)]
             nz = curve.count > 0
-            fig.add_trace(go.Scatter(
-                x=curve.mean_score[nz], y=curve.frac_true[nz], mode="markers+lines",
-                name=f"{name} (ECE {curve.ece:.3f})", marker=dict(color=colour, size=7),
-                line=dict(color=colour, width=1),
-                error_y=dict(type="data", symmetric=False, array=(curve.high - curve.frac_true)[nz],
-                             arrayminus=(curve.frac_true - curve.low)[nz], thickness=1),
-                customdata=np.stack([curve.count[nz]], axis=1),
-                hovertemplate="score %{x:.3f}<br>observed %{y:.3f}<br>n=%{customdata[0]}<extra></extra>"),
-                row=1, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=curve.mean_score[nz],
+                    y=curve.frac_true[nz],
+                    mode="markers+lines",
+                    name=f"{name} (ECE {curve.ece:.3f})",
+                    marker=dict(color=colour, size=7),
+                    line=dict(color=colour, width=1),
+                    error_y=dict(
+                        type="data",
+                        symmetric=False,
+                        array=(curve.high - curve.frac_true)[nz],
+                        arrayminus=(curve.frac_true - curve.low)[nz],
+                        thickness=1,
+                    ),
+                    customdata=np.stack([curve.count[nz]], axis=1),
+                    hovertemplate="score %{x:.3f}<br>observed %{y:.3f}<br>n=%{customdata[0]}<extra></extra>",
+                ),
+                row=1,
+                col=1,
+            )
             if sm is not None:
-                fig.add_trace(go.Scatter(x=sm.mesh, y=sm.curve, mode="lines", name=f"{name} smooth "
-                                         f"(smECE {sm.smece:.3f})", line=dict(color=colour, width=2, dash="dot")),
-                              row=1, col=1)
+                fig.add_trace(
+                    go.Scatter(
+                        x=sm.mesh,
+                        y=sm.curve,
+                        mode="lines",
+                        name=f"{name} smooth (smECE {sm.smece:.3f})",
+                        line=dict(color=colour, width=2, dash="dot"),
+                    ),
+                    row=1,
+                    col=1,
+                )
             centres = 0.5 * (curve.edges[:-1] + curve.edges[1:])
-            fig.add_trace(go.Bar(x=centres, y=curve.count, width=np.diff(curve.edges), name=f"{name} items",
-                                 marker=dict(color=colour), opacity=0.5, showlegend=False), row=2, col=1)
+            fig.add_trace(
+                go.Bar(
+                    x=centres,
+                    y=curve.count,
+                    width=np.diff(curve.edges),
+                    name=f"{name} items",
+                    marker=dict(color=colour),
+                    opacity=0.5,
+                    showlegend=False,
+                ),
+                row=2,
+                col=1,
+            )
         fig.update_xaxes(range=[0, 1], row=1, col=1)
         fig.update_xaxes(range=[0, 1], title_text=self.x_title, row=2, col=1)
         fig.update_yaxes(range=[0, 1], title_text="observed frequency", row=1, col=1)
         fig.update_yaxes(title_text="items", row=2, col=1)
-        fig.update_layout(title=self.title, barmode="overlay", template="plotly_white", height=560,
-                          legend=dict(orientation="h", y=-0.15))
+        fig.update_layout(
+            title=self.title,
+            barmode="overlay",
+            template="plotly_white",
+            height=560,
+            legend=dict(orientation="h", y=-0.15),
+        )
         self.figure_ = fig
         return self
 
@@ -131,9 +206,16 @@ class ConfusionDisplay:
     figure_: Any = None
 
     @classmethod
-    def from_predictions(cls, labels: np.ndarray, probs: np.ndarray, option_ids: Sequence[str] | None = None, *,
-                         accept: np.ndarray | None = None, normalize: str | None = None,
-                         title: str | None = None) -> "ConfusionDisplay":
+    def from_predictions(
+        cls,
+        labels: np.ndarray,
+        probs: np.ndarray,
+        option_ids: Sequence[str] | None = None,
+        *,
+        accept: np.ndarray | None = None,
+        normalize: str | None = None,
+        title: str | None = None,
+    ) -> ConfusionDisplay:
         """``accept`` (n,) bool routes rejected items to ``review``; ``normalize``: None | "true" | "all"."""
         probs = np.asarray(probs, dtype=float)
         labels = np.asarray(labels)
@@ -146,13 +228,27 @@ class ConfusionDisplay:
         return d
 
     @classmethod
-    def from_run(cls, con: Any, run_id: str, question: str, *, split: str | None = "test",
-                 accept: np.ndarray | None = None, normalize: str | None = None) -> "ConfusionDisplay":
+    def from_run(
+        cls,
+        con: Any,
+        run_id: str,
+        question: str,
+        *,
+        split: str | None = "test",
+        accept: np.ndarray | None = None,
+        normalize: str | None = None,
+    ) -> ConfusionDisplay:
         from workbench.store.runs import load_answers
 
         ans = load_answers(con, run_id, question, None if split in (None, "all") else [split])
-        return cls.from_predictions(ans.labels, ans.probs, ans.option_ids, accept=accept, normalize=normalize,
-                                    title=f"{question}: confusion on {split or 'all'}")
+        return cls.from_predictions(
+            ans.labels,
+            ans.probs,
+            ans.option_ids,
+            accept=accept,
+            normalize=normalize,
+            title=f"{question}: confusion on {split or 'all'}",
+        )
 
     @classmethod
     def from_result(cls, result: ConfusionResult, normalize: str | None = None, title: str | None = None):
@@ -172,12 +268,23 @@ class ConfusionDisplay:
             raise ValueError("normalize must be None, 'true' or 'all'")
         cols = [*self.result.option_ids, "review"]
         text = [[(f"{v:.2f}" if self.normalize else f"{int(v)}") for v in row] for row in m]
-        fig = go.Figure(go.Heatmap(z=m, x=cols, y=self.result.option_ids, colorscale="Blues", text=text,
-                                   texttemplate="%{text}" if len(cols) <= 20 else None,
-                                   hovertemplate="label %{y}<br>decision %{x}<br>%{z}<extra></extra>"))
+        fig = go.Figure(
+            go.Heatmap(
+                z=m,
+                x=cols,
+                y=self.result.option_ids,
+                colorscale="Blues",
+                text=text,
+                texttemplate="%{text}" if len(cols) <= 20 else None,
+                hovertemplate="label %{y}<br>decision %{x}<br>%{z}<extra></extra>",
+            )
+        )
         fig.update_yaxes(autorange="reversed", title_text="gold label")
         fig.update_xaxes(title_text="decision (last column: routed to review)")
-        fig.update_layout(title=f"{self.title} — review rate {self.result.review_rate:.1%}",
-                          template="plotly_white", height=max(400, 18 * len(cols) + 150))
+        fig.update_layout(
+            title=f"{self.title} — review rate {self.result.review_rate:.1%}",
+            template="plotly_white",
+            height=max(400, 18 * len(cols) + 150),
+        )
         self.figure_ = fig
         return self

@@ -15,10 +15,12 @@ Probabilities must be out-of-sample for the item (true for API providers; the ba
 score items outside their own training split). Suspects are *queued for relabelling*, not dropped:
 reports can show metrics with and without them side by side.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -106,18 +108,34 @@ class LabelIssues:
         t = self.table if top is None else self.table.head(top)
         cal = self.joint.calibrated(self.label_counts)
         off = float(cal.sum() - np.trace(cal)) / max(float(cal.sum()), 1.0)
-        return {"question": self.question, "runs": self.run_ids, "ranked_by": self.ranked_by,
-                "n_items": self.n_items, "n_issues": int(len(self.table)),
-                "estimated_noise_rate": off, "options": self.option_ids,
-                "thresholds": {o: (float(v) if np.isfinite(v) else None)
-                               for o, v in zip(self.option_ids, self.joint.thresholds)},
-                "issues": t.to_dict(orient="records"), **self.extra}
+        return {
+            "question": self.question,
+            "runs": self.run_ids,
+            "ranked_by": self.ranked_by,
+            "n_items": self.n_items,
+            "n_issues": int(len(self.table)),
+            "estimated_noise_rate": off,
+            "options": self.option_ids,
+            "thresholds": {
+                o: (float(v) if np.isfinite(v) else None) for o, v in zip(self.option_ids, self.joint.thresholds)
+            },
+            "issues": t.to_dict(orient="records"),
+            **self.extra,
+        }
 
 
-def find_label_issues(probs: np.ndarray, labels: np.ndarray, option_ids: Sequence[str], *,
-                      item_ids: Sequence[str] | None = None, splits: Sequence[str] | None = None,
-                      rank_by: str = "self_confidence", question: str = "", run_ids: Sequence[str] = (),
-                      n_runs: np.ndarray | None = None) -> LabelIssues:
+def find_label_issues(
+    probs: np.ndarray,
+    labels: np.ndarray,
+    option_ids: Sequence[str],
+    *,
+    item_ids: Sequence[str] | None = None,
+    splits: Sequence[str] | None = None,
+    rank_by: str = "self_confidence",
+    question: str = "",
+    run_ids: Sequence[str] = (),
+    n_runs: np.ndarray | None = None,
+) -> LabelIssues:
     """Off-diagonal items of the confident joint, ranked by label quality (lowest first).
 
     Parameters
@@ -134,22 +152,32 @@ def find_label_issues(probs: np.ndarray, labels: np.ndarray, option_ids: Sequenc
     keep = np.isfinite(probs).all(axis=1) & (labels >= 0)
     p, y = probs[keep], labels[keep]
     if len(y) == 0:
-        raise WorkbenchError(f"question {question!r}: no answered, labelled items to check",
-                             hint="the run needs answers on labelled items")
+        raise WorkbenchError(
+            f"question {question!r}: no answered, labelled items to check",
+            hint="the run needs answers on labelled items",
+        )
     cj = confident_joint(p, y, k)
     suspect = (cj.confident >= 0) & (cj.confident != y)
     quality = label_quality(p, y, rank_by)
     rows = np.arange(len(y))
     opts = np.asarray(list(option_ids), dtype=object)
-    table = pd.DataFrame({
-        "item_id": ids[keep][suspect], "split": spl[keep][suspect], "given": opts[y[suspect]],
-        "suggested": opts[cj.confident[suspect]], "quality": quality[suspect],
-        "p_given": p[rows, y][suspect], "p_suggested": p[rows, np.maximum(cj.confident, 0)][suspect],
-        "n_runs": runs_per_item[keep][suspect]})
+    table = pd.DataFrame(
+        {
+            "item_id": ids[keep][suspect],
+            "split": spl[keep][suspect],
+            "given": opts[y[suspect]],
+            "suggested": opts[cj.confident[suspect]],
+            "quality": quality[suspect],
+            "p_given": p[rows, y][suspect],
+            "p_suggested": p[rows, np.maximum(cj.confident, 0)][suspect],
+            "n_runs": runs_per_item[keep][suspect],
+        }
+    )
     table = table.sort_values(["quality", "item_id"], kind="mergesort").reset_index(drop=True)
     table.insert(0, "rank", np.arange(1, len(table) + 1))
-    return LabelIssues(question, list(option_ids), list(run_ids), rank_by, table, cj, int(len(y)),
-                       np.bincount(y, minlength=k))
+    return LabelIssues(
+        question, list(option_ids), list(run_ids), rank_by, table, cj, int(len(y)), np.bincount(y, minlength=k)
+    )
 
 
 def consensus_probs(answer_sets: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -161,8 +189,10 @@ def consensus_probs(answer_sets: Sequence[Any]) -> tuple[np.ndarray, np.ndarray,
     first = answer_sets[0]
     for a in answer_sets[1:]:
         if a.option_ids != first.option_ids:
-            raise WorkbenchError(f"runs {first.run_id} and {a.run_id} have different options for {first.question!r}",
-                                 hint="label issues from several runs need the same question options")
+            raise WorkbenchError(
+                f"runs {first.run_id} and {a.run_id} have different options for {first.question!r}",
+                hint="label issues from several runs need the same question options",
+            )
     all_ids = np.unique(np.concatenate([a.item_ids.astype(str) for a in answer_sets]))
     m, k = len(all_ids), len(first.option_ids)
     total = np.zeros((m, k))
@@ -181,9 +211,13 @@ def consensus_probs(answer_sets: Sequence[Any]) -> tuple[np.ndarray, np.ndarray,
     return all_ids.astype(object), splits, labels, mean, n_runs
 
 
-def label_issues_for_runs(con: Any, run_ids: Iterable[str], question: str | None = None,
-                          splits: Sequence[str] | None = None, rank_by: str = "self_confidence"
-                          ) -> dict[str, LabelIssues]:
+def label_issues_for_runs(
+    con: Any,
+    run_ids: Iterable[str],
+    question: str | None = None,
+    splits: Sequence[str] | None = None,
+    rank_by: str = "self_confidence",
+) -> dict[str, LabelIssues]:
     """Label issues per question from one run or the consensus (mean probabilities) of several runs.
 
     All runs must be on the same dataset version. ``splits=None`` looks at every split.
@@ -193,8 +227,9 @@ def label_issues_for_runs(con: Any, run_ids: Iterable[str], question: str | None
     runs = [get_run(con, r) for r in run_ids]
     datasets = {(r["dataset"], int(r["dataset_version"])) for r in runs}
     if len(datasets) > 1:
-        raise WorkbenchError("label issues across runs need the same dataset version",
-                             hint=f"runs cover {sorted(datasets)}")
+        raise WorkbenchError(
+            "label issues across runs need the same dataset version", hint=f"runs cover {sorted(datasets)}"
+        )
     ids = [r["run_id"] for r in runs]
     if question:
         questions = [question]
@@ -207,6 +242,15 @@ def label_issues_for_runs(con: Any, run_ids: Iterable[str], question: str | None
     for q in questions:
         answer_sets = [load_answers(con, r, q, splits) for r in ids]
         item_ids, spl, labels, probs, n_runs = consensus_probs(answer_sets)
-        out[q] = find_label_issues(probs, labels, answer_sets[0].option_ids, item_ids=item_ids, splits=spl,
-                                   rank_by=rank_by, question=q, run_ids=ids, n_runs=n_runs)
+        out[q] = find_label_issues(
+            probs,
+            labels,
+            answer_sets[0].option_ids,
+            item_ids=item_ids,
+            splits=spl,
+            rank_by=rank_by,
+            question=q,
+            run_ids=ids,
+            n_runs=n_runs,
+        )
     return out

@@ -12,6 +12,7 @@ map at decision time as the workbench did when it measured it. Fitting may use s
 those imports happen inside ``fit``. Rows of ``probs`` that contain NaN (provider failures) stay NaN
 in the output and are ignored when fitting, as are labels < 0 (unlabelled items).
 """
+
 from __future__ import annotations
 
 import math
@@ -46,8 +47,10 @@ def _fit_rows(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
     if (y[keep] >= p.shape[1]).any():
         raise CalibrationFitError(f"labels must be option indices in [0, {p.shape[1]})")
     if keep.sum() < 2:
-        raise CalibrationFitError(f"need at least 2 answered, labelled items to fit a calibrator, got {int(keep.sum())}",
-                                  hint="check that the run has answers on its calibration split")
+        raise CalibrationFitError(
+            f"need at least 2 answered, labelled items to fit a calibrator, got {int(keep.sum())}",
+            hint="check that the run has answers on its calibration split",
+        )
     return p[keep], y[keep]
 
 
@@ -66,7 +69,7 @@ class IdentityCalibrator:
 
     kind = "identity"
 
-    def fit(self, probs: Any, labels: Any) -> "IdentityCalibrator":
+    def fit(self, probs: Any, labels: Any) -> IdentityCalibrator:
         _check_probs(probs)
         return self
 
@@ -77,7 +80,7 @@ class IdentityCalibrator:
         return {"type": self.kind, "params": {}}
 
     @classmethod
-    def from_params(cls, params: dict) -> "IdentityCalibrator":
+    def from_params(cls, params: dict) -> IdentityCalibrator:
         return cls()
 
 
@@ -94,7 +97,7 @@ class TemperatureScaling:
     def __init__(self, temperature: float = 1.0):
         self.temperature = float(temperature)
 
-    def fit(self, probs: Any, labels: Any) -> "TemperatureScaling":
+    def fit(self, probs: Any, labels: Any) -> TemperatureScaling:
         from scipy.optimize import minimize_scalar
 
         p, y = _fit_rows(probs, labels)
@@ -119,7 +122,7 @@ class TemperatureScaling:
         return {"type": self.kind, "params": {"temperature": self.temperature, "log_floor": LOG_FLOOR}}
 
     @classmethod
-    def from_params(cls, params: dict) -> "TemperatureScaling":
+    def from_params(cls, params: dict) -> TemperatureScaling:
         if float(params.get("log_floor", LOG_FLOOR)) != LOG_FLOOR:
             raise CalibrationFitError("temperature calibrator was stored with a different log floor")
         t = float(params["temperature"])
@@ -147,13 +150,15 @@ class PlattCalibrator:
         q = np.clip(p[:, 0], LOG_FLOOR, 1.0 - LOG_FLOOR)
         return np.log(q) - np.log1p(-q)
 
-    def fit(self, probs: Any, labels: Any) -> "PlattCalibrator":
+    def fit(self, probs: Any, labels: Any) -> PlattCalibrator:
         from scipy.optimize import minimize
 
         p, y = _fit_rows(probs, labels)
         if p.shape[1] != 2:
-            raise CalibrationFitError(f"Platt scaling is for yes/no questions (2 options), got {p.shape[1]}",
-                                      hint="use --method temperature or isotonic for choice and score questions")
+            raise CalibrationFitError(
+                f"Platt scaling is for yes/no questions (2 options), got {p.shape[1]}",
+                hint="use --method temperature or isotonic for choice and score questions",
+            )
         x = self._logit_yes(p)
         t = (y == 0).astype(float)  # 1 when the gold answer is "yes"
 
@@ -164,8 +169,13 @@ class PlattCalibrator:
             r = 1.0 / (1.0 + np.exp(-s)) - t
             return float(loss.mean()), np.array([np.mean(r * x), np.mean(r)])
 
-        res = minimize(loss_grad, np.array([1.0, 0.0]), jac=True, method="L-BFGS-B",
-                       options={"ftol": 1e-14, "gtol": 1e-10, "maxiter": 500})
+        res = minimize(
+            loss_grad,
+            np.array([1.0, 0.0]),
+            jac=True,
+            method="L-BFGS-B",
+            options={"ftol": 1e-14, "gtol": 1e-10, "maxiter": 500},
+        )
         self.a, self.b = float(res.x[0]), float(res.x[1])
         return self
 
@@ -181,7 +191,7 @@ class PlattCalibrator:
         return {"type": self.kind, "params": {"a": self.a, "b": self.b, "log_floor": LOG_FLOOR}}
 
     @classmethod
-    def from_params(cls, params: dict) -> "PlattCalibrator":
+    def from_params(cls, params: dict) -> PlattCalibrator:
         if float(params.get("log_floor", LOG_FLOOR)) != LOG_FLOOR:
             raise CalibrationFitError("Platt calibrator was stored with a different log floor")
         a, b = float(params["a"]), float(params["b"])
@@ -209,7 +219,7 @@ class IsotonicCalibrator:
         self.x_thresholds_ = x_thresholds
         self.y_thresholds_ = y_thresholds
 
-    def fit(self, probs: Any, labels: Any) -> "IsotonicCalibrator":
+    def fit(self, probs: Any, labels: Any) -> IsotonicCalibrator:
         from sklearn.isotonic import IsotonicRegression
 
         p, y = _fit_rows(probs, labels)
@@ -239,12 +249,16 @@ class IsotonicCalibrator:
     def to_dict(self) -> dict:
         if self.x_thresholds_ is None:
             raise CalibrationFitError("isotonic calibrator is not fitted")
-        return {"type": self.kind, "params": {
-            "x_thresholds": [x.tolist() for x in self.x_thresholds_],
-            "y_thresholds": [y.tolist() for y in self.y_thresholds_]}}
+        return {
+            "type": self.kind,
+            "params": {
+                "x_thresholds": [x.tolist() for x in self.x_thresholds_],
+                "y_thresholds": [y.tolist() for y in self.y_thresholds_],
+            },
+        }
 
     @classmethod
-    def from_params(cls, params: dict) -> "IsotonicCalibrator":
+    def from_params(cls, params: dict) -> IsotonicCalibrator:
         xs = [np.asarray(x, dtype=float) for x in params["x_thresholds"]]
         ys = [np.asarray(y, dtype=float) for y in params["y_thresholds"]]
         if len(xs) != len(ys) or any(len(a) != len(b) or len(a) == 0 for a, b in zip(xs, ys)):
@@ -254,8 +268,9 @@ class IsotonicCalibrator:
         return cls(xs, ys)
 
 
-CALIBRATORS: dict[str, type] = {c.kind: c for c in
-                                (IdentityCalibrator, TemperatureScaling, PlattCalibrator, IsotonicCalibrator)}
+CALIBRATORS: dict[str, type] = {
+    c.kind: c for c in (IdentityCalibrator, TemperatureScaling, PlattCalibrator, IsotonicCalibrator)
+}
 #: Methods the CLI offers (identity is the "no calibration" marker in policy files).
 METHODS = ("temperature", "isotonic", "platt")
 
@@ -265,8 +280,9 @@ def make_calibrator(method: str):
     try:
         return CALIBRATORS[method]()
     except KeyError:
-        raise CalibrationFitError(f"unknown calibration method {method!r}",
-                                  hint=f"choose one of {', '.join(CALIBRATORS)}") from None
+        raise CalibrationFitError(
+            f"unknown calibration method {method!r}", hint=f"choose one of {', '.join(CALIBRATORS)}"
+        ) from None
 
 
 def calibrator_from_dict(d: dict):
@@ -294,8 +310,16 @@ def _probs_column(probs: np.ndarray):
     return pa.ListArray.from_arrays(offsets, values, mask=pa.array(failed))
 
 
-def calibrate_run(con: Any, run_id: str, method: str, *, questions: list[str] | None = None,
-                  fit_split: str = "calibration", eval_split: str = "test", name: str | None = None) -> dict:
+def calibrate_run(
+    con: Any,
+    run_id: str,
+    method: str,
+    *,
+    questions: list[str] | None = None,
+    fit_split: str = "calibration",
+    eval_split: str = "test",
+    name: str | None = None,
+) -> dict:
     """Fit ``method`` per question on ``fit_split`` and store a calibrated view of the run.
 
     The view is a new run (``kind='calibrated'``, ``parent_run_id=run_id``) whose answers are the
@@ -310,8 +334,15 @@ def calibrate_run(con: Any, run_id: str, method: str, *, questions: list[str] | 
     from workbench.metrics.scores import log_loss
     from workbench.schema.answers import entropy, top_two
     from workbench.store.db import transaction
-    from workbench.store.runs import (create_run, get_run, load_answers, load_stored_schema, save_calibrator,
-                                      update_run, write_answers)
+    from workbench.store.runs import (
+        create_run,
+        get_run,
+        load_answers,
+        load_stored_schema,
+        save_calibrator,
+        update_run,
+        write_answers,
+    )
 
     run = get_run(con, run_id)
     schema = load_stored_schema(con, run["schema_hash"])
@@ -319,16 +350,20 @@ def calibrate_run(con: Any, run_id: str, method: str, *, questions: list[str] | 
     if method == "platt":
         not_binary = [q for q in qs if schema.questions[q].type != "noul"]
         if not_binary:
-            raise CalibrationFitError(f"Platt scaling is for yes/no questions; {', '.join(not_binary)} are not",
-                                      hint="pass --question for the yes/no questions, or use --method temperature")
+            raise CalibrationFitError(
+                f"Platt scaling is for yes/no questions; {', '.join(not_binary)} are not",
+                hint="pass --question for the yes/no questions, or use --method temperature",
+            )
     fitted, tables, summary = {}, [], {}
     for q in qs:
         ans = load_answers(con, run["run_id"], q)
         fit_rows = (ans.splits == fit_split) & ~ans.failed & (ans.labels >= 0)
         if fit_rows.sum() < 2:
-            raise CalibrationFitError(f"run {run['run_id']} has {int(fit_rows.sum())} answered, labelled items on "
-                                      f"split {fit_split!r} for question {q!r}",
-                                      hint="run the provider on the calibration split first")
+            raise CalibrationFitError(
+                f"run {run['run_id']} has {int(fit_rows.sum())} answered, labelled items on "
+                f"split {fit_split!r} for question {q!r}",
+                hint="run the provider on the calibration split first",
+            )
         cal = make_calibrator(method).fit(ans.probs[fit_rows], ans.labels[fit_rows])
         fitted[q] = cal
         new = cal.transform(ans.probs)
@@ -337,30 +372,52 @@ def calibrate_run(con: Any, run_id: str, method: str, *, questions: list[str] | 
         ev = (ans.splits == eval_split) & ok & (ans.labels >= 0)
         summary[q] = {"calibrator": cal.to_dict()["type"], "n_fit": int(fit_rows.sum()), "n_eval": int(ev.sum())}
         if ev.any():
-            summary[q].update({
-                "ece_before": top_label_ece(ans.probs[ev], ans.labels[ev]),
-                "ece_after": top_label_ece(new[ev], ans.labels[ev]),
-                "log_loss_before": log_loss(ans.probs[ev], ans.labels[ev]),
-                "log_loss_after": log_loss(new[ev], ans.labels[ev])})
+            summary[q].update(
+                {
+                    "ece_before": top_label_ece(ans.probs[ev], ans.labels[ev]),
+                    "ece_after": top_label_ece(new[ev], ans.labels[ev]),
+                    "log_loss_before": log_loss(ans.probs[ev], ans.labels[ev]),
+                    "log_loss_after": log_loss(new[ev], ans.labels[ev]),
+                }
+            )
         if method == "temperature":
             summary[q]["temperature"] = cal.temperature
         n = len(ans.item_ids)
-        tables.append(pa.table({
-            "item_id": pa.array(ans.item_ids.astype(str)), "question": pa.array([q] * n),
-            "probs": _probs_column(new),
-            "p_top": pa.array(np.where(ok, p1, np.nan), from_pandas=True),
-            "margin": pa.array(np.where(ok, p1 - p2, np.nan), from_pandas=True),
-            "entropy": pa.array(np.where(ok, entropy(np.where(ok[:, None], new, 0.0)), np.nan), from_pandas=True),
-            "failure_kind": pa.array(list(ans.failure_kind), type=pa.string()),
-            "model": pa.array([run.get("model")] * n, type=pa.string()),
-            "latency_ms": pa.array(ans.latency_ms, from_pandas=True),
-            "cost_usd": pa.array(ans.cost_usd, from_pandas=True)}))
-    new_id = create_run(con, dataset=run["dataset"], dataset_version=int(run["dataset_version"]), schema=schema,
-                        provider=run["provider"], splits=list(run["splits"]),
-                        name=name or f"{run.get('name') or run['run_id']}+{method}", model=run.get("model"),
-                        dialect=run.get("dialect"), kind="calibrated", parent_run_id=run["run_id"],
-                        params={"calibrated_from": run["run_id"], "method": method, "fit_split": fit_split},
-                        experiment=run.get("experiment"), variant=run.get("variant"), status="running")
+        tables.append(
+            pa.table(
+                {
+                    "item_id": pa.array(ans.item_ids.astype(str)),
+                    "question": pa.array([q] * n),
+                    "probs": _probs_column(new),
+                    "p_top": pa.array(np.where(ok, p1, np.nan), from_pandas=True),
+                    "margin": pa.array(np.where(ok, p1 - p2, np.nan), from_pandas=True),
+                    "entropy": pa.array(
+                        np.where(ok, entropy(np.where(ok[:, None], new, 0.0)), np.nan), from_pandas=True
+                    ),
+                    "failure_kind": pa.array(list(ans.failure_kind), type=pa.string()),
+                    "model": pa.array([run.get("model")] * n, type=pa.string()),
+                    "latency_ms": pa.array(ans.latency_ms, from_pandas=True),
+                    "cost_usd": pa.array(ans.cost_usd, from_pandas=True),
+                }
+            )
+        )
+    new_id = create_run(
+        con,
+        dataset=run["dataset"],
+        dataset_version=int(run["dataset_version"]),
+        schema=schema,
+        provider=run["provider"],
+        splits=list(run["splits"]),
+        name=name or f"{run.get('name') or run['run_id']}+{method}",
+        model=run.get("model"),
+        dialect=run.get("dialect"),
+        kind="calibrated",
+        parent_run_id=run["run_id"],
+        params={"calibrated_from": run["run_id"], "method": method, "fit_split": fit_split},
+        experiment=run.get("experiment"),
+        variant=run.get("variant"),
+        status="running",
+    )
     try:
         table = pa.concat_tables(tables)
         table = table.append_column("run_id", pa.array([new_id] * table.num_rows))
@@ -374,9 +431,15 @@ def calibrate_run(con: Any, run_id: str, method: str, *, questions: list[str] | 
             for table_name in ("answers", "calibrators", "runs"):
                 con.execute(f"DELETE FROM {table_name} WHERE run_id = ?", [new_id])
         raise
-    return {"run_id": new_id, "parent_run_id": run["run_id"], "method": method, "fit_split": fit_split,
-            "eval_split": eval_split, "questions": summary,
-            "calibrators": {q: c.to_dict() for q, c in fitted.items()}}
+    return {
+        "run_id": new_id,
+        "parent_run_id": run["run_id"],
+        "method": method,
+        "fit_split": fit_split,
+        "eval_split": eval_split,
+        "questions": summary,
+        "calibrators": {q: c.to_dict() for q, c in fitted.items()},
+    }
 
 
 def stored_calibrators(con: Any, run_id: str) -> dict[str, dict]:

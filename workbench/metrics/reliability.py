@@ -17,6 +17,7 @@ Conventions used throughout:
 Everything is vectorised: one ``searchsorted`` per score column and ``np.bincount`` per bin sum,
 so the per-bin sums can be reused by the bootstrap (see :mod:`workbench.metrics.bootstrap`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -71,8 +72,9 @@ def uniform_bin_index(y_score: np.ndarray, n_bins: int) -> np.ndarray:
     return b
 
 
-def option_bin_sums(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, chunk_rows: int = 16384
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def option_bin_sums(
+    probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, chunk_rows: int = 16384
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Equal-width bin sums of every one-vs-rest column, in one pass over row chunks.
 
     Returns ``count``, ``sum_score`` and ``sum_true``, each (k, n_bins): for option j and bin b the
@@ -88,7 +90,7 @@ def option_bin_sums(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, chu
     count = np.zeros(size)
     sum_score = np.zeros(size)
     for start in range(0, n, chunk_rows):
-        block = probs[start:start + chunk_rows]
+        block = probs[start : start + chunk_rows]
         cells = (uniform_bin_index(block, n_bins) + offsets).ravel()
         count += np.bincount(cells, minlength=size)
         sum_score += np.bincount(cells, weights=block.ravel(), minlength=size)
@@ -115,9 +117,16 @@ class BinStats:
         return float(self.count.sum())
 
 
-def bin_stats(y_true: np.ndarray, y_score: np.ndarray, n_bins: int = 15, strategy: str = "uniform", *,
-              edges: np.ndarray | None = None, bins: np.ndarray | None = None,
-              sample_weight: np.ndarray | None = None) -> BinStats:
+def bin_stats(
+    y_true: np.ndarray,
+    y_score: np.ndarray,
+    n_bins: int = 15,
+    strategy: str = "uniform",
+    *,
+    edges: np.ndarray | None = None,
+    bins: np.ndarray | None = None,
+    sample_weight: np.ndarray | None = None,
+) -> BinStats:
     """Sum scores, outcomes and counts per bin (``bins`` may be precomputed with :func:`assign_bins`)."""
     y_true = np.asarray(y_true, dtype=float)
     y_score = np.asarray(y_score, dtype=float)
@@ -176,8 +185,9 @@ def debiased_ece_from_stats(stats: BinStats) -> float:
 
 
 # -- binary measures ----------------------------------------------------------------------------
-def calibration_error(y_true: np.ndarray, y_score: np.ndarray, n_bins: int = 15, strategy: str = "uniform",
-                      norm: str = "l1") -> float:
+def calibration_error(
+    y_true: np.ndarray, y_score: np.ndarray, n_bins: int = 15, strategy: str = "uniform", norm: str = "l1"
+) -> float:
     """Binned calibration error of a binary problem.
 
     Parameters
@@ -234,18 +244,37 @@ class ReliabilityCurve:
     @property
     def ece(self) -> float:
         nz = self.count > 0
-        return float(np.sum(self.count[nz] * np.abs(self.mean_score[nz] - self.frac_true[nz])) / self.count.sum()) \
-            if nz.any() else float("nan")
+        return (
+            float(np.sum(self.count[nz] * np.abs(self.mean_score[nz] - self.frac_true[nz])) / self.count.sum())
+            if nz.any()
+            else float("nan")
+        )
 
     def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame({"bin": np.arange(len(self.count)), "lower": self.edges[:-1], "upper": self.edges[1:],
-                             "count": self.count.astype(int), "mean_score": self.mean_score,
-                             "frac_true": self.frac_true, "low": self.low, "high": self.high})
+        return pd.DataFrame(
+            {
+                "bin": np.arange(len(self.count)),
+                "lower": self.edges[:-1],
+                "upper": self.edges[1:],
+                "count": self.count.astype(int),
+                "mean_score": self.mean_score,
+                "frac_true": self.frac_true,
+                "low": self.low,
+                "high": self.high,
+            }
+        )
 
     def to_dict(self) -> dict:
-        return {"label": self.label, "strategy": self.strategy, "edges": self.edges.tolist(),
-                "count": self.count.astype(int).tolist(), "mean_score": self.mean_score.tolist(),
-                "frac_true": self.frac_true.tolist(), "low": self.low.tolist(), "high": self.high.tolist()}
+        return {
+            "label": self.label,
+            "strategy": self.strategy,
+            "edges": self.edges.tolist(),
+            "count": self.count.astype(int).tolist(),
+            "mean_score": self.mean_score.tolist(),
+            "frac_true": self.frac_true.tolist(),
+            "low": self.low.tolist(),
+            "high": self.high.tolist(),
+        }
 
 
 def curve_from_stats(stats: BinStats, strategy: str = "uniform", label: str = "") -> ReliabilityCurve:
@@ -254,8 +283,9 @@ def curve_from_stats(stats: BinStats, strategy: str = "uniform", label: str = ""
     return ReliabilityCurve(stats.edges, stats.count, s, t, low, high, strategy, label)
 
 
-def reliability_curve(y_true: np.ndarray, y_score: np.ndarray, n_bins: int = 10, strategy: str = "uniform",
-                      label: str = "") -> ReliabilityCurve:
+def reliability_curve(
+    y_true: np.ndarray, y_score: np.ndarray, n_bins: int = 10, strategy: str = "uniform", label: str = ""
+) -> ReliabilityCurve:
     """Reliability curve of a binary problem (all ``n_bins`` bins, empty ones with count 0 and NaN)."""
     return curve_from_stats(bin_stats(y_true, y_score, n_bins, strategy), strategy, label)
 
@@ -269,21 +299,24 @@ def top_label(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.nda
     return conf, (pred == np.asarray(labels)).astype(float)
 
 
-def top_label_ece(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, strategy: str = "uniform",
-                  norm: str = "l1") -> float:
+def top_label_ece(
+    probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, strategy: str = "uniform", norm: str = "l1"
+) -> float:
     """Top-label ECE (``norm="l1"``), MCE (``"max"``) or debiased L2 CE (``"debiased"``), in [0, 1]."""
     conf, correct = top_label(probs, labels)
     return calibration_error(correct, conf, n_bins, strategy, norm)
 
 
-def top_label_reliability_curve(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15,
-                                strategy: str = "uniform") -> ReliabilityCurve:
+def top_label_reliability_curve(
+    probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, strategy: str = "uniform"
+) -> ReliabilityCurve:
     conf, correct = top_label(probs, labels)
     return reliability_curve(correct, conf, n_bins, strategy, label="top-label")
 
 
-def classwise_stats(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15,
-                    strategy: str = "uniform", sums: tuple | None = None) -> list[BinStats]:
+def classwise_stats(
+    probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, strategy: str = "uniform", sums: tuple | None = None
+) -> list[BinStats]:
     """One :class:`BinStats` per option (one-vs-rest).
 
     Equal-width bins come from one chunked pass (:func:`option_bin_sums`, or ``sums`` already
@@ -303,12 +336,18 @@ def classwise_ece(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, strat
     return float(np.mean([ece_from_stats(s) for s in classwise_stats(probs, labels, n_bins, strategy)]))
 
 
-def classwise_reliability_curves(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | None = None,
-                                 n_bins: int = 15, strategy: str = "uniform") -> list[ReliabilityCurve]:
+def classwise_reliability_curves(
+    probs: np.ndarray,
+    labels: np.ndarray,
+    option_ids: list[str] | None = None,
+    n_bins: int = 15,
+    strategy: str = "uniform",
+) -> list[ReliabilityCurve]:
     k = np.asarray(probs).shape[1]
     names = option_ids or [str(j) for j in range(k)]
-    return [curve_from_stats(s, strategy, names[j])
-            for j, s in enumerate(classwise_stats(probs, labels, n_bins, strategy))]
+    return [
+        curve_from_stats(s, strategy, names[j]) for j, s in enumerate(classwise_stats(probs, labels, n_bins, strategy))
+    ]
 
 
 # -- smooth ECE (Błasiok & Nakkiran 2024) -------------------------------------------------------
@@ -323,8 +362,9 @@ def _linear_binning(x: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     pos = np.clip(x, 0.0, 1.0) * (size - 1)
     lo = np.minimum(pos.astype(np.int64), size - 2)
     frac = pos - lo
-    return (np.bincount(lo, weights=(1.0 - frac) * values, minlength=size)
-            + np.bincount(lo + 1, weights=frac * values, minlength=size))
+    return np.bincount(lo, weights=(1.0 - frac) * values, minlength=size) + np.bincount(
+        lo + 1, weights=frac * values, minlength=size
+    )
 
 
 def _reflected_gaussian_smooth(binned: np.ndarray, sigma: float) -> np.ndarray:
@@ -338,14 +378,19 @@ def _reflected_gaussian_smooth(binned: np.ndarray, sigma: float) -> np.ndarray:
     half = int(min(size - 1, np.ceil(6.0 * sigma / h)))  # the kernel is negligible beyond 6 sigma
     offsets = np.arange(-half, half + 1) * h
     kernel = np.exp(-0.5 * (offsets / sigma) ** 2)
-    left = binned[1:half + 1][::-1]  # mirror image across 0 (the point 0 itself is not duplicated)
-    right = binned[-half - 1:-1][::-1]  # mirror image across 1
+    left = binned[1 : half + 1][::-1]  # mirror image across 0 (the point 0 itself is not duplicated)
+    right = binned[-half - 1 : -1][::-1]  # mirror image across 1
     extended = np.concatenate([left, binned, right])
     return np.convolve(extended, kernel, mode="valid")
 
 
-def _smooth_parts(y_true: np.ndarray, y_score: np.ndarray, sigma: float, cache: dict | None = None,
-                  sample_weight: np.ndarray | None = None):
+def _smooth_parts(
+    y_true: np.ndarray,
+    y_score: np.ndarray,
+    sigma: float,
+    cache: dict | None = None,
+    sample_weight: np.ndarray | None = None,
+):
     size = _grid_size(sigma)
     if cache is not None and size in cache:
         b_res, b_one = cache[size]
@@ -358,8 +403,13 @@ def _smooth_parts(y_true: np.ndarray, y_score: np.ndarray, sigma: float, cache: 
     return _reflected_gaussian_smooth(b_res, sigma), _reflected_gaussian_smooth(b_one, sigma)
 
 
-def smooth_ece_sigma(y_true: np.ndarray, y_score: np.ndarray, sigma: float, _cache: dict | None = None,
-                     sample_weight: np.ndarray | None = None) -> float:
+def smooth_ece_sigma(
+    y_true: np.ndarray,
+    y_score: np.ndarray,
+    sigma: float,
+    _cache: dict | None = None,
+    sample_weight: np.ndarray | None = None,
+) -> float:
     """smECE at a fixed bandwidth ``sigma``: ∫|r̂_σ(t)| δ̂_σ(t) dt / ∫ δ̂_σ(t) dt.
 
     r̂_σ is the kernel regression of the residual (score − outcome) on the score and δ̂_σ the kernel
@@ -432,17 +482,27 @@ class SmoothReliabilityCurve:
         return pd.DataFrame({"score": self.mesh, "frac_true": self.curve, "density": self.density})
 
     def to_dict(self) -> dict:
-        return {"label": self.label, "sigma": self.sigma, "smece": self.smece, "mesh": self.mesh.tolist(),
-                "frac_true": self.curve.tolist(), "density": self.density.tolist()}
+        return {
+            "label": self.label,
+            "sigma": self.sigma,
+            "smece": self.smece,
+            "mesh": self.mesh.tolist(),
+            "frac_true": self.curve.tolist(),
+            "density": self.density.tolist(),
+        }
 
 
-def smooth_reliability_curve(y_true: np.ndarray, y_score: np.ndarray, sigma: float | None = None,
-                             n_mesh: int = 201, label: str = "") -> SmoothReliabilityCurve:
+def smooth_reliability_curve(
+    y_true: np.ndarray, y_score: np.ndarray, sigma: float | None = None, n_mesh: int = 201, label: str = ""
+) -> SmoothReliabilityCurve:
     """Kernel-smoothed reliability curve (bandwidth = the smECE fixed point unless given)."""
     y_true = np.asarray(y_true, dtype=float)
     y_score = np.asarray(y_score, dtype=float)
-    value, s = smooth_ece(y_true, y_score, return_sigma=True) if sigma is None \
+    value, s = (
+        smooth_ece(y_true, y_score, return_sigma=True)
+        if sigma is None
         else (smooth_ece_sigma(y_true, y_score, sigma), sigma)
+    )
     s_res, s_one = _smooth_parts(y_true, y_score, s)
     grid = np.linspace(0.0, 1.0, s_one.size)
     mesh = np.linspace(0.0, 1.0, n_mesh)

@@ -16,10 +16,12 @@ and a resample (which duplicates items) is more so, so for small calibration err
 ECE in particular — the interval can sit just above the plug-in estimate; ``debiased_ece`` is the
 estimator that corrects for this bias.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -86,20 +88,41 @@ class QuestionReport:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per metric: question, type, metric, estimate, low, high, n."""
-        rows = [{"question": self.question, "type": self.qtype, "metric": name, "estimate": iv.estimate,
-                 "low": iv.low, "high": iv.high, "n": self.counts.get("n_labelled")}
-                for name, iv in self.metrics.items()]
+        rows = [
+            {
+                "question": self.question,
+                "type": self.qtype,
+                "metric": name,
+                "estimate": iv.estimate,
+                "low": iv.low,
+                "high": iv.high,
+                "n": self.counts.get("n_labelled"),
+            }
+            for name, iv in self.metrics.items()
+        ]
         if self.decomposition is not None:
             for part in ("reliability", "resolution", "uncertainty"):
-                rows.append({"question": self.question, "type": self.qtype, "metric": f"brier_{part}",
-                             "estimate": getattr(self.decomposition, part), "low": np.nan, "high": np.nan,
-                             "n": self.counts.get("n_labelled")})
+                rows.append(
+                    {
+                        "question": self.question,
+                        "type": self.qtype,
+                        "metric": f"brier_{part}",
+                        "estimate": getattr(self.decomposition, part),
+                        "low": np.nan,
+                        "high": np.nan,
+                        "n": self.counts.get("n_labelled"),
+                    }
+                )
         return pd.DataFrame(rows, columns=["question", "type", "metric", "estimate", "low", "high", "n"])
 
     def to_dict(self) -> dict:
         return {
-            "question": self.question, "type": self.qtype, "options": self.option_ids, "counts": self.counts,
-            "params": self.params, "metrics": {k: v.to_dict() for k, v in self.metrics.items()},
+            "question": self.question,
+            "type": self.qtype,
+            "options": self.option_ids,
+            "counts": self.counts,
+            "params": self.params,
+            "metrics": {k: v.to_dict() for k, v in self.metrics.items()},
             "brier_decomposition": self.decomposition.to_dict() if self.decomposition else None,
             "reliability": {k: v.to_dict() for k, v in self.curves.items()},
             "smooth_reliability": {k: v.to_dict() for k, v in self.smooth.items()},
@@ -117,8 +140,13 @@ class _Bins:
     no cancellation), and all binnings share one gather of the weights into sorted order.
     """
 
-    def __init__(self, y_true: np.ndarray, y_score: np.ndarray, n_bins: int,
-                 strategies: tuple[str, ...] = ("uniform", "quantile")):
+    def __init__(
+        self,
+        y_true: np.ndarray,
+        y_score: np.ndarray,
+        n_bins: int,
+        strategies: tuple[str, ...] = ("uniform", "quantile"),
+    ):
         s = np.asarray(y_score, dtype=float)
         self.order = np.argsort(s, kind="stable")
         self.s = s[self.order]
@@ -145,8 +173,12 @@ class _Bins:
         else:
             ws = np.take(w, self.order)
             wss, wsy = ws * self.s, ws * self.y
-        return [rel.BinStats(edges, self._segment_sums(ws, ne, st), self._segment_sums(wss, ne, st),
-                             self._segment_sums(wsy, ne, st)) for edges, ne, st in self.binnings]
+        return [
+            rel.BinStats(
+                edges, self._segment_sums(ws, ne, st), self._segment_sums(wss, ne, st), self._segment_sums(wsy, ne, st)
+            )
+            for edges, ne, st in self.binnings
+        ]
 
 
 class _Ranks:
@@ -207,8 +239,9 @@ def _label_rank(p: np.ndarray, y: np.ndarray) -> np.ndarray:
     return rank
 
 
-def _split_rows(probs: np.ndarray, labels: np.ndarray, failure_kinds: Iterable | None,
-                exclude: np.ndarray | None) -> tuple[np.ndarray, dict]:
+def _split_rows(
+    probs: np.ndarray, labels: np.ndarray, failure_kinds: Iterable | None, exclude: np.ndarray | None
+) -> tuple[np.ndarray, dict]:
     """Mask of rows that enter metrics, and the counts that explain the rest."""
     probs = np.asarray(probs, dtype=float)
     labels = np.asarray(labels)
@@ -223,10 +256,16 @@ def _split_rows(probs: np.ndarray, labels: np.ndarray, failure_kinds: Iterable |
     elif failed.any():
         kinds = {"unknown": int(failed.sum())}
     n = len(labels)
-    counts = {"n_attempted": n, "n_answered": int((~failed).sum()), "n_failed": int(failed.sum()),
-              "n_labelled": int(keep.sum()), "n_unlabelled": int(((labels < 0) & ~failed).sum()),
-              "n_excluded": int((excluded & ~failed & (labels >= 0)).sum()),
-              "coverage": float((~failed).mean()) if n else float("nan"), "failures_by_kind": kinds}
+    counts = {
+        "n_attempted": n,
+        "n_answered": int((~failed).sum()),
+        "n_failed": int(failed.sum()),
+        "n_labelled": int(keep.sum()),
+        "n_unlabelled": int(((labels < 0) & ~failed).sum()),
+        "n_excluded": int((excluded & ~failed & (labels >= 0)).sum()),
+        "coverage": float((~failed).mean()) if n else float("nan"),
+        "failures_by_kind": kinds,
+    }
     return keep, counts
 
 
@@ -236,8 +275,9 @@ def _intervals(stats: Callable, n: int, n_boot: int, seed: int, level: float) ->
     return bootstrap_many(stats, n, n_boot=n_boot, seed=seed, level=level)
 
 
-def _smooth_interval(y: np.ndarray, s: np.ndarray, n_boot: int, seed: int, level: float,
-                     label: str) -> tuple[Interval, rel.SmoothReliabilityCurve]:
+def _smooth_interval(
+    y: np.ndarray, s: np.ndarray, n_boot: int, seed: int, level: float, label: str
+) -> tuple[Interval, rel.SmoothReliabilityCurve]:
     curve = rel.smooth_reliability_curve(y, s, label=label)
     iv = Interval(curve.smece, level=level)
     if 0 < y.size <= SMECE_BOOT_LIMIT and n_boot:
@@ -252,10 +292,22 @@ def _smooth_interval(y: np.ndarray, s: np.ndarray, n_boot: int, seed: int, level
 
 
 # -- choice ---------------------------------------------------------------------------------------
-def choice_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | None = None, *,
-                  question: str = "", n_bins: int = 15, n_boot: int = 200, seed: int = 0, level: float = 0.95,
-                  accept: np.ndarray | None = None, failure_kinds: Iterable | None = None,
-                  exclude: np.ndarray | None = None, smooth: bool = True, qtype: str = "choice") -> QuestionReport:
+def choice_report(
+    probs: np.ndarray,
+    labels: np.ndarray,
+    option_ids: list[str] | None = None,
+    *,
+    question: str = "",
+    n_bins: int = 15,
+    n_boot: int = 200,
+    seed: int = 0,
+    level: float = 0.95,
+    accept: np.ndarray | None = None,
+    failure_kinds: Iterable | None = None,
+    exclude: np.ndarray | None = None,
+    smooth: bool = True,
+    qtype: str = "choice",
+) -> QuestionReport:
     """Report of a choice question.
 
     Parameters
@@ -291,11 +343,18 @@ def choice_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] |
         su, sq = top.stats(w)
         total = float(n) if w is None else float(w.sum())
         cm = np.bincount(cm_cell, weights=w, minlength=k * k).reshape(k, k)
-        out = {"accuracy": float(su.sum_true.sum() / total), "macro_f1": macro_f1_from_matrix(cm),
-               "top_2_accuracy": _wmean(in_top2, w, total), "top_3_accuracy": _wmean(in_top3, w, total),
-               "log_loss": _wmean(ll, w, total), "brier": _wmean(ib, w, total),
-               "ece_uniform": rel.ece_from_stats(su), "ece_quantile": rel.ece_from_stats(sq),
-               "mce_uniform": rel.mce_from_stats(su), "debiased_ece": rel.debiased_ece_from_stats(sq)}
+        out = {
+            "accuracy": float(su.sum_true.sum() / total),
+            "macro_f1": macro_f1_from_matrix(cm),
+            "top_2_accuracy": _wmean(in_top2, w, total),
+            "top_3_accuracy": _wmean(in_top3, w, total),
+            "log_loss": _wmean(ll, w, total),
+            "brier": _wmean(ib, w, total),
+            "ece_uniform": rel.ece_from_stats(su),
+            "ece_quantile": rel.ece_from_stats(sq),
+            "mce_uniform": rel.mce_from_stats(su),
+            "debiased_ece": rel.debiased_ece_from_stats(sq),
+        }
         if k <= 2:
             out.pop("top_2_accuracy")
         if k <= 3:
@@ -305,19 +364,26 @@ def choice_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] |
     report.metrics = _intervals(stats, n, n_boot, seed, level)
     if smooth:
         report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
-            correct.astype(float), conf, n_boot, seed, level, "top-label")
+            correct.astype(float), conf, n_boot, seed, level, "top-label"
+        )
     sums = rel.option_bin_sums(p, y, n_bins)  # shared by class-wise ECE and the Brier decomposition
     cw = rel.classwise_stats(p, y, n_bins, "uniform", sums=sums)
     report.metrics["classwise_ece"] = Interval(float(np.mean([rel.ece_from_stats(s) for s in cw])), level=level)
     if n * k <= CLASSWISE_BOOT_LIMIT and n_boot:
         col_bins = [_Bins((y == j), p[:, j], n_bins, ("uniform",)) for j in range(k)]
-        iv = _intervals(lambda w: {"classwise_ece": float(np.mean([rel.ece_from_stats(b.stats(w)[0])
-                                                                    for b in col_bins]))},
-                        n, n_boot, seed, level)
+        iv = _intervals(
+            lambda w: {"classwise_ece": float(np.mean([rel.ece_from_stats(b.stats(w)[0]) for b in col_bins]))},
+            n,
+            n_boot,
+            seed,
+            level,
+        )
         report.metrics["classwise_ece"] = iv["classwise_ece"]
     su, sq = top.stats(None)
-    report.curves = {"top_label_uniform": rel.curve_from_stats(su, "uniform", "top-label"),
-                     "top_label_quantile": rel.curve_from_stats(sq, "quantile", "top-label")}
+    report.curves = {
+        "top_label_uniform": rel.curve_from_stats(su, "uniform", "top-label"),
+        "top_label_quantile": rel.curve_from_stats(sq, "quantile", "top-label"),
+    }
     report.classwise = [rel.curve_from_stats(s, "uniform", opts[j]) for j, s in enumerate(cw)]
     report.decomposition = sc.brier_decomposition(p, y, n_bins, bin_sums=sums)
     acc = None if accept is None else np.asarray(accept, bool)[keep]
@@ -326,10 +392,21 @@ def choice_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] |
 
 
 # -- yes/no -----------------------------------------------------------------------------------------
-def noul_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | None = None, *,
-                question: str = "", n_bins: int = 15, n_boot: int = 200, seed: int = 0, level: float = 0.95,
-                accept: np.ndarray | None = None, failure_kinds: Iterable | None = None,
-                exclude: np.ndarray | None = None, smooth: bool = True) -> QuestionReport:
+def noul_report(
+    probs: np.ndarray,
+    labels: np.ndarray,
+    option_ids: list[str] | None = None,
+    *,
+    question: str = "",
+    n_bins: int = 15,
+    n_boot: int = 200,
+    seed: int = 0,
+    level: float = 0.95,
+    accept: np.ndarray | None = None,
+    failure_kinds: Iterable | None = None,
+    exclude: np.ndarray | None = None,
+    smooth: bool = True,
+) -> QuestionReport:
     """Report of a yes/no question: ``probs`` (n, 2) in the order (yes, no), labels 0 = yes, 1 = no.
 
     The positive class of the binary metrics (Brier, ECE of P(yes), ROC-AUC, PR-AUC) is "yes".
@@ -361,25 +438,39 @@ def noul_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | N
         tu, tq = top_bins.stats(w)
         auc, ap = ranks.auc_ap(w)
         cm = np.bincount(cm_cell, weights=w, minlength=4).reshape(2, 2)
-        return {"accuracy": _wmean(correct.astype(float), w), "macro_f1": macro_f1_from_matrix(cm),
-                "log_loss": _wmean(ll, w), "brier": _wmean(sq_err, w), "roc_auc": auc, "pr_auc": ap,
-                "ece_yes_uniform": rel.ece_from_stats(su), "ece_yes_quantile": rel.ece_from_stats(sq),
-                "mce_yes_uniform": rel.mce_from_stats(su), "debiased_ece_yes": rel.debiased_ece_from_stats(sq),
-                "ece_uniform": rel.ece_from_stats(tu), "ece_quantile": rel.ece_from_stats(tq),
-                "mce_uniform": rel.mce_from_stats(tu), "debiased_ece": rel.debiased_ece_from_stats(tq)}
+        return {
+            "accuracy": _wmean(correct.astype(float), w),
+            "macro_f1": macro_f1_from_matrix(cm),
+            "log_loss": _wmean(ll, w),
+            "brier": _wmean(sq_err, w),
+            "roc_auc": auc,
+            "pr_auc": ap,
+            "ece_yes_uniform": rel.ece_from_stats(su),
+            "ece_yes_quantile": rel.ece_from_stats(sq),
+            "mce_yes_uniform": rel.mce_from_stats(su),
+            "debiased_ece_yes": rel.debiased_ece_from_stats(sq),
+            "ece_uniform": rel.ece_from_stats(tu),
+            "ece_quantile": rel.ece_from_stats(tq),
+            "mce_uniform": rel.mce_from_stats(tu),
+            "debiased_ece": rel.debiased_ece_from_stats(tq),
+        }
 
     report.metrics = _intervals(stats, n, n_boot, seed, level)
     if smooth:
         report.metrics["smece_yes"], report.smooth["p_yes"] = _smooth_interval(
-            y.astype(float), s, n_boot, seed, level, "P(yes)")
+            y.astype(float), s, n_boot, seed, level, "P(yes)"
+        )
         report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
-            correct.astype(float), conf, n_boot, seed, level, "top-label")
+            correct.astype(float), conf, n_boot, seed, level, "top-label"
+        )
     su, sq = yes_bins.stats(None)
     tu, tq = top_bins.stats(None)
-    report.curves = {"p_yes_uniform": rel.curve_from_stats(su, "uniform", "P(yes)"),
-                     "p_yes_quantile": rel.curve_from_stats(sq, "quantile", "P(yes)"),
-                     "top_label_uniform": rel.curve_from_stats(tu, "uniform", "top-label"),
-                     "top_label_quantile": rel.curve_from_stats(tq, "quantile", "top-label")}
+    report.curves = {
+        "p_yes_uniform": rel.curve_from_stats(su, "uniform", "P(yes)"),
+        "p_yes_quantile": rel.curve_from_stats(sq, "quantile", "P(yes)"),
+        "top_label_uniform": rel.curve_from_stats(tu, "uniform", "top-label"),
+        "top_label_quantile": rel.curve_from_stats(tq, "quantile", "top-label"),
+    }
     report.decomposition = sc.binary_brier_decomposition(y, s, n_bins)
     acc = None if accept is None else np.asarray(accept, bool)[keep]
     report.confusion = confusion_result(lab, pred, list(opts), acc)
@@ -387,10 +478,21 @@ def noul_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | N
 
 
 # -- score (ordinal) ------------------------------------------------------------------------------
-def score_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | None = None, *,
-                 question: str = "", n_bins: int = 15, n_boot: int = 200, seed: int = 0, level: float = 0.95,
-                 accept: np.ndarray | None = None, failure_kinds: Iterable | None = None,
-                 exclude: np.ndarray | None = None, smooth: bool = True) -> QuestionReport:
+def score_report(
+    probs: np.ndarray,
+    labels: np.ndarray,
+    option_ids: list[str] | None = None,
+    *,
+    question: str = "",
+    n_bins: int = 15,
+    n_boot: int = 200,
+    seed: int = 0,
+    level: float = 0.95,
+    accept: np.ndarray | None = None,
+    failure_kinds: Iterable | None = None,
+    exclude: np.ndarray | None = None,
+    smooth: bool = True,
+) -> QuestionReport:
     """Report of an ordinal question: option j is level j (lowest first).
 
     Adds RPS, MAE of the expected level, quadratic weighted kappa, within-one accuracy and the
@@ -428,31 +530,46 @@ def score_report(probs: np.ndarray, labels: np.ndarray, option_ids: list[str] | 
         expected = np.outer(cm.sum(axis=1), cm.sum(axis=0)) / total
         denom = float(np.sum(qw * expected))
         tu, tq = top_bins.stats(w)
-        return {"accuracy": _wmean(correct.astype(float), w), "within_one_accuracy": _wmean(within, w),
-                "mae_expected_level": _wmean(abs_err, w), "rps": _wmean(rps, w),
-                "qwk": float(1.0 - np.sum(qw * cm) / denom) if denom > 0 else float("nan"),
-                "macro_f1": macro_f1_from_matrix(cm), "log_loss": _wmean(ll, w), "brier": _wmean(ib, w),
-                "ece_uniform": rel.ece_from_stats(tu), "ece_quantile": rel.ece_from_stats(tq),
-                "mce_uniform": rel.mce_from_stats(tu), "debiased_ece": rel.debiased_ece_from_stats(tq),
-                "cumulative_ece": float(np.mean([rel.ece_from_stats(b.stats(w)[0]) for b in cum]))}
+        return {
+            "accuracy": _wmean(correct.astype(float), w),
+            "within_one_accuracy": _wmean(within, w),
+            "mae_expected_level": _wmean(abs_err, w),
+            "rps": _wmean(rps, w),
+            "qwk": float(1.0 - np.sum(qw * cm) / denom) if denom > 0 else float("nan"),
+            "macro_f1": macro_f1_from_matrix(cm),
+            "log_loss": _wmean(ll, w),
+            "brier": _wmean(ib, w),
+            "ece_uniform": rel.ece_from_stats(tu),
+            "ece_quantile": rel.ece_from_stats(tq),
+            "mce_uniform": rel.mce_from_stats(tu),
+            "debiased_ece": rel.debiased_ece_from_stats(tq),
+            "cumulative_ece": float(np.mean([rel.ece_from_stats(b.stats(w)[0]) for b in cum])),
+        }
 
     report.metrics = _intervals(stats, n, n_boot, seed, level)
     if smooth:
         report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
-            correct.astype(float), conf, n_boot, seed, level, "top-label")
+            correct.astype(float), conf, n_boot, seed, level, "top-label"
+        )
     tu, tq = top_bins.stats(None)
-    report.curves = {"top_label_uniform": rel.curve_from_stats(tu, "uniform", "top-label"),
-                     "top_label_quantile": rel.curve_from_stats(tq, "quantile", "top-label")}
-    report.classwise = [rel.curve_from_stats(b.stats(None)[0], "uniform", f"P(level >= {opts[j]})")
-                        for j, b in zip(range(1, k), cum)]
+    report.curves = {
+        "top_label_uniform": rel.curve_from_stats(tu, "uniform", "top-label"),
+        "top_label_quantile": rel.curve_from_stats(tq, "quantile", "top-label"),
+    }
+    report.classwise = [
+        rel.curve_from_stats(b.stats(None)[0], "uniform", f"P(level >= {opts[j]})") for j, b in zip(range(1, k), cum)
+    ]
     report.decomposition = sc.brier_decomposition(p, y, n_bins)
     acc = None if accept is None else np.asarray(accept, bool)[keep]
     report.confusion = confusion_result(y, pred, list(opts), acc)
     return report
 
 
-REPORTERS: dict[str, Callable[..., QuestionReport]] = {"choice": choice_report, "noul": noul_report,
-                                                       "score": score_report}
+REPORTERS: dict[str, Callable[..., QuestionReport]] = {
+    "choice": choice_report,
+    "noul": noul_report,
+    "score": score_report,
+}
 
 
 def question_report(answers: Any, *, exclude_items: Iterable[str] | None = None, **kwargs: Any) -> QuestionReport:
@@ -460,8 +577,15 @@ def question_report(answers: Any, *, exclude_items: Iterable[str] | None = None,
     exclude = None
     if exclude_items is not None:
         exclude = np.isin(answers.item_ids.astype(str), np.asarray(list(exclude_items), dtype=str))
-    return REPORTERS[answers.qtype](answers.probs, answers.labels, answers.option_ids, question=answers.question,
-                                    failure_kinds=answers.failure_kind, exclude=exclude, **kwargs)
+    return REPORTERS[answers.qtype](
+        answers.probs,
+        answers.labels,
+        answers.option_ids,
+        question=answers.question,
+        failure_kinds=answers.failure_kind,
+        exclude=exclude,
+        **kwargs,
+    )
 
 
 # -- runs -------------------------------------------------------------------------------------------
@@ -472,13 +596,16 @@ class RunReport:
     run: dict
     split: str | None
     questions: list[QuestionReport]
-    before: "RunReport | None" = None
+    before: RunReport | None = None
     calibrators: dict = field(default_factory=dict)
 
     def to_frame(self) -> pd.DataFrame:
         frames = [q.to_frame() for q in self.questions]
-        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-            columns=["question", "type", "metric", "estimate", "low", "high", "n"])
+        df = (
+            pd.concat(frames, ignore_index=True)
+            if frames
+            else pd.DataFrame(columns=["question", "type", "metric", "estimate", "low", "high", "n"])
+        )
         df.insert(0, "provider", self.run.get("provider"))
         df.insert(0, "run_id", self.run.get("run_id"))
         if self.before is not None:
@@ -487,19 +614,45 @@ class RunReport:
         return df
 
     def to_dict(self) -> dict:
-        return {"run": self.run, "split": self.split, "questions": {q.question: q.to_dict() for q in self.questions},
-                "calibrators": self.calibrators,
-                "before": self.before.to_dict() if self.before is not None else None}
+        return {
+            "run": self.run,
+            "split": self.split,
+            "questions": {q.question: q.to_dict() for q in self.questions},
+            "calibrators": self.calibrators,
+            "before": self.before.to_dict() if self.before is not None else None,
+        }
 
 
-_RUN_FIELDS = ("run_id", "name", "kind", "parent_run_id", "dataset", "dataset_version", "provider", "model",
-               "status", "schema_hash", "experiment", "variant")
+_RUN_FIELDS = (
+    "run_id",
+    "name",
+    "kind",
+    "parent_run_id",
+    "dataset",
+    "dataset_version",
+    "provider",
+    "model",
+    "status",
+    "schema_hash",
+    "experiment",
+    "variant",
+)
 
 
-def report_run(con: Any, run_id: str, question: str | None = None, split: str | None = "test", *,
-               n_bins: int = 15, n_boot: int = 200, seed: int = 0, level: float = 0.95,
-               exclude_items: dict[str, Iterable[str]] | None = None, with_before: bool = True,
-               smooth: bool = True) -> RunReport:
+def report_run(
+    con: Any,
+    run_id: str,
+    question: str | None = None,
+    split: str | None = "test",
+    *,
+    n_bins: int = 15,
+    n_boot: int = 200,
+    seed: int = 0,
+    level: float = 0.95,
+    exclude_items: dict[str, Iterable[str]] | None = None,
+    with_before: bool = True,
+    smooth: bool = True,
+) -> RunReport:
     """Load a run's answers (``split=None`` or ``"all"``: every split) and report each question.
 
     ``exclude_items`` maps a question to item ids left out (suspected label errors). For a
@@ -514,14 +667,34 @@ def report_run(con: Any, run_id: str, question: str | None = None, split: str | 
     reports = []
     for q in questions:
         answers = load_answers(con, run["run_id"], q, splits)
-        reports.append(question_report(answers, exclude_items=(exclude_items or {}).get(q), n_bins=n_bins,
-                                       n_boot=n_boot, seed=seed, level=level, smooth=smooth))
+        reports.append(
+            question_report(
+                answers,
+                exclude_items=(exclude_items or {}).get(q),
+                n_bins=n_bins,
+                n_boot=n_boot,
+                seed=seed,
+                level=level,
+                smooth=smooth,
+            )
+        )
     info = {k: run.get(k) for k in _RUN_FIELDS}
     before = None
     calibrators = {}
     if with_before and run.get("kind") == "calibrated" and run.get("parent_run_id"):
-        before = report_run(con, run["parent_run_id"], question, split, n_bins=n_bins, n_boot=n_boot, seed=seed,
-                            level=level, exclude_items=exclude_items, with_before=False, smooth=smooth)
+        before = report_run(
+            con,
+            run["parent_run_id"],
+            question,
+            split,
+            n_bins=n_bins,
+            n_boot=n_boot,
+            seed=seed,
+            level=level,
+            exclude_items=exclude_items,
+            with_before=False,
+            smooth=smooth,
+        )
         from workbench.metrics.recalibrate import stored_calibrators
 
         calibrators = stored_calibrators(con, run["run_id"])

@@ -6,6 +6,7 @@ optional ``sample_weight`` (n,) so the bootstrap can reuse it with resampling co
 
 Ordinal ("score") metrics treat option j as level j (lowest first).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -116,13 +117,22 @@ class BrierDecomposition:
     uncertainty: float
 
     def to_dict(self) -> dict:
-        return {"brier": self.brier, "reliability": self.reliability, "resolution": self.resolution,
-                "uncertainty": self.uncertainty}
+        return {
+            "brier": self.brier,
+            "reliability": self.reliability,
+            "resolution": self.resolution,
+            "uncertainty": self.uncertainty,
+        }
 
 
-def brier_decomposition(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15,
-                        sample_weight: np.ndarray | None = None, *, bin_sums: tuple | None = None
-                        ) -> BrierDecomposition:
+def brier_decomposition(
+    probs: np.ndarray,
+    labels: np.ndarray,
+    n_bins: int = 15,
+    sample_weight: np.ndarray | None = None,
+    *,
+    bin_sums: tuple | None = None,
+) -> BrierDecomposition:
     """Reliability − resolution + uncertainty of the multiclass Brier score (see :class:`BrierDecomposition`).
 
     Unweighted, the (option, bin) sums come from one chunked pass over the matrix
@@ -154,8 +164,9 @@ def brier_decomposition(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15,
     return BrierDecomposition(brier, brier - brier_recal, uncertainty - brier_recal, uncertainty)
 
 
-def binary_brier_decomposition(y_true: np.ndarray, y_score: np.ndarray, n_bins: int = 15,
-                               sample_weight: np.ndarray | None = None) -> BrierDecomposition:
+def binary_brier_decomposition(
+    y_true: np.ndarray, y_score: np.ndarray, n_bins: int = 15, sample_weight: np.ndarray | None = None
+) -> BrierDecomposition:
     """The same decomposition for the binary Brier score (mean (y_score − y_true)², in [0, 1])."""
     y = np.asarray(y_true, dtype=float)
     s = np.asarray(y_score, dtype=float)
@@ -226,8 +237,9 @@ def within_one_accuracy(probs: np.ndarray, labels: np.ndarray, sample_weight: np
     return _wmean((np.abs(np.asarray(probs).argmax(axis=1) - np.asarray(labels)) <= 1).astype(float), sample_weight)
 
 
-def quadratic_weighted_kappa(labels: np.ndarray, predicted: np.ndarray, k: int,
-                             sample_weight: np.ndarray | None = None) -> float:
+def quadratic_weighted_kappa(
+    labels: np.ndarray, predicted: np.ndarray, k: int, sample_weight: np.ndarray | None = None
+) -> float:
     """Cohen's kappa with quadratic weights (j − l)²/(k − 1)² between label and predicted level.
 
     1 − Σ W·O / Σ W·E, with O the observed confusion matrix and E the outer product of its

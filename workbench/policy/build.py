@@ -3,10 +3,11 @@
 This is the workbench side (store, calibrator fitting, threshold selection); production code only
 needs :mod:`workbench.policy.runtime`.
 """
+
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -16,12 +17,14 @@ from workbench.policy.model import (
     CalibratorSpec,
     DatasetSpec,
     Objective,
-    Policy as PolicyModel,
     QuestionPolicy,
     SchemaSpec,
     Source,
     TestMetrics,
     Validity,
+)
+from workbench.policy.model import (
+    Policy as PolicyModel,
 )
 from workbench.thresholds.choose import ThresholdOptions, ThresholdResult, choose_thresholds
 
@@ -29,9 +32,23 @@ from workbench.thresholds.choose import ThresholdOptions, ThresholdResult, choos
 def _objective(res: ThresholdResult) -> Objective:
     sel = res.selection
     g = sel.guarantee or {}
-    details = {k: v for k, v in g.items() if k not in {
-        "alpha", "delta", "method", "per_class", "class_correction", "n_calibration", "n_accepted_calibration",
-        "certified_bound", "risk_upper_bound", "expected_coverage"}}
+    details = {
+        k: v
+        for k, v in g.items()
+        if k
+        not in {
+            "alpha",
+            "delta",
+            "method",
+            "per_class",
+            "class_correction",
+            "n_calibration",
+            "n_accepted_calibration",
+            "certified_bound",
+            "risk_upper_bound",
+            "expected_coverage",
+        }
+    }
     if sel.cost:
         details["cost"] = sel.cost
     if sel.target:
@@ -43,25 +60,48 @@ def _objective(res: ThresholdResult) -> Objective:
     if "classes" in details:  # option ids rather than indices
         details["classes"] = {res.option_ids[int(k)]: v for k, v in details["classes"].items()}
     return Objective(
-        kind=res.options.objective, certified=sel.certified, feasible=sel.feasible,
-        alpha=g.get("alpha"), delta=g.get("delta"), method=g.get("method"), per_class=bool(g.get("per_class")),
-        class_correction=g.get("class_correction"), n_calibration=sel.calibration.get("n_items"),
-        n_calibrator_fit=res.n_calibrator_fit, n_accepted_calibration=sel.calibration.get("n_accepted"),
-        certified_bound=g.get("certified_bound"), risk_upper_bound=g.get("risk_upper_bound"),
+        kind=res.options.objective,
+        certified=sel.certified,
+        feasible=sel.feasible,
+        alpha=g.get("alpha"),
+        delta=g.get("delta"),
+        method=g.get("method"),
+        per_class=bool(g.get("per_class")),
+        class_correction=g.get("class_correction"),
+        n_calibration=sel.calibration.get("n_items"),
+        n_calibrator_fit=res.n_calibrator_fit,
+        n_accepted_calibration=sel.calibration.get("n_accepted"),
+        certified_bound=g.get("certified_bound"),
+        risk_upper_bound=g.get("risk_upper_bound"),
         expected_coverage=g.get("expected_coverage", sel.calibration.get("coverage")),
-        calibration_error=sel.calibration.get("error_rate"), details=details)
+        calibration_error=sel.calibration.get("error_rate"),
+        details=details,
+    )
 
 
 def question_policy(res: ThresholdResult) -> QuestionPolicy:
     """The policy entry of one question from a threshold result."""
-    return QuestionPolicy(type=res.qtype, options=res.option_ids, calibrator=CalibratorSpec(**res.calibrator),
-                          rule=res.rule_dict(), objective=_objective(res),
-                          expected_test=TestMetrics(**res.test) if res.test else None)
+    return QuestionPolicy(
+        type=res.qtype,
+        options=res.option_ids,
+        calibrator=CalibratorSpec(**res.calibrator),
+        rule=res.rule_dict(),
+        objective=_objective(res),
+        expected_test=TestMetrics(**res.test) if res.test else None,
+    )
 
 
-def build_policy(con, run_id: str, questions: Sequence[str], opts: ThresholdOptions | dict[str, ThresholdOptions],
-                 *, policy_version: str = "1.0.0", max_state_tokens: int | None = None,
-                 created_by: str | None = None, bind_model: bool = True) -> tuple[PolicyModel, dict[str, ThresholdResult]]:
+def build_policy(
+    con,
+    run_id: str,
+    questions: Sequence[str],
+    opts: ThresholdOptions | dict[str, ThresholdOptions],
+    *,
+    policy_version: str = "1.0.0",
+    max_state_tokens: int | None = None,
+    created_by: str | None = None,
+    bind_model: bool = True,
+) -> tuple[PolicyModel, dict[str, ThresholdResult]]:
     """Choose thresholds for ``questions`` of ``run_id`` and assemble a hashed policy.
 
     Parameters
@@ -91,8 +131,9 @@ def build_policy(con, run_id: str, questions: Sequence[str], opts: ThresholdOpti
     schema = load_stored_schema(con, run["schema_hash"])
     for q in questions:
         if q not in schema.questions:
-            raise NotFoundError(f"run {run['run_id']} has no question {q!r}",
-                                hint=f"questions: {', '.join(schema.question_ids)}")
+            raise NotFoundError(
+                f"run {run['run_id']} has no question {q!r}", hint=f"questions: {', '.join(schema.question_ids)}"
+            )
     try:
         info = dataset_info(con, run["dataset"], int(run["dataset_version"]))
     except NotFoundError:
@@ -107,24 +148,36 @@ def build_policy(con, run_id: str, questions: Sequence[str], opts: ThresholdOpti
         results[q] = res
         qpolicies[q] = question_policy(res)
     model_name = run.get("model")
-    model_name = None if (model_name is None or (isinstance(model_name, float) and np.isnan(model_name))) \
-        else str(model_name)
+    model_name = (
+        None if (model_name is None or (isinstance(model_name, float) and np.isnan(model_name))) else str(model_name)
+    )
     notes = []
     if any(not qp.objective.certified for qp in qpolicies.values()):
         notes.append("some questions use uncertified point-estimate thresholds (see objective.certified)")
     policy = PolicyModel(
         policy_version=policy_version,
-        created_at=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
-        created_by=created_by, workbench_version=workbench.__version__,
-        source=Source(run_id=run["run_id"], provider=str(run["provider"]), model=model_name,
-                      dialect=None if run.get("dialect") is None else str(run["dialect"])),
+        created_at=datetime.now(UTC).replace(microsecond=0).isoformat(),
+        created_by=created_by,
+        workbench_version=workbench.__version__,
+        source=Source(
+            run_id=run["run_id"],
+            provider=str(run["provider"]),
+            model=model_name,
+            dialect=None if run.get("dialect") is None else str(run["dialect"]),
+        ),
         decision_schema=SchemaSpec(hash=schema.hash, name=schema.name, questions=schema.to_wire()),
-        dataset=DatasetSpec(name=str(run["dataset"]), version=int(run["dataset_version"]),
-                            fingerprint=info.get("fingerprint"),
-                            split_seed=(info.get("params") or {}).get("seed")),
+        dataset=DatasetSpec(
+            name=str(run["dataset"]),
+            version=int(run["dataset_version"]),
+            fingerprint=info.get("fingerprint"),
+            split_seed=(info.get("params") or {}).get("seed"),
+        ),
         questions=qpolicies,
-        validity=Validity(schema_hashes=[schema.hash], models=[model_name] if (bind_model and model_name) else [],
-                          max_state_tokens=max_state_tokens),
+        validity=Validity(
+            schema_hashes=[schema.hash],
+            models=[model_name] if (bind_model and model_name) else [],
+            max_state_tokens=max_state_tokens,
+        ),
         notes=notes,
     ).with_hash()
     return policy, results
@@ -175,12 +228,15 @@ def diff_on_run(con, a: PolicyModel, b: PolicyModel, run_id: str, *, splits: Seq
         def val(r: dict, k: str):
             return r[k]["value"]
 
-        moves[q] = {"a": {k: qa[k] for k in ("coverage", "error", "review_rate")},
-                    "b": {k: qb[k] for k in ("coverage", "error", "review_rate")},
-                    "coverage_change": val(qb, "coverage") - val(qa, "coverage"),
-                    "error_change": (None if val(qa, "error") is None or val(qb, "error") is None
-                                     else val(qb, "error") - val(qa, "error")),
-                    "accepted_change": qb["n_accepted"] - qa["n_accepted"]}
+        moves[q] = {
+            "a": {k: qa[k] for k in ("coverage", "error", "review_rate")},
+            "b": {k: qb[k] for k in ("coverage", "error", "review_rate")},
+            "coverage_change": val(qb, "coverage") - val(qa, "coverage"),
+            "error_change": (
+                None if val(qa, "error") is None or val(qb, "error") is None else val(qb, "error") - val(qa, "error")
+            ),
+            "accepted_change": qb["n_accepted"] - qa["n_accepted"],
+        }
     return {"run_id": run_id, "splits": list(splits), "questions": moves}
 
 
@@ -199,7 +255,10 @@ def jev_gate_metrics_on_run(con, run_id: str, *, splits: Sequence[str] = ("test"
         top = np.nan_to_num(ans.probs, nan=0.0).argmax(axis=1)
         n_acc = int(acc.sum())
         correct = int((acc & (top == ans.labels)).sum())
-        return {"accuracy": correct / n_acc if n_acc else None, "coverage": n_acc / len(ans.labels),
-                "n": int(len(ans.labels))}
+        return {
+            "accuracy": correct / n_acc if n_acc else None,
+            "coverage": n_acc / len(ans.labels),
+            "n": int(len(ans.labels)),
+        }
 
     return measure

@@ -11,6 +11,7 @@ jev-eval ``thresholds.json`` v1 (peers.md §2.2) carries one gate per question o
   is not the same rule as one on calibrated probabilities; such questions are written with a
   warning and listed under the additive key ``workbench.cannotCarry``.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import PolicyError
-from workbench.policy.model import SCHEMA_FILE, Policy as PolicyModel, json_schema, semver_tuple
+from workbench.policy.model import SCHEMA_FILE, json_schema, semver_tuple
+from workbench.policy.model import Policy as PolicyModel
 from workbench.policy.runtime import Policy, verify_document
 
 
@@ -75,11 +77,18 @@ def validate_file(path: str | Path) -> dict:
         where = "/".join(str(p) for p in e.path) or "(root)"
         raise PolicyError(f"{path}: does not match the policy JSON Schema at {where}: {e.message}")
     Policy(model, source=str(path))  # calibrators and rules rebuild
-    return {"path": str(path), "valid": True, "format_version": model.format_version,
-            "policy_version": model.policy_version, "content_hash": model.content_hash,
-            "questions": list(model.questions), "schema_hash": model.decision_schema.hash,
-            "model": model.source.model, "provider": model.source.provider,
-            "certified": {q: qp.objective.certified for q, qp in model.questions.items()}}
+    return {
+        "path": str(path),
+        "valid": True,
+        "format_version": model.format_version,
+        "policy_version": model.policy_version,
+        "content_hash": model.content_hash,
+        "questions": list(model.questions),
+        "schema_hash": model.decision_schema.hash,
+        "model": model.source.model,
+        "provider": model.source.provider,
+        "certified": {q: qp.objective.certified for q, qp in model.questions.items()},
+    }
 
 
 # -- diff -------------------------------------------------------------------------------------------
@@ -88,8 +97,12 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(obj, dict):
         for k, v in obj.items():
             out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-    elif isinstance(obj, list) and obj and all(isinstance(v, (int, float, str, bool)) or v is None for v in obj) \
-            and len(obj) <= 64:
+    elif (
+        isinstance(obj, list)
+        and obj
+        and all(isinstance(v, (int, float, str, bool)) or v is None for v in obj)
+        and len(obj) <= 64
+    ):
         out[prefix] = obj
     elif isinstance(obj, list):
         out[prefix] = f"<list of {len(obj)}>" if len(obj) > 64 else obj
@@ -114,8 +127,11 @@ def diff_policies(a: PolicyModel, b: PolicyModel) -> dict:
     """
     fa = _flatten(_summarised(a.model_dump(mode="json")))
     fb = _flatten(_summarised(b.model_dump(mode="json")))
-    changes = [{"path": k, "a": fa.get(k), "b": fb.get(k)} for k in sorted(set(fa) | set(fb))
-               if fa.get(k) != fb.get(k) and not k.startswith(_NOISE)]
+    changes = [
+        {"path": k, "a": fa.get(k), "b": fb.get(k)}
+        for k in sorted(set(fa) | set(fb))
+        if fa.get(k) != fb.get(k) and not k.startswith(_NOISE)
+    ]
     qa, qb = set(a.questions), set(b.questions)
     rule_changes = {}
     for q in sorted(qa & qb):
@@ -126,12 +142,16 @@ def diff_policies(a: PolicyModel, b: PolicyModel) -> dict:
         newer = semver_tuple(b.policy_version) > semver_tuple(a.policy_version)
     except ValueError:
         newer = None
-    return {"a": {"content_hash": a.content_hash, "policy_version": a.policy_version, "created_at": a.created_at},
-            "b": {"content_hash": b.content_hash, "policy_version": b.policy_version, "created_at": b.created_at},
-            "identical": a.content_hash == b.content_hash,
-            "version": {"a": a.policy_version, "b": b.policy_version, "b_is_newer": newer},
-            "questions_added": sorted(qb - qa), "questions_removed": sorted(qa - qb),
-            "rule_changes": rule_changes, "changes": changes}
+    return {
+        "a": {"content_hash": a.content_hash, "policy_version": a.policy_version, "created_at": a.created_at},
+        "b": {"content_hash": b.content_hash, "policy_version": b.policy_version, "created_at": b.created_at},
+        "identical": a.content_hash == b.content_hash,
+        "version": {"a": a.policy_version, "b": b.policy_version, "b_is_newer": newer},
+        "questions_added": sorted(qb - qa),
+        "questions_removed": sorted(qa - qb),
+        "rule_changes": rule_changes,
+        "changes": changes,
+    }
 
 
 def _summarised(doc: dict) -> dict:
@@ -181,12 +201,14 @@ def to_jev_thresholds(model: PolicyModel, gate_metrics=None) -> tuple[dict, list
     cannot: dict[str, list[str]] = {}
     warnings: list[str] = []
     for qid, qp in model.questions.items():
-        lost: list[str] = ["guarantee metadata (alpha, delta, method, certified bound)"] \
-            if qp.objective.certified else []
+        lost: list[str] = (
+            ["guarantee metadata (alpha, delta, method, certified bound)"] if qp.objective.certified else []
+        )
         r = qp.rule
         if qp.calibrator.type != "identity":
-            lost.append(f"calibrator {qp.calibrator.type!r}: the jev gate applies to raw confidence, "
-                        "so it is not the same rule")
+            lost.append(
+                f"calibrator {qp.calibrator.type!r}: the jev gate applies to raw confidence, so it is not the same rule"
+            )
             warnings.append(f"{qid}: calibrated policy — the jev-eval gate is only an approximation")
         if r.kind == "noul_two_sided":
             sides = []
@@ -220,8 +242,13 @@ def to_jev_thresholds(model: PolicyModel, gate_metrics=None) -> tuple[dict, list
         if measured is not None:
             entry.update(measured)
         elif test is not None:
-            entry.update({"accuracy": None if test.error.value is None else 1.0 - test.error.value,
-                          "coverage": test.coverage.value, "n": test.n_items})
+            entry.update(
+                {
+                    "accuracy": None if test.error.value is None else 1.0 - test.error.value,
+                    "coverage": test.coverage.value,
+                    "n": test.n_items,
+                }
+            )
             lost.append("accuracy/coverage/n are the policy's own test figures, not this gate's")
         questions[qid] = entry
         if lost:
@@ -235,13 +262,18 @@ def to_jev_thresholds(model: PolicyModel, gate_metrics=None) -> tuple[dict, list
         "questions": questions,
         "definitions": {q: model.decision_schema.questions[q] for q in questions},
         # additive key (jev-eval consumers ignore unknown keys): provenance and what was lost
-        "workbench": {"policy": model.content_hash, "policyVersion": model.policy_version,
-                      "note": "written from a workbench policy; margins, guarantees and calibrators "
-                              "cannot be expressed in thresholds.json v1. Thresholds are on Jev's confidence "
-                              "scale (n*p_top - 1)/(n - 1) (noul: |p - 0.5|*2); other vendors define their "
-                              "confidence field differently",
-                      "gateFigures": "measured on the test split" if gate_metrics is not None else
-                      "the policy's expected test figures", "cannotCarry": cannot},
+        "workbench": {
+            "policy": model.content_hash,
+            "policyVersion": model.policy_version,
+            "note": "written from a workbench policy; margins, guarantees and calibrators "
+            "cannot be expressed in thresholds.json v1. Thresholds are on Jev's confidence "
+            "scale (n*p_top - 1)/(n - 1) (noul: |p - 0.5|*2); other vendors define their "
+            "confidence field differently",
+            "gateFigures": "measured on the test split"
+            if gate_metrics is not None
+            else "the policy's expected test figures",
+            "cannotCarry": cannot,
+        },
     }
     return doc, warnings
 
@@ -252,6 +284,13 @@ def write_jev_thresholds(model: PolicyModel, path: str | Path, gate_metrics=None
     return warnings
 
 
-__all__ = ["write_policy", "validate_file", "diff_policies", "to_jev_thresholds", "write_jev_thresholds",
-           "jev_gate_accepts",
-           "shipped_schema", "json_schema"]
+__all__ = [
+    "write_policy",
+    "validate_file",
+    "diff_policies",
+    "to_jev_thresholds",
+    "write_jev_thresholds",
+    "jev_gate_accepts",
+    "shipped_schema",
+    "json_schema",
+]

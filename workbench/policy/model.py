@@ -9,13 +9,14 @@ format, the format version and the hash, and fails closed (:class:`~workbench.er
 Thresholds that are ``null`` mean "never accept": a disabled side of a yes/no rule or an option
 with no certified thresholds. The fallback action is never ``accept``.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -76,7 +77,7 @@ class ScoreLevelRule(_Strict):
     fallback: Fallback = "review"
 
 
-RuleSpec = Annotated[Union[TopMarginRule, NoulTwoSidedRule, ScoreLevelRule], Field(discriminator="kind")]
+RuleSpec = Annotated[TopMarginRule | NoulTwoSidedRule | ScoreLevelRule, Field(discriminator="kind")]
 
 
 class CalibratorSpec(_Strict):
@@ -203,7 +204,7 @@ class Policy(_Strict):
     def compute_hash(self) -> str:
         return content_hash(self.body())
 
-    def with_hash(self) -> "Policy":
+    def with_hash(self) -> Policy:
         return self.model_copy(update={"content_hash": self.compute_hash()})
 
     def to_json(self) -> str:

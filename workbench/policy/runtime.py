@@ -11,19 +11,22 @@ the policy knows — a provider failure, a missing or malformed answer, a refusa
 model mismatch, a state over the token limit — yields the question's fallback action, never an
 accepted answer.
 """
+
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
 
 from workbench.errors import AnswerError, PolicyError
-from workbench.policy.model import FORMAT, FORMAT_VERSION, Policy as PolicyModel, QuestionPolicy
+from workbench.policy.model import FORMAT, FORMAT_VERSION, QuestionPolicy
+from workbench.policy.model import Policy as PolicyModel
 
 
 @dataclass(frozen=True)
@@ -81,9 +84,13 @@ class _CompiledQuestion:
             if r.kind == "score":
                 self.rule = ScoreRule(_inf(r.tau), _inf(r.margin), level=r.level, per_class=per, fallback=r.fallback)
             else:
-                self.rule = ChoiceRule(_inf(r.tau), _inf(r.margin), per_class=per,
-                                       abstain_options=tuple(index[o] for o in r.abstain_options),
-                                       fallback=r.fallback)
+                self.rule = ChoiceRule(
+                    _inf(r.tau),
+                    _inf(r.margin),
+                    per_class=per,
+                    abstain_options=tuple(index[o] for o in r.abstain_options),
+                    fallback=r.fallback,
+                )
 
     def fallback_decision(self, reason: str) -> QuestionDecision:
         return QuestionDecision(self.qid, self.fallback, None, reason)
@@ -104,10 +111,16 @@ class _CompiledQuestion:
             opt = self.options[int(dec.option[i])] if dec.option[i] >= 0 else None
             why = str(dec.reason[i])
             reason = f"accepted: {why}" if acc else why
-            out.append(QuestionDecision(self.qid, "accept" if acc else self.fallback, opt if acc else None,
-                                        reason if acc else f"{why} (would have been {opt!r})" if opt else why,
-                                        None if not ok[i] else float(p1[i]),
-                                        None if not ok[i] else float(p1[i] - p2[i])))
+            out.append(
+                QuestionDecision(
+                    self.qid,
+                    "accept" if acc else self.fallback,
+                    opt if acc else None,
+                    reason if acc else f"{why} (would have been {opt!r})" if opt else why,
+                    None if not ok[i] else float(p1[i]),
+                    None if not ok[i] else float(p1[i] - p2[i]),
+                )
+            )
         return out
 
 
@@ -134,8 +147,10 @@ class Policy:
         except Exception as exc:
             raise PolicyError(f"{source}: the decision schema inside the policy is invalid: {exc}") from None
         if schema.hash != model.decision_schema.hash:
-            raise PolicyError(f"{source}: the embedded decision schema does not match its hash",
-                              hint="the file was edited; re-export it")
+            raise PolicyError(
+                f"{source}: the embedded decision schema does not match its hash",
+                hint="the file was edited; re-export it",
+            )
         self.schema = schema
         #: per-question hash of the definition the policy was measured with (reworded -> fallback)
         self._question_hashes = {q: schema.subset([q]).hash for q in model.questions}
@@ -147,7 +162,7 @@ class Policy:
 
     # -- loading ----------------------------------------------------------------------------------
     @classmethod
-    def load(cls, path: str | Path) -> "Policy":
+    def load(cls, path: str | Path) -> Policy:
         """Read and verify a policy file; raises :class:`PolicyError` (fail closed) on any problem."""
         path = Path(path)
         try:
@@ -159,16 +174,18 @@ class Policy:
         return cls.from_text(text, source=str(path))
 
     @classmethod
-    def from_text(cls, text: str, *, source: str = "<policy>") -> "Policy":
+    def from_text(cls, text: str, *, source: str = "<policy>") -> Policy:
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise PolicyError(f"{source}: corrupt policy file (not JSON: {exc.msg} at line {exc.lineno})",
-                              hint="re-export it with `workbench policy export`") from None
+            raise PolicyError(
+                f"{source}: corrupt policy file (not JSON: {exc.msg} at line {exc.lineno})",
+                hint="re-export it with `workbench policy export`",
+            ) from None
         return cls.from_dict(doc, source=source)
 
     @classmethod
-    def from_dict(cls, doc: Any, *, source: str = "<policy>") -> "Policy":
+    def from_dict(cls, doc: Any, *, source: str = "<policy>") -> Policy:
         return cls(verify_document(doc, source=source), source=source)
 
     # -- deciding ---------------------------------------------------------------------------------
@@ -221,8 +238,9 @@ class Policy:
                 out[q] = "question definition differs from the policy's (reworded or options changed)"
         return out
 
-    def decide(self, response: Any, *, schema_hash: str | None = None, request: Any = None,
-               state_tokens: int | None = None) -> dict[str, QuestionDecision]:
+    def decide(
+        self, response: Any, *, schema_hash: str | None = None, request: Any = None, state_tokens: int | None = None
+    ) -> dict[str, QuestionDecision]:
         """Action per policy question for one response.
 
         Parameters
@@ -241,20 +259,30 @@ class Policy:
         -------
         decisions : dict of question id -> QuestionDecision
         """
-        return self.decide_many([response], schema_hash=schema_hash,
-                                requests=None if request is None else [request],
-                                state_tokens=None if state_tokens is None else [state_tokens])[0]
+        return self.decide_many(
+            [response],
+            schema_hash=schema_hash,
+            requests=None if request is None else [request],
+            state_tokens=None if state_tokens is None else [state_tokens],
+        )[0]
 
-    def decide_many(self, responses: Iterable[Any], *, schema_hash: str | None = None,
-                    requests: list[Any] | None = None,
-                    state_tokens: list[int | None] | None = None) -> list[dict[str, QuestionDecision]]:
+    def decide_many(
+        self,
+        responses: Iterable[Any],
+        *,
+        schema_hash: str | None = None,
+        requests: list[Any] | None = None,
+        state_tokens: list[int | None] | None = None,
+    ) -> list[dict[str, QuestionDecision]]:
         """:meth:`decide` over a batch; the rule is applied vectorised per question."""
         from workbench.schema.answers import normalise_answer
 
         responses = list(responses)
         n = len(responses)
-        refusals = [self._global_refusal(r, schema_hash, None if state_tokens is None else state_tokens[i])
-                    for i, r in enumerate(responses)]
+        refusals = [
+            self._global_refusal(r, schema_hash, None if state_tokens is None else state_tokens[i])
+            for i, r in enumerate(responses)
+        ]
         mismatches = [self._request_mismatches(r) for r in requests] if requests is not None else None
         out: list[dict[str, QuestionDecision]] = [{} for _ in range(n)]
         for qid, cq in self.questions.items():
@@ -290,14 +318,18 @@ def verify_document(doc: Any, *, source: str = "<policy>") -> PolicyModel:
     if not isinstance(doc, dict):
         raise PolicyError(f"{source}: corrupt policy file (expected a JSON object)")
     if doc.get("format") != FORMAT:
-        raise PolicyError(f"{source}: not a workbench policy file (format is {doc.get('format')!r})",
-                          hint=f"expected format {FORMAT!r}")
+        raise PolicyError(
+            f"{source}: not a workbench policy file (format is {doc.get('format')!r})",
+            hint=f"expected format {FORMAT!r}",
+        )
     fv = doc.get("format_version")
     if not isinstance(fv, int) or isinstance(fv, bool):
         raise PolicyError(f"{source}: corrupt policy file (format_version {fv!r} is not an integer)")
     if fv > FORMAT_VERSION:
-        raise PolicyError(f"{source}: policy format version {fv} is newer than this workbench reads ({FORMAT_VERSION})",
-                          hint="upgrade decision-workbench to load it")
+        raise PolicyError(
+            f"{source}: policy format version {fv} is newer than this workbench reads ({FORMAT_VERSION})",
+            hint="upgrade decision-workbench to load it",
+        )
     stored = doc.get("content_hash")
     if not isinstance(stored, str):
         raise PolicyError(f"{source}: policy has no content_hash", hint="export it with `workbench policy export`")
@@ -306,9 +338,11 @@ def verify_document(doc: Any, *, source: str = "<policy>") -> PolicyModel:
     except (TypeError, ValueError) as exc:
         raise PolicyError(f"{source}: corrupt policy file ({exc})") from None
     if actual != stored:
-        raise PolicyError(f"{source}: content hash mismatch — the file was modified after export "
-                          f"(stored {stored[:19]}…, actual {actual[:19]}…)",
-                          hint="re-export the policy; never edit a policy file by hand")
+        raise PolicyError(
+            f"{source}: content hash mismatch — the file was modified after export "
+            f"(stored {stored[:19]}…, actual {actual[:19]}…)",
+            hint="re-export the policy; never edit a policy file by hand",
+        )
     try:
         model = PolicyModel.model_validate(doc)
     except ValidationError as exc:

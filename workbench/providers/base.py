@@ -4,6 +4,7 @@ A provider turns (schema slice, one item's state, images) into normalised answer
 :class:`ProviderError` with an :class:`ErrorKind`. Providers do no retries, caching or storage:
 the runner does those for all of them, acting on the kind.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,17 +19,17 @@ from workbench.schema.answers import NormalisedAnswer
 class ErrorKind(StrEnum):
     """Failure kinds, named as in providers.md's Cloudflare error table."""
 
-    AUTH = "authentication"          # 401: fix the credential; the provider refuses further calls
-    INVALID = "invalid_request"      # 400/403/422 or refused locally before sending; never retried
+    AUTH = "authentication"  # 401: fix the credential; the provider refuses further calls
+    INVALID = "invalid_request"  # 400/403/422 or refused locally before sending; never retried
     MAX_TOKENS = "max_tokens_exceeded"  # 413/5021 or local token/size estimate; never retried
-    RATE_LIMIT = "rate_limit"        # 429/3040: retried with jittered backoff
-    QUOTA = "quota"                  # 429/4006: daily allocation used up; not retried
-    SERVER = "server"                # 5xx/529: retried once
-    TIMEOUT = "timeout"              # per-call timeout
-    NETWORK = "network"              # connection refused/reset
-    MALFORMED = "malformed"          # unparsable or inconsistent response body
-    REFUSED = "refused"              # the model refused one question (OpenAI `refusal`)
-    MISSING = "missing_answer"       # the response lacks a question that was asked
+    RATE_LIMIT = "rate_limit"  # 429/3040: retried with jittered backoff
+    QUOTA = "quota"  # 429/4006: daily allocation used up; not retried
+    SERVER = "server"  # 5xx/529: retried once
+    TIMEOUT = "timeout"  # per-call timeout
+    NETWORK = "network"  # connection refused/reset
+    MALFORMED = "malformed"  # unparsable or inconsistent response body
+    REFUSED = "refused"  # the model refused one question (OpenAI `refusal`)
+    MISSING = "missing_answer"  # the response lacks a question that was asked
 
     @property
     def retryable(self) -> bool:
@@ -38,9 +39,17 @@ class ErrorKind(StrEnum):
 class ProviderError(WorkbenchError):
     """A typed provider failure. ``message`` never contains a secret or the request state."""
 
-    def __init__(self, kind: ErrorKind, message: str, *, status: int | None = None,
-                 code: int | str | None = None, retry_after: float | None = None,
-                 request_id: str | None = None, sent: bool = True):
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        status: int | None = None,
+        code: int | str | None = None,
+        retry_after: float | None = None,
+        request_id: str | None = None,
+        sent: bool = True,
+    ):
         self.kind = kind
         self.status = status
         self.code = code
@@ -70,12 +79,12 @@ class DecisionResult:
 
     answers: dict[str, NormalisedAnswer]
     failures: dict[str, tuple[ErrorKind, str]] = field(default_factory=dict)
-    model: str | None = None          # the model that actually answered
+    model: str | None = None  # the model that actually answered
     request_id: str | None = None
     input_tokens: int | None = None
-    cost_usd: float | None = None     # None when the price is unknown (never 0 by default)
+    cost_usd: float | None = None  # None when the price is unknown (never 0 by default)
     latency_ms: float | None = None
-    raw: dict | None = None           # the response body in System One form (for the cache/replay)
+    raw: dict | None = None  # the response body in System One form (for the cache/replay)
 
 
 @runtime_checkable
@@ -84,7 +93,7 @@ class Provider(Protocol):
 
     spec: str
     dialect: str
-    limits: LimitProfile | None      # per-request limits; the runner splits questions to fit
+    limits: LimitProfile | None  # per-request limits; the runner splits questions to fit
 
     async def decide(self, request: DecisionRequest) -> DecisionResult: ...
 

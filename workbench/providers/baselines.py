@@ -9,6 +9,7 @@
 - ``replay:PATH`` — recorded System One responses keyed by item id (JSONL or Parquet), so
   production logs are evaluated like any run; format in :class:`ReplayProvider`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,8 +18,9 @@ import re
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import yaml
@@ -55,8 +57,14 @@ class TfidfLogReg(LocalBatchProvider):
         What the training data is (``dataset@fingerprint``); part of the cache key.
     """
 
-    def __init__(self, train_texts: Sequence[str], train_labels: dict[str, Sequence[str | None]], *,
-                 identity: str, spec: str = "baseline:tfidf-logreg"):
+    def __init__(
+        self,
+        train_texts: Sequence[str],
+        train_labels: dict[str, Sequence[str | None]],
+        *,
+        identity: str,
+        spec: str = "baseline:tfidf-logreg",
+    ):
         self.spec = spec
         self.model = f"tfidf-logreg/v{TFIDF_VERSION}/{identity}"
         self._texts = np.asarray(list(train_texts), dtype=object)
@@ -76,13 +84,18 @@ class TfidfLogReg(LocalBatchProvider):
 
             labels = self._labels.get(qid)
             if labels is None:
-                raise ProviderError(ErrorKind.INVALID, f"no training labels for question {qid!r} in the train split",
-                                    sent=False)
+                raise ProviderError(
+                    ErrorKind.INVALID, f"no training labels for question {qid!r} in the train split", sent=False
+                )
             keep = np.isin(labels, np.asarray(options, dtype=object))
             classes = np.unique(labels[keep].astype(str))
             if classes.size < 2:
-                raise ProviderError(ErrorKind.INVALID, f"question {qid!r}: the train split has {classes.size} "
-                                    "labelled option(s) among the schema's; need at least 2", sent=False)
+                raise ProviderError(
+                    ErrorKind.INVALID,
+                    f"question {qid!r}: the train split has {classes.size} "
+                    "labelled option(s) among the schema's; need at least 2",
+                    sent=False,
+                )
             vectoriser = TfidfVectorizer(**TFIDF_PARAMS)
             X = vectoriser.fit_transform(self._texts[keep])
             clf = LogisticRegression(**LOGREG_PARAMS)
@@ -117,13 +130,15 @@ class TfidfLogReg(LocalBatchProvider):
                 continue
             ms = (time.perf_counter() - t0) * 1000 / max(len(requests), 1)
             for row, i in enumerate(idx):
-                out[i] = result_from_probs(schema, {q: p[row] for q, p in probs.items()}, model=self.model,
-                                           latency_ms=ms)
+                out[i] = result_from_probs(
+                    schema, {q: p[row] for q, p in probs.items()}, model=self.model, latency_ms=ms
+                )
         return out
 
 
-def build_tfidf_logreg(con, dataset: str, version: int | None = None, *,
-                       spec: str = "baseline:tfidf-logreg") -> TfidfLogReg:
+def build_tfidf_logreg(
+    con, dataset: str, version: int | None = None, *, spec: str = "baseline:tfidf-logreg"
+) -> TfidfLogReg:
     """Read the ``train`` split of ``dataset`` (states and every question's labels) and wrap it."""
     from workbench.store.datasets import dataset_info, load_items, load_labels
 
@@ -172,8 +187,9 @@ class RulesProvider(LocalBatchProvider):
         try:
             doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
-            raise ProviderError(ErrorKind.INVALID, f"{path}: cannot parse YAML: {str(exc).splitlines()[0]}",
-                                sent=False) from None
+            raise ProviderError(
+                ErrorKind.INVALID, f"{path}: cannot parse YAML: {str(exc).splitlines()[0]}", sent=False
+            ) from None
         if not isinstance(doc, dict) or not isinstance(doc.get("questions"), dict):
             raise ProviderError(ErrorKind.INVALID, f"{path}: expected a mapping with 'questions:'", sent=False)
         self.spec = spec or f"rules:{path}"
@@ -215,17 +231,19 @@ class RulesProvider(LocalBatchProvider):
         index = {o: i for i, o in enumerate(options)}
         for option, _ in block["rules"]:
             if option not in index:
-                raise ProviderError(ErrorKind.INVALID, f"rule option {option!r} is not an option of question "
-                                    f"{qid!r}", sent=False)
+                raise ProviderError(
+                    ErrorKind.INVALID, f"rule option {option!r} is not an option of question {qid!r}", sent=False
+                )
         if block["default"] is not None and block["default"] not in index:
-            raise ProviderError(ErrorKind.INVALID, f"default {block['default']!r} is not an option of {qid!r}",
-                                sent=False)
+            raise ProviderError(
+                ErrorKind.INVALID, f"default {block['default']!r} is not an option of {qid!r}", sent=False
+            )
         k = len(options)
         series = pd.Series(list(texts), dtype=object)
         chosen = np.full(len(texts), -1)
-        with warnings.catch_warnings():             # user patterns may hold groups; we only test for a match
+        with warnings.catch_warnings():  # user patterns may hold groups; we only test for a match
             warnings.simplefilter("ignore", UserWarning)
-            for option, rx in block["rules"]:       # one pass over the items per rule
+            for option, rx in block["rules"]:  # one pass over the items per rule
                 hit = series.str.contains(rx, na=False).to_numpy() & (chosen < 0)
                 chosen[hit] = index[option]
         if block["default"] is not None:
@@ -250,8 +268,11 @@ class RulesProvider(LocalBatchProvider):
                 for i in idx:
                     out[i] = exc
                 continue
-            missing = {q: (ErrorKind.MISSING, f"the rules file has no block for question {q!r}")
-                       for q in schema.questions if q not in self._questions}
+            missing = {
+                q: (ErrorKind.MISSING, f"the rules file has no block for question {q!r}")
+                for q in schema.questions
+                if q not in self._questions
+            }
             sub = schema.subset(asked) if asked else None
             for row, i in enumerate(idx):
                 if sub is None:
@@ -325,7 +346,7 @@ class ReplayProvider(LocalBatchProvider):
         err = row.get("error")
         if isinstance(err, str) and err:
             try:
-                err = json.loads(err)                # Parquet logs store the object as JSON text
+                err = json.loads(err)  # Parquet logs store the object as JSON text
             except json.JSONDecodeError:
                 err = {"kind": "malformed", "message": err}
             if not isinstance(err, dict):
@@ -339,8 +360,9 @@ class ReplayProvider(LocalBatchProvider):
         try:
             resp = self._response(row)
         except json.JSONDecodeError:
-            return ProviderError(ErrorKind.MALFORMED, f"item {request.item_id!r}: recorded response is not JSON",
-                                 sent=False)
+            return ProviderError(
+                ErrorKind.MALFORMED, f"item {request.item_id!r}: recorded response is not JSON", sent=False
+            )
         recorded = resp.get("answers") or {}
         if isinstance(recorded, str):
             recorded = json.loads(recorded)
@@ -360,12 +382,15 @@ class ReplayProvider(LocalBatchProvider):
         cost = row.get("cost_usd", usage.get("cost"))
         latency = row.get("latency_ms")
         return DecisionResult(
-            answers=answers, failures=failures, model=resp.get("model") or self.model,
+            answers=answers,
+            failures=failures,
+            model=resp.get("model") or self.model,
             request_id=row.get("request_id"),
             input_tokens=int(tokens) if isinstance(tokens, (int, float)) else None,
             cost_usd=float(cost) if isinstance(cost, (int, float)) and cost == cost else None,
             latency_ms=float(latency) if isinstance(latency, (int, float)) and latency == latency else None,
-            raw={"model": resp.get("model"), "answers": raw, "usage": usage})
+            raw={"model": resp.get("model"), "answers": raw, "usage": usage},
+        )
 
     def decide_batch(self, requests: Sequence[DecisionRequest]) -> list[DecisionResult | ProviderError]:
         return [self._one(r) for r in requests]

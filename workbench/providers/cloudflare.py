@@ -17,6 +17,7 @@ Refused locally, before anything is sent (``ProviderError.sent is False``):
 * a body over ``max_body_bytes`` (default 256,000; the hosted 413/5021 estimate fires at about
   twice that, §3.1) → ``max_tokens_exceeded``.
 """
+
 from __future__ import annotations
 
 import re
@@ -56,20 +57,29 @@ class CloudflareProvider(SystemOneProvider):
         if not self.account_id:
             raise self._refuse(ErrorKind.INVALID, "no account id: set CLOUDFLARE_ACCOUNT_ID")
         if not _ACCOUNT_ID.match(self.account_id):
-            raise self._refuse(ErrorKind.INVALID, "account id must be letters/digits only "
-                               "(no '/', '.', '?' or spaces)")
+            raise self._refuse(ErrorKind.INVALID, "account id must be letters/digits only (no '/', '.', '?' or spaces)")
         if not self.model or ".." in self.model or not _MODEL_NAME.match(self.model):
-            raise self._refuse(ErrorKind.INVALID, f"model name {self.model!r} is not a plain name "
-                               "(expected e.g. clef or clef-flash)")
+            raise self._refuse(
+                ErrorKind.INVALID, f"model name {self.model!r} is not a plain name (expected e.g. clef or clef-flash)"
+            )
 
     def to_system_one(self, data: Any, response: httpx.Response, request: DecisionRequest) -> dict:
         if isinstance(data, dict) and "success" in data:
             if data.get("success") is not True:  # fail closed: a 200 without success is not an answer
                 code, etype, message = error_fields(data)
-                kind = classify_http_error(response.status_code if response.status_code >= 400 else 400,
-                                           code, etype, message) if code is not None else ErrorKind.MALFORMED
-                raise ProviderError(kind, f"{self.spec}: envelope success is not true"
-                                    + (f" (code {code}: {message[:200]})" if code is not None else ""),
-                                    status=response.status_code, code=code)
+                kind = (
+                    classify_http_error(
+                        response.status_code if response.status_code >= 400 else 400, code, etype, message
+                    )
+                    if code is not None
+                    else ErrorKind.MALFORMED
+                )
+                raise ProviderError(
+                    kind,
+                    f"{self.spec}: envelope success is not true"
+                    + (f" (code {code}: {message[:200]})" if code is not None else ""),
+                    status=response.status_code,
+                    code=code,
+                )
             data = data.get("result")
         return super().to_system_one(data, response, request)

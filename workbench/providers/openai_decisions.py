@@ -8,6 +8,7 @@ one user message. Response: ``answers`` is an **array in question order**; each 
 matched back by ``name`` (by position when unnamed). ``{"type": "refusal"}`` becomes a
 ``refused`` failure for that question only, never a probability.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -30,8 +31,10 @@ def to_openai_questions(questions_wire: dict[str, dict]) -> list[dict]:
         crit = q.get("criteria")
         if q["type"] == "noul":
             if crit:
-                extra = [f"Yes means: {render_state(crit['true'])}" if crit.get("true") is not None else "",
-                         f"No means: {render_state(crit['false'])}" if crit.get("false") is not None else ""]
+                extra = [
+                    f"Yes means: {render_state(crit['true'])}" if crit.get("true") is not None else "",
+                    f"No means: {render_state(crit['false'])}" if crit.get("false") is not None else "",
+                ]
                 instr = "\n".join([instr, *[e for e in extra if e]])
             out.append({"type": "predicate", "name": qid, "instructions": instr})
         elif q["type"] == "choice":
@@ -46,8 +49,9 @@ def to_openai_questions(questions_wire: dict[str, dict]) -> list[dict]:
             levels = []
             for i, level in enumerate(crit):
                 text = render_state(level)
-                levels.append({"label": text} if len(text) <= MAX_LABEL_CHARS
-                              else {"label": f"level {i}", "description": text})
+                levels.append(
+                    {"label": text} if len(text) <= MAX_LABEL_CHARS else {"label": f"level {i}", "description": text}
+                )
             out.append({"type": "score", "name": qid, "instructions": instr, "levels": levels})
     return out
 
@@ -74,10 +78,19 @@ def from_openai_answers(questions_wire: dict[str, dict], answers: Any) -> dict[s
         elif atype == "predicate":
             out[qid] = {"type": "noul", "noul": a.get("probability")}
         elif atype == "choice":
-            probs = {str(p.get("value")).lower() if isinstance(p.get("value"), bool) else str(p.get("value")):
-                     p.get("probability") for p in a.get("probabilities") or [] if isinstance(p, dict)}
-            out[qid] = {"type": "choice", "choice": str(a.get("choice")), "probabilities": probs,
-                        "confidence": a.get("confidence")}
+            probs = {
+                str(p.get("value")).lower() if isinstance(p.get("value"), bool) else str(p.get("value")): p.get(
+                    "probability"
+                )
+                for p in a.get("probabilities") or []
+                if isinstance(p, dict)
+            }
+            out[qid] = {
+                "type": "choice",
+                "choice": str(a.get("choice")),
+                "probabilities": probs,
+                "confidence": a.get("confidence"),
+            }
         elif atype == "score":
             labels = [lv["label"] for lv in to_openai_questions({qid: questions_wire[qid]})[0]["levels"]]
             probs = {}
@@ -89,8 +102,12 @@ def from_openai_answers(questions_wire: dict[str, dict], answers: Any) -> dict[s
                     idx = labels.index(p.get("label")) if p.get("label") in labels else None
                 if idx is not None:
                     probs[str(idx)] = p.get("probability")
-            out[qid] = {"type": "score", "score": a.get("score"), "probabilities": probs,
-                        "confidence": a.get("confidence")}
+            out[qid] = {
+                "type": "score",
+                "score": a.get("score"),
+                "probabilities": probs,
+                "confidence": a.get("confidence"),
+            }
         else:
             out[qid] = {"type": str(atype)}  # normalise_answer reports the mismatch as malformed
     return out
@@ -116,5 +133,8 @@ class OpenAIDecisionsProvider(HttpProvider):
             raise ProviderError(ErrorKind.MALFORMED, f"{self.spec}: response is not an object")
         answers = from_openai_answers(request.schema.to_wire(), data.get("answers"))
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        return {"model": data.get("model"), "answers": answers,
-                "usage": {"input_tokens": usage.get("input_tokens"), "output_tokens": usage.get("output_tokens", 0)}}
+        return {
+            "model": data.get("model"),
+            "answers": answers,
+            "usage": {"input_tokens": usage.get("input_tokens"), "output_tokens": usage.get("output_tokens", 0)},
+        }

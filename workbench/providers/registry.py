@@ -10,11 +10,13 @@ The in-process prefixes (``local``, ``baseline``, ``rules``, ``replay``) are bui
 other prefix goes to the HTTP dialects' factory ``workbench.providers.http.build_http_provider``.
 Heavy imports (torch, scikit-learn, httpx) happen only when a provider is built.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from workbench.providers.base import ErrorKind, Provider, ProviderError
@@ -45,8 +47,12 @@ def split_spec(spec: str) -> tuple[str, str]:
     """``"cloudflare:clef"`` -> ``("cloudflare", "clef")``; the part after the first colon is kept whole."""
     prefix, sep, rest = spec.strip().partition(":")
     if not sep or not prefix:
-        raise ProviderError(ErrorKind.INVALID, f"provider spec {spec!r} has no prefix; write PREFIX:NAME, e.g. "
-                            "cloudflare:clef, local:minilm-zeroshot, baseline:tfidf-logreg", sent=False)
+        raise ProviderError(
+            ErrorKind.INVALID,
+            f"provider spec {spec!r} has no prefix; write PREFIX:NAME, e.g. "
+            "cloudflare:clef, local:minilm-zeroshot, baseline:tfidf-logreg",
+            sent=False,
+        )
     return prefix.lower(), rest
 
 
@@ -61,8 +67,9 @@ def public_spec(spec: str) -> str:
         return spec
     parts = urlsplit(rest)
     netloc = parts.netloc.rsplit("@", 1)[-1]
-    query = urlencode([(k, "***" if _SECRET_NAMES.search(k) else v) for k, v in parse_qsl(parts.query,
-                                                                                      keep_blank_values=True)])
+    query = urlencode(
+        [(k, "***" if _SECRET_NAMES.search(k) else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+    )
     return f"{prefix}:{urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))}"
 
 
@@ -96,7 +103,10 @@ def _replay(rest: str, context: ProviderContext) -> Provider:
 
 
 LOCAL_FACTORIES: dict[str, Callable[[str, ProviderContext], Provider]] = {
-    "local": _local, "baseline": _baseline, "rules": _rules, "replay": _replay,
+    "local": _local,
+    "baseline": _baseline,
+    "rules": _rules,
+    "replay": _replay,
 }
 
 
@@ -120,8 +130,10 @@ def get_provider(spec: str, *, context: ProviderContext | None = None) -> Provid
         from workbench.providers.http import build_http_provider
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("workbench.providers"):
-            raise ProviderError(ErrorKind.INVALID, f"HTTP providers are not available ({exc.name} missing)",
-                                sent=False) from None
+            raise ProviderError(
+                ErrorKind.INVALID, f"HTTP providers are not available ({exc.name} missing)", sent=False
+            ) from None
         raise
-    return build_http_provider(spec, env=context.env, transport=context.transport, timeout=context.timeout,
-                               **context.settings)
+    return build_http_provider(
+        spec, env=context.env, transport=context.transport, timeout=context.timeout, **context.settings
+    )

@@ -19,20 +19,28 @@ Every vendor's base URL can be overridden with ``<VENDOR>_BASE_URL`` (or the ``b
 setting), which is how tests and users point a preset at ``workbench emulator``. A bare base URL
 gets the vendor's path appended; a URL that already ends in a decision path is used as is.
 """
+
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 from pydantic import SecretStr
 
 from workbench.errors import WorkbenchError
-from workbench.providers.cloudflare import (DEFAULT_BASE_URL, DEFAULT_MAX_BODY_BYTES, DEFAULT_WINDOW_TOKENS,
-                                            MAX_IMAGES, CloudflareProvider, cloudflare_url)
+from workbench.providers.cloudflare import (
+    DEFAULT_BASE_URL,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_WINDOW_TOKENS,
+    MAX_IMAGES,
+    CloudflareProvider,
+    cloudflare_url,
+)
 from workbench.providers.http import DEFAULT_MAX_CONNECTIONS, DEFAULT_TIMEOUT_S, Endpoint, HttpProvider
 from workbench.schema import PROFILES
 
@@ -46,8 +54,8 @@ class Preset:
     """How one vendor is reached; the dialect decides the body shape."""
 
     vendor: str
-    dialect: str                       # systemone | openai | vercel
-    default_url: str | None            # None: self-hosted, the base URL env var is required
+    dialect: str  # systemone | openai | vercel
+    default_url: str | None  # None: self-hosted, the base URL env var is required
     url_env: tuple[str, ...]
     key_env: tuple[str, ...]
     key_required: bool
@@ -62,43 +70,163 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    "typesafe": Preset("typesafe", "systemone", "https://api.typesafe.ai/v1/systemone", ("TYPESAFE_BASE_URL",),
-                       ("TYPESAFE_API_KEY",), True, "jev-latest", ("TYPESAFE_MODEL",), "typesafe-jev",
-                       "/v1/systemone", ("x-typesafe-request-id", "x-request-id"), max_images=0),
-    "openrouter": Preset("openrouter", "systemone", "https://openrouter.ai/api/alpha/decisions",
-                         ("OPENROUTER_BASE_URL",), ("OPENROUTER_API_KEY",), True, "typesafe/jev-1.13", (),
-                         "cloudflare-clef", "/api/alpha/decisions", ("x-request-id",)),
-    "perplexity": Preset("perplexity", "systemone", "https://api.perplexity.ai/v1/decisions",
-                         ("PERPLEXITY_DECIDER_BASE_URL", "PERPLEXITY_BASE_URL"), ("PERPLEXITY_API_KEY",), True,
-                         "pplx-decider-v1-27b", ("PERPLEXITY_DECIDER_MODEL",), "perplexity", "/v1/decisions",
-                         ("x-request-id",), max_images=8, images_in_state=True),
-    "laya": Preset("laya", "systemone", None, ("LAYA_BASE_URL",), ("LAYA_API_KEY",), False, "typed-decisions",
-                   ("LAYA_MODEL",), "laya", "/v1/systemone", ("x-litellm-call-id", "x-request-id"), max_images=0),
-    "xor": Preset("xor", "systemone", None, ("XOR_BASE_URL",), ("XOR_API_KEY",), False, "xor-1.1", ("XOR_MODEL",),
-                  "typesafe-jev", "/v1/systemone", ("x-request-id", "x-typesafe-request-id"), max_images=8),
-    "subq": Preset("subq", "systemone", "https://api.subq.ai/v1/systemone", ("SUBQ_BASE_URL",), ("SUBQ_API_KEY",),
-                   True, "subq-snap-preview", ("SUBQ_SNAP_MODEL",), "subq", "/v1/systemone", ("x-request-id",)),
-    "sarvam": Preset("sarvam", "systemone", "https://api.sarvam.ai/v2/systemone", ("SARVAM_BASE_URL",),
-                     ("SARVAM_API_KEY",), True, "sarvam-prism", (), "typesafe-jev", "/v2/systemone",
-                     ("x-request-id",), auth_header="api-subscription-key"),
-    "openai": Preset("openai", "openai", "https://api.openai.com/v1/decisions", ("OPENAI_BASE_URL",),
-                     ("OPENAI_API_KEY",), True, "gpt-6-luna", (), "openai", "/v1/decisions", ("x-request-id",),
-                     max_images=128),
-    "vercel": Preset("vercel", "vercel", "https://ai-gateway.vercel.sh/v4/ai/evaluation-model",
-                     ("AI_GATEWAY_BASE_URL", "TYPESAFE_GATEWAY_URL"), ("AI_GATEWAY_API_KEY",), True,
-                     "typesafe-ai/jev", (), "typesafe-jev", "/v4/ai/evaluation-model",
-                     ("x-request-id", "x-vercel-id"), max_images=0),
-    "prime": Preset("prime", "vercel", "https://api.pinference.ai/v4/ai/evaluation-model", ("PRIME_BASE_URL",),
-                    ("PRIME_API_KEY",), True, "cloudflare/clef", (), "cloudflare-clef", "/v4/ai/evaluation-model",
-                    ("x-inference-id", "x-request-id"), max_images=0),
+    "typesafe": Preset(
+        "typesafe",
+        "systemone",
+        "https://api.typesafe.ai/v1/systemone",
+        ("TYPESAFE_BASE_URL",),
+        ("TYPESAFE_API_KEY",),
+        True,
+        "jev-latest",
+        ("TYPESAFE_MODEL",),
+        "typesafe-jev",
+        "/v1/systemone",
+        ("x-typesafe-request-id", "x-request-id"),
+        max_images=0,
+    ),
+    "openrouter": Preset(
+        "openrouter",
+        "systemone",
+        "https://openrouter.ai/api/alpha/decisions",
+        ("OPENROUTER_BASE_URL",),
+        ("OPENROUTER_API_KEY",),
+        True,
+        "typesafe/jev-1.13",
+        (),
+        "cloudflare-clef",
+        "/api/alpha/decisions",
+        ("x-request-id",),
+    ),
+    "perplexity": Preset(
+        "perplexity",
+        "systemone",
+        "https://api.perplexity.ai/v1/decisions",
+        ("PERPLEXITY_DECIDER_BASE_URL", "PERPLEXITY_BASE_URL"),
+        ("PERPLEXITY_API_KEY",),
+        True,
+        "pplx-decider-v1-27b",
+        ("PERPLEXITY_DECIDER_MODEL",),
+        "perplexity",
+        "/v1/decisions",
+        ("x-request-id",),
+        max_images=8,
+        images_in_state=True,
+    ),
+    "laya": Preset(
+        "laya",
+        "systemone",
+        None,
+        ("LAYA_BASE_URL",),
+        ("LAYA_API_KEY",),
+        False,
+        "typed-decisions",
+        ("LAYA_MODEL",),
+        "laya",
+        "/v1/systemone",
+        ("x-litellm-call-id", "x-request-id"),
+        max_images=0,
+    ),
+    "xor": Preset(
+        "xor",
+        "systemone",
+        None,
+        ("XOR_BASE_URL",),
+        ("XOR_API_KEY",),
+        False,
+        "xor-1.1",
+        ("XOR_MODEL",),
+        "typesafe-jev",
+        "/v1/systemone",
+        ("x-request-id", "x-typesafe-request-id"),
+        max_images=8,
+    ),
+    "subq": Preset(
+        "subq",
+        "systemone",
+        "https://api.subq.ai/v1/systemone",
+        ("SUBQ_BASE_URL",),
+        ("SUBQ_API_KEY",),
+        True,
+        "subq-snap-preview",
+        ("SUBQ_SNAP_MODEL",),
+        "subq",
+        "/v1/systemone",
+        ("x-request-id",),
+    ),
+    "sarvam": Preset(
+        "sarvam",
+        "systemone",
+        "https://api.sarvam.ai/v2/systemone",
+        ("SARVAM_BASE_URL",),
+        ("SARVAM_API_KEY",),
+        True,
+        "sarvam-prism",
+        (),
+        "typesafe-jev",
+        "/v2/systemone",
+        ("x-request-id",),
+        auth_header="api-subscription-key",
+    ),
+    "openai": Preset(
+        "openai",
+        "openai",
+        "https://api.openai.com/v1/decisions",
+        ("OPENAI_BASE_URL",),
+        ("OPENAI_API_KEY",),
+        True,
+        "gpt-6-luna",
+        (),
+        "openai",
+        "/v1/decisions",
+        ("x-request-id",),
+        max_images=128,
+    ),
+    "vercel": Preset(
+        "vercel",
+        "vercel",
+        "https://ai-gateway.vercel.sh/v4/ai/evaluation-model",
+        ("AI_GATEWAY_BASE_URL", "TYPESAFE_GATEWAY_URL"),
+        ("AI_GATEWAY_API_KEY",),
+        True,
+        "typesafe-ai/jev",
+        (),
+        "typesafe-jev",
+        "/v4/ai/evaluation-model",
+        ("x-request-id", "x-vercel-id"),
+        max_images=0,
+    ),
+    "prime": Preset(
+        "prime",
+        "vercel",
+        "https://api.pinference.ai/v4/ai/evaluation-model",
+        ("PRIME_BASE_URL",),
+        ("PRIME_API_KEY",),
+        True,
+        "cloudflare/clef",
+        (),
+        "cloudflare-clef",
+        "/v4/ai/evaluation-model",
+        ("x-inference-id", "x-request-id"),
+        max_images=0,
+    ),
 }
 
 #: Spec prefixes this module builds (the registry routes these here).
 HTTP_PREFIXES = ("cloudflare", "systemone", *PRESETS)
 
 _DECISION_SUFFIXES = ("/systemone", "/decisions", "/evaluation-model", "/evaluations", "/predict")
-_KNOWN_SETTINGS = {"base_url", "api_key", "account_id", "window_tokens", "max_body_bytes", "max_images",
-                   "max_connections", "profile", "model", "team_id"}
+_KNOWN_SETTINGS = {
+    "base_url",
+    "api_key",
+    "account_id",
+    "window_tokens",
+    "max_body_bytes",
+    "max_images",
+    "max_connections",
+    "profile",
+    "model",
+    "team_id",
+}
 
 
 def endpoint_url(base: str, default_path: str) -> str:
@@ -108,8 +236,10 @@ def endpoint_url(base: str, default_path: str) -> str:
     """
     parts = urlsplit(base.strip())
     if not parts.scheme or not parts.netloc:
-        raise ProviderSpecError(f"base URL {base!r} is not an absolute http(s) URL",
-                                hint="e.g. http://127.0.0.1:8787 or https://api.example.com")
+        raise ProviderSpecError(
+            f"base URL {base!r} is not an absolute http(s) URL",
+            hint="e.g. http://127.0.0.1:8787 or https://api.example.com",
+        )
     path = parts.path.rstrip("/")
     if not path.endswith(_DECISION_SUFFIXES):
         first = "/" + default_path.strip("/").split("/")[0]
@@ -139,9 +269,14 @@ def _profile(name: str):
     return PROFILES[name]
 
 
-def build_http_provider(spec: str, *, env: Mapping[str, str] | None = None,
-                        transport: httpx.AsyncBaseTransport | None = None,
-                        timeout: float = DEFAULT_TIMEOUT_S, **settings: Any) -> HttpProvider:
+def build_http_provider(
+    spec: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    **settings: Any,
+) -> HttpProvider:
     """Build the remote provider named by ``spec``.
 
     Parameters
@@ -169,15 +304,19 @@ def build_http_provider(spec: str, *, env: Mapping[str, str] | None = None,
     settings = {k: v for k, v in settings.items() if k in _KNOWN_SETTINGS and v is not None}
     prefix, sep, rest = spec.partition(":")
     prefix = prefix.strip().lower()
-    common = dict(timeout=timeout, transport=transport,
-                  max_connections=int(settings.get("max_connections", DEFAULT_MAX_CONNECTIONS)))
+    common = dict(
+        timeout=timeout,
+        transport=transport,
+        max_connections=int(settings.get("max_connections", DEFAULT_MAX_CONNECTIONS)),
+    )
     if prefix == "cloudflare":
         return _cloudflare(spec, rest.strip(), env, settings, common)
     if prefix == "systemone":
         return _generic_systemone(spec, rest.strip(), env, settings, common)
     if prefix not in PRESETS:
-        raise ProviderSpecError(f"unknown provider spec {spec!r}",
-                                hint=f"use one of {', '.join(p + ':MODEL' for p in HTTP_PREFIXES)}")
+        raise ProviderSpecError(
+            f"unknown provider spec {spec!r}", hint=f"use one of {', '.join(p + ':MODEL' for p in HTTP_PREFIXES)}"
+        )
     return _preset(spec, PRESETS[prefix], rest.strip(), env, settings, common)
 
 
@@ -187,13 +326,24 @@ def _cloudflare(spec: str, model: str, env: Mapping[str, str], settings: dict, c
     account = settings.get("account_id") or env.get("CLOUDFLARE_ACCOUNT_ID") or None
     base = settings.get("base_url") or env.get("CLOUDFLARE_CLEF_BASE_URL") or DEFAULT_BASE_URL
     window = settings.get("window_tokens") or env.get("CLOUDFLARE_CLEF_WINDOW_TOKENS") or DEFAULT_WINDOW_TOKENS
-    endpoint = Endpoint(vendor="cloudflare", url=cloudflare_url(base, account or "-", model), model=model,
-                        api_key=key, key_env="CLOUDFLARE_API_KEY (or CLOUDFLARE_API_TOKEN)",
-                        request_id_headers=("cf-ai-req-id", "cf-ray"))
-    return CloudflareProvider(spec, endpoint, _profile(settings.get("profile", "cloudflare-clef")),
-                              account_id=account, window_tokens=int(window),
-                              max_body_bytes=int(settings.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES)),
-                              max_images=int(settings.get("max_images", MAX_IMAGES)), **common)
+    endpoint = Endpoint(
+        vendor="cloudflare",
+        url=cloudflare_url(base, account or "-", model),
+        model=model,
+        api_key=key,
+        key_env="CLOUDFLARE_API_KEY (or CLOUDFLARE_API_TOKEN)",
+        request_id_headers=("cf-ai-req-id", "cf-ray"),
+    )
+    return CloudflareProvider(
+        spec,
+        endpoint,
+        _profile(settings.get("profile", "cloudflare-clef")),
+        account_id=account,
+        window_tokens=int(window),
+        max_body_bytes=int(settings.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES)),
+        max_images=int(settings.get("max_images", MAX_IMAGES)),
+        **common,
+    )
 
 
 _SECRET_PARAM = re.compile(r"(key|token|secret|password|passwd|auth|signature|sig)", re.IGNORECASE)
@@ -202,8 +352,9 @@ _SECRET_PARAM = re.compile(r"(key|token|secret|password|passwd|auth|signature|si
 def public_url(url: str) -> str:
     """``url`` without user-info and with secret-looking query values replaced by ``***``."""
     parts = urlsplit(url)
-    query = urlencode([(k, "***" if _SECRET_PARAM.search(k) else v)
-                       for k, v in parse_qsl(parts.query, keep_blank_values=True)])
+    query = urlencode(
+        [(k, "***" if _SECRET_PARAM.search(k) else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+    )
     return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, query, ""))
 
 
@@ -219,28 +370,49 @@ def _generic_systemone(spec: str, url: str, env: Mapping[str, str], settings: di
     clean = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), ""))
     full = endpoint_url(clean, "/v1/systemone")
     key = _secret(settings.get("api_key") or env.get("WORKBENCH_SYSTEMONE_API_KEY"))
-    endpoint = Endpoint(vendor="systemone", url=full, model=model, api_key=key,
-                        key_env="WORKBENCH_SYSTEMONE_API_KEY", key_required=False,
-                        request_id_headers=("x-request-id", "x-typesafe-request-id", "cf-ai-req-id"))
+    endpoint = Endpoint(
+        vendor="systemone",
+        url=full,
+        model=model,
+        api_key=key,
+        key_env="WORKBENCH_SYSTEMONE_API_KEY",
+        key_required=False,
+        request_id_headers=("x-request-id", "x-typesafe-request-id", "cf-ai-req-id"),
+    )
     # the provider's spec is what gets stored and printed: never with a credential in it
-    return SystemOneProvider(f"systemone:{public_url(url)}", endpoint, _profile(profile),
-                             max_images=int(settings.get("max_images", 4)), **common)
+    return SystemOneProvider(
+        f"systemone:{public_url(url)}",
+        endpoint,
+        _profile(profile),
+        max_images=int(settings.get("max_images", 4)),
+        **common,
+    )
 
 
 def _preset(spec: str, p: Preset, model: str, env: Mapping[str, str], settings: dict, common: dict) -> HttpProvider:
     model = settings.get("model") or model or _first(env, p.model_env) or p.default_model
     base = settings.get("base_url") or _first(env, p.url_env) or p.default_url
     if base is None:
-        raise ProviderSpecError(f"{spec!r}: {p.vendor} is self-hosted and has no default URL",
-                                hint=f"set {p.url_env[0]} to your server, e.g. http://127.0.0.1:8000")
+        raise ProviderSpecError(
+            f"{spec!r}: {p.vendor} is self-hosted and has no default URL",
+            hint=f"set {p.url_env[0]} to your server, e.g. http://127.0.0.1:8000",
+        )
     key = _secret(settings.get("api_key") or _first(env, p.key_env))
     extra: dict[str, str] = {}
     team = settings.get("team_id") or (env.get("PRIME_TEAM_ID") if p.vendor == "prime" else None)
     if team:
         extra["x-prime-team-id"] = str(team)
-    endpoint = Endpoint(vendor=p.vendor, url=endpoint_url(base, p.default_path), model=model, api_key=key,
-                        key_env=p.key_env[0], key_required=p.key_required, auth_header=p.auth_header,
-                        extra_headers=extra, request_id_headers=p.request_id_headers)
+    endpoint = Endpoint(
+        vendor=p.vendor,
+        url=endpoint_url(base, p.default_path),
+        model=model,
+        api_key=key,
+        key_env=p.key_env[0],
+        key_required=p.key_required,
+        auth_header=p.auth_header,
+        extra_headers=extra,
+        request_id_headers=p.request_id_headers,
+    )
     limits = _profile(settings.get("profile", p.profile))
     max_images = int(settings.get("max_images", p.max_images if p.max_images is not None else 4))
     if p.dialect == "openai":
@@ -253,5 +425,4 @@ def _preset(spec: str, p: Preset, model: str, env: Mapping[str, str], settings: 
         return VercelProvider(spec, endpoint, limits, max_images=max_images, **common)
     from workbench.providers.systemone import SystemOneProvider
 
-    return SystemOneProvider(spec, endpoint, limits, max_images=max_images, images_in_state=p.images_in_state,
-                             **common)
+    return SystemOneProvider(spec, endpoint, limits, max_images=max_images, images_in_state=p.images_in_state, **common)

@@ -6,6 +6,7 @@ differ only in URL, auth header, request-id header, limits and how images travel
 has no ``images`` field and takes them as ``image_url`` parts appended to an array ``state``
 (§3.6); the others use the Clef ``images`` extension.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,6 +74,7 @@ class SystemOneProvider(HttpProvider):
 
     def to_system_one(self, data: Any, response: httpx.Response, request: DecisionRequest) -> dict:
         if not isinstance(data, dict) or not isinstance(data.get("answers"), dict):
-            raise ProviderError(ErrorKind.MALFORMED, f"{self.spec}: response has no 'answers' object",
-                                status=response.status_code)
+            raise ProviderError(
+                ErrorKind.MALFORMED, f"{self.spec}: response has no 'answers' object", status=response.status_code
+            )
         return data

@@ -18,26 +18,26 @@ The estimate is deliberately on the high side for every kind of text (see the te
 ``tests/providers/test_tokens.py``): refusing a state that would in fact fit wastes a call,
 while sending one that does not fit gets it silently truncated (providers.md §7).
 """
+
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import numpy as np
 
 #: Tokens per character, by character class (see the module docstring for where each comes from).
 TOKENS_PER_CHAR: dict[str, float] = {
-    "letter": 0.28,       # ASCII letters: prose 4.3 chars/token (§3.6), 3.7 on hosted Clef (§7)
-    "digit": 1.20,        # integer arrays 1.16 chars/token (§3.6), digit lists ~1.0 on Clef (§7)
-    "mixed": 0.60,        # letters inside runs that also hold digits (hex ids, hashes): log lines
-    "space": 0.20,        # single spaces merge into the next word; runs of indentation do not
-    "punct": 0.70,        # JSON/code punctuation: minified JSON 3.4 chars/token, log lines 1.35
-    "latin_ext": 0.50,    # accented Latin, Greek, Cyrillic: byte-level BPE splits them more
-    "indic": 0.60,        # Devanagari and other Brahmic scripts (0.44 measured; margin added)
-    "cjk": 1.00,          # CJK ideographs, kana, hangul (0.46 on Perplexity, up to ~1.75 on Clef)
-    "emoji": 2.60,        # emoji and other symbols outside the BMP: 2.6 per code point
-    "other": 0.80,        # anything else (Arabic, Hebrew, Thai, ...)
+    "letter": 0.28,  # ASCII letters: prose 4.3 chars/token (§3.6), 3.7 on hosted Clef (§7)
+    "digit": 1.20,  # integer arrays 1.16 chars/token (§3.6), digit lists ~1.0 on Clef (§7)
+    "mixed": 0.60,  # letters inside runs that also hold digits (hex ids, hashes): log lines
+    "space": 0.20,  # single spaces merge into the next word; runs of indentation do not
+    "punct": 0.70,  # JSON/code punctuation: minified JSON 3.4 chars/token, log lines 1.35
+    "latin_ext": 0.50,  # accented Latin, Greek, Cyrillic: byte-level BPE splits them more
+    "indic": 0.60,  # Devanagari and other Brahmic scripts (0.44 measured; margin added)
+    "cjk": 1.00,  # CJK ideographs, kana, hangul (0.46 on Perplexity, up to ~1.75 on Clef)
+    "emoji": 2.60,  # emoji and other symbols outside the BMP: 2.6 per code point
+    "other": 0.80,  # anything else (Arabic, Hebrew, Thai, ...)
 }
 
 #: The costliest weight: a text of n characters never exceeds ``n * MAX_TOKENS_PER_CHAR`` tokens.
@@ -58,15 +58,23 @@ def _class_of_codepoints(codes: np.ndarray) -> np.ndarray:
     cls[is_upper | is_lower] = _CLASS_ORDER.index("letter")
     cls[(codes >= 0x30) & (codes <= 0x39)] = _CLASS_ORDER.index("digit")
     cls[(codes == 0x20) | (codes == 0x09) | (codes == 0x0A) | (codes == 0x0D)] = _CLASS_ORDER.index("space")
-    ascii_punct = (codes < 0x80) & ~(is_upper | is_lower) & ~((codes >= 0x30) & (codes <= 0x39)) & ~(
-        (codes == 0x20) | (codes == 0x09) | (codes == 0x0A) | (codes == 0x0D))
+    ascii_punct = (
+        (codes < 0x80)
+        & ~(is_upper | is_lower)
+        & ~((codes >= 0x30) & (codes <= 0x39))
+        & ~((codes == 0x20) | (codes == 0x09) | (codes == 0x0A) | (codes == 0x0D))
+    )
     cls[ascii_punct] = _CLASS_ORDER.index("punct")
     cls[(codes >= 0x80) & (codes < 0x0530)] = _CLASS_ORDER.index("latin_ext")  # Latin-1..Cyrillic/Armenian
-    cls[(codes >= 0x2000) & (codes < 0x2070)] = _CLASS_ORDER.index("punct")   # general punctuation
-    cls[(codes >= 0x0900) & (codes < 0x0E00)] = _CLASS_ORDER.index("indic")   # Devanagari .. Sinhala
-    cjk = (((codes >= 0x2E80) & (codes < 0xA000)) | ((codes >= 0xAC00) & (codes < 0xD7B0))
-           | ((codes >= 0xF900) & (codes < 0xFB00)) | ((codes >= 0xFF00) & (codes < 0xFFF0))
-           | ((codes >= 0x20000) & (codes < 0x30000)))
+    cls[(codes >= 0x2000) & (codes < 0x2070)] = _CLASS_ORDER.index("punct")  # general punctuation
+    cls[(codes >= 0x0900) & (codes < 0x0E00)] = _CLASS_ORDER.index("indic")  # Devanagari .. Sinhala
+    cjk = (
+        ((codes >= 0x2E80) & (codes < 0xA000))
+        | ((codes >= 0xAC00) & (codes < 0xD7B0))
+        | ((codes >= 0xF900) & (codes < 0xFB00))
+        | ((codes >= 0xFF00) & (codes < 0xFFF0))
+        | ((codes >= 0x20000) & (codes < 0x30000))
+    )
     cls[cjk] = _CLASS_ORDER.index("cjk")
     emoji = ((codes >= 0x1F000) & (codes < 0x1FB00)) | ((codes >= 0x2600) & (codes < 0x27C0))
     cls[emoji] = _CLASS_ORDER.index("emoji")

@@ -7,6 +7,7 @@ Response: ``boolean`` answers carry ``probability``; usage is ``inputTokens``/``
 a vendor ``confidence`` sits at ``providerMetadata.<vendor>.confidence.<question id>``.
 Errors ``{"error": {message, type, code}}`` are classified by ``type`` first (see http.py).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -57,8 +58,12 @@ class VercelProvider(HttpProvider):
     dialect = "vercel"
 
     def dialect_headers(self) -> dict[str, str]:
-        return {"ai-gateway-auth-method": "api-key", "ai-gateway-protocol-version": PROTOCOL_VERSION,
-                "ai-model-id": self.model or "", "ai-evaluation-model-specification-version": SPECIFICATION_VERSION}
+        return {
+            "ai-gateway-auth-method": "api-key",
+            "ai-gateway-protocol-version": PROTOCOL_VERSION,
+            "ai-model-id": self.model or "",
+            "ai-evaluation-model-specification-version": SPECIFICATION_VERSION,
+        }
 
     def build_body(self, request: DecisionRequest) -> dict:
         return {"state": wire_state(request.state), "questions": to_vercel_questions(request.schema.to_wire())}
@@ -68,5 +73,8 @@ class VercelProvider(HttpProvider):
             raise ProviderError(ErrorKind.MALFORMED, f"{self.spec}: response is not an object")
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         model = data.get("model") or data.get("modelId")
-        return {"model": model if isinstance(model, str) else None, "answers": from_vercel_answers(data),
-                "usage": {"input_tokens": usage.get("inputTokens"), "output_tokens": usage.get("outputTokens", 0)}}
+        return {
+            "model": model if isinstance(model, str) else None,
+            "answers": from_vercel_answers(data),
+            "usage": {"input_tokens": usage.get("inputTokens"), "output_tokens": usage.get("outputTokens", 0)},
+        }

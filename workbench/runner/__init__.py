@@ -3,7 +3,7 @@
 Public entry points: :func:`run_experiment`, :func:`resume_run`, :func:`start_run`,
 :func:`execute_run`, :class:`RunOptions`.
 """
-from workbench.runner.execute import (RunInterrupted, RunOptions, execute_run, resume_run, run_experiment,
-                                      start_run)
+
+from workbench.runner.execute import RunInterrupted, RunOptions, execute_run, resume_run, run_experiment, start_run
 
 __all__ = ["RunInterrupted", "RunOptions", "execute_run", "resume_run", "run_experiment", "start_run"]

@@ -17,6 +17,7 @@ NULL) — a failure is never written as a probability. ``authentication`` and ``
 and ``--max-cost`` stop further calls; the units left are recorded as ``not_asked`` so that
 ``workbench run --resume RUN_ID`` asks them later.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,8 +26,10 @@ import random
 import re
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from datetime import UTC
+from typing import Any
 
 from workbench.errors import AnswerError, WorkbenchError
 from workbench.providers.base import DecisionRequest, DecisionResult, ErrorKind, ProviderError
@@ -42,8 +45,12 @@ BATCH_SECONDS = 1.0
 #: Requests per ``decide_batch`` call for in-process providers.
 LOCAL_CHUNK = 256
 #: Attempts per error kind (first try included); kinds not listed are never retried.
-RETRY_ATTEMPTS: dict[ErrorKind, int] = {ErrorKind.RATE_LIMIT: 6, ErrorKind.SERVER: 2, ErrorKind.TIMEOUT: 2,
-                                        ErrorKind.NETWORK: 2}
+RETRY_ATTEMPTS: dict[ErrorKind, int] = {
+    ErrorKind.RATE_LIMIT: 6,
+    ErrorKind.SERVER: 2,
+    ErrorKind.TIMEOUT: 2,
+    ErrorKind.NETWORK: 2,
+}
 #: First backoff and its cap, seconds; the delay doubles per attempt with "equal jitter".
 BACKOFF_BASE_S: dict[ErrorKind, float] = {ErrorKind.RATE_LIMIT: 0.5}
 BACKOFF_DEFAULT_BASE_S = 0.25
@@ -70,12 +77,12 @@ class RunInterrupted(KeyboardInterrupt):
 class RunOptions:
     """How to run (stored in ``runs.params`` so ``--resume`` repeats it; no secrets here)."""
 
-    splits: list[str] | None = None          # None: every split but train
-    limit: int | None = None                 # first N items by id (after the split filter)
+    splits: list[str] | None = None  # None: every split but train
+    limit: int | None = None  # first N items by id (after the split filter)
     concurrency: int = 8
-    rate: float | None = None                # requests per second (token bucket)
-    max_cost: float | None = None            # USD; stop before exceeding
-    timeout: float = 5.0                     # per call, seconds
+    rate: float | None = None  # requests per second (token bucket)
+    max_cost: float | None = None  # USD; stop before exceeding
+    timeout: float = 5.0  # per call, seconds
     questions_per_request: int | None = None
 
     def __post_init__(self) -> None:
@@ -92,8 +99,9 @@ class RunOptions:
 
 
 # -- retry policy and rate limit ------------------------------------------------------------------
-def backoff_delay(kind: ErrorKind, attempt: int, *, retry_after: float | None = None,
-                  rng: random.Random | None = None) -> float:
+def backoff_delay(
+    kind: ErrorKind, attempt: int, *, retry_after: float | None = None, rng: random.Random | None = None
+) -> float:
     """Seconds to wait before attempt ``attempt + 1``.
 
     ``Retry-After`` wins when the provider sent one (capped at 60 s). Otherwise
@@ -140,8 +148,9 @@ class _Scrubber:
     """Removes credential values found in the environment from any text that may be stored."""
 
     def __init__(self, env: Mapping[str, str] | None):
-        self.secrets = sorted({v for k, v in (env or {}).items() if _SECRET_ENV.search(k) and v and len(v) >= 6},
-                              key=len, reverse=True)
+        self.secrets = sorted(
+            {v for k, v in (env or {}).items() if _SECRET_ENV.search(k) and v and len(v) >= 6}, key=len, reverse=True
+        )
 
     def __call__(self, text: str | None) -> str | None:
         if text is None:
@@ -155,10 +164,10 @@ class _Scrubber:
 @dataclass
 class _Counters:
     units_total: int = 0
-    units_skipped: int = 0       # already answered earlier in this run
+    units_skipped: int = 0  # already answered earlier in this run
     cache_hits: int = 0
-    requests: int = 0            # requests that left the process (retries included)
-    new_calls: int = 0           # successful calls this time
+    requests: int = 0  # requests that left the process (retries included)
+    new_calls: int = 0  # successful calls this time
     retries: int = 0
     answered: int = 0
     failed: int = 0
@@ -166,16 +175,24 @@ class _Counters:
     cost_unknown: int = 0
     tokens: int = 0
     units_done: int = 0
-    reused_own_calls: int = 0    # answered from calls this run paid for before an interruption
+    reused_own_calls: int = 0  # answered from calls this run paid for before an interruption
     t_start: float = field(default_factory=time.perf_counter)
 
 
 class _Recorder:
     """Buffers answer and call rows and writes them in batches (one transaction each)."""
 
-    def __init__(self, con, run_id: str, spec: str, model: str | None, slices: Sequence[QuestionSlice],
-                 scrub: _Scrubber, journal: calls_store.CallJournal):
-        self.con = con.cursor()   # the flush thread's own connection to the same database
+    def __init__(
+        self,
+        con,
+        run_id: str,
+        spec: str,
+        model: str | None,
+        slices: Sequence[QuestionSlice],
+        scrub: _Scrubber,
+        journal: calls_store.CallJournal,
+    ):
+        self.con = con.cursor()  # the flush thread's own connection to the same database
         self.run_id, self.spec, self.model = run_id, spec, model
         self.slices = slices
         self.scrub = scrub
@@ -186,23 +203,42 @@ class _Recorder:
         self.last_flush = time.monotonic()
         self.write_lock = threading.Lock()
         self.progress_cb = None
-        self.replace = True       # False for a run with no rows yet: no earlier answers to delete
+        self.replace = True  # False for a run with no rows yet: no earlier answers to delete
 
     # rows -----------------------------------------------------------------------------------------
-    def failure(self, unit: WorkUnit, kind: str, message: str, *, latency_ms: float | None = None,
-                questions: Sequence[str] | None = None) -> None:
+    def failure(
+        self,
+        unit: WorkUnit,
+        kind: str,
+        message: str,
+        *,
+        latency_ms: float | None = None,
+        questions: Sequence[str] | None = None,
+    ) -> None:
         qids = questions if questions is not None else self.slices[unit.slice_index].question_ids
         msg = self.scrub(message)
         for qid in qids:
-            self.answers.append({"run_id": self.run_id, "item_id": unit.item_id, "question": qid, "probs": None,
-                                 "failure_kind": kind, "failure_message": msg, "latency_ms": latency_ms,
-                                 "model": None, "cache_key": unit.cache_key, "cached": False})
+            self.answers.append(
+                {
+                    "run_id": self.run_id,
+                    "item_id": unit.item_id,
+                    "question": qid,
+                    "probs": None,
+                    "failure_kind": kind,
+                    "failure_message": msg,
+                    "latency_ms": latency_ms,
+                    "model": None,
+                    "cache_key": unit.cache_key,
+                    "cached": False,
+                }
+            )
         self.counters.failed += len(qids)
         self.counters.units_done += 1
         self._tick()
 
-    def result(self, unit: WorkUnit, result: DecisionResult, *, cached: bool, call_row: dict | None,
-               fresh: bool = True) -> None:
+    def result(
+        self, unit: WorkUnit, result: DecisionResult, *, cached: bool, call_row: dict | None, fresh: bool = True
+    ) -> None:
         """Answer rows for one response.
 
         ``cached`` (stored) says another run paid for the call; ``fresh`` (counters) says the call
@@ -215,14 +251,22 @@ class _Recorder:
         share_cost = None if cost is None else cost / n_q
         model = result.model or self.model
         for pos, qid in enumerate(sl.question_ids):
-            base = {"run_id": self.run_id, "item_id": unit.item_id, "question": qid, "model": model,
-                    "latency_ms": result.latency_ms, "cache_key": unit.cache_key, "cached": cached,
-                    "cost_usd": share_cost,
-                    "input_tokens": None if tokens is None else tokens // n_q + (tokens % n_q if pos == 0 else 0)}
+            base = {
+                "run_id": self.run_id,
+                "item_id": unit.item_id,
+                "question": qid,
+                "model": model,
+                "latency_ms": result.latency_ms,
+                "cache_key": unit.cache_key,
+                "cached": cached,
+                "cost_usd": share_cost,
+                "input_tokens": None if tokens is None else tokens // n_q + (tokens % n_q if pos == 0 else 0),
+            }
             ans = result.answers.get(qid)
             if ans is not None:
-                base.update(probs=ans.probs.tolist(), deviation=float(ans.deviation),
-                            vendor_confidence=ans.vendor_confidence)
+                base.update(
+                    probs=ans.probs.tolist(), deviation=float(ans.deviation), vendor_confidence=ans.vendor_confidence
+                )
                 self.counters.answered += 1
             else:
                 kind, msg = result.failures.get(qid, (ErrorKind.MISSING, f"no answer for question {qid!r}"))
@@ -253,7 +297,8 @@ class _Recorder:
     # writes -----------------------------------------------------------------------------------------
     def due(self) -> bool:
         return len(self.answers) >= BATCH_ROWS or (
-            bool(self.answers) and time.monotonic() - self.last_flush >= BATCH_SECONDS)
+            bool(self.answers) and time.monotonic() - self.last_flush >= BATCH_SECONDS
+        )
 
     def take(self):
         calls, answers = self.calls, self.answers
@@ -280,10 +325,18 @@ def call_row(unit: WorkUnit, spec: str, model: str | None, run_id: str, result: 
     """
     if result.raw is None or result.failures:
         return None
-    return {"cache_key": unit.cache_key, "provider": spec, "model": model,
-            "response": json.dumps(result.raw, ensure_ascii=False, separators=(",", ":")),
-            "model_answered": result.model, "request_id": result.request_id, "latency_ms": result.latency_ms,
-            "input_tokens": result.input_tokens, "cost_usd": result.cost_usd, "run_id": run_id}
+    return {
+        "cache_key": unit.cache_key,
+        "provider": spec,
+        "model": model,
+        "response": json.dumps(result.raw, ensure_ascii=False, separators=(",", ":")),
+        "model_answered": result.model,
+        "request_id": result.request_id,
+        "latency_ms": result.latency_ms,
+        "input_tokens": result.input_tokens,
+        "cost_usd": result.cost_usd,
+        "run_id": run_id,
+    }
 
 
 def result_from_cache(sl: QuestionSlice, row: dict) -> DecisionResult:
@@ -297,9 +350,16 @@ def result_from_cache(sl: QuestionSlice, row: dict) -> DecisionResult:
         except AnswerError as exc:
             failures[qid] = (ErrorKind.MALFORMED, str(exc))
     tokens = row.get("input_tokens")
-    return DecisionResult(answers=answers, failures=failures, model=row.get("model_answered"),
-                          request_id=row.get("request_id"), input_tokens=None if tokens is None else int(tokens),
-                          cost_usd=row.get("cost_usd"), latency_ms=row.get("latency_ms"), raw=raw)
+    return DecisionResult(
+        answers=answers,
+        failures=failures,
+        model=row.get("model_answered"),
+        request_id=row.get("request_id"),
+        input_tokens=None if tokens is None else int(tokens),
+        cost_usd=row.get("cost_usd"),
+        latency_ms=row.get("latency_ms"),
+        raw=raw,
+    )
 
 
 # -- budget ---------------------------------------------------------------------------------------
@@ -327,8 +387,11 @@ class _Budget:
                 from workbench.providers.prices import cost_usd
                 from workbench.providers.tokens import estimate_request_tokens
 
-                est = cost_usd(vendor, getattr(self.provider, "model", None),
-                               estimate_request_tokens(request.state, request.schema.to_wire()))
+                est = cost_usd(
+                    vendor,
+                    getattr(self.provider, "model", None),
+                    estimate_request_tokens(request.state, request.schema.to_wire()),
+                )
                 if est is not None:
                     return max(est, self.max_seen or 0.0)
             except Exception:  # an estimate is a courtesy; fall back to what was observed
@@ -380,35 +443,48 @@ def _kind_name(err: ProviderError) -> str:
     return getattr(err, "kind_override", None) or err.kind.value
 
 
-async def _ask(provider, request: DecisionRequest, *, timeout: float, bucket: TokenBucket | None,
-               rec: _Recorder, stop: _Stop, rng: random.Random) -> tuple[DecisionResult | None, ProviderError | None]:
+async def _ask(
+    provider,
+    request: DecisionRequest,
+    *,
+    timeout: float,
+    bucket: TokenBucket | None,
+    rec: _Recorder,
+    stop: _Stop,
+    rng: random.Random,
+) -> tuple[DecisionResult | None, ProviderError | None]:
     attempt = 0
     while True:
         attempt += 1
         if bucket is not None:
             await bucket.acquire()
         try:
-            async with asyncio.timeout(timeout):   # cheaper than wait_for: no task per call
+            async with asyncio.timeout(timeout):  # cheaper than wait_for: no task per call
                 result = await provider.decide(request)
             rec.counters.requests += 1
             return result, None
         except ProviderError as exc:
             err = exc
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             err = ProviderError(ErrorKind.TIMEOUT, f"no answer within {timeout:g} s")
         except Exception as exc:  # a bug or an unmapped library error: stored, never retried
             err = _unexpected(exc)
         if err.sent:
             rec.counters.requests += 1
-        if (attempt >= RETRY_ATTEMPTS.get(err.kind, 1) or not err.sent or stop.kind is not None
-                or getattr(err, "kind_override", None)):
+        if (
+            attempt >= RETRY_ATTEMPTS.get(err.kind, 1)
+            or not err.sent
+            or stop.kind is not None
+            or getattr(err, "kind_override", None)
+        ):
             return None, err
         rec.counters.retries += 1
         await asyncio.sleep(backoff_delay(err.kind, attempt, retry_after=err.retry_after, rng=rng))
 
 
-async def _drive_remote(provider, units: list[WorkUnit], rec: _Recorder, opts: RunOptions, stop: _Stop,
-                        spec: str, run_id: str) -> None:
+async def _drive_remote(
+    provider, units: list[WorkUnit], rec: _Recorder, opts: RunOptions, stop: _Stop, spec: str, run_id: str
+) -> None:
     bucket = TokenBucket(opts.rate) if opts.rate else None
     budget = _Budget(opts.max_cost, provider)
     rng = random.Random(0x5EED)
@@ -432,13 +508,16 @@ async def _drive_remote(provider, units: list[WorkUnit], rec: _Recorder, opts: R
             ok, reserved = await budget.reserve(request)
             if not ok:
                 if stop.kind is None:
-                    stop.kind, stop.message = "budget", (f"--max-cost {opts.max_cost:g} USD reached "
-                                                         f"(spent {budget.spent:.6f} USD)")
+                    stop.kind, stop.message = (
+                        "budget",
+                        (f"--max-cost {opts.max_cost:g} USD reached (spent {budget.spent:.6f} USD)"),
+                    )
                 rec.failure(unit, NOT_ASKED, f"not asked: {stop.message}")
                 continue
             t0 = time.perf_counter()
-            result, err = await _ask(provider, request, timeout=opts.timeout, bucket=bucket, rec=rec, stop=stop,
-                                     rng=rng)
+            result, err = await _ask(
+                provider, request, timeout=opts.timeout, bucket=bucket, rec=rec, stop=stop, rng=rng
+            )
             if err is not None:
                 budget.settle(reserved, 0.0)
                 rec.failure(unit, _kind_name(err), str(err), latency_ms=(time.perf_counter() - t0) * 1000)
@@ -468,9 +547,11 @@ async def _drive_remote(provider, units: list[WorkUnit], rec: _Recorder, opts: R
 async def _drive_local(provider, units: list[WorkUnit], rec: _Recorder, spec: str, run_id: str) -> None:
     model = getattr(provider, "model", None)
     for start in range(0, len(units), LOCAL_CHUNK):
-        chunk = units[start:start + LOCAL_CHUNK]
-        requests = [DecisionRequest(schema=rec.slices[u.slice_index].schema, state=u.state, images=u.images,
-                                    item_id=u.item_id) for u in chunk]
+        chunk = units[start : start + LOCAL_CHUNK]
+        requests = [
+            DecisionRequest(schema=rec.slices[u.slice_index].schema, state=u.state, images=u.images, item_id=u.item_id)
+            for u in chunk
+        ]
         t0 = time.perf_counter()
         try:
             outcomes = await asyncio.to_thread(provider.decide_batch, requests)
@@ -491,28 +572,55 @@ async def _drive_local(provider, units: list[WorkUnit], rec: _Recorder, spec: st
 
 # -- public entry points --------------------------------------------------------------------------
 def _default_splits(con, dataset: str, version: int) -> list[str]:
-    rows = con.execute("SELECT DISTINCT split FROM items WHERE dataset = ? AND version = ? AND split <> 'train'"
-                       " ORDER BY split", [dataset, version]).fetchall()
+    rows = con.execute(
+        "SELECT DISTINCT split FROM items WHERE dataset = ? AND version = ? AND split <> 'train' ORDER BY split",
+        [dataset, version],
+    ).fetchall()
     return [r[0] for r in rows]
 
 
 def _progress(enabled: bool, total: int, description: str):
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from workbench.cli.common import err_console
 
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[rate]:>7.1f}/s"), TimeElapsedColumn(), TextColumn("eta"),
-                        TimeRemainingColumn(), TextColumn("fail {task.fields[failed]}"),
-                        TextColumn("${task.fields[cost]:.4f}"), console=err_console, disable=not enabled,
-                        refresh_per_second=4, transient=False)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]:>7.1f}/s"),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        TextColumn("fail {task.fields[failed]}"),
+        TextColumn("${task.fields[cost]:.4f}"),
+        console=err_console,
+        disable=not enabled,
+        refresh_per_second=4,
+        transient=False,
+    )
     task = progress.add_task(description, total=total, rate=0.0, failed=0, cost=0.0)
     return progress, task
 
 
-def build_provider(con, spec: str, *, dataset: str, dataset_version: int, options: RunOptions,
-                   env: Mapping[str, str] | None = None, transport: Any = None, settings: dict | None = None):
+def build_provider(
+    con,
+    spec: str,
+    *,
+    dataset: str,
+    dataset_version: int,
+    options: RunOptions,
+    env: Mapping[str, str] | None = None,
+    transport: Any = None,
+    settings: dict | None = None,
+):
     """The provider named by ``spec``, with what its factory may need (training data, env, timeout).
 
     HTTP providers get the runner's lean keep-alive transport unless one is injected
@@ -522,13 +630,30 @@ def build_provider(con, spec: str, *, dataset: str, dataset_version: int, option
         from workbench.runner.transport import StreamTransport
 
         transport = StreamTransport()
-    return get_provider(spec, context=ProviderContext(
-        con=con, dataset=dataset, dataset_version=dataset_version, env=env, timeout=options.timeout,
-        transport=transport, settings={"max_connections": max(options.concurrency, 1), **(settings or {})}))
+    return get_provider(
+        spec,
+        context=ProviderContext(
+            con=con,
+            dataset=dataset,
+            dataset_version=dataset_version,
+            env=env,
+            timeout=options.timeout,
+            transport=transport,
+            settings={"max_connections": max(options.concurrency, 1), **(settings or {})},
+        ),
+    )
 
 
-def execute_run(con, run_id: str, *, env: Mapping[str, str] | None = None, transport: Any = None,
-                progress: bool = False, provider: Any = None, settings: dict | None = None) -> dict:
+def execute_run(
+    con,
+    run_id: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    transport: Any = None,
+    progress: bool = False,
+    provider: Any = None,
+    settings: dict | None = None,
+) -> dict:
     """Run (or continue) ``run_id`` until every item × question has an answer or a failure.
 
     Parameters
@@ -564,30 +689,47 @@ def execute_run(con, run_id: str, *, env: Mapping[str, str] | None = None, trans
     schema = load_stored_schema(con, run["schema_hash"])
     spec = run["provider"]
     if provider is None:
-        provider = build_provider(con, spec, dataset=run["dataset"], dataset_version=int(run["dataset_version"]),
-                                  options=opts, env=env, transport=transport, settings=settings)
+        provider = build_provider(
+            con,
+            spec,
+            dataset=run["dataset"],
+            dataset_version=int(run["dataset_version"]),
+            options=opts,
+            env=env,
+            transport=transport,
+            settings=settings,
+        )
     model = getattr(provider, "model", None)
     dialect = getattr(provider, "dialect", None)
     limits = getattr(provider, "limits", None)
-    slices = plan_slices(schema, max_questions=getattr(limits, "max_questions", None),
-                         questions_per_request=opts.questions_per_request)
+    slices = plan_slices(
+        schema, max_questions=getattr(limits, "max_questions", None), questions_per_request=opts.questions_per_request
+    )
 
     recovered = calls_store.recover_journal(con)
-    items = load_items(con, run["dataset"], int(run["dataset_version"]), splits=run["splits"] or None,
-                       limit=opts.limit)
+    items = load_items(con, run["dataset"], int(run["dataset_version"]), splits=run["splits"] or None, limit=opts.limit)
     build_body = getattr(provider, "build_body", None)
     render = getattr(provider, "render_body", None)  # the body text exactly as the dialect sends it
     if not callable(render):
         render = None
         if callable(build_body):
+
             def render(request: DecisionRequest) -> str:  # the body exactly as the dialect serialises it
                 return json.dumps(build_body(request), ensure_ascii=False, separators=(",", ":"))
+
     # The endpoint is part of the key: answers from an emulator or a proxy must never be served
     # as answers of the real service (the public URL has no query string, so no secret).
     endpoint = getattr(getattr(provider, "endpoint", None), "public_url", None)
     key_spec = f"{spec}@{endpoint}" if endpoint else spec
-    units = build_units(items, slices, spec=key_spec, model=model, dialect=dialect,
-                        keyed_by_item=bool(getattr(provider, "keyed_by_item", False)), render=render)
+    units = build_units(
+        items,
+        slices,
+        spec=key_spec,
+        model=model,
+        dialect=dialect,
+        keyed_by_item=bool(getattr(provider, "keyed_by_item", False)),
+        render=render,
+    )
 
     done = calls_store.answered_questions(con, run_id)
     todo = [u for u in units if not set(slices[u.slice_index].question_ids) <= done.get(u.item_id, set())]
@@ -639,38 +781,69 @@ def execute_run(con, run_id: str, *, env: Mapping[str, str] | None = None, trans
         journal.close(delete=True)
     if stop.kind is not None:
         status = "stopped"
-    model_row = con.execute("SELECT mode(model) FROM answers WHERE run_id = ? AND model IS NOT NULL",
-                            [run_id]).fetchone()
+    model_row = con.execute(
+        "SELECT mode(model) FROM answers WHERE run_id = ? AND model IS NOT NULL", [run_id]
+    ).fetchone()
     summary = _summary(con, run, rec, stop, recovered, status)
     summary["model"] = model_row[0] if model_row and model_row[0] else model
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    update_run(con, run_id, status=status, summary=summary, model=model_row[0] if model_row else model,
-               finished_at=datetime.now(timezone.utc).replace(tzinfo=None))
+    update_run(
+        con,
+        run_id,
+        status=status,
+        summary=summary,
+        model=model_row[0] if model_row else model,
+        finished_at=datetime.now(UTC).replace(tzinfo=None),
+    )
     return summary
 
 
 def _summary(con, run: dict, rec: _Recorder, stop: _Stop, recovered: int, status: str) -> dict:
     c = rec.counters
     wall = time.perf_counter() - c.t_start
-    out = {"run_id": run["run_id"], "name": run.get("name"), "provider": run["provider"],
-           "dataset": run["dataset"], "dataset_version": int(run["dataset_version"]),
-           "schema_hash": run["schema_hash"], "splits": run["splits"], "status": status,
-           "stop_reason": stop.message or None,
-           **calls_store.run_summary(con, run["run_id"]),
-           "this_session": {"units": c.units_total, "units_already_answered": c.units_skipped,
-                            "cache_hits": c.cache_hits, "reused_own_calls": c.reused_own_calls,
-                            "requests_sent": c.requests, "new_calls": c.new_calls,
-                            "retries": c.retries, "calls_recovered_from_journal": recovered,
-                            "cost_paid_usd": c.cost_paid, "calls_with_unknown_cost": c.cost_unknown,
-                            "input_tokens": c.tokens, "wall_seconds": wall,
-                            "requests_per_second": c.requests / wall if wall > 0 else None}}
+    out = {
+        "run_id": run["run_id"],
+        "name": run.get("name"),
+        "provider": run["provider"],
+        "dataset": run["dataset"],
+        "dataset_version": int(run["dataset_version"]),
+        "schema_hash": run["schema_hash"],
+        "splits": run["splits"],
+        "status": status,
+        "stop_reason": stop.message or None,
+        **calls_store.run_summary(con, run["run_id"]),
+        "this_session": {
+            "units": c.units_total,
+            "units_already_answered": c.units_skipped,
+            "cache_hits": c.cache_hits,
+            "reused_own_calls": c.reused_own_calls,
+            "requests_sent": c.requests,
+            "new_calls": c.new_calls,
+            "retries": c.retries,
+            "calls_recovered_from_journal": recovered,
+            "cost_paid_usd": c.cost_paid,
+            "calls_with_unknown_cost": c.cost_unknown,
+            "input_tokens": c.tokens,
+            "wall_seconds": wall,
+            "requests_per_second": c.requests / wall if wall > 0 else None,
+        },
+    }
     return out
 
 
-def start_run(con, *, dataset: str, schema: DecisionSchema, provider_spec: str, options: RunOptions,
-              dataset_version: int | None = None, run_name: str | None = None, experiment: str | None = None,
-              variant: str | None = None) -> str:
+def start_run(
+    con,
+    *,
+    dataset: str,
+    schema: DecisionSchema,
+    provider_spec: str,
+    options: RunOptions,
+    dataset_version: int | None = None,
+    run_name: str | None = None,
+    experiment: str | None = None,
+    variant: str | None = None,
+) -> str:
     """Create the run row (status ``running``) and return its id; :func:`execute_run` fills it."""
     from workbench.store.datasets import latest_version
     from workbench.store.runs import create_run
@@ -678,14 +851,25 @@ def start_run(con, *, dataset: str, schema: DecisionSchema, provider_spec: str, 
     version = dataset_version or latest_version(con, dataset)
     splits = options.splits or _default_splits(con, dataset, version)
     if not splits:
-        raise WorkbenchError(f"dataset {dataset!r} v{version} has no split to run on",
-                             hint="pass --split train to run on the training split")
+        raise WorkbenchError(
+            f"dataset {dataset!r} v{version} has no split to run on",
+            hint="pass --split train to run on the training split",
+        )
     spec = public_spec(provider_spec.strip())
     opts = asdict(options)
     opts["splits"] = splits
-    return create_run(con, dataset=dataset, dataset_version=version, schema=schema, provider=spec, splits=splits,
-                      name=run_name, params={"options": opts, "key_version": KEY_VERSION},
-                      experiment=experiment, variant=variant)
+    return create_run(
+        con,
+        dataset=dataset,
+        dataset_version=version,
+        schema=schema,
+        provider=spec,
+        splits=splits,
+        name=run_name,
+        params={"options": opts, "key_version": KEY_VERSION},
+        experiment=experiment,
+        variant=variant,
+    )
 
 
 def _run_coroutine(coro):
@@ -701,12 +885,27 @@ def _run_coroutine(coro):
         return pool.submit(asyncio.run, coro).result()
 
 
-def run_experiment(con, *, dataset: str, schema: DecisionSchema, provider_specs: Sequence[str],
-                   splits: Sequence[str] | None = None, limit: int | None = None, concurrency: int = 8,
-                   rate: float | None = None, max_cost: float | None = None, run_name: str | None = None,
-                   experiment: str | None = None, variant: str | None = None, env: Mapping[str, str] | None = None,
-                   timeout: float = 5.0, questions_per_request: int | None = None, dataset_version: int | None = None,
-                   transport: Any = None, progress: bool = False) -> list[str]:
+def run_experiment(
+    con,
+    *,
+    dataset: str,
+    schema: DecisionSchema,
+    provider_specs: Sequence[str],
+    splits: Sequence[str] | None = None,
+    limit: int | None = None,
+    concurrency: int = 8,
+    rate: float | None = None,
+    max_cost: float | None = None,
+    run_name: str | None = None,
+    experiment: str | None = None,
+    variant: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 5.0,
+    questions_per_request: int | None = None,
+    dataset_version: int | None = None,
+    transport: Any = None,
+    progress: bool = False,
+) -> list[str]:
     """Run ``schema`` over ``dataset`` with each provider in turn; return the run ids.
 
     Parameters mirror ``workbench run``. ``max_cost`` applies to each run. ``run_name`` gets
@@ -716,28 +915,55 @@ def run_experiment(con, *, dataset: str, schema: DecisionSchema, provider_specs:
 
     from workbench.store.datasets import latest_version
 
-    opts = RunOptions(splits=list(splits) if splits else None, limit=limit, concurrency=concurrency, rate=rate,
-                      max_cost=max_cost, timeout=timeout, questions_per_request=questions_per_request)
+    opts = RunOptions(
+        splits=list(splits) if splits else None,
+        limit=limit,
+        concurrency=concurrency,
+        rate=rate,
+        max_cost=max_cost,
+        timeout=timeout,
+        questions_per_request=questions_per_request,
+    )
     if not provider_specs:
         raise WorkbenchError("no provider given", hint="pass --provider SPEC, e.g. local:minilm-zeroshot")
     env = os.environ if env is None else env
     version = dataset_version or latest_version(con, dataset)
     # build every provider first: a bad spec or a missing setting fails before any run is created
-    providers = [build_provider(con, spec, dataset=dataset, dataset_version=version, options=opts, env=env,
-                                transport=transport) for spec in provider_specs]
+    providers = [
+        build_provider(con, spec, dataset=dataset, dataset_version=version, options=opts, env=env, transport=transport)
+        for spec in provider_specs
+    ]
     run_ids = []
     for spec, provider in zip(provider_specs, providers):
         name = run_name if (run_name is None or len(provider_specs) == 1) else f"{run_name}:{spec}"
-        run_id = start_run(con, dataset=dataset, schema=schema, provider_spec=spec, options=opts,
-                           dataset_version=version, run_name=name, experiment=experiment, variant=variant)
+        run_id = start_run(
+            con,
+            dataset=dataset,
+            schema=schema,
+            provider_spec=spec,
+            options=opts,
+            dataset_version=version,
+            run_name=name,
+            experiment=experiment,
+            variant=variant,
+        )
         run_ids.append(run_id)
         execute_run(con, run_id, env=env, transport=transport, progress=progress, provider=provider)
     return run_ids
 
 
-def resume_run(con, run_id: str, *, env: Mapping[str, str] | None = None, transport: Any = None,
-               progress: bool = False, concurrency: int | None = None, rate: float | None = None,
-               max_cost: float | None = None, timeout: float | None = None) -> dict:
+def resume_run(
+    con,
+    run_id: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    transport: Any = None,
+    progress: bool = False,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    max_cost: float | None = None,
+    timeout: float | None = None,
+) -> dict:
     """Continue ``run_id``: ask only what has no answer yet (failures included); return the summary.
 
     Calls already paid for are answered from the cache (and from the crash journal), so an

@@ -12,15 +12,17 @@ smaller slices. With ``questions_per_request=1`` every question is its own reque
 changing one question re-asks only that question; with grouped requests, the slice that holds
 the changed question is re-asked (its request changed), the others come from the cache.
 """
+
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
 import mimetypes
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -62,8 +64,9 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def plan_slices(schema: DecisionSchema, *, max_questions: int | None = None,
-                questions_per_request: int | None = None) -> list[QuestionSlice]:
+def plan_slices(
+    schema: DecisionSchema, *, max_questions: int | None = None, questions_per_request: int | None = None
+) -> list[QuestionSlice]:
     """Split ``schema`` into consecutive slices of at most ``min(max_questions, questions_per_request)``.
 
     Parameters
@@ -87,7 +90,7 @@ def plan_slices(schema: DecisionSchema, *, max_questions: int | None = None,
     ids = schema.question_ids
     out = []
     for n, start in enumerate(range(0, len(ids), size)):
-        chunk = ids[start:start + size]
+        chunk = ids[start : start + size]
         out.append(QuestionSlice(n, tuple(chunk), schema.subset(chunk), _dumps(schema.to_wire(chunk))))
     return out
 
@@ -129,8 +132,16 @@ def cache_key(spec: str, model: str | None, dialect: str | None, body: str, *, i
     return hashlib.sha256((head + "\x1e" + body).encode("utf-8")).hexdigest()
 
 
-def build_units(items, slices: Sequence[QuestionSlice], *, spec: str, model: str | None, dialect: str | None,
-                keyed_by_item: bool = False, render: Callable[[DecisionRequest], str] | None = None) -> list[WorkUnit]:
+def build_units(
+    items,
+    slices: Sequence[QuestionSlice],
+    *,
+    spec: str,
+    model: str | None,
+    dialect: str | None,
+    keyed_by_item: bool = False,
+    render: Callable[[DecisionRequest], str] | None = None,
+) -> list[WorkUnit]:
     """One :class:`WorkUnit` per (item, slice), item-major (all slices of an item together).
 
     ``items`` is the frame of :func:`workbench.store.datasets.load_items` (item_id, state,

@@ -11,10 +11,12 @@ httpx's own timeout and exception types (so the providers' error classification 
 It plugs into the seam every provider already has (``transport=``); the client, headers, auth
 and URL stay httpx's. No proxies, no HTTP/2, no request streaming.
 """
+
 from __future__ import annotations
 
 import asyncio
 import ssl
+
 import httpx
 
 _MAX_HEAD = 64 * 1024
@@ -64,9 +66,10 @@ class StreamTransport(httpx.AsyncBaseTransport):
             ctx = self._ssl
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, ssl=ctx, server_hostname=host if ctx else None,
-                                        limit=_MAX_HEAD), timeout)
-        except asyncio.TimeoutError:
+                asyncio.open_connection(host, port, ssl=ctx, server_hostname=host if ctx else None, limit=_MAX_HEAD),
+                timeout,
+            )
+        except TimeoutError:
             raise httpx.ConnectTimeout(f"connect to {host}:{port} timed out") from None
         except OSError as exc:
             raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
@@ -119,8 +122,7 @@ class StreamTransport(httpx.AsyncBaseTransport):
             raise httpx.ReadTimeout("no response within the read timeout", request=request) from None
         except asyncio.IncompleteReadError:
             conn.close()
-            raise httpx.RemoteProtocolError("the server closed the connection mid-response",
-                                            request=request) from None
+            raise httpx.RemoteProtocolError("the server closed the connection mid-response", request=request) from None
         except (ConnectionError, OSError) as exc:
             conn.close()
             raise httpx.ReadError(f"connection error: {type(exc).__name__}", request=request) from None
@@ -134,8 +136,13 @@ class StreamTransport(httpx.AsyncBaseTransport):
             self._checkin(origin, conn)
         else:
             conn.close()
-        return httpx.Response(status, headers=resp_headers, content=content, request=request,
-                              extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason})
+        return httpx.Response(
+            status,
+            headers=resp_headers,
+            content=content,
+            request=request,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
+        )
 
     @staticmethod
     async def _read_response(reader: asyncio.StreamReader, method: str) -> tuple[int, bytes, list, bytes, bool]:
@@ -147,7 +154,7 @@ class StreamTransport(httpx.AsyncBaseTransport):
                 raise ValueError("bad status line")
             status = int(parts[1])
             if status != 100:
-                break                       # skip interim 100-continue responses
+                break  # skip interim 100-continue responses
         version = parts[0]
         reason = parts[2] if len(parts) > 2 else b""
         headers: list[tuple[bytes, bytes]] = []

@@ -5,6 +5,7 @@ re-normalised and its deviation reported; beyond ``tol`` it is an error, never a
 The workbench computes its own ``p_top``, ``margin`` and ``entropy``; a vendor's ``confidence``
 is kept raw (vendors define it differently, providers.md §5).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,8 +36,9 @@ def _prob(value: Any, where: str) -> float:
     return min(max(v, 0.0), 1.0)
 
 
-def normalise_answer(question: Noul | Choice | Score, answer: Any, *, question_id: str = "?",
-                     tol: float = SUM_TOLERANCE) -> NormalisedAnswer:
+def normalise_answer(
+    question: Noul | Choice | Score, answer: Any, *, question_id: str = "?", tol: float = SUM_TOLERANCE
+) -> NormalisedAnswer:
     """Turn one System One answer object into a probability vector in schema order.
 
     ``answer`` is e.g. ``{"type": "noul", "noul": 0.97}`` or
@@ -110,7 +112,7 @@ def top_two(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     p2 = np.zeros(n)
     buf = np.empty((min(n, _BLOCK_ROWS), k))
     for start in range(0, n, _BLOCK_ROWS):
-        blk = probs[start:start + _BLOCK_ROWS]
+        blk = probs[start : start + _BLOCK_ROWS]
         m = blk.shape[0]
         rows = np.arange(m)
         bad = np.isnan(blk.sum(axis=1))
@@ -119,16 +121,15 @@ def top_two(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if bad.any():
             b[bad] = 0.0
         t = b.argmax(axis=1)
-        top[start:start + m] = t
+        top[start : start + m] = t
         first = b[rows, t]
-        p1[start:start + m] = np.where(bad, np.nan, first)
+        p1[start : start + m] = np.where(bad, np.nan, first)
         if k >= 2:
             b[rows, t] = -np.inf
-            p2[start:start + m] = np.where(bad, np.nan, b.max(axis=1))
+            p2[start : start + m] = np.where(bad, np.nan, b.max(axis=1))
         elif bad.any():
-            p2[start:start + m][bad] = np.nan
+            p2[start : start + m][bad] = np.nan
     return top, p1, p2
-
 
 
 def p_top(probs: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ Option order matters: the canonical form keeps the order of choice options and s
 because position-sensitive models answer differently when it changes (peers.md). Question order
 and formatting do not change :func:`schema_hash`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,21 +23,23 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from workbench.errors import SchemaError
 
-JSONValue = Union[str, int, float, bool, None, dict, list]
+JSONValue = str | int | float | bool | None | dict | list
 
 #: Canonical-form version: bump when :func:`canonical_json` changes, so old hashes are not mixed.
 CANONICAL_VERSION = 1
 
 
 def _non_empty(value: Any) -> Any:
-    if value is None or (isinstance(value, (str, list, dict)) and len(value) == 0) or (
-        isinstance(value, str) and not value.strip()
+    if (
+        value is None
+        or (isinstance(value, (str, list, dict)) and len(value) == 0)
+        or (isinstance(value, str) and not value.strip())
     ):
         raise ValueError("instructions must be a non-empty string (or JSON object/array)")
     return value
@@ -81,7 +84,7 @@ class Score(_Question):
     criteria: list[JSONValue]
 
 
-Question = Annotated[Union[Noul, Choice, Score], Field(discriminator="type")]
+Question = Annotated[Noul | Choice | Score, Field(discriminator="type")]
 _questions_adapter = TypeAdapter(dict[str, Question])
 
 
@@ -119,28 +122,33 @@ class DecisionSchema(BaseModel):
         d["questions"] = self.to_wire()
         return d
 
-    def subset(self, question_ids: list[str]) -> "DecisionSchema":
-        return DecisionSchema(name=self.name, description=self.description,
-                              questions={q: self.questions[q] for q in question_ids})
+    def subset(self, question_ids: list[str]) -> DecisionSchema:
+        return DecisionSchema(
+            name=self.name, description=self.description, questions={q: self.questions[q] for q in question_ids}
+        )
 
     @property
     def hash(self) -> str:
         return schema_hash(self)
 
     @classmethod
-    def from_dict(cls, data: Any, *, source: str = "<schema>") -> "DecisionSchema":
+    def from_dict(cls, data: Any, *, source: str = "<schema>") -> DecisionSchema:
         if not isinstance(data, dict):
-            raise SchemaError(f"{source}: a schema must be a mapping with a 'questions' key",
-                              hint="see experiments/schemas/*.yaml for the shape")
+            raise SchemaError(
+                f"{source}: a schema must be a mapping with a 'questions' key",
+                hint="see experiments/schemas/*.yaml for the shape",
+            )
         data = {k: v for k, v in data.items() if k not in ("model", "state")}
         if "questions" not in data:
-            raise SchemaError(f"{source}: no 'questions' key",
-                              hint="put the System One question map under 'questions:'")
+            raise SchemaError(
+                f"{source}: no 'questions' key", hint="put the System One question map under 'questions:'"
+            )
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise SchemaError(f"{source}: {_describe_validation_error(exc)}",
-                              hint="fix the field named above") from None
+            raise SchemaError(
+                f"{source}: {_describe_validation_error(exc)}", hint="fix the field named above"
+            ) from None
 
 
 def _describe_validation_error(exc: ValidationError) -> str:
@@ -163,15 +171,15 @@ def load_schema(path: str | Path) -> DecisionSchema:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise SchemaError(f"{path}: not valid UTF-8 (byte {exc.start})",
-                          hint="save the file as UTF-8") from None
+        raise SchemaError(f"{path}: not valid UTF-8 (byte {exc.start})", hint="save the file as UTF-8") from None
     try:
         import yaml  # here, so the policy runtime (which never reads YAML) does not load it
 
         data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise SchemaError(f"{path}: cannot parse: {str(exc).splitlines()[0]}",
-                          hint="fix the YAML/JSON syntax") from None
+        raise SchemaError(
+            f"{path}: cannot parse: {str(exc).splitlines()[0]}", hint="fix the YAML/JSON syntax"
+        ) from None
     return DecisionSchema.from_dict(data, source=str(path))
 
 
@@ -198,9 +206,10 @@ def _canonical_question(q: Noul | Choice | Score) -> dict:
 
 def canonical_json(schema: DecisionSchema) -> str:
     """Canonical text of what is sent: question order and field order folded, option order kept."""
-    doc = {"v": CANONICAL_VERSION,
-           "questions": [[qid, _canonical_question(schema.questions[qid])]
-                         for qid in sorted(schema.questions)]}
+    doc = {
+        "v": CANONICAL_VERSION,
+        "questions": [[qid, _canonical_question(schema.questions[qid])] for qid in sorted(schema.questions)],
+    }
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -224,17 +233,20 @@ class LimitProfile:
     max_total_options: int | None = None
 
 
-PROFILES: dict[str, LimitProfile] = {p.name: p for p in [
-    LimitProfile("cloudflare-clef", 64, 2, 255, 2, 10),
-    LimitProfile("typesafe-jev", None, 2, 255, 2, 10),
-    LimitProfile("perplexity", 128, 1, 255, 1, 10),
-    LimitProfile("laya", 64, 2, 100, 1, 32, max_total_options=512),
-    LimitProfile("subq", 128, 2, 255, 2, 10),
-    LimitProfile("openai", 200, 2, 255, 2, 10),
-    LimitProfile("self-hosted", None, 1, None, 1, None, id_pattern=None),
-    # Strictest common profile: a schema valid here is accepted by every family above.
-    LimitProfile("default", 64, 2, 100, 2, 10, max_total_options=512),
-]}
+PROFILES: dict[str, LimitProfile] = {
+    p.name: p
+    for p in [
+        LimitProfile("cloudflare-clef", 64, 2, 255, 2, 10),
+        LimitProfile("typesafe-jev", None, 2, 255, 2, 10),
+        LimitProfile("perplexity", 128, 1, 255, 1, 10),
+        LimitProfile("laya", 64, 2, 100, 1, 32, max_total_options=512),
+        LimitProfile("subq", 128, 2, 255, 2, 10),
+        LimitProfile("openai", 200, 2, 255, 2, 10),
+        LimitProfile("self-hosted", None, 1, None, 1, None, id_pattern=None),
+        # Strictest common profile: a schema valid here is accepted by every family above.
+        LimitProfile("default", 64, 2, 100, 2, 10, max_total_options=512),
+    ]
+}
 
 
 @dataclass(frozen=True)
@@ -253,25 +265,35 @@ def validate_limits(schema: DecisionSchema, profile: str | LimitProfile = "defau
     """Every way ``schema`` breaks ``profile``; an empty list means it is accepted."""
     if isinstance(profile, str):
         if profile not in PROFILES:
-            raise SchemaError(f"unknown limit profile {profile!r}",
-                              hint=f"use one of {', '.join(sorted(PROFILES))}")
+            raise SchemaError(f"unknown limit profile {profile!r}", hint=f"use one of {', '.join(sorted(PROFILES))}")
         profile = PROFILES[profile]
     out: list[Violation] = []
     n_q = len(schema.questions)
     if profile.max_questions is not None and n_q > profile.max_questions:
-        out.append(Violation(None, "questions", f"{n_q} questions",
-                             f"{profile.name}: at most {profile.max_questions}"))
+        out.append(Violation(None, "questions", f"{n_q} questions", f"{profile.name}: at most {profile.max_questions}"))
     total = 0
     for qid, q in schema.questions.items():
         if profile.id_pattern and not re.fullmatch(profile.id_pattern, qid):
-            out.append(Violation(qid, "id", "id must be letters, digits, '_', '.', '-' and at most 100 characters",
-                                 f"{profile.name}: {profile.id_pattern}"))
+            out.append(
+                Violation(
+                    qid,
+                    "id",
+                    "id must be letters, digits, '_', '.', '-' and at most 100 characters",
+                    f"{profile.name}: {profile.id_pattern}",
+                )
+            )
         if q.type == "choice":
             n = len(q.criteria)
             total += n
             if n < profile.min_options or (profile.max_options is not None and n > profile.max_options):
-                out.append(Violation(qid, "criteria", f"{n} options",
-                                     f"{profile.name}: {profile.min_options}–{profile.max_options or '∞'} options"))
+                out.append(
+                    Violation(
+                        qid,
+                        "criteria",
+                        f"{n} options",
+                        f"{profile.name}: {profile.min_options}–{profile.max_options or '∞'} options",
+                    )
+                )
             if profile.id_pattern is not None:
                 bad = [k for k in q.criteria if not str(k).strip()]
                 if bad:
@@ -280,13 +302,22 @@ def validate_limits(schema: DecisionSchema, profile: str | LimitProfile = "defau
             n = len(q.criteria)
             total += n
             if n < profile.min_levels or (profile.max_levels is not None and n > profile.max_levels):
-                out.append(Violation(qid, "criteria", f"{n} levels",
-                                     f"{profile.name}: {profile.min_levels}–{profile.max_levels or '∞'} levels"))
+                out.append(
+                    Violation(
+                        qid,
+                        "criteria",
+                        f"{n} levels",
+                        f"{profile.name}: {profile.min_levels}–{profile.max_levels or '∞'} levels",
+                    )
+                )
         else:
             total += 2
     if profile.max_total_options is not None and total > profile.max_total_options:
-        out.append(Violation(None, "criteria", f"{total} options in total",
-                             f"{profile.name}: at most {profile.max_total_options}"))
+        out.append(
+            Violation(
+                None, "criteria", f"{total} options in total", f"{profile.name}: at most {profile.max_total_options}"
+            )
+        )
     return out
 
 
@@ -295,5 +326,6 @@ def check_limits(schema: DecisionSchema, profile: str | LimitProfile = "default"
     violations = validate_limits(schema, profile)
     if violations:
         more = f" (+{len(violations) - 1} more)" if len(violations) > 1 else ""
-        raise SchemaError(f"{source}: {violations[0]}{more}",
-                          hint="change the schema or pick the provider's own --profile")
+        raise SchemaError(
+            f"{source}: {violations[0]}{more}", hint="change the schema or pick the provider's own --profile"
+        )

@@ -4,6 +4,7 @@ Both compare histograms of one per-item score (the shadow report uses ``p_top``)
 on [0, 1], so windows of different sizes are comparable. Empty bins get a small floor (``eps``)
 before the logarithm, as is usual for the population stability index.
 """
+
 from __future__ import annotations
 
 import numpy as np

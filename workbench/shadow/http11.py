@@ -8,6 +8,7 @@ champion latency. Both sides speak only what System One needs: ``Content-Length`
 bodies, keep-alive, ``Expect: 100-continue``, and bodies passed through as bytes (a champion's
 ``Content-Encoding`` is forwarded untouched, chunked framing is re-framed with a length).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,8 +20,21 @@ from urllib.parse import urlsplit
 MAX_HEAD_BYTES = 65_536
 MAX_BODY_BYTES = 64 * 1024 * 1024
 #: Headers that describe one hop, not the message (RFC 9110 §7.6.1); never forwarded either way.
-HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te",
-                        b"trailer", b"transfer-encoding", b"upgrade", b"host", b"content-length", b"expect"})
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"host",
+        b"content-length",
+        b"expect",
+    }
+)
 
 
 class HttpError(Exception):
@@ -91,8 +105,9 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
         await reader.readexactly(2)
 
 
-async def _read_body(reader: asyncio.StreamReader, headers: list[tuple[bytes, bytes]], *,
-                     until_eof: bool) -> tuple[bytes, bool]:
+async def _read_body(
+    reader: asyncio.StreamReader, headers: list[tuple[bytes, bytes]], *, until_eof: bool
+) -> tuple[bytes, bool]:
     """Body and whether the message was framed (so the connection can be reused)."""
     te = next((v for k, v in headers if k == b"transfer-encoding"), None)
     if te is not None and b"chunked" in te.lower():
@@ -132,8 +147,13 @@ async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     if expect is not None and expect.lower() == b"100-continue":
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     body, _ = await _read_body(reader, headers, until_eof=False)
-    return Message(headers=headers, body=body, method=method.decode("latin-1"), target=target.decode("latin-1"),
-                   keep_alive=_wants_keep_alive(version, headers))
+    return Message(
+        headers=headers,
+        body=body,
+        method=method.decode("latin-1"),
+        target=target.decode("latin-1"),
+        keep_alive=_wants_keep_alive(version, headers),
+    )
 
 
 def encode_response(status: int, headers: list[tuple[bytes, bytes]], body: bytes, *, keep_alive: bool) -> bytes:

@@ -18,13 +18,15 @@ A record is a flat JSON object with a ``kind`` (``"champion"`` or ``"challenger"
 :func:`workbench.store.shadow.ingest_journal` pairs them up. A line torn by a crash can only belong
 to a record that was never acknowledged: the reader skips it, and reopening the journal ends it.
 """
+
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 def _line(record: dict[str, Any]) -> bytes:

@@ -17,6 +17,7 @@ little CPU as possible in front of production traffic). A challenger given as a 
 (``cloudflare:clef-flash``, ``local:minilm-zeroshot``...) is called through the provider layer
 (httpx, one shared client per provider) on its own event-loop thread.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,7 +27,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
@@ -90,8 +91,10 @@ def endpoint_url(spec: str) -> str:
 
     url = spec.split(":", 1)[1] if spec.startswith("systemone:") else spec
     if not url.startswith(("http://", "https://")):
-        raise WorkbenchError(f"shadow serve needs a System One endpoint URL, got {spec!r}",
-                             hint="e.g. http://127.0.0.1:8787/v1/systemone or systemone:https://…/v1/systemone")
+        raise WorkbenchError(
+            f"shadow serve needs a System One endpoint URL, got {spec!r}",
+            hint="e.g. http://127.0.0.1:8787/v1/systemone or systemone:https://…/v1/systemone",
+        )
     return url
 
 
@@ -108,7 +111,7 @@ def _split_model(url: str) -> tuple[str, str | None]:
 
 
 def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _text(raw: bytes, encoding: bytes | None) -> str:
@@ -145,13 +148,20 @@ class MirrorApp:
         self.boot_id = uuid.uuid4().hex[:8]
         self._seq = 0
         self._tasks: set[asyncio.Task] = set()
-        self.stats = {"requests": 0, "champion_errors": 0, "challenger_done": 0, "challenger_errors": 0,
-                      "challenger_shed": 0, "journal_errors": 0}
+        self.stats = {
+            "requests": 0,
+            "champion_errors": 0,
+            "challenger_done": 0,
+            "challenger_errors": 0,
+            "challenger_shed": 0,
+            "journal_errors": 0,
+        }
         self.journal: Journal | None = None
         self._champion: ClientPool | None = None
         self._challenger: ClientPool | None = None
-        self._challenger_headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
-                                    for k, v in config.challenger_headers.items()]
+        self._challenger_headers = [
+            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in config.challenger_headers.items()
+        ]
         self._provider = None
         self._side_loop: asyncio.AbstractEventLoop | None = None
         self.on_closed = None  # callable(app) run once the journal is closed
@@ -204,8 +214,10 @@ class MirrorApp:
         if self._side_loop is not None:
             if self._provider is not None:
                 try:
-                    await asyncio.wait_for(asyncio.wrap_future(
-                        asyncio.run_coroutine_threadsafe(self._provider.aclose(), self._side_loop)), 5.0)
+                    await asyncio.wait_for(
+                        asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._provider.aclose(), self._side_loop)),
+                        5.0,
+                    )
                 except Exception:
                     pass
             self._side_loop.call_soon_threadsafe(self._side_loop.stop)
@@ -221,11 +233,21 @@ class MirrorApp:
         if request.method == "POST" and path == self.config.path:
             return await self._mirror(request)
         if request.method == "GET" and path == "/v1/shadow/status":
-            body = json.dumps({**self.stats, "challenger_in_flight": len(self._tasks), "boot_id": self.boot_id,
-                               "name": self.config.name}).encode()
+            body = json.dumps(
+                {
+                    **self.stats,
+                    "challenger_in_flight": len(self._tasks),
+                    "boot_id": self.boot_id,
+                    "name": self.config.name,
+                }
+            ).encode()
             return 200, _JSON, body, None
-        return 404, _JSON, (b'{"error":{"type":"not_found","message":"the mirror serves POST '
-                            + self.config.path.encode() + b'"}}'), None
+        return (
+            404,
+            _JSON,
+            (b'{"error":{"type":"not_found","message":"the mirror serves POST ' + self.config.path.encode() + b'"}}'),
+            None,
+        )
 
     async def _mirror(self, request: Message) -> tuple[int, list, bytes, object]:
         body, headers = request.body, request.headers
@@ -237,24 +259,35 @@ class MirrorApp:
         t0 = time.perf_counter()
         error = None
         try:
-            response = await asyncio.wait_for(self._champion.request("POST", headers, body),
-                                              self.config.champion_timeout)
+            response = await asyncio.wait_for(
+                self._champion.request("POST", headers, body), self.config.champion_timeout
+            )
             status, out_headers, raw = response.status, response.headers, response.body
             encoding = response.header(b"content-encoding")
-        except (OSError, EOFError, HttpError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+        except (TimeoutError, OSError, EOFError, HttpError, asyncio.IncompleteReadError) as exc:
             error = _error_kind(exc)
             status = 504 if error == "timeout" else 502
-            raw = json.dumps({"error": {"type": error, "message": f"champion unreachable: {type(exc).__name__}"}}
-                             ).encode()
+            raw = json.dumps(
+                {"error": {"type": error, "message": f"champion unreachable: {type(exc).__name__}"}}
+            ).encode()
             out_headers, encoding = _JSON, None
         latency_ms = (time.perf_counter() - t0) * 1000.0
         if error or status >= 400:
             self.stats["champion_errors"] += 1
         sampled = self.config.sample_rate >= 1.0 or self._sampler.random() < self.config.sample_rate
-        record = {"kind": "champion", "pair": pair, "item_id": item_id, "ts": arrived,
-                  "shadow": self.config.name, "request": body.decode("utf-8", errors="replace"),
-                  "status": status, "body": _text(raw, encoding), "latency_ms": latency_ms, "error": error,
-                  "sampled": sampled}
+        record = {
+            "kind": "champion",
+            "pair": pair,
+            "item_id": item_id,
+            "ts": arrived,
+            "shadow": self.config.name,
+            "request": body.decode("utf-8", errors="replace"),
+            "status": status,
+            "body": _text(raw, encoding),
+            "latency_ms": latency_ms,
+            "error": error,
+            "sampled": sampled,
+        }
         try:
             await self.journal.append_durable(record)
         except Exception as exc:  # never change the champion's answer because our disk failed
@@ -268,8 +301,9 @@ class MirrorApp:
     def _start_challenger(self, pair: str, body: bytes, headers: list) -> None:
         if len(self._tasks) >= self.config.max_challenger_in_flight:
             self.stats["challenger_shed"] += 1
-            self.journal.append({"kind": "challenger", "pair": pair, "status": None, "body": None,
-                                 "latency_ms": None, "error": "shed"})
+            self.journal.append(
+                {"kind": "challenger", "pair": pair, "status": None, "body": None, "latency_ms": None, "error": "shed"}
+            )
             return
         call = self._call_challenger(pair, body, headers) if self.challenger_is_url else self._call_provider(pair, body)
         task = asyncio.get_running_loop().create_task(call)
@@ -288,10 +322,11 @@ class MirrorApp:
         t0 = time.perf_counter()
         status = text = error = None
         try:
-            response = await asyncio.wait_for(self._challenger.request("POST", sent_headers, body),
-                                              self.config.challenger_timeout)
+            response = await asyncio.wait_for(
+                self._challenger.request("POST", sent_headers, body), self.config.challenger_timeout
+            )
             status, text = response.status, _text(response.body, response.header(b"content-encoding"))
-        except (OSError, EOFError, HttpError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+        except (TimeoutError, OSError, EOFError, HttpError, asyncio.IncompleteReadError) as exc:
             error = _error_kind(exc)
         except Exception as exc:  # a challenger bug must never surface to the caller
             error = f"internal: {type(exc).__name__}"
@@ -305,12 +340,13 @@ class MirrorApp:
         status = text = error = None
         try:
             doc = json.loads(body)
-            request = DecisionRequest(schema=_schema_of(doc), state=doc.get("state"),
-                                      images=tuple(doc.get("images") or ()))
+            request = DecisionRequest(
+                schema=_schema_of(doc), state=doc.get("state"), images=tuple(doc.get("images") or ())
+            )
             future = asyncio.run_coroutine_threadsafe(self._provider.decide(request), self._side_loop)
             result = await asyncio.wait_for(asyncio.wrap_future(future), timeout=self.config.challenger_timeout)
             status, text = 200, json.dumps(_system_one_body(request.schema, result), ensure_ascii=False)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             error = "timeout"
         except ProviderError as exc:
             error = exc.kind.value
@@ -324,8 +360,16 @@ class MirrorApp:
         if error or (status or 0) >= 400:
             self.stats["challenger_errors"] += 1
         # written at once (survives a crash of this process), fsynced with the next champion record
-        self.journal.append({"kind": "challenger", "pair": pair, "status": status, "body": text,
-                             "latency_ms": latency_ms, "error": error})
+        self.journal.append(
+            {
+                "kind": "challenger",
+                "pair": pair,
+                "status": status,
+                "body": text,
+                "latency_ms": latency_ms,
+                "error": error,
+            }
+        )
 
 
 def _schema_of(doc: dict):
@@ -341,8 +385,10 @@ def _system_one_body(schema, result) -> dict:
     if result.raw and isinstance(result.raw.get("answers"), dict):
         body = dict(result.raw)
     else:
-        body = {"model": result.model,
-                "answers": {q: wire_answer(schema.questions[q], a.probs) for q, a in result.answers.items()}}
+        body = {
+            "model": result.model,
+            "answers": {q: wire_answer(schema.questions[q], a.probs) for q, a in result.answers.items()},
+        }
     if result.input_tokens is not None:
         body.setdefault("usage", {"input_tokens": result.input_tokens, "output_tokens": 0})
     return body
@@ -366,8 +412,14 @@ class _Server:
                 try:
                     request = await read_request(reader, writer)
                 except HttpError as exc:
-                    writer.write(encode_response(exc.status, _JSON, json.dumps(
-                        {"error": {"type": "invalid_request", "message": str(exc)}}).encode(), keep_alive=False))
+                    writer.write(
+                        encode_response(
+                            exc.status,
+                            _JSON,
+                            json.dumps({"error": {"type": "invalid_request", "message": str(exc)}}).encode(),
+                            keep_alive=False,
+                        )
+                    )
                     await writer.drain()
                     return
                 if request is None:
@@ -393,8 +445,15 @@ class _Server:
             writer.close()
 
 
-async def serve_async(config: MirrorConfig, *, host: str = "127.0.0.1", port: int = 8790, on_closed=None,
-                      stop: asyncio.Event | None = None, ready=None) -> MirrorApp:
+async def serve_async(
+    config: MirrorConfig,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8790,
+    on_closed=None,
+    stop: asyncio.Event | None = None,
+    ready=None,
+) -> MirrorApp:
     """Run the mirror until ``stop`` is set or SIGINT/SIGTERM arrives; return the app (with its stats).
 
     Stopping is graceful: no new connections, requests in progress are answered and journaled,
@@ -421,7 +480,7 @@ async def serve_async(config: MirrorConfig, *, host: str = "127.0.0.1", port: in
         server.close()
         try:
             await asyncio.wait_for(server_state.idle.wait(), timeout=config.champion_timeout + 1.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         for w in list(server_state.writers):  # idle keep-alive connections
             w.close()

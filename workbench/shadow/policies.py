@@ -5,11 +5,13 @@ A :class:`SidePolicy` holds, per question, an optional calibrator and a rule fro
 runtime and the threshold surface take). It comes from a policy file (:func:`load_side_policy`) or
 from CLI rule options (:func:`parse_rule_options`, e.g. ``intent:tau=0.9,margin=0.1``).
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -59,8 +61,9 @@ class SidePolicy:
         rule = self.rules.get(question, self.rules.get("*"))
         return rule(qtype) if callable(rule) and not hasattr(rule, "decide") else rule
 
-    def decide(self, question: str, qtype: str, probs: np.ndarray, models: np.ndarray | None = None
-               ) -> Decisions | None:
+    def decide(
+        self, question: str, qtype: str, probs: np.ndarray, models: np.ndarray | None = None
+    ) -> Decisions | None:
         """Decisions for ``probs`` (n, k) of ``question``; None when this side has no rule for it.
 
         ``models`` (n,) names the model that answered each row; with ``valid_models`` set, rows
@@ -83,10 +86,14 @@ class SidePolicy:
         return self.rule_for(question, qtype).decide(probs)
 
     def describe(self) -> dict:
-        return {"source": self.source, "valid_models": list(self.valid_models),
-                "rules": {q: (repr(r) if not callable(r) or hasattr(r, "decide") else "per type")
-                          for q, r in self.rules.items()},
-                "calibrated": sorted(self.calibrators)}
+        return {
+            "source": self.source,
+            "valid_models": list(self.valid_models),
+            "rules": {
+                q: (repr(r) if not callable(r) or hasattr(r, "decide") else "per type") for q, r in self.rules.items()
+            },
+            "calibrated": sorted(self.calibrators),
+        }
 
 
 def _rule_from_numbers(qtype: str, values: Mapping[str, float]):
@@ -121,12 +128,15 @@ def parse_rule_options(options: list[str] | None) -> SidePolicy | None:
             try:
                 values[key.strip()] = float(val)
             except ValueError:
-                raise WorkbenchError(f"rule {text!r}: {part!r} is not NAME=NUMBER",
-                                     hint="e.g. intent:tau=0.9,margin=0.1 or urgent:tau_yes=0.9,tau_no=0.1") from None
+                raise WorkbenchError(
+                    f"rule {text!r}: {part!r} is not NAME=NUMBER",
+                    hint="e.g. intent:tau=0.9,margin=0.1 or urgent:tau_yes=0.9,tau_no=0.1",
+                ) from None
             if not eq or key.strip() not in ("tau", "margin", "tau_yes", "tau_no"):
-                raise WorkbenchError(f"rule {text!r}: unknown setting {key.strip()!r}",
-                                     hint="settings: tau, margin, tau_yes, tau_no")
-        rules[question.strip() or "*"] = (lambda qtype, v=values: _rule_from_numbers(qtype, v))
+                raise WorkbenchError(
+                    f"rule {text!r}: unknown setting {key.strip()!r}", hint="settings: tau, margin, tau_yes, tau_no"
+                )
+        rules[question.strip() or "*"] = lambda qtype, v=values: _rule_from_numbers(qtype, v)
     return SidePolicy(rules=rules, source="rules")
 
 
@@ -147,12 +157,12 @@ def load_side_policy(path: str | Path) -> SidePolicy:
             calibrators[qid] = cal
     schema = getattr(policy, "schema", None)
     if schema is not None and not isinstance(schema, DecisionSchema):
-        schema = DecisionSchema.from_dict(schema if isinstance(schema, dict) else {"questions": schema},
-                                          source=str(path))
+        schema = DecisionSchema.from_dict(
+            schema if isinstance(schema, dict) else {"questions": schema}, source=str(path)
+        )
     validity = getattr(getattr(policy, "model", None), "validity", None)
     models = tuple(getattr(validity, "models", None) or ())
-    return SidePolicy(rules=rules, calibrators=calibrators, schema=schema, source=Path(path).name,
-                      valid_models=models)
+    return SidePolicy(rules=rules, calibrators=calibrators, schema=schema, source=Path(path).name, valid_models=models)
 
 
 # -- adapters to the policy runtime (kept in one place) ---------------------------------------------

@@ -18,6 +18,7 @@ Per question, on the same requests:
 The champion's decisions are its *logged* actions where the log has them (what production did),
 otherwise its policy's; the challenger's are always its policy's (it never acted).
 """
+
 from __future__ import annotations
 
 import copy
@@ -96,9 +97,14 @@ def _top_choice(probs: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(probs).all(axis=1), top, -1) if len(probs) else np.zeros(0, int)
 
 
-def _side_decisions(policy: SidePolicy | None, s: ShadowAnswers, probs: np.ndarray, failed: np.ndarray,
-                    logged: np.ndarray | None, models: np.ndarray | None
-                    ) -> tuple[np.ndarray, np.ndarray, str] | None:
+def _side_decisions(
+    policy: SidePolicy | None,
+    s: ShadowAnswers,
+    probs: np.ndarray,
+    failed: np.ndarray,
+    logged: np.ndarray | None,
+    models: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, str] | None:
     """(accepted (n,), option (n,), source) or None when the side has neither a policy nor a log."""
     top = _top_choice(probs)
     has_log = None if logged is None else pd.notna(np.asarray(logged, dtype=object))
@@ -120,8 +126,12 @@ def _quantiles(x: np.ndarray) -> dict:
     x = x[np.isfinite(x)]
     if x.size == 0:
         return {"n": 0, "p50": None, "p95": None, "mean": None}
-    return {"n": int(x.size), "p50": float(np.percentile(x, 50)), "p95": float(np.percentile(x, 95)),
-            "mean": float(x.mean())}
+    return {
+        "n": int(x.size),
+        "p50": float(np.percentile(x, 50)),
+        "p95": float(np.percentile(x, 95)),
+        "mean": float(x.mean()),
+    }
 
 
 def _per_1000(cost: np.ndarray) -> float | None:
@@ -147,41 +157,71 @@ def _rate_stats(accepted: np.ndarray, wrong: np.ndarray, top_correct: np.ndarray
     def stats(w: np.ndarray | None) -> dict[str, float]:
         n_acc = acc.sum() if w is None else w @ acc
         n_err = err.sum() if w is None else w @ err
-        return {"error_among_accepted": float(n_err / n_acc) if n_acc > 0 else 0.0,
-                "errors_per_request": _wmean(err, w), "coverage": _wmean(acc, w),
-                "top_accuracy": _wmean(top, w)}
+        return {
+            "error_among_accepted": float(n_err / n_acc) if n_acc > 0 else 0.0,
+            "errors_per_request": _wmean(err, w),
+            "coverage": _wmean(acc, w),
+            "top_accuracy": _wmean(top, w),
+        }
 
     return stats
 
 
-def _question_report(s: ShadowAnswers, champion: SidePolicy | None, challenger: SidePolicy | None, *,
-                     criteria: Criteria, n_windows: int, n_boot: int, seed: int, period: str | None = None) -> dict:
+def _question_report(
+    s: ShadowAnswers,
+    champion: SidePolicy | None,
+    challenger: SidePolicy | None,
+    *,
+    criteria: Criteria,
+    n_windows: int,
+    n_boot: int,
+    seed: int,
+    period: str | None = None,
+) -> dict:
     n, k = s.n, len(s.option_ids)
     cf = pd.notna(np.asarray(s.champion_failure, dtype=object)) if n else np.zeros(0, bool)
     df = pd.notna(np.asarray(s.challenger_failure, dtype=object)) if n else np.zeros(0, bool)
     top_c, top_d = _top_choice(s.champion_probs), _top_choice(s.challenger_probs)
     both = ~cf & ~df
-    out: dict[str, Any] = {"question": s.question, "type": s.qtype, "options": s.option_ids, "n_requests": n,
-                           "n_both_answered": int(both.sum())}
+    out: dict[str, Any] = {
+        "question": s.question,
+        "type": s.qtype,
+        "options": s.option_ids,
+        "n_requests": n,
+        "n_both_answered": int(both.sum()),
+    }
     kinds_c, counts_c = np.unique(s.champion_failure[cf].astype(str), return_counts=True) if cf.any() else ([], [])
     kinds_d, counts_d = np.unique(s.challenger_failure[df].astype(str), return_counts=True) if df.any() else ([], [])
-    out["failures"] = {"champion": {"rate": float(cf.mean()) if n else None,
-                                    "by_kind": dict(zip(map(str, kinds_c), map(int, counts_c)))},
-                       "challenger": {"rate": float(df.mean()) if n else None,
-                                      "by_kind": dict(zip(map(str, kinds_d), map(int, counts_d)))}}
+    out["failures"] = {
+        "champion": {
+            "rate": float(cf.mean()) if n else None,
+            "by_kind": dict(zip(map(str, kinds_c), map(int, counts_c))),
+        },
+        "challenger": {
+            "rate": float(df.mean()) if n else None,
+            "by_kind": dict(zip(map(str, kinds_d), map(int, counts_d))),
+        },
+    }
 
     # -- agreement and flips (answers, before any policy) -----------------------------------------
     agree = top_c[both] == top_d[both]
     lo, hi = wilson_interval(np.array([agree.sum()]), np.array([agree.size]))
-    out["agreement"] = {"rate": float(agree.mean()) if agree.size else None, "n": int(agree.size),
-                        "low": float(lo[0]), "high": float(hi[0])}
+    out["agreement"] = {
+        "rate": float(agree.mean()) if agree.size else None,
+        "n": int(agree.size),
+        "low": float(lo[0]),
+        "high": float(hi[0]),
+    }
     flips = confusion_matrix(top_c[both], top_d[both], k)[:, :k] if both.any() else np.zeros((k, k), int)
-    off = [(int(flips[i, j]), s.option_ids[i], s.option_ids[j]) for i, j in zip(*np.nonzero(flips))
-           if i != j]
+    off = [(int(flips[i, j]), s.option_ids[i], s.option_ids[j]) for i, j in zip(*np.nonzero(flips)) if i != j]
     off.sort(key=lambda t: -t[0])
-    out["flip_matrix"] = {"rows": "champion", "columns": "challenger", "options": s.option_ids,
-                          "counts": flips.tolist(),
-                          "top_flips": [{"champion": a, "challenger": b, "count": c} for c, a, b in off[:10]]}
+    out["flip_matrix"] = {
+        "rows": "champion",
+        "columns": "challenger",
+        "options": s.option_ids,
+        "counts": flips.tolist(),
+        "top_flips": [{"champion": a, "challenger": b, "count": c} for c, a, b in off[:10]],
+    }
 
     # -- decisions under each side's policy ---------------------------------------------------------
     dec_c = _side_decisions(champion, s, s.champion_probs, cf, s.champion_logged, s.champion_model)
@@ -189,9 +229,11 @@ def _question_report(s: ShadowAnswers, champion: SidePolicy | None, challenger: 
     out["decisions"] = {"champion": dec_c[2] if dec_c else None, "challenger": dec_d[2] if dec_d else None}
     if dec_c is None or dec_d is None or n == 0:
         out["directional"] = out["review_load"] = out["error"] = None
-        out["notes"] = ["no policy (or logged actions) for "
-                        + " and ".join(side for side, d in (("champion", dec_c), ("challenger", dec_d)) if d is None)
-                        + ": directional, review-load and error sections need both"]
+        out["notes"] = [
+            "no policy (or logged actions) for "
+            + " and ".join(side for side, d in (("champion", dec_c), ("challenger", dec_d)) if d is None)
+            + ": directional, review-load and error sections need both"
+        ]
     else:
         acc_c, opt_c, _ = dec_c
         acc_d, opt_d, _ = dec_d
@@ -205,36 +247,62 @@ def _question_report(s: ShadowAnswers, champion: SidePolicy | None, challenger: 
         }
         one = np.ones(n, bool)
         ones = np.zeros(n, bool)
-        load = paired_bootstrap(_rate_stats(acc_c, ones, one), _rate_stats(acc_d, ones, one), n,
-                                n_boot=n_boot, seed=seed, level=criteria.level)["coverage"]
-        out["review_load"] = {"champion": 1.0 - load.a, "challenger": 1.0 - load.b,
-                              "change": -load.difference, "low": -load.high, "high": -load.low,
-                              "coverage_gain": load.difference, "coverage_gain_low": load.low,
-                              "coverage_gain_high": load.high, "p_value": load.p_value}
+        load = paired_bootstrap(
+            _rate_stats(acc_c, ones, one),
+            _rate_stats(acc_d, ones, one),
+            n,
+            n_boot=n_boot,
+            seed=seed,
+            level=criteria.level,
+        )["coverage"]
+        out["review_load"] = {
+            "champion": 1.0 - load.a,
+            "challenger": 1.0 - load.b,
+            "change": -load.difference,
+            "low": -load.high,
+            "high": -load.low,
+            "coverage_gain": load.difference,
+            "coverage_gain_low": load.low,
+            "coverage_gain_high": load.high,
+            "p_value": load.p_value,
+        }
         known = s.outcome >= 0
         nk = int(known.sum())
-        err: dict[str, Any] = {"n_known": nk,
-                               "n_known_accepted_by_champion": int((known & acc_c).sum()),
-                               "n_known_accepted_by_challenger": int((known & acc_d).sum())}
+        err: dict[str, Any] = {
+            "n_known": nk,
+            "n_known_accepted_by_champion": int((known & acc_c).sum()),
+            "n_known_accepted_by_challenger": int((known & acc_d).sum()),
+        }
         if nk:
             y = s.outcome[known]
             wrong_c, wrong_d = opt_c[known] != y, opt_d[known] != y
             top_ok_c, top_ok_d = top_c[known] == y, top_d[known] == y
-            diffs = paired_bootstrap(_rate_stats(acc_c[known], wrong_c, top_ok_c),
-                                     _rate_stats(acc_d[known], wrong_d, top_ok_d), nk,
-                                     n_boot=n_boot, seed=seed + 1, level=criteria.level)
+            diffs = paired_bootstrap(
+                _rate_stats(acc_c[known], wrong_c, top_ok_c),
+                _rate_stats(acc_d[known], wrong_d, top_ok_d),
+                nk,
+                n_boot=n_boot,
+                seed=seed + 1,
+                level=criteria.level,
+            )
             err.update({name: d.to_dict() for name, d in diffs.items()})
             err["mcnemar_top_accuracy"] = mcnemar(top_ok_c, top_ok_d).to_dict()
         out["error"] = err
 
     # -- cost and latency -------------------------------------------------------------------------
     cost_c, cost_d = _per_1000(s.champion_cost_usd), _per_1000(s.challenger_cost_usd)
-    out["cost_per_1000"] = {"champion": cost_c, "challenger": cost_d,
-                            "change": None if cost_c is None or cost_d is None else cost_d - cost_c}
+    out["cost_per_1000"] = {
+        "champion": cost_c,
+        "challenger": cost_d,
+        "change": None if cost_c is None or cost_d is None else cost_d - cost_c,
+    }
     lat_c, lat_d = _quantiles(s.champion_latency_ms), _quantiles(s.challenger_latency_ms)
-    out["latency_ms"] = {"champion": lat_c, "challenger": lat_d,
-                         "p50_change": None if lat_c["p50"] is None or lat_d["p50"] is None else lat_d["p50"] - lat_c["p50"],
-                         "p95_change": None if lat_c["p95"] is None or lat_d["p95"] is None else lat_d["p95"] - lat_c["p95"]}
+    out["latency_ms"] = {
+        "champion": lat_c,
+        "challenger": lat_d,
+        "p50_change": None if lat_c["p50"] is None or lat_d["p50"] is None else lat_d["p50"] - lat_c["p50"],
+        "p95_change": None if lat_c["p95"] is None or lat_d["p95"] is None else lat_d["p95"] - lat_c["p95"],
+    }
 
     # -- drift of p_top over time windows -----------------------------------------------------------
     out["drift"] = _drift(s, n_windows, period)
@@ -246,28 +314,39 @@ def _drift(s: ShadowAnswers, n_windows: int, period: str | None = None) -> dict:
     ptop_d = top_two_fast(s.challenger_probs)[1] if s.n else np.zeros(0)
     bounds = time_window_bounds(s.ts, period) if period else window_bounds(s.n, n_windows)
     rows = []
-    ref_c = histogram(ptop_c[bounds[0][0]:bounds[0][1]]) if bounds and s.n else None
-    ref_d = histogram(ptop_d[bounds[0][0]:bounds[0][1]]) if bounds and s.n else None
+    ref_c = histogram(ptop_c[bounds[0][0] : bounds[0][1]]) if bounds and s.n else None
+    ref_d = histogram(ptop_d[bounds[0][0] : bounds[0][1]]) if bounds and s.n else None
     for a, b in bounds:
         if b <= a:
             continue
         hc, hd = histogram(ptop_c[a:b]), histogram(ptop_d[a:b])
         ts = s.ts[a:b]
         known_ts = ts[~np.isnat(ts)]
-        rows.append({"start": str(known_ts.min()) if known_ts.size else None,
-                     "end": str(known_ts.max()) if known_ts.size else None,
-                     "first_seq": int(s.seq[a]), "n": int(b - a),
-                     "mean_p_top_champion": float(np.nanmean(ptop_c[a:b])) if np.isfinite(ptop_c[a:b]).any() else None,
-                     "mean_p_top_challenger": float(np.nanmean(ptop_d[a:b])) if np.isfinite(ptop_d[a:b]).any() else None,
-                     "psi_champion": psi(ref_c, hc), "psi_challenger": psi(ref_d, hd),
-                     "js_champion": js_divergence(ref_c, hc), "js_challenger": js_divergence(ref_d, hd),
-                     "js_between_sides": js_divergence(hc, hd)})
+        rows.append(
+            {
+                "start": str(known_ts.min()) if known_ts.size else None,
+                "end": str(known_ts.max()) if known_ts.size else None,
+                "first_seq": int(s.seq[a]),
+                "n": int(b - a),
+                "mean_p_top_champion": float(np.nanmean(ptop_c[a:b])) if np.isfinite(ptop_c[a:b]).any() else None,
+                "mean_p_top_challenger": float(np.nanmean(ptop_d[a:b])) if np.isfinite(ptop_d[a:b]).any() else None,
+                "psi_champion": psi(ref_c, hc),
+                "psi_challenger": psi(ref_d, hd),
+                "js_champion": js_divergence(ref_c, hc),
+                "js_challenger": js_divergence(ref_d, hd),
+                "js_between_sides": js_divergence(hc, hd),
+            }
+        )
     finite = [r["psi_challenger"] for r in rows if np.isfinite(r["psi_challenger"])]
-    return {"score": "p_top", "bins": 10, "reference": "first window",
-            "windows_by": f"period {period}" if period else f"{len(rows)} equal-count windows in arrival order",
-            "windows": rows,
-            "max_psi_challenger": max(finite) if finite else None,
-            "max_psi_champion": max([r["psi_champion"] for r in rows if np.isfinite(r["psi_champion"])], default=None)}
+    return {
+        "score": "p_top",
+        "bins": 10,
+        "reference": "first window",
+        "windows_by": f"period {period}" if period else f"{len(rows)} equal-count windows in arrival order",
+        "windows": rows,
+        "max_psi_challenger": max(finite) if finite else None,
+        "max_psi_champion": max([r["psi_champion"] for r in rows if np.isfinite(r["psi_champion"])], default=None),
+    }
 
 
 # -- verdict ---------------------------------------------------------------------------------------
@@ -284,89 +363,229 @@ def judge(questions: list[dict], criteria: Criteria) -> tuple[str, list[Gate]]:
         if rate is None:
             gates.append(Gate("failures", "inconclusive", HOLD, "no requests", None, criteria.max_failure_rate, qid))
         elif rate > criteria.max_failure_rate:
-            gates.append(Gate("failures", "fail", REJECT, f"challenger failed on {rate:.1%} of requests",
-                              rate, criteria.max_failure_rate, qid))
+            gates.append(
+                Gate(
+                    "failures",
+                    "fail",
+                    REJECT,
+                    f"challenger failed on {rate:.1%} of requests",
+                    rate,
+                    criteria.max_failure_rate,
+                    qid,
+                )
+            )
         else:
-            gates.append(Gate("failures", "pass", PROMOTE, f"challenger failure rate {rate:.2%}", rate,
-                              criteria.max_failure_rate, qid))
+            gates.append(
+                Gate(
+                    "failures",
+                    "pass",
+                    PROMOTE,
+                    f"challenger failure rate {rate:.2%}",
+                    rate,
+                    criteria.max_failure_rate,
+                    qid,
+                )
+            )
 
         load = q.get("review_load")
         if load is None:
-            gates.append(Gate("coverage", "inconclusive", HOLD, "no policy for one side: coverage not judged",
-                              None, criteria.min_coverage_gain, qid))
+            gates.append(
+                Gate(
+                    "coverage",
+                    "inconclusive",
+                    HOLD,
+                    "no policy for one side: coverage not judged",
+                    None,
+                    criteria.min_coverage_gain,
+                    qid,
+                )
+            )
         else:
             gain, hi = load["coverage_gain"], load["coverage_gain_high"]
             if gain >= criteria.min_coverage_gain:
-                gates.append(Gate("coverage", "pass", PROMOTE,
-                                  f"auto-accept rate {gain:+.1%} (review load {load['change']:+.1%})",
-                                  gain, criteria.min_coverage_gain, qid))
+                gates.append(
+                    Gate(
+                        "coverage",
+                        "pass",
+                        PROMOTE,
+                        f"auto-accept rate {gain:+.1%} (review load {load['change']:+.1%})",
+                        gain,
+                        criteria.min_coverage_gain,
+                        qid,
+                    )
+                )
             elif np.isfinite(hi) and hi < criteria.min_coverage_gain:
-                gates.append(Gate("coverage", "fail", REJECT,
-                                  f"auto-accept rate {gain:+.1%}, interval below the {criteria.min_coverage_gain:+.1%} required",
-                                  gain, criteria.min_coverage_gain, qid))
+                gates.append(
+                    Gate(
+                        "coverage",
+                        "fail",
+                        REJECT,
+                        f"auto-accept rate {gain:+.1%}, interval below the {criteria.min_coverage_gain:+.1%} required",
+                        gain,
+                        criteria.min_coverage_gain,
+                        qid,
+                    )
+                )
             else:
-                gates.append(Gate("coverage", "inconclusive", HOLD,
-                                  f"auto-accept rate {gain:+.1%} below the {criteria.min_coverage_gain:+.1%} required "
-                                  "but within the interval", gain, criteria.min_coverage_gain, qid))
+                gates.append(
+                    Gate(
+                        "coverage",
+                        "inconclusive",
+                        HOLD,
+                        f"auto-accept rate {gain:+.1%} below the {criteria.min_coverage_gain:+.1%} required "
+                        "but within the interval",
+                        gain,
+                        criteria.min_coverage_gain,
+                        qid,
+                    )
+                )
 
         err = q.get("error")
         if err is None:
-            gates.append(Gate("error", "inconclusive", HOLD, "no policy for one side: error not judged",
-                              None, criteria.max_error_increase, qid))
+            gates.append(
+                Gate(
+                    "error",
+                    "inconclusive",
+                    HOLD,
+                    "no policy for one side: error not judged",
+                    None,
+                    criteria.max_error_increase,
+                    qid,
+                )
+            )
         elif err["n_known"] < criteria.min_outcomes:
-            gates.append(Gate("error", "inconclusive", HOLD,
-                              f"{err['n_known']} known outcomes, {criteria.min_outcomes} needed",
-                              err["n_known"], criteria.min_outcomes, qid))
+            gates.append(
+                Gate(
+                    "error",
+                    "inconclusive",
+                    HOLD,
+                    f"{err['n_known']} known outcomes, {criteria.min_outcomes} needed",
+                    err["n_known"],
+                    criteria.min_outcomes,
+                    qid,
+                )
+            )
         else:
             d = err["error_among_accepted"]
             if d["low"] > criteria.max_error_increase:
-                gates.append(Gate("error", "fail", REJECT,
-                                  f"error among accepted {d['a']:.2%} → {d['b']:.2%} "
-                                  f"(+{d['difference']:.2%}, interval [{d['low']:+.2%}, {d['high']:+.2%}])",
-                                  d["difference"], criteria.max_error_increase, qid))
+                gates.append(
+                    Gate(
+                        "error",
+                        "fail",
+                        REJECT,
+                        f"error among accepted {d['a']:.2%} → {d['b']:.2%} "
+                        f"(+{d['difference']:.2%}, interval [{d['low']:+.2%}, {d['high']:+.2%}])",
+                        d["difference"],
+                        criteria.max_error_increase,
+                        qid,
+                    )
+                )
             elif d["high"] <= criteria.max_error_increase:
-                gates.append(Gate("error", "pass", PROMOTE,
-                                  f"error among accepted {d['a']:.2%} → {d['b']:.2%} "
-                                  f"(interval [{d['low']:+.2%}, {d['high']:+.2%}])",
-                                  d["difference"], criteria.max_error_increase, qid))
+                gates.append(
+                    Gate(
+                        "error",
+                        "pass",
+                        PROMOTE,
+                        f"error among accepted {d['a']:.2%} → {d['b']:.2%} "
+                        f"(interval [{d['low']:+.2%}, {d['high']:+.2%}])",
+                        d["difference"],
+                        criteria.max_error_increase,
+                        qid,
+                    )
+                )
             else:
-                gates.append(Gate("error", "inconclusive", HOLD,
-                                  f"error change {d['difference']:+.2%} with interval [{d['low']:+.2%}, {d['high']:+.2%}]"
-                                  f" straddling the {criteria.max_error_increase:+.2%} allowed",
-                                  d["difference"], criteria.max_error_increase, qid))
+                gates.append(
+                    Gate(
+                        "error",
+                        "inconclusive",
+                        HOLD,
+                        f"error change {d['difference']:+.2%} with interval [{d['low']:+.2%}, {d['high']:+.2%}]"
+                        f" straddling the {criteria.max_error_increase:+.2%} allowed",
+                        d["difference"],
+                        criteria.max_error_increase,
+                        qid,
+                    )
+                )
 
         drift = q["drift"]["max_psi_challenger"]
         if criteria.max_drift_psi is not None and drift is not None and drift > criteria.max_drift_psi:
-            gates.append(Gate("drift", "fail", HOLD, f"challenger p_top PSI up to {drift:.3f} across windows",
-                              drift, criteria.max_drift_psi, qid))
+            gates.append(
+                Gate(
+                    "drift",
+                    "fail",
+                    HOLD,
+                    f"challenger p_top PSI up to {drift:.3f} across windows",
+                    drift,
+                    criteria.max_drift_psi,
+                    qid,
+                )
+            )
         elif criteria.max_drift_psi is not None:
-            gates.append(Gate("drift", "pass", PROMOTE, f"challenger p_top PSI ≤ {drift if drift is not None else 0:.3f}",
-                              drift, criteria.max_drift_psi, qid))
+            gates.append(
+                Gate(
+                    "drift",
+                    "pass",
+                    PROMOTE,
+                    f"challenger p_top PSI ≤ {drift if drift is not None else 0:.3f}",
+                    drift,
+                    criteria.max_drift_psi,
+                    qid,
+                )
+            )
 
     if questions:  # latency and cost are per request: judged on the first question's rows
         q = questions[0]
         p95 = q["latency_ms"]["challenger"]["p95"]
         if criteria.max_p95_latency_ms is not None:
             if p95 is None:
-                gates.append(Gate("latency", "inconclusive", HOLD, "challenger latency unknown", None,
-                                  criteria.max_p95_latency_ms))
+                gates.append(
+                    Gate(
+                        "latency", "inconclusive", HOLD, "challenger latency unknown", None, criteria.max_p95_latency_ms
+                    )
+                )
             elif p95 > criteria.max_p95_latency_ms:
-                gates.append(Gate("latency", "fail", REJECT, f"challenger p95 {p95:.0f} ms", p95,
-                                  criteria.max_p95_latency_ms))
+                gates.append(
+                    Gate("latency", "fail", REJECT, f"challenger p95 {p95:.0f} ms", p95, criteria.max_p95_latency_ms)
+                )
             else:
-                gates.append(Gate("latency", "pass", PROMOTE, f"challenger p95 {p95:.0f} ms", p95,
-                                  criteria.max_p95_latency_ms))
+                gates.append(
+                    Gate("latency", "pass", PROMOTE, f"challenger p95 {p95:.0f} ms", p95, criteria.max_p95_latency_ms)
+                )
         change = q["cost_per_1000"]["change"]
         if criteria.max_cost_increase_per_1000 is not None:
             if change is None:
-                gates.append(Gate("cost", "inconclusive", HOLD, "cost unknown for one side", None,
-                                  criteria.max_cost_increase_per_1000))
+                gates.append(
+                    Gate(
+                        "cost",
+                        "inconclusive",
+                        HOLD,
+                        "cost unknown for one side",
+                        None,
+                        criteria.max_cost_increase_per_1000,
+                    )
+                )
             elif change > criteria.max_cost_increase_per_1000:
-                gates.append(Gate("cost", "fail", REJECT, f"cost {change:+.4f} USD per 1,000 requests", change,
-                                  criteria.max_cost_increase_per_1000))
+                gates.append(
+                    Gate(
+                        "cost",
+                        "fail",
+                        REJECT,
+                        f"cost {change:+.4f} USD per 1,000 requests",
+                        change,
+                        criteria.max_cost_increase_per_1000,
+                    )
+                )
             else:
-                gates.append(Gate("cost", "pass", PROMOTE, f"cost {change:+.4f} USD per 1,000 requests", change,
-                                  criteria.max_cost_increase_per_1000))
+                gates.append(
+                    Gate(
+                        "cost",
+                        "pass",
+                        PROMOTE,
+                        f"cost {change:+.4f} USD per 1,000 requests",
+                        change,
+                        criteria.max_cost_increase_per_1000,
+                    )
+                )
     if not gates:
         return HOLD, [Gate("data", "inconclusive", HOLD, "no requests in the session")]
     verdict = max((g.verdict for g in gates), key=_RANK.__getitem__)
@@ -394,10 +613,18 @@ class ShadowReport:
 
     def to_dict(self) -> dict:
         """A JSON-ready copy (changing it does not change the report)."""
-        return copy.deepcopy({"shadow": self.shadow, "session": self.session, "verdict": self.verdict,
-                              "reasons": self.reasons, "gates": [g.to_dict() for g in self.gates],
-                              "criteria": asdict(self.criteria), "policies": self.policies,
-                              "questions": self.questions})
+        return copy.deepcopy(
+            {
+                "shadow": self.shadow,
+                "session": self.session,
+                "verdict": self.verdict,
+                "reasons": self.reasons,
+                "gates": [g.to_dict() for g in self.gates],
+                "criteria": asdict(self.criteria),
+                "policies": self.policies,
+                "questions": self.questions,
+            }
+        )
 
     def to_frame(self) -> pd.DataFrame:
         """One row per question with the headline figures."""
@@ -406,17 +633,27 @@ class ShadowReport:
             err = q.get("error") or {}
             ea = err.get("error_among_accepted") or {}
             load = q.get("review_load") or {}
-            rows.append({"question": q["question"], "n": q["n_requests"], "agreement": q["agreement"]["rate"],
-                         "review_champion": load.get("champion"), "review_challenger": load.get("challenger"),
-                         "review_change": load.get("change"), "n_known": err.get("n_known"),
-                         "error_champion": ea.get("a"), "error_challenger": ea.get("b"),
-                         "error_change": ea.get("difference"), "error_change_low": ea.get("low"),
-                         "error_change_high": ea.get("high"),
-                         "challenger_failure_rate": q["failures"]["challenger"]["rate"],
-                         "latency_p95_champion": q["latency_ms"]["champion"]["p95"],
-                         "latency_p95_challenger": q["latency_ms"]["challenger"]["p95"],
-                         "cost_per_1000_change": q["cost_per_1000"]["change"],
-                         "max_psi_challenger": q["drift"]["max_psi_challenger"]})
+            rows.append(
+                {
+                    "question": q["question"],
+                    "n": q["n_requests"],
+                    "agreement": q["agreement"]["rate"],
+                    "review_champion": load.get("champion"),
+                    "review_challenger": load.get("challenger"),
+                    "review_change": load.get("change"),
+                    "n_known": err.get("n_known"),
+                    "error_champion": ea.get("a"),
+                    "error_challenger": ea.get("b"),
+                    "error_change": ea.get("difference"),
+                    "error_change_low": ea.get("low"),
+                    "error_change_high": ea.get("high"),
+                    "challenger_failure_rate": q["failures"]["challenger"]["rate"],
+                    "latency_p95_champion": q["latency_ms"]["champion"]["p95"],
+                    "latency_p95_challenger": q["latency_ms"]["challenger"]["p95"],
+                    "cost_per_1000_change": q["cost_per_1000"]["change"],
+                    "max_psi_challenger": q["drift"]["max_psi_challenger"],
+                }
+            )
         return pd.DataFrame(rows)
 
     def to_text(self) -> str:
@@ -428,37 +665,70 @@ class ShadowReport:
         for q in self.questions:
             d = q.get("directional")
             if d:
-                lines.append(f"[{q['question']}] challenger accepts where champion reviews: "
-                             f"{d['challenger_accepts_where_champion_reviews']}; champion accepts where challenger "
-                             f"reviews: {d['champion_accepts_where_challenger_reviews']}; both accept, different "
-                             f"answer: {d['both_accept_different_answer']}")
+                lines.append(
+                    f"[{q['question']}] challenger accepts where champion reviews: "
+                    f"{d['challenger_accepts_where_champion_reviews']}; champion accepts where challenger "
+                    f"reviews: {d['champion_accepts_where_challenger_reviews']}; both accept, different "
+                    f"answer: {d['both_accept_different_answer']}"
+                )
             for f in q["flip_matrix"]["top_flips"][:5]:
                 lines.append(f"[{q['question']}] flip {f['champion']} → {f['challenger']}: {f['count']}")
         return "\n".join(lines)
 
 
-def report_from_answers(answers: list[ShadowAnswers], *, champion_policy: SidePolicy | None,
-                        challenger_policy: SidePolicy | None, criteria: Criteria | None = None,
-                        n_windows: int = 5, n_boot: int = 1000, seed: int = 0, shadow: str = "",
-                        session: dict | None = None, period: str | None = None) -> ShadowReport:
+def report_from_answers(
+    answers: list[ShadowAnswers],
+    *,
+    champion_policy: SidePolicy | None,
+    challenger_policy: SidePolicy | None,
+    criteria: Criteria | None = None,
+    n_windows: int = 5,
+    n_boot: int = 1000,
+    seed: int = 0,
+    shadow: str = "",
+    session: dict | None = None,
+    period: str | None = None,
+) -> ShadowReport:
     """Build the report from per-question arrays (no store needed).
 
     Drift windows are ``n_windows`` equal-count windows in arrival order, or calendar periods when
     ``period`` is given (a pandas offset such as ``"1h"`` or ``"1D"``; rows without a time are left out).
     """
     criteria = criteria or Criteria()
-    questions = [_question_report(s, champion_policy, challenger_policy, criteria=criteria, n_windows=n_windows,
-                                  n_boot=n_boot, seed=seed, period=period) for s in answers]
+    questions = [
+        _question_report(
+            s,
+            champion_policy,
+            challenger_policy,
+            criteria=criteria,
+            n_windows=n_windows,
+            n_boot=n_boot,
+            seed=seed,
+            period=period,
+        )
+        for s in answers
+    ]
     verdict, gates = judge(questions, criteria)
-    policies = {"champion": champion_policy.describe() if champion_policy else None,
-                "challenger": challenger_policy.describe() if challenger_policy else None}
+    policies = {
+        "champion": champion_policy.describe() if champion_policy else None,
+        "challenger": challenger_policy.describe() if challenger_policy else None,
+    }
     return ShadowReport(shadow, session or {}, questions, verdict, gates, criteria, policies)
 
 
-def shadow_report(con, shadow: str, *, champion_policy: SidePolicy | None = None,
-                  challenger_policy: SidePolicy | None = None, criteria: Criteria | None = None,
-                  questions: list[str] | None = None, n_windows: int = 5, n_boot: int = 1000,
-                  seed: int = 0, period: str | None = None) -> ShadowReport:
+def shadow_report(
+    con,
+    shadow: str,
+    *,
+    champion_policy: SidePolicy | None = None,
+    challenger_policy: SidePolicy | None = None,
+    criteria: Criteria | None = None,
+    questions: list[str] | None = None,
+    n_windows: int = 5,
+    n_boot: int = 1000,
+    seed: int = 0,
+    period: str | None = None,
+) -> ShadowReport:
     """Report of stored session ``shadow`` (see the module docstring)."""
     from workbench.store.shadow import get_session, load_shadow, session_schema
 
@@ -468,6 +738,15 @@ def shadow_report(con, shadow: str, *, champion_policy: SidePolicy | None = None
     arrays = [load_shadow(con, shadow, q) for q in ids]
     meta = {k: session[k] for k in ("source", "champion", "challenger")}
     meta["created_at"] = str(session["created_at"])
-    return report_from_answers(arrays, champion_policy=champion_policy, challenger_policy=challenger_policy,
-                               criteria=criteria, n_windows=n_windows, n_boot=n_boot, seed=seed, shadow=shadow,
-                               session=meta, period=period)
+    return report_from_answers(
+        arrays,
+        champion_policy=champion_policy,
+        challenger_policy=challenger_policy,
+        criteria=criteria,
+        n_windows=n_windows,
+        n_boot=n_boot,
+        seed=seed,
+        shadow=shadow,
+        session=meta,
+        period=period,
+    )

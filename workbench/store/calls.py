@@ -11,12 +11,14 @@ fields as ``calls``). A batch commit deletes the journal segment it covered; on 
 :func:`recover_journal` moves any leftover segment into ``calls`` (DuckDB's file lock means any
 leftover belongs to a process that is gone).
 """
+
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -26,19 +28,53 @@ from workbench.errors import WorkbenchError
 from workbench.schema.answers import entropy, top_two
 from workbench.store.db import transaction
 
-CALL_FIELDS = ["cache_key", "provider", "model", "response", "model_answered", "request_id", "latency_ms",
-               "input_tokens", "cost_usd", "run_id"]
-_CALL_SCHEMA = pa.schema([("cache_key", pa.string()), ("provider", pa.string()), ("model", pa.string()),
-                          ("response", pa.string()), ("model_answered", pa.string()), ("request_id", pa.string()),
-                          ("latency_ms", pa.float64()), ("input_tokens", pa.int64()), ("cost_usd", pa.float64()),
-                          ("run_id", pa.string())])
-_ANSWER_SCHEMA = pa.schema([("run_id", pa.string()), ("item_id", pa.string()), ("question", pa.string()),
-                            ("probs", pa.list_(pa.float64())), ("p_top", pa.float64()), ("margin", pa.float64()),
-                            ("entropy", pa.float64()), ("deviation", pa.float64()),
-                            ("vendor_confidence", pa.float64()), ("failure_kind", pa.string()),
-                            ("failure_message", pa.string()), ("model", pa.string()), ("latency_ms", pa.float64()),
-                            ("input_tokens", pa.int64()), ("cost_usd", pa.float64()), ("cache_key", pa.string()),
-                            ("cached", pa.bool_())])
+CALL_FIELDS = [
+    "cache_key",
+    "provider",
+    "model",
+    "response",
+    "model_answered",
+    "request_id",
+    "latency_ms",
+    "input_tokens",
+    "cost_usd",
+    "run_id",
+]
+_CALL_SCHEMA = pa.schema(
+    [
+        ("cache_key", pa.string()),
+        ("provider", pa.string()),
+        ("model", pa.string()),
+        ("response", pa.string()),
+        ("model_answered", pa.string()),
+        ("request_id", pa.string()),
+        ("latency_ms", pa.float64()),
+        ("input_tokens", pa.int64()),
+        ("cost_usd", pa.float64()),
+        ("run_id", pa.string()),
+    ]
+)
+_ANSWER_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("item_id", pa.string()),
+        ("question", pa.string()),
+        ("probs", pa.list_(pa.float64())),
+        ("p_top", pa.float64()),
+        ("margin", pa.float64()),
+        ("entropy", pa.float64()),
+        ("deviation", pa.float64()),
+        ("vendor_confidence", pa.float64()),
+        ("failure_kind", pa.string()),
+        ("failure_message", pa.string()),
+        ("model", pa.string()),
+        ("latency_ms", pa.float64()),
+        ("input_tokens", pa.int64()),
+        ("cost_usd", pa.float64()),
+        ("cache_key", pa.string()),
+        ("cached", pa.bool_()),
+    ]
+)
 ANSWER_FIELDS = [f.name for f in _ANSWER_SCHEMA]
 
 
@@ -64,7 +100,8 @@ def lookup_calls(con: duckdb.DuckDBPyConnection, keys: Sequence[str]) -> dict[st
         tbl = con.execute(
             "SELECT c.cache_key, CAST(c.response AS VARCHAR) AS response, c.model_answered, c.request_id,"
             " c.latency_ms, c.input_tokens, c.cost_usd, c.run_id FROM calls c"
-            " JOIN (SELECT DISTINCT k FROM _wanted_keys) w ON w.k = c.cache_key").fetch_arrow_table()
+            " JOIN (SELECT DISTINCT k FROM _wanted_keys) w ON w.k = c.cache_key"
+        ).fetch_arrow_table()
     finally:
         con.unregister("_wanted_keys")
     rows = tbl.to_pylist()
@@ -73,8 +110,10 @@ def lookup_calls(con: duckdb.DuckDBPyConnection, keys: Sequence[str]) -> dict[st
 
 def answered_questions(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, set[str]]:
     """For a run: item id -> questions that have an answer (failures excluded)."""
-    tbl = con.execute("SELECT item_id, list(question) AS qs FROM answers WHERE run_id = ? AND probs IS NOT NULL"
-                      " GROUP BY item_id", [run_id]).fetch_arrow_table()
+    tbl = con.execute(
+        "SELECT item_id, list(question) AS qs FROM answers WHERE run_id = ? AND probs IS NOT NULL GROUP BY item_id",
+        [run_id],
+    ).fetch_arrow_table()
     return {i: set(q) for i, q in zip(tbl.column("item_id").to_pylist(), tbl.column("qs").to_pylist())}
 
 
@@ -109,12 +148,14 @@ def answers_table(rows: Sequence[dict]) -> pa.Table:
 
 
 def calls_table(rows: Sequence[dict]) -> pa.Table:
-    return pa.table({f.name: pa.array([r.get(f.name) for r in rows], type=f.type) for f in _CALL_SCHEMA},
-                    schema=_CALL_SCHEMA)
+    return pa.table(
+        {f.name: pa.array([r.get(f.name) for r in rows], type=f.type) for f in _CALL_SCHEMA}, schema=_CALL_SCHEMA
+    )
 
 
-def write_batch(con: duckdb.DuckDBPyConnection, calls: Sequence[dict], answers: Sequence[dict], *,
-                replace: bool = True) -> None:
+def write_batch(
+    con: duckdb.DuckDBPyConnection, calls: Sequence[dict], answers: Sequence[dict], *, replace: bool = True
+) -> None:
     """Insert new calls (ignoring keys already cached) and answers in one transaction.
 
     ``replace=True`` first deletes earlier rows of the same (run, item, question) — needed when a
@@ -128,15 +169,21 @@ def write_batch(con: duckdb.DuckDBPyConnection, calls: Sequence[dict], answers: 
     try:
         with transaction(con):
             if calls:
-                con.execute(f"INSERT OR IGNORE INTO calls ({', '.join(CALL_FIELDS)}) SELECT cache_key, provider,"
-                            " model, response::JSON, model_answered, request_id, latency_ms, input_tokens, cost_usd,"
-                            " run_id FROM (SELECT DISTINCT ON (cache_key) * FROM _new_calls)")
+                con.execute(
+                    f"INSERT OR IGNORE INTO calls ({', '.join(CALL_FIELDS)}) SELECT cache_key, provider,"
+                    " model, response::JSON, model_answered, request_id, latency_ms, input_tokens, cost_usd,"
+                    " run_id FROM (SELECT DISTINCT ON (cache_key) * FROM _new_calls)"
+                )
             if answers and replace:
-                con.execute("DELETE FROM answers WHERE (run_id, item_id, question) IN "
-                            "(SELECT run_id, item_id, question FROM _new_answers)")
+                con.execute(
+                    "DELETE FROM answers WHERE (run_id, item_id, question) IN "
+                    "(SELECT run_id, item_id, question FROM _new_answers)"
+                )
             if answers:
-                con.execute(f"INSERT INTO answers ({', '.join(ANSWER_FIELDS)}) SELECT {', '.join(ANSWER_FIELDS)}"
-                            " FROM _new_answers")
+                con.execute(
+                    f"INSERT INTO answers ({', '.join(ANSWER_FIELDS)}) SELECT {', '.join(ANSWER_FIELDS)}"
+                    " FROM _new_answers"
+                )
     finally:
         con.unregister("_new_calls")
         con.unregister("_new_answers")
@@ -231,10 +278,13 @@ def export_run(con: duckdb.DuckDBPyConnection, run_id: str, fmt: str, out: str |
         raise WorkbenchError(f"unknown export format {fmt!r}", hint=f"use one of {', '.join(EXPORT_FORMATS)}")
     run = get_run(con, run_id)
     schema = load_stored_schema(con, run["schema_hash"])
-    opts = pa.table({"question": pa.array(list(schema.questions), type=pa.string()),
-                     "qpos": pa.array(range(len(schema.questions)), type=pa.int32()),
-                     "option_ids": pa.array([option_ids(q) for q in schema.questions.values()],
-                                            type=pa.list_(pa.string()))})
+    opts = pa.table(
+        {
+            "question": pa.array(list(schema.questions), type=pa.string()),
+            "qpos": pa.array(range(len(schema.questions)), type=pa.int32()),
+            "option_ids": pa.array([option_ids(q) for q in schema.questions.values()], type=pa.list_(pa.string())),
+        }
+    )
     con.register("_export_options", opts)
     try:
         rel = con.execute(
@@ -259,7 +309,8 @@ def export_run(con: duckdb.DuckDBPyConnection, run_id: str, fmt: str, out: str |
             WHERE a.run_id = $run
             ORDER BY a.item_id, o.qpos
             """,
-            {"ds": run["dataset"], "v": int(run["dataset_version"]), "run": run["run_id"]})
+            {"ds": run["dataset"], "v": int(run["dataset_version"]), "run": run["run_id"]},
+        )
         tbl = rel.fetch_arrow_table()
     finally:
         con.unregister("_export_options")
@@ -277,8 +328,9 @@ def export_run(con: duckdb.DuckDBPyConnection, run_id: str, fmt: str, out: str |
     else:
         df = tbl.to_pandas()
         for col in ("option_ids", "probs"):
-            df[col] = [None if v is None else json.dumps([x.item() if hasattr(x, "item") else x for x in v])
-                       for v in df[col]]
+            df[col] = [
+                None if v is None else json.dumps([x.item() if hasattr(x, "item") else x for x in v]) for v in df[col]
+            ]
         df.to_csv(out, index=False)
     return tbl.num_rows
 
@@ -290,22 +342,33 @@ def run_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
         " sum(input_tokens), sum(cost_usd), sum(cost_usd) FILTER (WHERE NOT coalesce(cached, false)),"
         " count(*) FILTER (WHERE cost_usd IS NULL AND probs IS NOT NULL),"
         " count(DISTINCT item_id)"
-        " FROM answers WHERE run_id = ?", [run_id]).fetchone()
-    kinds = dict(con.execute("SELECT failure_kind, count(*) FROM answers WHERE run_id = ? AND probs IS NULL"
-                             " GROUP BY 1 ORDER BY 2 DESC", [run_id]).fetchall())
+        " FROM answers WHERE run_id = ?",
+        [run_id],
+    ).fetchone()
+    kinds = dict(
+        con.execute(
+            "SELECT failure_kind, count(*) FROM answers WHERE run_id = ? AND probs IS NULL GROUP BY 1 ORDER BY 2 DESC",
+            [run_id],
+        ).fetchall()
+    )
     lat = con.execute(
         "SELECT quantile_cont(latency_ms, 0.5), quantile_cont(latency_ms, 0.95) FROM ("
         " SELECT cache_key, any_value(latency_ms) AS latency_ms FROM answers"
         " WHERE run_id = ? AND cache_key IS NOT NULL AND latency_ms IS NOT NULL GROUP BY cache_key)",
-        [run_id]).fetchone()
-    return {"items": int(row[6] or 0), "answered": int(row[0] or 0), "failed": int(row[1] or 0),
-            "failed_by_kind": {str(k): int(v) for k, v in kinds.items()},
-            "input_tokens": int(row[2]) if row[2] is not None else 0,
-            "cost_usd": float(row[3]) if row[3] is not None else None,
-            "cost_paid_usd": float(row[4]) if row[4] is not None else None,
-            "answers_with_unknown_cost": int(row[5] or 0),
-            "latency_p50_ms": float(lat[0]) if lat and lat[0] is not None else None,
-            "latency_p95_ms": float(lat[1]) if lat and lat[1] is not None else None}
+        [run_id],
+    ).fetchone()
+    return {
+        "items": int(row[6] or 0),
+        "answered": int(row[0] or 0),
+        "failed": int(row[1] or 0),
+        "failed_by_kind": {str(k): int(v) for k, v in kinds.items()},
+        "input_tokens": int(row[2]) if row[2] is not None else 0,
+        "cost_usd": float(row[3]) if row[3] is not None else None,
+        "cost_paid_usd": float(row[4]) if row[4] is not None else None,
+        "answers_with_unknown_cost": int(row[5] or 0),
+        "latency_p50_ms": float(lat[0]) if lat and lat[0] is not None else None,
+        "latency_p95_ms": float(lat[1]) if lat and lat[1] is not None else None,
+    }
 
 
 # -- training data for in-process baselines ------------------------------------------------------

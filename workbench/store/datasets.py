@@ -11,12 +11,14 @@ same split on every machine and every re-import.
 A dataset's *fingerprint* is a content hash of items, labels and splits (not of its name or
 version): the same content gives the same fingerprint, and re-importing it adds no version.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -30,11 +32,30 @@ from workbench.store.runs import save_schema
 
 SPLITS = ("train", "calibration", "test")
 #: Other spellings accepted in a split column or a file name.
-SPLIT_ALIASES = {"train": "train", "training": "train", "calibration": "calibration", "calib": "calibration",
-                 "cal": "calibration", "validation": "calibration", "valid": "calibration", "val": "calibration",
-                 "dev": "calibration", "test": "test", "testing": "test", "eval": "test"}
-_READERS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".parquet": "parquet", ".pq": "parquet",
-            ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+SPLIT_ALIASES = {
+    "train": "train",
+    "training": "train",
+    "calibration": "calibration",
+    "calib": "calibration",
+    "cal": "calibration",
+    "validation": "calibration",
+    "valid": "calibration",
+    "val": "calibration",
+    "dev": "calibration",
+    "test": "test",
+    "testing": "test",
+    "eval": "test",
+}
+_READERS = {
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".txt": "tsv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".json": "json",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+}
 _TRUE = {"yes", "true", "1", "y", "t"}
 _FALSE = {"no", "false", "0", "n", "f"}
 
@@ -45,11 +66,11 @@ class ImportSpec:
 
     name: str
     text_column: str | None = None
-    state_column: str | None = None          # a JSON state instead of text
+    state_column: str | None = None  # a JSON state instead of text
     labels: dict[str, str] = field(default_factory=dict)  # question -> column
     id_column: str | None = None
     split_column: str | None = None
-    split: str | None = None                 # every row of the file(s) gets this split
+    split: str | None = None  # every row of the file(s) gets this split
     test_fraction: float | None = None
     calibration_fraction: float | None = None
     seed: int = 0
@@ -66,8 +87,9 @@ def _read_file(path: Path) -> pd.DataFrame:
         raise DataImportError(f"{path}: file does not exist", hint="check the path")
     kind = _READERS.get(path.suffix.lower())
     if kind is None:
-        raise DataImportError(f"{path}: unknown file type {path.suffix!r}",
-                              hint="use .csv, .tsv, .parquet, .json or .jsonl")
+        raise DataImportError(
+            f"{path}: unknown file type {path.suffix!r}", hint="use .csv, .tsv, .parquet, .json or .jsonl"
+        )
     if kind in ("csv", "tsv"):
         _check_delimited(path, "," if kind == "csv" else "\t")
     con = duckdb.connect()
@@ -75,9 +97,12 @@ def _read_file(path: Path) -> pd.DataFrame:
         p = str(path)
         if kind in ("csv", "tsv"):
             sep = "," if kind == "csv" else "\t"
-            rel = con.execute("SELECT * FROM read_csv(?, header = true, all_varchar = true, delim = ?, quote = '\"',"
-                              " strict_mode = true, null_padding = false, ignore_errors = false, "
-                              " auto_detect = true)", [p, sep])
+            rel = con.execute(
+                "SELECT * FROM read_csv(?, header = true, all_varchar = true, delim = ?, quote = '\"',"
+                " strict_mode = true, null_padding = false, ignore_errors = false, "
+                " auto_detect = true)",
+                [p, sep],
+            )
         elif kind == "parquet":
             rel = con.execute("SELECT * FROM read_parquet(?)", [p])
         else:
@@ -85,8 +110,10 @@ def _read_file(path: Path) -> pd.DataFrame:
             rel = con.execute("SELECT * FROM read_json(?, format = ?)", [p, fmt])
         df = rel.df()
     except duckdb.Error as exc:
-        raise DataImportError(f"{path}: cannot read: {_first_line(exc)}",
-                              hint="fix the file (encoding must be UTF-8; every row needs the same columns)") from None
+        raise DataImportError(
+            f"{path}: cannot read: {_first_line(exc)}",
+            hint="fix the file (encoding must be UTF-8; every row needs the same columns)",
+        ) from None
     finally:
         con.close()
     if df.empty:
@@ -103,8 +130,9 @@ def _check_delimited(path: Path, sep: str) -> None:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise DataImportError(f"{path}: not valid UTF-8 at line {line} (byte 0x{data[exc.start]:02x})",
-                              hint="re-save the file as UTF-8") from None
+        raise DataImportError(
+            f"{path}: not valid UTF-8 at line {line} (byte 0x{data[exc.start]:02x})", hint="re-save the file as UTF-8"
+        ) from None
     del data
     line = 1
     try:
@@ -117,8 +145,10 @@ def _check_delimited(path: Path, sep: str) -> None:
             for row in reader:
                 line = reader.line_num
                 if len(row) != width and row:
-                    raise DataImportError(f"{path}: line {line} has {len(row)} fields, the header has {width}",
-                                          hint="quote fields that contain the delimiter, or fix the row")
+                    raise DataImportError(
+                        f"{path}: line {line} has {len(row)} fields, the header has {width}",
+                        hint="quote fields that contain the delimiter, or fix the row",
+                    )
     except csv.Error as exc:
         raise DataImportError(f"{path}: line {line + 1}: {exc}", hint="fix the CSV quoting") from None
 
@@ -130,8 +160,9 @@ def _first_line(exc: Exception) -> str:
 
 def _column(df: pd.DataFrame, col: str, path: Path, option: str) -> pd.Series:
     if col not in df.columns:
-        raise DataImportError(f"{path}: no column {col!r} (for {option})",
-                              hint=f"columns are: {', '.join(map(str, df.columns))}")
+        raise DataImportError(
+            f"{path}: no column {col!r} (for {option})", hint=f"columns are: {', '.join(map(str, df.columns))}"
+        )
     return df[col]
 
 
@@ -155,28 +186,36 @@ def _hash_unit(con: duckdb.DuckDBPyConnection, keys: pd.Series, seed: int, salt:
     tbl = pa.table({"k": pa.array(keys.astype(str).tolist(), type=pa.string())})
     con.register("_keys", tbl)
     try:
-        out = con.execute("SELECT CAST(('0x' || left(md5(k || ':' || $s || ':' || $salt), 8))::UBIGINT AS DOUBLE)"
-                          " / 4294967296.0 FROM _keys", {"s": str(seed), "salt": salt}).fetchnumpy()
+        out = con.execute(
+            "SELECT CAST(('0x' || left(md5(k || ':' || $s || ':' || $salt), 8))::UBIGINT AS DOUBLE)"
+            " / 4294967296.0 FROM _keys",
+            {"s": str(seed), "salt": salt},
+        ).fetchnumpy()
     finally:
         con.unregister("_keys")
     return np.asarray(next(iter(out.values())), dtype=float)
 
 
-def _frame_for_file(path: Path, spec: ImportSpec, schema: DecisionSchema | None, n_files: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _frame_for_file(
+    path: Path, spec: ImportSpec, schema: DecisionSchema | None, n_files: int
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Validate one file; return (items, labels) frames in the store's columns."""
     kind = _READERS.get(path.suffix.lower(), "csv")
     df = _read_file(path)
     if (spec.text_column is None) == (spec.state_column is None):
-        raise DataImportError("give exactly one of --text-column or --state-column",
-                              hint="--text-column for text states, --state-column for JSON states")
+        raise DataImportError(
+            "give exactly one of --text-column or --state-column",
+            hint="--text-column for text states, --state-column for JSON states",
+        )
     items = pd.DataFrame(index=df.index)
     if spec.id_column:
         ids = _as_text(_column(df, spec.id_column, path, "--id-column"))
         missing = ids.isna() | (ids.str.strip() == "")
         if missing.any():
             i = int(np.flatnonzero(missing.to_numpy())[0])
-            raise DataImportError(f"{_row_ref(path, i, kind)}: empty id in column {spec.id_column!r}",
-                                  hint="every row needs an id")
+            raise DataImportError(
+                f"{_row_ref(path, i, kind)}: empty id in column {spec.id_column!r}", hint="every row needs an id"
+            )
     else:
         prefix = path.stem
         ids = pd.Series([f"{prefix}-{i + 1:05d}" for i in range(len(df))], index=df.index)
@@ -186,8 +225,10 @@ def _frame_for_file(path: Path, spec: ImportSpec, schema: DecisionSchema | None,
         empty = text.isna() | (text.str.strip() == "")
         if empty.any():
             i = int(np.flatnonzero(empty.to_numpy())[0])
-            raise DataImportError(f"{_row_ref(path, i, kind)}: empty text in column {spec.text_column!r}"
-                                  f" (item {ids.iloc[i]!r})", hint="remove the row or fill in its text")
+            raise DataImportError(
+                f"{_row_ref(path, i, kind)}: empty text in column {spec.text_column!r} (item {ids.iloc[i]!r})",
+                hint="remove the row or fill in its text",
+            )
         items["state_text"] = text
         items["state_json"] = None
     else:
@@ -198,8 +239,10 @@ def _frame_for_file(path: Path, spec: ImportSpec, schema: DecisionSchema | None,
                 try:
                     v = json.loads(v)
                 except json.JSONDecodeError:
-                    raise DataImportError(f"{_row_ref(path, i, kind)}: column {spec.state_column!r} is not JSON",
-                                          hint="use --text-column for plain text") from None
+                    raise DataImportError(
+                        f"{_row_ref(path, i, kind)}: column {spec.state_column!r} is not JSON",
+                        hint="use --text-column for plain text",
+                    ) from None
             if v is None:
                 raise DataImportError(f"{_row_ref(path, i, kind)}: empty state", hint="fill in the state")
             states.append(json.dumps(v, ensure_ascii=False, sort_keys=False))
@@ -219,8 +262,10 @@ def _frame_for_file(path: Path, spec: ImportSpec, schema: DecisionSchema | None,
         bad = mapped.isna()
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DataImportError(f"{_row_ref(path, i, kind)}: split {raw.iloc[i]!r} is not one of train, calibration, test",
-                                  hint="fix the split column or carve splits with --test-fraction")
+            raise DataImportError(
+                f"{_row_ref(path, i, kind)}: split {raw.iloc[i]!r} is not one of train, calibration, test",
+                hint="fix the split column or carve splits with --test-fraction",
+            )
         items["split"] = mapped
     elif spec.split:
         items["split"] = SPLIT_ALIASES.get(spec.split.lower(), spec.split)
@@ -231,15 +276,19 @@ def _frame_for_file(path: Path, spec: ImportSpec, schema: DecisionSchema | None,
     elif spec.calibration_fraction is not None:
         items["split"] = "train"
     else:
-        raise DataImportError(f"{path}: no split given",
-                              hint="pass --split-column COL, --split train|calibration|test, or --test-fraction F")
+        raise DataImportError(
+            f"{path}: no split given",
+            hint="pass --split-column COL, --split train|calibration|test, or --test-fraction F",
+        )
 
     # labels
     label_rows = []
     for question, col in spec.labels.items():
         if schema is not None and question not in schema.questions:
-            raise DataImportError(f"--label {question}={col}: the schema has no question {question!r}",
-                                  hint=f"schema questions: {', '.join(schema.question_ids)}")
+            raise DataImportError(
+                f"--label {question}={col}: the schema has no question {question!r}",
+                hint=f"schema questions: {', '.join(schema.question_ids)}",
+            )
         values = _as_text(_column(df, col, path, f"--label {question}")).str.strip()
         qtype = schema.questions[question].type if schema is not None else None
         pos = spec.positive.get(question)
@@ -248,32 +297,42 @@ def _frame_for_file(path: Path, spec: ImportSpec, schema: DecisionSchema | None,
             mapped = values.map(lambda v: None if v is None or v == "" else ("yes" if v == pos else "no"))
         elif qtype == "noul":
             low = values.str.lower()
-            mapped = low.map(lambda v: None if v is None or v == "" else ("yes" if v in _TRUE else "no" if v in _FALSE else "?" + v))
+            mapped = low.map(
+                lambda v: None if v is None or v == "" else ("yes" if v in _TRUE else "no" if v in _FALSE else "?" + v)
+            )
         else:
             mapped = values.map(lambda v: None if v is None or v == "" else v)
         bad_noul = mapped.fillna("").str.startswith("?")
         if bad_noul.any():
             i = int(np.flatnonzero(bad_noul.to_numpy())[0])
-            raise DataImportError(f"{_row_ref(path, i, kind)}: label {values.iloc[i]!r} for yes/no question {question!r}",
-                                  hint=f"use yes/no/true/false/1/0, or --positive {question}=VALUE")
+            raise DataImportError(
+                f"{_row_ref(path, i, kind)}: label {values.iloc[i]!r} for yes/no question {question!r}",
+                hint=f"use yes/no/true/false/1/0, or --positive {question}=VALUE",
+            )
         if schema is not None and qtype in ("choice", "score"):
             allowed = set(option_ids(schema.questions[question]))
             if qtype == "score":
                 levels = [str(c) for c in schema.questions[question].criteria]
                 # a score label may be the level index or the level's text
-                mapped = mapped.map(lambda v: v if v is None or v in allowed else
-                                    (str(levels.index(v)) if v in levels else v))
+                mapped = mapped.map(
+                    lambda v: v if v is None or v in allowed else (str(levels.index(v)) if v in levels else v)
+                )
             unknown = mapped.notna() & ~mapped.isin(allowed)
             if unknown.any():
                 i = int(np.flatnonzero(unknown.to_numpy())[0])
                 raise DataImportError(
                     f"{_row_ref(path, i, kind)}: label {mapped.iloc[i]!r} in column {col!r} is not an option of "
-                    f"question {question!r}", hint="add the option to the schema or fix the label")
+                    f"question {question!r}",
+                    hint="add the option to the schema or fix the label",
+                )
         ann = _as_text(df[spec.annotator_column]) if spec.annotator_column else pd.Series("import", index=df.index)
         lab = pd.DataFrame({"item_id": ids, "question": question, "option_id": mapped, "annotator": ann})
         label_rows.append(lab[lab["option_id"].notna()])
-    labels = pd.concat(label_rows, ignore_index=True) if label_rows else \
-        pd.DataFrame(columns=["item_id", "question", "option_id", "annotator"])
+    labels = (
+        pd.concat(label_rows, ignore_index=True)
+        if label_rows
+        else pd.DataFrame(columns=["item_id", "question", "option_id", "annotator"])
+    )
     return items.reset_index(drop=True), labels
 
 
@@ -291,8 +350,9 @@ class DatasetInfo:
         return self.__dict__.copy()
 
 
-def import_dataset(con: duckdb.DuckDBPyConnection, paths: Sequence[str | Path], spec: ImportSpec,
-                   schema: DecisionSchema | None = None) -> DatasetInfo:
+def import_dataset(
+    con: duckdb.DuckDBPyConnection, paths: Sequence[str | Path], spec: ImportSpec, schema: DecisionSchema | None = None
+) -> DatasetInfo:
     """Validate ``paths`` and write a new version of dataset ``spec.name`` in one transaction.
 
     Raises :class:`DataImportError` naming the file, line/record or field and the fix; the
@@ -319,52 +379,85 @@ def import_dataset(con: duckdb.DuckDBPyConnection, paths: Sequence[str | Path], 
     dup = items["item_id"].duplicated(keep=False)
     if dup.any():
         first = items.loc[dup, "item_id"].iloc[0]
-        raise DataImportError(f"duplicate item id {first!r} ({int(dup.sum())} rows share an id)",
-                              hint="ids must be unique; fix --id-column or drop duplicates")
+        raise DataImportError(
+            f"duplicate item id {first!r} ({int(dup.sum())} rows share an id)",
+            hint="ids must be unique; fix --id-column or drop duplicates",
+        )
 
     # carve splits deterministically (group keeps related items together)
     key = items["grp"].fillna(items["item_id"]) if spec.group_column else items["item_id"]
     if spec.test_fraction is not None and items["split"].isna().any():
         u = _hash_unit(con, key, spec.seed, "test")
-        items.loc[items["split"].isna(), "split"] = np.where(u < spec.test_fraction, "test", "train")[items["split"].isna().to_numpy()]
+        items.loc[items["split"].isna(), "split"] = np.where(u < spec.test_fraction, "test", "train")[
+            items["split"].isna().to_numpy()
+        ]
     if spec.calibration_fraction:
         u = _hash_unit(con, key, spec.seed, "calibration")
         carve = (items["split"] == "train").to_numpy() & (u < spec.calibration_fraction)
         items.loc[carve, "split"] = "calibration"
     bad_split = ~items["split"].isin(SPLITS)
     if bad_split.any():
-        raise DataImportError(f"split {items.loc[bad_split, 'split'].iloc[0]!r} is not one of train, calibration, test",
-                              hint="use --split train|calibration|test")
+        raise DataImportError(
+            f"split {items.loc[bad_split, 'split'].iloc[0]!r} is not one of train, calibration, test",
+            hint="use --split train|calibration|test",
+        )
 
-    previous = con.execute("SELECT version, fingerprint, questions FROM datasets WHERE name = ? "
-                           "ORDER BY version DESC LIMIT 1", [spec.name]).fetchone()
+    previous = con.execute(
+        "SELECT version, fingerprint, questions FROM datasets WHERE name = ? ORDER BY version DESC LIMIT 1", [spec.name]
+    ).fetchone()
     if spec.append:
         if previous is None:
             raise DataImportError(f"--append: dataset {spec.name!r} does not exist yet", hint="drop --append")
         old_items, old_labels = _version_frames(con, spec.name, previous[0])
         clash = items["item_id"].isin(set(old_items["item_id"]))
         if clash.any():
-            raise DataImportError(f"--append: item id {items.loc[clash, 'item_id'].iloc[0]!r} already exists in "
-                                  f"{spec.name} v{previous[0]}", hint="use distinct ids or import without --append")
+            raise DataImportError(
+                f"--append: item id {items.loc[clash, 'item_id'].iloc[0]!r} already exists in "
+                f"{spec.name} v{previous[0]}",
+                hint="use distinct ids or import without --append",
+            )
         items = pd.concat([old_items, items], ignore_index=True)
         labels = pd.concat([old_labels, labels], ignore_index=True)
 
-    questions = sorted(set(labels["question"].unique().tolist()) | set(spec.labels) |
-                       (set(previous[2]) if (spec.append and previous) else set()))
-    params = {"seed": spec.seed, "test_fraction": spec.test_fraction,
-              "calibration_fraction": spec.calibration_fraction, "files": [str(p) for p in paths],
-              "text_column": spec.text_column, "state_column": spec.state_column, "labels": spec.labels,
-              "group_column": spec.group_column, "split_column": spec.split_column, "split": spec.split}
+    questions = sorted(
+        set(labels["question"].unique().tolist())
+        | set(spec.labels)
+        | (set(previous[2]) if (spec.append and previous) else set())
+    )
+    params = {
+        "seed": spec.seed,
+        "test_fraction": spec.test_fraction,
+        "calibration_fraction": spec.calibration_fraction,
+        "files": [str(p) for p in paths],
+        "text_column": spec.text_column,
+        "state_column": spec.state_column,
+        "labels": spec.labels,
+        "group_column": spec.group_column,
+        "split_column": spec.split_column,
+        "split": spec.split,
+    }
 
-    items_tbl = pa.Table.from_pandas(items[["item_id", "state_text", "state_json", "images", "split", "grp"]]
-                                     .astype({"item_id": object, "split": object}), preserve_index=False,
-                                     schema=pa.schema([("item_id", pa.string()), ("state_text", pa.string()),
-                                                       ("state_json", pa.string()), ("images", pa.list_(pa.string())),
-                                                       ("split", pa.string()), ("grp", pa.string())]))
-    labels_tbl = pa.Table.from_pandas(labels[["item_id", "question", "option_id", "annotator"]].astype(object),
-                                      preserve_index=False,
-                                      schema=pa.schema([(c, pa.string()) for c in
-                                                        ("item_id", "question", "option_id", "annotator")]))
+    items_tbl = pa.Table.from_pandas(
+        items[["item_id", "state_text", "state_json", "images", "split", "grp"]].astype(
+            {"item_id": object, "split": object}
+        ),
+        preserve_index=False,
+        schema=pa.schema(
+            [
+                ("item_id", pa.string()),
+                ("state_text", pa.string()),
+                ("state_json", pa.string()),
+                ("images", pa.list_(pa.string())),
+                ("split", pa.string()),
+                ("grp", pa.string()),
+            ]
+        ),
+    )
+    labels_tbl = pa.Table.from_pandas(
+        labels[["item_id", "question", "option_id", "annotator"]].astype(object),
+        preserve_index=False,
+        schema=pa.schema([(c, pa.string()) for c in ("item_id", "question", "option_id", "annotator")]),
+    )
     fingerprint = _fingerprint(con, items_tbl, labels_tbl)
     if previous is not None and previous[1] == fingerprint:
         return DatasetInfo(spec.name, int(previous[0]), fingerprint, False, len(items), questions)
@@ -374,13 +467,20 @@ def import_dataset(con: duckdb.DuckDBPyConnection, paths: Sequence[str | Path], 
     try:
         with transaction(con):
             h = save_schema(con, schema) if schema is not None else None
-            con.execute("INSERT INTO datasets (name, version, fingerprint, questions, schema_hash, n_items, params)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        [spec.name, version, fingerprint, questions, h, len(items), json.dumps(params)])
-            con.execute("INSERT INTO items SELECT $n, $v, item_id, state_text, state_json::JSON, images, split, grp"
-                        " FROM _items", {"n": spec.name, "v": version})
-            con.execute("INSERT INTO labels SELECT $n, $v, item_id, question, option_id, annotator FROM _labels",
-                        {"n": spec.name, "v": version})
+            con.execute(
+                "INSERT INTO datasets (name, version, fingerprint, questions, schema_hash, n_items, params)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [spec.name, version, fingerprint, questions, h, len(items), json.dumps(params)],
+            )
+            con.execute(
+                "INSERT INTO items SELECT $n, $v, item_id, state_text, state_json::JSON, images, split, grp"
+                " FROM _items",
+                {"n": spec.name, "v": version},
+            )
+            con.execute(
+                "INSERT INTO labels SELECT $n, $v, item_id, question, option_id, annotator FROM _labels",
+                {"n": spec.name, "v": version},
+            )
     finally:
         con.unregister("_items")
         con.unregister("_labels")
@@ -388,11 +488,15 @@ def import_dataset(con: duckdb.DuckDBPyConnection, paths: Sequence[str | Path], 
 
 
 def _version_frames(con: duckdb.DuckDBPyConnection, name: str, version: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    items = con.execute("SELECT item_id, state_text, CAST(state_json AS VARCHAR) AS state_json, images, split, grp "
-                        "FROM items WHERE dataset = ? AND version = ?", [name, version]).df()
+    items = con.execute(
+        "SELECT item_id, state_text, CAST(state_json AS VARCHAR) AS state_json, images, split, grp "
+        "FROM items WHERE dataset = ? AND version = ?",
+        [name, version],
+    ).df()
     items["images"] = items["images"].map(lambda v: list(v) if v is not None and not isinstance(v, float) else None)
-    labels = con.execute("SELECT item_id, question, option_id, annotator FROM labels WHERE dataset = ? AND version = ?",
-                         [name, version]).df()
+    labels = con.execute(
+        "SELECT item_id, question, option_id, annotator FROM labels WHERE dataset = ? AND version = ?", [name, version]
+    ).df()
     return items, labels
 
 
@@ -404,10 +508,12 @@ def _fingerprint(con: duckdb.DuckDBPyConnection, items: pa.Table, labels: pa.Tab
         a = con.execute(
             "SELECT coalesce(sha256(string_agg(concat_ws(chr(31), item_id, coalesce(state_text, ''),"
             " coalesce(state_json, ''), coalesce(array_to_string(images, ';'), ''), split, coalesce(grp, '')),"
-            " chr(30) ORDER BY item_id)), '') FROM _fi").fetchone()[0]
+            " chr(30) ORDER BY item_id)), '') FROM _fi"
+        ).fetchone()[0]
         b = con.execute(
             "SELECT coalesce(sha256(string_agg(concat_ws(chr(31), item_id, question, option_id, annotator),"
-            " chr(30) ORDER BY item_id, question, annotator, option_id)), '') FROM _fl").fetchone()[0]
+            " chr(30) ORDER BY item_id, question, annotator, option_id)), '') FROM _fl"
+        ).fetchone()[0]
     finally:
         con.unregister("_fi")
         con.unregister("_fl")
@@ -429,38 +535,74 @@ def list_datasets(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return con.execute(
         "SELECT name, max(version) AS version, count(*) AS versions, arg_max(fingerprint, version) AS fingerprint,"
         " arg_max(n_items, version) AS n_items, arg_max(questions, version) AS questions,"
-        " max(created_at) AS updated_at FROM datasets GROUP BY name ORDER BY name").df()
+        " max(created_at) AS updated_at FROM datasets GROUP BY name ORDER BY name"
+    ).df()
 
 
 def dataset_info(con: duckdb.DuckDBPyConnection, name: str, version: int | None = None) -> dict[str, Any]:
     """Counts per split and per label, questions, fingerprint and the version history."""
     version = version or latest_version(con, name)
-    row = con.execute("SELECT fingerprint, questions, schema_hash, n_items, params, created_at FROM datasets "
-                      "WHERE name = ? AND version = ?", [name, version]).fetchone()
+    row = con.execute(
+        "SELECT fingerprint, questions, schema_hash, n_items, params, created_at FROM datasets "
+        "WHERE name = ? AND version = ?",
+        [name, version],
+    ).fetchone()
     if row is None:
         raise NotFoundError(f"dataset {name!r} has no version {version}")
-    splits = dict(con.execute("SELECT split, count(*) FROM items WHERE dataset = ? AND version = ? GROUP BY split "
-                              "ORDER BY split", [name, version]).fetchall())
+    splits = dict(
+        con.execute(
+            "SELECT split, count(*) FROM items WHERE dataset = ? AND version = ? GROUP BY split ORDER BY split",
+            [name, version],
+        ).fetchall()
+    )
     per_q: dict[str, Any] = {}
     for q in row[1]:
         counts = con.execute(
             "SELECT option_id, count(DISTINCT item_id) FROM labels WHERE dataset = ? AND version = ? AND question = ?"
-            " GROUP BY option_id ORDER BY 2 DESC, 1", [name, version, q]).fetchall()
-        per_split = dict(con.execute(
-            "SELECT i.split, count(DISTINCT l.item_id) FROM labels l JOIN items i USING (dataset, version, item_id)"
-            " WHERE l.dataset = ? AND l.version = ? AND l.question = ? GROUP BY 1 ORDER BY 1", [name, version, q]).fetchall())
-        per_q[q] = {"n_labels": len(counts), "labelled_items_per_split": per_split,
-                    "label_counts": {k: int(v) for k, v in counts}}
-    history = con.execute("SELECT version, fingerprint, n_items, created_at FROM datasets WHERE name = ? ORDER BY version",
-                          [name]).df().to_dict(orient="records")
-    return {"name": name, "version": version, "fingerprint": row[0], "questions": list(row[1]),
-            "schema_hash": row[2], "n_items": int(row[3]), "splits": {k: int(v) for k, v in splits.items()},
-            "labels": per_q, "params": json.loads(row[4]) if row[4] else {}, "created_at": row[5],
-            "versions": history}
+            " GROUP BY option_id ORDER BY 2 DESC, 1",
+            [name, version, q],
+        ).fetchall()
+        per_split = dict(
+            con.execute(
+                "SELECT i.split, count(DISTINCT l.item_id) FROM labels l JOIN items i USING (dataset, version, item_id)"
+                " WHERE l.dataset = ? AND l.version = ? AND l.question = ? GROUP BY 1 ORDER BY 1",
+                [name, version, q],
+            ).fetchall()
+        )
+        per_q[q] = {
+            "n_labels": len(counts),
+            "labelled_items_per_split": per_split,
+            "label_counts": {k: int(v) for k, v in counts},
+        }
+    history = (
+        con.execute(
+            "SELECT version, fingerprint, n_items, created_at FROM datasets WHERE name = ? ORDER BY version", [name]
+        )
+        .df()
+        .to_dict(orient="records")
+    )
+    return {
+        "name": name,
+        "version": version,
+        "fingerprint": row[0],
+        "questions": list(row[1]),
+        "schema_hash": row[2],
+        "n_items": int(row[3]),
+        "splits": {k: int(v) for k, v in splits.items()},
+        "labels": per_q,
+        "params": json.loads(row[4]) if row[4] else {},
+        "created_at": row[5],
+        "versions": history,
+    }
 
 
-def load_items(con: duckdb.DuckDBPyConnection, name: str, version: int | None = None,
-               splits: Sequence[str] | None = None, limit: int | None = None) -> pd.DataFrame:
+def load_items(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    version: int | None = None,
+    splits: Sequence[str] | None = None,
+    limit: int | None = None,
+) -> pd.DataFrame:
     """Items of one version (item_id, state, images, split, grp), ordered by item_id.
 
     ``state`` is the text, or the parsed JSON value for JSON states.
@@ -470,14 +612,22 @@ def load_items(con: duckdb.DuckDBPyConnection, name: str, version: int | None = 
         "SELECT item_id, state_text, CAST(state_json AS VARCHAR) AS state_json, images, split, grp FROM items"
         " WHERE dataset = $n AND version = $v AND ($s IS NULL OR list_contains($s, split)) ORDER BY item_id"
         + (" LIMIT $lim" if limit else ""),
-        {"n": name, "v": version, "s": list(splits) if splits else None, **({"lim": limit} if limit else {})}).df()
-    df["state"] = [t if t is not None and not (isinstance(t, float)) else json.loads(j)
-                   for t, j in zip(df["state_text"], df["state_json"])]
+        {"n": name, "v": version, "s": list(splits) if splits else None, **({"lim": limit} if limit else {})},
+    ).df()
+    df["state"] = [
+        t if t is not None and not (isinstance(t, float)) else json.loads(j)
+        for t, j in zip(df["state_text"], df["state_json"])
+    ]
     return df
 
 
-def load_labels(con: duckdb.DuckDBPyConnection, name: str, version: int | None = None,
-                question: str | None = None, splits: Sequence[str] | None = None) -> pd.DataFrame:
+def load_labels(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    version: int | None = None,
+    question: str | None = None,
+    splits: Sequence[str] | None = None,
+) -> pd.DataFrame:
     """Majority label per (item, question) — ties to the alphabetically first option."""
     version = version or latest_version(con, name)
     return con.execute(
@@ -491,4 +641,5 @@ def load_labels(con: duckdb.DuckDBPyConnection, name: str, version: int | None =
         " JOIN items i ON i.dataset = $n AND i.version = $v AND i.item_id = r.item_id"
         " WHERE r.r = 1 AND ($s IS NULL OR list_contains($s, i.split))"
         " ORDER BY r.item_id, r.question",
-        {"n": name, "v": version, "q": question, "s": list(splits) if splits else None}).df()
+        {"n": name, "v": version, "q": question, "s": list(splits) if splits else None},
+    ).df()

@@ -11,12 +11,13 @@ Tables (schema version 1):
 - ``answers`` — (run_id, item_id, question): probabilities as ``DOUBLE[]`` in schema order, or a
   failure kind and message (never both). ``p_top``/``margin``/``entropy`` are the workbench's own.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import duckdb
 
@@ -194,15 +195,18 @@ def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckd
     """Open (and migrate) the store at ``path``; ``":memory:"`` works for tests."""
     path = str(path if path is not None else default_db_path())
     if read_only and path != ":memory:" and not Path(path).exists():
-        raise StoreError(f"{path}: no workbench database here",
-                         hint="import a dataset first, or pass --db / set WORKBENCH_DB")
+        raise StoreError(
+            f"{path}: no workbench database here", hint="import a dataset first, or pass --db / set WORKBENCH_DB"
+        )
     try:
         con = duckdb.connect(path, read_only=read_only)
     except duckdb.IOException as exc:
         msg = str(exc).splitlines()[0]
         if "lock" in msg.lower():
-            raise StoreError(f"{path}: the database is locked by another process ({msg})",
-                             hint="wait for the other workbench command to finish, or use another --db") from None
+            raise StoreError(
+                f"{path}: the database is locked by another process ({msg})",
+                hint="wait for the other workbench command to finish, or use another --db",
+            ) from None
         raise StoreError(f"{path}: cannot open database: {msg}") from None
     con.execute("SET python_enable_replacements = false")
     if not read_only:
@@ -224,12 +228,16 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
     """Apply forward migrations; each in its own transaction. Returns the resulting version."""
     current = schema_version(con)
     if current > SCHEMA_VERSION:
-        raise StoreError(f"database schema version {current} is newer than this workbench ({SCHEMA_VERSION})",
-                         hint="upgrade the workbench package")
+        raise StoreError(
+            f"database schema version {current} is newer than this workbench ({SCHEMA_VERSION})",
+            hint="upgrade the workbench package",
+        )
     for version in range(current + 1, SCHEMA_VERSION + 1):
         with transaction(con):
-            con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
-                        "applied_at TIMESTAMP DEFAULT current_timestamp)")
+            con.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+                "applied_at TIMESTAMP DEFAULT current_timestamp)"
+            )
             con.execute(_MIGRATIONS[version - 1])
             con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
     return SCHEMA_VERSION
@@ -249,6 +257,10 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
 
 def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """Row count of every workbench table (used by tests: a failed action changes nothing)."""
-    names = [r[0] for r in con.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1").fetchall()]
+    names = [
+        r[0]
+        for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1"
+        ).fetchall()
+    ]
     return {n: con.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0] for n in names}

@@ -3,12 +3,14 @@
 Readers return numpy arrays (``fetchnumpy``), never per-row Python objects, so metrics over a
 million answers stay vectorised.
 """
+
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -24,8 +26,10 @@ from workbench.store.db import transaction
 def save_schema(con: duckdb.DuckDBPyConnection, schema: DecisionSchema) -> str:
     """Store ``schema`` by hash (idempotent) and return the hash."""
     h = schema.hash
-    con.execute("INSERT INTO schemas (schema_hash, name, body) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                [h, schema.name, json.dumps(schema.to_file_dict(), ensure_ascii=False)])
+    con.execute(
+        "INSERT INTO schemas (schema_hash, name, body) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+        [h, schema.name, json.dumps(schema.to_file_dict(), ensure_ascii=False)],
+    )
     return h
 
 
@@ -41,19 +45,49 @@ def new_run_id() -> str:
     return "run-" + uuid.uuid4().hex[:10]
 
 
-def create_run(con: duckdb.DuckDBPyConnection, *, dataset: str, dataset_version: int, schema: DecisionSchema,
-               provider: str, splits: list[str], run_id: str | None = None, name: str | None = None,
-               model: str | None = None, dialect: str | None = None, params: dict | None = None,
-               kind: str = "raw", parent_run_id: str | None = None, experiment: str | None = None,
-               variant: str | None = None, status: str = "running") -> str:
+def create_run(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    dataset: str,
+    dataset_version: int,
+    schema: DecisionSchema,
+    provider: str,
+    splits: list[str],
+    run_id: str | None = None,
+    name: str | None = None,
+    model: str | None = None,
+    dialect: str | None = None,
+    params: dict | None = None,
+    kind: str = "raw",
+    parent_run_id: str | None = None,
+    experiment: str | None = None,
+    variant: str | None = None,
+    status: str = "running",
+) -> str:
     run_id = run_id or new_run_id()
     with transaction(con):
         h = save_schema(con, schema)
         con.execute(
             "INSERT INTO runs (run_id, name, kind, parent_run_id, dataset, dataset_version, schema_hash, provider,"
             " model, dialect, splits, status, params, experiment, variant) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [run_id, name, kind, parent_run_id, dataset, dataset_version, h, provider, model, dialect, splits,
-             status, json.dumps(params or {}), experiment, variant])
+            [
+                run_id,
+                name,
+                kind,
+                parent_run_id,
+                dataset,
+                dataset_version,
+                h,
+                provider,
+                model,
+                dialect,
+                splits,
+                status,
+                json.dumps(params or {}),
+                experiment,
+                variant,
+            ],
+        )
     return run_id
 
 
@@ -70,8 +104,9 @@ def update_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields: Any) -> No
 
 
 def get_run(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
-    df = con.execute("SELECT * FROM runs WHERE run_id = ? OR name = ? ORDER BY created_at DESC LIMIT 1",
-                     [run_id, run_id]).df()
+    df = con.execute(
+        "SELECT * FROM runs WHERE run_id = ? OR name = ? ORDER BY created_at DESC LIMIT 1", [run_id, run_id]
+    ).df()
     if df.empty:
         raise NotFoundError(f"run {run_id!r} does not exist", hint="see `workbench runs list`")
     row = df.iloc[0].to_dict()
@@ -88,13 +123,30 @@ def list_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         " count(a.item_id) AS n_answers, count(a.failure_kind) AS n_failed,"
         " sum(a.cost_usd) AS cost_usd, quantile_cont(a.latency_ms, 0.5) AS latency_p50_ms"
         " FROM runs r LEFT JOIN answers a USING (run_id)"
-        " GROUP BY ALL ORDER BY r.created_at").df()
+        " GROUP BY ALL ORDER BY r.created_at"
+    ).df()
 
 
 # -- answers ------------------------------------------------------------------------------------
-ANSWER_COLUMNS = ["run_id", "item_id", "question", "probs", "p_top", "margin", "entropy", "deviation",
-                  "vendor_confidence", "failure_kind", "failure_message", "model", "latency_ms",
-                  "input_tokens", "cost_usd", "cache_key", "cached"]
+ANSWER_COLUMNS = [
+    "run_id",
+    "item_id",
+    "question",
+    "probs",
+    "p_top",
+    "margin",
+    "entropy",
+    "deviation",
+    "vendor_confidence",
+    "failure_kind",
+    "failure_message",
+    "model",
+    "latency_ms",
+    "input_tokens",
+    "cost_usd",
+    "cache_key",
+    "cached",
+]
 
 
 def write_answers(con: duckdb.DuckDBPyConnection, rows: pd.DataFrame | pa.Table, *, replace: bool = True) -> int:
@@ -108,8 +160,10 @@ def write_answers(con: duckdb.DuckDBPyConnection, rows: pd.DataFrame | pa.Table,
     try:
         with transaction(con):
             if replace:
-                con.execute("DELETE FROM answers WHERE (run_id, item_id, question) IN "
-                            "(SELECT run_id, item_id, question FROM _incoming_answers)")
+                con.execute(
+                    "DELETE FROM answers WHERE (run_id, item_id, question) IN "
+                    "(SELECT run_id, item_id, question FROM _incoming_answers)"
+                )
             con.execute(f"INSERT INTO answers ({', '.join(cols)}) SELECT {', '.join(cols)} FROM _incoming_answers")
     finally:
         con.unregister("_incoming_answers")
@@ -139,18 +193,27 @@ class RunAnswers:
     input_tokens: np.ndarray  # (n,)
     extra: dict = field(default_factory=dict)
 
-    def select(self, mask: np.ndarray) -> "RunAnswers":
+    def select(self, mask: np.ndarray) -> RunAnswers:
         kw = {k: getattr(self, k) for k in ("run_id", "question", "qtype", "option_ids")}
-        for k in ("item_ids", "splits", "probs", "labels", "failed", "failure_kind", "latency_ms",
-                  "cost_usd", "input_tokens"):
+        for k in (
+            "item_ids",
+            "splits",
+            "probs",
+            "labels",
+            "failed",
+            "failure_kind",
+            "latency_ms",
+            "cost_usd",
+            "input_tokens",
+        ):
             kw[k] = getattr(self, k)[mask]
         return RunAnswers(**kw, extra=dict(self.extra))
 
-    def answered(self) -> "RunAnswers":
+    def answered(self) -> RunAnswers:
         """Only rows with an answer (and a label when one exists)."""
         return self.select(~self.failed)
 
-    def labelled(self) -> "RunAnswers":
+    def labelled(self) -> RunAnswers:
         """Rows answered and labelled: the inputs to every metric."""
         return self.select((~self.failed) & (self.labels >= 0))
 
@@ -161,15 +224,17 @@ def run_questions(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return schema.question_ids
 
 
-def load_answers(con: duckdb.DuckDBPyConnection, run_id: str, question: str,
-                 splits: Iterable[str] | None = None) -> RunAnswers:
+def load_answers(
+    con: duckdb.DuckDBPyConnection, run_id: str, question: str, splits: Iterable[str] | None = None
+) -> RunAnswers:
     """Answers of ``run_id`` for ``question`` joined with items (split) and gold labels."""
     run = get_run(con, run_id)
     run_id = run["run_id"]
     schema = load_stored_schema(con, run["schema_hash"])
     if question not in schema.questions:
-        raise NotFoundError(f"run {run_id} has no question {question!r}",
-                            hint=f"questions: {', '.join(schema.question_ids)}")
+        raise NotFoundError(
+            f"run {run_id} has no question {question!r}", hint=f"questions: {', '.join(schema.question_ids)}"
+        )
     q = schema.questions[question]
     opts = option_ids(q)
     split_list = list(splits) if splits else None
@@ -193,16 +258,26 @@ def load_answers(con: duckdb.DuckDBPyConnection, run_id: str, question: str,
           AND ($splits IS NULL OR list_contains($splits, i.split))
         ORDER BY a.item_id
         """,
-        {"ds": run["dataset"], "v": int(run["dataset_version"]), "q": question, "run": run_id,
-         "opts": opts, "splits": split_list})
+        {
+            "ds": run["dataset"],
+            "v": int(run["dataset_version"]),
+            "q": question,
+            "run": run_id,
+            "opts": opts,
+            "splits": split_list,
+        },
+    )
     tbl = rel.fetch_arrow_table()
     n, k = tbl.num_rows, len(opts)
     probs_col = tbl.column("probs")
     failed = np.asarray(probs_col.is_null().to_numpy(zero_copy_only=False), dtype=bool) if n else np.zeros(0, bool)
     probs = np.full((n, k), np.nan)
     if n and (~failed).any():
-        flat = pa.concat_arrays([c.flatten() for c in probs_col.drop_null().chunks]) if probs_col.null_count \
+        flat = (
+            pa.concat_arrays([c.flatten() for c in probs_col.drop_null().chunks])
+            if probs_col.null_count
             else pa.concat_arrays([c.flatten() for c in probs_col.chunks])
+        )
         probs[~failed] = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=float).reshape(-1, k)
     gold = tbl.column("gold").to_pandas()
     index = {o: i for i, o in enumerate(opts)}
@@ -212,12 +287,19 @@ def load_answers(con: duckdb.DuckDBPyConnection, run_id: str, question: str,
         return tbl.column(name).to_pandas().to_numpy(dtype=float, na_value=np.nan) if n else np.zeros(0)
 
     return RunAnswers(
-        run_id=run_id, question=question, qtype=q.type, option_ids=opts,
+        run_id=run_id,
+        question=question,
+        qtype=q.type,
+        option_ids=opts,
         item_ids=np.asarray(tbl.column("item_id").to_pylist(), dtype=object),
         splits=np.asarray(tbl.column("split").to_pylist(), dtype=object),
-        probs=probs, labels=labels, failed=failed,
+        probs=probs,
+        labels=labels,
+        failed=failed,
         failure_kind=np.asarray(tbl.column("failure_kind").to_pylist(), dtype=object),
-        latency_ms=num("latency_ms"), cost_usd=num("cost_usd"), input_tokens=num("input_tokens"),
+        latency_ms=num("latency_ms"),
+        cost_usd=num("cost_usd"),
+        input_tokens=num("input_tokens"),
         extra={"run": run, "schema_hash": run["schema_hash"]},
     )
 
@@ -226,12 +308,15 @@ def load_answers(con: duckdb.DuckDBPyConnection, run_id: str, question: str,
 def save_calibrator(con: duckdb.DuckDBPyConnection, run_id: str, question: str, method: str, params: dict) -> None:
     """Store (replace) the fitted calibrator of ``question`` in the calibrated view ``run_id``."""
     con.execute("DELETE FROM calibrators WHERE run_id = ? AND question = ?", [run_id, question])
-    con.execute("INSERT INTO calibrators (run_id, question, method, params) VALUES (?, ?, ?, ?)",
-                [run_id, question, method, json.dumps(params)])
+    con.execute(
+        "INSERT INTO calibrators (run_id, question, method, params) VALUES (?, ?, ?, ?)",
+        [run_id, question, method, json.dumps(params)],
+    )
 
 
 def load_calibrators(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict]:
     """{question: calibrator dict (``{"type", "params"}``)} stored for ``run_id`` (empty for raw runs)."""
-    rows = con.execute("SELECT question, params FROM calibrators WHERE run_id = ? ORDER BY question",
-                       [run_id]).fetchall()
+    rows = con.execute(
+        "SELECT question, params FROM calibrators WHERE run_id = ? ORDER BY question", [run_id]
+    ).fetchall()
     return {q: json.loads(p) for q, p in rows}

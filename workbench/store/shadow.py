@@ -23,12 +23,13 @@ cost_usd,error,model,status}``. In CSV cells, nested values are JSON text. A fil
 ``item_id`` and outcome columns but no answers is an outcome file: its rows join an existing
 session by item id.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import duckdb
 import numpy as np
@@ -54,8 +55,11 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "outcome": ("outcome", "outcomes", "label"),
     "final_queue": ("final_queue",),
     "human_override": ("human_override",),
-    **{f"{side}_{what}": (f"{side}_{what}",) for side in SIDES
-       for what in ("latency_ms", "cost_usd", "error", "model", "status")},
+    **{
+        f"{side}_{what}": (f"{side}_{what}",)
+        for side in SIDES
+        for what in ("latency_ms", "cost_usd", "error", "model", "status")
+    },
 }
 
 
@@ -67,8 +71,10 @@ def session_exists(con: duckdb.DuckDBPyConnection, shadow: str) -> bool:
 def get_session(con: duckdb.DuckDBPyConnection, shadow: str) -> dict:
     df = con.execute("SELECT * FROM shadow_sessions WHERE shadow = ?", [shadow]).df()
     if df.empty:
-        raise NotFoundError(f"shadow session {shadow!r} does not exist",
-                            hint="see `workbench shadow list`, or create one with `workbench shadow import`")
+        raise NotFoundError(
+            f"shadow session {shadow!r} does not exist",
+            hint="see `workbench shadow list`, or create one with `workbench shadow import`",
+        )
     row = df.iloc[0].to_dict()
     row["params"] = json.loads(row["params"]) if isinstance(row["params"], str) else (row["params"] or {})
     return row
@@ -78,25 +84,40 @@ def list_sessions(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return con.execute(
         "SELECT s.shadow, s.source, s.champion, s.challenger, left(s.schema_hash, 12) AS schema, s.created_at,"
         " count(r.item_id) AS n_requests FROM shadow_sessions s LEFT JOIN shadow_requests r USING (shadow)"
-        " GROUP BY ALL ORDER BY s.created_at").df()
+        " GROUP BY ALL ORDER BY s.created_at"
+    ).df()
 
 
 def session_schema(con: duckdb.DuckDBPyConnection, shadow: str) -> DecisionSchema:
     return load_stored_schema(con, get_session(con, shadow)["schema_hash"])
 
 
-def _create_session(con, shadow: str, *, source: str, schema: DecisionSchema, champion: str | None,
-                    challenger: str | None, params: dict | None, replace: bool) -> None:
+def _create_session(
+    con,
+    shadow: str,
+    *,
+    source: str,
+    schema: DecisionSchema,
+    champion: str | None,
+    challenger: str | None,
+    params: dict | None,
+    replace: bool,
+) -> None:
     """Create (or, with ``replace``, empty and recreate) a session. Call inside a transaction."""
     if session_exists(con, shadow):
         if not replace:
-            raise WorkbenchError(f"shadow session {shadow!r} already exists",
-                                 hint="pass --replace to overwrite it, or choose another --name")
+            raise WorkbenchError(
+                f"shadow session {shadow!r} already exists",
+                hint="pass --replace to overwrite it, or choose another --name",
+            )
         for table in ("shadow_outcomes", "shadow_answers", "shadow_requests", "shadow_sessions"):
             con.execute(f"DELETE FROM {table} WHERE shadow = ?", [shadow])
     h = save_schema(con, schema)
-    con.execute("INSERT INTO shadow_sessions (shadow, source, champion, challenger, schema_hash, params)"
-                " VALUES (?, ?, ?, ?, ?, ?)", [shadow, source, champion, challenger, h, json.dumps(params or {})])
+    con.execute(
+        "INSERT INTO shadow_sessions (shadow, source, champion, challenger, schema_hash, params)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        [shadow, source, champion, challenger, h, json.dumps(params or {})],
+    )
 
 
 # -- answers from responses -----------------------------------------------------------------------
@@ -116,13 +137,17 @@ def extract_answers(con: duckdb.DuckDBPyConnection, shadow: str, schema: Decisio
     for qid, question in schema.questions.items():
         opts = option_ids(question)
         if question.type == "noul":
-            values = (f"[TRY_CAST(json_extract_string(a, '/noul') AS DOUBLE),"
-                      f" 1 - TRY_CAST(json_extract_string(a, '/noul') AS DOUBLE)]")
+            values = (
+                "[TRY_CAST(json_extract_string(a, '/noul') AS DOUBLE),"
+                " 1 - TRY_CAST(json_extract_string(a, '/noul') AS DOUBLE)]"
+            )
             unknown = "false"
         else:
-            values = ("list_transform($paths, p -> TRY_CAST(json_extract_string(a, p) AS DOUBLE))")
-            unknown = ("coalesce(len(list_filter(json_keys(json_extract(a, '/probabilities')),"
-                       " k -> NOT list_contains($opts, k))) > 0, false)")
+            values = "list_transform($paths, p -> TRY_CAST(json_extract_string(a, p) AS DOUBLE))"
+            unknown = (
+                "coalesce(len(list_filter(json_keys(json_extract(a, '/probabilities')),"
+                " k -> NOT list_contains($opts, k))) > 0, false)"
+            )
         con.execute(
             f"""
             INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind, logged_action)
@@ -172,11 +197,22 @@ def extract_answers(con: duckdb.DuckDBPyConnection, shadow: str, schema: Decisio
                         ELSE json_extract_string(act, $qptr) END
             FROM judged
             """,
-            {"shadow": shadow, "q": qid, "qptr": _pointer(qid), "qtype": question.type, "tol": SUM_TOLERANCE,
-             **({"paths": [_pointer("probabilities", o) for o in opts], "opts": opts}
-                if question.type != "noul" else {})})
-        total += con.execute("SELECT count(*) FROM shadow_answers WHERE shadow = ? AND question = ?",
-                             [shadow, qid]).fetchone()[0]
+            {
+                "shadow": shadow,
+                "q": qid,
+                "qptr": _pointer(qid),
+                "qtype": question.type,
+                "tol": SUM_TOLERANCE,
+                **(
+                    {"paths": [_pointer("probabilities", o) for o in opts], "opts": opts}
+                    if question.type != "noul"
+                    else {}
+                ),
+            },
+        )
+        total += con.execute(
+            "SELECT count(*) FROM shadow_answers WHERE shadow = ? AND question = ?", [shadow, qid]
+        ).fetchone()[0]
     return total
 
 
@@ -198,12 +234,18 @@ def _stage(con: duckdb.DuckDBPyConnection, path: Path, table: str) -> list[str]:
     p = str(path)
     try:
         if kind == "json":
-            cols = [r[0] for r in con.execute(
-                "DESCRIBE SELECT * FROM read_json_auto(?, format='newline_delimited', sample_size=-1)",
-                [p]).fetchall()]
+            cols = [
+                r[0]
+                for r in con.execute(
+                    "DESCRIBE SELECT * FROM read_json_auto(?, format='newline_delimited', sample_size=-1)", [p]
+                ).fetchall()
+            ]
             spec = "{" + ", ".join(f"'{c.replace(chr(39), chr(39) * 2)}': 'JSON'" for c in cols) + "}"
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM "
-                        f"read_json(?, format='newline_delimited', columns={spec})", [p])
+            con.execute(
+                f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM "
+                f"read_json(?, format='newline_delimited', columns={spec})",
+                [p],
+            )
         else:
             src = "read_parquet(?)" if kind == "parquet" else "read_csv(?, header=true, all_varchar=true)"
             described = con.execute(f"DESCRIBE SELECT * FROM {src}", [p]).fetchall()
@@ -212,14 +254,18 @@ def _stage(con: duckdb.DuckDBPyConnection, path: Path, table: str) -> list[str]:
             for name, ctype, *_ in described:
                 q = '"' + name.replace('"', '""') + '"'
                 if ctype == "VARCHAR":  # nested values arrive as JSON text; plain text stays a string
-                    exprs.append(f"CASE WHEN json_valid({q}) AND ltrim({q})[1] IN ('{{', '[')"
-                                 f" THEN {q}::JSON ELSE to_json({q}) END AS {q}")
+                    exprs.append(
+                        f"CASE WHEN json_valid({q}) AND ltrim({q})[1] IN ('{{', '[')"
+                        f" THEN {q}::JSON ELSE to_json({q}) END AS {q}"
+                    )
                 else:
                     exprs.append(f"to_json({q}) AS {q}")
             con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT {', '.join(exprs)} FROM {src}", [p])
     except duckdb.Error as exc:
-        raise DataImportError(f"{path}: cannot read: {str(exc).splitlines()[0]}",
-                              hint="one JSON object per line, or a Parquet/CSV file with a header") from None
+        raise DataImportError(
+            f"{path}: cannot read: {str(exc).splitlines()[0]}",
+            hint="one JSON object per line, or a Parquet/CSV file with a header",
+        ) from None
     return cols
 
 
@@ -250,38 +296,55 @@ def _outcome_rows_sql(found: dict, schema: DecisionSchema, staged: str, shadow_p
 
         def per_question(key: str) -> str:
             col = _col(found, key)
-            value = (f"CASE WHEN json_type({col}) = 'OBJECT' THEN json_extract({col}, '{ptr}')"
-                     + (f" ELSE {col} END" if single else " END"))
+            value = f"CASE WHEN json_type({col}) = 'OBJECT' THEN json_extract({col}, '{ptr}')" + (
+                f" ELSE {col} END" if single else " END"
+            )
             # noul outcomes may be booleans; score outcomes may be level numbers
-            return (f"CASE WHEN json_type({value}) = 'BOOLEAN' THEN"
-                    f" CASE WHEN json_extract_string({value}, '$') = 'true' THEN 'yes' ELSE 'no' END"
-                    f" WHEN json_type({value}) IN ('UBIGINT', 'BIGINT') THEN json_extract_string({value}, '$')"
-                    f" ELSE json_extract_string({value}, '$') END")
+            return (
+                f"CASE WHEN json_type({value}) = 'BOOLEAN' THEN"
+                f" CASE WHEN json_extract_string({value}, '$') = 'true' THEN 'yes' ELSE 'no' END"
+                f" WHEN json_type({value}) IN ('UBIGINT', 'BIGINT') THEN json_extract_string({value}, '$')"
+                f" ELSE json_extract_string({value}, '$') END"
+            )
 
         parts.append(
             f"SELECT {shadow_param} AS shadow, {_text(found, 'item_id')} AS item_id, '{qid.replace(chr(39), chr(39) * 2)}'"
             f" AS question, {per_question('outcome')} AS outcome, {per_question('final_queue')} AS final_queue,"
-            f" {per_question('human_override')} AS human_override FROM {staged}")
+            f" {per_question('human_override')} AS human_override FROM {staged}"
+        )
     union = " UNION ALL ".join(parts)
-    return (f"SELECT * FROM ({union}) WHERE item_id IS NOT NULL"
-            " AND (outcome IS NOT NULL OR final_queue IS NOT NULL OR human_override IS NOT NULL)")
+    return (
+        f"SELECT * FROM ({union}) WHERE item_id IS NOT NULL"
+        " AND (outcome IS NOT NULL OR final_queue IS NOT NULL OR human_override IS NOT NULL)"
+    )
 
 
 def _upsert_outcomes(con, select_sql: str, params: dict) -> int:
     con.execute(f"CREATE OR REPLACE TEMP TABLE _shadow_outcomes_in AS {select_sql}", params)
-    con.execute("DELETE FROM shadow_outcomes WHERE (shadow, item_id, question) IN "
-                "(SELECT shadow, item_id, question FROM _shadow_outcomes_in)")
-    con.execute("INSERT INTO shadow_outcomes (shadow, item_id, question, outcome, final_queue, human_override)"
-                " SELECT shadow, item_id, question, coalesce(outcome, human_override), final_queue, human_override"
-                " FROM _shadow_outcomes_in")
+    con.execute(
+        "DELETE FROM shadow_outcomes WHERE (shadow, item_id, question) IN "
+        "(SELECT shadow, item_id, question FROM _shadow_outcomes_in)"
+    )
+    con.execute(
+        "INSERT INTO shadow_outcomes (shadow, item_id, question, outcome, final_queue, human_override)"
+        " SELECT shadow, item_id, question, coalesce(outcome, human_override), final_queue, human_override"
+        " FROM _shadow_outcomes_in"
+    )
     n = con.execute("SELECT count(*) FROM _shadow_outcomes_in").fetchone()[0]
     con.execute("DROP TABLE _shadow_outcomes_in")
     return n
 
 
-def import_traffic(con: duckdb.DuckDBPyConnection, path: str | Path, *, shadow: str,
-                   schema: DecisionSchema | None = None, champion: str | None = None,
-                   challenger: str | None = None, replace: bool = False) -> dict:
+def import_traffic(
+    con: duckdb.DuckDBPyConnection,
+    path: str | Path,
+    *,
+    shadow: str,
+    schema: DecisionSchema | None = None,
+    champion: str | None = None,
+    challenger: str | None = None,
+    replace: bool = False,
+) -> dict:
     """Import a production log (see the module docstring) as session ``shadow``.
 
     A file with outcomes but no answers adds outcomes to the existing session ``shadow``.
@@ -308,48 +371,67 @@ def import_traffic(con: duckdb.DuckDBPyConnection, path: str | Path, *, shadow: 
         outcome_only = found["champion"] is None and found["challenger"] is None
         if outcome_only:
             if found["outcome"] is None and found["final_queue"] is None and found["human_override"] is None:
-                raise DataImportError(f"{path}: neither answers (champion/challenger) nor outcomes",
-                                      hint="see `workbench shadow import --help` for the columns")
+                raise DataImportError(
+                    f"{path}: neither answers (champion/challenger) nor outcomes",
+                    hint="see `workbench shadow import --help` for the columns",
+                )
             session = get_session(con, shadow)
             schema = load_stored_schema(con, session["schema_hash"])
             with transaction(con):
                 n = _upsert_outcomes(con, _outcome_rows_sql(found, schema, "_shadow_in"), {"shadow": shadow})
             return {"shadow": shadow, "kind": "outcomes", "n_requests": 0, "n_outcomes": n}
         if schema is None:
-            raise DataImportError(f"{path}: a traffic import needs the decision schema (option order)",
-                                  hint="pass --schema FILE (or --policy, whose schema is used)")
+            raise DataImportError(
+                f"{path}: a traffic import needs the decision schema (option order)",
+                hint="pass --schema FILE (or --policy, whose schema is used)",
+            )
         dup = con.execute(f"SELECT count(*) - count(DISTINCT {_text(found, 'item_id')}) FROM _shadow_in").fetchone()[0]
         if dup:
             raise DataImportError(f"{path}: {dup} duplicate item ids", hint="each request needs its own item id")
         ts = _col(found, "ts")
         # epoch seconds (a JSON number, or digits in a CSV cell) or ISO text
-        ts_sql = (f"CASE WHEN json_type({ts}) IN ('UBIGINT', 'BIGINT', 'DOUBLE')"
-                  f" OR regexp_full_match(coalesce(json_extract_string({ts}, '$'), ''), '[0-9]+(\\.[0-9]*)?') THEN"
-                  f" (to_timestamp(TRY_CAST(json_extract_string({ts}, '$') AS DOUBLE)) AT TIME ZONE 'UTC')"
-                  f" ELSE (TRY_CAST(json_extract_string({ts}, '$') AS TIMESTAMPTZ) AT TIME ZONE 'UTC') END")
+        ts_sql = (
+            f"CASE WHEN json_type({ts}) IN ('UBIGINT', 'BIGINT', 'DOUBLE')"
+            f" OR regexp_full_match(coalesce(json_extract_string({ts}, '$'), ''), '[0-9]+(\\.[0-9]*)?') THEN"
+            f" (to_timestamp(TRY_CAST(json_extract_string({ts}, '$') AS DOUBLE)) AT TIME ZONE 'UTC')"
+            f" ELSE (TRY_CAST(json_extract_string({ts}, '$') AS TIMESTAMPTZ) AT TIME ZONE 'UTC') END"
+        )
         side_cols = []
         for side in SIDES:
             resp = _col(found, side)
             side_cols += [
-                f"TRY_CAST({_number(found, side + '_status')} AS INTEGER)", _text(found, f"{side}_error"),
-                _number(found, f"{side}_latency_ms"), _number(found, f"{side}_cost_usd"),
+                f"TRY_CAST({_number(found, side + '_status')} AS INTEGER)",
+                _text(found, f"{side}_error"),
+                _number(found, f"{side}_latency_ms"),
+                _number(found, f"{side}_cost_usd"),
                 f"coalesce({_text(found, side + '_model')}, json_extract_string({resp}, '$.model'),"
                 f" json_extract_string({resp}, '$.result.model'))",
-                resp]
+                resp,
+            ]
             if side == "champion":
                 side_cols.append(_col(found, "champion_action"))
         with transaction(con):
-            _create_session(con, shadow, source="import", schema=schema, champion=champion, challenger=challenger,
-                            params={"file": path.name}, replace=replace)
+            _create_session(
+                con,
+                shadow,
+                source="import",
+                schema=schema,
+                champion=champion,
+                challenger=challenger,
+                params={"file": path.name},
+                replace=replace,
+            )
             con.execute(
                 f"""INSERT INTO shadow_requests (shadow, item_id, seq, ts, state,
                         champion_status, champion_error, champion_latency_ms, champion_cost_usd, champion_model,
                         champion_response, champion_actions,
                         challenger_status, challenger_error, challenger_latency_ms, challenger_cost_usd,
                         challenger_model, challenger_response)
-                    SELECT $shadow, {_text(found, 'item_id')}, row_number() OVER (), {ts_sql},
-                           {_col(found, 'state')}, {', '.join(side_cols)}
-                    FROM _shadow_in""", {"shadow": shadow})
+                    SELECT $shadow, {_text(found, "item_id")}, row_number() OVER (), {ts_sql},
+                           {_col(found, "state")}, {", ".join(side_cols)}
+                    FROM _shadow_in""",
+                {"shadow": shadow},
+            )
             extract_answers(con, shadow, schema)
             n_out = 0
             if any(found[k] is not None for k in ("outcome", "final_queue", "human_override")):
@@ -371,14 +453,22 @@ def _is_journal(path: Path) -> bool:
     return isinstance(rec, dict) and rec.get("kind") in SIDES and "pair" in rec
 
 
-_JOURNAL_COLUMNS = ("{'kind': 'VARCHAR', 'pair': 'VARCHAR', 'item_id': 'VARCHAR', 'ts': 'VARCHAR',"
-                    " 'request': 'VARCHAR', 'status': 'INTEGER', 'body': 'VARCHAR', 'latency_ms': 'DOUBLE',"
-                    " 'error': 'VARCHAR', 'sampled': 'BOOLEAN'}")
+_JOURNAL_COLUMNS = (
+    "{'kind': 'VARCHAR', 'pair': 'VARCHAR', 'item_id': 'VARCHAR', 'ts': 'VARCHAR',"
+    " 'request': 'VARCHAR', 'status': 'INTEGER', 'body': 'VARCHAR', 'latency_ms': 'DOUBLE',"
+    " 'error': 'VARCHAR', 'sampled': 'BOOLEAN'}"
+)
 
 
-def ingest_journal(con: duckdb.DuckDBPyConnection, path: str | Path, *, shadow: str,
-                   schema: DecisionSchema | None = None, champion: str | None = None,
-                   challenger: str | None = None) -> dict:
+def ingest_journal(
+    con: duckdb.DuckDBPyConnection,
+    path: str | Path,
+    *,
+    shadow: str,
+    schema: DecisionSchema | None = None,
+    champion: str | None = None,
+    challenger: str | None = None,
+) -> dict:
     """Load a mirror journal into session ``shadow`` (replacing its traffic; the journal is the truth).
 
     Every champion record is one request (it was fsynced before the caller got its answer), except
@@ -388,32 +478,46 @@ def ingest_journal(con: duckdb.DuckDBPyConnection, path: str | Path, *, shadow: 
     the session's schema. Outcomes already imported for the session are kept.
     """
     path = Path(path)
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE _journal AS
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE _journal AS
                     SELECT * FROM read_json(?, format='newline_delimited', columns={_JOURNAL_COLUMNS},
                                             ignore_errors=true)
-                    WHERE kind IN ('champion', 'challenger') AND pair IS NOT NULL""", [str(path)])
+                    WHERE kind IN ('champion', 'challenger') AND pair IS NOT NULL""",
+        [str(path)],
+    )
     try:
         if schema is None:
-            row = con.execute("SELECT request FROM _journal WHERE kind = 'champion' AND json_valid(request)"
-                              " AND json_exists(request, '$.questions') ORDER BY ts LIMIT 1").fetchone()
+            row = con.execute(
+                "SELECT request FROM _journal WHERE kind = 'champion' AND json_valid(request)"
+                " AND json_exists(request, '$.questions') ORDER BY ts LIMIT 1"
+            ).fetchone()
             if row is None:
-                raise DataImportError(f"{path}: no request with questions in the journal",
-                                      hint="pass --schema FILE")
+                raise DataImportError(f"{path}: no request with questions in the journal", hint="pass --schema FILE")
             schema = DecisionSchema.from_dict(json.loads(row[0]), source=f"{path} (first request)")
         session_params = {"journal": str(path)}
         with transaction(con):
             if session_exists(con, shadow):
                 old = get_session(con, shadow)
                 if old["source"] != "mirror":
-                    raise WorkbenchError(f"shadow session {shadow!r} exists and is not a mirror session",
-                                         hint="choose another --name")
+                    raise WorkbenchError(
+                        f"shadow session {shadow!r} exists and is not a mirror session", hint="choose another --name"
+                    )
                 con.execute("DELETE FROM shadow_answers WHERE shadow = ?", [shadow])
                 con.execute("DELETE FROM shadow_requests WHERE shadow = ?", [shadow])
-                con.execute("UPDATE shadow_sessions SET schema_hash = ? WHERE shadow = ?",
-                            [save_schema(con, schema), shadow])
+                con.execute(
+                    "UPDATE shadow_sessions SET schema_hash = ? WHERE shadow = ?", [save_schema(con, schema), shadow]
+                )
             else:
-                _create_session(con, shadow, source="mirror", schema=schema, champion=champion,
-                                challenger=challenger, params=session_params, replace=False)
+                _create_session(
+                    con,
+                    shadow,
+                    source="mirror",
+                    schema=schema,
+                    champion=champion,
+                    challenger=challenger,
+                    params=session_params,
+                    replace=False,
+                )
             con.execute(
                 """INSERT INTO shadow_requests (shadow, item_id, seq, ts, state,
                        champion_status, champion_error, champion_latency_ms, champion_model, champion_response,
@@ -435,20 +539,35 @@ def ingest_journal(con: duckdb.DuckDBPyConnection, path: str | Path, *, shadow: 
                           cl.status, CASE WHEN cl.pair IS NULL THEN 'lost' ELSE cl.error END, cl.latency_ms,
                           CASE WHEN json_valid(cl.body) THEN json_extract_string(cl.body, '$.model') END,
                           CASE WHEN json_valid(cl.body) THEN cl.body::JSON END
-                   FROM ch LEFT JOIN cl USING (pair)""", {"shadow": shadow})
+                   FROM ch LEFT JOIN cl USING (pair)""",
+                {"shadow": shadow},
+            )
             extract_answers(con, shadow, schema)
         counts = con.execute(
-            "SELECT count(*), count(*) FILTER (WHERE challenger_error = 'lost') FROM shadow_requests"
-            " WHERE shadow = ?", [shadow]).fetchone()
-        return {"shadow": shadow, "kind": "journal", "n_requests": counts[0], "n_challenger_lost": counts[1],
-                "n_outcomes": 0}
+            "SELECT count(*), count(*) FILTER (WHERE challenger_error = 'lost') FROM shadow_requests WHERE shadow = ?",
+            [shadow],
+        ).fetchone()
+        return {
+            "shadow": shadow,
+            "kind": "journal",
+            "n_requests": counts[0],
+            "n_challenger_lost": counts[1],
+            "n_outcomes": 0,
+        }
     finally:
         con.execute("DROP TABLE IF EXISTS _journal")
 
 
 # -- replay of two stored runs ---------------------------------------------------------------------
-def replay_runs(con: duckdb.DuckDBPyConnection, *, shadow: str, champion_run: str, challenger_run: str,
-                splits: Iterable[str] | None = None, replace: bool = False) -> dict:
+def replay_runs(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    shadow: str,
+    champion_run: str,
+    challenger_run: str,
+    splits: Iterable[str] | None = None,
+    replace: bool = False,
+) -> dict:
     """Make session ``shadow`` from two runs over the same dataset (items answered by either run).
 
     Each item is one request: probabilities come from the runs' answers, latency is the slowest
@@ -458,20 +577,35 @@ def replay_runs(con: duckdb.DuckDBPyConnection, *, shadow: str, champion_run: st
     """
     a, b = get_run(con, champion_run), get_run(con, challenger_run)
     if (a["dataset"], a["dataset_version"]) != (b["dataset"], b["dataset_version"]):
-        raise WorkbenchError(f"runs {a['run_id']} and {b['run_id']} are on different datasets",
-                             hint="shadow replay compares two runs over the same items")
+        raise WorkbenchError(
+            f"runs {a['run_id']} and {b['run_id']} are on different datasets",
+            hint="shadow replay compares two runs over the same items",
+        )
     schema_a = load_stored_schema(con, a["schema_hash"])
     schema_b = load_stored_schema(con, b["schema_hash"])
-    shared = [q for q in schema_a.question_ids if q in schema_b.questions
-              and option_ids(schema_a.questions[q]) == option_ids(schema_b.questions[q])]
+    shared = [
+        q
+        for q in schema_a.question_ids
+        if q in schema_b.questions and option_ids(schema_a.questions[q]) == option_ids(schema_b.questions[q])
+    ]
     if not shared:
-        raise WorkbenchError("the two runs share no question with the same options",
-                             hint="compare runs whose schemas have common question ids")
+        raise WorkbenchError(
+            "the two runs share no question with the same options",
+            hint="compare runs whose schemas have common question ids",
+        )
     schema = schema_a.subset(shared)
     split_list = list(splits) if splits else None
     with transaction(con):
-        _create_session(con, shadow, source="replay", schema=schema, champion=a["run_id"],
-                        challenger=b["run_id"], params={"splits": split_list}, replace=replace)
+        _create_session(
+            con,
+            shadow,
+            source="replay",
+            schema=schema,
+            champion=a["run_id"],
+            challenger=b["run_id"],
+            params={"splits": split_list},
+            replace=replace,
+        )
         con.execute(
             """INSERT INTO shadow_requests (shadow, item_id, seq, ts, state,
                    champion_latency_ms, champion_cost_usd, champion_model,
@@ -488,15 +622,24 @@ def replay_runs(con: duckdb.DuckDBPyConnection, *, shadow: str, champion_run: st
                       coalesce(i.state_json, to_json(i.state_text)), la, ca, ma, lb, cb, mb
                FROM per JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = per.item_id
                WHERE $splits IS NULL OR list_contains($splits, i.split)""",
-            {"a": a["run_id"], "b": b["run_id"], "qs": shared, "shadow": shadow, "ds": a["dataset"],
-             "v": int(a["dataset_version"]), "splits": split_list})
+            {
+                "a": a["run_id"],
+                "b": b["run_id"],
+                "qs": shared,
+                "shadow": shadow,
+                "ds": a["dataset"],
+                "v": int(a["dataset_version"]),
+                "splits": split_list,
+            },
+        )
         con.execute(
             """INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind)
                SELECT $shadow, a.item_id, a.question, CASE WHEN a.run_id = $a THEN 'champion' ELSE 'challenger' END,
                       a.probs, CASE WHEN a.probs IS NULL THEN coalesce(a.failure_kind, 'failed') END
                FROM answers a JOIN shadow_requests r ON r.shadow = $shadow AND r.item_id = a.item_id
                WHERE a.run_id IN ($a, $b) AND list_contains($qs, a.question)""",
-            {"a": a["run_id"], "b": b["run_id"], "qs": shared, "shadow": shadow})
+            {"a": a["run_id"], "b": b["run_id"], "qs": shared, "shadow": shadow},
+        )
         # a side that never answered an item of the other side is a failure of that side
         con.execute(
             """INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind)
@@ -504,20 +647,27 @@ def replay_runs(con: duckdb.DuckDBPyConnection, *, shadow: str, champion_run: st
                FROM shadow_requests r, (SELECT unnest($qs) AS question) q, (SELECT unnest(['champion', 'challenger']) AS side) s
                WHERE r.shadow = $shadow AND NOT EXISTS (SELECT 1 FROM shadow_answers x WHERE x.shadow = r.shadow
                      AND x.item_id = r.item_id AND x.question = q.question AND x.side = s.side)""",
-            {"qs": shared, "shadow": shadow})
+            {"qs": shared, "shadow": shadow},
+        )
         n_out = 0
         for q in shared:
             gold = load_answers(con, a["run_id"], q, split_list)
             known = gold.labels >= 0
             opts = np.asarray(gold.option_ids, dtype=object)
-            table = pa.table({"item_id": pa.array(gold.item_ids[known].tolist(), pa.string()),
-                              "outcome": pa.array(opts[gold.labels[known]].tolist(), pa.string())})
+            table = pa.table(
+                {
+                    "item_id": pa.array(gold.item_ids[known].tolist(), pa.string()),
+                    "outcome": pa.array(opts[gold.labels[known]].tolist(), pa.string()),
+                }
+            )
             con.register("_replay_gold", table)
             try:
-                con.execute("INSERT INTO shadow_outcomes (shadow, item_id, question, outcome)"
-                            " SELECT $shadow, g.item_id, $q, g.outcome FROM _replay_gold g"
-                            " JOIN shadow_requests r ON r.shadow = $shadow AND r.item_id = g.item_id",
-                            {"shadow": shadow, "q": q})
+                con.execute(
+                    "INSERT INTO shadow_outcomes (shadow, item_id, question, outcome)"
+                    " SELECT $shadow, g.item_id, $q, g.outcome FROM _replay_gold g"
+                    " JOIN shadow_requests r ON r.shadow = $shadow AND r.item_id = g.item_id",
+                    {"shadow": shadow, "q": q},
+                )
             finally:
                 con.unregister("_replay_gold")
             n_out += int(known.sum())
@@ -536,24 +686,29 @@ def export_session(con: duckdb.DuckDBPyConnection, shadow: str, path: str | Path
     path = Path(path)
     kind = _reader(path)
     schema = session_schema(con, shadow)
-    qtable = pa.table({"question": schema.question_ids,
-                       "qtype": [schema.questions[q].type for q in schema.question_ids],
-                       "opts": [option_ids(schema.questions[q]) for q in schema.question_ids]})
+    qtable = pa.table(
+        {
+            "question": schema.question_ids,
+            "qtype": [schema.questions[q].type for q in schema.question_ids],
+            "opts": [option_ids(schema.questions[q]) for q in schema.question_ids],
+        }
+    )
     con.register("_export_questions", qtable)
     answers = """(SELECT json_group_object(a.question,
                     CASE WHEN q.qtype = 'noul' THEN json_object('type', 'noul', 'noul', a.probs[1])
                          ELSE json_object('type', q.qtype, 'probabilities', to_json(map(q.opts, a.probs))) END)
                 FROM shadow_answers a JOIN _export_questions q USING (question)
                 WHERE a.shadow = r.shadow AND a.item_id = r.item_id AND a.side = '{side}' AND a.probs IS NOT NULL)"""
-    built = ("CASE WHEN " + answers + " IS NOT NULL THEN json_object('model', {side_model}, 'answers', "
-             + answers + ") END")
+    built = (
+        "CASE WHEN " + answers + " IS NOT NULL THEN json_object('model', {side_model}, 'answers', " + answers + ") END"
+    )
     text = "" if kind == "json" else "::VARCHAR"
     select = f"""
         SELECT r.item_id, strftime(r.ts, '%Y-%m-%dT%H:%M:%S.%fZ') AS "timestamp", r.state{text} AS state,
-               coalesce(r.champion_response, {built.format(side='champion', side_model='r.champion_model')}){text}
+               coalesce(r.champion_response, {built.format(side="champion", side_model="r.champion_model")}){text}
                    AS champion,
                r.champion_actions{text} AS champion_action,
-               coalesce(r.challenger_response, {built.format(side='challenger', side_model='r.challenger_model')}){text}
+               coalesce(r.challenger_response, {built.format(side="challenger", side_model="r.challenger_model")}){text}
                    AS challenger,
                r.champion_status, r.champion_error, r.champion_latency_ms, r.champion_cost_usd, r.champion_model,
                r.challenger_status, r.challenger_error, r.challenger_latency_ms, r.challenger_cost_usd,
@@ -622,8 +777,10 @@ def load_shadow(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> S
     session = get_session(con, shadow)
     schema = load_stored_schema(con, session["schema_hash"])
     if question not in schema.questions:
-        raise NotFoundError(f"shadow session {shadow!r} has no question {question!r}",
-                            hint=f"questions: {', '.join(schema.question_ids)}")
+        raise NotFoundError(
+            f"shadow session {shadow!r} has no question {question!r}",
+            hint=f"questions: {', '.join(schema.question_ids)}",
+        )
     q = schema.questions[question]
     opts = option_ids(q)
     tbl = con.execute(
@@ -639,7 +796,8 @@ def load_shadow(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> S
            LEFT JOIN shadow_outcomes o ON o.shadow = r.shadow AND o.item_id = r.item_id AND o.question = $q
            WHERE r.shadow = $shadow
            ORDER BY r.ts NULLS LAST, r.seq, r.item_id""",
-        {"opts": opts, "q": question, "shadow": shadow}).fetch_arrow_table()
+        {"opts": opts, "q": question, "shadow": shadow},
+    ).fetch_arrow_table()
     n, k = tbl.num_rows, len(opts)
 
     def num(name: str) -> np.ndarray:
@@ -656,9 +814,24 @@ def load_shadow(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> S
     cf = np.where(np.isnan(cp).any(axis=1), np.where(pd.isna(cf), "missing_answer", cf), None).astype(object)
     df = np.where(np.isnan(dp).any(axis=1), np.where(pd.isna(df), "missing_answer", df), None).astype(object)
     return ShadowAnswers(
-        shadow=shadow, question=question, qtype=q.type, option_ids=opts, item_ids=obj("item_id"), ts=ts,
-        seq=num("seq").astype(int) if n else np.zeros(0, int), champion_probs=cp, challenger_probs=dp,
-        champion_failure=cf, challenger_failure=df, champion_logged=obj("logged_action"), outcome=outcome,
-        champion_latency_ms=num("champion_latency_ms"), challenger_latency_ms=num("challenger_latency_ms"),
-        champion_cost_usd=num("champion_cost_usd"), challenger_cost_usd=num("challenger_cost_usd"),
-        champion_model=obj("champion_model"), challenger_model=obj("challenger_model"), extra={"session": session})
+        shadow=shadow,
+        question=question,
+        qtype=q.type,
+        option_ids=opts,
+        item_ids=obj("item_id"),
+        ts=ts,
+        seq=num("seq").astype(int) if n else np.zeros(0, int),
+        champion_probs=cp,
+        challenger_probs=dp,
+        champion_failure=cf,
+        challenger_failure=df,
+        champion_logged=obj("logged_action"),
+        outcome=outcome,
+        champion_latency_ms=num("champion_latency_ms"),
+        challenger_latency_ms=num("challenger_latency_ms"),
+        champion_cost_usd=num("champion_cost_usd"),
+        challenger_cost_usd=num("challenger_cost_usd"),
+        champion_model=obj("champion_model"),
+        challenger_model=obj("challenger_model"),
+        extra={"session": session},
+    )

@@ -8,12 +8,13 @@ were fixed before the items it tests, so the same items must not serve both purp
 fixed-sequence method a further seeded share (``order_fraction``) of the remaining items only learns
 the test order. Calibration figures of a guarantee are those of the certifying items.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -23,9 +24,9 @@ from workbench.thresholds.evaluate import evaluate_rule
 from workbench.thresholds.guarantees import (
     Selection,
     ThresholdError,
+    certify_surface,
     error_cost_weights,
     select_cost,
-    certify_surface,
     select_target,
 )
 from workbench.thresholds.rules import Rule, make_rule
@@ -86,14 +87,31 @@ def parse_costs(error_cost: float, class_error_cost: list[str] | None, cost_matr
     return error_cost
 
 
-def build_options(*, objective: str = "guarantee", max_error: float = 0.05, delta: float = 0.1,
-                  method: str = "fixed-sequence", calibrate: str = "none", per_class: bool = False,
-                  review_cost: float = 1.0, error_cost: float = 10.0, class_error_cost: list[str] | None = None,
-                  cost_matrix: Path | None = None, api_cost: float | None = None,
-                  target_coverage: float | None = None, target_error: float | None = None, grid: int = 100,
-                  paths: int = 10, starts: int = 10, abstain_option: list[str] | None = None, level: str = "top",
-                  fallback: str = "review", calibrator_fraction: float = 0.3, seed: int = 0,
-                  order_fraction: float = 0.3) -> ThresholdOptions:
+def build_options(
+    *,
+    objective: str = "guarantee",
+    max_error: float = 0.05,
+    delta: float = 0.1,
+    method: str = "fixed-sequence",
+    calibrate: str = "none",
+    per_class: bool = False,
+    review_cost: float = 1.0,
+    error_cost: float = 10.0,
+    class_error_cost: list[str] | None = None,
+    cost_matrix: Path | None = None,
+    api_cost: float | None = None,
+    target_coverage: float | None = None,
+    target_error: float | None = None,
+    grid: int = 100,
+    paths: int = 10,
+    starts: int = 10,
+    abstain_option: list[str] | None = None,
+    level: str = "top",
+    fallback: str = "review",
+    calibrator_fraction: float = 0.3,
+    seed: int = 0,
+    order_fraction: float = 0.3,
+) -> ThresholdOptions:
     """Check option values and build :class:`ThresholdOptions` — the one builder behind
     ``workbench thresholds``, ``workbench policy export`` and the Thresholds page of the UI.
 
@@ -114,8 +132,10 @@ def build_options(*, objective: str = "guarantee", max_error: float = 0.05, delt
     if calibrate not in ("none", "temperature", "isotonic", "platt"):
         raise OptionError(f"--calibrate {calibrate!r} is not none, temperature, isotonic or platt")
     if fallback not in FALLBACK_ACTIONS:
-        raise OptionError(f"--fallback {fallback!r} is not one of {', '.join(FALLBACK_ACTIONS)}",
-                          hint="the fallback can never be 'accept'")
+        raise OptionError(
+            f"--fallback {fallback!r} is not one of {', '.join(FALLBACK_ACTIONS)}",
+            hint="the fallback can never be 'accept'",
+        )
     if not (2 <= grid <= 1000):
         raise OptionError(f"--grid {grid} must be between 2 and 1000")
     if not (0 < calibrator_fraction < 1):
@@ -129,11 +149,27 @@ def build_options(*, objective: str = "guarantee", max_error: float = 0.05, delt
     if objective == "error" and target_error is None:
         raise OptionError("--objective error needs --target-error")
     return ThresholdOptions(
-        objective=objective, alpha=max_error, delta=delta, method=method, calibrate=calibrate, per_class=per_class,
-        review_cost=review_cost, error_cost=parse_costs(error_cost, class_error_cost, cost_matrix),
-        api_cost_per_item=api_cost, target_coverage=target_coverage, target_error=target_error, grid=grid,
-        n_paths=paths, n_starts=starts, abstain_options=list(abstain_option or []), level=level, fallback=fallback,
-        calibrator_fraction=calibrator_fraction, seed=seed, order_fraction=order_fraction)
+        objective=objective,
+        alpha=max_error,
+        delta=delta,
+        method=method,
+        calibrate=calibrate,
+        per_class=per_class,
+        review_cost=review_cost,
+        error_cost=parse_costs(error_cost, class_error_cost, cost_matrix),
+        api_cost_per_item=api_cost,
+        target_coverage=target_coverage,
+        target_error=target_error,
+        grid=grid,
+        n_paths=paths,
+        n_starts=starts,
+        abstain_options=list(abstain_option or []),
+        level=level,
+        fallback=fallback,
+        calibrator_fraction=calibrator_fraction,
+        seed=seed,
+        order_fraction=order_fraction,
+    )
 
 
 @dataclass
@@ -159,18 +195,33 @@ class ThresholdResult:
         if self.selection.per_class is not None:
             sel["per_class"] = {self.option_ids[int(k)]: v for k, v in sel["per_class"].items()}
             if sel.get("guarantee") and "classes" in sel["guarantee"]:
-                sel["guarantee"]["classes"] = {self.option_ids[int(k)]: v
-                                               for k, v in sel["guarantee"]["classes"].items()}
-        return {"question": self.question, "type": self.qtype, "objective": self.options.objective,
-                "certified": self.selection.certified, "feasible": self.selection.feasible,
-                "rule": self.rule_dict(), "calibrator": self.calibrator,
-                "n_calibrator_fit": self.n_calibrator_fit, "selection": sel,
-                "calibration": self.selection.calibration, "guarantee": self.selection.guarantee,
-                "cost": self.selection.cost, "target": self.selection.target,
-                "test": self.test, "per_class_at_point": self.chosen_point_per_class,
-                "grid": {"points": [len(self.surface.x_grid), len(self.surface.y_grid)],
-                         "x": self.surface.x_name, "y": self.surface.y_name},
-                "notes": self.selection.notes, "options": self.options.to_dict()}
+                sel["guarantee"]["classes"] = {
+                    self.option_ids[int(k)]: v for k, v in sel["guarantee"]["classes"].items()
+                }
+        return {
+            "question": self.question,
+            "type": self.qtype,
+            "objective": self.options.objective,
+            "certified": self.selection.certified,
+            "feasible": self.selection.feasible,
+            "rule": self.rule_dict(),
+            "calibrator": self.calibrator,
+            "n_calibrator_fit": self.n_calibrator_fit,
+            "selection": sel,
+            "calibration": self.selection.calibration,
+            "guarantee": self.selection.guarantee,
+            "cost": self.selection.cost,
+            "target": self.selection.target,
+            "test": self.test,
+            "per_class_at_point": self.chosen_point_per_class,
+            "grid": {
+                "points": [len(self.surface.x_grid), len(self.surface.y_grid)],
+                "x": self.surface.x_name,
+                "y": self.surface.y_name,
+            },
+            "notes": self.selection.notes,
+            "options": self.options.to_dict(),
+        }
 
 
 def _num(v: float) -> float | None:
@@ -180,12 +231,22 @@ def _num(v: float) -> float | None:
 def rule_to_dict(rule: Rule, option_ids: list[str]) -> dict:
     """Policy-file form of a rule; infinite thresholds (a disabled side/class) become ``null``."""
     if rule.kind == "noul_two_sided":
-        return {"kind": rule.kind, "tau_yes": _num(rule.tau_yes), "tau_no": _num(rule.tau_no),
-                "fallback": rule.fallback}
-    d = {"kind": rule.kind, "tau": _num(rule.tau), "margin": _num(rule.margin),
-         "per_class": {option_ids[int(k)]: {"tau": _num(ct.tau), "margin": _num(ct.margin)}
-                       for k, ct in sorted(rule.per_class.items())},
-         "fallback": rule.fallback}
+        return {
+            "kind": rule.kind,
+            "tau_yes": _num(rule.tau_yes),
+            "tau_no": _num(rule.tau_no),
+            "fallback": rule.fallback,
+        }
+    d = {
+        "kind": rule.kind,
+        "tau": _num(rule.tau),
+        "margin": _num(rule.margin),
+        "per_class": {
+            option_ids[int(k)]: {"tau": _num(ct.tau), "margin": _num(ct.margin)}
+            for k, ct in sorted(rule.per_class.items())
+        },
+        "fallback": rule.fallback,
+    }
     if rule.kind == "score":
         d["level"] = rule.level
         d["abstain_options"] = []
@@ -217,8 +278,9 @@ def apply_calibrator(cal, probs: np.ndarray) -> np.ndarray:
     return out
 
 
-def selection_to_rule(sel: Selection, qtype: str, n_options: int, opts: ThresholdOptions,
-                      abstain_idx: list[int]) -> Rule:
+def selection_to_rule(
+    sel: Selection, qtype: str, n_options: int, opts: ThresholdOptions, abstain_idx: list[int]
+) -> Rule:
     """The rule a selection stands for (per-class: one override per option, ``inf`` = never)."""
     inf = float("inf")
     if not sel.feasible and sel.per_class is None:
@@ -232,8 +294,9 @@ def selection_to_rule(sel: Selection, qtype: str, n_options: int, opts: Threshol
         yes, no = sel.per_class.get(0), sel.per_class.get(1)
         return make_rule("noul", yes[0] if yes else inf, no[1] if no else inf, fallback=opts.fallback)
     per = {k: (v if v is not None else (inf, inf)) for k, v in sel.per_class.items()}
-    return make_rule(qtype, inf, inf, per_class=per, abstain_options=abstain_idx, level=opts.level,
-                     fallback=opts.fallback)
+    return make_rule(
+        qtype, inf, inf, per_class=per, abstain_options=abstain_idx, level=opts.level, fallback=opts.fallback
+    )
 
 
 @dataclass
@@ -263,14 +326,18 @@ def prepare_question(calibration: RunAnswers, opts: ThresholdOptions) -> Prepare
         raise ThresholdError("the fallback action cannot be 'accept'", hint="use review (default) or escalate")
     cal = _labelled(calibration)
     if len(cal.labels) == 0:
-        raise ThresholdError(f"question {calibration.question!r} has no labelled calibration items",
-                             hint="import the dataset with --calibration-fraction or a calibration split")
+        raise ThresholdError(
+            f"question {calibration.question!r} has no labelled calibration items",
+            hint="import the dataset with --calibration-fraction or a calibration split",
+        )
     qtype, opt_ids = calibration.qtype, list(calibration.option_ids)
     k = len(opt_ids)
     unknown = [o for o in opts.abstain_options if o not in opt_ids]
     if unknown:
-        raise ThresholdError(f"abstain option {unknown[0]!r} is not an option of {calibration.question!r}",
-                             hint=f"options: {', '.join(opt_ids[:20])}")
+        raise ThresholdError(
+            f"abstain option {unknown[0]!r} is not an option of {calibration.question!r}",
+            hint=f"options: {', '.join(opt_ids[:20])}",
+        )
     if opts.abstain_options and qtype != "choice":
         raise ThresholdError("--abstain-option applies to choice questions only")
     abstain_idx = [opt_ids.index(o) for o in opts.abstain_options]
@@ -299,8 +366,16 @@ def prepare_question(calibration: RunAnswers, opts: ThresholdOptions) -> Prepare
                 raise ThresholdError(f"--error-cost names unknown option {bad[0]!r}")
             ec = {opt_ids.index(o): v for o, v in ec.items()}
         weights = error_cost_weights(labels, coords_pred, k, ec)
-    surface = risk_coverage_surface(qtype, probs, labels, grid=opts.grid, abstain_options=abstain_idx,
-                                    level=opts.level, per_class=True, weights=weights)
+    surface = risk_coverage_surface(
+        qtype,
+        probs,
+        labels,
+        grid=opts.grid,
+        abstain_options=abstain_idx,
+        level=opts.level,
+        per_class=True,
+        weights=weights,
+    )
     return PreparedQuestion(qtype, opt_ids, abstain_idx, calibrator, n_fit, probs, labels, surface)
 
 
@@ -308,9 +383,18 @@ def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration:
     """The objective's selection on a prepared question (``calibration`` gives the mean API cost)."""
     if opts.objective == "guarantee":
         classes = [c for c in range(len(prep.option_ids)) if c not in prep.abstain_idx]
-        return certify_surface(prep.surface, alpha=opts.alpha, delta=opts.delta, method=opts.method,
-                               per_class=opts.per_class, classes=classes, order_fraction=opts.order_fraction,
-                               seed=opts.seed, n_paths=opts.n_paths, n_starts=opts.n_starts)
+        return certify_surface(
+            prep.surface,
+            alpha=opts.alpha,
+            delta=opts.delta,
+            method=opts.method,
+            per_class=opts.per_class,
+            classes=classes,
+            order_fraction=opts.order_fraction,
+            seed=opts.seed,
+            n_paths=opts.n_paths,
+            n_starts=opts.n_starts,
+        )
     if opts.objective == "cost":
         api = opts.api_cost_per_item
         if api is None:
@@ -326,8 +410,9 @@ def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration:
     return select_target(prep.surface, target_error=opts.target_error)
 
 
-def choose_thresholds(calibration: RunAnswers, test: RunAnswers | None = None,
-                      opts: ThresholdOptions | None = None) -> ThresholdResult:
+def choose_thresholds(
+    calibration: RunAnswers, test: RunAnswers | None = None, opts: ThresholdOptions | None = None
+) -> ThresholdResult:
     """Pick the rule for one question and judge it on the test split.
 
     Parameters
@@ -359,8 +444,9 @@ def certified_frontier(calibration: RunAnswers, opts: ThresholdOptions, alphas: 
     return [select_prepared(prep, replace(opts, alpha=float(a)), calibration) for a in alphas]
 
 
-def _finish(prep: PreparedQuestion, sel: Selection, opts: ThresholdOptions, calibration: RunAnswers,
-            test: RunAnswers | None) -> ThresholdResult:
+def _finish(
+    prep: PreparedQuestion, sel: Selection, opts: ThresholdOptions, calibration: RunAnswers, test: RunAnswers | None
+) -> ThresholdResult:
     """Rule of a selection, its per-class counts at the chosen point, and its test report."""
     surface, opt_ids, k = prep.surface, prep.option_ids, len(prep.option_ids)
     rule = selection_to_rule(sel, prep.qtype, k, opts, prep.abstain_idx)
@@ -368,15 +454,33 @@ def _finish(prep: PreparedQuestion, sel: Selection, opts: ThresholdOptions, cali
     if sel.x is not None and surface.class_accepted is not None:
         i = int(np.searchsorted(surface.x_grid, sel.x))
         j = int(np.searchsorted(surface.y_grid, sel.y))
-        per_class_point = {opt_ids[c]: {"accepted": int(surface.class_accepted[c, i, j]),
-                                        "errors": int(surface.class_errors[c, i, j])}
-                           for c in range(k) if surface.class_accepted[c, i, j] > 0}
+        per_class_point = {
+            opt_ids[c]: {"accepted": int(surface.class_accepted[c, i, j]), "errors": int(surface.class_errors[c, i, j])}
+            for c in range(k)
+            if surface.class_accepted[c, i, j] > 0
+        }
 
     test_report = None
     if test is not None:
         t = _labelled(test)
         if len(t.labels):
-            test_report = evaluate_rule(rule, apply_calibrator(prep.calibrator, t.probs), t.labels,
-                                        option_ids=opt_ids, confidence=opts.confidence)
-    return ThresholdResult(calibration.question, prep.qtype, opt_ids, opts, prep.calibrator.to_dict(), sel, rule,
-                           surface, test_report, prep.n_fit, per_class_point)
+            test_report = evaluate_rule(
+                rule,
+                apply_calibrator(prep.calibrator, t.probs),
+                t.labels,
+                option_ids=opt_ids,
+                confidence=opts.confidence,
+            )
+    return ThresholdResult(
+        calibration.question,
+        prep.qtype,
+        opt_ids,
+        opts,
+        prep.calibrator.to_dict(),
+        sel,
+        rule,
+        surface,
+        test_report,
+        prep.n_fit,
+        per_class_point,
+    )

@@ -3,6 +3,7 @@
 The rule is applied through its own ``decide`` (the same code the policy runtime uses), not through
 the surface, so the test figures describe what production will do.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,12 +36,26 @@ def confusion_with_review(labels: np.ndarray, accepted: np.ndarray, option: np.n
 
 def _interval(k: int, n: int, how: str, confidence: float) -> dict:
     lo, hi = (clopper_pearson if how == "clopper-pearson" else wilson)(k, n, confidence)
-    return {"value": (k / n) if n else None, "low": lo if n else None, "high": hi if n else None,
-            "k": int(k), "n": int(n), "interval": how, "confidence": confidence}
+    return {
+        "value": (k / n) if n else None,
+        "low": lo if n else None,
+        "high": hi if n else None,
+        "k": int(k),
+        "n": int(n),
+        "interval": how,
+        "confidence": confidence,
+    }
 
 
-def evaluate_rule(rule: Rule, probs: np.ndarray, labels: np.ndarray, *, n_failed: int = 0,
-                  option_ids: list[str] | None = None, confidence: float = 0.95) -> dict:
+def evaluate_rule(
+    rule: Rule,
+    probs: np.ndarray,
+    labels: np.ndarray,
+    *,
+    n_failed: int = 0,
+    option_ids: list[str] | None = None,
+    confidence: float = 0.95,
+) -> dict:
     """Test-split figures of ``rule``.
 
     Parameters
@@ -67,12 +82,17 @@ def evaluate_rule(rule: Rule, probs: np.ndarray, labels: np.ndarray, *, n_failed
     k = probs.shape[1]
     conf = confusion_with_review(labels, dec.accepted, dec.option, k)
     return {
-        "n_items": n_total, "n_accepted": acc, "n_errors": wrong, "n_review": n_total - acc,
+        "n_items": n_total,
+        "n_accepted": acc,
+        "n_errors": wrong,
+        "n_review": n_total - acc,
         "n_failed": int(n_failed + (~np.isfinite(probs).all(axis=1)).sum()),
         "error": _interval(wrong, acc, "clopper-pearson", confidence),
         "coverage": _interval(acc, n_total, "wilson", confidence),
         "review_rate": _interval(n_total - acc, n_total, "wilson", confidence),
-        "confusion": {"labels": list(option_ids or [str(i) for i in range(k)]) ,
-                      "columns": list(option_ids or [str(i) for i in range(k)]) + ["review"],
-                      "matrix": conf.tolist()},
+        "confusion": {
+            "labels": list(option_ids or [str(i) for i in range(k)]),
+            "columns": list(option_ids or [str(i) for i in range(k)]) + ["review"],
+            "matrix": conf.tolist(),
+        },
     }

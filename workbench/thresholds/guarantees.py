@@ -18,11 +18,13 @@ Every rejected ``λ`` then satisfies ``P(risk(λ) > α) ≤ δ`` simultaneously,
 the largest calibration coverage keeps the guarantee. Per-class guarantees run the same procedure
 on each predicted option's counts at level ``δ / K`` (Bonferroni over the K acceptable options).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -118,8 +120,7 @@ def strict_to_lax_paths(shape: tuple[int, int], n_paths: int = 10, n_starts: int
     error at most ``delta`` whatever the dependence between them.
     """
     A, B = shape
-    cols = np.unique(np.round(np.linspace(0, B - 1, n_paths + 1)[:-1]).astype(int)) if n_paths < B \
-        else np.arange(B)
+    cols = np.unique(np.round(np.linspace(0, B - 1, n_paths + 1)[:-1]).astype(int)) if n_paths < B else np.arange(B)
     rows = np.arange(A - 1, -1, -1)
     starts = np.unique(np.round(np.linspace(0, A - 1, min(n_starts, A) + 1)[:-1]).astype(int))
     return [rows[s:] * B + j for j in cols for s in starts]
@@ -136,8 +137,9 @@ def learned_order(order_errors: np.ndarray, order_accepted: np.ndarray, alpha: f
     return np.lexsort((-np.asarray(order_accepted).ravel(), p))
 
 
-def _rejections(p: np.ndarray, delta: float, method: str, n_paths: int, n_starts: int = 10,
-                order: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+def _rejections(
+    p: np.ndarray, delta: float, method: str, n_paths: int, n_starts: int = 10, order: np.ndarray | None = None
+) -> tuple[np.ndarray, float]:
     """Rejected mask and the per-test level used for the first rejection."""
     if method == "fixed-sequence" and order is not None:
         return fixed_sequence_rejections(p, [order], delta), delta
@@ -187,8 +189,9 @@ class Selection:
     def to_dict(self) -> dict:
         d = asdict(self)
         if self.per_class is not None:
-            d["per_class"] = {str(k): (None if v is None else [float(v[0]), float(v[1])])
-                              for k, v in self.per_class.items()}
+            d["per_class"] = {
+                str(k): (None if v is None else [float(v[0]), float(v[1])]) for k, v in self.per_class.items()
+            }
         return d
 
 
@@ -214,16 +217,28 @@ def _best_by_coverage(accepted: np.ndarray, errors: np.ndarray, mask: np.ndarray
 
 
 def _calibration_summary(surface: Surface, accepted: int, errors: int) -> dict:
-    return {"n_items": int(surface.n_total), "n_accepted": int(accepted), "n_errors": int(errors),
-            "coverage": accepted / max(surface.n_total, 1),
-            "error_rate": errors / accepted if accepted else None,
-            "review_rate": 1.0 - accepted / max(surface.n_total, 1)}
+    return {
+        "n_items": int(surface.n_total),
+        "n_accepted": int(accepted),
+        "n_errors": int(errors),
+        "coverage": accepted / max(surface.n_total, 1),
+        "error_rate": errors / accepted if accepted else None,
+        "review_rate": 1.0 - accepted / max(surface.n_total, 1),
+    }
 
 
-def select_guarantee(surface: Surface, *, alpha: float = 0.05, delta: float = 0.1,
-                     method: Method = "fixed-sequence", per_class: bool = False, n_paths: int = 10,
-                     n_starts: int = 10, classes: Sequence[int] | None = None,
-                     order_surface: Surface | None = None) -> Selection:
+def select_guarantee(
+    surface: Surface,
+    *,
+    alpha: float = 0.05,
+    delta: float = 0.1,
+    method: Method = "fixed-sequence",
+    per_class: bool = False,
+    n_paths: int = 10,
+    n_starts: int = 10,
+    classes: Sequence[int] | None = None,
+    order_surface: Surface | None = None,
+) -> Selection:
     """Maximise calibration coverage subject to ``P(error among accepted > alpha) <= delta``.
 
     Parameters
@@ -258,27 +273,57 @@ def select_guarantee(surface: Surface, *, alpha: float = 0.05, delta: float = 0.
         ok, level = _rejections(p, delta, method, n_paths, n_starts, order)
         best = _best_by_coverage(surface.accepted, surface.errors, ok)
         if best is None:
-            return Selection("guarantee", True, None, None, {}, None, _calibration_summary(surface, 0, 0),
-                             guarantee={"alpha": alpha, "delta": delta, "method": method, "per_class": False,
-                                        "n_calibration": int(surface.n_total), "n_certified_points": 0,
-                                        "certified_bound": None, "expected_coverage": 0.0, "p_value": None},
-                             feasible=False,
-                             notes=["no grid point is certified at this alpha/delta: everything goes to review"])
+            return Selection(
+                "guarantee",
+                True,
+                None,
+                None,
+                {},
+                None,
+                _calibration_summary(surface, 0, 0),
+                guarantee={
+                    "alpha": alpha,
+                    "delta": delta,
+                    "method": method,
+                    "per_class": False,
+                    "n_calibration": int(surface.n_total),
+                    "n_certified_points": 0,
+                    "certified_bound": None,
+                    "expected_coverage": 0.0,
+                    "p_value": None,
+                },
+                feasible=False,
+                notes=["no grid point is certified at this alpha/delta: everything goes to review"],
+            )
         i, j = best
         acc, err = int(surface.accepted[i, j]), int(surface.errors[i, j])
         bound = binomial_upper_bound(err, acc, level)
         return Selection(
-            "guarantee", True, float(surface.x_grid[i]), float(surface.y_grid[j]), surface.params(i, j), None,
+            "guarantee",
+            True,
+            float(surface.x_grid[i]),
+            float(surface.y_grid[j]),
+            surface.params(i, j),
+            None,
             _calibration_summary(surface, acc, err),
-            guarantee={"alpha": alpha, "delta": delta, "method": method, "per_class": False,
-                       "n_calibration": int(surface.n_total), "n_accepted_calibration": acc,
-                       "n_certified_points": int(ok.sum()), "p_value": float(p[i, j]),
-                       "test_level": level, "certified_bound": alpha,
-                       "risk_upper_bound": min(bound, alpha),
-                       "expected_coverage": acc / max(surface.n_total, 1),
-                       "order": _order_name(method, use_order, order_surface),
-                       "n_paths": n_paths if method == "fixed-sequence" and not use_order else None,
-                       "n_starts": n_starts if method == "fixed-sequence" and not use_order else None})
+            guarantee={
+                "alpha": alpha,
+                "delta": delta,
+                "method": method,
+                "per_class": False,
+                "n_calibration": int(surface.n_total),
+                "n_accepted_calibration": acc,
+                "n_certified_points": int(ok.sum()),
+                "p_value": float(p[i, j]),
+                "test_level": level,
+                "certified_bound": alpha,
+                "risk_upper_bound": min(bound, alpha),
+                "expected_coverage": acc / max(surface.n_total, 1),
+                "order": _order_name(method, use_order, order_surface),
+                "n_paths": n_paths if method == "fixed-sequence" and not use_order else None,
+                "n_starts": n_starts if method == "fixed-sequence" and not use_order else None,
+            },
+        )
     if surface.class_accepted is None:
         raise ThresholdError("per-class guarantees need a surface with per-class counts")
     K = surface.class_accepted.shape[0]
@@ -295,8 +340,9 @@ def select_guarantee(surface: Surface, *, alpha: float = 0.05, delta: float = 0.
             continue
         acc_k, err_k = surface.class_accepted[k], surface.class_errors[k]
         p = hoeffding_bentkus_p_values(err_k, acc_k, alpha)
-        order = learned_order(order_surface.class_errors[k], order_surface.class_accepted[k], alpha) \
-            if use_order else None
+        order = (
+            learned_order(order_surface.class_errors[k], order_surface.class_accepted[k], alpha) if use_order else None
+        )
         ok, level = _rejections(p, delta_k, method, n_paths, n_starts, order)
         best = _best_by_coverage(acc_k, err_k, ok & (acc_k > 0))
         if best is None:
@@ -308,8 +354,14 @@ def select_guarantee(surface: Surface, *, alpha: float = 0.05, delta: float = 0.
         tot_acc += a
         tot_err += e
         chosen[k] = (float(surface.x_grid[i]), float(surface.y_grid[j]))
-        per[str(k)] = {"certified": True, **surface.params(i, j), "accepted": a, "errors": e,
-                       "p_value": float(p[i, j]), "risk_upper_bound": min(binomial_upper_bound(e, a, level), alpha)}
+        per[str(k)] = {
+            "certified": True,
+            **surface.params(i, j),
+            "accepted": a,
+            "errors": e,
+            "p_value": float(p[i, j]),
+            "risk_upper_bound": min(binomial_upper_bound(e, a, level), alpha),
+        }
     feasible = any(v is not None for v in chosen.values())
     notes = [] if feasible else ["no option is certified at this alpha/delta: everything goes to review"]
     uncertified = [k for k in classes if chosen.get(k) is None]
@@ -317,20 +369,39 @@ def select_guarantee(surface: Surface, *, alpha: float = 0.05, delta: float = 0.
         # even with zero errors, certifying needs (1 - alpha)^n <= the per-test level
         n_min = math.ceil(math.log(delta_k) / math.log(1 - alpha))
         sizes = surface.class_accepted[:, 0, 0]
-        notes.append(f"{len(uncertified)} of {len(classes)} options are never auto-accepted: certifying one "
-                     f"option at alpha={alpha} needs at least {n_min} accepted calibration items with no error "
-                     f"(per-option level {delta_k:.3g}); the median option has "
-                     f"{int(np.median(sizes[classes]))} items here")
+        notes.append(
+            f"{len(uncertified)} of {len(classes)} options are never auto-accepted: certifying one "
+            f"option at alpha={alpha} needs at least {n_min} accepted calibration items with no error "
+            f"(per-option level {delta_k:.3g}); the median option has "
+            f"{int(np.median(sizes[classes]))} items here"
+        )
     return Selection(
-        "guarantee", True, None, None, {}, chosen, _calibration_summary(surface, tot_acc, tot_err),
-        guarantee={"alpha": alpha, "delta": delta, "method": method, "per_class": True,
-                   "class_correction": "bonferroni", "delta_per_class": delta_k,
-                   "n_calibration": int(surface.n_total), "n_accepted_calibration": tot_acc,
-                   "certified_bound": alpha, "expected_coverage": tot_acc / max(surface.n_total, 1),
-                   "classes": per, "order": _order_name(method, use_order, order_surface),
-                   "n_paths": n_paths if method == "fixed-sequence" and not use_order else None,
-                   "n_starts": n_starts if method == "fixed-sequence" and not use_order else None},
-        feasible=feasible, notes=notes)
+        "guarantee",
+        True,
+        None,
+        None,
+        {},
+        chosen,
+        _calibration_summary(surface, tot_acc, tot_err),
+        guarantee={
+            "alpha": alpha,
+            "delta": delta,
+            "method": method,
+            "per_class": True,
+            "class_correction": "bonferroni",
+            "delta_per_class": delta_k,
+            "n_calibration": int(surface.n_total),
+            "n_accepted_calibration": tot_acc,
+            "certified_bound": alpha,
+            "expected_coverage": tot_acc / max(surface.n_total, 1),
+            "classes": per,
+            "order": _order_name(method, use_order, order_surface),
+            "n_paths": n_paths if method == "fixed-sequence" and not use_order else None,
+            "n_starts": n_starts if method == "fixed-sequence" and not use_order else None,
+        },
+        feasible=feasible,
+        notes=notes,
+    )
 
 
 def _order_name(method: str, use_order: bool, order_surface: Surface | None) -> str | None:
@@ -341,12 +412,23 @@ def _order_name(method: str, use_order: bool, order_surface: Surface | None) -> 
     return "data-independent column paths (multi-start)"
 
 
-def select_guarantee_split(coords, correct: np.ndarray, *, x_grid: np.ndarray, y_grid: np.ndarray,
-                           n_classes: int, alpha: float = 0.05, delta: float = 0.1,
-                           method: Method = "fixed-sequence", per_class: bool = False,
-                           classes: Sequence[int] | None = None, order_fraction: float = 0.3,
-                           rng: np.random.Generator | None = None, n_paths: int = 10, n_starts: int = 10
-                           ) -> tuple[Selection, Surface]:
+def select_guarantee_split(
+    coords,
+    correct: np.ndarray,
+    *,
+    x_grid: np.ndarray,
+    y_grid: np.ndarray,
+    n_classes: int,
+    alpha: float = 0.05,
+    delta: float = 0.1,
+    method: Method = "fixed-sequence",
+    per_class: bool = False,
+    classes: Sequence[int] | None = None,
+    order_fraction: float = 0.3,
+    rng: np.random.Generator | None = None,
+    n_paths: int = 10,
+    n_starts: int = 10,
+) -> tuple[Selection, Surface]:
     """Guarantee selection from per-item coordinates, holding ``order_fraction`` apart to order the tests.
 
     Parameters
@@ -373,23 +455,49 @@ def select_guarantee_split(coords, correct: np.ndarray, *, x_grid: np.ndarray, y
         hold = rng.random(n) < order_fraction
 
     def surf(mask: np.ndarray) -> Surface:
-        return surface_from_coordinates(coords.x[mask], coords.y[mask], correct[mask], x_grid=x_grid,
-                                        y_grid=y_grid, predicted=np.maximum(coords.predicted[mask], 0),
-                                        n_classes=n_classes, x_name=coords.x_name, y_name=coords.y_name)
+        return surface_from_coordinates(
+            coords.x[mask],
+            coords.y[mask],
+            correct[mask],
+            x_grid=x_grid,
+            y_grid=y_grid,
+            predicted=np.maximum(coords.predicted[mask], 0),
+            n_classes=n_classes,
+            x_name=coords.x_name,
+            y_name=coords.y_name,
+        )
 
     certify = surf(~hold)
     order = surf(hold) if hold.any() else None
-    sel = select_guarantee(certify, alpha=alpha, delta=delta, method=method, per_class=per_class,
-                           classes=classes, order_surface=order, n_paths=n_paths, n_starts=n_starts)
+    sel = select_guarantee(
+        certify,
+        alpha=alpha,
+        delta=delta,
+        method=method,
+        per_class=per_class,
+        classes=classes,
+        order_surface=order,
+        n_paths=n_paths,
+        n_starts=n_starts,
+    )
     if sel.guarantee is not None:
         sel.guarantee["n_order"] = int(hold.sum())
     return sel, certify
 
 
-def certify_surface(surface: Surface, *, alpha: float = 0.05, delta: float = 0.1,
-                    method: Method = "fixed-sequence", per_class: bool = False,
-                    classes: Sequence[int] | None = None, order_fraction: float = 0.3, seed: int = 0,
-                    n_paths: int = 10, n_starts: int = 10) -> Selection:
+def certify_surface(
+    surface: Surface,
+    *,
+    alpha: float = 0.05,
+    delta: float = 0.1,
+    method: Method = "fixed-sequence",
+    per_class: bool = False,
+    classes: Sequence[int] | None = None,
+    order_fraction: float = 0.3,
+    seed: int = 0,
+    n_paths: int = 10,
+    n_starts: int = 10,
+) -> Selection:
     """The guarantee selection exactly as ``workbench thresholds`` makes it, from a surface built by
     :func:`~workbench.thresholds.surface.risk_coverage_surface` (which keeps the per-item coordinates).
 
@@ -400,17 +508,33 @@ def certify_surface(surface: Surface, *, alpha: float = 0.05, delta: float = 0.1
     coords, correct = surface.extra.get("coordinates"), surface.extra.get("correct")
     if coords is None or correct is None:
         raise ThresholdError("certify_surface needs a surface from risk_coverage_surface (per-item coordinates)")
-    n_classes = surface.class_accepted.shape[0] if surface.class_accepted is not None \
+    n_classes = (
+        surface.class_accepted.shape[0]
+        if surface.class_accepted is not None
         else int(coords.predicted.max(initial=0)) + 1
-    sel, _ = select_guarantee_split(coords, correct, x_grid=surface.x_grid, y_grid=surface.y_grid,
-                                    n_classes=n_classes, alpha=alpha, delta=delta, method=method,
-                                    per_class=per_class, classes=classes, order_fraction=order_fraction,
-                                    rng=np.random.default_rng([seed, 1]), n_paths=n_paths, n_starts=n_starts)
+    )
+    sel, _ = select_guarantee_split(
+        coords,
+        correct,
+        x_grid=surface.x_grid,
+        y_grid=surface.y_grid,
+        n_classes=n_classes,
+        alpha=alpha,
+        delta=delta,
+        method=method,
+        per_class=per_class,
+        classes=classes,
+        order_fraction=order_fraction,
+        rng=np.random.default_rng([seed, 1]),
+        n_paths=n_paths,
+        n_starts=n_starts,
+    )
     return sel
 
 
-def error_cost_weights(labels: np.ndarray, predicted: np.ndarray, n_options: int,
-                       error_cost: float | Mapping[int, float] | np.ndarray) -> np.ndarray:
+def error_cost_weights(
+    labels: np.ndarray, predicted: np.ndarray, n_options: int, error_cost: float | Mapping[int, float] | np.ndarray
+) -> np.ndarray:
     """Per-item cost if the item were auto-accepted: 0 when correct, else the cost of that mistake.
 
     ``error_cost`` is a scalar, a mapping from the accepted (predicted) option to its cost, or a
@@ -453,16 +577,27 @@ def select_cost(surface: Surface, *, review_cost: float, api_cost_per_item: floa
     i, j = _best_by_coverage(surface.accepted, surface.errors, cand)
     acc, err = int(surface.accepted[i, j]), int(surface.errors[i, j])
     review_everything = review_cost * surface.n_total / n + api_cost_per_item
-    return Selection("cost", False, float(surface.x_grid[i]), float(surface.y_grid[j]), surface.params(i, j), None,
-                     _calibration_summary(surface, acc, err),
-                     cost={"expected_cost_per_item": float(per_item[i, j]), "review_cost": review_cost,
-                           "api_cost_per_item": api_cost_per_item,
-                           "cost_if_everything_reviewed": float(review_everything)},
-                     notes=["point estimate on the calibration split: no guarantee"])
+    return Selection(
+        "cost",
+        False,
+        float(surface.x_grid[i]),
+        float(surface.y_grid[j]),
+        surface.params(i, j),
+        None,
+        _calibration_summary(surface, acc, err),
+        cost={
+            "expected_cost_per_item": float(per_item[i, j]),
+            "review_cost": review_cost,
+            "api_cost_per_item": api_cost_per_item,
+            "cost_if_everything_reviewed": float(review_everything),
+        },
+        notes=["point estimate on the calibration split: no guarantee"],
+    )
 
 
-def select_target(surface: Surface, *, target_coverage: float | None = None,
-                  target_error: float | None = None) -> Selection:
+def select_target(
+    surface: Surface, *, target_coverage: float | None = None, target_error: float | None = None
+) -> Selection:
     """What users do today: a point estimate, clearly **uncertified**.
 
     ``target_coverage``: among points with calibration coverage ``>= target``, the lowest error.
@@ -474,8 +609,9 @@ def select_target(surface: Surface, *, target_coverage: float | None = None,
     if target_coverage is not None:
         ok = cov >= target_coverage
         if not ok.any():
-            raise ThresholdError(f"no grid point reaches coverage {target_coverage}",
-                                 hint=f"the highest is {cov.max():.3f}")
+            raise ThresholdError(
+                f"no grid point reaches coverage {target_coverage}", hint=f"the highest is {cov.max():.3f}"
+            )
         e = np.where(ok, np.nan_to_num(err_rate, nan=np.inf), np.inf)
         i, j = _best_by_coverage(surface.accepted, surface.errors, ok & (e == e.min()))
         kind = {"target_coverage": target_coverage}
@@ -483,17 +619,38 @@ def select_target(surface: Surface, *, target_coverage: float | None = None,
         ok = (surface.accepted > 0) & (np.nan_to_num(err_rate, nan=np.inf) <= target_error)
         best = _best_by_coverage(surface.accepted, surface.errors, ok)
         if best is None:
-            return Selection("error", False, None, None, {}, None, _calibration_summary(surface, 0, 0),
-                             target={"target_error": target_error}, feasible=False,
-                             notes=["no grid point reaches this error on calibration; everything goes to review",
-                                    "point estimate: NOT certified"])
+            return Selection(
+                "error",
+                False,
+                None,
+                None,
+                {},
+                None,
+                _calibration_summary(surface, 0, 0),
+                target={"target_error": target_error},
+                feasible=False,
+                notes=[
+                    "no grid point reaches this error on calibration; everything goes to review",
+                    "point estimate: NOT certified",
+                ],
+            )
         i, j = best
         kind = {"target_error": target_error}
     acc, err = int(surface.accepted[i, j]), int(surface.errors[i, j])
-    return Selection("coverage" if target_coverage is not None else "error", False, float(surface.x_grid[i]),
-                     float(surface.y_grid[j]), surface.params(i, j), None, _calibration_summary(surface, acc, err),
-                     target=kind, notes=["point estimate on the calibration split: NOT certified; the test error "
-                                         "can exceed it (use --objective guarantee for a bound)"])
+    return Selection(
+        "coverage" if target_coverage is not None else "error",
+        False,
+        float(surface.x_grid[i]),
+        float(surface.y_grid[j]),
+        surface.params(i, j),
+        None,
+        _calibration_summary(surface, acc, err),
+        target=kind,
+        notes=[
+            "point estimate on the calibration split: NOT certified; the test error "
+            "can exceed it (use --objective guarantee for a bound)"
+        ],
+    )
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:

@@ -21,10 +21,12 @@ guarantees that the surface and the runtime take exactly the same decisions.
 
 This module imports numpy (and the schema layer's top_two) only: the policy runtime uses it in production code.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -119,10 +121,15 @@ class ChoiceRule:
         ok_tau = p1 >= tau
         ok_margin = gap >= m
         accepted = ok_tau & ok_margin & ~abstain & ~failed
-        reason = np.where(failed, "provider_failure",
-                          np.where(abstain, "abstain_option",
-                                   np.where(~ok_tau, "below_tau",
-                                            np.where(~ok_margin, "below_margin", "accepted")))).astype(object)
+        reason = np.where(
+            failed,
+            "provider_failure",
+            np.where(
+                abstain,
+                "abstain_option",
+                np.where(~ok_tau, "below_tau", np.where(~ok_margin, "below_margin", "accepted")),
+            ),
+        ).astype(object)
         return Decisions(accepted, np.where(failed, -1, top), reason)
 
 
@@ -149,9 +156,11 @@ class NoulRule:
         accept_no = ~pred_yes & (p_yes <= self.tau_no)
         accepted = (accept_yes | accept_no) & ~failed
         option = np.where(failed, -1, np.where(pred_yes, 0, 1))
-        reason = np.where(failed, "provider_failure",
-                          np.where(accepted, "accepted",
-                                   np.where(pred_yes, "below_tau_yes", "above_tau_no"))).astype(object)
+        reason = np.where(
+            failed,
+            "provider_failure",
+            np.where(accepted, "accepted", np.where(pred_yes, "below_tau_yes", "above_tau_no")),
+        ).astype(object)
         return Decisions(accepted, option, reason)
 
 
@@ -180,9 +189,9 @@ class ScoreRule:
         ok_tau = conf >= tau
         ok_margin = gap >= m
         accepted = ok_tau & ok_margin & ~failed
-        reason = np.where(failed, "provider_failure",
-                          np.where(~ok_tau, "below_tau",
-                                   np.where(~ok_margin, "below_margin", "accepted"))).astype(object)
+        reason = np.where(
+            failed, "provider_failure", np.where(~ok_tau, "below_tau", np.where(~ok_margin, "below_margin", "accepted"))
+        ).astype(object)
         return Decisions(accepted, np.where(failed, -1, level), reason)
 
 
@@ -240,8 +249,9 @@ class RuleCoordinates:
         return {self.x_name: float(x_thr), self.y_name: float(y_thr)}
 
 
-def rule_coordinates(qtype: str, probs: np.ndarray, *, abstain_options: Sequence[int] = (),
-                     level: str = "top") -> RuleCoordinates:
+def rule_coordinates(
+    qtype: str, probs: np.ndarray, *, abstain_options: Sequence[int] = (), level: str = "top"
+) -> RuleCoordinates:
     """Map probabilities to the two acceptance coordinates of the question's rule.
 
     - choice/score: ``x = p(level)``, ``y = margin``; thresholds ``tau``, ``margin``.
@@ -273,13 +283,22 @@ def rule_coordinates(qtype: str, probs: np.ndarray, *, abstain_options: Sequence
     return RuleCoordinates(np.where(failed, -1, predicted), x, y, x_name, y_name)
 
 
-def make_rule(qtype: str, x_thr: float, y_thr: float, *, per_class: Mapping[int, tuple[float, float]] | None = None,
-              abstain_options: Sequence[int] = (), level: str = "top", fallback: str = DEFAULT_FALLBACK) -> Rule:
+def make_rule(
+    qtype: str,
+    x_thr: float,
+    y_thr: float,
+    *,
+    per_class: Mapping[int, tuple[float, float]] | None = None,
+    abstain_options: Sequence[int] = (),
+    level: str = "top",
+    fallback: str = DEFAULT_FALLBACK,
+) -> Rule:
     """Build the rule for a grid point ``(x_thr, y_thr)`` in :func:`rule_coordinates` units."""
     overrides = {int(k): ClassThreshold(float(t), float(m)) for k, (t, m) in (per_class or {}).items()}
     if qtype == "noul":
         return NoulRule(tau_yes=float(x_thr), tau_no=float(-y_thr), fallback=fallback)
     if qtype == "score":
         return ScoreRule(float(x_thr), float(y_thr), level=level, per_class=overrides, fallback=fallback)
-    return ChoiceRule(float(x_thr), float(y_thr), per_class=overrides, abstain_options=tuple(abstain_options),
-                      fallback=fallback)
+    return ChoiceRule(
+        float(x_thr), float(y_thr), per_class=overrides, abstain_options=tuple(abstain_options), fallback=fallback
+    )

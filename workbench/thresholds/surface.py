@@ -9,6 +9,7 @@ accepted items, of wrong accepted items and of any weighted sum (costs) at **eve
 ``O(n log G + G)`` instead of ``O(n · G)`` for a scan per grid point. A class axis in the bin index
 gives the same figures per predicted class.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -77,18 +78,26 @@ class Surface:
     def point(self, i: int, j: int) -> dict:
         """Figures of one grid point as a JSON-ready dict."""
         acc = int(self.accepted[i, j])
-        return {**self.params(i, j), "accepted": acc, "errors": int(self.errors[i, j]),
-                "coverage": acc / max(self.n_total, 1),
-                "error_rate": (int(self.errors[i, j]) / acc) if acc else None,
-                "review_rate": 1.0 - acc / max(self.n_total, 1)}
+        return {
+            **self.params(i, j),
+            "accepted": acc,
+            "errors": int(self.errors[i, j]),
+            "coverage": acc / max(self.n_total, 1),
+            "error_rate": (int(self.errors[i, j]) / acc) if acc else None,
+            "review_rate": 1.0 - acc / max(self.n_total, 1),
+        }
 
     def to_table(self) -> dict[str, np.ndarray]:
         """Flat per-grid-point table (the per-λ table the guarantee layer and the UI share)."""
         ii, jj = np.meshgrid(np.arange(len(self.x_grid)), np.arange(len(self.y_grid)), indexing="ij")
-        return {self.x_name: self.x_grid[ii].ravel(),
-                self.y_name: (-self.y_grid[jj] if self.y_name == "tau_no" else self.y_grid[jj]).ravel(),
-                "accepted": self.accepted.ravel(), "errors": self.errors.ravel(),
-                "coverage": self.coverage.ravel(), "error_rate": self.error_rate.ravel()}
+        return {
+            self.x_name: self.x_grid[ii].ravel(),
+            self.y_name: (-self.y_grid[jj] if self.y_name == "tau_no" else self.y_grid[jj]).ravel(),
+            "accepted": self.accepted.ravel(),
+            "errors": self.errors.ravel(),
+            "coverage": self.coverage.ravel(),
+            "error_rate": self.error_rate.ravel(),
+        }
 
 
 def _reverse_cumsum_2d(counts: np.ndarray) -> np.ndarray:
@@ -104,10 +113,20 @@ def _bin_index(values: np.ndarray, grid: np.ndarray) -> np.ndarray:
     return np.searchsorted(grid, v, side="right") - 1
 
 
-def surface_from_coordinates(x: np.ndarray, y: np.ndarray, correct: np.ndarray, *, x_grid: np.ndarray,
-                             y_grid: np.ndarray, predicted: np.ndarray | None = None, n_classes: int | None = None,
-                             weights: np.ndarray | None = None, n_total: int | None = None,
-                             x_name: str = "tau", y_name: str = "margin") -> Surface:
+def surface_from_coordinates(
+    x: np.ndarray,
+    y: np.ndarray,
+    correct: np.ndarray,
+    *,
+    x_grid: np.ndarray,
+    y_grid: np.ndarray,
+    predicted: np.ndarray | None = None,
+    n_classes: int | None = None,
+    weights: np.ndarray | None = None,
+    n_total: int | None = None,
+    x_name: str = "tau",
+    y_name: str = "margin",
+) -> Surface:
     """Counts of accepted and wrong accepted items at every grid point.
 
     Parameters
@@ -146,14 +165,14 @@ def surface_from_coordinates(x: np.ndarray, y: np.ndarray, correct: np.ndarray, 
     if predicted is not None and n_classes:
         cls_cell = np.asarray(predicted)[keep].astype(np.int64) * size + cell
         cls_acc = _reverse_cumsum_2d(np.bincount(cls_cell, minlength=n_classes * size).reshape(n_classes, A, B))
-        cls_err = _reverse_cumsum_2d(
-            np.bincount(cls_cell[wrong], minlength=n_classes * size).reshape(n_classes, A, B))
+        cls_err = _reverse_cumsum_2d(np.bincount(cls_cell[wrong], minlength=n_classes * size).reshape(n_classes, A, B))
     wsum = None
     if weights is not None:
         w = np.asarray(weights, dtype=float)[keep]
         wsum = _reverse_cumsum_2d(np.bincount(cell, weights=w, minlength=size).reshape(A, B))
-    return Surface(x_grid, y_grid, acc, err, int(len(x) if n_total is None else n_total), cls_acc, cls_err, wsum,
-                   x_name, y_name)
+    return Surface(
+        x_grid, y_grid, acc, err, int(len(x) if n_total is None else n_total), cls_acc, cls_err, wsum, x_name, y_name
+    )
 
 
 def _mixed_axis(lo: float, hi: float, n: int, decades: float = 3.0) -> np.ndarray:
@@ -195,10 +214,20 @@ def default_grids(qtype: str, n: int = 100, *, spacing: str = "mixed") -> tuple[
     return g, g.copy()
 
 
-def risk_coverage_surface(qtype: str, probs: np.ndarray, labels: np.ndarray, *, grid: int = 100,
-                          x_grid: np.ndarray | None = None, y_grid: np.ndarray | None = None,
-                          abstain_options=(), level: str = "top", per_class: bool = True,
-                          weights: np.ndarray | None = None, n_failed: int = 0) -> Surface:
+def risk_coverage_surface(
+    qtype: str,
+    probs: np.ndarray,
+    labels: np.ndarray,
+    *,
+    grid: int = 100,
+    x_grid: np.ndarray | None = None,
+    y_grid: np.ndarray | None = None,
+    abstain_options=(),
+    level: str = "top",
+    per_class: bool = True,
+    weights: np.ndarray | None = None,
+    n_failed: int = 0,
+) -> Surface:
     """Risk–coverage surface of one question from probabilities and labels.
 
     Parameters
@@ -227,18 +256,32 @@ def risk_coverage_surface(qtype: str, probs: np.ndarray, labels: np.ndarray, *, 
     gy = gy if y_grid is None else np.asarray(y_grid, dtype=float)
     coords: RuleCoordinates = rule_coordinates(qtype, probs, abstain_options=abstain_options, level=level)
     correct = coords.predicted == labels
-    surf = surface_from_coordinates(coords.x, coords.y, correct, x_grid=gx, y_grid=gy,
-                                    predicted=np.maximum(coords.predicted, 0) if per_class else None,
-                                    n_classes=probs.shape[1] if per_class else None, weights=weights,
-                                    n_total=probs.shape[0] + int(n_failed), x_name=coords.x_name,
-                                    y_name=coords.y_name)
+    surf = surface_from_coordinates(
+        coords.x,
+        coords.y,
+        correct,
+        x_grid=gx,
+        y_grid=gy,
+        predicted=np.maximum(coords.predicted, 0) if per_class else None,
+        n_classes=probs.shape[1] if per_class else None,
+        weights=weights,
+        n_total=probs.shape[0] + int(n_failed),
+        x_name=coords.x_name,
+        y_name=coords.y_name,
+    )
     surf.extra["coordinates"] = coords
     surf.extra["correct"] = correct
     return surf
 
 
-def naive_surface(x: np.ndarray, y: np.ndarray, correct: np.ndarray, x_grid: np.ndarray, y_grid: np.ndarray,
-                  points: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def naive_surface(
+    x: np.ndarray,
+    y: np.ndarray,
+    correct: np.ndarray,
+    x_grid: np.ndarray,
+    y_grid: np.ndarray,
+    points: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Reference scan: one boolean mask per grid point (``O(n · G)``); for tests and the benchmark.
 
     ``points`` (shape (P, 2) of grid indices) restricts the scan to a subset; the returned arrays

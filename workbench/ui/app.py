@@ -3,6 +3,7 @@
 ``streamlit run streamlit_app.py -- --db PATH`` and ``workbench ui --db PATH`` both run
 :func:`run_app`. Each screen is one file in ``workbench/ui/pages/``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,8 +31,12 @@ def _sidebar() -> None:
     with st.sidebar:
         st.caption(f"Decision Workbench {__version__}")
         path = state.db_path()
-        new = st.text_input("Store (DuckDB file)", value=path, key="db_path_input",
-                            help="The UI reads a snapshot of this file, so runs can write to it meanwhile.")
+        new = st.text_input(
+            "Store (DuckDB file)",
+            value=path,
+            key="db_path_input",
+            help="The UI reads a snapshot of this file, so runs can write to it meanwhile.",
+        )
         if new and new != path:
             st.session_state[state.KEY_DB] = str(Path(new).expanduser().resolve())
             st.rerun()

@@ -4,6 +4,7 @@ The export calls :func:`workbench.policy.build.build_policy` — the function be
 ``workbench policy export`` — on a read-only snapshot of the store, so the file downloaded here
 is the file the CLI would write for the same options.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,7 @@ def session_policies() -> dict[str, str]:
     return st.session_state.setdefault(KEY_POLICIES, {})
 
 
-def export_policy_json(path: str, run_id: str, question: str, settings: dict,
-                       policy_version: str = "1.0.0") -> str:
+def export_policy_json(path: str, run_id: str, question: str, settings: dict, policy_version: str = "1.0.0") -> str:
     """Build and hash a policy for ``question`` of ``run_id``; returns the file's JSON text.
 
     ``settings`` are keyword arguments of :func:`workbench.thresholds.choose.build_options` (the
@@ -32,37 +32,53 @@ def export_policy_json(path: str, run_id: str, question: str, settings: dict,
     from workbench.ui.state import read_connection
 
     with read_connection(path) as con:
-        model, _ = build_policy(con, run_id, [question], build_options(**settings), policy_version=policy_version,
-                                created_by="workbench ui")
+        model, _ = build_policy(
+            con, run_id, [question], build_options(**settings), policy_version=policy_version, created_by="workbench ui"
+        )
     return model.to_json()
 
 
-def export_section(path: str, token: tuple, run_id: str, question: str, settings: tuple, *,
-                   per_class_overrides: bool = False) -> None:
+def export_section(
+    path: str, token: tuple, run_id: str, question: str, settings: tuple, *, per_class_overrides: bool = False
+) -> None:
     """Objective, options and a download button for the policy file.
 
     ``settings`` are the certified section's :func:`workbench.ui.state.threshold_settings` (α, δ,
     method, calibration), so a guarantee policy carries the rule that section shows.
     """
-    objective = st.radio("Objective written into the policy",
-                         ["guarantee", "cost", "coverage", "error"], horizontal=True, key="pol_objective",
-                         format_func={"guarantee": "guarantee (certified, α/δ above)", "cost": "cost (costs above)",
-                                      "coverage": "target coverage (uncertified)",
-                                      "error": "target error (uncertified)"}.get)
-    options: dict = {**dict(settings), "objective": objective,
-                     "per_class": bool(st.session_state.get("thr_per_class")) and objective == "guarantee"}
+    objective = st.radio(
+        "Objective written into the policy",
+        ["guarantee", "cost", "coverage", "error"],
+        horizontal=True,
+        key="pol_objective",
+        format_func={
+            "guarantee": "guarantee (certified, α/δ above)",
+            "cost": "cost (costs above)",
+            "coverage": "target coverage (uncertified)",
+            "error": "target error (uncertified)",
+        }.get,
+    )
+    options: dict = {
+        **dict(settings),
+        "objective": objective,
+        "per_class": bool(st.session_state.get("thr_per_class")) and objective == "guarantee",
+    }
     if objective == "cost":
-        options.update(review_cost=float(st.session_state.get("thr_review_cost", 1.0)),
-                       error_cost=float(st.session_state.get("thr_error_cost", 10.0)),
-                       api_cost=float(st.session_state.get("thr_api_cost", 0.0)))
+        options.update(
+            review_cost=float(st.session_state.get("thr_review_cost", 1.0)),
+            error_cost=float(st.session_state.get("thr_error_cost", 10.0)),
+            api_cost=float(st.session_state.get("thr_api_cost", 0.0)),
+        )
     elif objective == "coverage":
         options["target_coverage"] = st.slider("Target coverage", 0.05, 1.0, 0.8, 0.05, key="pol_target_coverage")
     elif objective == "error":
         options["target_error"] = st.slider("Target error", 0.005, 0.5, 0.05, 0.005, key="pol_target_error")
     version = st.text_input("Policy version (semver)", "1.0.0", key="pol_version")
-    st.caption("The policy layer refits the calibrator and the thresholds on the calibration split with these "
-               "options (like `workbench policy export`), and reports the rule on test. "
-               + ("Per-class overrides from the sliders are not exported. " if per_class_overrides else ""))
+    st.caption(
+        "The policy layer refits the calibrator and the thresholds on the calibration split with these "
+        "options (like `workbench policy export`), and reports the rule on test. "
+        + ("Per-class overrides from the sliders are not exported. " if per_class_overrides else "")
+    )
     if st.button("Build policy", key="pol_build", type="primary"):
         try:
             text = export_policy_json(path, run_id, question, options, version)
@@ -79,9 +95,16 @@ def export_section(path: str, token: tuple, run_id: str, question: str, settings
         doc = json.loads(session_policies()[name])
         q = doc["questions"][question] if question in doc["questions"] else next(iter(doc["questions"].values()))
         test = q.get("expected_test") or {}
-        st.success(f"`{name}` — rule {json.dumps(q['rule'])}, certified: {q['objective']['certified']}, "
-                   f"test coverage {test.get('coverage', {}).get('value')}, "
-                   f"content hash {doc['content_hash'][:19]}…")
-        st.download_button("Download policy.json", session_policies()[name].encode(), file_name="policy.json",
-                           mime="application/json", key="pol_download")
+        st.success(
+            f"`{name}` — rule {json.dumps(q['rule'])}, certified: {q['objective']['certified']}, "
+            f"test coverage {test.get('coverage', {}).get('value')}, "
+            f"content hash {doc['content_hash'][:19]}…"
+        )
+        st.download_button(
+            "Download policy.json",
+            session_policies()[name].encode(),
+            file_name="policy.json",
+            mime="application/json",
+            key="pol_download",
+        )
         st.caption("It is also listed on the Policy page (view, diff, download).")

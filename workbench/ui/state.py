@@ -12,6 +12,7 @@ its *token* (modification time and size of the file and WAL, so a write invalida
 cache) and ids such as a run id or a question. Pages call only these loaders and the
 library's public functions; no metric is computed here.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -22,10 +23,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -105,8 +107,9 @@ def snapshot(path: str) -> Snapshot:
     A copy is consistent when the token did not move while copying; otherwise it is retried.
     """
     if not Path(path).exists():
-        raise StoreError(f"{path}: no workbench database here",
-                         hint="run `workbench demo` or import a dataset, then pass --db PATH")
+        raise StoreError(
+            f"{path}: no workbench database here", hint="run `workbench demo` or import a dataset, then pass --db PATH"
+        )
     with _SNAP_LOCK:
         for attempt in range(_COPY_ATTEMPTS):
             token = store_token(path)
@@ -137,8 +140,9 @@ def snapshot(path: str) -> Snapshot:
                     except FileNotFoundError:
                         pass
             return snap
-    raise StoreError(f"{path}: the store kept changing while being read",
-                     hint="a run is writing heavily; retry in a moment")
+    raise StoreError(
+        f"{path}: the store kept changing while being read", hint="a run is writing heavily; retry in a moment"
+    )
 
 
 @contextmanager
@@ -166,8 +170,9 @@ def read_connection(path: str | None = None) -> Iterator[duckdb.DuckDBPyConnecti
         finally:
             con.close()
         return
-    raise StoreError(f"{path}: cannot read the store ({str(last).splitlines()[0] if last else 'unknown'})",
-                     hint="retry in a moment")
+    raise StoreError(
+        f"{path}: cannot read the store ({str(last).splitlines()[0] if last else 'unknown'})", hint="retry in a moment"
+    )
 
 
 def refresh() -> None:
@@ -271,8 +276,9 @@ class QuestionArrays:
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def question_arrays(path: str, token: tuple, run_id: str, question: str, split: str,
-                    recalibrate: str | None = None) -> QuestionArrays:
+def question_arrays(
+    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None = None
+) -> QuestionArrays:
     """Probabilities and labels of one split; optionally recalibrated with a calibrator fitted on
     the run's *calibration* split (``recalibrate`` = ``temperature``, ``isotonic`` or ``platt``)."""
     ans = run_answers(path, token, run_id, question)
@@ -295,8 +301,15 @@ GRID_POINTS = 100
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def threshold_surface(path: str, token: tuple, run_id: str, question: str, split: str = "calibration",
-                      recalibrate: str | None = None, error_cost: float | None = None):
+def threshold_surface(
+    path: str,
+    token: tuple,
+    run_id: str,
+    question: str,
+    split: str = "calibration",
+    recalibrate: str | None = None,
+    error_cost: float | None = None,
+):
     """Risk–coverage surface of one split (``workbench.thresholds.surface``), cached per run.
 
     With ``error_cost`` the surface also carries the wrong-accept cost per grid point (for the
@@ -318,23 +331,37 @@ def threshold_surface(path: str, token: tuple, run_id: str, question: str, split
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def question_report(path: str, token: tuple, run_id: str, question: str, split: str,
-                    recalibrate: str | None = None, n_bins: int = 15, n_boot: int = 200):
+def question_report(
+    path: str,
+    token: tuple,
+    run_id: str,
+    question: str,
+    split: str,
+    recalibrate: str | None = None,
+    n_bins: int = 15,
+    n_boot: int = 200,
+):
     """:mod:`workbench.metrics.report` of one question on one split (metrics with bootstrap intervals)."""
     from workbench.metrics.report import REPORTERS
 
     arr = question_arrays(path, token, run_id, question, split, recalibrate)
-    return REPORTERS[arr.qtype](arr.probs, arr.labels, list(arr.option_ids), question=question, n_bins=n_bins,
-                                n_boot=n_boot, smooth=True)
+    return REPORTERS[arr.qtype](
+        arr.probs, arr.labels, list(arr.option_ids), question=question, n_bins=n_bins, n_boot=n_boot, smooth=True
+    )
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def reliability(path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None,
-                n_bins: int, strategy: str):
+def reliability(
+    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, n_bins: int, strategy: str
+):
     """(top-label curve, smooth top-label curve, class-wise curves, confusion) from the metrics layer."""
     from workbench.metrics.confusion import confusion_result
-    from workbench.metrics.reliability import (classwise_reliability_curves, smooth_reliability_curve,
-                                               top_label, top_label_reliability_curve)
+    from workbench.metrics.reliability import (
+        classwise_reliability_curves,
+        smooth_reliability_curve,
+        top_label,
+        top_label_reliability_curve,
+    )
 
     arr = question_arrays(path, token, run_id, question, split, recalibrate)
     import numpy as np
@@ -352,8 +379,16 @@ def reliability(path: str, token: tuple, run_id: str, question: str, split: str,
 
 
 @st.cache_data(show_spinner="Comparing runs…", max_entries=16)
-def comparison(path: str, token: tuple, run_ids: tuple[str, ...], baseline: str, question: str, split: str,
-               objective: tuple, n_boot: int):
+def comparison(
+    path: str,
+    token: tuple,
+    run_ids: tuple[str, ...],
+    baseline: str,
+    question: str,
+    split: str,
+    objective: tuple,
+    n_boot: int,
+):
     """:func:`workbench.compare.compare_runs` (paired bootstrap, McNemar) as a frame + the raw rows.
 
     ``objective`` = (kind, max_error, delta, calibrate).
@@ -362,9 +397,15 @@ def comparison(path: str, token: tuple, run_ids: tuple[str, ...], baseline: str,
 
     kind, max_error, delta, calibrate = objective
     with read_connection(path) as con:
-        comp = compare_runs(con, list(run_ids), baseline=baseline, questions=[question], split=split,
-                            objective=ObjectiveSpec(kind=kind, max_error=max_error, delta=delta, calibrate=calibrate),
-                            n_boot=n_boot)
+        comp = compare_runs(
+            con,
+            list(run_ids),
+            baseline=baseline,
+            questions=[question],
+            split=split,
+            objective=ObjectiveSpec(kind=kind, max_error=max_error, delta=delta, calibrate=calibrate),
+            n_boot=n_boot,
+        )
     return comp.to_frame(), comp.to_dict()
 
 
@@ -376,20 +417,23 @@ def shadow_sessions(path: str, token: tuple) -> pd.DataFrame:
         try:
             return list_sessions(con)
         except duckdb.CatalogException:  # a store made before the shadow tables existed
-            return pd.DataFrame(columns=["shadow", "source", "champion", "challenger", "schema", "created_at",
-                                         "n_requests"])
+            return pd.DataFrame(
+                columns=["shadow", "source", "champion", "challenger", "schema", "created_at", "n_requests"]
+            )
 
 
 @st.cache_data(show_spinner="Building the shadow report…", max_entries=16)
-def shadow_report(path: str, token: tuple, shadow: str, champion: tuple, challenger: tuple, criteria: tuple,
-                  n_boot: int = 1000) -> dict:
+def shadow_report(
+    path: str, token: tuple, shadow: str, champion: tuple, challenger: tuple, criteria: tuple, n_boot: int = 1000
+) -> dict:
     """:func:`workbench.shadow.report.shadow_report` as a dict (+ ``frame``).
 
     ``champion``/``challenger`` = ("file", PATH) for a policy file or ("rule", "tau=..,margin=..")
     or ("none", ""); ``criteria`` = sorted (name, value) pairs of :class:`Criteria`.
     """
     from workbench.shadow.policies import load_side_policy, parse_rule_options
-    from workbench.shadow.report import Criteria, shadow_report as _report
+    from workbench.shadow.report import Criteria
+    from workbench.shadow.report import shadow_report as _report
 
     def side(spec: tuple):
         kind, value = spec
@@ -400,8 +444,14 @@ def shadow_report(path: str, token: tuple, shadow: str, champion: tuple, challen
         return None
 
     with read_connection(path) as con:
-        rep = _report(con, shadow, champion_policy=side(champion), challenger_policy=side(challenger),
-                      criteria=Criteria(**dict(criteria)), n_boot=n_boot)
+        rep = _report(
+            con,
+            shadow,
+            champion_policy=side(champion),
+            challenger_policy=side(challenger),
+            criteria=Criteria(**dict(criteria)),
+            n_boot=n_boot,
+        )
     out = rep.to_dict()
     out["frame"] = rep.to_frame()
     return out
@@ -431,18 +481,21 @@ def certified_thresholds(path: str, token: tuple, run_id: str, question: str, se
 
 
 @st.cache_data(show_spinner="Certifying the frontier…", max_entries=32)
-def certified_frontier(path: str, token: tuple, run_id: str, question: str, settings: tuple,
-                       alphas: tuple[float, ...]) -> pd.DataFrame:
+def certified_frontier(
+    path: str, token: tuple, run_id: str, question: str, settings: tuple, alphas: tuple[float, ...]
+) -> pd.DataFrame:
     """Certified calibration coverage for each α (others as ``settings``), from
     :func:`workbench.thresholds.choose.certified_frontier`: each point is the selection
     ``choose_thresholds`` makes at that α (0 where nothing is certified)."""
-    from workbench.thresholds.choose import build_options, certified_frontier as _frontier
+    from workbench.thresholds.choose import build_options
+    from workbench.thresholds.choose import certified_frontier as _frontier
 
     opts = build_options(**dict(settings))
     cal = run_answers(path, token, run_id, question, ("calibration",))
     sels = _frontier(cal, opts, [float(a) for a in alphas])
-    return pd.DataFrame({"alpha": list(alphas),
-                         "certified coverage": [s.calibration["coverage"] if s.feasible else 0.0 for s in sels]})
+    return pd.DataFrame(
+        {"alpha": list(alphas), "certified coverage": [s.calibration["coverage"] if s.feasible else 0.0 for s in sels]}
+    )
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -487,8 +540,10 @@ def store_ready() -> bool:
     """Show a friendly message (and return False) when the store does not exist yet."""
     path = db_path()
     if not Path(path).exists():
-        st.info(f"No store at `{path}`. Run `workbench demo` (offline) and open the UI with "
-                "`workbench ui --db PATH`, or change the store path in the sidebar.")
+        st.info(
+            f"No store at `{path}`. Run `workbench demo` (offline) and open the UI with "
+            "`workbench ui --db PATH`, or change the store path in the sidebar."
+        )
         return False
     return True
 
@@ -504,8 +559,9 @@ def run_label(runs: pd.DataFrame, run_id: str) -> str:
     return f"{r['provider']} · {r['dataset']} · {run_id}"
 
 
-def pick_run(runs: pd.DataFrame, *, key: str = KEY_RUN, label: str = "Run",
-             only_done: bool = False, container: Any = None) -> str | None:
+def pick_run(
+    runs: pd.DataFrame, *, key: str = KEY_RUN, label: str = "Run", only_done: bool = False, container: Any = None
+) -> str | None:
     """A run select box bound to session state (shared across pages by default)."""
     box = container or st
     if runs.empty:
@@ -524,8 +580,7 @@ def pick_question(run: dict, *, key: str = KEY_QUESTION, container: Any = None) 
     qs = run["questions"]
     if key in st.session_state and st.session_state[key] not in qs:
         del st.session_state[key]
-    return box.selectbox("Question", qs, key=key,
-                         format_func=lambda q: f"{q} ({run['question_types'][q]})")
+    return box.selectbox("Question", qs, key=key, format_func=lambda q: f"{q} ({run['question_types'][q]})")
 
 
 def show_error(exc: Exception) -> None:
@@ -534,7 +589,27 @@ def show_error(exc: Exception) -> None:
     st.error(f"{message}" + (f"  \n*{hint}*" if hint else ""))
 
 
-__all__ = ["KEY_DB", "KEY_RUN", "KEY_QUESTION", "default_db", "db_path", "store_token", "snapshot",
-           "read_connection", "refresh", "datasets_frame", "dataset_info", "sample_items", "runs_frame",
-           "run_record", "run_answers", "failures_by_kind", "current", "store_ready", "pick_run",
-           "pick_question", "show_error", "NotFoundError"]
+__all__ = [
+    "KEY_DB",
+    "KEY_RUN",
+    "KEY_QUESTION",
+    "default_db",
+    "db_path",
+    "store_token",
+    "snapshot",
+    "read_connection",
+    "refresh",
+    "datasets_frame",
+    "dataset_info",
+    "sample_items",
+    "runs_frame",
+    "run_record",
+    "run_answers",
+    "failures_by_kind",
+    "current",
+    "store_ready",
+    "pick_run",
+    "pick_question",
+    "show_error",
+    "NotFoundError",
+]

@@ -4,9 +4,9 @@ Every figure comes from :func:`workbench.compare.compare_runs` (the function beh
 ``workbench compare``): metrics with bootstrap intervals, paired bootstrap and McNemar tests,
 cost per 1,000 items, latency, and coverage/error at the chosen policy objective.
 """
+
 from __future__ import annotations
 
-import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
@@ -50,16 +50,25 @@ calibrate = o3.selectbox("Calibrate before thresholds", ["temperature", "none", 
 n_boot = o4.select_slider("Bootstrap replicates", [200, 500, 1000, 2000], value=500, key="cmp_boot")
 
 try:
-    frame, raw = state.comparison(path, token, tuple(chosen), baseline, question, split,
-                                  ("guarantee", float(max_error), float(delta), calibrate), int(n_boot))
+    frame, raw = state.comparison(
+        path,
+        token,
+        tuple(chosen),
+        baseline,
+        question,
+        split,
+        ("guarantee", float(max_error), float(delta), calibrate),
+        int(n_boot),
+    )
 except WorkbenchError as exc:
     state.show_error(exc)
     st.stop()
 
 # runs answered by the emulator carry EMULATED in their name (the demo's clef-flash): keep it visible
 names = dict(zip(runs["run_id"], runs["name"].fillna("")))
-frame["provider"] = [p + (" (EMULATED)" if "EMULATED" in names.get(r, "") else "")
-                     for p, r in zip(frame["provider"], frame["run_id"])]
+frame["provider"] = [
+    p + (" (EMULATED)" if "EMULATED" in names.get(r, "") else "") for p, r in zip(frame["provider"], frame["run_id"])
+]
 frame = frame.assign(provider_variant=frame["provider"] + " · " + frame["variant"].fillna("—"))
 st.subheader("Providers × schema variants")
 matrix = frame.pivot_table(index="provider", columns="variant", values="accuracy", aggfunc="first")
@@ -68,29 +77,77 @@ st.dataframe(matrix.style.format("{:.3f}"), width="stretch", key="cmp_matrix")
 
 fig = go.Figure()
 for variant, g in frame.groupby(frame["variant"].fillna("—")):
-    fig.add_trace(go.Bar(name=str(variant), x=g["provider"], y=g["accuracy"],
-                         error_y={"type": "data", "symmetric": False, "array": g["accuracy_high"] - g["accuracy"],
-                                  "arrayminus": g["accuracy"] - g["accuracy_low"]}))
+    fig.add_trace(
+        go.Bar(
+            name=str(variant),
+            x=g["provider"],
+            y=g["accuracy"],
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": g["accuracy_high"] - g["accuracy"],
+                "arrayminus": g["accuracy"] - g["accuracy_low"],
+            },
+        )
+    )
 fig.update_layout(barmode="group", height=380, yaxis_title="accuracy (95% CI)", margin={"t": 20})
-scatter = px.scatter(frame, x="coverage", y="error", color="provider", symbol="variant", hover_name="run_id",
-                     labels={"coverage": "coverage at the certified policy", "error": "error among accepted"},
-                     height=380)
+scatter = px.scatter(
+    frame,
+    x="coverage",
+    y="error",
+    color="provider",
+    symbol="variant",
+    hover_name="run_id",
+    labels={"coverage": "coverage at the certified policy", "error": "error among accepted"},
+    height=380,
+)
 p1, p2 = st.columns(2)
 p1.plotly_chart(fig, key="cmp_bar_chart")
 if frame["coverage"].notna().any():
     p2.plotly_chart(scatter, key="cmp_policy_chart")
 else:
-    p2.info(f"No run has a certified policy at α={max_error:g}, δ={delta:g} on this split: everything would "
-            "go to review. Raise α to see coverage and error at the policy.")
+    p2.info(
+        f"No run has a certified policy at α={max_error:g}, δ={delta:g} on this split: everything would "
+        "go to review. Raise α to see coverage and error at the policy."
+    )
 
 st.subheader(f"Paired differences against the baseline ({state.run_label(runs, baseline)})")
-diff = frame.loc[~frame["is_baseline"], ["provider", "variant", "run_id", "n", "d_accuracy", "d_accuracy_low",
-                                          "d_accuracy_high", "p_bootstrap", "p_mcnemar", "d_log_loss", "d_coverage"]]
-st.dataframe(diff, hide_index=True, width="stretch", key="cmp_diff",
-             column_config={c: st.column_config.NumberColumn(format="%.4f") for c in
-                            ("d_accuracy", "d_accuracy_low", "d_accuracy_high", "p_bootstrap", "p_mcnemar",
-                             "d_log_loss", "d_coverage")})
+diff = frame.loc[
+    ~frame["is_baseline"],
+    [
+        "provider",
+        "variant",
+        "run_id",
+        "n",
+        "d_accuracy",
+        "d_accuracy_low",
+        "d_accuracy_high",
+        "p_bootstrap",
+        "p_mcnemar",
+        "d_log_loss",
+        "d_coverage",
+    ],
+]
+st.dataframe(
+    diff,
+    hide_index=True,
+    width="stretch",
+    key="cmp_diff",
+    column_config={
+        c: st.column_config.NumberColumn(format="%.4f")
+        for c in (
+            "d_accuracy",
+            "d_accuracy_low",
+            "d_accuracy_high",
+            "p_bootstrap",
+            "p_mcnemar",
+            "d_log_loss",
+            "d_coverage",
+        )
+    },
+)
 st.subheader("All figures")
 st.dataframe(frame.drop(columns=["provider_variant"]), hide_index=True, width="stretch", key="cmp_all")
-st.download_button("Download the comparison (CSV)", frame.to_csv(index=False).encode(), "comparison.csv",
-                   key="cmp_download")
+st.download_button(
+    "Download the comparison (CSV)", frame.to_csv(index=False).encode(), "comparison.csv", key="cmp_download"
+)

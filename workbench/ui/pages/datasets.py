@@ -1,4 +1,5 @@
 """Datasets: list, counts per split and label, fingerprint and versions, sample items, import."""
+
 from __future__ import annotations
 
 import tempfile
@@ -18,18 +19,24 @@ def _import_form(path: str) -> None:
     """Upload a file and import it with the same function as `workbench datasets import`."""
     with st.expander("Import a dataset", expanded=False):
         with st.form("import_dataset", clear_on_submit=False):
-            upload = st.file_uploader("File (CSV, TSV, Parquet, JSON, JSONL)",
-                                      type=["csv", "tsv", "parquet", "json", "jsonl"], key="import_file")
+            upload = st.file_uploader(
+                "File (CSV, TSV, Parquet, JSON, JSONL)",
+                type=["csv", "tsv", "parquet", "json", "jsonl"],
+                key="import_file",
+            )
             c1, c2 = st.columns(2)
             name = c1.text_input("Name", key="import_name")
             text_column = c2.text_input("Text column", value="text", key="import_text_column")
-            labels = c1.text_input("Labels (QUESTION=COLUMN, comma-separated)", value="intent=category",
-                                   key="import_labels")
+            labels = c1.text_input(
+                "Labels (QUESTION=COLUMN, comma-separated)", value="intent=category", key="import_labels"
+            )
             split_column = c2.text_input("Split column (optional)", key="import_split_column")
-            test_fraction = c1.number_input("Test fraction (when no split column)", 0.0, 0.9, 0.0, 0.05,
-                                            key="import_test_fraction")
-            calibration_fraction = c2.number_input("Calibration fraction (carved from train)", 0.0, 0.9, 0.2,
-                                                   0.05, key="import_calibration_fraction")
+            test_fraction = c1.number_input(
+                "Test fraction (when no split column)", 0.0, 0.9, 0.0, 0.05, key="import_test_fraction"
+            )
+            calibration_fraction = c2.number_input(
+                "Calibration fraction (carved from train)", 0.0, 0.9, 0.2, 0.05, key="import_calibration_fraction"
+            )
             submitted = st.form_submit_button("Import")
         if not submitted:
             return
@@ -40,10 +47,14 @@ def _import_form(path: str) -> None:
             st.error("Choose a file to import.")
             return
         pairs = dict(p.split("=", 1) for p in labels.split(",") if "=" in p)
-        spec = ImportSpec(name=name.strip(), text_column=text_column or None,
-                          labels={k.strip(): v.strip() for k, v in pairs.items()},
-                          split_column=split_column or None, test_fraction=test_fraction or None,
-                          calibration_fraction=calibration_fraction or None)
+        spec = ImportSpec(
+            name=name.strip(),
+            text_column=text_column or None,
+            labels={k.strip(): v.strip() for k, v in pairs.items()},
+            split_column=split_column or None,
+            test_fraction=test_fraction or None,
+            calibration_fraction=calibration_fraction or None,
+        )
         with tempfile.TemporaryDirectory() as tmp:
             file = Path(tmp) / Path(upload.name).name
             file.write_bytes(upload.getvalue())
@@ -56,8 +67,10 @@ def _import_form(path: str) -> None:
             except WorkbenchError as exc:
                 state.show_error(exc)
                 return
-        st.success(f"{'Imported' if info.created else 'Unchanged'} {info.name} v{info.version}: "
-                   f"{info.n_items} items, fingerprint {info.fingerprint[:12]}")
+        st.success(
+            f"{'Imported' if info.created else 'Unchanged'} {info.name} v{info.version}: "
+            f"{info.n_items} items, fingerprint {info.fingerprint[:12]}"
+        )
 
 
 if state.store_ready():
@@ -70,8 +83,9 @@ if state.store_ready():
     if frame.empty:
         st.info("No dataset in this store yet: import one below, or run `workbench demo`.")
     else:
-        shown = frame.assign(questions=frame["questions"].map(lambda q: ", ".join(q)),
-                             fingerprint=frame["fingerprint"].str[:12])
+        shown = frame.assign(
+            questions=frame["questions"].map(lambda q: ", ".join(q)), fingerprint=frame["fingerprint"].str[:12]
+        )
         st.dataframe(shown, hide_index=True, width="stretch", key="datasets_table")
         names = frame["name"].tolist()
         if state.KEY_DATASET in st.session_state and st.session_state[state.KEY_DATASET] not in names:
@@ -85,8 +99,10 @@ if state.store_ready():
         c[0].metric("Items", f"{info['n_items']:,}")
         for i, split in enumerate(("train", "calibration", "test")):
             c[i + 1].metric(split.capitalize(), f"{info['splits'].get(split, 0):,}")
-        st.markdown(f"**Fingerprint** `{info['fingerprint']}`  ·  **questions** "
-                    f"{', '.join(info['questions'])}  ·  split seed {info['params'].get('seed', '—')}")
+        st.markdown(
+            f"**Fingerprint** `{info['fingerprint']}`  ·  **questions** "
+            f"{', '.join(info['questions'])}  ·  split seed {info['params'].get('seed', '—')}"
+        )
         st.subheader("Versions")
         st.dataframe(pd.DataFrame(info["versions"]), hide_index=True, width="stretch")
 
@@ -94,13 +110,18 @@ if state.store_ready():
         q = st.selectbox("Question", info["questions"], key="dataset_question")
         counts = info["labels"][q]["label_counts"]
         label_frame = pd.DataFrame({"label": list(counts), "items": list(counts.values())})
-        st.caption(f"{info['labels'][q]['n_labels']} labels; labelled items per split: "
-                   f"{info['labels'][q]['labelled_items_per_split']}")
+        st.caption(
+            f"{info['labels'][q]['n_labels']} labels; labelled items per split: "
+            f"{info['labels'][q]['labelled_items_per_split']}"
+        )
         st.plotly_chart(px.bar(label_frame, x="label", y="items", height=320), key="label_counts_chart")
 
         st.subheader("Sample items")
         split = st.selectbox("Split", ["(all)", "train", "calibration", "test"], key="dataset_sample_split")
         n = st.slider("Rows", 5, 200, 20, key="dataset_sample_rows")
-        st.dataframe(state.sample_items(path, token, name, int(version), None if split == "(all)" else split, n),
-                     hide_index=True, width="stretch")
+        st.dataframe(
+            state.sample_items(path, token, name, int(version), None if split == "(all)" else split, n),
+            hide_index=True,
+            width="stretch",
+        )
     _import_form(path)

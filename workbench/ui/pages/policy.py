@@ -3,6 +3,7 @@
 Loading runs the full check of ``workbench policy validate`` (JSON Schema, format version,
 content hash, rules rebuild): a corrupt or tampered file is refused, never shown as valid.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,15 +38,20 @@ def _model(text: str, name: str):
 
 # -- sources --------------------------------------------------------------------------------------------
 store_dir = Path(state.db_path()).parent
-found = {str(p): p.read_text(encoding="utf-8") for p in
-         [store_dir / "policy.json", *sorted((store_dir / "policies").glob("*.json"))] if p.is_file()}
+found = {
+    str(p): p.read_text(encoding="utf-8")
+    for p in [store_dir / "policy.json", *sorted((store_dir / "policies").glob("*.json"))]
+    if p.is_file()
+}
 uploads = st.file_uploader("Load policy files", type=["json"], accept_multiple_files=True, key="pol_upload")
 for up in uploads or []:
     policy_bridge.session_policies()[up.name] = up.getvalue().decode("utf-8", errors="replace")
 available = {**found, **policy_bridge.session_policies()}
 if not available:
-    st.info(f"No policy yet: export one on the Thresholds page, upload a file, or run `workbench demo` "
-            f"(it writes `policy.json` next to the store, here `{store_dir}`).")
+    st.info(
+        f"No policy yet: export one on the Thresholds page, upload a file, or run `workbench demo` "
+        f"(it writes `policy.json` next to the store, here `{store_dir}`)."
+    )
     st.stop()
 names = list(available)
 
@@ -75,20 +81,37 @@ c[3].metric("Questions", len(model.questions))
 rows = []
 for q, qp in model.questions.items():
     test = qp.expected_test
-    rows.append({"question": q, "type": qp.type, "options": len(qp.options), "calibrator": qp.calibrator.type,
-                 "rule": json.dumps(qp.rule.model_dump(exclude_none=True)), "objective": qp.objective.kind,
-                 "certified": qp.objective.certified, "alpha": qp.objective.alpha, "delta": qp.objective.delta,
-                 "coverage (test)": test.coverage.value if test else None,
-                 "error (test)": test.error.value if test else None,
-                 "error 95% high": test.error.high if test else None})
+    rows.append(
+        {
+            "question": q,
+            "type": qp.type,
+            "options": len(qp.options),
+            "calibrator": qp.calibrator.type,
+            "rule": json.dumps(qp.rule.model_dump(exclude_none=True)),
+            "objective": qp.objective.kind,
+            "certified": qp.objective.certified,
+            "alpha": qp.objective.alpha,
+            "delta": qp.objective.delta,
+            "coverage (test)": test.coverage.value if test else None,
+            "error (test)": test.error.value if test else None,
+            "error 95% high": test.error.high if test else None,
+        }
+    )
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="pol_questions")
-st.caption(f"Valid for schema hashes {', '.join(h[:12] for h in model.validity.schema_hashes)}"
-           + (f", models {', '.join(model.validity.models)}" if model.validity.models else "")
-           + f"; created {model.created_at} by {model.created_by or '—'} (workbench {model.workbench_version}).")
+st.caption(
+    f"Valid for schema hashes {', '.join(h[:12] for h in model.validity.schema_hashes)}"
+    + (f", models {', '.join(model.validity.models)}" if model.validity.models else "")
+    + f"; created {model.created_at} by {model.created_by or '—'} (workbench {model.workbench_version})."
+)
 with st.expander("Full file", expanded=False):
     st.code(text, language="json")
-st.download_button("Download this policy", text.encode("utf-8"), file_name=Path(chosen).name,
-                   mime="application/json", key="pol_download_view")
+st.download_button(
+    "Download this policy",
+    text.encode("utf-8"),
+    file_name=Path(chosen).name,
+    mime="application/json",
+    key="pol_download_view",
+)
 
 # -- diff -------------------------------------------------------------------------------------------------
 st.subheader("Diff two policies")
@@ -109,20 +132,34 @@ diff = diff_policies(a, b)
 if diff["identical"]:
     st.success("Identical (same content hash).")
 else:
-    st.write(f"Version {diff['version']['a']} → {diff['version']['b']}"
-             + (" (B is newer)" if diff["version"]["b_is_newer"] else ""))
+    st.write(
+        f"Version {diff['version']['a']} → {diff['version']['b']}"
+        + (" (B is newer)" if diff["version"]["b_is_newer"] else "")
+    )
     if diff["rule_changes"]:
-        st.dataframe(pd.DataFrame([{"question": q, "A": json.dumps(v["a"]), "B": json.dumps(v["b"])}
-                                   for q, v in diff["rule_changes"].items()]), hide_index=True, width="stretch",
-                     key="pol_rule_changes")
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {"question": q, "A": json.dumps(v["a"]), "B": json.dumps(v["b"])}
+                    for q, v in diff["rule_changes"].items()
+                ]
+            ),
+            hide_index=True,
+            width="stretch",
+            key="pol_rule_changes",
+        )
     changes = pd.DataFrame(diff["changes"]).astype(str) if diff["changes"] else pd.DataFrame(columns=["path", "a", "b"])
     st.dataframe(changes, hide_index=True, width="stretch", key="pol_changes")
 
 path, token = state.current()
 runs = state.runs_frame(path, token) if Path(path).exists() else pd.DataFrame()
 if not runs.empty:
-    run_id = st.selectbox("Measure both on a run's test split", ["(none)", *runs["run_id"].tolist()],
-                          key="pol_diff_run", format_func=lambda r: r if r == "(none)" else state.run_label(runs, r))
+    run_id = st.selectbox(
+        "Measure both on a run's test split",
+        ["(none)", *runs["run_id"].tolist()],
+        key="pol_diff_run",
+        format_func=lambda r: r if r == "(none)" else state.run_label(runs, r),
+    )
     if run_id != "(none)":
         from workbench.policy.build import diff_on_run
 
@@ -137,8 +174,16 @@ if not runs.empty:
             if "coverage_change" not in mv:
                 rows.append({"question": q, "note": "question or options missing in this run"})
                 continue
-            rows.append({"question": q, "coverage A": mv["a"]["coverage"]["value"],
-                         "coverage B": mv["b"]["coverage"]["value"], "coverage change": mv["coverage_change"],
-                         "error A": mv["a"]["error"]["value"], "error B": mv["b"]["error"]["value"],
-                         "error change": mv["error_change"], "accepted change": mv["accepted_change"]})
+            rows.append(
+                {
+                    "question": q,
+                    "coverage A": mv["a"]["coverage"]["value"],
+                    "coverage B": mv["b"]["coverage"]["value"],
+                    "coverage change": mv["coverage_change"],
+                    "error A": mv["a"]["error"]["value"],
+                    "error B": mv["b"]["error"]["value"],
+                    "error change": mv["error_change"],
+                    "accepted change": mv["accepted_change"],
+                }
+            )
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="pol_diff_on_run")

@@ -1,4 +1,5 @@
 """Runs: list (provider, schema, status, cost, latency), failures by kind, launch and watch a run."""
+
 from __future__ import annotations
 
 import json
@@ -37,15 +38,24 @@ def _launch_form(path: str, token: tuple) -> None:
             return
         dataset = st.selectbox("Dataset", datasets["name"].tolist(), key="launch_dataset")
         stored = state.dataset_schema_file(path, token, dataset)
-        schema_files = ([stored] if stored else []) + (sorted(str(p) for p in Path("experiments/schemas").glob(
-            "*.y*ml")) if Path("experiments/schemas").is_dir() else [])
+        schema_files = ([stored] if stored else []) + (
+            sorted(str(p) for p in Path("experiments/schemas").glob("*.y*ml"))
+            if Path("experiments/schemas").is_dir()
+            else []
+        )
         with st.form("launch_run"):
             c1, c2 = st.columns(2)
-            schema = c2.selectbox("Schema file", schema_files, key="launch_schema", accept_new_options=True,
-                                  format_func=lambda f: "the dataset's own schema" if f == stored else f)
+            schema = c2.selectbox(
+                "Schema file",
+                schema_files,
+                key="launch_schema",
+                accept_new_options=True,
+                format_func=lambda f: "the dataset's own schema" if f == stored else f,
+            )
             provider = c1.text_input("Provider spec", value="baseline:tfidf-logreg", key="launch_provider")
-            splits = c2.multiselect("Splits", ["calibration", "test"], default=["calibration", "test"],
-                                    key="launch_splits")
+            splits = c2.multiselect(
+                "Splits", ["calibration", "test"], default=["calibration", "test"], key="launch_splits"
+            )
             limit = c1.number_input("Limit (0 = all items)", 0, 10_000_000, 0, key="launch_limit")
             name = c2.text_input("Run name (optional)", key="launch_name")
             go = st.form_submit_button("Start run")
@@ -54,8 +64,21 @@ def _launch_form(path: str, token: tuple) -> None:
         if not schema:
             st.error("Choose a schema file.")
             return
-        cmd = [sys.executable, "-c", "from workbench.cli import main; main()", "--db", path, "run",
-               "--dataset", dataset, "--schema", str(schema), "--provider", provider, "--no-progress"]
+        cmd = [
+            sys.executable,
+            "-c",
+            "from workbench.cli import main; main()",
+            "--db",
+            path,
+            "run",
+            "--dataset",
+            dataset,
+            "--schema",
+            str(schema),
+            "--provider",
+            provider,
+            "--no-progress",
+        ]
         for s in splits:
             cmd += ["--split", s]
         if limit:
@@ -64,10 +87,12 @@ def _launch_form(path: str, token: tuple) -> None:
             cmd += ["--run-name", name]
         log = Path(tempfile.mkstemp(prefix="workbench-run-", suffix=".log")[1])
         with open(log, "wb") as fh:
-            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ},
-                                    start_new_session=True)
-        st.session_state.setdefault(KEY_PROC, []).append({"pid": proc.pid, "log": str(log),
-                                                          "cmd": " ".join(cmd[3:]), "proc": proc})
+            proc = subprocess.Popen(
+                cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ}, start_new_session=True
+            )
+        st.session_state.setdefault(KEY_PROC, []).append(
+            {"pid": proc.pid, "log": str(log), "cmd": " ".join(cmd[3:]), "proc": proc}
+        )
         st.success(f"Started `workbench {' '.join(cmd[3:])}` (pid {proc.pid}).")
 
 
@@ -117,15 +142,33 @@ if state.store_ready():
         c[2].metric("Failures", f"{int(runs['n_failed'].sum()):,}")
         total_cost = runs["cost_usd"].sum(min_count=1)
         c[3].metric("Cost (USD)", "unknown" if pd.isna(total_cost) else f"{total_cost:.4f}")
-        shown = runs[["run_id", "name", "kind", "dataset", "provider", "model", "schema", "variant", "status",
-                      "n_answers", "n_failed", "cost_usd", "latency_p50_ms", "created_at"]]
+        shown = runs[
+            [
+                "run_id",
+                "name",
+                "kind",
+                "dataset",
+                "provider",
+                "model",
+                "schema",
+                "variant",
+                "status",
+                "n_answers",
+                "n_failed",
+                "cost_usd",
+                "latency_p50_ms",
+                "created_at",
+            ]
+        ]
         st.dataframe(shown, hide_index=True, width="stretch", key="runs_table")
 
         run_id = state.pick_run(runs)
         run = state.run_record(path, token, run_id)
-        st.markdown(f"**{run.get('name') or run_id}** · provider `{run['provider']}` · model "
-                    f"`{run.get('model') or '—'}` · dialect `{run.get('dialect') or '—'}` · schema "
-                    f"`{run['schema_hash'][:12]}` · splits {', '.join(run['splits'])} · status **{run['status']}**")
+        st.markdown(
+            f"**{run.get('name') or run_id}** · provider `{run['provider']}` · model "
+            f"`{run.get('model') or '—'}` · dialect `{run.get('dialect') or '—'}` · schema "
+            f"`{run['schema_hash'][:12]}` · splits {', '.join(run['splits'])} · status **{run['status']}**"
+        )
         summary = run.get("summary") or {}
         if summary:
             with st.expander("Run summary", expanded=False):

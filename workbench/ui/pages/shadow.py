@@ -4,6 +4,7 @@ Reads shadow sessions (replayed runs, imported logs, the live mirror's journal) 
 :func:`workbench.shadow.report.shadow_report`, the function behind ``workbench shadow report``.
 A replay of two runs can be created here (the same call as ``workbench shadow replay``).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,10 +32,19 @@ def _replay_form() -> None:
             st.info("Needs two runs over the same dataset.")
             return
         with st.form("shadow_replay"):
-            a = st.selectbox("Champion (incumbent) run", runs["run_id"].tolist(), key="sh_new_champion",
-                             format_func=lambda r: state.run_label(runs, r))
-            b = st.selectbox("Challenger run", runs["run_id"].tolist(), index=1, key="sh_new_challenger",
-                             format_func=lambda r: state.run_label(runs, r))
+            a = st.selectbox(
+                "Champion (incumbent) run",
+                runs["run_id"].tolist(),
+                key="sh_new_champion",
+                format_func=lambda r: state.run_label(runs, r),
+            )
+            b = st.selectbox(
+                "Challenger run",
+                runs["run_id"].tolist(),
+                index=1,
+                key="sh_new_challenger",
+                format_func=lambda r: state.run_label(runs, r),
+            )
             name = st.text_input("Session name", value="replay", key="sh_new_name")
             go_ = st.form_submit_button("Create replay")
         if go_:
@@ -44,8 +54,9 @@ def _replay_form() -> None:
             try:
                 con = connect(path)  # a short write; runs may be reading meanwhile from their own process
                 try:
-                    info = replay_runs(con, shadow=name, champion_run=a, challenger_run=b, splits=["test"],
-                                       replace=True)
+                    info = replay_runs(
+                        con, shadow=name, champion_run=a, challenger_run=b, splits=["test"], replace=True
+                    )
                 finally:
                     con.close()
             except WorkbenchError as exc:
@@ -56,8 +67,10 @@ def _replay_form() -> None:
 
 
 if sessions.empty:
-    st.info("No shadow session in this store yet: replay two runs below, or import production logs with "
-            "`workbench shadow import FILE`.")
+    st.info(
+        "No shadow session in this store yet: replay two runs below, or import production logs with "
+        "`workbench shadow import FILE`."
+    )
     _replay_form()
     st.stop()
 
@@ -65,8 +78,9 @@ st.dataframe(sessions, hide_index=True, width="stretch", key="sh_sessions")
 shadow = st.selectbox("Session", sessions["shadow"].tolist(), key="sh_session")
 
 store_dir = Path(path).parent
-policy_files = [str(p) for p in [store_dir / "policy.json", *sorted((store_dir / "policies").glob("*.json"))]
-                if p.is_file()]
+policy_files = [
+    str(p) for p in [store_dir / "policy.json", *sorted((store_dir / "policies").glob("*.json"))] if p.is_file()
+]
 
 
 def _side(label: str, key: str) -> tuple:
@@ -75,8 +89,10 @@ def _side(label: str, key: str) -> tuple:
         if not policy_files:
             st.caption("No policy file next to the store.")
             return ("none", "")
-        return ("file", st.selectbox(f"{label} policy", policy_files, key=f"{key}_file",
-                                     format_func=lambda p: Path(p).name))
+        return (
+            "file",
+            st.selectbox(f"{label} policy", policy_files, key=f"{key}_file", format_func=lambda p: Path(p).name),
+        )
     if kind == "rule":
         c1, c2 = st.columns(2)
         tau = c1.slider(f"{label} τ", 0.0, 1.0, 0.6, 0.01, key=f"{key}_tau")
@@ -95,8 +111,7 @@ with st.expander("Rollout criteria", expanded=False):
     criteria = {
         "max_error_increase": k1.number_input("Max error increase", 0.0, 0.5, 0.0, 0.005, key="sh_max_err"),
         "min_coverage_gain": k2.number_input("Min coverage gain", -0.5, 0.5, 0.0, 0.01, key="sh_min_cov"),
-        "max_failure_rate": k3.number_input("Max challenger failure rate", 0.0, 1.0, 0.01, 0.005,
-                                            key="sh_max_fail"),
+        "max_failure_rate": k3.number_input("Max challenger failure rate", 0.0, 1.0, 0.01, 0.005, key="sh_max_fail"),
         "min_outcomes": int(k1.number_input("Min known outcomes", 0, 100_000, 100, 10, key="sh_min_out")),
     }
     p95 = k2.number_input("Max challenger p95 latency (ms, 0 = no limit)", 0.0, 1e6, 0.0, key="sh_p95")
@@ -118,36 +133,62 @@ for q in rep["questions"]:
     st.subheader(f"Question `{q['question']}` — {q['n_requests']:,} requests")
     m = st.columns(4)
     ag = q["agreement"]
-    m[0].metric("Agreement (top answer)", "—" if ag["rate"] is None else f"{100 * ag['rate']:.1f}%",
-                help=f"95% Wilson {100 * ag['low']:.1f}–{100 * ag['high']:.1f}% on {ag['n']:,} requests")
+    m[0].metric(
+        "Agreement (top answer)",
+        "—" if ag["rate"] is None else f"{100 * ag['rate']:.1f}%",
+        help=f"95% Wilson {100 * ag['low']:.1f}–{100 * ag['high']:.1f}% on {ag['n']:,} requests",
+    )
     load = q.get("review_load") or {}
-    m[1].metric("Review load champion → challenger",
-                "—" if not load else f"{100 * load['champion']:.1f}% → {100 * load['challenger']:.1f}%")
+    m[1].metric(
+        "Review load champion → challenger",
+        "—" if not load else f"{100 * load['champion']:.1f}% → {100 * load['challenger']:.1f}%",
+    )
     err = (q.get("error") or {}).get("error_among_accepted") or {}
-    m[2].metric("Error among accepted change", "—" if not err else f"{100 * err['difference']:+.1f} pts",
-                help="" if not err else f"95% CI {100 * err['low']:+.1f} to {100 * err['high']:+.1f} pts")
+    m[2].metric(
+        "Error among accepted change",
+        "—" if not err else f"{100 * err['difference']:+.1f} pts",
+        help="" if not err else f"95% CI {100 * err['low']:+.1f} to {100 * err['high']:+.1f} pts",
+    )
     fails = q["failures"]["challenger"]
     m[3].metric("Challenger failures", "—" if fails["rate"] is None else f"{100 * fails['rate']:.2f}%")
     d = q.get("directional")
     if d:
-        st.dataframe(pd.DataFrame([{"case": k.replace("_", " "), "requests": v} for k, v in d.items() if k != "n"]),
-                     hide_index=True, width="stretch", key=f"sh_directional_{q['question']}")
+        st.dataframe(
+            pd.DataFrame([{"case": k.replace("_", " "), "requests": v} for k, v in d.items() if k != "n"]),
+            hide_index=True,
+            width="stretch",
+            key=f"sh_directional_{q['question']}",
+        )
     for note in q.get("notes") or []:
         st.caption(note)
     flips = q["flip_matrix"]
     counts = np.asarray(flips["counts"])
     opts = flips["options"]
     if len(opts) <= 40:
-        fig = go.Figure(go.Heatmap(z=np.log1p(counts), x=opts, y=opts, colorscale="Purples", customdata=counts,
-                                   hovertemplate="champion %{y}<br>challenger %{x}<br>%{customdata}<extra></extra>",
-                                   showscale=False))
-        fig.update_layout(height=max(320, 14 * len(opts) + 120), yaxis_autorange="reversed", margin={"t": 20},
-                          xaxis_title="challenger answer", yaxis_title="champion answer")
+        fig = go.Figure(
+            go.Heatmap(
+                z=np.log1p(counts),
+                x=opts,
+                y=opts,
+                colorscale="Purples",
+                customdata=counts,
+                hovertemplate="champion %{y}<br>challenger %{x}<br>%{customdata}<extra></extra>",
+                showscale=False,
+            )
+        )
+        fig.update_layout(
+            height=max(320, 14 * len(opts) + 120),
+            yaxis_autorange="reversed",
+            margin={"t": 20},
+            xaxis_title="challenger answer",
+            yaxis_title="champion answer",
+        )
         st.plotly_chart(fig, key=f"sh_flip_chart_{q['question']}")
     if flips["top_flips"]:
         st.caption("Most frequent flips (champion → challenger)")
-        st.dataframe(pd.DataFrame(flips["top_flips"]), hide_index=True, width="stretch",
-                     key=f"sh_flips_{q['question']}")
+        st.dataframe(
+            pd.DataFrame(flips["top_flips"]), hide_index=True, width="stretch", key=f"sh_flips_{q['question']}"
+        )
 with st.expander("Gates", expanded=False):
     st.dataframe(pd.DataFrame(rep["gates"]).astype(str), hide_index=True, width="stretch", key="sh_gates")
 _replay_form()

@@ -10,6 +10,7 @@ Two kinds of figures, labelled as such on the page:
   :func:`workbench.thresholds.choose.build_options` — the call behind ``workbench thresholds`` and
   ``workbench policy export`` — so the screen, the CLI and the exported policy agree.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,11 +37,15 @@ qtype = run["question_types"][question]
 if "calibration" not in run["splits"] or "test" not in run["splits"]:
     st.warning(f"This run has splits {run['splits']}; thresholds are fitted on `calibration` and judged on `test`.")
 
-recal = st.radio("Probabilities", ["as answered", "temperature", "isotonic"] + (["platt"] if qtype == "noul" else []),
-                 horizontal=True, key="thr_recalibrate",
-                 help="Exploration (sliders): the calibrator is fitted on the whole calibration split. "
-                      "Certified figures and the policy export fit it on their own carve of the calibration "
-                      "split, exactly as `workbench thresholds --calibrate` does.")
+recal = st.radio(
+    "Probabilities",
+    ["as answered", "temperature", "isotonic"] + (["platt"] if qtype == "noul" else []),
+    horizontal=True,
+    key="thr_recalibrate",
+    help="Exploration (sliders): the calibrator is fitted on the whole calibration split. "
+    "Certified figures and the policy export fit it on their own carve of the calibration "
+    "split, exactly as `workbench thresholds --calibrate` does.",
+)
 recal_method = None if recal == "as answered" else recal
 
 try:
@@ -55,8 +60,11 @@ if surface.n_total == 0:
 
 # -- sliders (rule coordinates: tau/margin, or tau_yes/tau_no for noul) -------------------------------
 is_noul = qtype == "noul"
-x_label, y_label = ("τ yes (accept yes when P(yes) ≥)", "τ no (accept no when P(yes) ≤)") if is_noul else \
-    ("τ (lowest top probability accepted)", "m (lowest margin top − second)")
+x_label, y_label = (
+    ("τ yes (accept yes when P(yes) ≥)", "τ no (accept no when P(yes) ≤)")
+    if is_noul
+    else ("τ (lowest top probability accepted)", "m (lowest margin top − second)")
+)
 # the sliders move over the surface's own grid (it may be finer near the strict end), so every
 # position is a grid point whose calibration figures are read from the surface without rescanning
 x_opts = [float(v) for v in surface.x_grid]
@@ -90,20 +98,28 @@ cal_point = surface.point(i, j)
 per_class: dict[int, tuple[float, float]] = {}
 if not is_noul:
     with st.expander("Per-class overrides", expanded=False):
-        st.caption("Tick an option and give its own τ and m (empty = the sliders' values). Overrides change the "
-                   "test figures below; the calibration surface is for the global rule.")
+        st.caption(
+            "Tick an option and give its own τ and m (empty = the sliders' values). Overrides change the "
+            "test figures below; the calibration surface is for the global rule."
+        )
         # the frame does not depend on the sliders, so edits survive slider moves
-        base = pd.DataFrame({"option": list(test.option_ids), "override": False,
-                             "tau": np.nan, "margin": np.nan})
-        edited = st.data_editor(base, hide_index=True, key=f"thr_overrides_{run_id}_{question}", disabled=["option"],
-                                column_config={"tau": st.column_config.NumberColumn(min_value=0.0, max_value=1.0,
-                                                                                    step=0.01),
-                                               "margin": st.column_config.NumberColumn(min_value=0.0,
-                                                                                       max_value=1.0, step=0.01)})
+        base = pd.DataFrame({"option": list(test.option_ids), "override": False, "tau": np.nan, "margin": np.nan})
+        edited = st.data_editor(
+            base,
+            hide_index=True,
+            key=f"thr_overrides_{run_id}_{question}",
+            disabled=["option"],
+            column_config={
+                "tau": st.column_config.NumberColumn(min_value=0.0, max_value=1.0, step=0.01),
+                "margin": st.column_config.NumberColumn(min_value=0.0, max_value=1.0, step=0.01),
+            },
+        )
         for k, row in enumerate(edited.itertuples()):
             if row.override:
-                per_class[k] = (float(x_thr) if pd.isna(row.tau) else float(row.tau),
-                                float(y_thr) if pd.isna(row.margin) else float(row.margin))
+                per_class[k] = (
+                    float(x_thr) if pd.isna(row.tau) else float(row.tau),
+                    float(y_thr) if pd.isna(row.margin) else float(row.margin),
+                )
 
 from workbench.thresholds.evaluate import evaluate_rule  # noqa: E402
 from workbench.thresholds.rules import make_rule  # noqa: E402
@@ -122,44 +138,100 @@ def _ci(d: dict) -> str:
 
 st.subheader("At these thresholds (exploration, not certified)")
 m = st.columns(4)
-m[0].metric("Coverage (test)", _pct(test_report["coverage"]["value"]),
-            help="Share of test items auto-accepted. " + _ci(test_report["coverage"]))
-m[1].metric("Error among accepted (test)", _pct(test_report["error"]["value"]),
-            help="Clopper–Pearson " + _ci(test_report["error"]))
-m[2].metric("Review load (test)", f"{test_report['n_review']:,} items",
-            help=f"{_pct(test_report['review_rate']['value'])} of {test_report['n_items']:,} test items")
-m[3].metric("Coverage / error (calibration)",
-            f"{_pct(cal_point['coverage'])} / {_pct(cal_point['error_rate'])}",
-            help=f"{cal_point['accepted']:,} of {surface.n_total:,} calibration items accepted "
-                 "(read from the surface)" + (" — per-class overrides apply to test only" if per_class else ""))
-st.caption(f"Test: {_ci(test_report['coverage'])} for coverage, {_ci(test_report['error'])} for error; "
-           f"{test_report['n_failed']} provider failures routed to review.")
+m[0].metric(
+    "Coverage (test)",
+    _pct(test_report["coverage"]["value"]),
+    help="Share of test items auto-accepted. " + _ci(test_report["coverage"]),
+)
+m[1].metric(
+    "Error among accepted (test)",
+    _pct(test_report["error"]["value"]),
+    help="Clopper–Pearson " + _ci(test_report["error"]),
+)
+m[2].metric(
+    "Review load (test)",
+    f"{test_report['n_review']:,} items",
+    help=f"{_pct(test_report['review_rate']['value'])} of {test_report['n_items']:,} test items",
+)
+m[3].metric(
+    "Coverage / error (calibration)",
+    f"{_pct(cal_point['coverage'])} / {_pct(cal_point['error_rate'])}",
+    help=f"{cal_point['accepted']:,} of {surface.n_total:,} calibration items accepted "
+    "(read from the surface)" + (" — per-class overrides apply to test only" if per_class else ""),
+)
+st.caption(
+    f"Test: {_ci(test_report['coverage'])} for coverage, {_ci(test_report['error'])} for error; "
+    f"{test_report['n_failed']} provider failures routed to review."
+)
 
 # -- surface plots ------------------------------------------------------------------------------------
 cov = surface.coverage
 err = surface.error_rate
 ys = -surface.y_grid if is_noul else surface.y_grid
 fig = go.Figure()
-fig.add_trace(go.Heatmap(x=surface.x_grid, y=ys, z=err.T, colorscale="RdYlGn_r", zmin=0,
-                         zmax=float(np.nanmax(err)) if np.isfinite(err).any() else 1,
-                         colorbar={"title": "error"}, name="error among accepted",
-                         hovertemplate="x=%{x:.2f} y=%{y:.2f}<br>error %{z:.3f}<extra></extra>"))
-fig.add_trace(go.Contour(x=surface.x_grid, y=ys, z=cov.T, showscale=False, contours_coloring="lines",
-                         line_width=1, colorscale=[[0, "black"], [1, "black"]],
-                         contours={"showlabels": True, "start": 0.1, "end": 0.9, "size": 0.1},
-                         name="coverage", hoverinfo="skip"))
-fig.add_trace(go.Scatter(x=[surface.x_grid[i]], y=[ys[j]], mode="markers", name="current",
-                         marker={"symbol": "x", "size": 14, "color": "blue"}))
-fig.update_layout(height=420, margin={"t": 30}, title="Calibration split: error among accepted (colour), "
-                  "coverage (contours)", xaxis_title=x_label.split(" (")[0], yaxis_title=y_label.split(" (")[0])
+fig.add_trace(
+    go.Heatmap(
+        x=surface.x_grid,
+        y=ys,
+        z=err.T,
+        colorscale="RdYlGn_r",
+        zmin=0,
+        zmax=float(np.nanmax(err)) if np.isfinite(err).any() else 1,
+        colorbar={"title": "error"},
+        name="error among accepted",
+        hovertemplate="x=%{x:.2f} y=%{y:.2f}<br>error %{z:.3f}<extra></extra>",
+    )
+)
+fig.add_trace(
+    go.Contour(
+        x=surface.x_grid,
+        y=ys,
+        z=cov.T,
+        showscale=False,
+        contours_coloring="lines",
+        line_width=1,
+        colorscale=[[0, "black"], [1, "black"]],
+        contours={"showlabels": True, "start": 0.1, "end": 0.9, "size": 0.1},
+        name="coverage",
+        hoverinfo="skip",
+    )
+)
+fig.add_trace(
+    go.Scatter(
+        x=[surface.x_grid[i]],
+        y=[ys[j]],
+        mode="markers",
+        name="current",
+        marker={"symbol": "x", "size": 14, "color": "blue"},
+    )
+)
+fig.update_layout(
+    height=420,
+    margin={"t": 30},
+    title="Calibration split: error among accepted (colour), coverage (contours)",
+    xaxis_title=x_label.split(" (")[0],
+    yaxis_title=y_label.split(" (")[0],
+)
 
 # risk–coverage curve at the chosen margin (one row of the surface) + every grid point as a cloud
 curve = go.Figure()
-curve.add_trace(go.Scatter(x=cov.ravel(), y=err.ravel(), mode="markers", name="all (τ, m)",
-                           marker={"size": 3, "color": "lightgrey"}))
-curve.add_trace(go.Scatter(x=cov[:, j], y=err[:, j], mode="lines", name=f"varying τ at this {'τ no' if is_noul else 'm'}"))
-curve.add_trace(go.Scatter(x=[cal_point["coverage"]], y=[cal_point["error_rate"]], mode="markers", name="current",
-                           marker={"symbol": "x", "size": 14, "color": "blue"}))
+curve.add_trace(
+    go.Scatter(
+        x=cov.ravel(), y=err.ravel(), mode="markers", name="all (τ, m)", marker={"size": 3, "color": "lightgrey"}
+    )
+)
+curve.add_trace(
+    go.Scatter(x=cov[:, j], y=err[:, j], mode="lines", name=f"varying τ at this {'τ no' if is_noul else 'm'}")
+)
+curve.add_trace(
+    go.Scatter(
+        x=[cal_point["coverage"]],
+        y=[cal_point["error_rate"]],
+        mode="markers",
+        name="current",
+        marker={"symbol": "x", "size": 14, "color": "blue"},
+    )
+)
 
 # -- certified frontier ---------------------------------------------------------------------------------
 st.subheader("Certified thresholds (Learn-then-Test)")
@@ -168,43 +240,67 @@ alpha = g1.number_input("α: max error among accepted", 0.005, 0.5, 0.05, 0.005,
 delta = g2.number_input("δ: allowed failure probability", 0.01, 0.5, 0.1, 0.01, key="thr_delta")
 method = g3.selectbox("Family-wise control", ["fixed-sequence", "holm"], key="thr_method")
 calibrate = recal_method or "none"
-cli = (f"workbench thresholds {run_id} --question {question} --max-error {alpha:g} --delta {delta:g} "
-       f"--method {method}" + (f" --calibrate {calibrate}" if recal_method else "") + " --json")
-st.caption(f"Everything in this section (and the frontier dotted on the risk–coverage plot) is what `{cli}` "
-           "reports: same options, same library call. The sliders above only explore.")
+cli = (
+    f"workbench thresholds {run_id} --question {question} --max-error {alpha:g} --delta {delta:g} "
+    f"--method {method}" + (f" --calibrate {calibrate}" if recal_method else "") + " --json"
+)
+st.caption(
+    f"Everything in this section (and the frontier dotted on the risk–coverage plot) is what `{cli}` "
+    "reports: same options, same library call. The sliders above only explore."
+)
 
 from workbench.thresholds.guarantees import select_cost  # noqa: E402
 
 settings = state.threshold_settings(max_error=float(alpha), delta=float(delta), method=method, calibrate=calibrate)
 try:
     certified = state.certified_thresholds(path, token, run_id, question, settings)
-    front = state.certified_frontier(path, token, run_id, question, settings,
-                                     tuple(np.round(np.linspace(0.01, 0.3, 30), 3).tolist()))
+    front = state.certified_frontier(
+        path, token, run_id, question, settings, tuple(np.round(np.linspace(0.01, 0.3, 30), 3).tolist())
+    )
 except WorkbenchError as exc:
     state.show_error(exc)
     st.stop()
-curve.add_trace(go.Scatter(x=front["certified coverage"], y=front["alpha"], mode="lines+markers",
-                           name=f"certified frontier (δ={delta:g})", line={"dash": "dot"}))
-curve.update_layout(height=420, margin={"t": 30}, title="Risk–coverage (calibration)",
-                    xaxis_title="coverage", yaxis_title="error among accepted")
+curve.add_trace(
+    go.Scatter(
+        x=front["certified coverage"],
+        y=front["alpha"],
+        mode="lines+markers",
+        name=f"certified frontier (δ={delta:g})",
+        line={"dash": "dot"},
+    )
+)
+curve.update_layout(
+    height=420,
+    margin={"t": 30},
+    title="Risk–coverage (calibration)",
+    xaxis_title="coverage",
+    yaxis_title="error among accepted",
+)
 pc1, pc2 = st.columns(2)
 pc1.plotly_chart(fig, key="thr_surface_chart")
 pc2.plotly_chart(curve, key="thr_curve_chart")
 
-if not is_noul and st.toggle("Per-class guarantees (one certified (τ, m) per option, Bonferroni over options)",
-                             key="thr_per_class"):
+if not is_noul and st.toggle(
+    "Per-class guarantees (one certified (τ, m) per option, Bonferroni over options)", key="thr_per_class"
+):
     try:
-        per_res = state.certified_thresholds(path, token, run_id, question,
-                                             state.threshold_settings(**dict(settings), per_class=True))
+        per_res = state.certified_thresholds(
+            path, token, run_id, question, state.threshold_settings(**dict(settings), per_class=True)
+        )
     except WorkbenchError as exc:
         state.show_error(exc)
         st.stop()
     per_g = per_res["selection"]["guarantee"] or {}  # per-class entries keyed by option id
-    rows = [{"option": opt, **{kk: vv for kk, vv in v.items() if not isinstance(vv, dict)}}
-            for opt, v in per_g.get("classes", {}).items()]
-    st.caption(f"δ per option {per_g.get('delta_per_class', float('nan')):.4g}; "
-               f"calibration coverage {_pct(per_res['calibration']['coverage'])} with the certified options only."
-               if per_g else "")
+    rows = [
+        {"option": opt, **{kk: vv for kk, vv in v.items() if not isinstance(vv, dict)}}
+        for opt, v in per_g.get("classes", {}).items()
+    ]
+    st.caption(
+        f"δ per option {per_g.get('delta_per_class', float('nan')):.4g}; "
+        f"calibration coverage {_pct(per_res['calibration']['coverage'])} with the certified options only."
+        if per_g
+        else ""
+    )
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="thr_per_class_table")
     st.caption("Export a per-class policy from the section below (objective: guarantee).")
 
@@ -220,23 +316,34 @@ if certified["feasible"]:
     cm = st.columns(4)
     cm[0].metric(names[0], _num(xy[0]))
     cm[1].metric(names[1], _num(xy[1]))
-    cm[2].metric("Certified error bound", _num(cert_g.get("risk_upper_bound")),
-                 help=f"Upper confidence bound on the error among accepted items (≤ α = {alpha:g}) on the "
-                      f"{cert_g.get('n_calibration', 0):,} certifying calibration items.")
+    cm[2].metric(
+        "Certified error bound",
+        _num(cert_g.get("risk_upper_bound")),
+        help=f"Upper confidence bound on the error among accepted items (≤ α = {alpha:g}) on the "
+        f"{cert_g.get('n_calibration', 0):,} certifying calibration items.",
+    )
     cert_test = certified.get("test") or {}
-    cm[3].metric("Certified rule: coverage / error (test)",
-                 f"{_pct((cert_test.get('coverage') or {}).get('value'))} / "
-                 f"{_pct((cert_test.get('error') or {}).get('value'))}",
-                 help="The certified rule applied to the test split (with its calibrator), as the CLI reports.")
+    cm[3].metric(
+        "Certified rule: coverage / error (test)",
+        f"{_pct((cert_test.get('coverage') or {}).get('value'))} / {_pct((cert_test.get('error') or {}).get('value'))}",
+        help="The certified rule applied to the test split (with its calibrator), as the CLI reports.",
+    )
     n_fit = certified.get("n_calibrator_fit") or 0
-    st.success(f"Certified at α={alpha:g}, δ={delta:g} ({method}): "
-               + ", ".join(f"{k} = {v:.4f}" for k, v in zip(("τ yes", "τ no") if is_noul else ("τ", "m"), xy))
-               + f" → calibration coverage {_pct(cert_g.get('expected_coverage'))}, "
-               f"n_calibration {cert_g.get('n_calibration', 0):,}"
-               + (f" (calibrator fitted on {n_fit:,} other calibration items)." if n_fit else "."))
-    st.button("Use the certified thresholds", key="thr_use_certified", on_click=_set_point, args=xy,
-              help="Moves the exploration sliders onto the certified point (the figures above then show it "
-                   "with the exploration calibrator).")
+    st.success(
+        f"Certified at α={alpha:g}, δ={delta:g} ({method}): "
+        + ", ".join(f"{k} = {v:.4f}" for k, v in zip(("τ yes", "τ no") if is_noul else ("τ", "m"), xy))
+        + f" → calibration coverage {_pct(cert_g.get('expected_coverage'))}, "
+        f"n_calibration {cert_g.get('n_calibration', 0):,}"
+        + (f" (calibrator fitted on {n_fit:,} other calibration items)." if n_fit else ".")
+    )
+    st.button(
+        "Use the certified thresholds",
+        key="thr_use_certified",
+        on_click=_set_point,
+        args=xy,
+        help="Moves the exploration sliders onto the certified point (the figures above then show it "
+        "with the exploration calibrator).",
+    )
 else:
     st.warning("; ".join(certified["notes"]) or "Nothing is certified at this α/δ.")
 
@@ -246,17 +353,27 @@ with st.expander("Costs", expanded=False):
     error_cost = k1.number_input("Cost of a wrong auto-accept", 0.0, 1e6, 10.0, key="thr_error_cost")
     review_cost = k2.number_input("Cost of a review", 0.0, 1e6, 1.0, key="thr_review_cost")
     api_cost = k3.number_input("API cost per item", 0.0, 1e3, 0.0, format="%.5f", key="thr_api_cost")
-    cost_surface = state.threshold_surface(path, token, run_id, question, "calibration", recal_method,
-                                           float(error_cost))
+    cost_surface = state.threshold_surface(
+        path, token, run_id, question, "calibration", recal_method, float(error_cost)
+    )
     best = select_cost(cost_surface, review_cost=float(review_cost), api_cost_per_item=float(api_cost))
     st.metric("Lowest expected cost per item (calibration)", f"{best.cost['expected_cost_per_item']:.4f}")
-    st.button("Use the cost-optimal thresholds", key="thr_use_cost", on_click=_set_point,
-              args=((best.params.get("tau_yes"), best.params.get("tau_no")) if is_noul
-                    else (best.params.get("tau"), best.params.get("margin"))))
-    st.write(f"Cost-optimal point (not certified): "
-             + ", ".join(f"{k} = {v:.3f}" for k, v in best.params.items())
-             + f", expected cost per item {best.cost['expected_cost_per_item']:.4f} "
-             f"(reviewing everything: {best.cost['cost_if_everything_reviewed']:.4f}).")
+    st.button(
+        "Use the cost-optimal thresholds",
+        key="thr_use_cost",
+        on_click=_set_point,
+        args=(
+            (best.params.get("tau_yes"), best.params.get("tau_no"))
+            if is_noul
+            else (best.params.get("tau"), best.params.get("margin"))
+        ),
+    )
+    st.write(
+        "Cost-optimal point (not certified): "
+        + ", ".join(f"{k} = {v:.3f}" for k, v in best.params.items())
+        + f", expected cost per item {best.cost['expected_cost_per_item']:.4f} "
+        f"(reviewing everything: {best.cost['cost_if_everything_reviewed']:.4f})."
+    )
 
 # -- confusion matrix with review column ------------------------------------------------------------------
 st.subheader("Confusion matrix on test, with the review column")
@@ -265,14 +382,22 @@ matrix = pd.DataFrame(conf["matrix"], index=conf["labels"], columns=conf["column
 if len(conf["labels"]) <= 30:
     st.dataframe(matrix, width="stretch", key="thr_confusion")
 else:
-    per = pd.DataFrame({"label": conf["labels"], "accepted correctly": np.diag(matrix.iloc[:, :-1].to_numpy()),
-                        "accepted wrongly": matrix.iloc[:, :-1].sum(axis=1).to_numpy()
-                        - np.diag(matrix.iloc[:, :-1].to_numpy()),
-                        "review": matrix["review"].to_numpy()})
+    per = pd.DataFrame(
+        {
+            "label": conf["labels"],
+            "accepted correctly": np.diag(matrix.iloc[:, :-1].to_numpy()),
+            "accepted wrongly": matrix.iloc[:, :-1].sum(axis=1).to_numpy() - np.diag(matrix.iloc[:, :-1].to_numpy()),
+            "review": matrix["review"].to_numpy(),
+        }
+    )
     st.caption(f"{len(conf['labels'])} options: one row per label (full matrix in the download).")
     st.dataframe(per, hide_index=True, width="stretch", key="thr_confusion")
-st.download_button("Download the confusion matrix (CSV)", matrix.to_csv().encode(), "confusion_with_review.csv",
-                   key="thr_confusion_download")
+st.download_button(
+    "Download the confusion matrix (CSV)",
+    matrix.to_csv().encode(),
+    "confusion_with_review.csv",
+    key="thr_confusion_download",
+)
 
 # -- policy export ---------------------------------------------------------------------------------------
 st.subheader("Export the policy")
