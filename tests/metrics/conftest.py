@@ -66,7 +66,7 @@ def build_store(path, questions: dict, n: int, seed: int = 0, fail_every: int = 
     )
     con.unregister("_items")
     label_rows = []
-    for q, (_qtype, _opts, _, labels) in questions.items():
+    for q, (_qtype, opts, _, labels) in questions.items():
         for iid, lab in zip(item_ids, labels):
             if lab >= 0:
                 label_rows.append((dataset, 1, iid, q, opts[lab]))
