@@ -151,7 +151,7 @@ def paired_bootstrap(
     for i, k in enumerate(names):
         d = diffs[:, i][np.isfinite(diffs[:, i])]
         if d.size:
-            p = min(1.0, 2.0 * min(np.mean(d <= 0), np.mean(d >= 0)))
+            p = min(1.0, 2.0 * min(float(np.mean(d <= 0)), float(np.mean(d >= 0))))
         else:
             p = float("nan")
         out[k] = PairedDifference(

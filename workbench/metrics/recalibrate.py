@@ -234,7 +234,7 @@ class IsotonicCalibrator:
 
     def transform(self, probs: Any) -> np.ndarray:
         p = _check_probs(probs)
-        if self.x_thresholds_ is None:
+        if self.x_thresholds_ is None or self.y_thresholds_ is None:
             raise CalibrationFitError("isotonic calibrator is not fitted")
         if p.shape[1] != len(self.x_thresholds_):
             raise CalibrationFitError(f"calibrator has {len(self.x_thresholds_)} options, got {p.shape[1]}")
@@ -247,7 +247,7 @@ class IsotonicCalibrator:
         return out
 
     def to_dict(self) -> dict:
-        if self.x_thresholds_ is None:
+        if self.x_thresholds_ is None or self.y_thresholds_ is None:
             raise CalibrationFitError("isotonic calibrator is not fitted")
         return {
             "type": self.kind,
@@ -268,7 +268,7 @@ class IsotonicCalibrator:
         return cls(xs, ys)
 
 
-CALIBRATORS: dict[str, type] = {
+CALIBRATORS: dict[str, type[Any]] = {
     c.kind: c for c in (IdentityCalibrator, TemperatureScaling, PlattCalibrator, IsotonicCalibrator)
 }
 #: Methods the CLI offers (identity is the "no calibration" marker in policy files).

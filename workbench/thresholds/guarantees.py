@@ -269,7 +269,11 @@ def select_guarantee(
     use_order = order_surface is not None and method == "fixed-sequence"
     if not per_class:
         p = hoeffding_bentkus_p_values(surface.errors, surface.accepted, alpha)
-        order = learned_order(order_surface.errors, order_surface.accepted, alpha) if use_order else None
+        order = (
+            learned_order(order_surface.errors, order_surface.accepted, alpha)
+            if use_order and order_surface is not None
+            else None
+        )
         ok, level = _rejections(p, delta, method, n_paths, n_starts, order)
         best = _best_by_coverage(surface.accepted, surface.errors, ok)
         if best is None:
@@ -324,7 +328,7 @@ def select_guarantee(
                 "n_starts": n_starts if method == "fixed-sequence" and not use_order else None,
             },
         )
-    if surface.class_accepted is None:
+    if surface.class_accepted is None or surface.class_errors is None:
         raise ThresholdError("per-class guarantees need a surface with per-class counts")
     K = surface.class_accepted.shape[0]
     classes = list(range(K)) if classes is None else [int(c) for c in classes]
@@ -341,7 +345,12 @@ def select_guarantee(
         acc_k, err_k = surface.class_accepted[k], surface.class_errors[k]
         p = hoeffding_bentkus_p_values(err_k, acc_k, alpha)
         order = (
-            learned_order(order_surface.class_errors[k], order_surface.class_accepted[k], alpha) if use_order else None
+            learned_order(order_surface.class_errors[k], order_surface.class_accepted[k], alpha)
+            if use_order
+            and order_surface is not None
+            and order_surface.class_errors is not None
+            and order_surface.class_accepted is not None
+            else None
         )
         ok, level = _rejections(p, delta_k, method, n_paths, n_starts, order)
         best = _best_by_coverage(acc_k, err_k, ok & (acc_k > 0))
@@ -407,7 +416,7 @@ def select_guarantee(
 def _order_name(method: str, use_order: bool, order_surface: Surface | None) -> str | None:
     if method != "fixed-sequence":
         return None
-    if use_order:
+    if use_order and order_surface is not None:
         return f"learned on {order_surface.n_total} held-apart calibration items (split fixed-sequence)"
     return "data-independent column paths (multi-start)"
 
@@ -574,7 +583,9 @@ def select_cost(surface: Surface, *, review_cost: float, api_cost_per_item: floa
     per_item = (surface.weighted + review_cost * (surface.n_total - surface.accepted)) / n + api_cost_per_item
     best = per_item.min()
     cand = np.isclose(per_item, best, rtol=0, atol=1e-12)
-    i, j = _best_by_coverage(surface.accepted, surface.errors, cand)
+    best_point = _best_by_coverage(surface.accepted, surface.errors, cand)
+    assert best_point is not None  # the minimum of per_item is always a candidate
+    i, j = best_point
     acc, err = int(surface.accepted[i, j]), int(surface.errors[i, j])
     review_everything = review_cost * surface.n_total / n + api_cost_per_item
     return Selection(
@@ -613,8 +624,10 @@ def select_target(
                 f"no grid point reaches coverage {target_coverage}", hint=f"the highest is {cov.max():.3f}"
             )
         e = np.where(ok, np.nan_to_num(err_rate, nan=np.inf), np.inf)
-        i, j = _best_by_coverage(surface.accepted, surface.errors, ok & (e == e.min()))
-        kind = {"target_coverage": target_coverage}
+        best_point = _best_by_coverage(surface.accepted, surface.errors, ok & (e == e.min()))
+        assert best_point is not None  # ok.any() was checked above
+        i, j = best_point
+        kind: dict[str, float | None] = {"target_coverage": target_coverage}
     else:
         ok = (surface.accepted > 0) & (np.nan_to_num(err_rate, nan=np.inf) <= target_error)
         best = _best_by_coverage(surface.accepted, surface.errors, ok)
@@ -673,5 +686,5 @@ def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
 
     if n <= 0:
         return (math.nan, math.nan)
-    lo, hi = wilson_interval(k, n, z=float(norm.ppf(1 - (1 - confidence) / 2)))
+    lo, hi = wilson_interval(np.asarray(k), np.asarray(n), z=float(norm.ppf(1 - (1 - confidence) / 2)))
     return float(lo), float(hi)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -298,7 +298,15 @@ def make_rule(
     if qtype == "noul":
         return NoulRule(tau_yes=float(x_thr), tau_no=float(-y_thr), fallback=fallback)
     if qtype == "score":
-        return ScoreRule(float(x_thr), float(y_thr), level=level, per_class=overrides, fallback=fallback)
+        if level not in ("top", "expected"):
+            raise ValueError(f"level must be 'top' or 'expected', not {level!r}")
+        return ScoreRule(
+            float(x_thr),
+            float(y_thr),
+            level=cast(Literal["top", "expected"], level),
+            per_class=overrides,
+            fallback=fallback,
+        )
     return ChoiceRule(
         float(x_thr), float(y_thr), per_class=overrides, abstain_options=tuple(abstain_options), fallback=fallback
     )

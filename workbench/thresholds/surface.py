@@ -290,7 +290,7 @@ def naive_surface(
     wrong = ~np.asarray(correct, dtype=bool)
     if points is None:
         points = np.argwhere(np.ones((len(x_grid), len(y_grid)), dtype=bool))
-        shape = (len(x_grid), len(y_grid))
+        shape: tuple[int, ...] = (len(x_grid), len(y_grid))
     else:
         shape = (len(points),)
     acc = np.empty(len(points), dtype=np.int64)
