@@ -351,7 +351,7 @@ def run_demo(
     """
     from workbench.policy.build import build_policy
     from workbench.policy.io import write_policy
-    from workbench.providers.emulator import run_emulator
+    from workbench.emulator import run_emulator
     from workbench.runner.execute import RunOptions, execute_run, start_run
     from workbench.store.datasets import dataset_info, import_dataset
     from workbench.store.db import connect
