@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, dataset_path
-from workbench.providers.base import DecisionRequest
 from workbench.emulator import FaultConfig, LexicalAnswerer, run_emulator, server_token_count, truncate_tokens
-from workbench.providers.http import build_http_provider
+from workbench.providers.base import DecisionRequest
+from workbench.providers.remote import build_http_provider
 
 from .conftest import three_type_schema
 
