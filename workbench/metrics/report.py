@@ -573,7 +573,7 @@ REPORTERS: dict[str, Callable[..., QuestionReport]] = {
 
 
 def question_report(answers: Any, *, exclude_items: Iterable[str] | None = None, **kwargs: Any) -> QuestionReport:
-    """Report of one :class:`~workbench.store.runs.RunAnswers` (any question type)."""
+    """Report of one :class:`~workbench.answers.RunAnswers` (any question type)."""
     exclude = None
     if exclude_items is not None:
         exclude = np.isin(answers.item_ids.astype(str), np.asarray(list(exclude_items), dtype=str))
