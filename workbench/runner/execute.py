@@ -572,14 +572,6 @@ async def _drive_local(provider, units: list[WorkUnit], rec: _Recorder, spec: st
 
 
 # -- public entry points --------------------------------------------------------------------------
-def _default_splits(con, dataset: str, version: int) -> list[str]:
-    rows = con.execute(
-        "SELECT DISTINCT split FROM items WHERE dataset = ? AND version = ? AND split <> 'train' ORDER BY split",
-        [dataset, version],
-    ).fetchall()
-    return [r[0] for r in rows]
-
-
 def _run_task(reporter: Reporter, enabled: bool, description: str, total: int):
     """The reporter's progress task for one run (a no-op task when progress is off)."""
     from workbench.reporting import SilentReporter
@@ -715,7 +707,7 @@ def execute_run(
     todo = [u for u in units if not set(slices[u.slice_index].question_ids) <= done.get(u.item_id, set())]
     journal = calls_store.CallJournal(calls_store.journal_dir(con), run_id)
     rec = _Recorder(con, run_id, spec, model, slices, _Scrubber(env), journal)
-    rec.replace = con.execute("SELECT count(*) FROM answers WHERE run_id = ?", [run_id]).fetchone()[0] > 0
+    rec.replace = calls_store.has_answers(con, run_id)
     rec.counters.units_total = len(units)
     rec.counters.units_skipped = len(units) - len(todo)
     update_run(con, run_id, status="running", model=model, dialect=dialect)
@@ -761,11 +753,9 @@ def execute_run(
         journal.close(delete=True)
     if stop.kind is not None:
         status = "stopped"
-    model_row = con.execute(
-        "SELECT mode(model) FROM answers WHERE run_id = ? AND model IS NOT NULL", [run_id]
-    ).fetchone()
+    answered = calls_store.answered_model(con, run_id)
     summary = _summary(con, run, rec, stop, recovered, status)
-    summary["model"] = model_row[0] if model_row and model_row[0] else model
+    summary["model"] = answered or model
     from datetime import datetime
 
     update_run(
@@ -773,7 +763,7 @@ def execute_run(
         run_id,
         status=status,
         summary=summary,
-        model=model_row[0] if model_row else model,
+        model=answered or model,
         finished_at=datetime.now(UTC).replace(tzinfo=None),
     )
     return summary
@@ -826,10 +816,10 @@ def start_run(
 ) -> str:
     """Create the run row (status ``running``) and return its id; :func:`execute_run` fills it."""
     from workbench.store.datasets import latest_version
-    from workbench.store.runs import create_run
+    from workbench.store.runs import create_run, default_run_splits
 
     version = dataset_version or latest_version(con, dataset)
-    splits = options.splits or _default_splits(con, dataset, version)
+    splits = options.splits or default_run_splits(con, dataset, version)
     if not splits:
         raise WorkbenchError(
             f"dataset {dataset!r} v{version} has no split to run on",

@@ -45,6 +45,15 @@ def new_run_id() -> str:
     return "run-" + uuid.uuid4().hex[:10]
 
 
+def default_run_splits(con: duckdb.DuckDBPyConnection, dataset: str, version: int) -> list[str]:
+    """The splits a run covers when none are named: every split of the dataset version but ``train``."""
+    rows = con.execute(
+        "SELECT DISTINCT split FROM items WHERE dataset = ? AND version = ? AND split <> 'train' ORDER BY split",
+        [dataset, version],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
 def create_run(
     con: duckdb.DuckDBPyConnection,
     *,
