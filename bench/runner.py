@@ -1,7 +1,7 @@
 """Runner throughput against the emulator: 100 ms fixed latency, concurrency 32.
 
 With every call taking 100 ms and 32 in flight, the ideal is 320 calls/s. The emulator runs in
-its own process (:func:`~workbench.providers.emulator.run_emulator_process`) so that its CPU does
+its own process (:func:`~workbench.emulator.run_emulator_process`) so that its CPU does
 not share our interpreter's GIL; the runner is the library entry point the CLI uses, writing to a
 real DuckDB file (cache, batched answers, journal). Reports the ideal and measured calls/s and
 their ratio (issue 3 asks ≥ 90 %) for the whole run and for the request loop alone, the runner's
@@ -64,7 +64,7 @@ def main() -> None:
         }
     )
 
-    from workbench.providers.emulator import run_emulator_process
+    from workbench.emulator import run_emulator_process
 
     token = "bench-token-0123456789"
     with (

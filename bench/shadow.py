@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from workbench.providers.emulator import run_emulator_process
+from workbench.emulator import run_emulator_process
 
 ROOT = Path(__file__).resolve().parents[1]
 BODY = {

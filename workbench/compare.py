@@ -24,13 +24,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError, WorkbenchError
 from workbench.metrics.bootstrap import bootstrap_many, mcnemar, paired_bootstrap
 from workbench.metrics.confusion import macro_f1
 from workbench.metrics.reliability import top_label_ece
 from workbench.metrics.scores import accuracy, brier_score, log_loss
 from workbench.schema import option_ids
-from workbench.store.runs import RunAnswers, get_run, load_answers, load_stored_schema
+from workbench.store.runs import get_run, load_answers, load_stored_schema
 
 
 @dataclass

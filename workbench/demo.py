@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from workbench.errors import WorkbenchError
+from workbench.reporting import Reporter, SilentReporter, default_reporter
 
 #: Providers of the demo; the emulated one is labelled EMULATED everywhere it appears.
 LOCAL_PROVIDERS = ("local:minilm-zeroshot", "baseline:tfidf-logreg")
@@ -326,6 +327,7 @@ def run_demo(
     providers: tuple[str, ...] | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    reporter: Reporter | None = None,
 ) -> DemoResult:
     """Run the whole offline demo into ``out_dir`` and return what it made.
 
@@ -343,25 +345,25 @@ def run_demo(
     progress : bool
         Rich progress bars on stderr (the runner's).
     log : callable
-        Receives one line per step (default: print to stderr).
+        Receives one line per step (default: ``reporter.log``).
+    reporter : Reporter, optional
+        Progress bars and lines (:mod:`workbench.reporting`; default: the ``workbench`` logger).
 
     Returns
     -------
     DemoResult
     """
+    from workbench.emulator import run_emulator
     from workbench.policy.build import build_policy
     from workbench.policy.io import write_policy
-    from workbench.providers.emulator import run_emulator
     from workbench.runner.execute import RunOptions, execute_run, start_run
     from workbench.store.datasets import dataset_info, import_dataset
     from workbench.store.db import connect
     from workbench.thresholds.choose import ThresholdOptions
 
+    reporter = reporter or default_reporter()
     if log is None:
-        from workbench.cli.common import err_console
-
-        def log(line: str) -> None:
-            err_console.print(line)
+        log = reporter.log
 
     t0 = time.perf_counter()
     out = Path(out_dir).expanduser().resolve()
@@ -418,7 +420,14 @@ def run_demo(
                                 experiment=name,
                                 variant=variant,
                             )
-                            execute_run(con, run_id, env=env, progress=progress, provider=shared.get(spec))
+                            execute_run(
+                                con,
+                                run_id,
+                                env=env,
+                                progress=progress,
+                                provider=shared.get(spec),
+                                reporter=reporter,
+                            )
                         runs.append(
                             DemoRun(
                                 name,
@@ -436,20 +445,9 @@ def run_demo(
         opts = ThresholdOptions(objective="guarantee", alpha=alpha, delta=delta, calibrate="temperature")
         policy_dir = out / "policies"
         policy_dir.mkdir(exist_ok=True)
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        from workbench.cli.common import err_console
-
-        bar = Progress(
-            TextColumn("recalibrate + certify + export"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err_console,
-            disable=not progress,
-        )
-        with bar:
-            for r in bar.track(runs):
+        with (reporter if progress else SilentReporter()).task("recalibrate + certify + export", len(runs)) as bar:
+            for done, r in enumerate(runs, 1):
+                bar.update(done)
                 r.figures = _figures(con, r.run_id, "intent")
                 try:
                     model, results = build_policy(con, r.run_id, r.questions, opts, created_by="workbench demo")
@@ -523,14 +521,11 @@ def _short_provider(spec: str, emulated: bool) -> str:
 
 def print_summary(result: DemoResult, console=None) -> None:
     """The short table and the command that opens the UI (stderr by default)."""
+    from rich.console import Console
     from rich.table import Table
 
-    from workbench.cli.common import err_console
-
-    console = console or err_console
+    console = console or Console(stderr=True)
     if not console.is_terminal and console.width < 120:  # logs and pipes: keep the table on one line per run
-        from rich.console import Console
-
         console = Console(stderr=console.stderr, width=120)
 
     def pct(v):

@@ -31,6 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workbench.errors import NotFoundError, WorkbenchError
+from workbench.reporting import Reporter, default_reporter
 
 
 class ExperimentError(WorkbenchError):
@@ -158,13 +159,14 @@ def run_experiment_file(
     max_cost: float | None = None,
     timeout: float | None = None,
     transport: Any = None,
-    as_json: bool = False,
+    reporter: Reporter | None = None,
 ) -> dict:
     """Run the full cross product of an experiment file; return its name and run ids.
 
     Call as ``run_experiment_file(con, path)`` or ``run_experiment_file(path, con=con)``. Each
     (variant, provider) is one run tagged with ``experiment`` and ``variant``; cached responses are
-    reused, so running the same file again costs nothing.
+    reused, so running the same file again costs nothing. Progress and one line per run go to
+    ``reporter`` (default: the ``workbench`` logger).
 
     Returns
     -------
@@ -184,6 +186,7 @@ def run_experiment_file(
 
     exp = load_experiment(path)
     env = os.environ if env is None else env
+    reporter = reporter or default_reporter()
     results = []
     for vname, variant in exp.variants.items():
         schema = load_schema(variant.schema_file)
@@ -205,6 +208,7 @@ def run_experiment_file(
             questions_per_request=variant.questions_per_request,
             transport=transport,
             progress=progress,
+            reporter=reporter,
         )
         for provider, run_id in zip(exp.providers, run_ids):
             run = get_run(con, run_id)
@@ -217,16 +221,13 @@ def run_experiment_file(
                     "summary": run["summary"],
                 }
             )
-    if not as_json:
-        from workbench.cli.common import err_console
-
-        for r in results:
-            s = r["summary"] or {}
-            err_console.print(
-                f"{exp.name} [bold]{r['variant']}[/] × {r['provider']}: run {r['run_id']} "
-                f"{r['status']} ({s.get('answered', '?')} answered, {s.get('failed', '?')} failed)"
-            )
-        err_console.print(f"compare with `workbench compare {exp.name}`")
+    for r in results:
+        s = r["summary"] or {}
+        reporter.log(
+            f"{exp.name} [bold]{r['variant']}[/] × {r['provider']}: run {r['run_id']} "
+            f"{r['status']} ({s.get('answered', '?')} answered, {s.get('failed', '?')} failed)"
+        )
+    reporter.log(f"compare with `workbench compare {exp.name}`")
     return {"experiment": exp.name, "dataset": exp.dataset, "source": str(path), "runs": results}
 
 

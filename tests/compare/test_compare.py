@@ -180,7 +180,7 @@ def test_compare_cli_json(experiment_store):
 
 def test_experiment_with_an_emulated_hosted_model_reports_its_cost(tmp_path):
     """`cloudflare:clef-flash` over real loopback HTTP (the emulator): priced, so cost per 1,000 is known."""
-    from workbench.providers.emulator import run_emulator
+    from workbench.emulator import run_emulator
 
     rows = pd.read_csv(dataset_path("banking77", "test.csv")).sample(120, random_state=1)
     rows.to_csv(tmp_path / "test.csv", index=False)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from tests.metrics.conftest import build_store, calibrated_sample
+from workbench.evaluation import calibrate_run, confusion_display, reliability_display
 from workbench.metrics import reliability
 from workbench.metrics.displays import ConfusionDisplay, ReliabilityDisplay
-from workbench.metrics.recalibrate import calibrate_run
 
 
 def test_reliability_display_from_predictions_matches_the_curve():
@@ -25,13 +25,13 @@ def test_reliability_display_from_predictions_matches_the_curve():
     assert f"ECE {curve.ece:.3f}" in markers.name
 
 
-def test_from_run_draws_before_and_after_for_a_calibrated_view(tmp_path):
+def test_display_of_a_stored_run_draws_before_and_after_for_a_calibrated_view(tmp_path):
     probs, labels = calibrated_sample(600, 3, seed=4, temperature=0.5)
     con, run_id, *_ = build_store(tmp_path / "wb.duckdb", {"q": ("choice", ["a", "b", "c"], probs, labels)}, 600)
     view = calibrate_run(con, run_id, "isotonic")["run_id"]
-    d = ReliabilityDisplay.from_run(con, view, "q")
+    d = reliability_display(con, view, "q")
     assert len(d.curves) == 2 and "(before)" in d.curves[0][0]
-    c = ConfusionDisplay.from_run(con, run_id, "q", normalize="true")
+    c = confusion_display(con, run_id, "q", normalize="true")
     heat = c.figure_.data[0]
     assert list(heat.x)[-1] == "review"
     np.testing.assert_allclose(np.asarray(heat.z).sum(axis=1), 1.0)

@@ -9,8 +9,8 @@ import pytest
 import sklearn.metrics as skm
 
 from tests.metrics.conftest import build_store, calibrated_sample
-from workbench.metrics.recalibrate import CalibrationFitError, calibrate_run, calibrator_from_dict
-from workbench.metrics.report import report_run
+from workbench.evaluation import calibrate_run, report_run
+from workbench.metrics.recalibrate import CalibrationFitError, calibrator_from_dict
 from workbench.store.runs import get_run, load_answers
 
 

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.policy.conftest import SCHEMA
 from workbench.policy import Policy
-from workbench.providers.emulator import FaultConfig, run_emulator
+from workbench.emulator import FaultConfig, run_emulator
 
 
 def call(client: httpx.Client, state: str) -> dict:

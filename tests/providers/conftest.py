@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from workbench.providers.emulator import FaultConfig, run_emulator
+from workbench.emulator import FaultConfig, run_emulator
 from workbench.schema import DecisionSchema
 
 #: A token that must never appear in an error message, repr or log.

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from workbench.providers.base import DecisionRequest, ErrorKind, ProviderError
-from workbench.providers.http import build_http_provider
 from workbench.providers.prices import PRICES_USD_PER_M
+from workbench.providers.remote import build_http_provider
 from workbench.schema import DecisionSchema, option_ids
 
 from .conftest import SECRET, run, three_type_schema

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, dataset_path
+from workbench.emulator import FaultConfig, LexicalAnswerer, run_emulator, server_token_count, truncate_tokens
 from workbench.providers.base import DecisionRequest
-from workbench.providers.emulator import FaultConfig, LexicalAnswerer, run_emulator, server_token_count, truncate_tokens
-from workbench.providers.http import build_http_provider
+from workbench.providers.remote import build_http_provider
 
 from .conftest import three_type_schema
 
@@ -356,7 +356,7 @@ def test_cli_serves_and_stops_on_sigterm():
 
 def test_emulator_process_handle_has_the_same_surface(cf_env):
     """`run_emulator_process` runs `workbench emulator` in a child process (no GIL sharing)."""
-    from workbench.providers.emulator import run_emulator_process
+    from workbench.emulator import run_emulator_process
 
     with run_emulator_process(port=0, rate_limit=1.0, require_token="tok") as emu:
         r = _CLIENT.post(
@@ -386,7 +386,7 @@ def test_emulator_process_handle_has_the_same_surface(cf_env):
 def test_emulator_answers_with_a_local_provider():
     """`--answerer local:minilm-zeroshot`: the emulator answers through a real local model."""
     pytest.importorskip("sentence_transformers")
-    from workbench.providers.emulator import answerer_from_spec
+    from workbench.emulator import answerer_from_spec
 
     schema = three_type_schema()
     with run_emulator(port=0, answerer=answerer_from_spec("local:minilm-zeroshot")) as emu:

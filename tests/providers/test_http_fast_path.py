@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from workbench.providers.base import DecisionRequest
-from workbench.providers.http import build_http_provider
+from workbench.providers.remote import build_http_provider
 from workbench.runner.transport import StreamTransport
 
 from .conftest import SECRET, run, three_type_schema

@@ -161,7 +161,7 @@ def test_answerer_hook_serves_the_emulator_over_http(model, emu, cf_env):
     """The emulator answering with this model returns the model's own probabilities (4 decimals)."""
     import asyncio
 
-    from workbench.providers.emulator import run_emulator
+    from workbench.emulator import run_emulator
 
     schema = intent_schema()
     text = "I want to know when my new card will arrive"

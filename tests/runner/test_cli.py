@@ -16,7 +16,7 @@ import yaml
 
 from workbench.cli.run import parse_rate
 from workbench.errors import WorkbenchError
-from workbench.providers.emulator import run_emulator
+from workbench.emulator import run_emulator
 from workbench.store.db import connect
 from workbench.store.runs import load_answers
 

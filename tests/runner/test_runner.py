@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workbench.providers.emulator import run_emulator
+from workbench.emulator import run_emulator
 from workbench.runner import execute, resume_run, run_experiment
 from workbench.schema import DecisionSchema
 from workbench.store.db import connect

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from workbench.providers.emulator import run_emulator, run_emulator_process
+from workbench.emulator import run_emulator, run_emulator_process
 from workbench.shadow.journal import Journal, read_journal
 from workbench.store.db import connect
 from workbench.store.shadow import ingest_journal

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.thresholds.synth import choice_data
-from workbench.store.runs import RunAnswers
+from workbench.answers import RunAnswers
 from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
 from workbench.thresholds.guarantees import ThresholdError
 

@@ -21,8 +21,11 @@ def register(app: typer.Typer) -> None:
         """Import BANKING77 + HWU64, run 3 providers × 2 schema variants (clef-flash EMULATED),
         recalibrate, certify thresholds, export policy.json, and print how to open the UI."""
         from workbench.demo import print_summary, run_demo
+        from workbench.reporting import RichReporter
 
-        result = run_demo(out, fast=fast, alpha=max_error, delta=delta, progress=not as_json)
+        result = run_demo(
+            out, fast=fast, alpha=max_error, delta=delta, progress=not as_json, reporter=RichReporter(err_console)
+        )
         if as_json:
             emit_json(result.to_dict())
             return

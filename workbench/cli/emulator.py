@@ -1,6 +1,6 @@
 """`workbench emulator`: the loopback provider emulator (every dialect on one port).
 
-See :mod:`workbench.providers.emulator` for the endpoints, the fault model and the admin API.
+See :mod:`workbench.emulator` for the endpoints, the fault model and the admin API.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
         import asyncio
 
         from workbench.errors import WorkbenchError
-        from workbench.providers.emulator import EmulatorServer, FaultConfig, answerer_from_spec
+        from workbench.emulator import EmulatorServer, FaultConfig, answerer_from_spec
 
         try:
             faults = FaultConfig(

@@ -87,8 +87,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Every metric per question with 95% bootstrap intervals (before/after for a calibrated view)."""
-        from workbench.metrics.label_issues import label_issues_for_runs
-        from workbench.metrics.report import report_run
+        from workbench.evaluation import label_issues_for_runs, report_run
 
         with open_store(read_only=True) as con:
             rep = report_run(con, run_id, question, split, n_bins=n_bins, n_boot=n_boot, seed=seed)
@@ -133,7 +132,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Fit a calibrator per question and store a calibrated view of the run (a new run)."""
-        from workbench.metrics.recalibrate import METHODS, CalibrationFitError, calibrate_run
+        from workbench.evaluation import calibrate_run
+        from workbench.metrics.recalibrate import METHODS, CalibrationFitError
 
         if method not in METHODS:
             raise CalibrationFitError(f"unknown method {method!r}", hint=f"choose one of {', '.join(METHODS)}")
@@ -173,8 +173,7 @@ def register(app: typer.Typer) -> None:
         """Items whose label a confident provider (or a consensus of runs) disputes, ranked."""
         import pandas as pd
 
-        from workbench.metrics.label_issues import label_issues_for_runs
-        from workbench.metrics.report import report_run
+        from workbench.evaluation import label_issues_for_runs, report_run
 
         splits = None if split == "all" else [split]
         with open_store(read_only=True) as con:

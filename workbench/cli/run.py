@@ -126,6 +126,7 @@ def register(app: typer.Typer) -> None:
         progress,
         as_json,
     ) -> None:
+        from workbench.reporting import RichReporter
         from workbench.runner import resume_run, run_experiment
 
         if experiment is not None:
@@ -148,7 +149,7 @@ def register(app: typer.Typer) -> None:
                     max_cost=max_cost,
                     timeout=timeout,
                     progress=progress,
-                    as_json=as_json,
+                    reporter=RichReporter(err_console) if not as_json else None,
                 )
             for r in (result or {}).get("runs", []):
                 if r.get("summary"):
@@ -164,6 +165,7 @@ def register(app: typer.Typer) -> None:
                         resume,
                         env=os.environ,
                         progress=progress,
+                        reporter=RichReporter(err_console),
                         concurrency=concurrency,
                         rate=parse_rate(rate),
                         max_cost=max_cost,
@@ -201,6 +203,7 @@ def register(app: typer.Typer) -> None:
                     timeout=timeout or 5.0,
                     questions_per_request=questions_per_request,
                     progress=progress,
+                    reporter=RichReporter(err_console),
                 )
                 summaries = [get_run(con, r)["summary"] for r in run_ids]
         for s in summaries:

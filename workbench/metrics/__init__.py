@@ -7,9 +7,12 @@ Modules::
     confusion     confusion matrix with a review column, per-class P/R/F1 with Wilson intervals, review_rate
     bootstrap     seeded vectorised bootstrap intervals, paired run comparison, McNemar
     recalibrate   temperature / isotonic / Platt calibrators (numpy-only transform, exact JSON round trip)
-    report        choice_report, noul_report, score_report, report_run
+    report        choice_report, noul_report, score_report, question_report, RunReport
     label_issues  confident-learning label-issue queue
     displays      plotly ReliabilityDisplay, ConfusionDisplay
+
+Nothing here reads or writes the store: the store-backed workflows (``report_run``, ``calibrate_run``,
+``label_issues_for_runs``, displays of a stored run) live one floor up in :mod:`workbench.evaluation`.
 
 Names below are imported lazily: ``workbench.metrics.recalibrate`` is used by the policy runtime,
 which must not pull pandas or plotly into production processes.
@@ -21,9 +24,9 @@ _LAZY = {
     "choice_report": "report",
     "noul_report": "report",
     "score_report": "report",
-    "report_run": "report",
     "QuestionReport": "report",
     "RunReport": "report",
+    "question_report": "report",
     "reliability_curve": "reliability",
     "top_label_ece": "reliability",
     "classwise_ece": "reliability",
@@ -45,9 +48,7 @@ _LAZY = {
     "IdentityCalibrator": "recalibrate",
     "calibrator_from_dict": "recalibrate",
     "make_calibrator": "recalibrate",
-    "calibrate_run": "recalibrate",
     "find_label_issues": "label_issues",
-    "label_issues_for_runs": "label_issues",
     "ReliabilityDisplay": "displays",
     "ConfusionDisplay": "displays",
 }

@@ -71,10 +71,9 @@ class ReliabilityDisplay:
         return d
 
     @classmethod
-    def from_run(
+    def from_answers(
         cls,
-        con: Any,
-        run_id: str,
+        answers: Sequence[tuple[str, Any]],
         question: str,
         *,
         split: str | None = "test",
@@ -83,26 +82,13 @@ class ReliabilityDisplay:
         kind: str | None = None,
         option: int | None = None,
         smooth: bool = True,
-        with_parent: bool = True,
     ) -> ReliabilityDisplay:
-        """Diagram of a stored run (yes/no questions default to P(yes)); a calibrated view also draws
-        its parent run, so before/after share the axes."""
-        from workbench.store.runs import get_run, load_answers
-
-        run = get_run(con, run_id)
-        splits = None if split in (None, "all") else [split]
-        ans = load_answers(con, run["run_id"], question, splits)
+        """Diagram of named :class:`~workbench.answers.RunAnswers` of one question, one curve each
+        (yes/no questions default to P(yes); the last entry decides the default ``kind``).
+        :func:`workbench.evaluation.reliability_display` loads them from the store."""
+        ans = answers[-1][1]
         kind = kind or ("option" if ans.qtype == "noul" else "top-label")
-        runs = [(f"{run.get('name') or run['run_id']}", ans)]
-        if with_parent and run.get("kind") == "calibrated" and run.get("parent_run_id"):
-            parent = get_run(con, run["parent_run_id"])
-            runs.insert(
-                0,
-                (
-                    f"{parent.get('name') or parent['run_id']} (before)",
-                    load_answers(con, parent["run_id"], question, splits),
-                ),
-            )
+        runs = list(answers)
         curves = []
         x_title = ""
         for name, a in runs:
@@ -228,26 +214,22 @@ class ConfusionDisplay:
         return d
 
     @classmethod
-    def from_run(
+    def from_answers(
         cls,
-        con: Any,
-        run_id: str,
-        question: str,
+        answers: Any,
         *,
         split: str | None = "test",
         accept: np.ndarray | None = None,
         normalize: str | None = None,
     ) -> ConfusionDisplay:
-        from workbench.store.runs import load_answers
-
-        ans = load_answers(con, run_id, question, None if split in (None, "all") else [split])
+        """Confusion matrix of one :class:`~workbench.answers.RunAnswers` (``split`` only names it)."""
         return cls.from_predictions(
-            ans.labels,
-            ans.probs,
-            ans.option_ids,
+            answers.labels,
+            answers.probs,
+            answers.option_ids,
             accept=accept,
             normalize=normalize,
-            title=f"{question}: confusion on {split or 'all'}",
+            title=f"{answers.question}: confusion on {split or 'all'}",
         )
 
     @classmethod

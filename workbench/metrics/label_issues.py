@@ -18,7 +18,7 @@ reports can show metrics with and without them side by side.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,48 +209,3 @@ def consensus_probs(answer_sets: Sequence[Any]) -> tuple[np.ndarray, np.ndarray,
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(n_runs[:, None] > 0, total / np.maximum(n_runs, 1)[:, None], np.nan)
     return all_ids.astype(object), splits, labels, mean, n_runs
-
-
-def label_issues_for_runs(
-    con: Any,
-    run_ids: Iterable[str],
-    question: str | None = None,
-    splits: Sequence[str] | None = None,
-    rank_by: str = "self_confidence",
-) -> dict[str, LabelIssues]:
-    """Label issues per question from one run or the consensus (mean probabilities) of several runs.
-
-    All runs must be on the same dataset version. ``splits=None`` looks at every split.
-    """
-    from workbench.store.runs import get_run, load_answers, run_questions
-
-    runs = [get_run(con, r) for r in run_ids]
-    datasets = {(r["dataset"], int(r["dataset_version"])) for r in runs}
-    if len(datasets) > 1:
-        raise WorkbenchError(
-            "label issues across runs need the same dataset version", hint=f"runs cover {sorted(datasets)}"
-        )
-    ids = [r["run_id"] for r in runs]
-    if question:
-        questions = [question]
-    else:
-        common = set(run_questions(con, ids[0]))
-        for r in ids[1:]:
-            common &= set(run_questions(con, r))
-        questions = [q for q in run_questions(con, ids[0]) if q in common]
-    out = {}
-    for q in questions:
-        answer_sets = [load_answers(con, r, q, splits) for r in ids]
-        item_ids, spl, labels, probs, n_runs = consensus_probs(answer_sets)
-        out[q] = find_label_issues(
-            probs,
-            labels,
-            answer_sets[0].option_ids,
-            item_ids=item_ids,
-            splits=spl,
-            rank_by=rank_by,
-            question=q,
-            run_ids=ids,
-            n_runs=n_runs,
-        )
-    return out

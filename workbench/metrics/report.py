@@ -1,7 +1,8 @@
 """Per-question reports: every metric of a question type with bootstrap intervals, curves, confusion.
 
-``choice_report``, ``noul_report`` and ``score_report`` take arrays; ``report_run`` loads a run's
-answers from the store and builds one report per question. Results are tidy objects with
+``choice_report``, ``noul_report`` and ``score_report`` take arrays; ``question_report`` takes a
+:class:`~workbench.answers.RunAnswers`; :func:`workbench.evaluation.report_run` loads a run's answers
+from the store and builds one report per question (a :class:`RunReport`). Results are tidy objects with
 ``.to_frame()`` (one row per metric) and ``.to_dict()`` (JSON-ready).
 
 Failures and unlabelled items never enter a metric: a failed row (NaN probabilities) is counted in
@@ -573,7 +574,7 @@ REPORTERS: dict[str, Callable[..., QuestionReport]] = {
 
 
 def question_report(answers: Any, *, exclude_items: Iterable[str] | None = None, **kwargs: Any) -> QuestionReport:
-    """Report of one :class:`~workbench.store.runs.RunAnswers` (any question type)."""
+    """Report of one :class:`~workbench.answers.RunAnswers` (any question type)."""
     exclude = None
     if exclude_items is not None:
         exclude = np.isin(answers.item_ids.astype(str), np.asarray(list(exclude_items), dtype=str))
@@ -621,81 +622,3 @@ class RunReport:
             "calibrators": self.calibrators,
             "before": self.before.to_dict() if self.before is not None else None,
         }
-
-
-_RUN_FIELDS = (
-    "run_id",
-    "name",
-    "kind",
-    "parent_run_id",
-    "dataset",
-    "dataset_version",
-    "provider",
-    "model",
-    "status",
-    "schema_hash",
-    "experiment",
-    "variant",
-)
-
-
-def report_run(
-    con: Any,
-    run_id: str,
-    question: str | None = None,
-    split: str | None = "test",
-    *,
-    n_bins: int = 15,
-    n_boot: int = 200,
-    seed: int = 0,
-    level: float = 0.95,
-    exclude_items: dict[str, Iterable[str]] | None = None,
-    with_before: bool = True,
-    smooth: bool = True,
-) -> RunReport:
-    """Load a run's answers (``split=None`` or ``"all"``: every split) and report each question.
-
-    ``exclude_items`` maps a question to item ids left out (suspected label errors). For a
-    calibrated view (``kind='calibrated'``) the parent run's report on the same items is attached
-    as ``before``.
-    """
-    from workbench.store.runs import get_run, load_answers, run_questions
-
-    run = get_run(con, run_id)
-    questions = [question] if question else run_questions(con, run["run_id"])
-    splits = None if split in (None, "all") else [split]
-    reports = []
-    for q in questions:
-        answers = load_answers(con, run["run_id"], q, splits)
-        reports.append(
-            question_report(
-                answers,
-                exclude_items=(exclude_items or {}).get(q),
-                n_bins=n_bins,
-                n_boot=n_boot,
-                seed=seed,
-                level=level,
-                smooth=smooth,
-            )
-        )
-    info = {k: run.get(k) for k in _RUN_FIELDS}
-    before = None
-    calibrators = {}
-    if with_before and run.get("kind") == "calibrated" and run.get("parent_run_id"):
-        before = report_run(
-            con,
-            run["parent_run_id"],
-            question,
-            split,
-            n_bins=n_bins,
-            n_boot=n_boot,
-            seed=seed,
-            level=level,
-            exclude_items=exclude_items,
-            with_before=False,
-            smooth=smooth,
-        )
-        from workbench.metrics.recalibrate import stored_calibrators
-
-        calibrators = stored_calibrators(con, run["run_id"])
-    return RunReport(info, split, reports, before, calibrators)

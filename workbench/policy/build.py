@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-import workbench
+from workbench import __version__ as workbench_version
 from workbench.errors import NotFoundError, PolicyError
 from workbench.policy.model import (
     CalibratorSpec,
@@ -158,7 +158,7 @@ def build_policy(
         policy_version=policy_version,
         created_at=datetime.now(UTC).replace(microsecond=0).isoformat(),
         created_by=created_by,
-        workbench_version=workbench.__version__,
+        workbench_version=workbench_version,
         source=Source(
             run_id=run["run_id"],
             provider=str(run["provider"]),

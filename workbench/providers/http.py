@@ -547,17 +547,3 @@ def system_one_result(
         latency_ms=latency_ms,
         raw=raw,
     )
-
-
-def build_http_provider(
-    spec: str,
-    *,
-    env: Mapping[str, str] | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    **settings: Any,
-):
-    """Build a remote provider from a spec string; see :func:`workbench.providers.remote.build_http_provider`."""
-    from workbench.providers.remote import build_http_provider as _build
-
-    return _build(spec, env=env, transport=transport, timeout=timeout, **settings)

@@ -7,7 +7,7 @@ credentials come from the environment (``context.env``) and :func:`public_spec` 
 that looks like one before a spec is stored or printed.
 
 The in-process prefixes (``local``, ``baseline``, ``rules``, ``replay``) are built here; every
-other prefix goes to the HTTP dialects' factory ``workbench.providers.http.build_http_provider``.
+other prefix goes to the HTTP dialects' factory ``workbench.providers.remote.build_http_provider``.
 Heavy imports (torch, scikit-learn, httpx) happen only when a provider is built.
 """
 
@@ -127,7 +127,7 @@ def get_provider(spec: str, *, context: ProviderContext | None = None) -> Provid
     if factory is not None:
         return factory(rest, context)
     try:
-        from workbench.providers.http import build_http_provider
+        from workbench.providers.remote import build_http_provider
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("workbench.providers"):
             raise ProviderError(

@@ -34,6 +34,7 @@ from typing import Any
 from workbench.errors import AnswerError, WorkbenchError
 from workbench.providers.base import DecisionRequest, DecisionResult, ErrorKind, ProviderError
 from workbench.providers.registry import ProviderContext, get_provider, is_local, public_spec
+from workbench.reporting import Reporter, default_reporter
 from workbench.runner.plan import KEY_VERSION, QuestionSlice, WorkUnit, build_units, plan_slices
 from workbench.schema import DecisionSchema
 from workbench.schema.answers import normalise_answer
@@ -571,43 +572,11 @@ async def _drive_local(provider, units: list[WorkUnit], rec: _Recorder, spec: st
 
 
 # -- public entry points --------------------------------------------------------------------------
-def _default_splits(con, dataset: str, version: int) -> list[str]:
-    rows = con.execute(
-        "SELECT DISTINCT split FROM items WHERE dataset = ? AND version = ? AND split <> 'train' ORDER BY split",
-        [dataset, version],
-    ).fetchall()
-    return [r[0] for r in rows]
+def _run_task(reporter: Reporter, enabled: bool, description: str, total: int):
+    """The reporter's progress task for one run (a no-op task when progress is off)."""
+    from workbench.reporting import SilentReporter
 
-
-def _progress(enabled: bool, total: int, description: str):
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    from workbench.cli.common import err_console
-
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]:>7.1f}/s"),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-        TextColumn("fail {task.fields[failed]}"),
-        TextColumn("${task.fields[cost]:.4f}"),
-        console=err_console,
-        disable=not enabled,
-        refresh_per_second=4,
-        transient=False,
-    )
-    task = progress.add_task(description, total=total, rate=0.0, failed=0, cost=0.0)
-    return progress, task
+    return (reporter if enabled else SilentReporter()).task(description, total)
 
 
 def build_provider(
@@ -650,9 +619,10 @@ def execute_run(
     *,
     env: Mapping[str, str] | None = None,
     transport: Any = None,
-    progress: bool = False,
+    progress: bool = True,
     provider: Any = None,
     settings: dict | None = None,
+    reporter: Reporter | None = None,
 ) -> dict:
     """Run (or continue) ``run_id`` until every item × question has an answer or a failure.
 
@@ -666,8 +636,10 @@ def execute_run(
         Credentials and base URLs for HTTP providers (default ``os.environ``); never stored.
     transport : httpx.AsyncBaseTransport, optional
         Injected into HTTP providers (tests).
-    progress : bool, default=False
-        Draw a rich progress bar on stderr.
+    progress : bool, default=True
+        Report progress (units done, rate, failures, cost) through ``reporter``.
+    reporter : Reporter, optional
+        Where progress goes (:mod:`workbench.reporting`; default: the ``workbench`` logger, no bar).
     provider : Provider, optional
         A ready provider instance (else built from the run's spec).
 
@@ -735,24 +707,24 @@ def execute_run(
     todo = [u for u in units if not set(slices[u.slice_index].question_ids) <= done.get(u.item_id, set())]
     journal = calls_store.CallJournal(calls_store.journal_dir(con), run_id)
     rec = _Recorder(con, run_id, spec, model, slices, _Scrubber(env), journal)
-    rec.replace = con.execute("SELECT count(*) FROM answers WHERE run_id = ?", [run_id]).fetchone()[0] > 0
+    rec.replace = calls_store.has_answers(con, run_id)
     rec.counters.units_total = len(units)
     rec.counters.units_skipped = len(units) - len(todo)
     update_run(con, run_id, status="running", model=model, dialect=dialect)
 
     cached = calls_store.lookup_calls(con, [u.cache_key for u in todo])
-    bar, task = _progress(progress, len(todo), f"{spec}")
-
-    def tick() -> None:
-        c = rec.counters
-        elapsed = max(time.perf_counter() - c.t_start, 1e-9)
-        bar.update(task, completed=c.units_done, rate=c.units_done / elapsed, failed=c.failed, cost=c.cost_paid)
-
-    rec.progress_cb = tick if progress else None
+    reporter = reporter or default_reporter()
     to_ask: list[WorkUnit] = []
     stop = _Stop()
     status = "done"
-    with bar:
+    with _run_task(reporter, progress, spec, len(todo)) as task:
+
+        def tick() -> None:
+            c = rec.counters
+            elapsed = max(time.perf_counter() - c.t_start, 1e-9)
+            task.update(c.units_done, f"{c.units_done / elapsed:7.1f}/s fail {c.failed} ${c.cost_paid:.4f}")
+
+        rec.progress_cb = tick if progress else None
         try:
             for u in todo:
                 row = cached.get(u.cache_key)
@@ -781,11 +753,9 @@ def execute_run(
         journal.close(delete=True)
     if stop.kind is not None:
         status = "stopped"
-    model_row = con.execute(
-        "SELECT mode(model) FROM answers WHERE run_id = ? AND model IS NOT NULL", [run_id]
-    ).fetchone()
+    answered = calls_store.answered_model(con, run_id)
     summary = _summary(con, run, rec, stop, recovered, status)
-    summary["model"] = model_row[0] if model_row and model_row[0] else model
+    summary["model"] = answered or model
     from datetime import datetime
 
     update_run(
@@ -793,7 +763,7 @@ def execute_run(
         run_id,
         status=status,
         summary=summary,
-        model=model_row[0] if model_row else model,
+        model=answered or model,
         finished_at=datetime.now(UTC).replace(tzinfo=None),
     )
     return summary
@@ -846,10 +816,10 @@ def start_run(
 ) -> str:
     """Create the run row (status ``running``) and return its id; :func:`execute_run` fills it."""
     from workbench.store.datasets import latest_version
-    from workbench.store.runs import create_run
+    from workbench.store.runs import create_run, default_run_splits
 
     version = dataset_version or latest_version(con, dataset)
-    splits = options.splits or _default_splits(con, dataset, version)
+    splits = options.splits or default_run_splits(con, dataset, version)
     if not splits:
         raise WorkbenchError(
             f"dataset {dataset!r} v{version} has no split to run on",
@@ -904,7 +874,8 @@ def run_experiment(
     questions_per_request: int | None = None,
     dataset_version: int | None = None,
     transport: Any = None,
-    progress: bool = False,
+    progress: bool = True,
+    reporter: Reporter | None = None,
 ) -> list[str]:
     """Run ``schema`` over ``dataset`` with each provider in turn; return the run ids.
 
@@ -948,7 +919,7 @@ def run_experiment(
             variant=variant,
         )
         run_ids.append(run_id)
-        execute_run(con, run_id, env=env, transport=transport, progress=progress, provider=provider)
+        execute_run(con, run_id, env=env, transport=transport, progress=progress, provider=provider, reporter=reporter)
     return run_ids
 
 
@@ -958,7 +929,8 @@ def resume_run(
     *,
     env: Mapping[str, str] | None = None,
     transport: Any = None,
-    progress: bool = False,
+    progress: bool = True,
+    reporter: Reporter | None = None,
     concurrency: int | None = None,
     rate: float | None = None,
     max_cost: float | None = None,
@@ -980,4 +952,4 @@ def resume_run(
     RunOptions(**{k: v for k, v in opts.items() if k in RunOptions.__dataclass_fields__})  # validate
     params["options"] = opts
     update_run(con, run["run_id"], params=params)
-    return execute_run(con, run["run_id"], env=env, transport=transport, progress=progress)
+    return execute_run(con, run["run_id"], env=env, transport=transport, progress=progress, reporter=reporter)

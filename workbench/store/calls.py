@@ -118,6 +118,17 @@ def answered_questions(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str,
 
 
 # -- writes ---------------------------------------------------------------------------------------
+def has_answers(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+    """Whether ``run_id`` has any answer or failure row yet (a resumed run must replace, not append)."""
+    return bool(con.execute("SELECT EXISTS (SELECT 1 FROM answers WHERE run_id = ?)", [run_id]).fetchone()[0])
+
+
+def answered_model(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
+    """The model most answers of ``run_id`` name (the service may answer with another than asked)."""
+    row = con.execute("SELECT mode(model) FROM answers WHERE run_id = ? AND model IS NOT NULL", [run_id]).fetchone()
+    return row[0] if row and row[0] else None
+
+
 def answers_table(rows: Sequence[dict]) -> pa.Table:
     """Arrow table of answer rows; ``p_top``/``margin``/``entropy`` computed here, vectorised.
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -17,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.store.db import transaction
@@ -43,6 +43,15 @@ def load_stored_schema(con: duckdb.DuckDBPyConnection, schema_hash: str) -> Deci
 # -- runs ----------------------------------------------------------------------------------------
 def new_run_id() -> str:
     return "run-" + uuid.uuid4().hex[:10]
+
+
+def default_run_splits(con: duckdb.DuckDBPyConnection, dataset: str, version: int) -> list[str]:
+    """The splits a run covers when none are named: every split of the dataset version but ``train``."""
+    rows = con.execute(
+        "SELECT DISTINCT split FROM items WHERE dataset = ? AND version = ? AND split <> 'train' ORDER BY split",
+        [dataset, version],
+    ).fetchall()
+    return [r[0] for r in rows]
 
 
 def create_run(
@@ -168,54 +177,6 @@ def write_answers(con: duckdb.DuckDBPyConnection, rows: pd.DataFrame | pa.Table,
     finally:
         con.unregister("_incoming_answers")
     return table.num_rows
-
-
-@dataclass
-class RunAnswers:
-    """Arrays of one run and one question, aligned by item (shapes in brackets).
-
-    ``probs`` is NaN on failed rows; ``labels`` is the index of the gold option or -1 when the
-    item has no label (majority vote over annotators, ties to the first option in schema order).
-    """
-
-    run_id: str
-    question: str
-    qtype: str
-    option_ids: list[str]
-    item_ids: np.ndarray  # (n,) str
-    splits: np.ndarray  # (n,) str
-    probs: np.ndarray  # (n, k) float
-    labels: np.ndarray  # (n,) int, -1 = unlabelled
-    failed: np.ndarray  # (n,) bool
-    failure_kind: np.ndarray  # (n,) object (None when answered)
-    latency_ms: np.ndarray  # (n,)
-    cost_usd: np.ndarray  # (n,)
-    input_tokens: np.ndarray  # (n,)
-    extra: dict = field(default_factory=dict)
-
-    def select(self, mask: np.ndarray) -> RunAnswers:
-        kw = {k: getattr(self, k) for k in ("run_id", "question", "qtype", "option_ids")}
-        for k in (
-            "item_ids",
-            "splits",
-            "probs",
-            "labels",
-            "failed",
-            "failure_kind",
-            "latency_ms",
-            "cost_usd",
-            "input_tokens",
-        ):
-            kw[k] = getattr(self, k)[mask]
-        return RunAnswers(**kw, extra=dict(self.extra))
-
-    def answered(self) -> RunAnswers:
-        """Only rows with an answer (and a label when one exists)."""
-        return self.select(~self.failed)
-
-    def labelled(self) -> RunAnswers:
-        """Rows answered and labelled: the inputs to every metric."""
-        return self.select((~self.failed) & (self.labels >= 0))
 
 
 def run_questions(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench.answers import RunAnswers
 from workbench.errors import OptionError
-from workbench.store.runs import RunAnswers
 from workbench.thresholds.evaluate import evaluate_rule
 from workbench.thresholds.guarantees import (
     Selection,

@@ -1,0 +1,616 @@
+"""The emulator server: connection loop, routing, faults, answering, admin API; and running it.
+
+See :mod:`workbench.emulator` for the endpoints. ``run_emulator`` runs a server in a background
+thread of the calling process; :mod:`workbench.emulator.process` runs one as a child process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import inspect
+import json
+import random
+import socket
+import struct
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench.emulator.answering import (
+    FIXED_TOKENS,
+    Answerer,
+    LexicalAnswerer,
+    render,
+    server_token_count,
+    truncate_tokens,
+)
+from workbench.emulator.dialects import (
+    CF_MODELS,
+    CF_ROUTE,
+    CLEF_LIMITS,
+    PERPLEXITY_LIMITS,
+    SYSTEMONE_PATHS,
+    VERCEL_PATHS,
+    Reject,
+    check_images,
+    parse_openai,
+    parse_vercel,
+    peek_model,
+    render_openai,
+    render_vercel,
+    system_one_answers,
+    validate_system_one,
+)
+from workbench.emulator.faults import FaultConfig
+from workbench.emulator.wire import HttpRequest, HttpResponse, encode_response, read_request
+
+
+# ------------------------------------------------------------------------------------------------
+# Stats
+# ------------------------------------------------------------------------------------------------
+class EmulatorStats:
+    """Thread-safe request counters (the server thread writes, tests read)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with getattr(self, "_lock", threading.Lock()):
+            self.total = 0
+            self.answered = 0
+            self.by_path: Counter = Counter()
+            self.by_model: Counter = Counter()
+            self.by_model_path: Counter = Counter()
+            self.by_status: Counter = Counter()
+            self.by_fault: Counter = Counter()
+
+    def arrived(self, path: str, model: str | None) -> None:
+        """Count a request when it arrives (a request that later hangs or is reset still counts)."""
+        m = model or "-"
+        with self._lock:
+            self.total += 1
+            self.by_path[path] += 1
+            self.by_model[m] += 1
+            self.by_model_path[f"{m} {path}"] += 1
+
+    def finished(self, status: int | str, fault: str | None) -> None:
+        with self._lock:
+            self.by_status[str(status)] += 1
+            if fault:
+                self.by_fault[fault] += 1
+            if status == 200 and fault is None:
+                self.answered += 1
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return {
+                "total": self.total,
+                "answered": self.answered,
+                "by_path": dict(self.by_path),
+                "by_model": dict(self.by_model),
+                "by_model_path": dict(self.by_model_path),
+                "by_status": dict(self.by_status),
+                "by_fault": dict(self.by_fault),
+            }
+
+
+# ------------------------------------------------------------------------------------------------
+# The server
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    """One decision request being handled: its route and what the fault draw decided."""
+
+    route: str  # cloudflare | systemone | perplexity | openai | vercel
+    path: str
+    model: str | None
+    rng: random.Random
+    fault: str | None = None
+
+
+class EmulatorServer:
+    """The emulator; run it with :func:`run_emulator` (background thread) or :meth:`serve` (CLI).
+
+    Parameters
+    ----------
+    host, port : str, int
+        Bind address; port 0 picks a free port (read :attr:`port` after start).
+    answerer : callable, optional
+        ``answerer(questions_wire, state) -> {qid: [p, ...]}``; default :class:`LexicalAnswerer`.
+        Non-default answerers run in a worker thread so that slow models do not block the server.
+    faults : FaultConfig or dict, optional
+    require_token : str, optional
+        When set, every dialect route needs ``Authorization: Bearer <token>`` (401 otherwise).
+    max_body_bytes : int, default=524,288
+        Bodies above this get 413/5021 (the hosted estimate fired near 520–525 kB, §3.1).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        answerer: Answerer | None = None,
+        faults: FaultConfig | dict | None = None,
+        require_token: str | None = None,
+        max_body_bytes: int = 524_288,
+        answerer_workers: int = 1,
+    ):
+        self.host = host
+        self.port = port
+        self.answerer = answerer or LexicalAnswerer()
+        self._inline = isinstance(self.answerer, LexicalAnswerer)
+        self._executor = (
+            None
+            if self._inline
+            else ThreadPoolExecutor(max_workers=answerer_workers, thread_name_prefix="emulator-answerer")
+        )
+        if isinstance(faults, dict):
+            faults = FaultConfig().merged(**faults)
+        self.faults = (faults or FaultConfig()).validate()
+        self.require_token = require_token  # may be changed while running (tests)
+        self.max_body_bytes = max_body_bytes
+        self._stats = EmulatorStats()
+        self._attempts: dict[bytes, int] = {}
+        self._attempt_lock = threading.Lock()
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- public helpers ----------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def cloudflare_base_url(self) -> str:
+        """Value for ``CLOUDFLARE_CLEF_BASE_URL``."""
+        return f"{self.base_url}/client/v4"
+
+    @property
+    def stats(self) -> dict:
+        return self._stats.snapshot()
+
+    def request_count(self, *, model: str | None = None, path: str | None = None) -> int:
+        """Requests received (all outcomes), optionally for one model and/or a path substring."""
+        snap = self.stats
+        if model is None and path is None:
+            return snap["total"]
+        total = 0
+        for key, n in snap["by_model_path"].items():
+            m, _, p = key.partition(" ")
+            if (model is None or m == model) and (path is None or path in p):
+                total += n
+        return total
+
+    def reset_stats(self) -> None:
+        self._stats.reset()
+        with self._attempt_lock:
+            self._attempts.clear()
+
+    def set_faults(self, **changes: Any) -> FaultConfig:
+        self.faults = self.faults.merged(**changes)
+        return self.faults
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._handle_connection, self.host, self.port, limit=256 * 1024, backlog=1024
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def serve(self) -> None:
+        """Start (if needed) and serve until cancelled."""
+        if self._server is None:
+            await self.start()
+        try:
+            await self._server.serve_forever()
+        finally:
+            await self.stop()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for t in list(self._tasks):
+                t.cancel()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            self._server = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- connection loop ---------------------------------------------------------------------------
+    async def _handle_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        try:
+            while True:
+                req = await read_request(reader, writer)
+                if req is None:
+                    break
+                if isinstance(req, HttpResponse):
+                    writer.write(encode_response(req, keep_alive=False))
+                    await writer.drain()
+                    break
+                resp = await self._dispatch(req)
+                if resp.reset:
+                    sock = writer.get_extra_info("socket")
+                    if sock is not None:
+                        with contextlib.suppress(OSError):
+                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    writer.transport.abort()
+                    return
+                keep = req.headers.get("connection", "").lower() != "close"
+                writer.write(encode_response(resp, keep_alive=keep))
+                await writer.drain()
+                if not keep:
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._tasks.discard(task)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    # -- dispatch ----------------------------------------------------------------------------------
+    async def _dispatch(self, req: HttpRequest) -> HttpResponse:
+        if req.path.startswith("/_emulator/"):
+            return self._admin(req)
+        cf = CF_ROUTE.match(req.path)
+        if cf:
+            route, model = "cloudflare", cf.group(2)
+        elif req.path in SYSTEMONE_PATHS:
+            route, model = "systemone", None
+        elif req.path == "/v1/decisions":
+            route, model = "decisions", None
+        elif req.path in VERCEL_PATHS:
+            route, model = "vercel", req.headers.get("ai-model-id")
+        else:
+            route, model = "none", None
+        if route != "none" and route != "cloudflare" and route != "vercel":
+            model = peek_model(req.body)
+        call = _Call(route, req.path, model, self._rng_for(req.body))
+        self._stats.arrived(req.path, model)
+        try:
+            resp = await self._route(req, call)
+        except Exception as exc:  # an answerer bug must not kill the connection loop
+            resp = self._error(call, 500, 5000, f"emulator error: {type(exc).__name__}")
+        self._stats.finished("reset" if resp.reset else resp.status, call.fault)
+        return resp
+
+    def _rng_for(self, body: bytes) -> random.Random:
+        digest = hashlib.sha256(body).digest()
+        with self._attempt_lock:
+            n = self._attempts.get(digest, 0)
+            self._attempts[digest] = n + 1
+        seed = hashlib.sha256(f"{self.faults.seed}|{n}|".encode() + digest).digest()
+        return random.Random(int.from_bytes(seed[:8], "big"))
+
+    async def _route(self, req: HttpRequest, call: _Call) -> HttpResponse:
+        t0 = time.perf_counter()
+        if call.route == "none" or req.method != "POST":
+            call.route = "cloudflare"  # Cloudflare's API answers unknown URIs this way
+            return self._error(call, 400, 7000, "No route for that URI")
+        if call.route == "cloudflare" and call.model not in CF_MODELS:
+            return self._error(call, 400, 7000, "No route for that URI")
+        if self.require_token is not None and not self._authorised(req):
+            return self._error(call, 401, 10000, "Authentication error")
+        if len(req.body) > self.max_body_bytes:
+            return self._error(call, 413, 5021, "Request is too large: the estimated input exceeds the limit")
+        try:
+            body = json.loads(req.body.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return self._error(call, 400, 6003, "Invalid request: body is not valid JSON")
+        if call.route == "decisions":
+            call.route = (
+                "openai" if isinstance(body, dict) and isinstance(body.get("questions"), list) else "perplexity"
+            )
+        try:
+            state, questions, images, ctx = self._parse(req, call, body)
+        except Reject as rej:
+            status, code = (400, 5006) if rej.kind == "schema" else (422, 5012)
+            return self._error(call, status, code, rej.message, loc=rej.loc, model_side=rej.kind == "model")
+        if self.faults.force_status is not None:
+            call.fault = f"forced_{self.faults.force_status}"
+            return self._error(
+                call, int(self.faults.force_status), self.faults.force_code, f"forced status {self.faults.force_status}"
+            )
+        # faults and latency (after validation: a bad request is refused at once)
+        call.fault = self.faults.draw_fault(call.rng)
+        delay = self.faults.latency_for(call.model, call.rng)
+        if call.fault == "timeout":
+            await asyncio.sleep(self.faults.timeout_sleep_s)
+        elif delay > 0 and call.fault is not None:
+            await _sleep_rest(t0, delay)
+        if call.fault == "reset":
+            return HttpResponse(0, reset=True)
+        if call.fault == "rate_limit":
+            return self._error(call, 429, 3040, "Capacity temporarily exceeded, please try again.")
+        if call.fault == "quota":
+            return self._error(
+                call,
+                429,
+                4006,
+                "you have used up your daily free allocation of 10,000 neurons, "
+                "please upgrade to Cloudflare's Workers Paid plan",
+            )
+        if call.fault == "server_error":
+            return self._error(call, 500, 5000, "Internal server error")
+        if call.fault == "overloaded":
+            return self._error(call, 529, 5012, "Clef inference failed", model_side=True)
+        # answer
+        text_state = render(state) if not isinstance(state, str) else state
+        billed_state = text_state
+        if self.faults.truncate_state_tokens is not None:
+            billed_state = truncate_tokens(text_state, self.faults.truncate_state_tokens)
+            state = billed_state  # the model silently reads only the head
+        probs = await self._answer(questions, state)
+        tokens = (
+            FIXED_TOKENS + server_token_count(billed_state) + server_token_count(render(questions)) + 1000 * len(images)
+        )
+        resp = self._render(call, questions, probs, tokens, ctx)
+        if call.fault == "malformed":
+            resp.body = resp.body[: max(1, len(resp.body) // 2)]
+        if delay > 0 and call.fault is None:
+            # the latency is the service time: answering counts towards it, as on a real server
+            await _sleep_rest(t0, delay)
+        return resp
+
+    def _authorised(self, req: HttpRequest) -> bool:
+        auth = req.headers.get("authorization", "")
+        if auth.startswith("Bearer ") and auth[7:].strip() == self.require_token:
+            return True
+        return req.headers.get("api-subscription-key") == self.require_token
+
+    def _parse(self, req: HttpRequest, call: _Call, body: Any) -> tuple[Any, dict, list, dict]:
+        if call.route == "cloudflare":
+            if isinstance(body, dict) and "model" in body:
+                if not isinstance(body["model"], str) or body["model"].strip() not in CF_MODELS:
+                    raise Reject("schema", "model must be one of clef, clef-flash", ("model",))
+                if body["model"].strip() != call.model:
+                    raise Reject(
+                        "schema",
+                        f"model {body['model'].strip()!r} does not match the URL model {call.model!r}",
+                        ("model",),
+                    )
+                answered = call.model
+            else:
+                answered = "clef-flash"  # measured 2026-10-03: a body without model was answered by clef-flash
+            state, questions, images = validate_system_one(
+                body, CLEF_LIMITS, allowed_fields=frozenset({"model", "state", "questions", "images"})
+            )
+            return state, questions, images, {"answered_model": answered}
+        if call.route == "systemone":
+            state, questions, images = validate_system_one(
+                body, CLEF_LIMITS, allowed_fields=frozenset({"model", "state", "questions", "images"})
+            )
+            return state, questions, images, {"answered_model": (body.get("model") or "systemone-emulator")}
+        if call.route == "perplexity":
+            if not isinstance(body, dict) or not body.get("model"):
+                raise Reject("schema", "model is required", ("model",))
+            state, questions, _ = validate_system_one(
+                body, PERPLEXITY_LIMITS, allowed_fields=frozenset({"model", "state", "questions"})
+            )
+            images: list = []
+            if isinstance(state, list):
+                parts = [p for p in state if isinstance(p, dict) and p.get("type") == "image_url"]
+                images = [(p.get("image_url") or {}).get("url") for p in parts]
+                check_images(images, PERPLEXITY_LIMITS)
+                rest = [p for p in state if p not in parts]
+                state = rest[0] if len(rest) == 1 else rest
+            return state, questions, images, {"answered_model": body["model"]}
+        if call.route == "openai":
+            return parse_openai(body)
+        return parse_vercel(req.headers, body)
+
+    async def _answer(self, questions: dict, state: Any) -> dict[str, np.ndarray]:
+        if self._inline:
+            raw = self.answerer(questions, state)
+        elif inspect.iscoroutinefunction(self.answerer):
+            raw = await self.answerer(questions, state)
+        else:
+            loop = asyncio.get_running_loop()
+            raw = await loop.run_in_executor(self._executor, self.answerer, questions, state)
+        out: dict[str, np.ndarray] = {}
+        for qid, q in questions.items():
+            n = 2 if q["type"] == "noul" else len(q["criteria"])
+            p = np.asarray(raw[qid], dtype=float)
+            if p.shape != (n,) or not np.all(np.isfinite(p)) or p.min() < 0 or p.sum() <= 0:
+                raise ValueError(f"answerer gave an invalid vector for {qid}")
+            out[qid] = p / p.sum()
+        return out
+
+    # -- rendering ---------------------------------------------------------------------------------
+    def _render(
+        self, call: _Call, questions: dict, probs: dict[str, np.ndarray], tokens: int, ctx: dict
+    ) -> HttpResponse:
+        rid = str(uuid.UUID(int=call.rng.getrandbits(128)))
+        if call.route == "cloudflare":
+            model = ctx["answered_model"]
+            result = {
+                "model": model,
+                "answers": system_one_answers(questions, probs, confidence="gini"),
+                "usage": {"input_tokens": tokens, "output_tokens": 0},
+            }
+            neurons = tokens * {"clef": 21_818.0, "clef-flash": 8_182.0}[model] / 1e6
+            return HttpResponse.json(
+                200,
+                {"result": result, "success": True, "errors": [], "messages": []},
+                {**self._cf_headers(call, reached=True), "cf-ai-req-id": rid, "cf-ai-neurons": f"{neurons:.2f}"},
+            )
+        if call.route in ("systemone", "perplexity"):
+            body = {
+                "model": ctx["answered_model"],
+                "answers": system_one_answers(questions, probs, confidence="pmax"),
+                "usage": {"input_tokens": tokens, "output_tokens": 0},
+            }
+            return HttpResponse.json(200, body, {"x-request-id": rid})
+        if call.route == "openai":
+            return HttpResponse.json(
+                200, render_openai(ctx, questions, probs, tokens, call.rng, self.faults.refusal), {"x-request-id": rid}
+            )
+        return HttpResponse.json(
+            200, render_vercel(questions, probs, tokens), {"x-request-id": rid, "x-inference-id": rid}
+        )
+
+    def _cf_headers(self, call: _Call, *, reached: bool) -> dict[str, str]:
+        ray = f"{call.rng.getrandbits(64):016x}-IAD"
+        return {"cf-ray": ray, "api-version": "2026-10-01.epoch", "cache-control": "no-store"}
+
+    def _error(
+        self, call: _Call, status: int, code: int | None, message: str, *, loc: tuple = (), model_side: bool = False
+    ) -> HttpResponse:
+        rid = str(uuid.UUID(int=call.rng.getrandbits(128)))
+        if call.route == "cloudflare":
+            msg = message
+            headers = self._cf_headers(call, reached=model_side)
+            if model_side:  # model-side refusals nest a second envelope and end with the request uuid
+                inner = {
+                    "error": {
+                        "type": "invalid_request" if status == 422 else "server_error",
+                        "message": message,
+                        "details": {"path": list(map(str, loc))},
+                    }
+                }
+                msg = f"AiError: AiError: {json.dumps(inner)} ({rid})"
+                headers["cf-ai-req-id"] = rid
+            return HttpResponse.json(
+                status,
+                {"success": False, "errors": [{"code": code, "message": msg}], "result": {}, "messages": []},
+                headers,
+            )
+        if call.route in ("systemone", "perplexity"):
+            if status == 422:
+                return HttpResponse.json(
+                    422,
+                    {"detail": [{"type": "value_error", "loc": ["body", *loc], "msg": message}]},
+                    {"x-request-id": rid},
+                )
+            etype = {
+                400: "invalid_request",
+                401: "authentication_error",
+                413: "max_tokens_exceeded",
+                429: "quota_exceeded" if code == 4006 else "rate_limit",
+                500: "internal_server_error",
+                529: "overloaded",
+            }.get(status, "error")
+            headers = {"x-request-id": rid}
+            if call.route == "perplexity" and status == 429:
+                headers["retry-after"] = "1"  # Perplexity sends Retry-After: 1 (seconds) on 429 (§3.6)
+            return HttpResponse.json(
+                status, {"detail": {"error_type": etype, "message": message, "code": code}}, headers
+            )
+        etype = {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            413: "invalid_request_error",
+            422: "invalid_request_error",
+            429: "insufficient_quota" if code == 4006 else "rate_limit_exceeded",
+            500: "internal_server_error",
+            529: "overloaded_error",
+        }.get(status, "error")
+        err: dict[str, Any] = {"message": message, "type": etype, "code": code}
+        if call.route == "openai":
+            err["param"] = ".".join(map(str, loc)) or None
+        return HttpResponse.json(status, {"error": err}, {"x-request-id": rid})
+
+    # -- admin -------------------------------------------------------------------------------------
+    def _admin(self, req: HttpRequest) -> HttpResponse:
+        if req.path == "/_emulator/stats":
+            return HttpResponse.json(200, self.stats)
+        if req.path == "/_emulator/health":
+            return HttpResponse.json(200, {"status": "ok"})
+        if req.path == "/_emulator/reset" and req.method == "POST":
+            self.reset_stats()
+            return HttpResponse.json(200, {"status": "reset"})
+        if req.path == "/_emulator/faults":
+            if req.method == "POST":
+                try:
+                    changes = json.loads(req.body or b"{}")
+                    if not isinstance(changes, dict):
+                        raise ValueError("expected a JSON object")
+                    self.set_faults(**changes)
+                except (ValueError, TypeError) as exc:
+                    return HttpResponse.json(400, {"error": str(exc)})
+            return HttpResponse.json(200, asdict(self.faults))
+        return HttpResponse.json(404, {"error": "unknown admin endpoint"})
+
+
+# ------------------------------------------------------------------------------------------------
+# Running it
+# ------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def run_emulator(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    answerer: Answerer | None = None,
+    require_token: str | None = None,
+    max_body_bytes: int = 524_288,
+    faults: FaultConfig | dict | None = None,
+    **fault_options: Any,
+) -> Iterator[EmulatorServer]:
+    """Run an :class:`EmulatorServer` in a background thread for the duration of a ``with`` block.
+
+    Fault options may be given as keywords (``rate_limit=0.1, latency_ms=100``) or as ``faults``.
+
+    Examples
+    --------
+    >>> with run_emulator(port=0) as emu:          # doctest: +SKIP
+    ...     env = {"CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url, ...}
+    """
+    config = faults if isinstance(faults, FaultConfig) else FaultConfig().merged(**(faults or {}))
+    if fault_options:
+        config = config.merged(**fault_options)
+    server = EmulatorServer(
+        host, port, answerer=answerer, faults=config, require_token=require_token, max_body_bytes=max_body_bytes
+    )
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    error: list[BaseException] = []
+
+    def _main() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(server.start())
+        except BaseException as exc:  # e.g. port in use: reported to the caller below
+            error.append(exc)
+            ready.set()
+            return
+        ready.set()
+        loop.run_forever()
+        loop.run_until_complete(server.stop())
+        loop.close()
+
+    thread = threading.Thread(target=_main, name=f"emulator-{port}", daemon=True)
+    thread.start()
+    ready.wait(10)
+    if error:
+        raise error[0]
+    try:
+        yield server
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+async def _sleep_rest(t0: float, delay: float) -> None:
+    """Sleep what is left of ``delay`` seconds since ``t0`` (work done so far counts)."""
+    rest = delay - (time.perf_counter() - t0)
+    if rest > 0:
+        await asyncio.sleep(rest)
