@@ -7,6 +7,7 @@ Public API (the CLI, the UI and notebooks use only these names)::
 
 __version__ = "0.1.0"
 
+import workbench._runtime_path  # noqa: E402, F401 - a source checkout uses its own runtime/ (see the module)
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.schema import DecisionSchema, load_schema, schema_hash  # noqa: E402
 

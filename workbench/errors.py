@@ -6,18 +6,18 @@ print a single line naming the file, record or field and the fix.
 
 from __future__ import annotations
 
+from workbench_runtime.errors import AnswerError, PolicyError, SchemaError, WorkbenchError
 
-class WorkbenchError(Exception):
-    """Base class: ``str(err)`` is the one-line message shown to users."""
-
-    def __init__(self, message: str, *, hint: str | None = None):
-        self.message = message
-        self.hint = hint
-        super().__init__(message if not hint else f"{message} — {hint}")
-
-
-class SchemaError(WorkbenchError):
-    """A decision schema file is malformed or breaks a provider's limits."""
+__all__ = [
+    "WorkbenchError",
+    "SchemaError",
+    "DataImportError",
+    "StoreError",
+    "AnswerError",
+    "NotFoundError",
+    "PolicyError",
+    "OptionError",
+]
 
 
 class DataImportError(WorkbenchError):
@@ -28,16 +28,8 @@ class StoreError(WorkbenchError):
     """The DuckDB store cannot be opened, migrated or queried as asked."""
 
 
-class AnswerError(WorkbenchError):
-    """A provider answer cannot be turned into a probability vector."""
-
-
 class NotFoundError(WorkbenchError):
     """A named dataset, run, schema or policy does not exist."""
-
-
-class PolicyError(WorkbenchError):
-    """A policy file is corrupt, tampered, or of a newer format (fail closed)."""
 
 
 class OptionError(WorkbenchError):

@@ -19,22 +19,22 @@ import math
 from typing import Any
 
 import numpy as np
+from workbench_runtime import calibrators as _applied
+from workbench_runtime.calibrators import LOG_FLOOR, _check_probs, _log_probs
+from workbench_runtime.errors import CalibrationFitError
 
-from workbench.errors import WorkbenchError
-
-#: Probabilities are clipped to at least this before taking logs, so a hard 0 stays finite.
-LOG_FLOOR = 1e-12
-
-
-class CalibrationFitError(WorkbenchError):
-    """A calibrator cannot be fitted on the given data (too few items, wrong shape, wrong method)."""
-
-
-def _check_probs(probs: Any) -> np.ndarray:
-    arr = np.asarray(probs, dtype=float)
-    if arr.ndim != 2 or arr.shape[1] < 2:
-        raise CalibrationFitError(f"probabilities must have shape (n_items, n_options >= 2), got {arr.shape}")
-    return arr
+__all__ = [
+    "LOG_FLOOR",
+    "CalibrationFitError",
+    "IdentityCalibrator",
+    "TemperatureScaling",
+    "PlattCalibrator",
+    "IsotonicCalibrator",
+    "CALIBRATORS",
+    "METHODS",
+    "make_calibrator",
+    "calibrator_from_dict",
+]
 
 
 def _fit_rows(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -54,48 +54,23 @@ def _fit_rows(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
     return p[keep], y[keep]
 
 
-def _softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def _log_probs(p: np.ndarray) -> np.ndarray:
-    return np.log(np.clip(p, LOG_FLOOR, 1.0))
-
-
-class IdentityCalibrator:
+# The maps themselves (transform, to_dict, from_params) live in the runtime distribution, so a
+# policy applies the very code the workbench measured with; these subclasses add fitting.
+class IdentityCalibrator(_applied.IdentityCalibrator):
     """The no-op calibrator (``transform`` returns a copy of its input)."""
-
-    kind = "identity"
 
     def fit(self, probs: Any, labels: Any) -> IdentityCalibrator:
         _check_probs(probs)
         return self
 
-    def transform(self, probs: Any) -> np.ndarray:
-        return np.array(probs, dtype=float, copy=True)
 
-    def to_dict(self) -> dict:
-        return {"type": self.kind, "params": {}}
-
-    @classmethod
-    def from_params(cls, params: dict) -> IdentityCalibrator:
-        return cls()
-
-
-class TemperatureScaling:
+class TemperatureScaling(_applied.TemperatureScaling):
     """One temperature per question: ``softmax(log(max(p, 1e-12)) / T)``.
 
     ``T`` is fitted by minimising the mean negative log-likelihood on the calibration items
     (bounded 1-D search over ``log T`` in [-7, 7]). ``T > 1`` softens over-confident answers,
     ``T < 1`` sharpens under-confident ones. The arg-max never changes.
     """
-
-    kind = "temperature"
-
-    def __init__(self, temperature: float = 1.0):
-        self.temperature = float(temperature)
 
     def fit(self, probs: Any, labels: Any) -> TemperatureScaling:
         from scipy.optimize import minimize_scalar
@@ -114,41 +89,14 @@ class TemperatureScaling:
         self.temperature = float(math.exp(res.x))
         return self
 
-    def transform(self, probs: Any) -> np.ndarray:
-        p = _check_probs(probs)
-        return _softmax(_log_probs(p) / self.temperature)
 
-    def to_dict(self) -> dict:
-        return {"type": self.kind, "params": {"temperature": self.temperature, "log_floor": LOG_FLOOR}}
-
-    @classmethod
-    def from_params(cls, params: dict) -> TemperatureScaling:
-        if float(params.get("log_floor", LOG_FLOOR)) != LOG_FLOOR:
-            raise CalibrationFitError("temperature calibrator was stored with a different log floor")
-        t = float(params["temperature"])
-        if not (math.isfinite(t) and t > 0):
-            raise CalibrationFitError(f"temperature must be a positive number, got {t}")
-        return cls(t)
-
-
-class PlattCalibrator:
+class PlattCalibrator(_applied.PlattCalibrator):
     """Platt scaling for yes/no questions: ``P(yes) = sigmoid(a * logit(p_yes) + b)``.
 
     Option 0 is "yes" (the workbench's noul option order is ``["yes", "no"]``). ``a`` and ``b``
     minimise the log-loss on the calibration items (no regularisation, so the fit is the maximum
     likelihood one and is reproducible).
     """
-
-    kind = "platt"
-
-    def __init__(self, a: float = 1.0, b: float = 0.0):
-        self.a = float(a)
-        self.b = float(b)
-
-    @staticmethod
-    def _logit_yes(p: np.ndarray) -> np.ndarray:
-        q = np.clip(p[:, 0], LOG_FLOOR, 1.0 - LOG_FLOOR)
-        return np.log(q) - np.log1p(-q)
 
     def fit(self, probs: Any, labels: Any) -> PlattCalibrator:
         from scipy.optimize import minimize
@@ -179,45 +127,10 @@ class PlattCalibrator:
         self.a, self.b = float(res.x[0]), float(res.x[1])
         return self
 
-    def transform(self, probs: Any) -> np.ndarray:
-        p = _check_probs(probs)
-        if p.shape[1] != 2:
-            raise CalibrationFitError(f"Platt scaling maps yes/no answers (2 options), got {p.shape[1]}")
-        s = self.a * self._logit_yes(p) + self.b
-        yes = 1.0 / (1.0 + np.exp(-s))
-        return np.stack([yes, 1.0 - yes], axis=1)
 
-    def to_dict(self) -> dict:
-        return {"type": self.kind, "params": {"a": self.a, "b": self.b, "log_floor": LOG_FLOOR}}
-
-    @classmethod
-    def from_params(cls, params: dict) -> PlattCalibrator:
-        if float(params.get("log_floor", LOG_FLOOR)) != LOG_FLOOR:
-            raise CalibrationFitError("Platt calibrator was stored with a different log floor")
-        a, b = float(params["a"]), float(params["b"])
-        if not (math.isfinite(a) and math.isfinite(b)):
-            raise CalibrationFitError("Platt parameters must be finite")
-        return cls(a, b)
-
-
-class IsotonicCalibrator:
-    """One-vs-rest isotonic regression per option, then rows renormalised to sum to 1.
-
-    Each option ``j`` gets a non-decreasing step map from ``p_j`` to the observed frequency of
-    ``label == j`` (pool-adjacent-violators, via scikit-learn at fit time). The map is stored as
-    its breakpoints ``(x_j, y_j)`` and applied with ``np.interp`` (linear between breakpoints,
-    constant outside), which is exactly how scikit-learn's ``IsotonicRegression.transform`` with
-    ``out_of_bounds="clip"`` evaluates it. A row whose mapped values are all 0 keeps its input
-    probabilities (there is nothing to renormalise). With few calibration items per option the maps
-    output hard zeros, which lowers ECE but can raise log loss (BANKING77 zero-shot: ECE 0.244 →
-    0.048, log loss 1.27 → 2.21); temperature scaling has no such zeros.
-    """
-
-    kind = "isotonic"
-
-    def __init__(self, x_thresholds: list[np.ndarray] | None = None, y_thresholds: list[np.ndarray] | None = None):
-        self.x_thresholds_ = x_thresholds
-        self.y_thresholds_ = y_thresholds
+class IsotonicCalibrator(_applied.IsotonicCalibrator):
+    """One-vs-rest isotonic regression per option (pool-adjacent-violators via scikit-learn), then
+    rows renormalised; see :class:`workbench_runtime.calibrators.IsotonicCalibrator` for the map."""
 
     def fit(self, probs: Any, labels: Any) -> IsotonicCalibrator:
         from sklearn.isotonic import IsotonicRegression
@@ -231,41 +144,6 @@ class IsotonicCalibrator:
             ys.append(np.asarray(iso.y_thresholds_, dtype=float))
         self.x_thresholds_, self.y_thresholds_ = xs, ys
         return self
-
-    def transform(self, probs: Any) -> np.ndarray:
-        p = _check_probs(probs)
-        if self.x_thresholds_ is None or self.y_thresholds_ is None:
-            raise CalibrationFitError("isotonic calibrator is not fitted")
-        if p.shape[1] != len(self.x_thresholds_):
-            raise CalibrationFitError(f"calibrator has {len(self.x_thresholds_)} options, got {p.shape[1]}")
-        out = np.empty_like(p)
-        for j, (xj, yj) in enumerate(zip(self.x_thresholds_, self.y_thresholds_)):
-            out[:, j] = np.interp(p[:, j], xj, yj)
-        total = out.sum(axis=1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out = np.where(total > 0, out / np.where(total > 0, total, 1.0), p)
-        return out
-
-    def to_dict(self) -> dict:
-        if self.x_thresholds_ is None or self.y_thresholds_ is None:
-            raise CalibrationFitError("isotonic calibrator is not fitted")
-        return {
-            "type": self.kind,
-            "params": {
-                "x_thresholds": [x.tolist() for x in self.x_thresholds_],
-                "y_thresholds": [y.tolist() for y in self.y_thresholds_],
-            },
-        }
-
-    @classmethod
-    def from_params(cls, params: dict) -> IsotonicCalibrator:
-        xs = [np.asarray(x, dtype=float) for x in params["x_thresholds"]]
-        ys = [np.asarray(y, dtype=float) for y in params["y_thresholds"]]
-        if len(xs) != len(ys) or any(len(a) != len(b) or len(a) == 0 for a, b in zip(xs, ys)):
-            raise CalibrationFitError("isotonic calibrator: threshold arrays do not match")
-        if any((np.diff(a) < 0).any() or (np.diff(b) < 0).any() for a, b in zip(xs, ys)):
-            raise CalibrationFitError("isotonic calibrator: thresholds must be non-decreasing")
-        return cls(xs, ys)
 
 
 CALIBRATORS: dict[str, type[Any]] = {
@@ -287,12 +165,155 @@ def make_calibrator(method: str):
 
 def calibrator_from_dict(d: dict):
     """Rebuild a fitted calibrator from :meth:`to_dict` output (raises on unknown types or bad params)."""
-    if not isinstance(d, dict) or "type" not in d:
-        raise CalibrationFitError("calibrator must be a mapping with a 'type'")
-    cls = CALIBRATORS.get(d["type"])
-    if cls is None:
-        raise CalibrationFitError(f"unknown calibrator type {d['type']!r}", hint=f"known: {', '.join(CALIBRATORS)}")
+    return _applied.calibrator_from_dict(d, CALIBRATORS)
+
+
+# -- calibrated views of stored runs ------------------------------------------------------------
+def _probs_column(probs: np.ndarray):
+    """(n, k) float with NaN rows -> Arrow list<double> column with nulls for the NaN rows."""
+    import pyarrow as pa
+
+    n, k = probs.shape
+    failed = ~np.isfinite(probs).all(axis=1)
+    values = pa.array(np.where(failed[:, None], 0.0, probs).ravel())
+    offsets = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, values, mask=pa.array(failed))
+
+
+def calibrate_run(
+    con: Any,
+    run_id: str,
+    method: str,
+    *,
+    questions: list[str] | None = None,
+    fit_split: str = "calibration",
+    eval_split: str = "test",
+    name: str | None = None,
+) -> dict:
+    """Fit ``method`` per question on ``fit_split`` and store a calibrated view of the run.
+
+    The view is a new run (``kind='calibrated'``, ``parent_run_id=run_id``) whose answers are the
+    parent's answers on every split, transformed by the question's calibrator (failures stay
+    failures); the calibrators go to the ``calibrators`` table. Returns a summary with the new run id,
+    the calibrators and the top-label ECE (15 equal-width bins) and log loss on ``eval_split``
+    before and after.
+    """
+    import pyarrow as pa
+
+    from workbench.metrics.reliability import top_label_ece
+    from workbench.metrics.scores import log_loss
+    from workbench.schema.answers import entropy, top_two
+    from workbench.store.db import transaction
+    from workbench.store.runs import (
+        create_run,
+        get_run,
+        load_answers,
+        load_stored_schema,
+        save_calibrator,
+        update_run,
+        write_answers,
+    )
+
+    run = get_run(con, run_id)
+    schema = load_stored_schema(con, run["schema_hash"])
+    qs = questions or schema.question_ids
+    if method == "platt":
+        not_binary = [q for q in qs if schema.questions[q].type != "noul"]
+        if not_binary:
+            raise CalibrationFitError(
+                f"Platt scaling is for yes/no questions; {', '.join(not_binary)} are not",
+                hint="pass --question for the yes/no questions, or use --method temperature",
+            )
+    fitted, tables, summary = {}, [], {}
+    for q in qs:
+        ans = load_answers(con, run["run_id"], q)
+        fit_rows = (ans.splits == fit_split) & ~ans.failed & (ans.labels >= 0)
+        if fit_rows.sum() < 2:
+            raise CalibrationFitError(
+                f"run {run['run_id']} has {int(fit_rows.sum())} answered, labelled items on "
+                f"split {fit_split!r} for question {q!r}",
+                hint="run the provider on the calibration split first",
+            )
+        cal = make_calibrator(method).fit(ans.probs[fit_rows], ans.labels[fit_rows])
+        fitted[q] = cal
+        new = cal.transform(ans.probs)
+        ok = ~ans.failed
+        top, p1, p2 = top_two(np.where(ok[:, None], new, 0.0))
+        ev = (ans.splits == eval_split) & ok & (ans.labels >= 0)
+        summary[q] = {"calibrator": cal.to_dict()["type"], "n_fit": int(fit_rows.sum()), "n_eval": int(ev.sum())}
+        if ev.any():
+            summary[q].update(
+                {
+                    "ece_before": top_label_ece(ans.probs[ev], ans.labels[ev]),
+                    "ece_after": top_label_ece(new[ev], ans.labels[ev]),
+                    "log_loss_before": log_loss(ans.probs[ev], ans.labels[ev]),
+                    "log_loss_after": log_loss(new[ev], ans.labels[ev]),
+                }
+            )
+        if method == "temperature":
+            summary[q]["temperature"] = cal.temperature
+        n = len(ans.item_ids)
+        tables.append(
+            pa.table(
+                {
+                    "item_id": pa.array(ans.item_ids.astype(str)),
+                    "question": pa.array([q] * n),
+                    "probs": _probs_column(new),
+                    "p_top": pa.array(np.where(ok, p1, np.nan), from_pandas=True),
+                    "margin": pa.array(np.where(ok, p1 - p2, np.nan), from_pandas=True),
+                    "entropy": pa.array(
+                        np.where(ok, entropy(np.where(ok[:, None], new, 0.0)), np.nan), from_pandas=True
+                    ),
+                    "failure_kind": pa.array(list(ans.failure_kind), type=pa.string()),
+                    "model": pa.array([run.get("model")] * n, type=pa.string()),
+                    "latency_ms": pa.array(ans.latency_ms, from_pandas=True),
+                    "cost_usd": pa.array(ans.cost_usd, from_pandas=True),
+                }
+            )
+        )
+    new_id = create_run(
+        con,
+        dataset=run["dataset"],
+        dataset_version=int(run["dataset_version"]),
+        schema=schema,
+        provider=run["provider"],
+        splits=list(run["splits"]),
+        name=name or f"{run.get('name') or run['run_id']}+{method}",
+        model=run.get("model"),
+        dialect=run.get("dialect"),
+        kind="calibrated",
+        parent_run_id=run["run_id"],
+        params={"calibrated_from": run["run_id"], "method": method, "fit_split": fit_split},
+        experiment=run.get("experiment"),
+        variant=run.get("variant"),
+        status="running",
+    )
     try:
-        return cls.from_params(dict(d.get("params") or {}))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CalibrationFitError(f"calibrator {d['type']!r} has invalid parameters: {exc}") from None
+        table = pa.concat_tables(tables)
+        table = table.append_column("run_id", pa.array([new_id] * table.num_rows))
+        write_answers(con, table, replace=False)
+        with transaction(con):
+            for q, cal in fitted.items():
+                save_calibrator(con, new_id, q, cal.kind, cal.to_dict())
+        update_run(con, new_id, status="done", summary={"calibration": summary})
+    except BaseException:
+        with transaction(con):
+            for table_name in ("answers", "calibrators", "runs"):
+                con.execute(f"DELETE FROM {table_name} WHERE run_id = ?", [new_id])
+        raise
+    return {
+        "run_id": new_id,
+        "parent_run_id": run["run_id"],
+        "method": method,
+        "fit_split": fit_split,
+        "eval_split": eval_split,
+        "questions": summary,
+        "calibrators": {q: c.to_dict() for q, c in fitted.items()},
+    }
+
+
+def stored_calibrators(con: Any, run_id: str) -> dict[str, dict]:
+    """Calibrators of a calibrated view, {question: to_dict() output}."""
+    from workbench.store.runs import load_calibrators
+
+    return load_calibrators(con, run_id)

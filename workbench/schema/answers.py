@@ -1,151 +1,17 @@
-"""Normalised answers: one probability vector per question, over the schema's options in order.
+"""Normalised answers: re-exported from the dependency-light runtime distribution.
 
-Providers round probabilities (Clef: 4 decimals), so a vector whose sum is within ``tol`` of 1 is
-re-normalised and its deviation reported; beyond ``tol`` it is an error, never an answer.
-The workbench computes its own ``p_top``, ``margin`` and ``entropy``; a vendor's ``confidence``
-is kept raw (vendors define it differently, providers.md §5).
+The runtime turns answers into probability vectors exactly as the workbench does when it measures a
+run, so both use one implementation (:mod:`workbench_runtime.answers`).
 """
 
-from __future__ import annotations
+from workbench_runtime.answers import (
+    SUM_TOLERANCE,
+    NormalisedAnswer,
+    entropy,
+    margin,
+    normalise_answer,
+    p_top,
+    top_two,
+)
 
-from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
-
-from workbench.errors import AnswerError
-from workbench.schema.questions import Choice, Noul, Score, option_ids
-
-#: Largest |sum(p) - 1| accepted before re-normalising (Clef rounds to 4 decimals; Polyglot uses 0.02).
-SUM_TOLERANCE = 0.02
-
-
-@dataclass(frozen=True)
-class NormalisedAnswer:
-    probs: np.ndarray  # shape (n_options,), schema order, sums to 1
-    deviation: float  # sum of the provider's values minus 1, before re-normalising
-    vendor_confidence: float | None  # raw, as the vendor sent it; not comparable across vendors
-
-
-def _prob(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise AnswerError(f"{where}: probability {value!r} is not a number")
-    v = float(value)
-    if not np.isfinite(v) or v < -1e-9 or v > 1 + 1e-9:
-        raise AnswerError(f"{where}: probability {v} is outside [0, 1]")
-    return min(max(v, 0.0), 1.0)
-
-
-def normalise_answer(
-    question: Noul | Choice | Score, answer: Any, *, question_id: str = "?", tol: float = SUM_TOLERANCE
-) -> NormalisedAnswer:
-    """Turn one System One answer object into a probability vector in schema order.
-
-    ``answer`` is e.g. ``{"type": "noul", "noul": 0.97}`` or
-    ``{"type": "choice", "choice": "a", "probabilities": {"a": 0.8, "b": 0.2}, "confidence": 0.6}``.
-    Raises :class:`AnswerError` when the answer is missing, of the wrong type, names unknown
-    options or sums too far from 1.
-    """
-    where = f"answer {question_id!r}"
-    if not isinstance(answer, dict):
-        raise AnswerError(f"{where}: expected an object, got {type(answer).__name__}")
-    kind = answer.get("type", question.type)
-    if kind == "refusal":
-        raise AnswerError(f"{where}: the provider refused this question")
-    if kind != question.type:
-        raise AnswerError(f"{where}: type {kind!r} does not match the question type {question.type!r}")
-    conf = answer.get("confidence")
-    conf = float(conf) if isinstance(conf, (int, float)) and not isinstance(conf, bool) else None
-    if question.type == "noul":
-        p_yes = _prob(answer.get("noul"), where)
-        return NormalisedAnswer(np.array([p_yes, 1.0 - p_yes]), 0.0, conf)
-
-    ids = option_ids(question)
-    raw = answer.get("probabilities")
-    if not isinstance(raw, dict) or not raw:
-        raise AnswerError(f"{where}: no 'probabilities' object")
-    id_set = set(ids)
-    unknown = [k for k in raw if k not in id_set]
-    if unknown:
-        raise AnswerError(f"{where}: unknown option {unknown[0]!r} (not in the schema)")
-    values = [raw.get(k, 0.0) for k in ids]
-    vec = np.asarray(values, dtype=float) if all(type(v) in (float, int) for v in values) else None
-    if vec is None or not (np.isfinite(vec).all() and (vec >= -1e-9).all() and (vec <= 1 + 1e-9).all()):
-        # slow path only to name the offending option precisely
-        vec = np.array([_prob(v, f"{where}.{k}") for k, v in zip(ids, values)])
-    vec = np.clip(vec, 0.0, 1.0)
-    total = float(vec.sum())
-    deviation = total - 1.0
-    if abs(deviation) > tol:
-        raise AnswerError(f"{where}: probabilities sum to {total:.4f}, more than {tol} from 1")
-    return NormalisedAnswer(vec / total, deviation, conf)
-
-
-# -- summaries, vectorised over a matrix of answers ---------------------------------------------
-#: Rows per block in :func:`top_two` (a reused ~20 MB buffer at 77 options stays cache/TLB friendly).
-_BLOCK_ROWS = 32768
-
-
-def top_two(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Index of the top option, its probability and the runner-up's probability, per row.
-
-    Computed block by block with one reused buffer: ``argmax``, then ``max`` after masking the top
-    entry (a selection, not arithmetic, so the floats are the input's). On 1M × 77 this avoids
-    allocating full-size temporaries.
-
-    Parameters
-    ----------
-    probs : ndarray of shape (n_items, n_options)
-        Probabilities; rows with NaN give NaN summaries (and top index 0).
-
-    Returns
-    -------
-    top : ndarray of shape (n_items,), int
-        Index of the first maximal option (schema order breaks ties).
-    p1, p2 : ndarray of shape (n_items,)
-        Top and runner-up probability (``p2 == 0`` when there is a single option).
-    """
-    probs = np.atleast_2d(np.asarray(probs, dtype=float))
-    n, k = probs.shape
-    top = np.empty(n, dtype=np.intp)
-    p1 = np.empty(n)
-    p2 = np.zeros(n)
-    buf = np.empty((min(n, _BLOCK_ROWS), k))
-    for start in range(0, n, _BLOCK_ROWS):
-        blk = probs[start : start + _BLOCK_ROWS]
-        m = blk.shape[0]
-        rows = np.arange(m)
-        bad = np.isnan(blk.sum(axis=1))
-        b = buf[:m]
-        np.copyto(b, blk)
-        if bad.any():
-            b[bad] = 0.0
-        t = b.argmax(axis=1)
-        top[start : start + m] = t
-        first = b[rows, t]
-        p1[start : start + m] = np.where(bad, np.nan, first)
-        if k >= 2:
-            b[rows, t] = -np.inf
-            p2[start : start + m] = np.where(bad, np.nan, b.max(axis=1))
-        elif bad.any():
-            p2[start : start + m][bad] = np.nan
-    return top, p1, p2
-
-
-def p_top(probs: np.ndarray) -> np.ndarray:
-    """Probability of the top option per row, shape (n_items,)."""
-    return top_two(probs)[1]
-
-
-def margin(probs: np.ndarray) -> np.ndarray:
-    """Top minus runner-up probability per row, in [0, 1]."""
-    _, p1, p2 = top_two(probs)
-    return p1 - p2
-
-
-def entropy(probs: np.ndarray) -> np.ndarray:
-    """Shannon entropy in nats per row (0 for a one-hot vector)."""
-    probs = np.atleast_2d(np.asarray(probs, dtype=float))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(probs > 0, -probs * np.log(probs), 0.0)
-    return terms.sum(axis=1)
+__all__ = ["SUM_TOLERANCE", "NormalisedAnswer", "entropy", "margin", "normalise_answer", "p_top", "top_two"]

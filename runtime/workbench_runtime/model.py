@@ -1,0 +1,244 @@
+"""Policy file format v1: what production loads to route decisions.
+
+A policy is a JSON document validated by the JSON Schema shipped next to this module
+(``policy.schema.json``, generated from :class:`Policy`; ``workbench policy schema`` prints it).
+Its ``content_hash`` is ``"sha256:" + sha256(canonical JSON of the document without content_hash)``,
+where canonical JSON sorts keys, uses ``(",", ":")`` separators and no NaN. Loading checks the
+format, the format version and the hash, and fails closed (:class:`~workbench.errors.PolicyError`).
+
+Thresholds that are ``null`` mean "never accept": a disabled side of a yes/no rule or an option
+with no certified thresholds. The fallback action is never ``accept``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: Document type tag and the newest format this code reads.
+FORMAT = "workbench.policy"
+FORMAT_VERSION = 1
+SCHEMA_FILE = Path(__file__).with_name("policy.schema.json")
+_SEMVER = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+Threshold = Annotated[float | None, Field(ge=-1.0, le=2.0)]
+#: Actions for answers that are not auto-accepted; ``accept`` is deliberately not among them.
+FALLBACK_ACTIONS = ("review", "escalate", "hold")
+Fallback = Literal["review", "escalate", "hold"]
+
+
+class ClassOverride(_Strict):
+    """Thresholds used when this option is on top (``tau: null`` = never accept it)."""
+
+    tau: Threshold
+    margin: Threshold = 0.0
+
+
+class TopMarginRule(_Strict):
+    """choice: accept the top option when ``p_top >= tau`` and ``p_top - p_second >= margin``."""
+
+    kind: Literal["top_margin"] = "top_margin"
+    tau: Threshold
+    margin: Threshold = 0.0
+    per_class: dict[str, ClassOverride] = Field(default_factory=dict)
+    abstain_options: list[str] = Field(default_factory=list)
+    fallback: Fallback = "review"
+
+
+class NoulTwoSidedRule(_Strict):
+    """noul: accept yes when ``p_yes >= tau_yes`` (and ``p_yes >= 0.5``); accept no when ``p_yes <= tau_no``
+    (and ``p_yes < 0.5``). ``null`` disables that side."""
+
+    kind: Literal["noul_two_sided"] = "noul_two_sided"
+    tau_yes: Threshold
+    tau_no: Threshold
+    fallback: Fallback = "review"
+
+
+class ScoreLevelRule(_Strict):
+    """score: accept the top (or expected) level when its probability and margin clear the thresholds."""
+
+    kind: Literal["score"] = "score"
+    level: Literal["top", "expected"] = "top"
+    tau: Threshold
+    margin: Threshold = 0.0
+    per_class: dict[str, ClassOverride] = Field(default_factory=dict)
+    abstain_options: list[str] = Field(default_factory=list)
+    fallback: Fallback = "review"
+
+
+RuleSpec = Annotated[TopMarginRule | NoulTwoSidedRule | ScoreLevelRule, Field(discriminator="kind")]
+
+
+class CalibratorSpec(_Strict):
+    """A fitted calibrator as written by ``workbench.metrics.recalibrate`` (``identity`` = none)."""
+
+    type: str = Field(min_length=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Objective(_Strict):
+    """How the rule was chosen. ``certified`` is true only for the Learn-then-Test guarantee."""
+
+    kind: Literal["guarantee", "cost", "coverage", "error"]
+    certified: bool
+    feasible: bool = True
+    risk: str = "error rate among auto-accepted items"
+    alpha: float | None = None
+    delta: float | None = None
+    method: str | None = None
+    per_class: bool = False
+    class_correction: str | None = None
+    n_calibration: int | None = None
+    n_calibrator_fit: int = 0
+    n_accepted_calibration: int | None = None
+    certified_bound: float | None = None
+    risk_upper_bound: float | None = None
+    expected_coverage: float | None = None
+    calibration_error: float | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Interval(_Strict):
+    value: float | None
+    low: float | None
+    high: float | None
+    k: int
+    n: int
+    interval: str
+    confidence: float
+
+
+class TestMetrics(_Strict):
+    """Figures of the rule on the test split, with intervals."""
+
+    n_items: int
+    n_accepted: int
+    n_errors: int
+    n_review: int
+    n_failed: int = 0
+    error: Interval
+    coverage: Interval
+    review_rate: Interval
+    confusion: dict[str, Any] | None = None
+
+
+class QuestionPolicy(_Strict):
+    type: Literal["noul", "choice", "score"]
+    options: list[str] = Field(min_length=1)
+    calibrator: CalibratorSpec
+    rule: RuleSpec
+    objective: Objective
+    expected_test: TestMetrics | None = None
+
+
+class Source(_Strict):
+    run_id: str | None = None
+    provider: str
+    model: str | None = None
+    dialect: str | None = None
+
+
+class SchemaSpec(_Strict):
+    hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    name: str | None = None
+    questions: dict[str, Any]
+
+
+class DatasetSpec(_Strict):
+    name: str
+    version: int | None = None
+    fingerprint: str | None = None
+    split_seed: int | None = None
+    calibration_split: str = "calibration"
+    test_split: str = "test"
+
+
+class Validity(_Strict):
+    """Conditions under which the policy may auto-accept; otherwise every question gets its fallback."""
+
+    schema_hashes: list[str] = Field(min_length=1)
+    models: list[str] = Field(default_factory=list)
+    max_state_tokens: int | None = Field(default=None, ge=1)
+
+
+class Policy(_Strict):
+    """Threshold policy, format version 1."""
+
+    format: Literal["workbench.policy"] = FORMAT
+    format_version: int = FORMAT_VERSION
+    policy_version: str = Field(default="1.0.0", pattern=_SEMVER)
+    content_hash: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    created_at: str
+    created_by: str | None = None
+    workbench_version: str
+    source: Source
+    decision_schema: SchemaSpec
+    dataset: DatasetSpec
+    questions: dict[str, QuestionPolicy] = Field(min_length=1)
+    validity: Validity
+    notes: list[str] = Field(default_factory=list)
+
+    @field_validator("format_version")
+    @classmethod
+    def _known_format(cls, v: int) -> int:
+        if v < 1 or v > FORMAT_VERSION:
+            raise ValueError(f"format_version {v} is not supported (this workbench reads 1..{FORMAT_VERSION})")
+        return v
+
+    # -- hashing ---------------------------------------------------------------------------------
+    def body(self) -> dict:
+        """The document as JSON-ready data, without ``content_hash``."""
+        return self.model_dump(mode="json", exclude={"content_hash"})
+
+    def compute_hash(self) -> str:
+        return content_hash(self.body())
+
+    def with_hash(self) -> Policy:
+        return self.model_copy(update={"content_hash": self.compute_hash()})
+
+    def to_json(self) -> str:
+        """Pretty JSON (keys in model order) with the content hash filled in."""
+        doc = self.with_hash().model_dump(mode="json")
+        return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def canonical_json(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def content_hash(body: dict) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``body`` (which must not contain ``content_hash``)."""
+    body = {k: v for k, v in body.items() if k != "content_hash"}
+    return "sha256:" + hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+
+
+def json_schema() -> dict:
+    """The JSON Schema of policy files (the shipped ``policy.schema.json`` is this, written out)."""
+    schema = Policy.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://decision-workbench.invalid/policy/v1.schema.json"
+    schema["title"] = "Decision Workbench threshold policy, format version 1"
+    return schema
+
+
+def semver_tuple(v: str) -> tuple[int, int, int]:
+    m = re.match(_SEMVER, v)
+    if not m:
+        raise ValueError(f"not a semantic version: {v!r}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+if __name__ == "__main__":  # regenerate the shipped schema after changing the model: python -m workbench_runtime.model
+    SCHEMA_FILE.write_text(json.dumps(json_schema(), indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {SCHEMA_FILE}")
