@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from workbench.errors import DataImportError, NotFoundError
 from workbench.schema import DecisionSchema, option_ids
-from workbench.store.db import transaction
+from workbench.store.db import memory_connection, transaction
 from workbench.store.runs import save_schema
 
 SPLITS = ("train", "calibration", "test")
@@ -92,7 +92,7 @@ def _read_file(path: Path) -> pd.DataFrame:
         )
     if kind in ("csv", "tsv"):
         _check_delimited(path, "," if kind == "csv" else "\t")
-    con = duckdb.connect()
+    con = memory_connection()
     try:
         p = str(path)
         if kind in ("csv", "tsv"):
