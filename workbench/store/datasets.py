@@ -140,12 +140,8 @@ def _check_regular_file(path: Path) -> int:
 
 
 def _read_file(path: Path) -> pd.DataFrame:
-    kind = _READERS.get(path.suffix.lower())
-    if kind is None and path.exists() and not path.is_dir():
-        raise DataImportError(
-            f"{path}: unknown file type {path.suffix!r}", hint="use .csv, .tsv, .parquet, .json or .jsonl"
-        )
     size = _check_regular_file(path)
+    kind = _READERS.get(path.suffix.lower())
     if kind is None:
         raise DataImportError(
             f"{path}: unknown file type {path.suffix!r}", hint="use .csv, .tsv, .parquet, .json or .jsonl"
@@ -743,7 +739,7 @@ def _version_frames(con: duckdb.DuckDBPyConnection, name: str, version: int) -> 
         "FROM items WHERE dataset = ? AND version = ?",
         [name, version],
     ).df()
-    items["images"] = items["images"].map(lambda v: list(v) if v is not None and not isinstance(v, float) else None)
+    items["images"] = items["images"].map(lambda v: list(v) if isinstance(v, (list, tuple, np.ndarray)) else None)
     labels = con.execute(
         "SELECT item_id, question, option_id, annotator FROM labels WHERE dataset = ? AND version = ?", [name, version]
     ).df()
