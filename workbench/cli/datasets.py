@@ -73,13 +73,16 @@ def register(app: typer.Typer) -> None:
         with open_store() as con:
             result = import_dataset(con, paths, spec, sch)
             info = dataset_info(con, name, result.version)
+        for notice in result.notices:
+            err_console.print(f"[yellow]note:[/] {notice}", markup=True, highlight=False)
         if as_json:
             emit_json({"import": result.to_dict(), "dataset": info})
             return
         verb = "imported" if result.created else "unchanged (same fingerprint as)"
+        shared = "" if result.shared_ids is None else f", {result.shared_ids:,} ids shared with the previous version"
         err_console.print(
             f"{verb} [bold]{name}[/] v{result.version}: {result.n_items} items, "
-            f"splits {info['splits']}, fingerprint {result.fingerprint[:12]}"
+            f"splits {info['splits']}, fingerprint {result.fingerprint[:12]}{shared}"
         )
 
     @ds.command("list")

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.cli.outputs import FORCE, check_out_path
 from workbench.cli.thresholds import (
     ABSTAIN,
     API_COST,
@@ -111,6 +112,7 @@ def register(app: typer.Typer) -> None:
         calibrator_fraction: float = CAL_FRACTION,
         seed: int = SEED,
         order_fraction: float = ORDER_FRACTION,
+        force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Choose thresholds for a run's questions and write a versioned, hashed policy file."""
@@ -120,6 +122,9 @@ def register(app: typer.Typer) -> None:
 
         if fmt not in ("workbench", "jev-eval"):
             raise OptionError(f"--format {fmt!r} is not workbench or jev-eval")
+        check_out_path(out, force=force)
+        if fmt == "jev-eval":
+            check_out_path(jev_out or out.with_name("thresholds.json"), force=force, option="--jev-out")
         try:
             semver_tuple(policy_version)
         except ValueError:

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.cli.outputs import FORCE, check_out_path
 from workbench.errors import WorkbenchError
 
 
@@ -249,11 +250,13 @@ def register(app: typer.Typer) -> None:
         run_id: str = typer.Argument(..., help="Run id (or run name)."),
         fmt: str = typer.Option("parquet", "--format", help="parquet, csv or jsonl."),
         out: Path = typer.Option(..., "--out", help="Output file."),
+        force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """One row per item × question: ids, split, label, options, probabilities, cost, latency, failure."""
         from workbench.store.calls import export_run
 
+        check_out_path(out, force=force)
         with open_store(read_only=True) as con:
             n = export_run(con, run_id, fmt, out)
         if as_json:

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.cli.outputs import FORCE, check_out_path
 from workbench.errors import WorkbenchError
 
 
@@ -186,11 +187,13 @@ def register(app: typer.Typer) -> None:
     def export_(
         name: str = typer.Argument(..., help="Shadow session."),
         out: Path = typer.Option(..., "--out", "-o", help="Traffic file: .jsonl, .parquet or .csv."),
+        force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Write a session as a traffic file (the format `shadow import` reads)."""
         from workbench.store.shadow import export_session
 
+        check_out_path(out, force=force)
         with open_store(read_only=True) as con:
             n = export_session(con, name, out)
         if as_json:
