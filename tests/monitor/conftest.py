@@ -38,7 +38,15 @@ def responses_from_answers(probs: np.ndarray, option_ids: Sequence[str], questio
     return out
 
 
-def replay(policy, responses: list, log_path: Path, *, start: datetime = T0, step: timedelta = timedelta(minutes=1), schema_hash=None) -> list[dict]:
+def replay(
+    policy,
+    responses: list,
+    log_path: Path,
+    *,
+    start: datetime = T0,
+    step: timedelta = timedelta(minutes=1),
+    schema_hash=None,
+) -> list[dict]:
     """Decide every response with the runtime policy and log it; returns the decisions."""
     from workbench_runtime.decision_log import DecisionLog
 
@@ -104,7 +112,17 @@ def b77_store(tmp_path_factory) -> dict:
     run_id = json.loads(out.stdout)["runs"][0]["run_id"]
     policy = tmp / "policy.json"
     run_cli(
-        "policy", "export", run_id, "--question", "intent", "--max-error", "0.05", "--delta", "0.1", "--out", str(policy),
+        "policy",
+        "export",
+        run_id,
+        "--question",
+        "intent",
+        "--max-error",
+        "0.05",
+        "--delta",
+        "0.1",
+        "--out",
+        str(policy),
         db=db,
         check=True,
     )

@@ -41,7 +41,15 @@ def b77_replay(b77_store):
 def test_monitor_equals_policy_apply_on_the_test_split(b77_replay):
     tmp = b77_replay["tmp"]
     applied = json.loads(
-        run_cli("policy", "apply", str(b77_replay["policy"]), "--answers", str(tmp / "responses.jsonl"), "--json", check=True).stdout
+        run_cli(
+            "policy",
+            "apply",
+            str(b77_replay["policy"]),
+            "--answers",
+            str(tmp / "responses.jsonl"),
+            "--json",
+            check=True,
+        ).stdout
     )
     rows = applied["decisions"]
     accepted = np.array([r["intent"]["action"] == "accept" for r in rows])
@@ -49,8 +57,16 @@ def test_monitor_equals_policy_apply_on_the_test_split(b77_replay):
     want_cov, want_err = accepted.mean(), wrong.sum() / accepted.sum()
 
     r = run_cli(
-        "monitor", "--policy", str(b77_replay["policy"]), "--decisions", str(tmp / "decisions.jsonl"),
-        "--outcomes", str(tmp / "outcomes.jsonl"), "--window", "1D", "--json",
+        "monitor",
+        "--policy",
+        str(b77_replay["policy"]),
+        "--decisions",
+        str(tmp / "decisions.jsonl"),
+        "--outcomes",
+        str(tmp / "outcomes.jsonl"),
+        "--window",
+        "1D",
+        "--json",
     )
     assert r.returncode in (0, 1), r.stderr
     doc = json.loads(r.stdout)

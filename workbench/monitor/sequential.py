@@ -56,8 +56,9 @@ def predictable_rate(
     w = (1.0 - gamma ** (t + 1.0)) / (1.0 - gamma)  # Σ_{j<=t} γ^{t−j}
     q = (prior_weight * alpha + s) / (prior_weight + w)
     before = np.empty_like(q)
-    before[..., 0] = alpha
-    before[..., 1:] = q[..., :-1]
+    if x.shape[-1]:
+        before[..., 0] = alpha
+        before[..., 1:] = q[..., :-1]
     return before
 
 

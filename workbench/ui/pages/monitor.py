@@ -168,9 +168,7 @@ st.caption(
 curve = seq["curve"]
 cs = go.Figure()
 cs.add_scatter(x=curve["outcome"], y=curve["estimate"], name="running error rate", mode="lines", line_color="#7f7f7f")
-cs.add_scatter(
-    x=curve["outcome"], y=curve["lower"], name="lower confidence bound", mode="lines", line_color="#1f77b4"
-)
+cs.add_scatter(x=curve["outcome"], y=curve["lower"], name="lower confidence bound", mode="lines", line_color="#1f77b4")
 cs.add_hline(y=info["alpha"], line_dash="dash", line_color="black", annotation_text=f"α = {info['alpha']:g}")
 if seq["fired"]:
     k = seq["first_alarm_outcome"]
@@ -205,7 +203,9 @@ ev.add_scatter(
     name="e-value",
     line_color="#9467bd",
 )
-ev.add_hline(y=1 / info["delta"], line_dash="dash", line_color="#d62728", annotation_text=f"1/δ = {1 / info['delta']:g}")
+ev.add_hline(
+    y=1 / info["delta"], line_dash="dash", line_color="#d62728", annotation_text=f"1/δ = {1 / info['delta']:g}"
+)
 ev.update_layout(height=260, yaxis_type="log", yaxis_title="e-value", margin={"t": 20})
 with st.expander("E-process (wealth of the bet against “error ≤ α”)"):
     st.plotly_chart(ev, key="mon_e_chart", width="stretch")
