@@ -34,3 +34,7 @@ class NotFoundError(WorkbenchError):
 
 class OptionError(WorkbenchError):
     """A command-line option or UI setting has an unusable value."""
+
+
+class RequirementsError(WorkbenchError):
+    """A CI gate cannot be evaluated: a malformed requirements file, or no such run, question or metric."""

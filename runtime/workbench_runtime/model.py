@@ -140,6 +140,9 @@ class QuestionPolicy(_Strict):
     rule: RuleSpec
     objective: Objective
     expected_test: TestMetrics | None = None
+    #: calibration-time histograms of p_top, margin and the predicted option (drift reference of
+    #: ``workbench monitor``; see ``workbench.policy.reference``), absent in older files
+    reference: dict[str, Any] | None = None
 
 
 class Source(_Strict):

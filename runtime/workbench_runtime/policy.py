@@ -239,7 +239,14 @@ class Policy:
         return out
 
     def decide(
-        self, response: Any, *, schema_hash: str | None = None, request: Any = None, state_tokens: int | None = None
+        self,
+        response: Any,
+        *,
+        schema_hash: str | None = None,
+        request: Any = None,
+        state_tokens: int | None = None,
+        decision_id: str | None = None,
+        log: Any = None,
     ) -> dict[str, QuestionDecision]:
         """Action per policy question for one response.
 
@@ -254,6 +261,10 @@ class Policy:
             (a reworded question or changed options routes that question to fallback).
         state_tokens : int, optional
             Size of the state sent; over ``validity.max_state_tokens`` routes everything to fallback.
+        decision_id : str, optional
+            The caller's id of this decision (logged; outcomes refer to it). A random id when omitted.
+        log : DecisionLog, optional
+            Append one line per question decision (errors are counted by the log, never raised).
 
         Returns
         -------
@@ -264,6 +275,8 @@ class Policy:
             schema_hash=schema_hash,
             requests=None if request is None else [request],
             state_tokens=None if state_tokens is None else [state_tokens],
+            decision_ids=None if decision_id is None else [decision_id],
+            log=log,
         )[0]
 
     def decide_many(
@@ -273,6 +286,8 @@ class Policy:
         schema_hash: str | None = None,
         requests: list[Any] | None = None,
         state_tokens: list[int | None] | None = None,
+        decision_ids: list[str] | None = None,
+        log: Any = None,
     ) -> list[dict[str, QuestionDecision]]:
         """:meth:`decide` over a batch; the rule is applied vectorised per question."""
         from workbench_runtime.answers import normalise_answer
@@ -285,6 +300,7 @@ class Policy:
         ]
         mismatches = [self._request_mismatches(r) for r in requests] if requests is not None else None
         out: list[dict[str, QuestionDecision]] = [{} for _ in range(n)]
+        logged: dict[str, np.ndarray] = {}
         for qid, cq in self.questions.items():
             k = len(cq.options)
             probs = np.full((n, k), np.nan)
@@ -308,7 +324,28 @@ class Policy:
             decided = cq.decide_probs(probs)
             for i in range(n):
                 out[i][qid] = cq.fallback_decision(reasons[i]) if reasons[i] is not None else decided[i]
+            if log is not None:
+                logged[qid] = probs
+        if log is not None:
+            self._log(log, responses, out, logged, schema_hash, decision_ids)
         return out
+
+    def _log(self, log: Any, responses: list, out: list, probs: dict, schema_hash: str | None, ids: Any) -> None:
+        """One decision-log line per question decision; never raises (the log counts its own errors)."""
+        try:
+            for i, r in enumerate(responses):
+                row = {q: (p[i] if np.isfinite(p[i]).all() else None) for q, p in probs.items()}
+                log.log_decisions(
+                    out[i],
+                    decision_id=None if ids is None else ids[i],
+                    policy_hash=self.content_hash,
+                    policy_version=self.version,
+                    model=r.get("model") if isinstance(r, Mapping) else None,
+                    schema_hash=schema_hash,
+                    probs=row,
+                )
+        except Exception:  # a broken log object must not break the caller's decision
+            pass
 
 
 def verify_document(doc: Any, *, source: str = "<policy>") -> PolicyModel:

@@ -32,6 +32,8 @@ AREAS = [
     "policy",
     "compare",
     "shadow",
+    "gate",
+    "monitor",
     "demo",
     "ui",
 ]
