@@ -9,7 +9,8 @@ Modules::
     recalibrate   temperature / isotonic / Platt calibrators (numpy-only transform, exact JSON round trip)
     report        choice_report, noul_report, score_report, report_run
     label_issues  confident-learning label-issue queue
-    displays      plotly ReliabilityDisplay, ConfusionDisplay
+    displays      plotly ReliabilityDisplay, ConfusionDisplay, RiskCoverageDisplay, ThresholdSurfaceDisplay
+    selective     risk_coverage_curve (error among accepted vs coverage of the top probability)
 
 Names below are imported lazily: ``workbench.metrics.recalibrate`` is used by the policy runtime,
 which must not pull pandas or plotly into production processes.
@@ -50,6 +51,10 @@ _LAZY = {
     "label_issues_for_runs": "label_issues",
     "ReliabilityDisplay": "displays",
     "ConfusionDisplay": "displays",
+    "RiskCoverageDisplay": "displays",
+    "ThresholdSurfaceDisplay": "displays",
+    "risk_coverage_curve": "selective",
+    "RiskCoverageCurve": "selective",
 }
 
 
