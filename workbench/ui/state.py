@@ -581,9 +581,10 @@ def run_label(runs: pd.DataFrame, run_id: str) -> str:
     if row.empty:
         return run_id
     r = row.iloc[0]
+    mark = " · EMULATED" if bool(is_emulated(row).iloc[0]) and "EMULATED" not in str(r["name"]) else ""
     if isinstance(r["name"], str) and r["name"]:
-        return f"{r['name']} · {run_id}"
-    return f"{r['provider']} · {r['dataset']} · {run_id}"
+        return f"{r['name']}{mark} · {run_id}"
+    return f"{r['provider']}{mark} · {r['dataset']} · {run_id}"
 
 
 def pick_run(
