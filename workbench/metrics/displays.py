@@ -400,7 +400,7 @@ class RiskCoverageDisplay:
                     y=risk,
                     mode="lines",
                     name=name,
-                    line=dict(color=colour, width=2, shape="hv"),
+                    line=dict(color=colour, width=2),
                     hovertemplate="coverage %{x:.3f}<br>error among accepted %{y:.3f}<extra>" + name + "</extra>",
                 )
             )

@@ -169,13 +169,15 @@ for col, x, title, key in (
         x=x,
         y=y_col,
         color="provider_variant",
-        symbol="emulated",
         hover_name="run_id",
         hover_data={"cost_label": True, "latency_p95_ms": ":.0f"},
         labels={x: title, y_col: y_choice, "provider_variant": "run", "emulated": "emulated"},
         height=420,
     )
     sc.update_traces(marker={"size": 14})
+    top = 1.02 if y_col != "error" else max(0.05, 1.2 * float(shown[y_col].max()))
+    sc.update_yaxes(range=[0, top])
+    sc.update_xaxes(rangemode="tozero")  # prices and latencies compare as ratios from zero
     sc.update_layout(
         title={"text": f"{y_choice} vs {title.split(' (')[0].lower()}", "x": 0, "xanchor": "left"},
         legend={"orientation": "h", "y": -0.3, "x": 0, "title": {"text": ""}},

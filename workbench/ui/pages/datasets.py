@@ -127,7 +127,7 @@ if state.store_ready():
             height=max(260, 22 * len(label_frame) + 110),
         )
         bars.update_layout(
-            title={"text": f"Labelled items per label of `{q}`", "x": 0, "xanchor": "left"},
+            title={"text": f"Labelled items per label of {q}", "x": 0, "xanchor": "left"},
             yaxis={"title": None, "automargin": True, "tickfont": {"size": 12}, "dtick": 1},
             xaxis_title="labelled items",
             margin={"t": 50, "l": 10, "r": 30},

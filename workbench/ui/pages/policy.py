@@ -98,13 +98,10 @@ def rule_text(rule) -> str:
 
 
 st.success(f"Valid policy v{model.policy_version} · format {model.format_version} · hash `{model.content_hash}`")
-st.markdown(
-    "| | |\n|---|---|\n"
-    f"| **Source run** | `{model.source.run_id}` |\n"
-    f"| **Provider** | `{model.source.provider}` |\n"
-    f"| **Model** | `{model.source.model or '—'}` |\n"
-    f"| **Dataset** | `{model.dataset.name}` v{model.dataset.version} |\n"
-    f"| **Questions** | {len(model.questions)} |"
+st.markdown(  # full names (a metric box would cut long provider or model names)
+    f"**Source run** `{model.source.run_id}` · **provider** `{model.source.provider}` · **model** "
+    f"`{model.source.model or '—'}` · **dataset** `{model.dataset.name}` v{model.dataset.version} · "
+    f"**{len(model.questions)} question{'s' if len(model.questions) != 1 else ''}**"
 )
 rows = []
 for q, qp in model.questions.items():

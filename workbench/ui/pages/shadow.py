@@ -240,7 +240,14 @@ for q in rep["questions"]:
             height=max(380, 16 * len(opts) + 160) if len(opts) <= 40 else 380,
             xaxis_title=f"window ({drift.get('windows_by', '')})",
             yaxis={"title": "PSI", "rangemode": "tozero"},
-            yaxis2={"title": "mean p_top", "overlaying": "y", "side": "right", "range": [0, 1]},
+            yaxis2={
+                "title": "mean p_top",
+                "overlaying": "y",
+                "side": "right",
+                "range": [0, 1],
+                "dtick": 0.2,
+                "showgrid": False,
+            },
             legend={"orientation": "h", "y": -0.25, "x": 0},
             margin={"t": 50, "r": 60},
         )

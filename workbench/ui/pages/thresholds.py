@@ -215,8 +215,15 @@ surface_fig = ThresholdSurfaceDisplay.from_surface(
 grid_curve = RiskCoverageDisplay.from_surface(
     surface, name="best grid rule", point=(cal_point["coverage"], cal_point["error_rate"] or 0.0)
 )
+certified_pts = front.loc[front["certified coverage"] > 0]  # α where something is certified
 frontier = RiskCoverageDisplay(
-    [(f"certified frontier (δ={delta:g})", front["certified coverage"].to_numpy(), front["alpha"].to_numpy())]
+    [
+        (
+            f"certified frontier (δ={delta:g})",
+            certified_pts["certified coverage"].to_numpy(),
+            certified_pts["alpha"].to_numpy(),
+        )
+    ]
 )
 curve_fig = RiskCoverageDisplay.overlay([grid_curve, frontier], title="Calibration: risk–coverage").figure_
 pc1, pc2 = st.columns(2)
