@@ -254,22 +254,13 @@ def certified_region(
     delta: float,
     method: str,
 ) -> np.ndarray:
-    """(A, B) bool mask of the exploration surface's grid points certified by Learn-then-Test at
-    (α, δ): Hoeffding–Bentkus p-values tested along the fixed strict→lax paths (fixed-sequence) or by
-    Holm, with :mod:`workbench.thresholds.guarantees`' own functions, on every calibration item."""
-    from workbench.thresholds.guarantees import (
-        fixed_sequence_rejections,
-        hoeffding_bentkus_p_values,
-        holm_rejections,
-        strict_to_lax_paths,
-    )
+    """(A, B) bool mask of the exploration surface's grid points certified at (α, δ):
+    :func:`workbench.figures.certified_region` (the region ``workbench thresholds --html`` draws)."""
+    from workbench.figures import certified_region as _region
 
     surf = threshold_surface(path, token, run_id, question, "calibration", recalibrate)
     d = threshold_defaults()
-    p = hoeffding_bentkus_p_values(surf.errors, surf.accepted, alpha)
-    if method == "holm":
-        return holm_rejections(p, delta)
-    return fixed_sequence_rejections(p, strict_to_lax_paths(p.shape, d.n_paths, d.n_starts), delta)
+    return _region(surf, alpha=alpha, delta=delta, method=method, n_paths=d.n_paths, n_starts=d.n_starts)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
