@@ -367,4 +367,13 @@ st.download_button(
 st.subheader("Export the policy")
 from workbench.ui import policy_bridge  # noqa: E402
 
-policy_bridge.export_section(path, token, run_id, question, settings, per_class_overrides=bool(per_class))
+policy_bridge.export_section(
+    path,
+    token,
+    run_id,
+    question,
+    settings,
+    per_class_overrides=bool(per_class),
+    qtype=qtype,
+    point=(float(x_thr), float(y_param)),
+)
