@@ -90,7 +90,7 @@ class CalibratorSpec(_Strict):
 class Objective(_Strict):
     """How the rule was chosen. ``certified`` is true only for the Learn-then-Test guarantee."""
 
-    kind: Literal["guarantee", "cost", "coverage", "error"]
+    kind: Literal["guarantee", "cost", "coverage", "error", "manual"]
     certified: bool
     feasible: bool = True
     risk: str = "error rate among auto-accepted items"

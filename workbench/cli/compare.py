@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from workbench.cli.common import emit_json, open_store, out_console
@@ -25,6 +27,8 @@ def register(app: typer.Typer) -> None:
         n_boot: int | None = typer.Option(None, "--n-boot", help="Bootstrap replicates (default 1000)."),
         seed: int | None = typer.Option(None, "--seed"),
         no_policy: bool = typer.Option(False, "--no-policy", help="Skip choosing a policy per run."),
+        html: Path | None = typer.Option(None, "--html", help="Write the risk–coverage overlay of the runs (HTML)."),
+        png: Path | None = typer.Option(None, "--png", help="Write the overlay as PNG (needs the kaleido extra)."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Metrics, cost, latency, coverage/error at the chosen policy, and paired tests vs a baseline."""
@@ -41,6 +45,10 @@ def register(app: typer.Typer) -> None:
                 seed=seed,
                 policy=not no_policy,
             )
+            if html is not None or png is not None:
+                from workbench.figures import comparison_figure, write_figures
+
+                write_figures([comparison_figure(con, result)], html=html, png=png)
         if as_json:
             emit_json(result.to_dict())
             return

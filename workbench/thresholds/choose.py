@@ -27,12 +27,13 @@ from workbench.thresholds.guarantees import (
     certify_surface,
     error_cost_weights,
     select_cost,
+    select_manual,
     select_target,
 )
 from workbench.thresholds.rules import Rule, make_rule
 from workbench.thresholds.surface import Surface, risk_coverage_surface
 
-OBJECTIVES = ("guarantee", "cost", "coverage", "error")
+OBJECTIVES = ("guarantee", "cost", "coverage", "error", "manual")
 
 
 @dataclass
@@ -50,6 +51,7 @@ class ThresholdOptions:
     api_cost_per_item: float | None = None
     target_coverage: float | None = None
     target_error: float | None = None
+    manual_rule: dict[str, float] | None = None  # objective "manual": tau/margin or tau_yes/tau_no, uncertified
     grid: int = 100
     n_paths: int = 10
     n_starts: int = 10
@@ -102,6 +104,7 @@ def build_options(
     api_cost: float | None = None,
     target_coverage: float | None = None,
     target_error: float | None = None,
+    manual_rule: dict[str, float] | None = None,
     grid: int = 100,
     paths: int = 10,
     starts: int = 10,
@@ -148,6 +151,8 @@ def build_options(
         raise OptionError("--objective coverage needs --target-coverage")
     if objective == "error" and target_error is None:
         raise OptionError("--objective error needs --target-error")
+    if objective == "manual" and not manual_rule:
+        raise OptionError("--objective manual needs the rule's thresholds (tau/margin or tau_yes/tau_no)")
     return ThresholdOptions(
         objective=objective,
         alpha=max_error,
@@ -160,6 +165,7 @@ def build_options(
         api_cost_per_item=api_cost,
         target_coverage=target_coverage,
         target_error=target_error,
+        manual_rule=dict(manual_rule) if manual_rule else None,
         grid=grid,
         n_paths=paths,
         n_starts=starts,
@@ -401,6 +407,10 @@ def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration:
             c = calibration.cost_usd
             api = float(np.nanmean(c)) if np.isfinite(c).any() else 0.0
         return select_cost(prep.surface, review_cost=opts.review_cost, api_cost_per_item=api)
+    if opts.objective == "manual":
+        if not opts.manual_rule:
+            raise ThresholdError("objective manual needs manual_rule (tau/margin or tau_yes/tau_no)")
+        return select_manual(prep.surface, opts.manual_rule)
     if opts.objective == "coverage":
         if opts.target_coverage is None:
             raise ThresholdError("--objective coverage needs --target-coverage")
