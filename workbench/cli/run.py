@@ -243,39 +243,46 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit_json({"runs": df.to_dict(orient="records")})
             return
+        from rich import box
         from rich.table import Table
 
         any_emulated = bool(df["emulated"].any()) if len(df) else False
+        names = [n if isinstance(n, str) else "" for n in df["name"]]  # pandas gives NaN for a NULL name
         table = Table(
+            box=box.SIMPLE_HEAD,
             pad_edge=False,
-            caption="~$ emulated: answered by `workbench emulator`; the real price, not billed"
-            if any_emulated
-            else None,
+            padding=(0, 1, 0, 0),
+            caption=(
+                "* emulated: answered by `workbench emulator`; the real price, nothing billed. " if any_emulated else ""
+            )
+            + "n answers, p50 median latency in ms",
         )
         # the id never shrinks (it is what the next command takes); the other columns wrap instead
-        table.add_column("run", no_wrap=True, min_width=max([len("run"), *map(len, df["run_id"])]))
-        for col in ("name", "provider", "dataset", "status"):
-            table.add_column(col, overflow="fold")
-        for col in ("answers", "failed", "cost $", "p50 ms"):
-            table.add_column(col, justify="right", overflow="fold")
-        for r in df.itertuples():
+        table.add_column("run", no_wrap=True, min_width=max([3, *map(len, df["run_id"])]))
+        if any(names):
+            table.add_column("name", overflow="fold", ratio=1)
+        table.add_column("provider", overflow="fold", ratio=2)
+        table.add_column("dataset", overflow="fold")
+        table.add_column("status", no_wrap=True)
+        for col in ("n", "fail", "cost $", "p50"):  # answers, failures, USD, median latency (ms)
+            table.add_column(col, justify="right", no_wrap=True)
+        for r, name in zip(df.itertuples(), names):
             emulated = bool(r.emulated)
             cost = "-" if r.cost_usd is None or r.cost_usd != r.cost_usd else f"{r.cost_usd:.4f}"
             if emulated and cost != "-":
-                cost = f"~{cost} emulated"
+                cost = f"~{cost}*"
             p50 = "-" if r.latency_p50_ms is None or r.latency_p50_ms != r.latency_p50_ms else f"{r.latency_p50_ms:.0f}"
-            model = f" ({r.model})" if r.model and r.model not in r.provider else ""
-            table.add_row(
-                r.run_id,
-                r.name or "",
-                r.provider + model + (" [yellow]EMULATED[/]" if emulated else ""),
+            cells = [r.run_id, *([name] if any(names) else [])]
+            cells += [
+                r.provider + (" [yellow](emulated)[/]" if emulated else ""),
                 f"{r.dataset} v{r.dataset_version}",
                 r.status,
                 str(r.n_answers),
                 str(r.n_failed),
                 cost,
                 p50,
-            )
+            ]
+            table.add_row(*cells)
         out_console.print(table)
 
     @app.command("export")
