@@ -15,6 +15,12 @@ def _fmt(v, pct: bool = False) -> str:
     return f"{v:.1%}" if pct else (f"{v:.4g}" if isinstance(v, float) else str(v))
 
 
+def _cost_cell(cost, emulated: bool) -> str:
+    """$/1k items; an emulated run's figure is what the real service would bill, marked so."""
+    text = _fmt(cost)
+    return f"~{text} emulated" if emulated and text != "–" else text
+
+
 def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare(
@@ -84,8 +90,9 @@ def register(app: typer.Typer) -> None:
                 if r["d_accuracy"] is not None
                 else "–"
             )
+            emulated = bool(r.get("emulated"))
             table.add_row(
-                str(r["provider"]),
+                str(r["provider"]) + (" [yellow](emulated)[/]" if emulated else ""),
                 str(r["variant"]),
                 str(r["question"]),
                 str(r["n"]),
@@ -97,7 +104,7 @@ def register(app: typer.Typer) -> None:
                 _fmt(r["ece"]),
                 _fmt(r["coverage"], True),
                 _fmt(r["error"], True),
-                _fmt(r["cost_per_1000"]),
+                _cost_cell(r["cost_per_1000"], emulated),
                 _fmt(r["latency_p95_ms"]),
             )
         from rich.console import Console

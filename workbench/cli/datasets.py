@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.cli.common import emit_json, err_console, open_store, out_console, print_id
 from workbench.errors import DataImportError
 
 
@@ -84,6 +84,7 @@ def register(app: typer.Typer) -> None:
             f"{verb} [bold]{name}[/] v{result.version}: {result.n_items} items, "
             f"splits {info['splits']}, fingerprint {result.fingerprint[:12]}{shared}"
         )
+        print_id(name)  # what `run --dataset` takes (its latest version)
 
     @ds.command("list")
     def list_(as_json: bool = typer.Option(False, "--json")) -> None:

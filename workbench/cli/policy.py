@@ -207,7 +207,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit_json(doc)
         else:
-            out_console.print(f"wrote {out} ({model.content_hash[:19]}…, version {model.policy_version})")
+            out_console.print(f"wrote {out} ({model.content_hash}, version {model.policy_version})")
             for q, d in doc["questions"].items():
                 out_console.print(
                     f"  {q}: {'certified' if d['certified'] else 'NOT certified'}; rule {json.dumps(d['rule'])}"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.cli.common import emit_json, err_console, open_store, out_console, print_id
 from workbench.cli.outputs import FORCE, check_out_path
 from workbench.errors import WorkbenchError
 
@@ -88,6 +88,7 @@ def register(app: typer.Typer) -> None:
                 f"shadow [bold]{name}[/]: {summary['kind']} imported, "
                 f"{summary['n_requests']} requests, {summary['n_outcomes']} outcomes"
             )
+            print_id(name)
 
     @sh.command("serve")
     def serve_(
@@ -156,6 +157,7 @@ def register(app: typer.Typer) -> None:
             emit_json(s)
         else:
             err_console.print(f"{s['n_requests']} requests ({s['n_challenger_lost']} challenger lost) in {name}")
+            print_id(name)
 
     @sh.command("replay")
     def replay_(
@@ -182,6 +184,7 @@ def register(app: typer.Typer) -> None:
             emit_json(s)
         else:
             err_console.print(f"shadow [bold]{name}[/]: {s['n_requests']} items replayed, {s['n_outcomes']} outcomes")
+            print_id(name)
 
     @sh.command("export")
     def export_(

@@ -183,6 +183,12 @@ _MIGRATIONS: list[str] = [
         PRIMARY KEY (shadow, item_id, question)
     );
     """,
+    # emulated runs: answered by `workbench emulator` (it announces itself with a response header);
+    # their cost is what the real service would have billed, shown as emulated, never as spent
+    """
+    ALTER TABLE runs ADD COLUMN emulated BOOLEAN DEFAULT false;
+    ALTER TABLE calls ADD COLUMN emulated BOOLEAN DEFAULT false;
+    """,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+from workbench_runtime.model import FALLBACK_ACTIONS
 
 from workbench.answers import RunAnswers
 from workbench.errors import OptionError
@@ -126,8 +127,6 @@ def build_options(
     OptionError
         When a value is outside its allowed set or range.
     """
-    from workbench.policy.model import FALLBACK_ACTIONS  # lazy: workbench.policy imports this module
-
     if objective not in OBJECTIVES:
         raise OptionError(f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
     if method not in ("fixed-sequence", "holm"):
