@@ -203,3 +203,41 @@ def test_threshold_slider_changes_the_figures(server, browser):
     screenshot(page, SHOTS / "04b-thresholds-after-slider.png")
     print(f"slider move + rerun + redraw: {elapsed * 1000:.0f} ms")
     page.close()
+
+
+def test_per_class_override_editor_changes_the_test_figures(server, browser):
+    """Tick an option in the per-class override editor, give it a strict τ: fewer test items are
+    accepted (the grid is the real data editor in Chromium, driven by keyboard)."""
+    url, meta = server
+    page = browser.new_page(viewport={"width": 1400, "height": 2200})
+    page.goto(f"{url}/thresholds")
+    wait_idle(page)
+    before = _metric_value(page, "Review load (test)")
+    page.get_by_text("Per-class overrides").click()
+    grid = page.locator('[data-testid="stDataFrame"]').first
+    grid.wait_for()
+    box = grid.bounding_box()
+    # first body row, "override" column: the grid is option | override | tau | margin
+    page.wait_for_timeout(500)  # the expander's grid finishes drawing before it takes clicks
+    page.mouse.click(box["x"] + box["width"] * 0.375, box["y"] + 35 + 17)
+    page.wait_for_timeout(300)
+    page.keyboard.press("Space")  # toggles the checkbox cell: an edit, so the page reruns
+    wait_idle(page)
+    page.mouse.dblclick(box["x"] + box["width"] * 0.62, box["y"] + 35 + 17)  # open the tau cell's editor
+    page.wait_for_timeout(300)
+    page.keyboard.type("0.99")
+    page.wait_for_timeout(300)
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "(old) => [...document.querySelectorAll('[data-testid=\"stMetric\"]')]"
+        ".find(m => m.innerText.includes('Review load (test)'))?.querySelector('[data-testid=\"stMetricValue\"]')"
+        "?.innerText.trim() !== old",
+        arg=before,
+        timeout=30_000,
+    )
+    wait_idle(page)
+    after = _metric_value(page, "Review load (test)")
+    assert int(after.split()[0].replace(",", "")) > int(before.split()[0].replace(",", "")), (before, after)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    screenshot(page, SHOTS / "04c-thresholds-per-class-override.png")
+    page.close()

@@ -118,8 +118,9 @@ def export_section(
         name = f"policy-{run_id}-{question}-{objective}.json"
         session_policies()[name] = text
         st.session_state["pol_last_export"] = name
-    name = st.session_state.get("pol_last_export")
-    if name and name in session_policies():
+    last = st.session_state.get("pol_last_export")
+    if last and last in session_policies():
+        name = str(last)
         doc = json.loads(session_policies()[name])
         q = doc["questions"][question] if question in doc["questions"] else next(iter(doc["questions"].values()))
         test = q.get("expected_test") or {}

@@ -340,7 +340,7 @@ def confusion_display(path: str, token: tuple, run_id: str, question: str, split
 def run_headlines(path: str, token: tuple, split: str = "test") -> pd.DataFrame:
     """Accuracy and top-label ECE of every run and question on ``split`` (point estimates), from
     :func:`workbench.metrics.report.report_run` — what ``workbench report RUN`` prints."""
-    from workbench.metrics.report import report_run
+    from workbench.evaluation import report_run
 
     runs = runs_frame(path, token)
     rows = []

@@ -107,11 +107,12 @@ def _progress() -> None:
     if running.empty and not launched:
         return
     st.subheader("In progress")
-    for r in running.itertuples():
-        planned = state.planned_answers(path, token, state.run_record(path, token, r.run_id))
-        label = f"{r.name or r.provider} — {int(r.n_answers):,} answers, {int(r.n_failed):,} failed"
+    for r in running.to_dict("records"):
+        planned = state.planned_answers(path, token, state.run_record(path, token, str(r["run_id"])))
+        n_answers, n_failed = int(r["n_answers"]), int(r["n_failed"])
+        label = f"{r['name'] or r['provider']} — {n_answers:,} answers, {n_failed:,} failed"
         if planned:
-            st.progress(min(1.0, float(r.n_answers) / float(planned)), text=f"{label} of {int(planned):,}")
+            st.progress(min(1.0, n_answers / float(planned)), text=f"{label} of {int(planned):,}")
         else:
             st.write(label)
     for entry in launched:
@@ -188,7 +189,10 @@ if state.store_ready():
             },
         )
 
-        run_id = state.pick_run(runs)
+        picked = state.pick_run(runs)
+        if picked is None:
+            st.stop()
+        run_id = str(picked)
         run = state.run_record(path, token, run_id)
         st.markdown(
             f"**{run.get('name') or run_id}** · provider `{run['provider']}` · model "

@@ -117,11 +117,11 @@ if not is_noul:
                 "margin": st.column_config.NumberColumn(min_value=0.0, max_value=1.0, step=0.01),
             },
         )
-        for k, row in enumerate(edited.itertuples()):
-            if row.override:
-                per_class[k] = (
-                    float(x_thr) if pd.isna(row.tau) else float(row.tau),
-                    float(y_thr) if pd.isna(row.margin) else float(row.margin),
+        for idx, row in enumerate(edited.to_dict("records")):
+            if row["override"]:
+                per_class[idx] = (
+                    float(x_thr) if pd.isna(row["tau"]) else float(row["tau"]),
+                    float(y_thr) if pd.isna(row["margin"]) else float(row["margin"]),
                 )
 
 from workbench.thresholds.evaluate import evaluate_rule  # noqa: E402
@@ -312,7 +312,8 @@ with st.expander("Costs", expanded=False):
         path, token, run_id, question, "calibration", recal_method, float(error_cost)
     )
     best = select_cost(cost_surface, review_cost=float(review_cost), api_cost_per_item=float(api_cost))
-    st.metric("Lowest expected cost per item (calibration)", f"{best.cost['expected_cost_per_item']:.4f}")
+    best_cost = best.cost or {}
+    st.metric("Lowest expected cost per item (calibration)", f"{best_cost['expected_cost_per_item']:.4f}")
     st.button(
         "Use the cost-optimal thresholds",
         key="thr_use_cost",
@@ -326,8 +327,8 @@ with st.expander("Costs", expanded=False):
     st.write(
         "Cost-optimal point (not certified): "
         + ", ".join(f"{k} = {v:.3f}" for k, v in best.params.items())
-        + f", expected cost per item {best.cost['expected_cost_per_item']:.4f} "
-        f"(reviewing everything: {best.cost['cost_if_everything_reviewed']:.4f})."
+        + f", expected cost per item {best_cost['expected_cost_per_item']:.4f} "
+        f"(reviewing everything: {best_cost['cost_if_everything_reviewed']:.4f})."
     )
 
 # -- confusion matrix with review column ------------------------------------------------------------------
