@@ -59,6 +59,23 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
+def sign_file(path: str | Path, key, *, out: str | Path | None = None) -> PolicyModel:
+    """Verify the policy at ``path`` and write it signed with ``key`` (to ``out``, default in place).
+
+    The document is signed as it is (its content hash does not change). A file that is already signed
+    must verify with ``key`` first, so a changed file cannot be laundered through a re-sign.
+    """
+    from workbench_runtime.signing import sign_document
+
+    path = Path(path)
+    doc = read_document(path)
+    verify = key if doc.get("signature") is not None else None
+    Policy.from_dict(doc, source=str(path), verify_key=verify)  # everything the runtime checks
+    signed = sign_document(doc, key)
+    _atomic_write(Path(out or path), document_text(signed))
+    return PolicyModel.model_validate(signed)
+
+
 def shipped_schema() -> dict:
     """The JSON Schema file shipped in the package."""
     return json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
