@@ -52,7 +52,7 @@ _LAZY = {
     "ConfusionDisplay": "workbench.metrics.displays",
     "bundled_dataset": "workbench.bundled",
     "bundled_schema_file": "workbench.bundled",
-    "run_emulator": "workbench.providers.emulator",
+    "run_emulator": "workbench.emulator",
     "transaction": "workbench.store.db",
     "RunAnswers": "workbench.store.runs",
     "get_run": "workbench.store.runs",

@@ -118,7 +118,7 @@ def run(
     con,
     dataset: str,
     schema: Any,
-    provider: str,
+    provider: Any,
     *,
     splits: Sequence[str] | None = ("calibration", "test"),
     limit: int | None = None,
@@ -135,6 +135,9 @@ def run(
 
     Parameters
     ----------
+    provider : str or provider object
+        A spec string, or an already built provider (its ``spec`` is recorded), e.g. one reused
+        across runs.
     schema : DecisionSchema or path of a schema file
     splits : sequence of str, default ("calibration", "test")
         ``None``: every split but ``train``.
@@ -144,7 +147,8 @@ def run(
         Run name (shown in ``workbench runs list`` and the UI).
     **options
         Other ``workbench run`` settings: ``rate``, ``max_cost``, ``timeout``, ``experiment``,
-        ``variant``, ``questions_per_request``, ``transport``.
+        ``variant``, ``questions_per_request``, ``transport``, ``reporter`` (progress and log lines,
+        :mod:`workbench.reporting`).
 
     Returns
     -------
@@ -159,6 +163,27 @@ def run(
     """
     from workbench.runner import run_experiment
 
+    if not isinstance(provider, str):  # a built provider: record its spec, run it as it is
+        from workbench.runner.execute import RunOptions, execute_run, start_run
+
+        tags = {k: options.pop(k) for k in ("experiment", "variant", "dataset_version") if k in options}
+        transport, reporter = options.pop("transport", None), options.pop("reporter", None)
+        run_options = RunOptions(
+            splits=list(splits) if splits else None, limit=limit, concurrency=concurrency, **options
+        )
+        run_id = start_run(
+            con,
+            dataset=dataset,
+            schema=_as_schema(schema),
+            provider_spec=provider.spec,
+            options=run_options,
+            run_name=name,
+            **tags,
+        )
+        execute_run(
+            con, run_id, env=env, transport=transport, progress=progress, provider=provider, reporter=reporter
+        )
+        return run_id
     (run_id,) = run_experiment(
         con,
         dataset=dataset,
@@ -254,7 +279,7 @@ def choose_thresholds(con, run_id: str, question: str, options: ThresholdOptions
     spam: certified; test coverage ...%, error among accepted ...% [α = 0.05, δ = 0.1, recalibration temperature, ...]
     >>> strict = wb.choose_thresholds(con, run_id, "spam", wb.ThresholdOptions(alpha=0.0005))
     >>> strict.certified, strict.needed["n_certifying"], strict.needed["n_calibration"]
-    (False, 4605, 9399)
+    (False, 4605, 9398)
     """
     from workbench.workflows import thresholds_for_run
 
@@ -333,7 +358,7 @@ def compare(
     --------
     >>> comparison = wb.compare(con, [run_id, calibrated["run_id"]], n_boot=100)
     >>> frame = comparison.to_frame()
-    >>> len(frame), frame["coverage"][0] == result.test["coverage"]["value"]
+    >>> len(frame), bool(frame["coverage"][0] == result.test["coverage"]["value"])
     (2, True)
     """
     from workbench.compare import compare_runs

@@ -97,41 +97,43 @@ def settings_text(settings: dict) -> str:
     return ThresholdOptions(**settings).describe()
 
 
+def _line(text: str) -> None:
+    """One output line, never wrapped (ids and figures stay greppable in logs and pipes)."""
+    out_console.print(text, highlight=False, soft_wrap=True)
+
+
 def _print_result(res: dict) -> None:
     from workbench.thresholds.choose import needed_sentence
 
     rule = res["rule"]
-    out_console.print(
-        f"[bold]{res['question']}[/bold] ({res['type']}), objective {res['objective']} — {certified_word(res)}",
-        highlight=False,
-    )
-    out_console.print(f"  settings: {settings_text(res['settings'])}", highlight=False)
+    _line(f"[bold]{res['question']}[/bold] ({res['type']}), objective {res['objective']} — {certified_word(res)}")
+    _line(f"  settings: {settings_text(res['settings'])}")
     if res.get("calibration_size_needed"):
-        out_console.print(f"  {needed_sentence(res['calibration_size_needed'])}", highlight=False)
-    out_console.print(f"  rule: {json.dumps({k: v for k, v in rule.items() if v not in ({}, [])})}")
+        _line(f"  {needed_sentence(res['calibration_size_needed'])}")
+    _line(f"  rule: {json.dumps({k: v for k, v in rule.items() if v not in ({}, [])})}")
     g = res.get("guarantee")
     if g:
-        out_console.print(
+        _line(
             f"  guarantee: P(error among accepted > {g['alpha']}) <= {g['delta']} ({g['method']}),"
             f" n_calibration={g['n_calibration']}, upper bound {_fmt(g.get('risk_upper_bound'))}"
         )
     c = res["calibration"]
-    out_console.print(
+    _line(
         f"  calibration: coverage {_fmt(c['coverage'])}, error {_fmt(c['error_rate'])}"
         f" ({c['n_accepted']} accepted of {c['n_items']})"
     )
     t = res.get("test")
     if t:
         e, cv = t["error"], t["coverage"]
-        out_console.print(
+        _line(
             f"  test: error {_fmt(e['value'])} [{_fmt(e['low'])}, {_fmt(e['high'])}], coverage "
             f"{_fmt(cv['value'])} [{_fmt(cv['low'])}, {_fmt(cv['high'])}], review "
             f"{_fmt(t['review_rate']['value'])} (n={t['n_items']})"
         )
     for n in res.get("notes") or []:
-        if res.get("calibration_size_needed") and n.startswith("nothing was certified at"):
+        if res.get("calibration_size_needed") and n.startswith(("nothing was certified at", "no grid point")):
             continue  # printed above
-        out_console.print(f"  note: {n}")
+        _line(f"  note: {n}")
 
 
 def register(app: typer.Typer) -> None:
