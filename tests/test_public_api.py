@@ -72,6 +72,18 @@ def test_help_lists_the_workflow_in_order():
         assert getattr(wb, name) is not None and name in wb.__all__
 
 
+def test_no_submodule_shadows_a_front_door_name():
+    """Importing ``workbench.X`` sets attribute ``X`` on the package: no module may be named like a
+    ``wb.*`` function (``workbench/compare.py`` would turn ``wb.compare`` into a module)."""
+    import pkgutil
+
+    submodules = {m.name for m in pkgutil.iter_modules(wb.__path__)}
+    assert not submodules & set(wb.__all__), submodules & set(wb.__all__)
+    import workbench.comparison  # noqa: F401
+
+    assert callable(wb.compare) and wb.compare.__module__ == "workbench.api"
+
+
 def test_import_workbench_stays_light():
     code = "import sys, workbench; print(sorted(m for m in ('duckdb', 'pandas', 'pyarrow', 'scipy', 'plotly') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -88,7 +100,7 @@ def test_docstring_examples_run_in_order(tmp_path):
         for t in tests:
             t.globs = globs  # one namespace: each example continues from the previous one
             runner.run(t, clear_globs=False)
-    assert all(n > 0 for n in n_examples.values()), n_examples
+    assert all(n > 0 for n in n_examples.values()), [k for k, n in n_examples.items() if n == 0]
     assert runner.failures == 0 and runner.tries == sum(n_examples.values())
 
 

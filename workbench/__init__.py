@@ -54,7 +54,7 @@ _LAZY = {
     "bundled_schema_file": "workbench.bundled",
     "run_emulator": "workbench.emulator",
     "transaction": "workbench.store.db",
-    "RunAnswers": "workbench.store.runs",
+    "RunAnswers": "workbench.answers",
     "get_run": "workbench.store.runs",
     "list_runs": "workbench.store.runs",
 }

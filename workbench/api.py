@@ -180,9 +180,7 @@ def run(
             run_name=name,
             **tags,
         )
-        execute_run(
-            con, run_id, env=env, transport=transport, progress=progress, provider=provider, reporter=reporter
-        )
+        execute_run(con, run_id, env=env, transport=transport, progress=progress, provider=provider, reporter=reporter)
         return run_id
     (run_id,) = run_experiment(
         con,
@@ -230,7 +228,7 @@ def report(con, run_id: str, question: str | None = None, split: str | None = "t
     >>> sorted({"accuracy", "ece_uniform", "brier"} & set(frame["metric"]))
     ['accuracy', 'brier', 'ece_uniform']
     """
-    from workbench.metrics.report import report_run
+    from workbench.evaluation import report_run
 
     return report_run(con, run_id, question, split, **kwargs)
 
@@ -247,7 +245,7 @@ def calibrate(con, run_id: str, method: str = "temperature", **kwargs: Any) -> d
     >>> calibrated["parent_run_id"] == run_id, calibrated["run_id"] != run_id
     (True, True)
     """
-    from workbench.metrics.recalibrate import calibrate_run
+    from workbench.evaluation import calibrate_run
 
     return calibrate_run(con, run_id, method, **kwargs)
 
@@ -361,7 +359,7 @@ def compare(
     >>> len(frame), bool(frame["coverage"][0] == result.test["coverage"]["value"])
     (2, True)
     """
-    from workbench.compare import compare_runs
+    from workbench.comparison import compare_runs
 
     names = [runs] if isinstance(runs, str) else list(runs)
     return compare_runs(

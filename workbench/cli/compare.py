@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Metrics, cost, latency, coverage/error at the chosen policy, and paired tests vs a baseline."""
-        from workbench.compare import compare_runs
+        from workbench.comparison import compare_runs
 
         options = None
         if any(v is not None for v in (max_error, delta, calibrate)):

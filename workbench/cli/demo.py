@@ -24,14 +24,11 @@ def register(app: typer.Typer) -> None:
         """Import BANKING77 + HWU64, run 3 providers × 2 schema variants (clef-flash EMULATED),
         recalibrate, certify thresholds, export policy.json, and print how to open the UI."""
         from workbench.demo import print_summary, run_demo
+        from workbench.reporting import RichReporter
         from workbench.thresholds.choose import build_options
 
-        from workbench.reporting import RichReporter
-
         options = build_options(max_error=max_error, delta=delta, calibrate=calibrate)
-        result = run_demo(
-            out, fast=fast, options=options, progress=not as_json, reporter=RichReporter(err_console)
-        )
+        result = run_demo(out, fast=fast, options=options, progress=not as_json, reporter=RichReporter(err_console))
         if as_json:
             emit_json(result.to_dict())
             return

@@ -101,7 +101,7 @@ class ThresholdOptions:
         OptionError
             Naming the parameter (``parameter`` attribute) and the allowed values.
         """
-        from workbench.policy.model import FALLBACK_ACTIONS  # lazy: workbench.policy imports this module
+        from workbench_runtime.model import FALLBACK_ACTIONS  # the runtime distribution: below every floor
 
         def bad(name: str, message: str, hint: str | None = None) -> OptionError:
             return OptionError(f"{name} {message}", hint=hint, parameter=name)

@@ -389,11 +389,11 @@ def comparison(
     objective: tuple,
     n_boot: int,
 ):
-    """:func:`workbench.compare.compare_runs` (paired bootstrap, McNemar) as a frame + the raw rows.
+    """:func:`workbench.comparison.compare_runs` (paired bootstrap, McNemar) as a frame + the raw rows.
 
     ``objective`` = (kind, max_error, delta, calibrate).
     """
-    from workbench.compare import ObjectiveSpec, compare_runs
+    from workbench.comparison import ObjectiveSpec, compare_runs
 
     kind, max_error, delta, calibrate = objective
     with read_connection(path) as con:
