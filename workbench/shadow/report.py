@@ -740,27 +740,38 @@ def _side_schema_hash(con, session: dict, side: str) -> str | None:
     from workbench.errors import NotFoundError
     from workbench.store.runs import get_run
 
-    if session.get("source") == "replay" and session.get(side):
+    if session.get("source") in ("replay", "rerun") and session.get(side):
         try:
             return str(get_run(con, session[side])["schema_hash"])
         except NotFoundError:
-            return None
+            pass
     return session.get("schema_hash")
 
 
 def _certified_sides(
     con, session: dict, questions: list[str], sides: dict[str, SidePolicy | None], options: Any
 ) -> tuple[dict[str, SidePolicy | None], list[str]]:
-    """Fill the sides without a policy with the policy certified on their run (replay sessions)."""
-    from workbench.errors import WorkbenchError
+    """Fill the sides without a policy with the policy certified on their run (when the session names
+    a stored run for that side: replayed and rerun sessions)."""
+    from workbench.errors import NotFoundError, WorkbenchError
     from workbench.shadow.policies import certified_side_policy
+    from workbench.store.runs import get_run
+
+    def is_run(label: str | None) -> bool:
+        if not label:
+            return False
+        try:
+            get_run(con, label)
+        except NotFoundError:
+            return False
+        return True
 
     notes = []
     out = dict(sides)
     for side, pol in sides.items():
         if pol is not None:
             continue
-        if session.get("source") != "replay" or not session.get(side):
+        if not is_run(session.get(side)):
             if side == "challenger":
                 notes.append(
                     "the challenger has no policy and no stored run to certify one on: "
