@@ -292,7 +292,7 @@ def _figures(con, run_id: str, question: str) -> dict:
     cal = load_answers(con, run_id, question, ["calibration"]).labelled()
     test = load_answers(con, run_id, question, ["test"])
     lab = test.labelled()
-    out = {"n_test": int(len(test.labels)), "failed_test": int(test.failed.sum())}
+    out: dict[str, float] = {"n_test": int(len(test.labels)), "failed_test": int(test.failed.sum())}
     if len(lab.labels) == 0:
         return out
     out["accuracy"] = float((lab.probs.argmax(axis=1) == lab.labels).mean())
@@ -446,7 +446,7 @@ def run_demo(
     policy_path = None
     if best is not None:
         policy_path = out / "policy.json"
-        policy_path.write_bytes(Path(best.policy_path).read_bytes())
+        policy_path.write_bytes(Path(str(best.policy_path)).read_bytes())
     return DemoResult(
         out,
         db,
@@ -472,9 +472,18 @@ def _certify_and_export(wb: Any, con: Any, r: DemoRun, opts: Any, policy_dir: Pa
         return
     qp = policy.model.questions["intent"]
     test = qp.expected_test
+    certified = bool(qp.objective.certified and qp.objective.feasible)
+    if not certified and opts.objective == "guarantee":
+        from workbench.thresholds.choose import calibration_size_needed
+
+        r.figures["n_calibration_needed"] = calibration_size_needed(opts, len(qp.options))["n_calibration"]
+        o = qp.objective
+        r.figures["n_calibration"] = (
+            (o.n_calibration or 0) + (o.n_calibrator_fit or 0) + (o.details or {}).get("n_order", 0)
+        )
     r.figures.update(
         {
-            "certified": bool(qp.objective.certified and qp.objective.feasible),
+            "certified": certified,
             **{k: v for k, v in qp.rule.model_dump().items() if k in ("tau", "margin", "tau_yes", "tau_no")},
             "cal_coverage": qp.objective.expected_coverage,
             "test_coverage": test.coverage.value if test else None,
@@ -552,6 +561,8 @@ def print_summary(result: DemoResult, console=None) -> None:
         f = r.figures
         ece = f"{num(f.get('ece'))}→{num(f.get('ece_temperature'))}" if f.get("ece") is not None else "—"
         thr = f"{num(f.get('tau'))} / {num(f.get('margin'))}" if f.get("certified") else "none certified"
+        if not f.get("certified") and f.get("n_calibration_needed"):
+            thr += f" (needs ≥{f['n_calibration_needed']:,} cal)"
         t.add_row(
             r.dataset,
             _short_provider(r.provider, r.emulated),
@@ -583,9 +594,18 @@ def print_summary(result: DemoResult, console=None) -> None:
             highlight=False,
         )
     else:
+        needed = max((r.figures.get("n_calibration_needed") or 0 for r in result.runs), default=0)
+        have = max((r.figures.get("n_calibration") or 0 for r in result.runs), default=0)
+        why = (
+            f"the calibration split has {have:,} items and certifying needs at least {needed:,} even with no "
+            "error among the accepted ones"
+            if have < needed
+            else f"the calibration split ({have:,} items) is above the {needed:,} items certifying needs at best, "
+            "but the errors among the most confident answers keep every bound above α"
+        )
         console.print(
-            f"policy: nothing was certified at {result.settings_text} — see `workbench thresholds RUN -q intent` "
-            "for the calibration size needed, or try a larger --max-error",
+            f"policy: nothing was certified at {result.settings_text}: {why}; use the full data (no --fast) "
+            "or a larger --max-error",
             highlight=False,
         )
     if result.shadow:

@@ -105,7 +105,7 @@ def register(app: typer.Typer) -> None:
         ):
             table.add_column(col, no_wrap=col == "run")
         for _, r in df.iterrows():
-            delta = (
+            d_acc = (
                 "baseline"
                 if r["is_baseline"]
                 else f"{_fmt(r['d_accuracy'], True)} [{_fmt(r['d_accuracy_low'], True)}, {_fmt(r['d_accuracy_high'], True)}]"
@@ -119,7 +119,7 @@ def register(app: typer.Typer) -> None:
                 str(r["question"]),
                 str(r["n"]),
                 _fmt(r["accuracy"], True),
-                delta,
+                d_acc,
                 format_p(r["p_bootstrap"], n_b or n_boot or 1000),
                 format_p(r["p_mcnemar"]),
                 _fmt(r["log_loss"]),

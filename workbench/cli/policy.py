@@ -210,8 +210,8 @@ def register(app: typer.Typer) -> None:
             from workbench.thresholds.choose import needed_sentence
 
             out_console.print(
-                f"wrote {out} ({model.content_hash[:19]}…, version {model.policy_version}) from run "
-                f"{model.source.run_id}; {opts.describe()}",
+                f"wrote {out} ({str(model.content_hash)[:19]}…, version {model.policy_version}) from run "
+                f"{model.source.run_id or run_id}; {opts.describe()}",
                 highlight=False,
             )
             for q, d in doc["questions"].items():

@@ -50,7 +50,8 @@ def rerun_session(
             id_column="item_id",
             split="test",
             labels={q: f"outcome__{q}" for q in schema.question_ids},
-            **({"text_column": "text"} if state_column == "text" else {"state_column": "state"}),
+            text_column="text" if state_column == "text" else None,
+            state_column="state" if state_column == "state" else None,
         )
         info = import_dataset(con, [path], spec, schema)
     (run_id,) = run_experiment(
