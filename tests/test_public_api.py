@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_cli
 
 import workbench as wb
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
