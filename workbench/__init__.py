@@ -16,7 +16,8 @@
     wb.replay_shadow(con, "a-vs-b", run_a, run_b)               # 12. a shadow session …
     wb.shadow_report(con, "a-vs-b")                             #     … and its verdict
 
-Plots: ``wb.ReliabilityDisplay``, ``wb.ConfusionDisplay`` (``from_predictions(...)``, ``.figure_``).
+Plots: ``wb.ReliabilityDisplay``, ``wb.ConfusionDisplay``, ``wb.RiskCoverageDisplay``,
+``wb.ThresholdSurfaceDisplay`` (``from_…(...)`` constructors, the plotly figure in ``.figure_``).
 Helpers: ``wb.load_schema``, ``wb.bundled_dataset``, ``wb.bundled_schema_file``, ``wb.get_run``,
 ``wb.list_runs``, ``wb.run_emulator`` (the offline provider emulator), ``wb.WorkbenchError`` (every
 error a user can cause; ``str(err)`` is one line with a hint), ``wb.__version__``.
@@ -50,6 +51,8 @@ _LAZY = {
     "shadow_report": "workbench.api",
     "ReliabilityDisplay": "workbench.metrics.displays",
     "ConfusionDisplay": "workbench.metrics.displays",
+    "RiskCoverageDisplay": "workbench.metrics.displays",
+    "ThresholdSurfaceDisplay": "workbench.metrics.displays",
     "bundled_dataset": "workbench.bundled",
     "bundled_schema_file": "workbench.bundled",
     "run_emulator": "workbench.emulator",
@@ -91,6 +94,8 @@ __all__ = [
     "shadow_report",
     "ReliabilityDisplay",
     "ConfusionDisplay",
+    "RiskCoverageDisplay",
+    "ThresholdSurfaceDisplay",
     "WorkbenchError",
     "__version__",
     "DecisionSchema",

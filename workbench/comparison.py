@@ -315,6 +315,7 @@ class Comparison:
                     "variant": r["variant"],
                     "question": r["question"],
                     "run_id": r["run_id"],
+                    "emulated": bool(r.get("emulated")),
                     "n": r["n_labelled"],
                     "failed": r["n_failed"],
                     "accuracy": (m.get("accuracy") or {}).get("estimate"),
@@ -414,6 +415,7 @@ def compare_runs(
             row: dict[str, Any] = {
                 "run_id": run["run_id"],
                 "provider": run["provider"],
+                "emulated": bool(run.get("emulated")),  # cost is the real service's price, not a bill
                 "variant": run.get("variant"),
                 "label": label(run),
                 "question": q,

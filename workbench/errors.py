@@ -42,3 +42,7 @@ class OptionError(WorkbenchError):
     def __init__(self, message: str, *, hint: str | None = None, parameter: str | None = None):
         super().__init__(message, hint=hint)
         self.parameter = parameter
+
+
+class RequirementsError(WorkbenchError):
+    """A CI gate cannot be evaluated: a malformed requirements file, or no such run, question or metric."""

@@ -55,6 +55,7 @@ _RUN_FIELDS = (
     "schema_hash",
     "experiment",
     "variant",
+    "emulated",
 )
 
 
@@ -96,6 +97,8 @@ def report_run(
             )
         )
     info = {k: run.get(k) for k in _RUN_FIELDS}
+    # what the run cost; for an emulated run, what the real service would have billed (nothing was)
+    info["cost_usd"] = (run.get("summary") or {}).get("cost_usd")
     before = None
     calibrators = {}
     if with_before and run.get("kind") == "calibrated" and run.get("parent_run_id"):
@@ -221,6 +224,7 @@ def calibrate_run(
         experiment=run.get("experiment"),
         variant=run.get("variant"),
         status="running",
+        emulated=bool(run.get("emulated")),  # a view of an emulated run is emulated too
     )
     try:
         table = pa.concat_tables(tables)

@@ -65,7 +65,11 @@ def test_runtime_imports_only_numpy_and_pydantic():
         "p.decide({'model': 'x', 'answers': {}}); "
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    import workbench_runtime
+
+    # the interpreter finds this very runtime (installed or a checkout), and nothing else is added to its path
+    env = {**os.environ, "PYTHONPATH": str(Path(workbench_runtime.__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     top = set(json.loads(out.stdout))
     heavy = {"workbench", "pandas", "scipy", "sklearn", "duckdb", "pyarrow", "plotly", "streamlit", "yaml", "httpx"}
     assert not (top & heavy), top & heavy

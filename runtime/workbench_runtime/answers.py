@@ -8,6 +8,7 @@ is kept raw (vendors define it differently, providers.md §5).
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,9 @@ from workbench_runtime.questions import Choice, Noul, Score, option_ids
 
 #: Largest |sum(p) - 1| accepted before re-normalising (Clef rounds to 4 decimals; Polyglot uses 0.02).
 SUM_TOLERANCE = 0.02
+#: Largest |score - expected level| accepted in strict mode (a score answer's ``score`` is the
+#: probability-weighted level; 4-decimal rounding of 10 levels moves it by < 0.005).
+SCORE_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
@@ -29,22 +33,57 @@ class NormalisedAnswer:
 
 def _prob(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise AnswerError(f"{where}: probability {value!r} is not a number")
-    v = float(value)
+        raise AnswerError(f"{where}: probability {_short(value)} is not a number")
+    try:
+        v = float(value)
+    except OverflowError:  # an integer with hundreds of digits
+        raise AnswerError(f"{where}: probability {_short(value)} is outside [0, 1]") from None
     if not np.isfinite(v) or v < -1e-9 or v > 1 + 1e-9:
         raise AnswerError(f"{where}: probability {v} is outside [0, 1]")
     return min(max(v, 0.0), 1.0)
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 40
+
+
+def _short(value: Any) -> str:
+    """A bounded ``repr``, so a hostile value (a 1 MB string, a 401-digit integer) cannot flood an error message."""
+    try:
+        return _REPR.repr(value)
+    except ValueError:  # an integer beyond Python's int-to-str digit limit
+        return "<integer of more than 4300 digits>"
+
+
+def _number_or_none(value: Any) -> float | None:
+    """A finite float from a JSON number, else None (bools, strings, huge integers, NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        v = float(value)
+    except OverflowError:
+        return None
+    return v if np.isfinite(v) else None
+
+
 def normalise_answer(
-    question: Noul | Choice | Score, answer: Any, *, question_id: str = "?", tol: float = SUM_TOLERANCE
+    question: Noul | Choice | Score,
+    answer: Any,
+    *,
+    question_id: str = "?",
+    tol: float = SUM_TOLERANCE,
+    strict: bool = False,
 ) -> NormalisedAnswer:
     """Turn one System One answer object into a probability vector in schema order.
 
     ``answer`` is e.g. ``{"type": "noul", "noul": 0.97}`` or
     ``{"type": "choice", "choice": "a", "probabilities": {"a": 0.8, "b": 0.2}, "confidence": 0.6}``.
     Raises :class:`AnswerError` when the answer is missing, of the wrong type, names unknown
-    options or sums too far from 1.
+    options or sums too far from 1 (never another exception, whatever ``answer`` holds).
+
+    ``strict`` (the policy runtime) also refuses answers that are not a complete vector: a
+    probability map that leaves out an option, a ``choice`` that is not a top option of the
+    probabilities, and a ``score`` that is not the probability-weighted level.
     """
     where = f"answer {question_id!r}"
     if not isinstance(answer, dict):
@@ -53,9 +92,8 @@ def normalise_answer(
     if kind == "refusal":
         raise AnswerError(f"{where}: the provider refused this question")
     if kind != question.type:
-        raise AnswerError(f"{where}: type {kind!r} does not match the question type {question.type!r}")
-    conf = answer.get("confidence")
-    conf = float(conf) if isinstance(conf, (int, float)) and not isinstance(conf, bool) else None
+        raise AnswerError(f"{where}: type {_short(kind)} does not match the question type {question.type!r}")
+    conf = _number_or_none(answer.get("confidence"))
     if question.type == "noul":
         p_yes = _prob(answer.get("noul"), where)
         return NormalisedAnswer(np.array([p_yes, 1.0 - p_yes]), 0.0, conf)
@@ -67,18 +105,48 @@ def normalise_answer(
     id_set = set(ids)
     unknown = [k for k in raw if k not in id_set]
     if unknown:
-        raise AnswerError(f"{where}: unknown option {unknown[0]!r} (not in the schema)")
+        raise AnswerError(f"{where}: unknown option {_short(unknown[0])} (not in the schema)")
+    if strict and len(raw) != len(ids):
+        missing = [k for k in ids if k not in raw]
+        raise AnswerError(
+            f"{where}: probabilities cover {len(raw)} of {len(ids)} options (missing {missing[0]!r}); "
+            "a partial map is not a probability vector"
+        )
     values = [raw.get(k, 0.0) for k in ids]
-    vec = np.asarray(values, dtype=float) if all(type(v) in (float, int) for v in values) else None
+    vec = None
+    if all(type(v) is float for v in values):  # the common case; ints (0, 1, or huge) take the checked path
+        vec = np.asarray(values, dtype=float)
     if vec is None or not (np.isfinite(vec).all() and (vec >= -1e-9).all() and (vec <= 1 + 1e-9).all()):
-        # slow path only to name the offending option precisely
+        # slow path: checks each value and names the offending option precisely
         vec = np.array([_prob(v, f"{where}.{k}") for k, v in zip(ids, values)])
     vec = np.clip(vec, 0.0, 1.0)
     total = float(vec.sum())
     deviation = total - 1.0
     if abs(deviation) > tol:
         raise AnswerError(f"{where}: probabilities sum to {total:.4f}, more than {tol} from 1")
-    return NormalisedAnswer(vec / total, deviation, conf)
+    probs = vec / total
+    if strict:
+        _check_stated_answer(question, answer, ids, probs, where)
+    return NormalisedAnswer(probs, deviation, conf)
+
+
+def _check_stated_answer(question: Choice | Score, answer: dict, ids: list[str], probs: np.ndarray, where: str) -> None:
+    """Strict mode: the answer's own ``choice`` / ``score`` field must agree with its probabilities."""
+    if question.type == "choice" and "choice" in answer:
+        stated = answer["choice"]
+        if not isinstance(stated, str) or stated not in ids:
+            raise AnswerError(f"{where}: 'choice' {_short(stated)} is not an option of the question")
+        if probs[ids.index(stated)] < probs.max() - 1e-9:
+            top = ids[int(probs.argmax())]
+            raise AnswerError(f"{where}: 'choice' {stated!r} contradicts the probabilities (top option is {top!r})")
+    elif question.type == "score" and "score" in answer:
+        stated = _number_or_none(answer["score"])
+        expected = float(np.dot(np.arange(len(probs)), probs))
+        if stated is None or abs(stated - expected) > SCORE_TOLERANCE:
+            raise AnswerError(
+                f"{where}: 'score' {_short(answer['score'])} contradicts the probabilities "
+                f"(their expected level is {expected:.3f})"
+            )
 
 
 # -- summaries, vectorised over a matrix of answers ---------------------------------------------

@@ -2,9 +2,15 @@
 
 A policy is a JSON document validated by the JSON Schema shipped next to this module
 (``policy.schema.json``, generated from :class:`Policy`; ``workbench policy schema`` prints it).
-Its ``content_hash`` is ``"sha256:" + sha256(canonical JSON of the document without content_hash)``,
-where canonical JSON sorts keys, uses ``(",", ":")`` separators and no NaN. Loading checks the
-format, the format version and the hash, and fails closed (:class:`~workbench.errors.PolicyError`).
+Its ``content_hash`` is ``"sha256:" + sha256(canonical JSON of the document without content_hash
+and signature)``, where canonical JSON sorts keys, uses ``(",", ":")`` separators and no NaN; every
+other field is covered, including optional fields added later. Loading checks the format, the format
+version, the hash, each question's options against the embedded (hashed) decision schema, and — when
+the runtime is given a key — the signature (:mod:`workbench_runtime.signing`), and fails closed
+(:class:`~workbench_runtime.errors.PolicyError`).
+
+Gradual rollout: ``mode: shadow`` sends every answer to its fallback and records what the rule would
+have accepted; a question's ``enabled_options`` (``null`` = all) limits auto-accept to those options.
 
 Thresholds that are ``null`` mean "never accept": a disabled side of a yes/no rule or an option
 with no certified thresholds. The fallback action is never ``accept``.
@@ -21,7 +27,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 #: Document type tag and the newest format this code reads.
-FORMAT = "workbench.policy"
+FORMAT: Literal["workbench.policy"] = "workbench.policy"
 FORMAT_VERSION = 1
 SCHEMA_FILE = Path(__file__).with_name("policy.schema.json")
 _SEMVER = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"
@@ -90,7 +96,7 @@ class CalibratorSpec(_Strict):
 class Objective(_Strict):
     """How the rule was chosen. ``certified`` is true only for the Learn-then-Test guarantee."""
 
-    kind: Literal["guarantee", "cost", "coverage", "error"]
+    kind: Literal["guarantee", "cost", "coverage", "error", "manual"]
     certified: bool
     feasible: bool = True
     risk: str = "error rate among auto-accepted items"
@@ -134,12 +140,19 @@ class TestMetrics(_Strict):
 
 
 class QuestionPolicy(_Strict):
+    """One question: options in schema order, calibrator, rule, how it was chosen, and its rollout."""
+
     type: Literal["noul", "choice", "score"]
     options: list[str] = Field(min_length=1)
     calibrator: CalibratorSpec
     rule: RuleSpec
     objective: Objective
     expected_test: TestMetrics | None = None
+    #: calibration-time histograms of p_top, margin and the predicted option (drift reference of
+    #: ``workbench monitor``; see ``workbench.policy.reference``), absent in older files
+    reference: dict[str, Any] | None = None
+    #: Gradual rollout: auto-accept only these options (``null`` = every option the rule accepts).
+    enabled_options: list[str] | None = None
 
 
 class Source(_Strict):
@@ -172,6 +185,14 @@ class Validity(_Strict):
     max_state_tokens: int | None = Field(default=None, ge=1)
 
 
+class Signature(_Strict):
+    """A signature over the canonical document without this block (see :mod:`workbench_runtime.signing`)."""
+
+    alg: Literal["ed25519", "hmac-sha256"]
+    key_id: str = Field(pattern=r"^[0-9a-f]{16}$")
+    value: str = Field(min_length=1)
+
+
 class Policy(_Strict):
     """Threshold policy, format version 1."""
 
@@ -187,7 +208,10 @@ class Policy(_Strict):
     dataset: DatasetSpec
     questions: dict[str, QuestionPolicy] = Field(min_length=1)
     validity: Validity
+    #: ``live`` applies the rules; ``shadow`` sends everything to the fallback and records what would have been accepted.
+    mode: Literal["live", "shadow"] = "live"
     notes: list[str] = Field(default_factory=list)
+    signature: Signature | None = None
 
     @field_validator("format_version")
     @classmethod
@@ -198,8 +222,15 @@ class Policy(_Strict):
 
     # -- hashing ---------------------------------------------------------------------------------
     def body(self) -> dict:
-        """The document as JSON-ready data, without ``content_hash``."""
-        return self.model_dump(mode="json", exclude={"content_hash"})
+        """The document as JSON-ready data, without ``content_hash`` and ``signature`` (what the hash covers)."""
+        return self.model_dump(mode="json", exclude=set(UNHASHED))
+
+    def document(self) -> dict:
+        """The whole document as JSON-ready data (``signature`` left out when there is none)."""
+        doc = self.model_dump(mode="json")
+        if doc.get("signature") is None:
+            doc.pop("signature", None)
+        return doc
 
     def compute_hash(self) -> str:
         return content_hash(self.body())
@@ -209,17 +240,26 @@ class Policy(_Strict):
 
     def to_json(self) -> str:
         """Pretty JSON (keys in model order) with the content hash filled in."""
-        doc = self.with_hash().model_dump(mode="json")
-        return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        return document_text(self.with_hash().document())
+
+
+#: Top-level keys the content hash does not cover (the hash itself, and the signature made over the hashed document).
+UNHASHED = ("content_hash", "signature")
 
 
 def canonical_json(doc: Any) -> str:
+    """Sorted keys, ``(",", ":")`` separators, no NaN; arrays (e.g. ``options``) keep their order."""
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def document_text(doc: dict) -> str:
+    """The file text of a policy document: pretty JSON in the given key order."""
+    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
 def content_hash(body: dict) -> str:
-    """``sha256:<hex>`` of the canonical JSON of ``body`` (which must not contain ``content_hash``)."""
-    body = {k: v for k, v in body.items() if k != "content_hash"}
+    """``sha256:<hex>`` of the canonical JSON of ``body`` without ``content_hash`` and ``signature``."""
+    body = {k: v for k, v in body.items() if k not in UNHASHED}
     return "sha256:" + hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
 
 

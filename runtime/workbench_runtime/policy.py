@@ -1,21 +1,20 @@
 """The dependency-light policy runtime for production code::
 
-    from workbench.policy import Policy
+    from workbench_runtime import Policy           # or, inside the workbench: from workbench.policy import Policy
     policy = Policy.load("policy.json")          # fails closed on a corrupt/tampered/newer file
-    decision = policy.decide(response)            # a System One response dict, or {"error": ...}
+    policy = Policy.load("policy.json", verify_key="policy.pub")   # ... and on an unsigned or wrongly signed one
+    decision = policy.decide(response)            # a System One response dict (or its raw JSON text)
     decision["intent"].action                     # "accept" or the fallback ("review")
 
-Imports numpy, pydantic and the workbench's own schema/rule/calibrator modules only (no duckdb,
-pandas, scikit-learn, scipy or plotly). Every path that is not a clean, valid answer of a question
-the policy knows — a provider failure, a missing or malformed answer, a refusal, a schema-hash or
-model mismatch, a state over the token limit — yields the question's fallback action, never an
-accepted answer.
+Imports numpy and pydantic only. Every path that is not a clean, complete answer of a question the
+policy knows — a provider failure (any ``error`` field other than ``null``), a missing, partial or
+self-contradicting answer, duplicate keys, a refusal, a schema-hash or model mismatch, a state over
+the token limit — yields the question's fallback action with a reason, never an accepted answer, and
+``decide`` never raises on a response, whatever it holds.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,9 +23,16 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from workbench_runtime.errors import AnswerError, PolicyError
+from workbench_runtime.errors import AnswerError, PolicyError, WorkbenchError
+from workbench_runtime.jsonio import StrictJSONError, duplicate_keys, loads_marked, loads_strict
 from workbench_runtime.model import FORMAT, FORMAT_VERSION, QuestionPolicy
 from workbench_runtime.model import Policy as PolicyModel
+from workbench_runtime.questions import DecisionSchema, option_ids
+
+#: A policy file larger than this is refused before parsing (a real one is a few hundred KB at most).
+MAX_POLICY_BYTES = 64 * 1024 * 1024
+#: The rule kind each question type must use.
+_RULE_FOR_TYPE = {"noul": "noul_two_sided", "choice": "top_margin", "score": "score"}
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,9 @@ class QuestionDecision:
 
     ``action`` is ``accept`` (then ``option`` is the accepted option id) or the fallback action.
     ``reason`` says why in one short phrase; ``p_top``/``margin`` are the calibrated figures the
-    rule looked at (None when there was no usable answer).
+    rule looked at (None when there was no usable answer). ``would_accept`` is the option the rule
+    would have auto-accepted when the rollout held it back (``mode: shadow`` or an option not in
+    ``enabled_options``); None otherwise.
     """
 
     question: str
@@ -44,6 +52,7 @@ class QuestionDecision:
     reason: str
     p_top: float | None = None
     margin: float | None = None
+    would_accept: str | None = None
 
     @property
     def accepted(self) -> bool:
@@ -54,32 +63,56 @@ class QuestionDecision:
 
 
 def _inf(v: float | None, sign: float = 1.0) -> float:
-    return sign * math.inf if v is None else float(v)
+    return sign * np.inf if v is None else float(v)
 
 
 class _CompiledQuestion:
-    """A question's schema, calibrator and rule, built once at load time."""
+    """A question's schema, calibrator and rule, built and cross-checked once at load time."""
 
-    def __init__(self, qid: str, qp: QuestionPolicy, schema_question: Any):
+    def __init__(self, qid: str, qp: QuestionPolicy, schema_question: Any, *, shadow: bool, source: str):
         from workbench_runtime.calibrators import calibrator_from_dict
-        from workbench_runtime.rules import ChoiceRule, ClassThreshold, NoulRule, ScoreRule
+        from workbench_runtime.rules import ChoiceRule, ClassThreshold, NoulRule, Rule, ScoreRule
 
+        where = f"{source}: question {qid!r}"
         self.qid, self.qp, self.question = qid, qp, schema_question
+        if qp.type != schema_question.type:
+            raise PolicyError(
+                f"{where}: type {qp.type!r} differs from the embedded decision schema's {schema_question.type!r}"
+            )
+        # Option order is what maps probability positions to option ids; the schema's order is pinned by its hash.
+        if list(qp.options) != option_ids(schema_question):
+            raise PolicyError(
+                f"{where}: options differ from the embedded decision schema (order or ids)",
+                hint="the file was edited; re-export it",
+            )
+        if qp.rule.kind != _RULE_FOR_TYPE[qp.type]:
+            raise PolicyError(f"{where}: rule kind {qp.rule.kind!r} does not fit a {qp.type} question")
         self.options = list(qp.options)
+        index = {o: i for i, o in enumerate(self.options)}
         self.fallback = qp.rule.fallback
+        self.shadow = shadow
+        enabled = qp.enabled_options
+        if enabled is not None:
+            unknown = [o for o in enabled if o not in index]
+            if unknown or len(set(enabled)) != len(enabled):
+                raise PolicyError(
+                    f"{where}: enabled_options names {'unknown option ' + repr(unknown[0]) if unknown else 'an option twice'}"
+                )
+        self.enabled = None if enabled is None else np.isin(np.arange(len(self.options)), [index[o] for o in enabled])
         try:
             self.calibrator = calibrator_from_dict(qp.calibrator.model_dump())
-        except Exception as exc:  # any bad parameter: refuse the whole file
-            raise PolicyError(f"question {qid!r}: calibrator cannot be rebuilt: {exc}") from None
-        index = {o: i for i, o in enumerate(self.options)}
+        except WorkbenchError as exc:
+            raise PolicyError(f"{where}: calibrator cannot be rebuilt: {exc.message}") from None
+        self._check_calibrator(where)
         r = qp.rule
+        self.rule: Rule
         if r.kind == "noul_two_sided":
             # null disables a side: tau_yes=+inf never accepts yes, tau_no=-inf never accepts no
             self.rule = NoulRule(_inf(r.tau_yes), _inf(r.tau_no, -1.0), fallback=r.fallback)
         else:
             unknown = [o for o in [*r.per_class, *r.abstain_options] if o not in index]
             if unknown:
-                raise PolicyError(f"question {qid!r}: rule names unknown option {unknown[0]!r}")
+                raise PolicyError(f"{where}: rule names unknown option {unknown[0]!r}")
             per = {index[o]: ClassThreshold(_inf(c.tau), _inf(c.margin)) for o, c in r.per_class.items()}
             if r.kind == "score":
                 self.rule = ScoreRule(_inf(r.tau), _inf(r.margin), level=r.level, per_class=per, fallback=r.fallback)
@@ -92,60 +125,94 @@ class _CompiledQuestion:
                     fallback=r.fallback,
                 )
 
+    def _check_calibrator(self, where: str) -> None:
+        """The calibrator must map valid probability rows of this question to valid probability rows."""
+        k = len(self.options)
+        probe = np.vstack([np.full(k, 1.0 / k), np.eye(k)[0] * 0.9 + 0.1 / k])
+        try:
+            out = np.asarray(self.calibrator.transform(probe), dtype=float)
+        except (WorkbenchError, ValueError, IndexError, TypeError, FloatingPointError) as exc:
+            raise PolicyError(f"{where}: calibrator does not apply to {k} options ({exc})") from None
+        if out.shape != probe.shape or not np.isfinite(out).all() or not np.allclose(out.sum(axis=1), 1.0, atol=1e-6):
+            raise PolicyError(f"{where}: calibrator does not return probability vectors over {k} options")
+
     def fallback_decision(self, reason: str) -> QuestionDecision:
         return QuestionDecision(self.qid, self.fallback, None, reason)
 
     def decide_probs(self, probs: np.ndarray) -> list[QuestionDecision]:
-        """Vectorised: ``probs`` (n, k) raw probabilities in option order (NaN rows = failures)."""
+        """Vectorised: ``probs`` (n, k) raw probabilities in option order (NaN rows = no usable answer)."""
         from workbench_runtime.rules import top_two_fast
 
         cal = np.full_like(probs, np.nan, dtype=float)
         ok = np.isfinite(probs).all(axis=1)
         if ok.any():
-            cal[ok] = self.calibrator.transform(probs[ok])
+            with np.errstate(all="ignore"):
+                cal[ok] = self.calibrator.transform(probs[ok])
+        ok &= np.isfinite(cal).all(axis=1)
+        cal[~ok] = np.nan
         dec = self.rule.decide(cal)
         _, p1, p2 = top_two_fast(cal)
         out = []
         for i in range(len(cal)):
-            acc = bool(dec.accepted[i])
-            opt = self.options[int(dec.option[i])] if dec.option[i] >= 0 else None
+            opt = self.options[int(dec.option[i])] if ok[i] and dec.option[i] >= 0 else None
             why = str(dec.reason[i])
-            reason = f"accepted: {why}" if acc else why
-            out.append(
-                QuestionDecision(
-                    self.qid,
-                    "accept" if acc else self.fallback,
-                    opt if acc else None,
-                    reason if acc else f"{why} (would have been {opt!r})" if opt else why,
-                    None if not ok[i] else float(p1[i]),
-                    None if not ok[i] else float(p1[i] - p2[i]),
+            p_top = float(p1[i]) if ok[i] else None
+            margin = float(p1[i] - p2[i]) if ok[i] else None
+            if not dec.accepted[i]:
+                reason = f"{why} (would have been {opt!r})" if opt else why
+                out.append(QuestionDecision(self.qid, self.fallback, None, reason, p_top, margin))
+                continue
+            figures = f"p_top {p_top:.4f}, margin {margin:.4f}"
+            if self.shadow:
+                reason = f"shadow mode: the rule would have accepted {opt!r} ({figures})"
+                out.append(QuestionDecision(self.qid, self.fallback, None, reason, p_top, margin, opt))
+            elif self.enabled is not None and not self.enabled[int(dec.option[i])]:
+                reason = f"rollout: {opt!r} is not enabled for auto-accept; the rule would have accepted it ({figures})"
+                out.append(QuestionDecision(self.qid, self.fallback, None, reason, p_top, margin, opt))
+            else:
+                out.append(
+                    QuestionDecision(
+                        self.qid, "accept", opt, f"accepted {opt!r}: {figures} clear the rule", p_top, margin
+                    )
                 )
-            )
         return out
 
 
-def _answers_map(response: Mapping[str, Any]) -> dict[str, Any] | None:
-    """System One answers keyed by question id (an OpenAI-dialect array with ``name`` is accepted)."""
+def _answers_map(response: Mapping[str, Any]) -> tuple[dict[str, Any] | None, set[str]]:
+    """System One answers keyed by question id (an OpenAI-dialect array with ``name`` is accepted), and the
+    ids answered more than once (an array naming a question twice, or duplicate keys in the JSON text)."""
     answers = response.get("answers")
     if isinstance(answers, dict):
-        return answers
+        return answers, set(duplicate_keys(answers))
     if isinstance(answers, list):
-        return {a.get("name"): a for a in answers if isinstance(a, dict) and "name" in a}
-    return None
+        out: dict[str, Any] = {}
+        twice: set[str] = set()
+        for a in answers:
+            name = a.get("name") if isinstance(a, dict) else None
+            if isinstance(name, str):
+                if name in out:
+                    twice.add(name)
+                out[name] = a
+        return out, twice
+    return None, set()
+
+
+def _describe(value: Any) -> str:
+    from workbench_runtime.answers import _short
+
+    return _short(value)
 
 
 class Policy:
     """A loaded, verified policy that turns decision-model responses into actions."""
 
     def __init__(self, model: PolicyModel, *, source: str = "<policy>"):
-        from workbench_runtime.questions import DecisionSchema
-
         self.model = model
         self.source = source
         try:
             schema = DecisionSchema.from_dict({"questions": model.decision_schema.questions}, source=source)
-        except Exception as exc:
-            raise PolicyError(f"{source}: the decision schema inside the policy is invalid: {exc}") from None
+        except WorkbenchError as exc:
+            raise PolicyError(f"{source}: the decision schema inside the policy is invalid: {exc.message}") from None
         if schema.hash != model.decision_schema.hash:
             raise PolicyError(
                 f"{source}: the embedded decision schema does not match its hash",
@@ -153,40 +220,59 @@ class Policy:
             )
         self.schema = schema
         #: per-question hash of the definition the policy was measured with (reworded -> fallback)
-        self._question_hashes = {q: schema.subset([q]).hash for q in model.questions}
+        self._question_hashes = {q: schema.subset([q]).hash for q in model.questions if q in schema.questions}
         self.questions: dict[str, _CompiledQuestion] = {}
         for qid, qp in model.questions.items():
             if qid not in schema.questions:
                 raise PolicyError(f"{source}: question {qid!r} is not in the policy's decision schema")
-            self.questions[qid] = _CompiledQuestion(qid, qp, schema.questions[qid])
+            self.questions[qid] = _CompiledQuestion(
+                qid, qp, schema.questions[qid], shadow=model.mode == "shadow", source=source
+            )
 
     # -- loading ----------------------------------------------------------------------------------
     @classmethod
-    def load(cls, path: str | Path) -> Policy:
-        """Read and verify a policy file; raises :class:`PolicyError` (fail closed) on any problem."""
+    def load(cls, path: str | Path, *, verify_key: Any = None) -> Policy:
+        """Read and verify a policy file; raises :class:`PolicyError` (fail closed) on any problem.
+
+        Parameters
+        ----------
+        path : str or Path
+        verify_key : str, Path or :class:`~workbench_runtime.signing.PolicyKey`, optional
+            A key file (Ed25519 public or private PEM, or an HMAC secret). When given, a file that
+            is unsigned, signed with another key or changed after signing is refused.
+        """
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise PolicyError(f"{path}: policy file does not exist") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PolicyError(f"{path}: cannot read policy file: {exc}") from None
-        return cls.from_text(text, source=str(path))
+            if not path.is_file():
+                raise PolicyError(
+                    f"{path}: policy file does not exist" if not path.exists() else f"{path}: not a regular file"
+                )
+            if path.stat().st_size > MAX_POLICY_BYTES:
+                raise PolicyError(f"{path}: {path.stat().st_size} bytes is too large for a policy file")
+            data = path.read_bytes()
+        except OSError as exc:
+            raise PolicyError(f"{path}: cannot read policy file ({type(exc).__name__})") from None
+        return cls.from_text(data, source=str(path), verify_key=verify_key)
 
     @classmethod
-    def from_text(cls, text: str, *, source: str = "<policy>") -> Policy:
+    def from_text(cls, text: str | bytes, *, source: str = "<policy>", verify_key: Any = None) -> Policy:
+        """Parse and verify a policy document given as text (duplicate keys, NaN and non-UTF-8 are refused)."""
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise PolicyError(f"{source}: not UTF-8 text (byte {exc.start})") from None
         try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
+            doc = loads_strict(text)
+        except StrictJSONError as exc:
             raise PolicyError(
-                f"{source}: corrupt policy file (not JSON: {exc.msg} at line {exc.lineno})",
-                hint="re-export it with `workbench policy export`",
+                f"{source}: corrupt policy file ({exc})", hint="re-export it with `workbench policy export`"
             ) from None
-        return cls.from_dict(doc, source=source)
+        return cls.from_dict(doc, source=source, verify_key=verify_key)
 
     @classmethod
-    def from_dict(cls, doc: Any, *, source: str = "<policy>") -> Policy:
-        return cls(verify_document(doc, source=source), source=source)
+    def from_dict(cls, doc: Any, *, source: str = "<policy>", verify_key: Any = None) -> Policy:
+        return cls(verify_document(doc, source=source, verify_key=verify_key), source=source)
 
     # -- deciding ---------------------------------------------------------------------------------
     @property
@@ -198,40 +284,56 @@ class Policy:
         return self.model.policy_version
 
     def _global_refusal(self, response: Any, schema_hash: str | None, state_tokens: int | None) -> str | None:
+        """Why no question of this response may be accepted (None: look at each answer)."""
         if not isinstance(response, Mapping):
             return f"provider failure: response is {type(response).__name__}, not an object"
-        err = response.get("error")
-        if err:
-            kind = err.get("kind") or err.get("type") or err.get("code") if isinstance(err, Mapping) else None
-            return f"provider failure{f' ({kind})' if kind else ''}"
+        twice = duplicate_keys(response)
+        if twice:
+            return f"invalid response: key {twice[0][:60]!r} appears more than once"
+        if "error" in response and response["error"] is not None:
+            err = response["error"]
+            kind = next((err[k] for k in ("kind", "type", "code") if isinstance(err, Mapping) and err.get(k)), None)
+            if kind is not None:
+                return f"provider failure ({_describe(kind)})"
+            return f"provider failure: the response carries an 'error' field ({_describe(err)})"
         v = self.model.validity
         if schema_hash is not None and schema_hash not in v.schema_hashes:
-            return f"schema hash mismatch: {schema_hash[:12]} is not accepted by this policy"
+            return f"schema hash mismatch: {str(schema_hash)[:12]} is not accepted by this policy"
         if v.models:
             model = response.get("model")
-            if model not in v.models:
-                return f"model mismatch: answered by {model!r}, policy is valid for {', '.join(v.models)}"
+            if not isinstance(model, str) or model not in v.models:
+                return f"model mismatch: answered by {_describe(model)}, policy is valid for {', '.join(v.models)}"
         if v.max_state_tokens is not None and state_tokens is not None and state_tokens > v.max_state_tokens:
             return f"state has {state_tokens} tokens, over the policy's limit of {v.max_state_tokens}"
-        if _answers_map(response) is None:
+        if _answers_map(response)[0] is None:
             return "provider failure: response has no 'answers'"
         return None
 
     def _request_mismatches(self, request: Any) -> dict[str, str]:
         """Questions whose definition in ``request`` differs from the policy's (reason per question)."""
-        from workbench_runtime.questions import DecisionSchema
-
+        if isinstance(request, (str, bytes)):
+            try:
+                request = loads_strict(request)
+            except StrictJSONError as exc:
+                return {q: f"request is not valid JSON ({exc})" for q in self.questions}
         questions = request.get("questions") if isinstance(request, Mapping) else None
         if not isinstance(questions, Mapping):
             return {q: "request has no 'questions'" for q in self.questions}
+        if duplicate_keys(questions):
+            return {q: "request names a question twice" for q in self.questions}
         out = {}
         for q in self.questions:
             if q not in questions:
                 out[q] = "question was not asked in the request"
                 continue
+            if duplicate_keys(questions[q]) or duplicate_keys(
+                questions[q].get("criteria") if isinstance(questions[q], Mapping) else None
+            ):
+                out[q] = "question definition in the request has duplicate keys"
+                continue
             try:
                 h = DecisionSchema.from_dict({"questions": {q: questions[q]}}, source="request").hash
-            except Exception:
+            except (WorkbenchError, ValueError, TypeError):
                 out[q] = "question definition in the request is invalid"
                 continue
             if h != self._question_hashes[q]:
@@ -239,21 +341,33 @@ class Policy:
         return out
 
     def decide(
-        self, response: Any, *, schema_hash: str | None = None, request: Any = None, state_tokens: int | None = None
+        self,
+        response: Any,
+        *,
+        schema_hash: str | None = None,
+        request: Any = None,
+        state_tokens: int | None = None,
+        decision_id: str | None = None,
+        log: Any = None,
     ) -> dict[str, QuestionDecision]:
-        """Action per policy question for one response.
+        """Action per policy question for one response; never raises on a bad response.
 
         Parameters
         ----------
-        response : dict
-            A System One response (``{"model": ..., "answers": {...}}``) or a failure (``{"error": ...}``).
+        response : dict, str or bytes
+            A System One response (``{"model": ..., "answers": {...}}``), a failure (``{"error": ...}``),
+            or its raw JSON text (then duplicate keys are detected and refused).
         schema_hash : str, optional
             Hash of the decision schema the request was sent with; must be one the policy accepts.
-        request : dict, optional
+        request : dict or str, optional
             The request that was sent; each question's definition must equal the policy's
             (a reworded question or changed options routes that question to fallback).
         state_tokens : int, optional
             Size of the state sent; over ``validity.max_state_tokens`` routes everything to fallback.
+        decision_id : str, optional
+            The caller's id of this decision (logged; outcomes refer to it). A random id when omitted.
+        log : DecisionLog, optional
+            Append one line per question decision (errors are counted by the log, never raised).
 
         Returns
         -------
@@ -264,6 +378,8 @@ class Policy:
             schema_hash=schema_hash,
             requests=None if request is None else [request],
             state_tokens=None if state_tokens is None else [state_tokens],
+            decision_ids=None if decision_id is None else [decision_id],
+            log=log,
         )[0]
 
     def decide_many(
@@ -273,63 +389,157 @@ class Policy:
         schema_hash: str | None = None,
         requests: list[Any] | None = None,
         state_tokens: list[int | None] | None = None,
+        decision_ids: list[str] | None = None,
+        log: Any = None,
     ) -> list[dict[str, QuestionDecision]]:
-        """:meth:`decide` over a batch; the rule is applied vectorised per question."""
-        from workbench_runtime.answers import normalise_answer
+        """:meth:`decide` over a batch; the rule is applied vectorised per question.
 
-        responses = list(responses)
+        A bad response only affects its own decisions, never the rest of the batch.
+        """
+        responses = [_parse_response(r) for r in responses]
         n = len(responses)
+        if requests is not None and len(requests) != n:
+            raise ValueError(f"{len(requests)} requests for {n} responses")
+        if state_tokens is not None and len(state_tokens) != n:
+            raise ValueError(f"{len(state_tokens)} state sizes for {n} responses")
+        if decision_ids is not None and len(decision_ids) != n:
+            raise ValueError(f"{len(decision_ids)} decision ids for {n} responses")
         refusals = [
-            self._global_refusal(r, schema_hash, None if state_tokens is None else state_tokens[i])
+            f"provider failure: response is not JSON ({r.why})"
+            if isinstance(r, _Unreadable)
+            else _guarded(self._global_refusal, r, schema_hash, None if state_tokens is None else state_tokens[i])
             for i, r in enumerate(responses)
         ]
-        mismatches = [self._request_mismatches(r) for r in requests] if requests is not None else None
+        mismatches = (
+            [_guarded_map(self._request_mismatches, r, self.questions) for r in requests]
+            if requests is not None
+            else None
+        )
         out: list[dict[str, QuestionDecision]] = [{} for _ in range(n)]
+        logged: dict[str, np.ndarray] = {}
         for qid, cq in self.questions.items():
-            k = len(cq.options)
-            probs = np.full((n, k), np.nan)
+            probs = np.full((n, len(cq.options)), np.nan)
             reasons: list[str | None] = list(refusals)
             if mismatches is not None:
                 reasons = [r if r is not None else mismatches[i].get(qid) for i, r in enumerate(reasons)]
             for i, r in enumerate(responses):
-                if reasons[i] is not None:
-                    continue
-                ans = _answers_map(r).get(qid)
-                if ans is None:
-                    reasons[i] = "missing answer for this question"
-                    continue
-                if isinstance(ans, Mapping) and ans.get("error"):
-                    reasons[i] = "provider failure for this question"
-                    continue
-                try:
-                    probs[i] = normalise_answer(cq.question, ans, question_id=qid).probs
-                except AnswerError as exc:
-                    reasons[i] = f"invalid answer: {exc.message}"
-            decided = cq.decide_probs(probs)
+                if reasons[i] is None:
+                    reasons[i] = _guarded(_read_answer, cq, r, probs, i)
+            try:
+                decided = cq.decide_probs(probs)
+            except Exception as exc:  # fail closed: never accept, never break the caller
+                decided = [cq.fallback_decision(f"internal error applying the rule ({type(exc).__name__})")] * n
             for i in range(n):
-                out[i][qid] = cq.fallback_decision(reasons[i]) if reasons[i] is not None else decided[i]
+                why = reasons[i]
+                out[i][qid] = cq.fallback_decision(why) if why is not None else decided[i]
+            if log is not None:
+                logged[qid] = probs
+        if log is not None:
+            self._log(log, responses, out, logged, schema_hash, decision_ids)
         return out
 
+    def _log(self, log: Any, responses: list, out: list, probs: dict, schema_hash: str | None, ids: Any) -> None:
+        """One decision-log line per question decision; never raises (the log counts its own errors)."""
+        try:
+            for i, r in enumerate(responses):
+                row = {q: (p[i] if np.isfinite(p[i]).all() else None) for q, p in probs.items()}
+                log.log_decisions(
+                    out[i],
+                    decision_id=None if ids is None else ids[i],
+                    policy_hash=self.content_hash,
+                    policy_version=self.version,
+                    model=r.get("model") if isinstance(r, Mapping) else None,
+                    schema_hash=schema_hash,
+                    probs=row,
+                )
+        except Exception:  # a broken log object must not break the caller's decision
+            pass
 
-def verify_document(doc: Any, *, source: str = "<policy>") -> PolicyModel:
-    """Check type, format version, structure and content hash; return the validated model."""
+
+def _parse_response(response: Any) -> Any:
+    """Raw JSON text becomes data with duplicate keys marked; anything else is used as given."""
+    if isinstance(response, (str, bytes, bytearray)):
+        try:
+            return loads_marked(bytes(response) if isinstance(response, bytearray) else response)
+        except StrictJSONError as exc:
+            return _Unreadable(str(exc))
+    return response
+
+
+class _Unreadable:
+    """A response whose text could not be parsed (kept so its decisions say why)."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def _read_answer(cq: _CompiledQuestion, response: Mapping[str, Any], probs: np.ndarray, i: int) -> str | None:
+    """Put this question's answer into ``probs[i]``; return why it cannot be used, or None."""
+    from workbench_runtime.answers import normalise_answer
+
+    answers, twice = _answers_map(response)
+    if answers is None:
+        return "provider failure: response has no 'answers'"
+    if cq.qid in twice:
+        return "invalid answer: this question is answered more than once"
+    ans = answers.get(cq.qid)
+    if ans is None:
+        return "missing answer for this question"
+    if isinstance(ans, Mapping):
+        if "error" in ans and ans["error"] is not None:
+            return "provider failure for this question"
+        dup = duplicate_keys(ans) or duplicate_keys(ans.get("probabilities"))
+        if dup:
+            return f"invalid answer: key {dup[0][:60]!r} appears more than once"
+    try:
+        probs[i] = normalise_answer(cq.question, ans, question_id=cq.qid, strict=True).probs
+    except AnswerError as exc:
+        return f"invalid answer: {exc.message}"
+    return None
+
+
+def _guarded(fn, *args) -> str | None:
+    """``fn(*args)``, but an unexpected exception becomes a refusal reason (fail closed, never raise)."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return f"internal error reading the response ({type(exc).__name__})"
+
+
+def _guarded_map(fn, arg, questions) -> dict[str, str]:
+    try:
+        return fn(arg)
+    except Exception as exc:
+        return {q: f"internal error reading the request ({type(exc).__name__})" for q in questions}
+
+
+def verify_document(doc: Any, *, source: str = "<policy>", verify_key: Any = None) -> PolicyModel:
+    """Check type, format version, signature (when ``verify_key`` is given), content hash and structure;
+    return the validated model. Raises :class:`PolicyError` (fail closed)."""
     from workbench_runtime.model import content_hash
 
     if not isinstance(doc, dict):
         raise PolicyError(f"{source}: corrupt policy file (expected a JSON object)")
     if doc.get("format") != FORMAT:
         raise PolicyError(
-            f"{source}: not a workbench policy file (format is {doc.get('format')!r})",
+            f"{source}: not a workbench policy file (format is {_describe(doc.get('format'))})",
             hint=f"expected format {FORMAT!r}",
         )
     fv = doc.get("format_version")
     if not isinstance(fv, int) or isinstance(fv, bool):
-        raise PolicyError(f"{source}: corrupt policy file (format_version {fv!r} is not an integer)")
+        raise PolicyError(f"{source}: corrupt policy file (format_version {_describe(fv)} is not an integer)")
     if fv > FORMAT_VERSION:
         raise PolicyError(
-            f"{source}: policy format version {fv} is newer than this workbench reads ({FORMAT_VERSION})",
-            hint="upgrade decision-workbench to load it",
+            f"{source}: policy format version {fv} is newer than this runtime reads ({FORMAT_VERSION})",
+            hint="upgrade decision-workbench-runtime to load it",
         )
+    if verify_key is not None:
+        from workbench_runtime.signing import verify_signature
+
+        try:
+            verify_signature(doc, verify_key, source=source)
+        except (TypeError, ValueError) as exc:  # e.g. content that has no canonical JSON form
+            raise PolicyError(f"{source}: corrupt policy file ({exc})") from None
     stored = doc.get("content_hash")
     if not isinstance(stored, str):
         raise PolicyError(f"{source}: policy has no content_hash", hint="export it with `workbench policy export`")
@@ -348,5 +558,5 @@ def verify_document(doc: Any, *, source: str = "<policy>") -> PolicyModel:
     except ValidationError as exc:
         e = exc.errors()[0]
         loc = ".".join(str(p) for p in e["loc"])
-        raise PolicyError(f"{source}: invalid policy: {loc}: {e['msg']}") from None
+        raise PolicyError(f"{source}: invalid policy: {loc[:200]}: {e['msg'][:200]}") from None
     return model

@@ -58,7 +58,7 @@ compare: {{split: test, n_boot: {N_BOOT}, seed: 3}}
         [tmp / "train.csv", tmp / "test.csv"],
         ImportSpec(name="b77", text_column="text", labels={"intent": "category"}, calibration_fraction=0.2, seed=0),
     )
-    result = run_experiment_file(con, exp, progress=False, as_json=True)
+    result = run_experiment_file(con, exp, progress=False)
     yield con, exp, db, result
     con.close()
 

@@ -45,3 +45,76 @@ def test_confusion_display_review_column():
     z = np.asarray(d.figure_.data[0].z)
     assert z[:, -1].sum() == (~accept).sum()
     assert "review rate" in d.figure_.layout.title.text
+
+
+# -- risk–coverage and threshold surface --------------------------------------------------------------
+def _brute_force_risk_coverage(probs, labels):
+    """Accept items with top probability >= t for every distinct t: (coverage, risk) per t, by a plain loop."""
+    ok = labels >= 0
+    probs, labels = probs[ok], labels[ok]
+    answered = np.isfinite(probs).all(axis=1)
+    conf = np.where(answered, np.nan_to_num(probs, nan=-1).max(axis=1), -1)
+    pred = np.nan_to_num(probs, nan=-1).argmax(axis=1)
+    out = []
+    for t in sorted(set(conf[answered]), reverse=True):
+        acc = answered & (conf >= t)
+        out.append((acc.sum() / len(labels), (pred[acc] != labels[acc]).mean()))
+    return np.array(out)
+
+
+def test_risk_coverage_curve_matches_a_brute_force_threshold_sweep():
+    from workbench.metrics.selective import risk_coverage_curve
+
+    probs, labels = calibrated_sample(700, 4, seed=11, temperature=0.7)
+    probs = np.round(probs, 2)  # ties: items with equal confidence are accepted together
+    probs[::50] = np.nan  # failures: never accepted, still in the coverage denominator
+    labels[3] = -1  # unlabelled: dropped
+    curve = risk_coverage_curve(probs, labels)
+    ref = _brute_force_risk_coverage(probs, labels)
+    np.testing.assert_allclose(curve.coverage, ref[:, 0])
+    np.testing.assert_allclose(curve.risk, ref[:, 1])
+    assert curve.coverage[-1] < 1.0  # failures keep full coverage out of reach
+    assert 0.0 <= curve.aurc <= 1.0
+
+
+def test_risk_coverage_display_overlays_runs_and_marks_points():
+    from workbench.metrics.displays import RiskCoverageDisplay
+    from workbench.metrics.selective import risk_coverage_curve
+
+    sharp, ys = calibrated_sample(500, 3, seed=1, temperature=0.4)
+    flat, yf = calibrated_sample(500, 3, seed=2, temperature=2.0)
+    a = RiskCoverageDisplay.from_predictions(ys, sharp, name="sharp", point=(0.5, 0.02))
+    b = RiskCoverageDisplay.from_predictions(yf, flat, name="flat")
+    fig = RiskCoverageDisplay.overlay([a, b], title="two runs").plot()
+    lines = [t for t in fig.data if t.mode == "lines"]
+    assert [t.name.split(" (")[0] for t in lines] == ["sharp", "flat"]
+    ref = risk_coverage_curve(flat, yf)
+    np.testing.assert_allclose(lines[1].y, ref.risk)
+    stars = [t for t in fig.data if t.mode == "markers"]
+    assert len(stars) == 1 and stars[0].x[0] == 0.5 and stars[0].marker.color == lines[0].line.color
+    assert fig.layout.title.text == "two runs"
+
+
+def test_surface_displays_read_the_surface_arrays():
+    from workbench.metrics.displays import RiskCoverageDisplay, ThresholdSurfaceDisplay
+    from workbench.thresholds.surface import risk_coverage_surface
+
+    probs, labels = calibrated_sample(800, 4, seed=5, temperature=0.8)
+    surf = risk_coverage_surface("choice", probs, labels, grid=30)
+    region = surf.error_rate <= 0.05
+    d = ThresholdSurfaceDisplay.from_surface(surf, chosen=(0.5, 0.1), certified=(0.7, 0.2), region=region)
+    heat = d.figure_.data[0]
+    np.testing.assert_allclose(np.asarray(heat.z, float), surf.error_rate.T)
+    names = [t.name for t in d.figure_.data]
+    assert {"certified region", "chosen", "certified"} <= set(names)
+    # frontier: for each coverage, the lowest error among grid rules accepting at least that share
+    rc = RiskCoverageDisplay.from_surface(surf, name="grid")
+    line = rc.figure_.data[0]
+    cov, err = surf.coverage.ravel(), surf.error_rate.ravel()
+    for c, e in zip(line.x[::7], line.y[::7]):
+        assert e == np.nanmin(np.where(cov >= c, err, np.nan))
+    noul_probs, noul_labels = calibrated_sample(300, 2, seed=8)
+    noul = risk_coverage_surface("noul", noul_probs, noul_labels, grid=20)
+    nd = ThresholdSurfaceDisplay.from_surface(noul, colour_by="coverage")
+    assert nd.y_title.startswith("τ no") and np.all(nd.y_grid >= 0)  # shown as τ no, not −τ no
+    np.testing.assert_allclose(np.asarray(nd.figure_.data[0].z, float), noul.coverage.T)

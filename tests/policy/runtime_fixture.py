@@ -73,6 +73,7 @@ def export(out_dir: Path) -> Path:
             "urgent",
             "--out",
             str(policy_path),
+            "--force",
             "--max-error",
             "0.1",
             "--delta",

@@ -148,7 +148,7 @@ def test_ctrl_c_commits_what_was_answered_and_resume_finishes(tmp_path, banking_
         sent_before = emu.request_count()
         res = cli(db, "run", "--resume", run_id, "--json", env=env)
         assert res.returncode == 0, res.stderr
-        summary = json.loads(res.stdout)
+        summary = json.loads(res.stdout)["runs"][0]  # one shape: {"run_ids", "runs", "experiment"}
         assert summary["status"] == "done" and summary["failed"] == 0 and summary["answered"] == 308
         assert emu.request_count() - sent_before <= 308 - answered
 

@@ -215,7 +215,7 @@ def test_sigkill_half_way_then_resume_matches_uninterrupted_run(tmp_path, sized_
         timeout=300,
     )
     assert res.returncode == 0, res.stderr
-    summary = json.loads(res.stdout)
+    summary = json.loads(res.stdout)["runs"][0]  # one shape: {"run_ids", "runs", "experiment"}
     assert summary["status"] == "done" and summary["answered"] == n and summary["failed"] == 0
     total_requests = emu.request_count()
     assert total_requests <= n + concurrency, (total_requests, n, concurrency)

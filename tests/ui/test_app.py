@@ -235,6 +235,10 @@ def test_shadow_page_reports_agreement_flips_and_verdict(ui_store):
     expected = (a.probs[both].argmax(1) == b.probs[both].argmax(1)).mean()
     shown = next(m.value for m in at.metric if m.label == "Agreement (top answer)")
     assert shown == f"{100 * expected:.1f}%"
+    # the default routing is the CLI's (`shadow report` without flags: as logged); then a rule per side
+    assert at.radio(key="sh_champion_kind").value == "none" and at.radio(key="sh_challenger_kind").value == "none"
+    at.radio(key="sh_champion_kind").set_value("rule").run()
+    at.radio(key="sh_challenger_kind").set_value("rule").run()
     # stricter challenger rule: its review load rises
     load_before = next(m.value for m in at.metric if m.label.startswith("Review load"))
     at.slider(key="sh_challenger_tau").set_value(0.95).run()

@@ -35,9 +35,9 @@ EXPECT = {
     "datasets": ("Sample items", 1),
     "runs": ("Failures by kind", 0),
     "calibration": ("Reliability (top label)", 3),
-    "thresholds": ("Coverage (test)", 2),
-    "compare": ("Paired differences against the baseline", 1),
-    "shadow": ("Verdict:", 1),
+    "thresholds": ("Coverage (test)", 3),
+    "compare": ("Paired differences against the baseline", 2),
+    "shadow": ("Verdict:", 2),
     "policy": ("Valid policy", 0),
 }
 
@@ -120,6 +120,22 @@ def wait_idle(page, timeout: float = 60_000) -> None:
     page.wait_for_function(idle, timeout=timeout)
 
 
+def page_url(url: str, name: str) -> str:
+    """The first page of the menu is the app's default page: Streamlit serves it at ``/``."""
+    return f"{url}/" if name == PAGES[0] else f"{url}/{name}"
+
+
+def screenshot(page, path: Path, width: int = 1400) -> None:
+    """Whole page at ``width`` px: Streamlit scrolls inside ``stMain``, so the viewport grows to its height first."""
+    height = page.evaluate(
+        "() => { const b = document.querySelector('[data-testid=\"stMainBlockContainer\"]');"
+        " return b ? b.getBoundingClientRect().top + b.scrollHeight + 80 : document.body.scrollHeight; }"
+    )
+    page.set_viewport_size({"width": width, "height": min(int(height) + 40, 12_000)})
+    page.wait_for_timeout(600)  # plotly redraws at the new size
+    page.screenshot(path=str(path), full_page=True)
+
+
 def _main_text(page) -> str:
     return page.locator('[data-testid="stMain"]').inner_text()
 
@@ -129,18 +145,19 @@ def test_every_page_renders_with_data(server, browser):
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1400, "height": 3000})  # Streamlit scrolls inside stMain
     for name in PAGES:
-        page.goto(f"{url}/{name}")
+        page.goto(page_url(url, name))
         wait_idle(page)
         text = _main_text(page)
         assert name.capitalize() in page.locator('[data-testid="stMain"] h1').first.inner_text()
+        assert not page.get_by_text("Page not found").count(), name
         assert "Traceback" not in text and "Error" not in page.locator('[data-testid="stMain"] h1').first.inner_text()
         assert not page.locator('[data-testid="stException"]').count(), text[:2000]
         marker, n_charts = EXPECT[name]
         assert marker in text, (name, text[:1500])
         assert page.locator(".js-plotly-plot").count() >= n_charts, name
-        page.screenshot(path=str(SHOTS / f"{PAGES.index(name) + 1:02d}-{name}.png"), full_page=True)
+        screenshot(page, SHOTS / f"{PAGES.index(name) + 1:02d}-{name}.png")
     # content checks on the pages that must show the prepared data
-    page.goto(f"{url}/datasets")
+    page.goto(page_url(url, "datasets"))
     wait_idle(page)
     assert meta["fingerprint"] in _main_text(page)
     page.goto(f"{url}/runs")
@@ -183,6 +200,44 @@ def test_threshold_slider_changes_the_figures(server, browser):
     assert float(thumb.input_value()) > start
     assert after != before, (before, after)
     assert float(after[0].rstrip("%")) <= float(before[0].rstrip("%"))
-    page.screenshot(path=str(SHOTS / "04b-thresholds-after-slider.png"), full_page=True)
+    screenshot(page, SHOTS / "04b-thresholds-after-slider.png")
     print(f"slider move + rerun + redraw: {elapsed * 1000:.0f} ms")
+    page.close()
+
+
+def test_per_class_override_editor_changes_the_test_figures(server, browser):
+    """Tick an option in the per-class override editor, give it a strict τ: fewer test items are
+    accepted (the grid is the real data editor in Chromium, driven by keyboard)."""
+    url, meta = server
+    page = browser.new_page(viewport={"width": 1400, "height": 2200})
+    page.goto(f"{url}/thresholds")
+    wait_idle(page)
+    before = _metric_value(page, "Review load (test)")
+    page.get_by_text("Per-class overrides").click()
+    grid = page.locator('[data-testid="stDataFrame"]').first
+    grid.wait_for()
+    box = grid.bounding_box()
+    # first body row, "override" column: the grid is option | override | tau | margin
+    page.wait_for_timeout(500)  # the expander's grid finishes drawing before it takes clicks
+    page.mouse.click(box["x"] + box["width"] * 0.375, box["y"] + 35 + 17)
+    page.wait_for_timeout(300)
+    page.keyboard.press("Space")  # toggles the checkbox cell: an edit, so the page reruns
+    wait_idle(page)
+    page.mouse.dblclick(box["x"] + box["width"] * 0.62, box["y"] + 35 + 17)  # open the tau cell's editor
+    page.wait_for_timeout(300)
+    page.keyboard.type("0.99")
+    page.wait_for_timeout(300)
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "(old) => [...document.querySelectorAll('[data-testid=\"stMetric\"]')]"
+        ".find(m => m.innerText.includes('Review load (test)'))?.querySelector('[data-testid=\"stMetricValue\"]')"
+        "?.innerText.trim() !== old",
+        arg=before,
+        timeout=30_000,
+    )
+    wait_idle(page)
+    after = _metric_value(page, "Review load (test)")
+    assert int(after.split()[0].replace(",", "")) > int(before.split()[0].replace(",", "")), (before, after)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    screenshot(page, SHOTS / "04c-thresholds-per-class-override.png")
     page.close()

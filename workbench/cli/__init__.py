@@ -15,6 +15,28 @@ import typer
 
 from workbench.cli.common import fail, state
 
+
+def _show_flags_as_flags() -> None:
+    """Help lists a boolean flag as ``--json``, not ``--json <bool>``.
+
+    typer (0.29) prints every option's value type in help, flags included, which reads as if the
+    flag took a value; a flag has no value to show.
+    """
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "_workbench_flags", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich._workbench_flags = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_show_flags_as_flags()
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -32,15 +54,28 @@ AREAS = [
     "policy",
     "compare",
     "shadow",
+    "gate",
+    "monitor",
     "demo",
     "ui",
 ]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from workbench import __version__
+
+        print(f"workbench {__version__}")
+        raise typer.Exit(0)
 
 
 @app.callback()
 def _global(
     db: str = typer.Option(
         None, "--db", envvar="WORKBENCH_DB", help="DuckDB file of the store (default ./workbench.duckdb)."
+    ),
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
     ),
 ) -> None:
     if db:

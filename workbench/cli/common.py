@@ -39,6 +39,8 @@ def open_store(read_only: bool = False):
 
 
 def _default(o: Any) -> Any:
+    if isinstance(o, np.bool_):
+        return bool(o)
     if isinstance(o, (np.integer,)):
         return int(o)
     if isinstance(o, (np.floating,)):
@@ -73,6 +75,23 @@ def to_jsonable(obj: Any) -> Any:
 def emit_json(obj: Any) -> None:
     """Print one JSON document on stdout (NaN/inf become null)."""
     sys.stdout.write(json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def cost_text(cost: float | None, emulated: bool, digits: int = 6) -> str:
+    """A run's cost for people: ``$0.001234``, ``unknown``, or ``~$0.001234 emulated`` (nothing was billed)."""
+    if cost is None or cost != cost:
+        return "unknown"
+    return f"~${cost:.{digits}f} emulated" if emulated else f"${cost:.{digits}f}"
+
+
+def print_id(identifier: str) -> None:
+    """The id of what a command created, alone on a stdout line (``RUN=$(workbench run …)``).
+
+    Creating commands print it when not in ``--json`` mode (their JSON document carries it too);
+    everything meant for people goes to stderr.
+    """
+    sys.stdout.write(f"{identifier}\n")
     sys.stdout.flush()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from workbench.cli.common import emit_json, open_store, out_console
@@ -28,6 +30,12 @@ def format_p(p, n_boot: int | None = None) -> str:
     return f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
 
 
+def _cost_cell(cost, emulated: bool) -> str:
+    """$/1k items; an emulated run's figure is what the real service would bill, marked so."""
+    text = _fmt(cost)
+    return f"~{text} emulated" if emulated and text != "–" else text
+
+
 def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare(
@@ -49,6 +57,8 @@ def register(app: typer.Typer) -> None:
         calibrate: str | None = typer.Option(
             None, "--calibrate", help="Recalibration before choosing it (default temperature or the experiment's)."
         ),
+        html: Path | None = typer.Option(None, "--html", help="Write the risk–coverage overlay of the runs (HTML)."),
+        png: Path | None = typer.Option(None, "--png", help="Write the overlay as PNG (needs the kaleido extra)."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Metrics, cost, latency, coverage/error at the chosen policy, and paired tests vs a baseline."""
@@ -75,6 +85,10 @@ def register(app: typer.Typer) -> None:
                 policy=not no_policy,
                 options=options,
             )
+            if html is not None or png is not None:
+                from workbench.figures import comparison_figure, write_figures
+
+                write_figures([comparison_figure(con, result)], html=html, png=png)
         if as_json:
             emit_json(result.to_dict())
             return
@@ -112,9 +126,10 @@ def register(app: typer.Typer) -> None:
                 if r["d_accuracy"] is not None
                 else "–"
             )
+            emulated = bool(r.get("emulated"))
             table.add_row(
                 str(r["run_id"]),
-                str(r["provider"]),
+                str(r["provider"]) + (" [yellow](emulated)[/]" if emulated else ""),
                 str(r["variant"]),
                 str(r["question"]),
                 str(r["n"]),
@@ -126,7 +141,7 @@ def register(app: typer.Typer) -> None:
                 _fmt(r["ece"]),
                 _fmt(r["coverage"], True),
                 _fmt(r["error"], True),
-                _fmt(r["cost_per_1000"]),
+                _cost_cell(r["cost_per_1000"], emulated),
                 _fmt(r["latency_p95_ms"]),
             )
         from rich.console import Console

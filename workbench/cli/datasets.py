@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.cli.common import emit_json, err_console, open_store, out_console, print_id
 from workbench.errors import DataImportError
 
 
@@ -73,14 +73,18 @@ def register(app: typer.Typer) -> None:
         with open_store() as con:
             result = import_dataset(con, paths, spec, sch)
             info = dataset_info(con, name, result.version)
+        for notice in result.notices:
+            err_console.print(f"[yellow]note:[/] {notice}", markup=True, highlight=False)
         if as_json:
             emit_json({"import": result.to_dict(), "dataset": info})
             return
         verb = "imported" if result.created else "unchanged (same fingerprint as)"
+        shared = "" if result.shared_ids is None else f", {result.shared_ids:,} ids shared with the previous version"
         err_console.print(
             f"{verb} [bold]{name}[/] v{result.version}: {result.n_items} items, "
-            f"splits {info['splits']}, fingerprint {result.fingerprint[:12]}"
+            f"splits {info['splits']}, fingerprint {result.fingerprint[:12]}{shared}"
         )
+        print_id(name)  # what `run --dataset` takes (its latest version)
 
     @ds.command("list")
     def list_(as_json: bool = typer.Option(False, "--json")) -> None:

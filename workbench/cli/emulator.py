@@ -66,8 +66,8 @@ def register(app: typer.Typer) -> None:
         """Serve Cloudflare Workers AI, System One, OpenAI Decisions and Vercel dialects on loopback."""
         import asyncio
 
-        from workbench.errors import WorkbenchError
         from workbench.emulator import EmulatorServer, FaultConfig, answerer_from_spec
+        from workbench.errors import WorkbenchError
 
         try:
             faults = FaultConfig(

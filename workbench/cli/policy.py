@@ -1,4 +1,4 @@
-"""`workbench policy export|schema|validate|apply|diff`."""
+"""`workbench policy export|schema|validate|apply|diff|keygen|sign|verify|enable|disable|mode`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.cli.outputs import FORCE, check_out_path
 from workbench.cli.thresholds import (
     ABSTAIN,
     API_COST,
@@ -38,33 +39,103 @@ from workbench.cli.thresholds import (
 from workbench.errors import PolicyError
 
 
-def _read_responses(path: Path) -> tuple[list, bool]:
-    """One System One response (JSON object), a JSON list, or JSONL; returns (responses, was_batch)."""
+def _read_json_records(path: Path, flag: str) -> tuple[list, bool]:
+    """One JSON object, a JSON list, or JSON Lines; returns (records, was_batch).
+
+    Parsed strictly: an object that names a key twice is kept but marked, so the runtime refuses that
+    record alone (:func:`workbench_runtime.jsonio.loads_marked`); NaN and malformed text are errors.
+    """
+    from workbench_runtime.jsonio import StrictJSONError, loads_marked
+
     try:
+        if not Path(path).is_file():
+            raise OptionError(f"{flag} {path}: file does not exist or is not a regular file")
         text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise OptionError(f"--answers {path}: file does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise OptionError(f"--answers {path}: cannot read ({exc})") from None
+        raise OptionError(f"{flag} {path}: cannot read ({type(exc).__name__})") from None
     try:
-        doc = json.loads(text)
-        if isinstance(doc, list):
-            return doc, True
-        return [doc], False
-    except json.JSONDecodeError:
+        doc = loads_marked(text)
+        return (doc, True) if isinstance(doc, list) else ([doc], False)
+    except StrictJSONError:
         pass
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
+            out.append(loads_marked(line))
+        except StrictJSONError as exc:
             raise OptionError(
-                f"--answers {path}: line {n} is not JSON ({exc.msg})",
-                hint="give one response object, a JSON list, or JSON Lines",
+                f"{flag} {path}: line {n} is not JSON ({exc})",
+                hint="give one JSON object, a JSON list, or JSON Lines",
             ) from None
     return out, True
+
+
+def _read_responses(path: Path) -> tuple[list, bool]:
+    """One System One response (JSON object), a JSON list, or JSONL; returns (responses, was_batch)."""
+    return _read_json_records(path, "--answers")
+
+
+def _write_rollout(file: Path, out: Path | None, change, key: Path | None, as_json: bool) -> None:
+    """Write a rollout change (re-signed with ``key``, else without the now stale signature) and report it."""
+    from workbench.policy.io import write_policy
+
+    target = out or file
+    signed_before = change.model.signature is not None or _was_signed(file)
+    written = change.model
+    if change.changed:
+        written = write_policy(change.model, target, key=key)
+        if key is None and signed_before:
+            err_console.print(
+                f"[yellow]warning:[/yellow] {file} was signed; the signature no longer matches the changed policy "
+                f"and was removed — re-sign it: workbench policy sign {target} --key KEYFILE"
+            )
+    doc = {
+        "path": str(target),
+        "changed": change.changed,
+        "content_hash": written.content_hash,
+        "policy_version": written.policy_version,
+        "question": change.question,
+        "enabled_options": {"before": change.enabled_before, "after": change.enabled_after},
+        "mode": {"before": change.mode_before, "after": change.mode_after},
+        "signature": None
+        if written.signature is None
+        else {"alg": written.signature.alg, "key_id": written.signature.key_id},
+    }
+    if as_json:
+        emit_json(doc)
+        return
+    if not change.changed:
+        out_console.print(f"{file}: no change (version {written.policy_version})")
+        return
+    what = (
+        f"mode {change.mode_before} -> {change.mode_after}"
+        if change.mode_before != change.mode_after
+        else f"{change.question}: enabled options "
+        f"{'all' if change.enabled_before is None else ', '.join(change.enabled_before) or 'none'} -> "
+        f"{'all' if change.enabled_after is None else ', '.join(change.enabled_after) or 'none'}"
+    )
+    signed = f", signed by {written.signature.key_id}" if written.signature else ""
+    out_console.print(
+        f"wrote {target} ({written.content_hash[:19]}…, version {written.policy_version}{signed}): {what}"
+    )
+
+
+def _was_signed(path: Path) -> bool:
+    from workbench.policy.io import read_document
+
+    return read_document(path).get("signature") is not None
+
+
+def _load_for_rewrite(file: Path, key: Path | None):
+    """The verified policy model; with ``key``, a signed file must verify with it (no laundering through a re-sign)."""
+    from workbench.policy.io import read_document
+    from workbench.policy.runtime import Policy
+
+    doc = read_document(file)
+    verify = key if key is not None and doc.get("signature") is not None else None
+    return Policy.from_dict(doc, source=str(file), verify_key=verify).model
 
 
 def register(app: typer.Typer) -> None:
@@ -112,6 +183,7 @@ def register(app: typer.Typer) -> None:
         calibrator_fraction: float = CAL_FRACTION,
         seed: int = SEED,
         order_fraction: float = ORDER_FRACTION,
+        force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Choose thresholds for a run's questions and write a versioned, hashed policy file."""
@@ -121,6 +193,9 @@ def register(app: typer.Typer) -> None:
 
         if fmt not in ("workbench", "jev-eval"):
             raise OptionError(f"--format {fmt!r} is not workbench or jev-eval")
+        check_out_path(out, force=force)
+        if fmt == "jev-eval":
+            check_out_path(jev_out or out.with_name("thresholds.json"), force=force, option="--jev-out")
         try:
             semver_tuple(policy_version)
         except ValueError:
@@ -210,9 +285,10 @@ def register(app: typer.Typer) -> None:
             from workbench.thresholds.choose import needed_sentence
 
             out_console.print(
-                f"wrote {out} ({str(model.content_hash)[:19]}…, version {model.policy_version}) from run "
+                f"wrote {out} ({model.content_hash}, version {model.policy_version}) from run "
                 f"{model.source.run_id or run_id}; {opts.describe()}",
                 highlight=False,
+                soft_wrap=True,
             )
             for q, d in doc["questions"].items():
                 res = results[q]
@@ -232,18 +308,24 @@ def register(app: typer.Typer) -> None:
 
     @pol.command("validate")
     def validate(
-        file: Path = typer.Argument(..., help="Policy file."), as_json: bool = typer.Option(False, "--json")
+        file: Path = typer.Argument(..., help="Policy file."),
+        key: Path | None = typer.Option(
+            None, "--key", help="Also require a valid signature by this key file (public or secret key)."
+        ),
+        as_json: bool = typer.Option(False, "--json"),
     ) -> None:
-        """Check JSON Schema, format version and content hash (exit 2 if anything is wrong)."""
+        """Check JSON Schema, format version, content hash, options and (with --key) the signature; exit 2 if anything is wrong."""
         from workbench.policy.io import validate_file
 
-        report = validate_file(file)
+        report = validate_file(file, verify_key=key)
         if as_json:
             emit_json(report)
         else:
             out_console.print(
                 f"{file}: valid policy {report['policy_version']} ({report['content_hash'][:19]}…), "
                 f"questions {', '.join(report['questions'])}"
+                + (f"; signature by {report['signature']['key_id']} verified" if key is not None else "")
+                + (f"; mode {report['mode']}" if report["mode"] != "live" else "")
             )
 
     @pol.command("apply")
@@ -255,14 +337,33 @@ def register(app: typer.Typer) -> None:
         schema_hash: str | None = typer.Option(
             None, "--schema-hash", help="Hash of the schema the requests were sent with."
         ),
+        request: Path | None = typer.Option(
+            None,
+            "--request",
+            help="The request(s) sent: one (for every response) or one per response (JSON list or JSON Lines); "
+            "a question whose definition differs from the policy's goes to its fallback.",
+        ),
+        verify_key: Path | None = typer.Option(
+            None, "--verify-key", help="Refuse the policy unless it is signed by this key file."
+        ),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """The action per question (accept with option, or the fallback) with the reason."""
         from workbench.policy.runtime import Policy
 
-        policy = Policy.load(file)
+        policy = Policy.load(file, verify_key=verify_key)
         responses, batch = _read_responses(answers)
-        decisions = policy.decide_many(responses, schema_hash=schema_hash)
+        requests = None
+        if request is not None:
+            requests, many = _read_json_records(request, "--request")
+            if not many:
+                requests = requests * len(responses)
+            elif len(requests) != len(responses):
+                raise OptionError(
+                    f"--request {request}: {len(requests)} requests for {len(responses)} responses",
+                    hint="give one request for all responses, or one per response in the same order",
+                )
+        decisions = policy.decide_many(responses, schema_hash=schema_hash, requests=requests)
         rows = [{q: d.to_dict() for q, d in dec.items()} for dec in decisions]
         counts: dict[str, dict[str, int]] = {}
         for dec in decisions:
@@ -316,6 +417,14 @@ def register(app: typer.Typer) -> None:
                     return i
             return 9
 
+        rollout = doc.get("rollout") or {}
+        if rollout.get("mode"):
+            out_console.print(f"  mode: {rollout['mode']['a']} -> {rollout['mode']['b']}")
+        for q, r in (rollout.get("questions") or {}).items():
+            moved = [f"+{o}" for o in r["enabled"]] + [f"-{o}" for o in r["disabled"]]
+            out_console.print(
+                f"  {q}: auto-accept enabled for {'all' if r['b'] is None else len(r['b'])} options ({' '.join(moved)})"
+            )
         noise = (".low", ".high", ".k", ".n", ".confidence")
         for c in sorted(doc["changes"], key=lambda c: rank(c["path"])):
             if ".expected_test." in c["path"] and c["path"].endswith(noise):
@@ -328,3 +437,125 @@ def register(app: typer.Typer) -> None:
                     f"  on {run}: {q}: coverage {m['coverage_change']:+.4f}, error "
                     f"{'n/a' if ec is None else f'{ec:+.4f}'}"
                 )
+
+    @pol.command("keygen")
+    def keygen(
+        out: Path = typer.Option(..., "--out", "-o", help="Secret key file to create (Ed25519 also writes OUT.pub)."),
+        key_type: str = typer.Option("ed25519", "--type", help="ed25519 (public-key) | hmac-sha256 (shared secret)."),
+        force: bool = typer.Option(False, "--force", help="Replace existing key files."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Make a key for signing policies; the secret file is created with mode 0600 and never printed."""
+        from workbench_runtime.signing import ALGORITHMS, generate_key, write_secret_file
+
+        alg = {"hmac": "hmac-sha256"}.get(key_type, key_type)
+        if alg not in ALGORITHMS:
+            raise OptionError(f"--type {key_type!r} is not one of {', '.join(ALGORITHMS)}")
+        pub_path = out.with_name(out.name + ".pub") if alg == "ed25519" else None
+        for p in (out, pub_path):
+            if p is not None and p.exists():
+                if not force:
+                    raise OptionError(f"--out {p}: exists", hint="choose another path or pass --force")
+                p.unlink()
+        secret, public, key_id = generate_key(alg)
+        try:
+            write_secret_file(out, secret)
+            if pub_path is not None and public is not None:
+                write_secret_file(pub_path, public, mode=0o644)
+        except OSError as exc:
+            raise OptionError(f"--out {out}: cannot create key file ({type(exc).__name__})") from None
+        doc = {
+            "key_id": key_id,
+            "type": alg,
+            "secret_key": str(out),
+            "public_key": None if pub_path is None else str(pub_path),
+        }
+        if as_json:
+            emit_json(doc)
+        else:
+            out_console.print(f"{key_id}\t{alg}\tsecret key {out}" + (f", public key {pub_path}" if pub_path else ""))
+
+    @pol.command("sign")
+    def sign(
+        file: Path = typer.Argument(..., help="Policy file (validated before it is signed)."),
+        key: Path = typer.Option(..., "--key", help="Secret key file (Ed25519 private key or HMAC secret)."),
+        out: Path | None = typer.Option(None, "--out", "-o", help="Write the signed policy here (default: in place)."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Sign a policy over its canonical content (every field, option order included)."""
+        from workbench.policy.io import sign_file
+
+        written = sign_file(file, key, out=out)
+        assert written.signature is not None
+        doc = {
+            "path": str(out or file),
+            "content_hash": written.content_hash,
+            "policy_version": written.policy_version,
+            "signature": {"alg": written.signature.alg, "key_id": written.signature.key_id},
+        }
+        if as_json:
+            emit_json(doc)
+        else:
+            out_console.print(
+                f"signed {doc['path']} ({written.content_hash[:19]}…) with {written.signature.alg} key {written.signature.key_id}"
+            )
+
+    @pol.command("verify")
+    def verify(
+        file: Path = typer.Argument(..., help="Policy file."),
+        key: Path = typer.Option(..., "--key", help="Key file: Ed25519 public (or private) key, or the HMAC secret."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Check the signature (and everything `validate` checks); exit 2 if unsigned, wrongly signed or changed."""
+        from workbench.policy.io import validate_file
+
+        report = validate_file(file, verify_key=key)
+        if as_json:
+            emit_json(report)
+        else:
+            sig = report["signature"]
+            out_console.print(
+                f"{file}: signature by {sig['alg']} key {sig['key_id']} verified ({report['content_hash'][:19]}…)"
+            )
+
+    def _rollout_command(enable: bool):
+        def command(
+            file: Path = typer.Argument(..., help="Policy file."),
+            option: list[str] | None = typer.Option(None, "--option", help="Option id (repeatable)."),
+            all_options: bool = typer.Option(False, "--all", help="Every option of the question."),
+            question: str | None = typer.Option(None, "--question", "-q", help="Question (needed when ambiguous)."),
+            key: Path | None = typer.Option(None, "--key", help="Re-sign with this secret key file."),
+            out: Path | None = typer.Option(None, "--out", "-o", help="Write here (default: in place)."),
+            as_json: bool = typer.Option(False, "--json"),
+        ) -> None:
+            from workbench.policy.rollout import set_enabled
+
+            model = _load_for_rewrite(file, key)
+            change = set_enabled(model, option or [], enable=enable, question=question, all_options=all_options)
+            _write_rollout(file, out, change, key, as_json)
+
+        command.__doc__ = (
+            "Enable auto-accept for options (gradual rollout); bumps the minor version."
+            if enable
+            else "Disable auto-accept for options (they go to the fallback); bumps the minor version."
+        )
+        return command
+
+    pol.command("enable")(_rollout_command(True))
+    pol.command("disable")(_rollout_command(False))
+
+    @pol.command("mode")
+    def mode(
+        file: Path = typer.Argument(..., help="Policy file."),
+        new_mode: str = typer.Argument(
+            ..., metavar="live|shadow", help="shadow: everything to the fallback, would-be decisions recorded."
+        ),
+        key: Path | None = typer.Option(None, "--key", help="Re-sign with this secret key file."),
+        out: Path | None = typer.Option(None, "--out", "-o", help="Write here (default: in place)."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Switch a policy between live and shadow mode; bumps the minor version."""
+        from workbench.policy.rollout import set_mode
+
+        model = _load_for_rewrite(file, key)
+        _write_rollout(file, out, set_mode(model, new_mode), key, as_json)

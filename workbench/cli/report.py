@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.cli.common import cost_text, emit_json, err_console, open_store, out_console, print_id
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:
@@ -29,10 +29,17 @@ def _print_run_report(rep, compare=None, compare_title: str = "before") -> None:
     from workbench.metrics.report import METRIC_INFO
 
     run = rep.run
+    emulated = bool(run.get("emulated"))
     out_console.print(
-        f"[bold]{run['run_id']}[/] {run.get('name') or ''}  provider={run.get('provider')} "
-        f"model={run.get('model') or '—'}  kind={run.get('kind')}  split={rep.split or 'all'}"
+        f"[bold]{run['run_id']}[/] {run.get('name') or ''}  provider={run.get('provider')}"
+        + (" [yellow]EMULATED[/]" if emulated else "")
+        + f"  model={run.get('model') or '—'}  kind={run.get('kind')}  split={rep.split or 'all'}"
+        + f"  cost={cost_text(run.get('cost_usd'), emulated, 4)}"
     )
+    if emulated:
+        out_console.print(
+            "  answered by `workbench emulator`: the cost is the real service's price, nothing was billed"
+        )
     other = {q.question: q for q in compare.questions} if compare is not None else {}
     for q in rep.questions:
         c = q.counts
@@ -150,12 +157,13 @@ def register(app: typer.Typer) -> None:
         )
         for q, s in out["questions"].items():
             extra = f" T={s['temperature']:.3f}" if "temperature" in s else ""
-            out_console.print(
+            err_console.print(
                 f"{q}: top-label ECE on {eval_split} {_fmt(s.get('ece_before'))} → "
                 f"{_fmt(s.get('ece_after'))}, log loss {_fmt(s.get('log_loss_before'))} → "
                 f"{_fmt(s.get('log_loss_after'))} (fit n={s['n_fit']}){extra}"
             )
-        out_console.print(f"next: workbench report {out['run_id']}")
+        err_console.print(f"next: workbench report {out['run_id']}")
+        print_id(out["run_id"])
 
     @app.command("label-issues")
     def label_issues(
@@ -220,9 +228,15 @@ def register(app: typer.Typer) -> None:
                 f"(estimated noise rate {d['estimated_noise_rate']:.3f}; runs: {', '.join(li.run_ids)})"
             )
             t = Table(show_header=True, header_style="bold")
+            shown = li.table.head(top)
             for col in ("rank", "item_id", "split", "given", "suggested", "quality", "p_given", "p_suggested"):
-                t.add_column(col, justify="right" if col in ("rank", "quality", "p_given", "p_suggested") else "left")
-            for r in li.table.head(top).itertuples():
+                if col == "item_id":  # ids never shrink at narrow widths; the other columns wrap
+                    width = max([len(col), *(len(str(i)) for i in shown["item_id"])])
+                    t.add_column(col, no_wrap=True, min_width=width)
+                else:
+                    right = col in ("rank", "quality", "p_given", "p_suggested")
+                    t.add_column(col, justify="right" if right else "left", overflow="fold")
+            for r in shown.itertuples():
                 t.add_row(
                     str(r.rank),
                     str(r.item_id),

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.cli.common import cost_text, emit_json, err_console, open_store, out_console, print_id
+from workbench.cli.outputs import FORCE, check_out_path
 from workbench.errors import WorkbenchError
 
 
@@ -30,20 +31,39 @@ def parse_rate(value: str | None) -> float | None:
 def _print_summary(summary: dict) -> None:
     s = summary
     sess = s.get("this_session", {})
-    cost = "unknown" if s.get("cost_usd") is None else f"${s['cost_usd']:.6f}"
+    cost = cost_text(s.get("cost_usd"), bool(s.get("emulated")))
     p50, p95 = s.get("latency_p50_ms"), s.get("latency_p95_ms")
     lat = "-" if p50 is None else f"{p50:.0f}/{p95:.0f} ms"
     fails = ", ".join(f"{k} {v}" for k, v in (s.get("failed_by_kind") or {}).items()) or "none"
+    emulated = " [yellow]EMULATED[/] ·" if s.get("emulated") else ""
     err_console.print(
-        f"[bold]{s['run_id']}[/] {s['provider']} · {s['status']} · answered {s['answered']} · failed {s['failed']} "
-        f"({fails}) · tokens {s.get('input_tokens', 0):,} · cost {cost} · latency p50/p95 {lat} · "
-        f"requests {sess.get('requests_sent', 0)} (cache hits {sess.get('cache_hits', 0)}, "
+        f"[bold]{s['run_id']}[/] {s['provider']} ·{emulated} {s['status']} · answered {s.get('answered', 0)} · "
+        f"failed {s.get('failed', 0)} ({fails}) · tokens {s.get('input_tokens') or 0:,} · cost {cost} · "
+        f"latency p50/p95 {lat} · requests {sess.get('requests_sent', 0)} (cache hits {sess.get('cache_hits', 0)}, "
         f"retries {sess.get('retries', 0)})"
     )
     if s.get("stop_reason"):
         err_console.print(
             f"[yellow]stopped:[/] {s['stop_reason']} — continue with `workbench run --resume {s['run_id']}`"
         )
+
+
+def _emit_runs(summaries: list[dict], as_json: bool, *, experiment: dict | None = None) -> None:
+    """What ``workbench run`` prints, the same whatever the options (a new run, --resume, an experiment file).
+
+    stdout: the run ids, one per line, or with ``--json`` one document
+    ``{"run_ids": [...], "runs": [summary, ...], "experiment": {name, dataset, source} | null}``;
+    the human summary of each run goes to stderr.
+    """
+    for s in summaries:
+        if s.get("provider"):
+            _print_summary(s)
+    run_ids = [s["run_id"] for s in summaries]
+    if as_json:
+        emit_json({"run_ids": run_ids, "runs": summaries, "experiment": experiment})
+    else:
+        for run_id in run_ids:
+            print_id(run_id)
 
 
 def register(app: typer.Typer) -> None:
@@ -149,13 +169,15 @@ def register(app: typer.Typer) -> None:
                     max_cost=max_cost,
                     timeout=timeout,
                     progress=progress,
-                    reporter=RichReporter(err_console) if not as_json else None,
+                    reporter=RichReporter(err_console),
                 )
-            for r in (result or {}).get("runs", []):
-                if r.get("summary"):
-                    _print_summary(r["summary"])
-            if as_json and result is not None:
-                emit_json(result)
+            summaries = []
+            for r in result["runs"]:
+                s = dict(r.get("summary") or {})
+                s.update(run_id=r["run_id"], provider=r["provider"], status=r["status"], variant=r["variant"])
+                summaries.append(s)
+            info = {k: result[k] for k in ("experiment", "dataset", "source")}
+            _emit_runs(summaries, as_json, experiment=info)
             return
         with open_store() as con:
             if resume:
@@ -206,10 +228,7 @@ def register(app: typer.Typer) -> None:
                     reporter=RichReporter(err_console),
                 )
                 summaries = [get_run(con, r)["summary"] for r in run_ids]
-        for s in summaries:
-            _print_summary(s)
-        if as_json:
-            emit_json(summaries[0] if resume else {"runs": summaries})
+        _emit_runs(summaries, as_json)
 
     runs = typer.Typer(help="List experiment runs.", no_args_is_help=True)
     app.add_typer(runs, name="runs")
@@ -224,24 +243,46 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit_json({"runs": df.to_dict(orient="records")})
             return
+        from rich import box
         from rich.table import Table
 
-        table = Table("run", "name", "provider", "model", "dataset", "status", "answers", "failed", "cost $", "p50 ms")
-        for r in df.itertuples():
+        any_emulated = bool(df["emulated"].any()) if len(df) else False
+        names = [n if isinstance(n, str) else "" for n in df["name"]]  # pandas gives NaN for a NULL name
+        table = Table(
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            padding=(0, 1, 0, 0),
+            caption=(
+                "* emulated: answered by `workbench emulator`; the real price, nothing billed. " if any_emulated else ""
+            )
+            + "n answers, p50 median latency in ms",
+        )
+        # the id never shrinks (it is what the next command takes); the other columns wrap instead
+        table.add_column("run", no_wrap=True, min_width=max([3, *map(len, df["run_id"])]))
+        if any(names):
+            table.add_column("name", overflow="fold", ratio=1)
+        table.add_column("provider", overflow="fold", ratio=2)
+        table.add_column("dataset", overflow="fold")
+        table.add_column("status", no_wrap=True)
+        for col in ("n", "fail", "cost $", "p50"):  # answers, failures, USD, median latency (ms)
+            table.add_column(col, justify="right", no_wrap=True)
+        for r, name in zip(df.itertuples(), names):
+            emulated = bool(r.emulated)
             cost = "-" if r.cost_usd is None or r.cost_usd != r.cost_usd else f"{r.cost_usd:.4f}"
+            if emulated and cost != "-":
+                cost = f"~{cost}*"
             p50 = "-" if r.latency_p50_ms is None or r.latency_p50_ms != r.latency_p50_ms else f"{r.latency_p50_ms:.0f}"
-            table.add_row(
-                r.run_id,
-                r.name or "",
-                r.provider,
-                r.model or "",
+            cells = [r.run_id, *([name] if any(names) else [])]
+            cells += [
+                r.provider + (" [yellow](emulated)[/]" if emulated else ""),
                 f"{r.dataset} v{r.dataset_version}",
                 r.status,
                 str(r.n_answers),
                 str(r.n_failed),
                 cost,
                 p50,
-            )
+            ]
+            table.add_row(*cells)
         out_console.print(table)
 
     @app.command("export")
@@ -249,11 +290,13 @@ def register(app: typer.Typer) -> None:
         run_id: str = typer.Argument(..., help="Run id (or run name)."),
         fmt: str = typer.Option("parquet", "--format", help="parquet, csv or jsonl."),
         out: Path = typer.Option(..., "--out", help="Output file."),
+        force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """One row per item × question: ids, split, label, options, probabilities, cost, latency, failure."""
         from workbench.store.calls import export_run
 
+        check_out_path(out, force=force)
         with open_store(read_only=True) as con:
             n = export_run(con, run_id, fmt, out)
         if as_json:

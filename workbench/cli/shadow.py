@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.cli.common import emit_json, err_console, open_store, out_console, print_id
+from workbench.cli.outputs import FORCE, check_out_path
 from workbench.cli.thresholds import CALIBRATE, DELTA, MAX_ERROR
 from workbench.errors import WorkbenchError
 
@@ -88,6 +89,7 @@ def register(app: typer.Typer) -> None:
                 f"shadow [bold]{name}[/]: {summary['kind']} imported, "
                 f"{summary['n_requests']} requests, {summary['n_outcomes']} outcomes"
             )
+            print_id(name)
 
     @sh.command("serve")
     def serve_(
@@ -156,6 +158,7 @@ def register(app: typer.Typer) -> None:
             emit_json(s)
         else:
             err_console.print(f"{s['n_requests']} requests ({s['n_challenger_lost']} challenger lost) in {name}")
+            print_id(name)
 
     @sh.command("replay")
     def replay_(
@@ -182,16 +185,19 @@ def register(app: typer.Typer) -> None:
             emit_json(s)
         else:
             err_console.print(f"shadow [bold]{name}[/]: {s['n_requests']} items replayed, {s['n_outcomes']} outcomes")
+            print_id(name)
 
     @sh.command("export")
     def export_(
         name: str = typer.Argument(..., help="Shadow session."),
         out: Path = typer.Option(..., "--out", "-o", help="Traffic file: .jsonl, .parquet or .csv."),
+        force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Write a session as a traffic file (the format `shadow import` reads)."""
         from workbench.store.shadow import export_session
 
+        check_out_path(out, force=force)
         with open_store(read_only=True) as con:
             n = export_session(con, name, out)
         if as_json:
@@ -313,7 +319,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit_json(s)
             return
-        out_console.print(s["shadow"], highlight=False)
+        print_id(s["shadow"])
         err_console.print(
             f"shadow [bold]{s['shadow']}[/]: {s['n_requests']} requests answered by {challenger} "
             f"(run {s['run_id']}), {s['n_outcomes']} outcomes; next: workbench shadow report {s['shadow']}"

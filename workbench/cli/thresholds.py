@@ -166,6 +166,8 @@ def register(app: typer.Typer) -> None:
         surface_out: Path | None = typer.Option(
             None, "--surface-out", help="Write the per-grid-point table (CSV) here."
         ),
+        html: Path | None = typer.Option(None, "--html", help="Write the surface and risk–coverage figures (HTML)."),
+        png: Path | None = typer.Option(None, "--png", help="Write the figures as PNG (needs the kaleido extra)."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Choose routing thresholds for questions of a run and judge them on the test split."""
@@ -196,6 +198,7 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             order_fraction=order_fraction,
         )
+        figures: list = []
         with open_store(read_only=True) as con:
             results = []
             resolved = get_run(con, run_id)["run_id"]
@@ -211,6 +214,14 @@ def register(app: typer.Typer) -> None:
                     )
                     pd.DataFrame(res.surface.to_table()).to_csv(target, index=False)
                 results.append(res.to_dict())
+                if html is not None or png is not None:
+                    from workbench.figures import threshold_figures
+
+                    figures += threshold_figures(res)
+        if figures:
+            from workbench.figures import write_figures
+
+            write_figures(figures, html=html, png=png)
         doc = {
             "run_id": resolved,
             "settings": opts.settings(),

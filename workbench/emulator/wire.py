@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.providers.base import EMULATOR_HEADER
+
 # ------------------------------------------------------------------------------------------------
 # HTTP plumbing
 # ------------------------------------------------------------------------------------------------
@@ -102,6 +104,7 @@ def encode_response(resp: HttpResponse, *, keep_alive: bool) -> bytes:
     hdrs = {
         "content-length": str(len(resp.body)),
         "server": "workbench-emulator",
+        EMULATOR_HEADER: "1",  # clients record runs answered here as emulated (cost not billed)
         "connection": "keep-alive" if keep_alive else "close",
         **resp.headers,
     }

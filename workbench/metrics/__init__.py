@@ -9,7 +9,8 @@ Modules::
     recalibrate   temperature / isotonic / Platt calibrators (numpy-only transform, exact JSON round trip)
     report        choice_report, noul_report, score_report, question_report, RunReport
     label_issues  confident-learning label-issue queue
-    displays      plotly ReliabilityDisplay, ConfusionDisplay
+    displays      plotly ReliabilityDisplay, ConfusionDisplay, RiskCoverageDisplay, ThresholdSurfaceDisplay
+    selective     risk_coverage_curve (error among accepted vs coverage of the top probability)
 
 Nothing here reads or writes the store: the store-backed workflows (``report_run``, ``calibrate_run``,
 ``label_issues_for_runs``, displays of a stored run) live one floor up in :mod:`workbench.evaluation`.
@@ -51,6 +52,10 @@ _LAZY = {
     "find_label_issues": "label_issues",
     "ReliabilityDisplay": "displays",
     "ConfusionDisplay": "displays",
+    "RiskCoverageDisplay": "displays",
+    "ThresholdSurfaceDisplay": "displays",
+    "risk_coverage_curve": "selective",
+    "RiskCoverageCurve": "selective",
 }
 
 

@@ -1,8 +1,17 @@
 """Plotly figures shared by the CLI, notebooks and the Streamlit UI (scikit-learn ``Display`` style).
 
 Each display is built by a ``from_*`` class method, keeps the computed data (``curves``,
-``result``) and the figure in ``figure_``; nothing is shown (call ``st.plotly_chart(d.figure_)``
-or ``d.figure_.show()`` yourself).
+``result``) and the figure in ``figure_``; ``plot()`` redraws and returns the figure. Nothing is
+shown (call ``st.plotly_chart(d.figure_)``, ``d.figure_.show()`` or ``d.figure_.write_html(path)``).
+
+* :class:`ReliabilityDisplay` — reliability diagram with Wilson bars and a count histogram;
+* :class:`ConfusionDisplay` — confusion matrix with the review column;
+* :class:`RiskCoverageDisplay` — error among accepted vs coverage, one curve per run;
+* :class:`ThresholdSurfaceDisplay` — error (or coverage) over the τ × margin grid, with the chosen
+  point and the certified region.
+
+The displays take arrays or duck-typed objects (a threshold ``Surface``), never import the
+threshold layer: they sit in ``metrics/`` below it.
 """
 
 from __future__ import annotations
@@ -106,6 +115,7 @@ class ReliabilityDisplay:
         return d
 
     def plot(self):
+        """Draw (or redraw) the figure; returns the plotly ``Figure`` (also kept in ``figure_``)."""
         import plotly.graph_objects as go
         from plotly.subplots import make_subplots
 
@@ -179,7 +189,7 @@ class ReliabilityDisplay:
             legend=dict(orientation="h", y=-0.15),
         )
         self.figure_ = fig
-        return self
+        return fig
 
 
 @dataclass
@@ -239,6 +249,7 @@ class ConfusionDisplay:
         return d
 
     def plot(self):
+        """Draw (or redraw) the figure; returns the plotly ``Figure`` (also kept in ``figure_``)."""
         import plotly.graph_objects as go
 
         m = self.result.matrix.astype(float)
@@ -269,4 +280,278 @@ class ConfusionDisplay:
             height=max(400, 18 * len(cols) + 150),
         )
         self.figure_ = fig
-        return self
+        return fig
+
+
+def _rc_envelope(coverage: np.ndarray, error: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lowest error at each coverage or more over a set of grid points (the surface's risk–coverage frontier).
+
+    ``coverage``/``error`` any shape (flattened); NaN errors (nothing accepted) are skipped.
+    Returns (coverage, error), ascending in coverage.
+    """
+    cov, err = np.asarray(coverage, float).ravel(), np.asarray(error, float).ravel()
+    ok = np.isfinite(cov) & np.isfinite(err) & (cov > 0)
+    cov, err = cov[ok], err[ok]
+    if cov.size == 0:
+        return cov, err
+    order = np.lexsort((err, -cov))  # most coverage first, lowest error first among equals
+    cov, err = cov[order], np.minimum.accumulate(err[order])
+    first = np.r_[True, cov[1:] != cov[:-1]]
+    return cov[first][::-1], err[first][::-1]
+
+
+@dataclass
+class RiskCoverageDisplay:
+    """Risk–coverage curves (error among accepted vs share auto-accepted) of one or several runs.
+
+    ``curves`` is a list of ``(name, coverage (m,), risk (m,))`` with coverage ascending in [0, 1];
+    ``points`` a list of ``(name, coverage, error)`` operating points (e.g. each run's certified
+    policy) drawn as markers in their curve's colour when the names match. Build one per run with
+    :meth:`from_predictions` or :meth:`from_surface` and overlay them with :meth:`overlay`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> probs = rng.dirichlet([1, 1, 1], size=200); labels = probs.argmax(axis=1)
+    >>> d = RiskCoverageDisplay.from_predictions(labels, probs, name="sharp")
+    >>> fig = d.plot()  # a plotly Figure; d.figure_ is the same object
+    >>> [t.name for t in fig.data]
+    ['sharp (AURC 0.000)']
+    """
+
+    curves: list = field(default_factory=list)
+    points: list = field(default_factory=list)
+    title: str = "Risk–coverage"
+    figure_: Any = None
+
+    @classmethod
+    def from_predictions(
+        cls,
+        labels: np.ndarray,
+        probs: np.ndarray,
+        *,
+        name: str = "model",
+        point: tuple[float, float] | None = None,
+        title: str | None = None,
+    ) -> RiskCoverageDisplay:
+        """Curve of the top probability: ``labels`` (n,) option indices (−1 unlabelled, dropped),
+        ``probs`` (n, k) (NaN rows = failures, never accepted). ``point`` = (coverage, error) to mark."""
+        from workbench.metrics.selective import risk_coverage_curve
+
+        c = risk_coverage_curve(probs, labels)
+        label = f"{name} (AURC {c.aurc:.3f})" if np.isfinite(c.aurc) else name
+        d = cls([(label, c.coverage, c.risk)], [(label, *point)] if point else [], title or "Risk–coverage")
+        d.plot()
+        return d
+
+    @classmethod
+    def from_surface(
+        cls, surface: Any, *, name: str = "model", point: tuple[float, float] | None = None, title: str | None = None
+    ) -> RiskCoverageDisplay:
+        """Frontier of a threshold surface (any object with ``coverage`` and ``error_rate`` arrays of
+        shape (A, B), e.g. :class:`workbench.thresholds.surface.Surface`): for each coverage, the lowest
+        error of a grid rule accepting at least that share (chosen in-sample: exploration, not a bound)."""
+        cov, err = _rc_envelope(surface.coverage, surface.error_rate)
+        d = cls([(name, cov, err)], [(name, *point)] if point else [], title or "Risk–coverage (threshold grid)")
+        d.plot()
+        return d
+
+    @classmethod
+    def overlay(cls, displays: Sequence[RiskCoverageDisplay], title: str | None = None) -> RiskCoverageDisplay:
+        """One figure with the curves and points of several displays (e.g. one per run)."""
+        d = cls(
+            [c for x in displays for c in x.curves],
+            [p for x in displays for p in x.points],
+            title or "Risk–coverage",
+        )
+        d.plot()
+        return d
+
+    def plot(self):
+        """Draw (or redraw) the figure; returns the plotly ``Figure``."""
+        import plotly.graph_objects as go
+
+        fig = go.Figure()
+        colour_of = {}
+        for i, (name, cov, risk) in enumerate(self.curves):
+            colour = colour_of.setdefault(name, _COLOURS[i % len(_COLOURS)])
+            fig.add_trace(
+                go.Scatter(
+                    x=cov,
+                    y=risk,
+                    mode="lines",
+                    name=name,
+                    line=dict(color=colour, width=2),
+                    hovertemplate="coverage %{x:.3f}<br>error among accepted %{y:.3f}<extra>" + name + "</extra>",
+                )
+            )
+        for k, (name, cov, err) in enumerate(self.points):
+            fig.add_trace(
+                go.Scatter(
+                    x=[cov],
+                    y=[err],
+                    mode="markers",
+                    name=f"{name}: operating point",
+                    marker=dict(symbol="star", size=14, color=colour_of.get(name, _COLOURS[k % len(_COLOURS)])),
+                    line=dict(color="black"),
+                    showlegend=False,
+                    hovertemplate=f"{name}<br>coverage %{{x:.3f}}<br>error %{{y:.3f}}<extra></extra>",
+                )
+            )
+        fig.update_xaxes(range=[0, 1.02], title_text="coverage (share auto-accepted)")
+        fig.update_yaxes(rangemode="tozero", title_text="error among accepted")
+        fig.update_layout(
+            title=dict(text=self.title, x=0.0, xanchor="left"),
+            template="plotly_white",
+            height=440,
+            margin=dict(t=60, l=60, r=20, b=60),
+            legend=dict(orientation="h", y=-0.2, x=0),
+        )
+        self.figure_ = fig
+        return fig
+
+
+@dataclass
+class ThresholdSurfaceDisplay:
+    """Heat map of error among accepted (or coverage) over the threshold grid, with coverage contours,
+    the chosen point, the certified point and the certified region outlined.
+
+    ``x_grid`` (A,) and ``y_grid`` (B,) are the axes in rule parameters (τ and m, or τ yes and τ no);
+    ``coverage`` and ``error`` are (A, B); ``region`` (A, B) bool marks certified grid points;
+    ``chosen``/``certified`` are (x, y) points in the same units as the axes.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from types import SimpleNamespace
+    >>> g = np.linspace(0, 1, 5)
+    >>> cov = np.clip(1 - g[:, None] - g[None, :] / 2, 0, 1); err = 0.2 * cov
+    >>> s = SimpleNamespace(x_grid=g, y_grid=g, coverage=cov, error_rate=err, x_name="tau", y_name="margin")
+    >>> d = ThresholdSurfaceDisplay.from_surface(s, chosen=(0.5, 0.25), region=err <= 0.05)
+    >>> [t.type for t in d.plot().data][:2]
+    ['heatmap', 'contour']
+    """
+
+    x_grid: np.ndarray
+    y_grid: np.ndarray
+    coverage: np.ndarray
+    error: np.ndarray
+    x_title: str = "τ (lowest top probability)"
+    y_title: str = "m (lowest margin)"
+    colour_by: str = "error"
+    chosen: tuple[float, float] | None = None
+    certified: tuple[float, float] | None = None
+    region: np.ndarray | None = None
+    title: str = "Threshold surface"
+    figure_: Any = None
+
+    @classmethod
+    def from_surface(
+        cls,
+        surface: Any,
+        *,
+        chosen: tuple[float, float] | None = None,
+        certified: tuple[float, float] | None = None,
+        region: np.ndarray | None = None,
+        colour_by: str = "error",
+        title: str | None = None,
+    ) -> ThresholdSurfaceDisplay:
+        """From a :class:`workbench.thresholds.surface.Surface` (or any object with ``x_grid``,
+        ``y_grid``, ``coverage``, ``error_rate``, ``y_name``). A yes/no surface stores ``-τ no`` on its
+        y axis; the display shows τ no itself. ``colour_by``: ``"error"`` or ``"coverage"``."""
+        if colour_by not in ("error", "coverage"):
+            raise ValueError("colour_by must be 'error' or 'coverage'")
+        noul = getattr(surface, "y_name", "") == "tau_no"
+        y = -np.asarray(surface.y_grid, float) if noul else np.asarray(surface.y_grid, float)
+        d = cls(
+            np.asarray(surface.x_grid, float),
+            y,
+            np.asarray(surface.coverage, float),
+            np.asarray(surface.error_rate, float),
+            "τ yes (accept yes when P(yes) ≥)" if noul else "τ (lowest top probability)",
+            "τ no (accept no when P(yes) ≤)" if noul else "m (lowest margin top − second)",
+            colour_by,
+            chosen,
+            certified,
+            region,
+            title or ("Error among accepted" if colour_by == "error" else "Coverage") + " over the threshold grid",
+        )
+        d.plot()
+        return d
+
+    def plot(self):
+        """Draw (or redraw) the figure; returns the plotly ``Figure``."""
+        import plotly.graph_objects as go
+
+        z = self.error if self.colour_by == "error" else self.coverage
+        finite = np.isfinite(z)
+        fig = go.Figure()
+        fig.add_trace(
+            go.Heatmap(
+                x=self.x_grid,
+                y=self.y_grid,
+                z=z.T,
+                colorscale="RdYlGn_r" if self.colour_by == "error" else "Blues",
+                zmin=0,
+                zmax=float(np.nanmax(z)) if finite.any() and np.nanmax(z) > 0 else 1,
+                colorbar=dict(title=dict(text=self.colour_by, side="right"), thickness=14),
+                name=self.colour_by,
+                hovertemplate="x %{x:.3f}<br>y %{y:.3f}<br>" + self.colour_by + " %{z:.3f}<extra></extra>",
+            )
+        )
+        other = self.coverage if self.colour_by == "error" else np.nan_to_num(self.error)
+        fig.add_trace(
+            go.Contour(
+                x=self.x_grid,
+                y=self.y_grid,
+                z=other.T,
+                showscale=False,
+                contours_coloring="lines",
+                line_width=1,
+                colorscale=[[0, "black"], [1, "black"]],
+                contours=dict(showlabels=True, labelfont=dict(size=10)),
+                name="coverage" if self.colour_by == "error" else "error",
+                hoverinfo="skip",
+                showlegend=True,
+            )
+        )
+        if self.region is not None and np.asarray(self.region).any():
+            fig.add_trace(
+                go.Contour(
+                    x=self.x_grid,
+                    y=self.y_grid,
+                    z=np.asarray(self.region, float).T,
+                    showscale=False,
+                    contours=dict(start=0.5, end=0.5, size=1, coloring="none"),
+                    line=dict(color="#1f3fbf", width=3, dash="dash"),
+                    name="certified region",
+                    hoverinfo="skip",
+                    showlegend=True,
+                )
+            )
+        for pt, name, symbol, colour in (
+            (self.chosen, "chosen", "x", "#1f3fbf"),
+            (self.certified, "certified", "star", "#111111"),
+        ):
+            if pt is not None and pt[0] is not None and pt[1] is not None:
+                fig.add_trace(
+                    go.Scatter(
+                        x=[pt[0]],
+                        y=[pt[1]],
+                        mode="markers",
+                        name=name,
+                        marker=dict(symbol=symbol, size=14, color=colour, line=dict(color="white", width=1)),
+                    )
+                )
+        fig.update_xaxes(title_text=self.x_title)
+        fig.update_yaxes(title_text=self.y_title)
+        fig.update_layout(
+            title=dict(text=self.title, x=0.0, xanchor="left"),
+            template="plotly_white",
+            height=460,
+            margin=dict(t=60, l=60, r=20, b=60),
+            legend=dict(orientation="h", y=-0.2, x=0),
+        )
+        self.figure_ = fig
+        return fig

@@ -86,6 +86,9 @@ class QuestionReport:
     decomposition: sc.BrierDecomposition | None = None
     confusion: ConfusionResult | None = None
     params: dict = field(default_factory=dict)
+    #: ``(kept, stats)``: the mask (n_attempted,) of items that entered the metrics and the replicate
+    #: function ``stats(weights (n_kept,) or None) -> {metric: value}`` behind ``metrics`` (paired comparisons)
+    replicate: tuple | None = field(default=None, repr=False, compare=False)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per metric: question, type, metric, estimate, low, high, n."""
@@ -363,6 +366,7 @@ def choice_report(
         return out
 
     report.metrics = _intervals(stats, n, n_boot, seed, level)
+    report.replicate = (keep, stats)
     if smooth:
         report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
             correct.astype(float), conf, n_boot, seed, level, "top-label"
@@ -457,6 +461,7 @@ def noul_report(
         }
 
     report.metrics = _intervals(stats, n, n_boot, seed, level)
+    report.replicate = (keep, stats)
     if smooth:
         report.metrics["smece_yes"], report.smooth["p_yes"] = _smooth_interval(
             y.astype(float), s, n_boot, seed, level, "P(yes)"
@@ -548,6 +553,7 @@ def score_report(
         }
 
     report.metrics = _intervals(stats, n, n_boot, seed, level)
+    report.replicate = (keep, stats)
     if smooth:
         report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
             correct.astype(float), conf, n_boot, seed, level, "top-label"

@@ -91,6 +91,19 @@ def question_policy(res: ThresholdResult) -> QuestionPolicy:
     )
 
 
+def _reference(cal, res: ThresholdResult) -> dict:
+    """Drift reference of ``workbench monitor``: the calibration split through the policy's calibrator."""
+    from workbench.metrics.recalibrate import calibrator_from_dict
+    from workbench.policy.reference import reference_histograms
+
+    probs = np.asarray(cal.probs, dtype=float)
+    ok = np.isfinite(probs).all(axis=1)
+    calibrated = np.full_like(probs, np.nan)
+    if ok.any():
+        calibrated[ok] = calibrator_from_dict(res.calibrator).transform(probs[ok])
+    return {"split": "calibration", **reference_histograms(probs, calibrated, list(res.option_ids))}
+
+
 def build_policy(
     con,
     run_id: str,
@@ -146,7 +159,7 @@ def build_policy(
         test = load_answers(con, run["run_id"], q, splits=["test"])
         res = choose_thresholds(cal, test, o)
         results[q] = res
-        qpolicies[q] = question_policy(res)
+        qpolicies[q] = question_policy(res).model_copy(update={"reference": _reference(cal, res)})
     model_name = run.get("model")
     model_name = (
         None if (model_name is None or (isinstance(model_name, float) and np.isnan(model_name))) else str(model_name)

@@ -22,15 +22,25 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import PolicyError
-from workbench.policy.model import SCHEMA_FILE, json_schema, semver_tuple
+from workbench.policy.model import SCHEMA_FILE, document_text, json_schema, semver_tuple
 from workbench.policy.model import Policy as PolicyModel
 from workbench.policy.runtime import Policy, verify_document
 
 
-def write_policy(model: PolicyModel, path: str | Path) -> PolicyModel:
-    """Fill in the content hash and write atomically; returns the hashed model."""
-    hashed = model.with_hash()
-    _atomic_write(Path(path), hashed.to_json())
+def write_policy(model: PolicyModel, path: str | Path, *, key=None) -> PolicyModel:
+    """Fill in the content hash (and sign with ``key`` when given) and write atomically; returns the model written.
+
+    ``key`` is a key file path or a :class:`~workbench_runtime.signing.PolicyKey`; without it any
+    signature the model carried is dropped (it would no longer match).
+    """
+    hashed = model.model_copy(update={"signature": None}).with_hash()
+    doc = hashed.document()
+    if key is not None:
+        from workbench_runtime.signing import sign_document
+
+        doc = sign_document(doc, key)
+        hashed = PolicyModel.model_validate(doc)
+    _atomic_write(Path(path), document_text(doc))
     return hashed
 
 
@@ -49,27 +59,60 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
+def sign_file(path: str | Path, key, *, out: str | Path | None = None) -> PolicyModel:
+    """Verify the policy at ``path`` and write it signed with ``key`` (to ``out``, default in place).
+
+    The document is signed as it is (its content hash does not change). A file that is already signed
+    must verify with ``key`` first, so a changed file cannot be laundered through a re-sign.
+    """
+    from workbench_runtime.signing import sign_document
+
+    path = Path(path)
+    doc = read_document(path)
+    verify = key if doc.get("signature") is not None else None
+    Policy.from_dict(doc, source=str(path), verify_key=verify)  # everything the runtime checks
+    signed = sign_document(doc, key)
+    _atomic_write(Path(out or path), document_text(signed))
+    return PolicyModel.model_validate(signed)
+
+
 def shipped_schema() -> dict:
     """The JSON Schema file shipped in the package."""
     return json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
 
 
-def validate_file(path: str | Path) -> dict:
-    """Full check of a policy file: JSON, JSON Schema, format version, content hash, rebuildable rules.
+def read_document(path: str | Path) -> dict:
+    """A policy file's JSON object, read strictly (duplicate keys, NaN, non-UTF-8 refused); :class:`PolicyError` otherwise."""
+    from workbench_runtime.jsonio import StrictJSONError, loads_strict
+
+    path = Path(path)
+    try:
+        if not path.is_file():
+            raise PolicyError(
+                f"{path}: policy file does not exist" if not path.exists() else f"{path}: not a regular file"
+            )
+        doc = loads_strict(path.read_bytes())
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read policy file ({type(exc).__name__})") from None
+    except StrictJSONError as exc:
+        raise PolicyError(f"{path}: corrupt policy file ({exc})") from None
+    if not isinstance(doc, dict):
+        raise PolicyError(f"{path}: corrupt policy file (expected a JSON object)")
+    return doc
+
+
+def validate_file(path: str | Path, *, verify_key=None) -> dict:
+    """Full check of a policy file: JSON, JSON Schema, format version, signature (with ``verify_key``),
+    content hash, options against the embedded schema, rebuildable rules.
 
     Returns a report dict; raises :class:`PolicyError` on the first problem (fail closed).
     """
     import jsonschema
 
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PolicyError(f"{path}: policy file does not exist") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PolicyError(f"{path}: corrupt policy file ({exc})") from None
+    doc = read_document(path)
     # format/version first, so a newer file says "newer" rather than "schema violation"
-    model = verify_document(doc, source=str(path))
+    model = verify_document(doc, source=str(path), verify_key=verify_key)
     validator = jsonschema.Draft202012Validator(shipped_schema())
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.path))
     if errors:
@@ -88,6 +131,11 @@ def validate_file(path: str | Path) -> dict:
         "model": model.source.model,
         "provider": model.source.provider,
         "certified": {q: qp.objective.certified for q, qp in model.questions.items()},
+        "mode": model.mode,
+        "enabled_options": {q: qp.enabled_options for q, qp in model.questions.items()},
+        "signature": None
+        if model.signature is None
+        else {"alg": model.signature.alg, "key_id": model.signature.key_id, "verified": verify_key is not None},
     }
 
 
@@ -111,8 +159,8 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-#: Paths that change on every export and say nothing about behaviour.
-_NOISE = ("content_hash", "created_at")
+#: Paths that change on every export (or signing) and say nothing about behaviour.
+_NOISE = ("content_hash", "created_at", "signature")
 
 
 def diff_policies(a: PolicyModel, b: PolicyModel) -> dict:
@@ -142,6 +190,7 @@ def diff_policies(a: PolicyModel, b: PolicyModel) -> dict:
         newer = semver_tuple(b.policy_version) > semver_tuple(a.policy_version)
     except ValueError:
         newer = None
+    rollout = rollout_changes(a, b)
     return {
         "a": {"content_hash": a.content_hash, "policy_version": a.policy_version, "created_at": a.created_at},
         "b": {"content_hash": b.content_hash, "policy_version": b.policy_version, "created_at": b.created_at},
@@ -150,8 +199,26 @@ def diff_policies(a: PolicyModel, b: PolicyModel) -> dict:
         "questions_added": sorted(qb - qa),
         "questions_removed": sorted(qa - qb),
         "rule_changes": rule_changes,
+        "rollout": rollout,
         "changes": changes,
     }
+
+
+def rollout_changes(a: PolicyModel, b: PolicyModel) -> dict:
+    """Gradual-rollout differences: ``mode`` and, per shared question, the options auto-accept is enabled for.
+
+    ``{"mode": {"a", "b"} | None, "questions": {q: {"a": [...] | None, "b": ..., "enabled": [...], "disabled": [...]}}}``
+    where ``None`` means every option is enabled.
+    """
+    out: dict = {"mode": None if a.mode == b.mode else {"a": a.mode, "b": b.mode}, "questions": {}}
+    for q in sorted(set(a.questions) & set(b.questions)):
+        ea, eb = a.questions[q].enabled_options, b.questions[q].enabled_options
+        if ea == eb:
+            continue
+        sa = set(a.questions[q].options if ea is None else ea)
+        sb = set(b.questions[q].options if eb is None else eb)
+        out["questions"][q] = {"a": ea, "b": eb, "enabled": sorted(sb - sa), "disabled": sorted(sa - sb)}
+    return out
 
 
 def _summarised(doc: dict) -> dict:

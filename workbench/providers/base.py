@@ -69,6 +69,11 @@ class DecisionRequest:
     item_id: str | None = None  # for providers that look items up (replay); never sent
 
 
+#: Response header by which ``workbench emulator`` announces itself; a provider that sees it marks its
+#: result ``emulated`` so that the run is recorded (and its cost shown) as emulated, never as billed.
+EMULATOR_HEADER = "x-workbench-emulator"
+
+
 @dataclass
 class DecisionResult:
     """What came back from one call.
@@ -85,6 +90,7 @@ class DecisionResult:
     cost_usd: float | None = None  # None when the price is unknown (never 0 by default)
     latency_ms: float | None = None
     raw: dict | None = None  # the response body in System One form (for the cache/replay)
+    emulated: bool = False  # answered by workbench's emulator: its cost is an estimate, nothing was billed
 
 
 @runtime_checkable

@@ -29,7 +29,7 @@ import httpx
 from pydantic import SecretStr
 
 from workbench.errors import AnswerError
-from workbench.providers.base import DecisionRequest, DecisionResult, ErrorKind, ProviderError
+from workbench.providers.base import EMULATOR_HEADER, DecisionRequest, DecisionResult, ErrorKind, ProviderError
 from workbench.providers.prices import cost_usd
 from workbench.schema import DecisionSchema, LimitProfile, normalise_answer, validate_limits
 
@@ -452,7 +452,9 @@ class HttpProvider:
         except ProviderError as exc:
             exc.request_id = exc.request_id or request_id
             raise
-        return self._result(request, raw, latency_ms=latency_ms, request_id=request_id)
+        result = self._result(request, raw, latency_ms=latency_ms, request_id=request_id)
+        result.emulated = EMULATOR_HEADER in response.headers
+        return result
 
     def _http_error(self, response: httpx.Response, request_id: str | None) -> ProviderError:
         try:

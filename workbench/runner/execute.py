@@ -177,6 +177,7 @@ class _Counters:
     tokens: int = 0
     units_done: int = 0
     reused_own_calls: int = 0  # answered from calls this run paid for before an interruption
+    emulated: bool = False  # some answer came from `workbench emulator` (this session or its cache)
     t_start: float = field(default_factory=time.perf_counter)
 
 
@@ -248,6 +249,8 @@ class _Recorder:
         sl = self.slices[unit.slice_index]
         n_q = len(sl.question_ids)
         cost = result.cost_usd
+        if result.emulated:
+            self.counters.emulated = True
         tokens = result.input_tokens
         share_cost = None if cost is None else cost / n_q
         model = result.model or self.model
@@ -337,6 +340,7 @@ def call_row(unit: WorkUnit, spec: str, model: str | None, run_id: str, result: 
         "input_tokens": result.input_tokens,
         "cost_usd": result.cost_usd,
         "run_id": run_id,
+        "emulated": result.emulated,
     }
 
 
@@ -360,6 +364,7 @@ def result_from_cache(sl: QuestionSlice, row: dict) -> DecisionResult:
         cost_usd=row.get("cost_usd"),
         latency_ms=row.get("latency_ms"),
         raw=raw,
+        emulated=bool(row.get("emulated")),
     )
 
 
@@ -745,7 +750,8 @@ def execute_run(
             status = "interrupted"
             rec.flush_now()
             journal.close(delete=True)
-            update_run(con, run_id, status=status, summary=_summary(con, run, rec, stop, recovered, status))
+            summary = _summary(con, run, rec, stop, recovered, status)
+            update_run(con, run_id, status=status, summary=summary, emulated=summary["emulated"])
             if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
                 raise RunInterrupted(run_id) from None
             raise
@@ -765,6 +771,7 @@ def execute_run(
         summary=summary,
         model=answered or model,
         finished_at=datetime.now(UTC).replace(tzinfo=None),
+        emulated=summary["emulated"],
     )
     return summary
 
@@ -781,6 +788,8 @@ def _summary(con, run: dict, rec: _Recorder, stop: _Stop, recovered: int, status
         "schema_hash": run["schema_hash"],
         "splits": run["splits"],
         "status": status,
+        # answered by `workbench emulator`: cost_usd is what the real service would bill, not a bill
+        "emulated": bool(c.emulated or run.get("emulated") or calls_store.run_is_emulated(con, run["run_id"])),
         "stop_reason": stop.message or None,
         **calls_store.run_summary(con, run["run_id"]),
         "this_session": {

@@ -41,24 +41,275 @@ from workbench_runtime.questions import (  # noqa: F401
 from workbench.errors import SchemaError
 
 
+#: Deepest nesting of mappings/lists a schema file may use (the System One shape needs 4; JSON
+#: instructions a few more). Deeper input is refused before a recursive parser can overflow.
+MAX_NESTING = 64
+#: Largest schema, counted after YAML aliases are expanded: one unit per node plus one per
+#: character of every string. A 483-byte alias bomb expands to ~10^8 units; real schemas to <10^5.
+MAX_EXPANDED_UNITS = 4_000_000
+#: Largest schema file read at all (bytes).
+MAX_SCHEMA_BYTES = 16 * 1024 * 1024
+
+
 def load_schema(path: str | Path) -> DecisionSchema:
-    """Read a YAML or JSON schema file. Raises :class:`SchemaError` naming the file and field."""
+    """Read a YAML or JSON schema file. Raises :class:`SchemaError` naming the file and field.
+
+    Only regular files are read (a directory, FIFO or device is refused before opening it).
+    """
+    import os
+    import stat
+
     path = Path(path)
-    if not path.exists():
-        raise SchemaError(f"{path}: schema file does not exist", hint="check the path")
     try:
-        text = path.read_text(encoding="utf-8")
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise SchemaError(f"{path}: schema file does not exist", hint="check the path") from None
+    except OSError as exc:
+        raise SchemaError(f"{path}: cannot read: {exc.strerror}", hint="check the path") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise SchemaError(f"{path}: {kind}", hint="give the path of a .yaml or .json schema file")
+    if st.st_size > MAX_SCHEMA_BYTES:
+        raise SchemaError(
+            f"{path}: {st.st_size:,} bytes is too large for a schema file (limit {MAX_SCHEMA_BYTES:,})",
+            hint="a decision schema is a few kilobytes; check the path",
+        )
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SchemaError(f"{path}: cannot read: {exc.strerror}", hint="check the path and permissions") from None
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SchemaError(f"{path}: not valid UTF-8 (byte {exc.start})", hint="save the file as UTF-8") from None
-    try:
-        import yaml  # here, so the policy runtime (which never reads YAML) does not load it
+    fmt = "json" if path.suffix.lower() == ".json" else "yaml"
+    return loads_schema(text, source=str(path), fmt=fmt)
 
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise SchemaError(
-            f"{path}: cannot parse: {str(exc).splitlines()[0]}", hint="fix the YAML/JSON syntax"
+
+def loads_schema(text: str, *, source: str = "<schema>", fmt: str = "yaml") -> DecisionSchema:
+    """Parse schema text (``fmt`` ``"yaml"`` or ``"json"``) into a :class:`DecisionSchema`.
+
+    Every failure is one :class:`SchemaError`: syntax, duplicate keys (named with their line),
+    nesting deeper than :data:`MAX_NESTING`, alias expansion beyond :data:`MAX_EXPANDED_UNITS`,
+    values JSON cannot carry (dates, binary, NaN), and shape errors.
+    """
+    data = parse_json_text(text, source=source) if fmt == "json" else parse_yaml_text(text, source=source)
+    check_json_shape(data, source=source, limit=max(MAX_EXPANDED_UNITS, 2 * len(text)))
+    return DecisionSchema.from_dict(data, source=source)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str, line: int | None = None):
+        self.key, self.line = key, line
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+def _json_duplicate_line(text: str, key: str) -> int | None:
+    """Line of the JSON object holding the duplicate ``key`` (pure-Python scanner; error path only)."""
+    import json.decoder
+    import json.scanner
+
+    decoder = json.JSONDecoder()
+
+    def parse_object(s_and_end, strict, scan_once, object_hook, object_pairs_hook, memo=None):
+        start = s_and_end[1] - 1
+
+        def hook(pairs):
+            keys = [k for k, _ in pairs]
+            if key in keys and keys.count(key) > 1:
+                raise _DuplicateKey(key, text.count("\n", 0, start) + 1)
+            return dict(pairs)
+
+        return json.decoder.JSONObject(s_and_end, strict, scan_once, object_hook, hook, memo)
+
+    decoder.parse_object = parse_object  # type: ignore[method-assign]
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
+    try:
+        decoder.decode(text)
+    except _DuplicateKey as dup:
+        return dup.line
+    except (RecursionError, ValueError):
+        return None
+    return None
+
+
+def parse_json_text(text: str, *, source: str = "<json>", error: type[Exception] = SchemaError) -> Any:
+    """``json.loads`` that refuses duplicate keys and deep nesting with one ``error`` (a WorkbenchError)."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey as dup:
+        line = _json_duplicate_line(text, dup.key)
+        where = f" in the object starting at line {line}" if line else ""
+        raise error(
+            f"{source}: duplicate key {dup.key!r}{where}", hint="each key may appear once; remove or rename one"
         ) from None
-    return DecisionSchema.from_dict(data, source=str(path))
+    except json.JSONDecodeError as exc:
+        raise error(
+            f"{source}: cannot parse JSON: {exc.msg} at line {exc.lineno}", hint="fix the JSON syntax"
+        ) from None
+    except RecursionError:
+        raise error(f"{source}: nested too deeply to parse", hint=f"at most {MAX_NESTING} levels") from None
+    except ValueError as exc:  # e.g. an integer longer than Python's digit limit
+        raise error(f"{source}: cannot parse JSON: {_one_line(exc)}", hint="fix the value") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]
+
+
+_YAML_LOADER: Any = None
+
+
+def _yaml_loader() -> Any:
+    """A SafeLoader that counts nesting and refuses duplicate keys (built lazily: the runtime never loads YAML).
+
+    Pure-Python on purpose: libyaml's composer recurses in C and segfaults on 100k nested ``[``.
+    """
+    global _YAML_LOADER
+    if _YAML_LOADER is not None:
+        return _YAML_LOADER
+    import yaml
+    from yaml.nodes import MappingNode, ScalarNode
+
+    class StrictSafeLoader(yaml.SafeLoader):
+        depth = 0
+        source = "<yaml>"
+
+        def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+            self.depth += 1
+            try:
+                if self.depth > MAX_NESTING + 1:  # +1: the scalar leaf is a node, not a level
+                    mark = self.peek_event().start_mark
+                    raise SchemaError(
+                        f"{self.source}: nested deeper than {MAX_NESTING} levels at line {mark.line + 1}",
+                        hint="flatten the structure",
+                    )
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+        def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+            if isinstance(node, MappingNode):
+                seen: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, ScalarNode):
+                        continue
+                    key = key_node.value
+                    if key in seen:
+                        raise _DuplicateKey(key, key_node.start_mark.line + 1)
+                    seen[key] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep=deep)
+
+    _YAML_LOADER = StrictSafeLoader
+    return _YAML_LOADER
+
+
+def parse_yaml_text(text: str, *, source: str = "<yaml>") -> Any:
+    """YAML 1.1 safe load that refuses duplicate keys and nesting deeper than :data:`MAX_NESTING`."""
+    import yaml
+
+    loader = _yaml_loader()(text)
+    loader.source = source
+    try:
+        return loader.get_single_data()
+    except _DuplicateKey as dup:
+        raise SchemaError(
+            f"{source}: duplicate key {dup.key!r} at line {dup.line}",
+            hint="each key may appear once; remove or rename one",
+        ) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise SchemaError(
+            f"{source}: cannot parse YAML: {exc.problem or exc.context}{where}", hint="fix the YAML syntax"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise SchemaError(f"{source}: cannot parse YAML: {_one_line(exc)}", hint="fix the YAML syntax") from None
+    except RecursionError:
+        raise SchemaError(f"{source}: nested too deeply to parse", hint=f"at most {MAX_NESTING} levels") from None
+    except (ValueError, OverflowError, TypeError) as exc:  # a scalar its tag cannot build, e.g. a bad !!timestamp
+        raise SchemaError(f"{source}: cannot parse: {_one_line(exc)}", hint="fix or quote the value") from None
+    finally:
+        loader.dispose()
+
+
+def check_json_shape(data: Any, *, source: str, limit: int = MAX_EXPANDED_UNITS) -> int:
+    """Refuse what JSON cannot send, cycles, nesting deeper than :data:`MAX_NESTING`, and documents whose
+    expanded size (aliases followed) exceeds ``limit`` units. Returns the expanded size.
+
+    Iterative and memoised by object identity, so an alias bomb is measured without being expanded.
+    """
+    in_progress = -1
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(data, False)]
+
+    def children(obj: Any) -> list[Any]:
+        if isinstance(obj, dict):
+            for k in obj:
+                if not isinstance(k, str):
+                    raise SchemaError(
+                        f"{source}: key {k!r} is a {type(k).__name__}, not a string",
+                        hint="quote the key (JSON keys are strings)",
+                    )
+            return [*obj.keys(), *obj.values()]
+        return list(obj)
+
+    while stack:
+        obj, done = stack.pop()
+        if not isinstance(obj, (dict, list)):
+            _check_scalar(obj, source)
+            continue
+        key = id(obj)
+        if done:
+            total, deepest = 1, 0
+            for c in children(obj):
+                if isinstance(c, (dict, list)):
+                    total += size[id(c)]
+                    deepest = max(deepest, depth[id(c)])
+                else:
+                    total += len(c) + 1 if isinstance(c, str) else 1
+            size[key], depth[key] = total, deepest + 1
+            if total > limit:
+                raise SchemaError(
+                    f"{source}: the document expands to more than {limit:,} nodes and characters "
+                    "(YAML aliases repeated too often?)",
+                    hint="write the text out once; do not nest aliases",
+                )
+            if deepest + 1 > MAX_NESTING:
+                raise SchemaError(f"{source}: nested deeper than {MAX_NESTING} levels", hint="flatten the structure")
+            continue
+        if key in size:
+            if size[key] == in_progress:
+                raise SchemaError(
+                    f"{source}: a YAML alias refers to itself (a cycle)", hint="remove the recursive alias"
+                )
+            continue
+        size[key] = in_progress
+        stack.append((obj, True))
+        stack.extend((c, False) for c in children(obj))
+    return size.get(id(data), 1)
+
+
+def _check_scalar(value: Any, source: str) -> None:
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise SchemaError(f"{source}: {value!r} is not a JSON number", hint="use a finite number or a string")
+        return
+    raise SchemaError(
+        f"{source}: {value!r} is a {type(value).__name__}, which JSON cannot carry",
+        hint="quote it as a string (YAML reads unquoted dates and !!binary as other types)",
+    )
 
 
 # -- limit profiles -----------------------------------------------------------------------------

@@ -39,6 +39,7 @@ CALL_FIELDS = [
     "input_tokens",
     "cost_usd",
     "run_id",
+    "emulated",
 ]
 _CALL_SCHEMA = pa.schema(
     [
@@ -52,6 +53,7 @@ _CALL_SCHEMA = pa.schema(
         ("input_tokens", pa.int64()),
         ("cost_usd", pa.float64()),
         ("run_id", pa.string()),
+        ("emulated", pa.bool_()),
     ]
 )
 _ANSWER_SCHEMA = pa.schema(
@@ -99,7 +101,7 @@ def lookup_calls(con: duckdb.DuckDBPyConnection, keys: Sequence[str]) -> dict[st
     try:
         tbl = con.execute(
             "SELECT c.cache_key, CAST(c.response AS VARCHAR) AS response, c.model_answered, c.request_id,"
-            " c.latency_ms, c.input_tokens, c.cost_usd, c.run_id FROM calls c"
+            " c.latency_ms, c.input_tokens, c.cost_usd, c.run_id, coalesce(c.emulated, false) AS emulated FROM calls c"
             " JOIN (SELECT DISTINCT k FROM _wanted_keys) w ON w.k = c.cache_key"
         ).fetch_arrow_table()
     finally:
@@ -127,6 +129,16 @@ def answered_model(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
     """The model most answers of ``run_id`` name (the service may answer with another than asked)."""
     row = con.execute("SELECT mode(model) FROM answers WHERE run_id = ? AND model IS NOT NULL", [run_id]).fetchone()
     return row[0] if row and row[0] else None
+
+
+def run_is_emulated(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+    """Whether any answer of ``run_id`` came from a call that ``workbench emulator`` answered."""
+    row = con.execute(
+        "SELECT coalesce(bool_or(c.emulated), false) FROM answers a JOIN calls c ON c.cache_key = a.cache_key"
+        " WHERE a.run_id = ?",
+        [run_id],
+    ).fetchone()
+    return bool(row[0]) if row else False
 
 
 def answers_table(rows: Sequence[dict]) -> pa.Table:
@@ -183,7 +195,7 @@ def write_batch(
                 con.execute(
                     f"INSERT OR IGNORE INTO calls ({', '.join(CALL_FIELDS)}) SELECT cache_key, provider,"
                     " model, response::JSON, model_answered, request_id, latency_ms, input_tokens, cost_usd,"
-                    " run_id FROM (SELECT DISTINCT ON (cache_key) * FROM _new_calls)"
+                    " run_id, coalesce(emulated, false) FROM (SELECT DISTINCT ON (cache_key) * FROM _new_calls)"
                 )
             if answers and replace:
                 con.execute(

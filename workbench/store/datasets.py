@@ -15,6 +15,9 @@ version): the same content gives the same fingerprint, and re-importing it adds 
 from __future__ import annotations
 
 import json
+import os
+import stat
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +30,8 @@ import pyarrow as pa
 
 from workbench.errors import DataImportError, NotFoundError
 from workbench.schema import DecisionSchema, option_ids
-from workbench.store.db import transaction
+from workbench.schema.questions import parse_json_text
+from workbench.store.db import memory_connection, transaction
 from workbench.store.runs import save_schema
 
 SPLITS = ("train", "calibration", "test")
@@ -81,10 +85,62 @@ class ImportSpec:
     append: bool = False
 
 
-# -- reading -------------------------------------------------------------------------------------
+#: Largest file `datasets import` reads (bytes); a sanity check against the wrong path (a disk image,
+#: a log that never ends). Override with WORKBENCH_MAX_IMPORT_BYTES.
+MAX_IMPORT_BYTES = 4 * 1024**3
+#: Dataset names: printable, no surrounding whitespace, at most this long.
+MAX_NAME_LENGTH = 128
+#: Whitespace, control and format characters a reader cannot see (zero-width space, BOM, fillers, tags):
+#: text or an id made only of these is empty.
+_INVISIBLE_CLASS = (
+    "\\s\x00-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+    "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u2800\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+)
+_BLANK = f"[{_INVISIBLE_CLASS}]*"
+_EDGES = f"^[{_INVISIBLE_CLASS}]+|[{_INVISIBLE_CLASS}]+$"
+#: Label spellings that mean "no label" (pandas writes NaN this way), unless the schema has such an option.
+_MISSING_LABELS = {"nan", "<na>"}
+
+
+def max_import_bytes() -> int:
+    try:
+        return int(os.environ.get("WORKBENCH_MAX_IMPORT_BYTES", MAX_IMPORT_BYTES))
+    except ValueError:
+        return MAX_IMPORT_BYTES
+
+
+def _check_regular_file(path: Path) -> int:
+    """Refuse anything but a regular, non-empty file of sane size, before opening it. Returns its size.
+
+    A FIFO, ``/dev/zero`` or a directory named ``x.csv`` would block, never end, or fail mid-read.
+    """
+    if str(path) == "-":
+        raise DataImportError("reading a dataset from stdin ('-') is not supported", hint="save it to a file first")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise DataImportError(f"{path}: file does not exist", hint="check the path") from None
+    except OSError as exc:
+        raise DataImportError(f"{path}: cannot read: {exc.strerror}", hint="check the path and permissions") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise DataImportError(f"{path}: is a directory", hint="give the data file(s) inside it")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) else "not a file"
+        raise DataImportError(f"{path}: {kind}, not a regular file", hint="import a regular file")
+    if st.st_size == 0:
+        raise DataImportError(f"{path}: empty file", hint="the file needs a header row and data")
+    limit = max_import_bytes()
+    if st.st_size > limit:
+        raise DataImportError(
+            f"{path}: {st.st_size:,} bytes is larger than the import limit ({limit:,})",
+            hint="check the path, split the file, or raise WORKBENCH_MAX_IMPORT_BYTES",
+        )
+    return st.st_size
+
+
 def _read_file(path: Path) -> pd.DataFrame:
-    if not path.exists():
-        raise DataImportError(f"{path}: file does not exist", hint="check the path")
+    size = _check_regular_file(path)
     kind = _READERS.get(path.suffix.lower())
     if kind is None:
         raise DataImportError(
@@ -92,7 +148,7 @@ def _read_file(path: Path) -> pd.DataFrame:
         )
     if kind in ("csv", "tsv"):
         _check_delimited(path, "," if kind == "csv" else "\t")
-    con = duckdb.connect()
+    con = memory_connection()
     try:
         p = str(path)
         if kind in ("csv", "tsv"):
@@ -100,13 +156,15 @@ def _read_file(path: Path) -> pd.DataFrame:
             rel = con.execute(
                 "SELECT * FROM read_csv(?, header = true, all_varchar = true, delim = ?, quote = '\"',"
                 " strict_mode = true, null_padding = false, ignore_errors = false, "
-                " auto_detect = true)",
-                [p, sep],
+                " auto_detect = true, max_line_size = ?)",
+                [p, sep, max(2_097_152, size + 1)],
             )
         elif kind == "parquet":
+            _check_header(_parquet_names(path), path)
             rel = con.execute("SELECT * FROM read_parquet(?)", [p])
         else:
             fmt = "newline_delimited" if kind == "jsonl" else "auto"
+            _check_json_keys(con, p, fmt, path)
             rel = con.execute("SELECT * FROM read_json(?, format = ?)", [p, fmt])
         df = rel.df()
     except duckdb.Error as exc:
@@ -121,8 +179,44 @@ def _read_file(path: Path) -> pd.DataFrame:
     return df
 
 
+def _check_header(names: Sequence[str], path: Path) -> None:
+    """Column names must be unique ignoring case and surrounding spaces (DuckDB would rename one)."""
+    seen: dict[str, str] = {}
+    for name in names:
+        key = str(name).strip().casefold()
+        if key in seen:
+            raise DataImportError(
+                f"{path}: column {name!r} appears twice in the header (as {seen[key]!r} and {name!r})",
+                hint="rename one of the columns",
+            )
+        seen[key] = str(name)
+
+
+def _parquet_names(path: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        return list(pq.read_schema(path).names)
+    except (pa.ArrowException, OSError) as exc:
+        raise DataImportError(f"{path}: cannot read: {_first_line(exc)}", hint="is it a Parquet file?") from None
+
+
+def _check_json_keys(con: duckdb.DuckDBPyConnection, p: str, fmt: str, path: Path) -> None:
+    """Every record's keys are unique ignoring case (one pass in DuckDB over the distinct key lists)."""
+    rows = con.execute(
+        "SELECT DISTINCT json_keys(json) FROM read_json_objects(?, format = ?) WHERE json_type(json) = 'OBJECT'",
+        [p, fmt],
+    ).fetchall()
+    for (keys,) in rows:
+        _check_header(keys or [], path)
+
+
 def _check_delimited(path: Path, sep: str) -> None:
-    """Every row has the header's number of fields, and the bytes are UTF-8 (C csv reader, one pass)."""
+    """Every row has the header's number of fields, the header has no duplicate, and the bytes are UTF-8.
+
+    One pass with the C csv reader; its field size limit is raised to the file size for this call (a
+    long document in one field is a legitimate state), then restored.
+    """
     import csv
 
     data = path.read_bytes()
@@ -133,14 +227,18 @@ def _check_delimited(path: Path, sep: str) -> None:
         raise DataImportError(
             f"{path}: not valid UTF-8 at line {line} (byte 0x{data[exc.start]:02x})", hint="re-save the file as UTF-8"
         ) from None
+    size = len(data)
     del data
     line = 1
+    old_limit = csv.field_size_limit()
+    csv.field_size_limit(max(old_limit, min(size + 1, 2**31 - 1)))
     try:
-        with path.open(encoding="utf-8", newline="") as fh:
+        with path.open(encoding="utf-8-sig", newline="") as fh:
             reader = csv.reader(fh, delimiter=sep)
             header = next(reader, None)
             if header is None:
                 raise DataImportError(f"{path}: empty file", hint="the file needs a header row and data")
+            _check_header(header, path)
             width = len(header)
             for row in reader:
                 line = reader.line_num
@@ -151,6 +249,8 @@ def _check_delimited(path: Path, sep: str) -> None:
                     )
     except csv.Error as exc:
         raise DataImportError(f"{path}: line {line + 1}: {exc}", hint="fix the CSV quoting") from None
+    finally:
+        csv.field_size_limit(old_limit)
 
 
 def _first_line(exc: Exception) -> str:
@@ -166,8 +266,73 @@ def _column(df: pd.DataFrame, col: str, path: Path, option: str) -> pd.Series:
     return df[col]
 
 
-def _as_text(series: pd.Series) -> pd.Series:
-    return series.map(lambda v: None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
+def _as_text(series: pd.Series, where: str = "") -> pd.Series:
+    """A column as text (None for missing). Strings pass through; numbers and booleans become their
+    text; bytes are decoded when they are valid UTF-8 (unambiguous) and refused otherwise; lists,
+    maps and other objects are refused rather than stored as Python reprs.
+
+    ``where`` (``"path: column 'x'"``) names the column in errors.
+    """
+    inferred = pd.api.types.infer_dtype(series, skipna=True)
+    if inferred in ("string", "empty"):
+        return series.astype(object).where(series.notna(), None)
+    return series.map(lambda v: _cell_text(v, where))
+
+
+def _cell_text(v: Any, where: str) -> str | None:
+    if v is None or v is pd.NA or v is pd.NaT:
+        return None
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (float, np.floating)):
+        return None if np.isnan(v) else str(v)
+    if isinstance(v, (bool, int, np.integer, np.bool_)):
+        return str(v)
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(v).decode("utf-8")
+        except UnicodeDecodeError:
+            raise DataImportError(
+                f"{where} holds binary data that is not UTF-8 text", hint="store text in a string column"
+            ) from None
+    if isinstance(v, (pd.Timestamp, np.datetime64)) or hasattr(v, "isoformat"):
+        return str(v)
+    kind = "lists" if isinstance(v, (list, tuple, np.ndarray)) else f"{type(v).__name__} values"
+    raise DataImportError(
+        f"{where} holds {kind}, not text", hint="use a string column (or --state-column for JSON states)"
+    )
+
+
+def _blank(text: pd.Series) -> pd.Series:
+    """True where the text is missing or made only of whitespace/invisible characters."""
+    return text.isna() | text.fillna("").str.fullmatch(_BLANK)
+
+
+def normalise_ids(ids: pd.Series) -> pd.Series:
+    """Item ids as stored: surrounding whitespace/invisible characters removed, Unicode NFC.
+
+    So ``"a1 "`` and ``"a1"``, or an NFD and an NFC spelling, are one id (duplicates are then refused).
+    """
+    return ids.str.replace(_EDGES, "", regex=True).str.normalize("NFC")
+
+
+def validate_dataset_name(name: str | None) -> str:
+    """A dataset name is 1–128 printable characters without surrounding whitespace; returns it."""
+    if not name or not name.strip():
+        raise DataImportError("--name is empty", hint="name the dataset, e.g. --name banking77")
+    if name != name.strip():
+        raise DataImportError(f"--name {name!r} has surrounding whitespace", hint=f"use --name {name.strip()!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise DataImportError(
+            f"--name is {len(name):,} characters long (limit {MAX_NAME_LENGTH})", hint="use a short name"
+        )
+    bad = next((c for c in name if unicodedata.category(c)[0] in ("C", "Z") and c != " "), None)
+    if bad is not None:
+        raise DataImportError(
+            f"--name {name[:40]!r} contains U+{ord(bad):04X} ({unicodedata.name(bad, 'a control character')})",
+            hint="use letters, digits, spaces and punctuation",
+        )
+    return name
 
 
 # -- validation helpers ------------------------------------------------------------------------
@@ -196,38 +361,53 @@ def _hash_unit(con: duckdb.DuckDBPyConnection, keys: pd.Series, seed: int, salt:
     return np.asarray(next(iter(out.values())), dtype=float)
 
 
+@dataclass
+class _FileStats:
+    """What one file's validation changed or skipped (reported as notices, never silent)."""
+
+    ids_normalised: int = 0
+    unlabelled: dict[str, int] = field(default_factory=dict)  # question -> rows without a label
+
+
 def _frame_for_file(
     path: Path, spec: ImportSpec, schema: DecisionSchema | None, n_files: int
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Validate one file; return (items, labels) frames in the store's columns."""
+) -> tuple[pd.DataFrame, pd.DataFrame, _FileStats]:
+    """Validate one file; return (items, labels) frames in the store's columns and what was normalised."""
     kind = _READERS.get(path.suffix.lower(), "csv")
     df = _read_file(path)
+    stats = _FileStats()
     if (spec.text_column is None) == (spec.state_column is None):
         raise DataImportError(
             "give exactly one of --text-column or --state-column",
             hint="--text-column for text states, --state-column for JSON states",
         )
+
+    def text_of(col: str, option: str) -> pd.Series:
+        return _as_text(_column(df, col, path, option), f"{path}: column {col!r}")
+
     items = pd.DataFrame(index=df.index)
     if spec.id_column:
-        ids = _as_text(_column(df, spec.id_column, path, "--id-column"))
-        missing = ids.isna() | (ids.str.strip() == "")
+        raw_ids = text_of(spec.id_column, "--id-column")
+        missing = _blank(raw_ids)
         if missing.any():
             i = int(np.flatnonzero(missing.to_numpy())[0])
             raise DataImportError(
                 f"{_row_ref(path, i, kind)}: empty id in column {spec.id_column!r}", hint="every row needs an id"
             )
+        ids = normalise_ids(raw_ids)
+        stats.ids_normalised = int((ids != raw_ids).sum())
     else:
         prefix = path.stem
         ids = pd.Series([f"{prefix}-{i + 1:05d}" for i in range(len(df))], index=df.index)
     items["item_id"] = ids
     if spec.text_column:
-        text = _as_text(_column(df, spec.text_column, path, "--text-column"))
-        empty = text.isna() | (text.str.strip() == "")
+        text = text_of(spec.text_column, "--text-column")
+        empty = _blank(text)
         if empty.any():
             i = int(np.flatnonzero(empty.to_numpy())[0])
             raise DataImportError(
                 f"{_row_ref(path, i, kind)}: empty text in column {spec.text_column!r} (item {ids.iloc[i]!r})",
-                hint="remove the row or fill in its text",
+                hint="remove the row or fill in its text (whitespace and invisible characters do not count)",
             )
         items["state_text"] = text
         items["state_json"] = None
@@ -235,29 +415,33 @@ def _frame_for_file(
         raw = _column(df, spec.state_column, path, "--state-column")
         states = []
         for i, v in enumerate(raw.tolist()):
+            ref = _row_ref(path, i, kind)
+            if isinstance(v, (bytes, bytearray, memoryview)):
+                v = _cell_text(v, f"{path}: column {spec.state_column!r}")
             if isinstance(v, str):
-                try:
-                    v = json.loads(v)
-                except json.JSONDecodeError:
-                    raise DataImportError(
-                        f"{_row_ref(path, i, kind)}: column {spec.state_column!r} is not JSON",
-                        hint="use --text-column for plain text",
-                    ) from None
+                v = parse_json_text(v, source=f"{ref}: column {spec.state_column!r}", error=DataImportError)
+            v = _plain_json(v)
             if v is None:
-                raise DataImportError(f"{_row_ref(path, i, kind)}: empty state", hint="fill in the state")
-            states.append(json.dumps(v, ensure_ascii=False, sort_keys=False))
+                raise DataImportError(f"{ref}: empty state", hint="fill in the state")
+            try:
+                states.append(json.dumps(v, ensure_ascii=False, sort_keys=False, allow_nan=False))
+            except (TypeError, ValueError) as exc:
+                raise DataImportError(
+                    f"{ref}: the state in column {spec.state_column!r} is not JSON ({_first_line(exc)})",
+                    hint="states must be JSON objects, arrays or strings (no NaN, no binary)",
+                ) from None
         items["state_text"] = None
         items["state_json"] = states
     if spec.image_column:
-        imgs = _as_text(_column(df, spec.image_column, path, "--image-column"))
+        imgs = text_of(spec.image_column, "--image-column")
         items["images"] = imgs.map(lambda s: [p.strip() for p in s.split(";") if p.strip()] if s else None)
     else:
         items["images"] = None
-    items["grp"] = _as_text(_column(df, spec.group_column, path, "--group-column")) if spec.group_column else None
+    items["grp"] = text_of(spec.group_column, "--group-column") if spec.group_column else None
 
     # splits: column, fixed value, file name, or carved later from fractions
     if spec.split_column:
-        raw = _as_text(_column(df, spec.split_column, path, "--split-column")).fillna("").str.strip().str.lower()
+        raw = text_of(spec.split_column, "--split-column").fillna("").str.strip().str.lower()
         mapped = raw.map(SPLIT_ALIASES)
         bad = mapped.isna()
         if bad.any():
@@ -289,19 +473,25 @@ def _frame_for_file(
                 f"--label {question}={col}: the schema has no question {question!r}",
                 hint=f"schema questions: {', '.join(schema.question_ids)}",
             )
-        values = _as_text(_column(df, col, path, f"--label {question}")).str.strip()
+        values = text_of(col, f"--label {question}").str.strip()
         qtype = schema.questions[question].type if schema is not None else None
+        allowed = set(option_ids(schema.questions[question])) if schema is not None else set()
+        # missing: null/NaN, blank, or a NaN spelling that is not an option of the schema
+        absent = _blank(values) | (values.str.lower().isin(_MISSING_LABELS) & ~values.isin(allowed))
+        values = values.where(~absent, None)
+        if absent.any():
+            stats.unlabelled[question] = int(absent.sum())
         pos = spec.positive.get(question)
         if pos is not None:
             qtype = qtype or "noul"
-            mapped = values.map(lambda v: None if v is None or v == "" else ("yes" if v == pos else "no"))
+            mapped = values.map(lambda v: None if v is None else ("yes" if v == pos else "no"))
         elif qtype == "noul":
             low = values.str.lower()
             mapped = low.map(
-                lambda v: None if v is None or v == "" else ("yes" if v in _TRUE else "no" if v in _FALSE else "?" + v)
+                lambda v: None if v is None else ("yes" if v in _TRUE else "no" if v in _FALSE else "?" + v)
             )
         else:
-            mapped = values.map(lambda v: None if v is None or v == "" else v)
+            mapped = values
         bad_noul = mapped.fillna("").str.startswith("?")
         if bad_noul.any():
             i = int(np.flatnonzero(bad_noul.to_numpy())[0])
@@ -310,7 +500,6 @@ def _frame_for_file(
                 hint=f"use yes/no/true/false/1/0, or --positive {question}=VALUE",
             )
         if schema is not None and qtype in ("choice", "score"):
-            allowed = set(option_ids(schema.questions[question]))
             if qtype == "score":
                 levels = [str(c) for c in schema.questions[question].criteria]
                 # a score label may be the level index or the level's text
@@ -325,7 +514,10 @@ def _frame_for_file(
                     f"question {question!r}",
                     hint="add the option to the schema or fix the label",
                 )
-        ann = _as_text(df[spec.annotator_column]) if spec.annotator_column else pd.Series("import", index=df.index)
+        if spec.annotator_column:
+            ann = text_of(spec.annotator_column, "--annotator-column").fillna("import")
+        else:
+            ann = pd.Series("import", index=df.index)
         lab = pd.DataFrame({"item_id": ids, "question": question, "option_id": mapped, "annotator": ann})
         label_rows.append(lab[lab["option_id"].notna()])
     labels = (
@@ -333,7 +525,22 @@ def _frame_for_file(
         if label_rows
         else pd.DataFrame(columns=["item_id", "question", "option_id", "annotator"])
     )
-    return items.reset_index(drop=True), labels
+    return items.reset_index(drop=True), labels, stats
+
+
+def _plain_json(v: Any) -> Any:
+    """Nested values as DuckDB hands them over (numpy arrays, numpy scalars) as plain JSON values."""
+    if isinstance(v, np.ndarray):
+        return [_plain_json(x) for x in v.tolist()]
+    if isinstance(v, (list, tuple)):
+        return [_plain_json(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain_json(x) for k, x in v.items()}
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, float) and np.isnan(v):
+        return None
+    return v
 
 
 # -- import ---------------------------------------------------------------------------------------
@@ -345,9 +552,20 @@ class DatasetInfo:
     created: bool  # False when the content equalled the latest version (nothing written)
     n_items: int
     questions: list[str]
+    #: ids also present in the previous version (None for a first import)
+    shared_ids: int | None = None
+    #: question -> rows whose label was empty/NaN (imported as unlabelled)
+    unlabelled: dict[str, int] = field(default_factory=dict)
+    #: ids changed by normalisation (surrounding whitespace, Unicode NFC)
+    ids_normalised: int = 0
+    #: one line per thing the user should know (normalised ids, unlabelled rows)
+    notices: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return self.__dict__.copy()
+        return {
+            k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
+            for k, v in self.__dict__.items()
+        }
 
 
 def import_dataset(
@@ -358,29 +576,31 @@ def import_dataset(
     Raises :class:`DataImportError` naming the file, line/record or field and the fix; the
     database is unchanged afterwards.
     """
-    if not spec.name or not spec.name.strip():
-        raise DataImportError("--name is empty", hint="name the dataset, e.g. --name banking77")
+    validate_dataset_name(spec.name)
     if not spec.labels:
         raise DataImportError("no --label given", hint="pass --label QUESTION=COLUMN (repeatable)")
     for f, opt in ((spec.test_fraction, "--test-fraction"), (spec.calibration_fraction, "--calibration-fraction")):
         if f is not None and not (0.0 <= f < 1.0):
             raise DataImportError(f"{opt} {f} is outside [0, 1)", hint="e.g. 0.3")
-    if schema is not None:
-        missing = [q for q in schema.questions if q not in spec.labels]
-        # questions without labels are allowed (the schema may ask more than is labelled)
-        del missing
     paths = [Path(p) for p in paths]
     if not paths:
         raise DataImportError("no file given", hint="workbench datasets import PATH --name NAME ...")
     frames = [_frame_for_file(p, spec, schema, len(paths)) for p in paths]
     items = pd.concat([f[0] for f in frames], ignore_index=True)
     labels = pd.concat([f[1] for f in frames], ignore_index=True)
+    unlabelled: dict[str, int] = {}
+    for f in frames:
+        for q, n in f[2].unlabelled.items():
+            unlabelled[q] = unlabelled.get(q, 0) + n
+    ids_normalised = sum(f[2].ids_normalised for f in frames)
 
     dup = items["item_id"].duplicated(keep=False)
     if dup.any():
         first = items.loc[dup, "item_id"].iloc[0]
+        n_ids = items.loc[dup, "item_id"].nunique()
         raise DataImportError(
-            f"duplicate item id {first!r} ({int(dup.sum())} rows share an id)",
+            f"duplicate item id {first!r}: {n_ids:,} id{'s' if n_ids != 1 else ''} appear more than once "
+            f"({int(dup.sum()):,} rows), after trimming whitespace and Unicode NFC normalisation",
             hint="ids must be unique; fix --id-column or drop duplicates",
         )
 
@@ -411,9 +631,10 @@ def import_dataset(
         old_items, old_labels = _version_frames(con, spec.name, previous[0])
         clash = items["item_id"].isin(set(old_items["item_id"]))
         if clash.any():
+            n = int(clash.sum())
             raise DataImportError(
-                f"--append: item id {items.loc[clash, 'item_id'].iloc[0]!r} already exists in "
-                f"{spec.name} v{previous[0]}",
+                f"--append: {n:,} item id{'s' if n != 1 else ''} (e.g. {items.loc[clash, 'item_id'].iloc[0]!r}) "
+                f"already exist in {spec.name} v{previous[0]}",
                 hint="use distinct ids or import without --append",
             )
         items = pd.concat([old_items, items], ignore_index=True)
@@ -459,8 +680,15 @@ def import_dataset(
         schema=pa.schema([(c, pa.string()) for c in ("item_id", "question", "option_id", "annotator")]),
     )
     fingerprint = _fingerprint(con, items_tbl, labels_tbl)
+    shared = None if previous is None else _count_shared_ids(con, spec.name, int(previous[0]), items_tbl)
+    notices = []
+    if ids_normalised:
+        notices.append(f"{ids_normalised:,} item id(s) were trimmed or NFC-normalised (e.g. 'a1 ' is stored as 'a1')")
+    for q, n in sorted(unlabelled.items()):
+        notices.append(f"{n:,} row(s) have an empty or NaN label for {q!r} and were imported unlabelled")
+    extra = {"shared_ids": shared, "unlabelled": unlabelled, "ids_normalised": ids_normalised, "notices": notices}
     if previous is not None and previous[1] == fingerprint:
-        return DatasetInfo(spec.name, int(previous[0]), fingerprint, False, len(items), questions)
+        return DatasetInfo(spec.name, int(previous[0]), fingerprint, False, len(items), questions, **extra)
     version = int(previous[0]) + 1 if previous else 1
     con.register("_items", items_tbl)
     con.register("_labels", labels_tbl)
@@ -481,10 +709,28 @@ def import_dataset(
                 "INSERT INTO labels SELECT $n, $v, item_id, question, option_id, annotator FROM _labels",
                 {"n": spec.name, "v": version},
             )
+    except duckdb.Error as exc:  # rolled back: nothing was written
+        raise DataImportError(
+            f"dataset {spec.name!r}: the store refused the rows: {_first_line(exc)}", hint="fix the input named above"
+        ) from None
     finally:
         con.unregister("_items")
         con.unregister("_labels")
-    return DatasetInfo(spec.name, version, fingerprint, True, len(items), questions)
+    return DatasetInfo(spec.name, version, fingerprint, True, len(items), questions, **extra)
+
+
+def _count_shared_ids(con: duckdb.DuckDBPyConnection, name: str, version: int, items: pa.Table) -> int:
+    """How many of the new version's ids the previous version also has (one join in DuckDB)."""
+    con.register("_new_ids", items.select(["item_id"]))
+    try:
+        row = con.execute(
+            "SELECT count(DISTINCT n.item_id) FROM _new_ids n JOIN items i"
+            " ON i.dataset = ? AND i.version = ? AND i.item_id = n.item_id",
+            [name, version],
+        ).fetchone()
+    finally:
+        con.unregister("_new_ids")
+    return int(row[0]) if row else 0
 
 
 def _version_frames(con: duckdb.DuckDBPyConnection, name: str, version: int) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -493,7 +739,7 @@ def _version_frames(con: duckdb.DuckDBPyConnection, name: str, version: int) -> 
         "FROM items WHERE dataset = ? AND version = ?",
         [name, version],
     ).df()
-    items["images"] = items["images"].map(lambda v: list(v) if v is not None and not isinstance(v, float) else None)
+    items["images"] = items["images"].map(lambda v: list(v) if isinstance(v, (list, tuple, np.ndarray)) else None)
     labels = con.execute(
         "SELECT item_id, question, option_id, annotator FROM labels WHERE dataset = ? AND version = ?", [name, version]
     ).df()

@@ -15,6 +15,7 @@ Tables (schema version 1):
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -182,6 +183,12 @@ _MIGRATIONS: list[str] = [
         PRIMARY KEY (shadow, item_id, question)
     );
     """,
+    # emulated runs: answered by `workbench emulator` (it announces itself with a response header);
+    # their cost is what the real service would have billed, shown as emulated, never as spent
+    """
+    ALTER TABLE runs ADD COLUMN emulated BOOLEAN DEFAULT false;
+    ALTER TABLE calls ADD COLUMN emulated BOOLEAN DEFAULT false;
+    """,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -191,26 +198,84 @@ def default_db_path() -> Path:
     return Path(os.environ.get("WORKBENCH_DB", DEFAULT_DB))
 
 
+#: Settings for every DuckDB connection the workbench opens: never download or load an extension
+#: behind the user's back (a SQLite file as --db made DuckDB fetch sqlite_scanner into ~/.duckdb).
+CONNECTION_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+}
+
+_LOCK_MESSAGE = re.compile(r"could not set lock|conflicting lock|\block(ed)?\b", re.IGNORECASE)
+_CORRUPT_MESSAGE = re.compile(
+    r"corrupt|checksum|not a valid duckdb database|invalid database|serializ|"
+    r"extension .*not found|failed to download extension|is an existing extension",
+    re.IGNORECASE,
+)
+
+
+def memory_connection() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with :data:`CONNECTION_CONFIG` (for readers and scratch work)."""
+    con = duckdb.connect(":memory:", config=dict(CONNECTION_CONFIG))
+    con.execute("SET python_enable_replacements = false")
+    return con
+
+
+def _open_error(path: str, exc: duckdb.Error) -> StoreError:
+    """Name what went wrong opening ``path``: held by another process, not a DuckDB store, or other."""
+    msg = " ".join(str(exc).split())[:300]
+    if _LOCK_MESSAGE.search(msg) and not _CORRUPT_MESSAGE.search(msg):
+        return StoreError(
+            f"{path}: the database is locked by another process ({msg})",
+            hint="wait for the other workbench command to finish, or use another --db",
+        )
+    if _CORRUPT_MESSAGE.search(msg):
+        return StoreError(
+            f"{path}: not a readable workbench database (corrupt, or another file format): {msg}",
+            hint="restore it from a backup, or pass --db with a DuckDB file the workbench created",
+        )
+    return StoreError(f"{path}: cannot open database: {msg}", hint="check the path and permissions")
+
+
+def _head(path: Path, n: int = 16) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
 def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """Open (and migrate) the store at ``path``; ``":memory:"`` works for tests."""
     path = str(path if path is not None else default_db_path())
-    if read_only and path != ":memory:" and not Path(path).exists():
-        raise StoreError(
-            f"{path}: no workbench database here", hint="import a dataset first, or pass --db / set WORKBENCH_DB"
-        )
-    try:
-        con = duckdb.connect(path, read_only=read_only)
-    except duckdb.IOException as exc:
-        msg = str(exc).splitlines()[0]
-        if "lock" in msg.lower():
+    if path != ":memory:":
+        p = Path(path)
+        if read_only and not p.exists():
             raise StoreError(
-                f"{path}: the database is locked by another process ({msg})",
-                hint="wait for the other workbench command to finish, or use another --db",
-            ) from None
-        raise StoreError(f"{path}: cannot open database: {msg}") from None
-    con.execute("SET python_enable_replacements = false")
-    if not read_only:
-        migrate(con)
+                f"{path}: no workbench database here", hint="import a dataset first, or pass --db / set WORKBENCH_DB"
+            )
+        if p.exists() and not p.is_file():
+            raise StoreError(f"{path}: not a regular file", hint="pass --db with the path of a .duckdb file")
+        if p.is_file() and _head(p).startswith(b"SQLite format 3\x00"):
+            raise StoreError(
+                f"{path}: is a SQLite database, not a workbench (DuckDB) store",
+                hint="pass --db with a .duckdb file, or a new path to create one",
+            )
+    try:
+        con = duckdb.connect(path, read_only=read_only, config=dict(CONNECTION_CONFIG))
+    except duckdb.Error as exc:
+        raise _open_error(path, exc) from None
+    try:
+        con.execute("SET python_enable_replacements = false")
+        if not read_only:
+            migrate(con)
+        else:
+            schema_version(con)  # a file DuckDB opens but cannot read fails here, not in the first query
+    except duckdb.Error as exc:
+        con.close()
+        raise _open_error(path, exc) from None
+    except BaseException:
+        con.close()
+        raise
     return con
 
 

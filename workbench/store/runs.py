@@ -72,13 +72,16 @@ def create_run(
     experiment: str | None = None,
     variant: str | None = None,
     status: str = "running",
+    emulated: bool = False,
 ) -> str:
+    """Insert a run row and return its id. ``emulated``: answered by ``workbench emulator`` (cost not billed)."""
     run_id = run_id or new_run_id()
     with transaction(con):
         h = save_schema(con, schema)
         con.execute(
             "INSERT INTO runs (run_id, name, kind, parent_run_id, dataset, dataset_version, schema_hash, provider,"
-            " model, dialect, splits, status, params, experiment, variant) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " model, dialect, splits, status, params, experiment, variant, emulated)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [
                 run_id,
                 name,
@@ -95,13 +98,14 @@ def create_run(
                 json.dumps(params or {}),
                 experiment,
                 variant,
+                bool(emulated),
             ],
         )
     return run_id
 
 
 def update_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields: Any) -> None:
-    allowed = {"status", "model", "summary", "finished_at", "params", "name", "dialect"}
+    allowed = {"status", "model", "summary", "finished_at", "params", "name", "dialect", "emulated"}
     sets, values = [], []
     for k, v in fields.items():
         if k not in allowed:
@@ -114,7 +118,9 @@ def update_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields: Any) -> No
 
 def get_run(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     df = con.execute(
-        "SELECT * FROM runs WHERE run_id = ? OR name = ? ORDER BY created_at DESC LIMIT 1", [run_id, run_id]
+        "SELECT * REPLACE (coalesce(emulated, false) AS emulated) FROM runs WHERE run_id = ? OR name = ?"
+        " ORDER BY created_at DESC LIMIT 1",
+        [run_id, run_id],
     ).df()
     if df.empty:
         raise NotFoundError(f"run {run_id!r} does not exist", hint="see `workbench runs list`")
@@ -122,12 +128,15 @@ def get_run(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     for k in ("params", "summary"):
         row[k] = json.loads(row[k]) if isinstance(row[k], str) else (row[k] or {})
     row["splits"] = list(row["splits"]) if row["splits"] is not None else []
+    row["emulated"] = bool(row["emulated"])
     return row
 
 
 def list_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """One row per run with answer/failure counts, cost, median latency and ``emulated`` (bool)."""
     return con.execute(
         "SELECT r.run_id, r.name, r.kind, r.dataset, r.dataset_version, r.provider, r.model, r.status,"
+        " coalesce(r.emulated, false) AS emulated,"
         " left(r.schema_hash, 12) AS schema, r.experiment, r.variant, r.created_at,"
         " count(a.item_id) AS n_answers, count(a.failure_kind) AS n_failed,"
         " sum(a.cost_usd) AS cost_usd, quantile_cont(a.latency_ms, 0.5) AS latency_p50_ms"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+from workbench_runtime.model import FALLBACK_ACTIONS
 
 from workbench.answers import RunAnswers
 from workbench.errors import OptionError
@@ -27,12 +28,13 @@ from workbench.thresholds.guarantees import (
     certify_surface,
     error_cost_weights,
     select_cost,
+    select_manual,
     select_target,
 )
 from workbench.thresholds.rules import Rule, make_rule
 from workbench.thresholds.surface import Surface, risk_coverage_surface
 
-OBJECTIVES = ("guarantee", "cost", "coverage", "error")
+OBJECTIVES = ("guarantee", "cost", "coverage", "error", "manual")
 METHODS = ("fixed-sequence", "holm")
 RECALIBRATIONS = ("none", "temperature", "isotonic", "platt")
 LEVELS = ("top", "expected")
@@ -79,6 +81,7 @@ class ThresholdOptions:
     api_cost_per_item: float | None = None
     target_coverage: float | None = None
     target_error: float | None = None
+    manual_rule: dict[str, float] | None = None  # objective "manual": tau/margin or tau_yes/tau_no, uncertified
     grid: int = 100
     n_paths: int = 10
     n_starts: int = 10
@@ -101,7 +104,6 @@ class ThresholdOptions:
         OptionError
             Naming the parameter (``parameter`` attribute) and the allowed values.
         """
-        from workbench_runtime.model import FALLBACK_ACTIONS  # the runtime distribution: below every floor
 
         def bad(name: str, message: str, hint: str | None = None) -> OptionError:
             return OptionError(f"{name} {message}", hint=hint, parameter=name)
@@ -140,6 +142,11 @@ class ThresholdOptions:
             raise OptionError("objective 'coverage' needs target_coverage", parameter="target_coverage")
         if self.objective == "error" and self.target_error is None:
             raise OptionError("objective 'error' needs target_error", parameter="target_error")
+        if self.objective == "manual" and not self.manual_rule:
+            raise OptionError(
+                "objective 'manual' needs manual_rule (the rule's thresholds: tau/margin or tau_yes/tau_no)",
+                parameter="manual_rule",
+            )
 
     def settings(self) -> dict:
         """The settings every threshold figure is printed with: objective, α, δ, recalibration, method, grid."""
@@ -248,6 +255,7 @@ def build_options(
     api_cost: float | None = None,
     target_coverage: float | None = None,
     target_error: float | None = None,
+    manual_rule: dict[str, float] | None = None,
     grid: int = DEFAULTS.grid,
     paths: int = DEFAULTS.n_paths,
     starts: int = DEFAULTS.n_starts,
@@ -282,6 +290,7 @@ def build_options(
         api_cost_per_item=api_cost,
         target_coverage=target_coverage,
         target_error=target_error,
+        manual_rule=dict(manual_rule) if manual_rule else None,
         grid=grid,
         n_paths=paths,
         n_starts=starts,
@@ -566,6 +575,10 @@ def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration:
             c = calibration.cost_usd
             api = float(np.nanmean(c)) if np.isfinite(c).any() else 0.0
         return select_cost(prep.surface, review_cost=opts.review_cost, api_cost_per_item=api)
+    if opts.objective == "manual":
+        if not opts.manual_rule:
+            raise ThresholdError("objective manual needs manual_rule (tau/margin or tau_yes/tau_no)")
+        return select_manual(prep.surface, opts.manual_rule)
     if opts.objective == "coverage":
         if opts.target_coverage is None:
             raise ThresholdError("--objective coverage needs --target-coverage")

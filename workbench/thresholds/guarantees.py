@@ -624,6 +624,40 @@ def select_cost(surface: Surface, *, review_cost: float, api_cost_per_item: floa
     )
 
 
+def select_manual(surface: Surface, params: dict[str, float]) -> Selection:
+    """A rule typed by hand (``tau``/``margin`` or ``tau_yes``/``tau_no``), **uncertified**.
+
+    The thresholds are used exactly as given (no snapping to the grid); the calibration figures
+    count the surface's items the rule accepts, from its per-item coordinates
+    (:func:`~workbench.thresholds.surface.risk_coverage_surface` keeps them).
+    """
+    coords, correct = surface.extra.get("coordinates"), surface.extra.get("correct")
+    if coords is None or correct is None:
+        raise ThresholdError("a manual rule needs a surface from risk_coverage_surface (per-item coordinates)")
+    if surface.y_name == "tau_no":
+        if "tau_yes" not in params or "tau_no" not in params:
+            raise ThresholdError("a manual yes/no rule needs tau_yes and tau_no")
+        x, y = float(params["tau_yes"]), -float(params["tau_no"])
+    else:
+        if "tau" not in params:
+            raise ThresholdError("a manual rule needs tau (and optionally margin)")
+        x, y = float(params["tau"]), float(params.get("margin", 0.0))
+    accepted = (coords.x >= x) & (coords.y >= y)
+    acc, err = int(accepted.sum()), int((accepted & ~np.asarray(correct, bool)).sum())
+    exact = {"tau_yes": x, "tau_no": -y} if surface.y_name == "tau_no" else {surface.x_name: x, surface.y_name: y}
+    return Selection(
+        "manual",
+        False,
+        x,
+        y,
+        exact,
+        None,
+        _calibration_summary(surface, acc, err),
+        target={"manual": exact},
+        notes=["thresholds set by hand: NOT certified"],
+    )
+
+
 def select_target(
     surface: Surface, *, target_coverage: float | None = None, target_error: float | None = None
 ) -> Selection:

@@ -21,6 +21,7 @@ PAGES = [
     ("compare.py", "Compare", ":material/compare_arrows:"),
     ("shadow.py", "Shadow", ":material/visibility:"),
     ("policy.py", "Policy", ":material/policy:"),
+    ("monitor.py", "Monitor", ":material/monitor_heart:"),
 ]
 
 

@@ -39,16 +39,25 @@ def export_policy_json(path: str, run_id: str, question: str, settings: dict, po
 
 
 def export_section(
-    path: str, token: tuple, run_id: str, question: str, settings: tuple, *, per_class_overrides: bool = False
+    path: str,
+    token: tuple,
+    run_id: str,
+    question: str,
+    settings: tuple,
+    *,
+    per_class_overrides: bool = False,
+    qtype: str = "choice",
+    point: tuple[float, float] | None = None,
 ) -> None:
     """Objective, options and a download button for the policy file.
 
     ``settings`` are the certified section's :func:`workbench.ui.state.threshold_settings` (α, δ,
-    method, calibration), so a guarantee policy carries the rule that section shows.
+    method, calibration), so a guarantee policy carries the rule that section shows. ``point`` is the
+    sliders' (τ, m) — or (τ yes, τ no) for ``qtype == "noul"`` — offered as the manual rule.
     """
     objective = st.radio(
         "Objective written into the policy",
-        ["guarantee", "cost", "coverage", "error"],
+        ["guarantee", "cost", "coverage", "error", "manual"],
         horizontal=True,
         key="pol_objective",
         format_func={
@@ -56,6 +65,7 @@ def export_section(
             "cost": "cost (costs above)",
             "coverage": "target coverage (uncertified)",
             "error": "target error (uncertified)",
+            "manual": "manual τ/m (UNCERTIFIED)",
         }.get,
     )
     options: dict = {
@@ -73,6 +83,24 @@ def export_section(
         options["target_coverage"] = st.slider("Target coverage", 0.05, 1.0, 0.8, 0.05, key="pol_target_coverage")
     elif objective == "error":
         options["target_error"] = st.slider("Target error", 0.005, 0.5, 0.05, 0.005, key="pol_target_error")
+    elif objective == "manual":
+        names = ("tau_yes", "tau_no") if qtype == "noul" else ("tau", "margin")
+        labels = ("τ yes", "τ no") if qtype == "noul" else ("τ", "m")
+        start = point or ((0.8, 0.2) if qtype == "noul" else (0.6, 0.0))
+        st.warning(
+            "**Not certified.** A hand-set rule carries no guarantee: the policy records "
+            "`objective.kind = manual`, `certified = false`, and its calibration and test figures are point "
+            "estimates. Use the guarantee objective for a certified rule."
+        )
+        m1, m2 = st.columns(2)
+        options["manual_rule"] = {
+            names[0]: float(
+                m1.number_input(labels[0], 0.0, 1.0, float(start[0]), 0.01, format="%.3f", key="pol_manual_x")
+            ),
+            names[1]: float(
+                m2.number_input(labels[1], 0.0, 1.0, float(start[1]), 0.01, format="%.3f", key="pol_manual_y")
+            ),
+        }
     version = st.text_input("Policy version (semver)", "1.0.0", key="pol_version")
     st.caption(
         "The policy layer refits the calibrator and the thresholds on the calibration split with these "
@@ -90,13 +118,17 @@ def export_section(
         name = f"policy-{run_id}-{question}-{objective}.json"
         session_policies()[name] = text
         st.session_state["pol_last_export"] = name
-    name = st.session_state.get("pol_last_export")
-    if name and name in session_policies():
+    last = st.session_state.get("pol_last_export")
+    if last and last in session_policies():
+        name = str(last)
         doc = json.loads(session_policies()[name])
         q = doc["questions"][question] if question in doc["questions"] else next(iter(doc["questions"].values()))
         test = q.get("expected_test") or {}
-        st.success(
-            f"`{name}` — rule {json.dumps(q['rule'])}, certified: {q['objective']['certified']}, "
+        box = st.success if q["objective"]["certified"] else st.warning
+        box(
+            f"`{name}` — rule {json.dumps(q['rule'])}, certified: {q['objective']['certified']}"
+            + ("" if q["objective"]["certified"] else " (NOT certified)")
+            + ", "
             f"test coverage {test.get('coverage', {}).get('value')}, "
             f"content hash {doc['content_hash'][:19]}…"
         )

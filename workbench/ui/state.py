@@ -1,28 +1,19 @@
-"""Read-only store access for the Streamlit pages: snapshots, cached loaders, session keys.
+"""Thin Streamlit loaders over the library: which store, cached reads, session keys, widgets.
 
-The UI never holds a lock on the store. DuckDB lets one process write *or* several read a
-file, so a reader would stop ``workbench run`` from opening the store (and a running
-``workbench run`` would stop the UI from reading). Every read therefore goes to a
-*snapshot*: a copy of the database file and its write-ahead log, taken when the store
-changed and opened read-only for one query. DuckDB drops a torn WAL tail on replay, so a
-copy taken mid-write shows exactly the committed transactions.
+Reads go through :mod:`workbench.store.snapshot` (a read-only copy of the store taken when it
+changed), so the UI never holds a lock on the store a run is writing.
 
-Loaders are ``st.cache_data`` functions whose keys are small hashable ids: the store path,
-its *token* (modification time and size of the file and WAL, so a write invalidates the
-cache) and ids such as a run id or a question. Pages call only these loaders and the
-library's public functions; no metric is computed here.
+Loaders are ``st.cache_data`` functions whose keys are small hashable ids: the store path, its
+*token* (:func:`workbench.store.snapshot.store_token`, so a write invalidates the cache) and ids
+such as a run id or a question. Each loader opens a snapshot and calls one library function
+(``workbench.store``, ``workbench.metrics``, ``workbench.thresholds``, ``workbench.comparison``,
+``workbench.shadow``); no figure is computed here, so the CLI computes the same numbers through
+the same calls.
 """
 
 from __future__ import annotations
 
-import atexit
-import hashlib
-import os
-import shutil
 import sys
-import tempfile
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,20 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pandas as pd
 import streamlit as st
 
-from workbench.errors import NotFoundError, StoreError
+from workbench.errors import NotFoundError
+from workbench.store import snapshot as _snap
+from workbench.store.snapshot import store_token
+from workbench.thresholds.choose import ThresholdOptions
 
 #: Session-state keys shared across pages (one choice per browser tab).
 KEY_DB = "db_path"
 KEY_RUN = "run_id"
 KEY_QUESTION = "question"
 KEY_DATASET = "dataset"
-
-_SNAP_LOCK = threading.Lock()
-_SNAP_DIR = Path(tempfile.gettempdir()) / f"workbench-ui-{os.getpid()}"
-_COPY_ATTEMPTS = 8
 
 
 # -- which store -----------------------------------------------------------------------------------
@@ -71,108 +62,11 @@ def db_path() -> str:
     return str(st.session_state[KEY_DB])
 
 
-def store_token(path: str) -> tuple[int, int, int, int]:
-    """(mtime_ns, size) of the database file and of its WAL: changes whenever a write lands."""
-    out: list[int] = []
-    for p in (path, path + ".wal"):
-        try:
-            s = os.stat(p)
-            out += [s.st_mtime_ns, s.st_size]
-        except FileNotFoundError:
-            out += [0, 0]
-    return tuple(out)  # type: ignore[return-value]
-
-
-# -- snapshots -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Snapshot:
-    source: str
-    token: tuple
-    path: str
-
-
-_snapshots: dict[str, Snapshot] = {}
-
-
-def _remove_snapshots() -> None:
-    shutil.rmtree(_SNAP_DIR, ignore_errors=True)
-
-
-atexit.register(_remove_snapshots)  # snapshots are per process: nothing survives the server
-
-
-def snapshot(path: str) -> Snapshot:
-    """A consistent copy of ``path`` (+ WAL) for the current token; reused until the store changes.
-
-    A copy is consistent when the token did not move while copying; otherwise it is retried.
-    """
-    if not Path(path).exists():
-        raise StoreError(
-            f"{path}: no workbench database here", hint="run `workbench demo` or import a dataset, then pass --db PATH"
-        )
-    with _SNAP_LOCK:
-        for attempt in range(_COPY_ATTEMPTS):
-            token = store_token(path)
-            cached = _snapshots.get(path)
-            if cached is not None and cached.token == token and Path(cached.path).exists():
-                return cached
-            _SNAP_DIR.mkdir(parents=True, exist_ok=True)
-            stem = hashlib.sha1(f"{path}|{token}".encode()).hexdigest()[:16]
-            target = _SNAP_DIR / f"{stem}.duckdb"
-            try:
-                shutil.copyfile(path, target)
-                if os.path.exists(path + ".wal"):
-                    shutil.copyfile(path + ".wal", str(target) + ".wal")
-                elif os.path.exists(str(target) + ".wal"):
-                    os.remove(str(target) + ".wal")
-            except FileNotFoundError:  # the WAL was checkpointed away while copying
-                time.sleep(0.02 * (attempt + 1))
-                continue
-            if store_token(path) != token:  # a write landed mid-copy: copy again
-                time.sleep(0.02 * (attempt + 1))
-                continue
-            old = _snapshots.get(path)
-            _snapshots[path] = snap = Snapshot(path, token, str(target))
-            if old is not None and old.path != snap.path:
-                for f in (old.path, old.path + ".wal"):
-                    try:
-                        os.remove(f)  # open readers keep their inode (POSIX)
-                    except FileNotFoundError:
-                        pass
-            return snap
-    raise StoreError(
-        f"{path}: the store kept changing while being read", hint="a run is writing heavily; retry in a moment"
-    )
-
-
 @contextmanager
 def read_connection(path: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only connection to a fresh snapshot of the store, closed on exit.
-
-    Retries a few times when the snapshot cannot be opened (e.g. the copy raced a checkpoint).
-    """
-    from workbench.store.db import connect
-
-    path = path or db_path()
-    last: Exception | None = None
-    for attempt in range(4):
-        snap = snapshot(path)
-        try:
-            con = connect(snap.path, read_only=True)
-        except (StoreError, duckdb.Error) as exc:
-            last = exc
-            with _SNAP_LOCK:
-                _snapshots.pop(path, None)
-            time.sleep(0.05 * (attempt + 1))
-            continue
-        try:
-            yield con
-        finally:
-            con.close()
-        return
-    raise StoreError(
-        f"{path}: cannot read the store ({str(last).splitlines()[0] if last else 'unknown'})", hint="retry in a moment"
-    )
+    """:func:`workbench.store.snapshot.read_connection` of ``path`` (default: this tab's store)."""
+    with _snap.read_connection(path or db_path()) as con:
+        yield con
 
 
 def refresh() -> None:
@@ -297,7 +191,7 @@ def question_arrays(
 
 #: Points per axis of the threshold grid the sliders move over: the CLI's default ``--grid``
 #: (:class:`workbench.thresholds.choose.ThresholdOptions`), so a certified (τ, m) is a slider position.
-GRID_POINTS = 100
+GRID_POINTS: int = int(ThresholdOptions().grid)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -330,6 +224,45 @@ def threshold_surface(
     return surf
 
 
+def threshold_defaults():
+    """The one set of threshold defaults (:class:`workbench.thresholds.choose.ThresholdOptions`):
+    every page starts its α, δ, method and recalibration widgets here, never from literals."""
+    return ThresholdOptions()
+
+
+def settings_caption(alpha: float, delta: float, calibrate: str | None, method: str | None = None) -> str:
+    """One line stating the options behind a threshold figure (α, δ, recalibration[, method])."""
+    d = threshold_defaults()
+    cal = calibrate or "none"
+    parts = [f"α = {alpha:g}", f"δ = {delta:g}", f"recalibration {cal}"] + ([f"{method}"] if method else [])
+    same = alpha == d.alpha and delta == d.delta and cal == d.calibrate and (method in (None, d.method))
+    return (
+        "Threshold options: "
+        + ", ".join(parts)
+        + (" (the defaults)" if same else f" (defaults: α = {d.alpha:g}, δ = {d.delta:g}, recalibration {d.calibrate})")
+    )
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def certified_region(
+    path: str,
+    token: tuple,
+    run_id: str,
+    question: str,
+    recalibrate: str | None,
+    alpha: float,
+    delta: float,
+    method: str,
+) -> np.ndarray:
+    """(A, B) bool mask of the exploration surface's grid points certified at (α, δ):
+    :func:`workbench.figures.certified_region` (the region ``workbench thresholds --html`` draws)."""
+    from workbench.figures import certified_region as _region
+
+    surf = threshold_surface(path, token, run_id, question, "calibration", recalibrate)
+    d = threshold_defaults()
+    return _region(surf, alpha=alpha, delta=delta, method=method, n_paths=d.n_paths, n_starts=d.n_starts)
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
 def question_report(
     path: str,
@@ -351,31 +284,116 @@ def question_report(
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def reliability(
-    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, n_bins: int, strategy: str
+def reliability_display(
+    path: str,
+    token: tuple,
+    run_id: str,
+    question: str,
+    split: str,
+    recalibrate: str | None,
+    n_bins: int,
+    strategy: str,
+    option: int | None = None,
 ):
-    """(top-label curve, smooth top-label curve, class-wise curves, confusion) from the metrics layer."""
-    from workbench.metrics.confusion import confusion_result
-    from workbench.metrics.reliability import (
-        classwise_reliability_curves,
-        smooth_reliability_curve,
-        top_label,
-        top_label_reliability_curve,
+    """:class:`~workbench.metrics.displays.ReliabilityDisplay` of the answers as given and, with
+    ``recalibrate``, after recalibration (one figure). ``option`` = None: top label; else the
+    one-vs-rest column of that option. None when no answered labelled item is left."""
+    from workbench.metrics.displays import ReliabilityDisplay
+
+    kind = "top-label" if option is None else "option"
+    parts = []
+    for name, method in [("as answered", None)] + ([(recalibrate, recalibrate)] if recalibrate else []):
+        arr = question_arrays(path, token, run_id, question, split, method)
+        if not np.isfinite(arr.probs).all(axis=1).any():
+            return None
+        parts.append(
+            ReliabilityDisplay.from_predictions(
+                arr.labels, arr.probs, n_bins=n_bins, strategy=strategy, kind=kind, option=option, name=name
+            )
+        )
+    x_title = (
+        parts[0].x_title
+        if option is None
+        else f"P({question_arrays(path, token, run_id, question, split).option_ids[option]})"
     )
+    d = ReliabilityDisplay(
+        [c for part in parts for c in part.curves],
+        f"{question} on {split}: reliability of {'the top label' if option is None else x_title} ({strategy} bins)",
+        x_title,
+    )
+    d.plot()
+    return d
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def confusion_display(path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None):
+    """:class:`~workbench.metrics.displays.ConfusionDisplay` of the top option (no routing)."""
+    from workbench.metrics.displays import ConfusionDisplay
 
     arr = question_arrays(path, token, run_id, question, split, recalibrate)
-    import numpy as np
+    return ConfusionDisplay.from_predictions(
+        arr.labels, arr.probs, list(arr.option_ids), title=f"{question} on {split}: top option vs gold"
+    )
 
-    answered = np.isfinite(arr.probs).all(axis=1)  # failures have no probabilities to judge
-    probs, labels = arr.probs[answered], arr.labels[answered]
-    if len(labels) == 0:
-        return None
-    top = top_label_reliability_curve(probs, labels, n_bins, strategy)
-    conf, correct = top_label(probs, labels)
-    smooth = smooth_reliability_curve(correct, conf, label="top-label")
-    classwise = classwise_reliability_curves(probs, labels, list(arr.option_ids), n_bins, strategy)
-    confusion = confusion_result(labels, probs.argmax(axis=1), list(arr.option_ids))
-    return top, smooth, classwise, confusion
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def run_headlines(path: str, token: tuple, split: str = "test") -> pd.DataFrame:
+    """Accuracy and top-label ECE of every run and question on ``split`` (point estimates), from
+    :func:`workbench.metrics.report.report_run` — what ``workbench report RUN`` prints."""
+    from workbench.evaluation import report_run
+
+    runs = runs_frame(path, token)
+    rows = []
+    with read_connection(path) as con:
+        for run_id in runs["run_id"]:
+            try:
+                rep = report_run(con, run_id, split=split, n_boot=0, with_before=False, smooth=False)
+            except Exception:  # noqa: BLE001 - a run without this split (or still empty) has no headline
+                continue
+            for q in rep.questions:
+                m = q.metrics
+                ece = m.get("ece_uniform") or m.get("ece_yes_uniform")
+                rows.append(
+                    {
+                        "run_id": run_id,
+                        "question": q.question,
+                        "accuracy": m["accuracy"].estimate if "accuracy" in m else None,
+                        "ece": ece.estimate if ece is not None else None,
+                    }
+                )
+    return pd.DataFrame(rows, columns=["run_id", "question", "accuracy", "ece"])
+
+
+def is_emulated(runs: pd.DataFrame) -> pd.Series:
+    """True for runs answered by the project's emulator: the store's ``emulated`` column when it has
+    one, else the demo's naming (``EMULATED`` in the run name or an ``emulator`` provider)."""
+    if "emulated" in runs:
+        return runs["emulated"].fillna(False).astype(bool)
+    names = runs["name"].fillna("").astype(str) if "name" in runs else pd.Series("", index=runs.index)
+    provider = runs["provider"].fillna("").astype(str) if "provider" in runs else names
+    return names.str.contains("EMULATED", case=False) | provider.str.contains("emulat", case=False)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def risk_coverage_display(
+    path: str,
+    token: tuple,
+    run_ids: tuple[str, ...],
+    labels: tuple[str, ...],
+    question: str,
+    split: str,
+    points: tuple = (),
+):
+    """:class:`~workbench.metrics.displays.RiskCoverageDisplay` overlay of several runs on one split
+    (top-probability ranking); ``labels`` name the curves; ``points`` = ((coverage, error) | None per run)."""
+    from workbench.metrics.displays import RiskCoverageDisplay
+
+    parts = []
+    for k, (run_id, label) in enumerate(zip(run_ids, labels)):
+        ans = run_answers(path, token, run_id, question, (split,))
+        pt = points[k] if k < len(points) else None
+        parts.append(RiskCoverageDisplay.from_predictions(ans.labels, ans.probs, name=label, point=pt))
+    return RiskCoverageDisplay.overlay(parts, title=f"{question} on {split}: error among accepted vs coverage")
 
 
 @st.cache_data(show_spinner="Comparing runs…", max_entries=16)
@@ -510,8 +528,8 @@ def dataset_schema_file(path: str, token: tuple, name: str) -> str | None:
         return None
     with read_connection(path) as con:
         schema = load_stored_schema(con, info["schema_hash"])
-    out = _SNAP_DIR / f"schema-{info['schema_hash'][:16]}.json"
-    _SNAP_DIR.mkdir(parents=True, exist_ok=True)
+    out = _snap.SNAPSHOT_DIR / f"schema-{info['schema_hash'][:16]}.json"
+    _snap.SNAPSHOT_DIR.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(schema.to_file_dict(), ensure_ascii=False, indent=1), encoding="utf-8")
     return str(out)
 
@@ -554,9 +572,10 @@ def run_label(runs: pd.DataFrame, run_id: str) -> str:
     if row.empty:
         return run_id
     r = row.iloc[0]
+    mark = " · EMULATED" if bool(is_emulated(row).iloc[0]) and "EMULATED" not in str(r["name"]) else ""
     if isinstance(r["name"], str) and r["name"]:
-        return f"{r['name']} · {run_id}"
-    return f"{r['provider']} · {r['dataset']} · {run_id}"
+        return f"{r['name']}{mark} · {run_id}"
+    return f"{r['provider']}{mark} · {r['dataset']} · {run_id}"
 
 
 def pick_run(
@@ -593,10 +612,10 @@ __all__ = [
     "KEY_DB",
     "KEY_RUN",
     "KEY_QUESTION",
+    "KEY_DATASET",
     "default_db",
     "db_path",
     "store_token",
-    "snapshot",
     "read_connection",
     "refresh",
     "datasets_frame",
@@ -605,7 +624,17 @@ __all__ = [
     "runs_frame",
     "run_record",
     "run_answers",
+    "run_headlines",
+    "is_emulated",
     "failures_by_kind",
+    "question_arrays",
+    "threshold_defaults",
+    "settings_caption",
+    "threshold_surface",
+    "certified_region",
+    "reliability_display",
+    "confusion_display",
+    "risk_coverage_display",
     "current",
     "store_ready",
     "pick_run",

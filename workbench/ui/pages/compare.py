@@ -7,6 +7,7 @@ cost per 1,000 items, latency, and coverage/error at the chosen policy objective
 
 from __future__ import annotations
 
+import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
@@ -43,10 +44,19 @@ baseline = b1.selectbox("Baseline", chosen, key="cmp_baseline", format_func=lamb
 base_run = state.run_record(path, token, baseline)
 question = b2.selectbox("Question", base_run["questions"], key="cmp_question")
 split = b3.selectbox("Split", ["test", "calibration"], key="cmp_split")
+defaults = state.threshold_defaults()
 o1, o2, o3, o4 = st.columns(4)
-max_error = o1.number_input("Policy: α (max error)", 0.01, 0.5, 0.1, 0.01, key="cmp_alpha")
-delta = o2.number_input("δ", 0.01, 0.5, 0.1, 0.01, key="cmp_delta")
-calibrate = o3.selectbox("Calibrate before thresholds", ["temperature", "none", "isotonic"], key="cmp_calibrate")
+max_error = o1.number_input(
+    "Policy: α (max error)", 0.005, 0.5, float(defaults.alpha), 0.005, format="%.3f", key="cmp_alpha"
+)
+delta = o2.number_input("δ", 0.01, 0.5, float(defaults.delta), 0.01, key="cmp_delta")
+calibrations = ["none", "temperature", "isotonic"]
+calibrate = o3.selectbox(
+    "Calibrate before thresholds",
+    calibrations,
+    index=calibrations.index(defaults.calibrate) if defaults.calibrate in calibrations else 0,
+    key="cmp_calibrate",
+)
 n_boot = o4.select_slider("Bootstrap replicates", [200, 500, 1000, 2000], value=500, key="cmp_boot")
 
 try:
@@ -64,12 +74,17 @@ except WorkbenchError as exc:
     state.show_error(exc)
     st.stop()
 
-# runs answered by the emulator carry EMULATED in their name (the demo's clef-flash): keep it visible
-names = dict(zip(runs["run_id"], runs["name"].fillna("")))
-frame["provider"] = [
-    p + (" (EMULATED)" if "EMULATED" in names.get(r, "") else "") for p, r in zip(frame["provider"], frame["run_id"])
-]
-frame = frame.assign(provider_variant=frame["provider"] + " · " + frame["variant"].fillna("—"))
+st.caption(
+    state.settings_caption(float(max_error), float(delta), calibrate)
+    + ". Coverage and error at the policy are what `workbench compare` reports with the same options."
+)
+
+# runs answered by the project's emulator are marked wherever a run is named (their cost is emulated)
+emulated = dict(zip(runs["run_id"], state.is_emulated(runs)))
+frame["provider"] = [p + (" (EMULATED)" if emulated.get(r) else "") for p, r in zip(frame["provider"], frame["run_id"])]
+frame = frame.assign(
+    provider_variant=frame["provider"] + " · " + frame["variant"].fillna("—"), emulated=frame["run_id"].map(emulated)
+)
 st.subheader("Providers × schema variants")
 matrix = frame.pivot_table(index="provider", columns="variant", values="accuracy", aggfunc="first")
 st.caption("Accuracy on the chosen split (rows: provider, columns: schema variant).")
@@ -90,26 +105,89 @@ for variant, g in frame.groupby(frame["variant"].fillna("—")):
             },
         )
     )
-fig.update_layout(barmode="group", height=380, yaxis_title="accuracy (95% CI)", margin={"t": 20})
-scatter = px.scatter(
-    frame,
-    x="coverage",
-    y="error",
-    color="provider",
-    symbol="variant",
-    hover_name="run_id",
-    labels={"coverage": "coverage at the certified policy", "error": "error among accepted"},
-    height=380,
+fig.update_layout(
+    barmode="group",
+    height=400,
+    title={"text": "Accuracy with 95% bootstrap intervals", "x": 0, "xanchor": "left"},
+    yaxis_title="accuracy",
+    legend={"orientation": "h", "y": -0.25, "x": 0, "title": {"text": "schema variant"}},
+    margin={"t": 50, "l": 60, "r": 20},
 )
+
+# risk–coverage of every selected run, its certified policy starred (RiskCoverageDisplay, as `compare --html`)
+labels = tuple(f"{p} · {v}" for p, v in zip(frame["provider"], frame["variant"].fillna("—")))
+points = tuple(
+    (float(c), float(e)) if pd.notna(c) and pd.notna(e) else None for c, e in zip(frame["coverage"], frame["error"])
+)
+try:
+    rc = state.risk_coverage_display(path, token, tuple(frame["run_id"]), labels, question, split, points)
+except WorkbenchError as exc:
+    state.show_error(exc)
+    st.stop()
 p1, p2 = st.columns(2)
 p1.plotly_chart(fig, key="cmp_bar_chart")
-if frame["coverage"].notna().any():
-    p2.plotly_chart(scatter, key="cmp_policy_chart")
-else:
-    p2.info(
-        f"No run has a certified policy at α={max_error:g}, δ={delta:g} on this split: everything would "
-        "go to review. Raise α to see coverage and error at the policy."
+p2.plotly_chart(rc.figure_, key="cmp_risk_coverage_chart")
+st.caption(
+    "Risk–coverage: items accepted in decreasing top probability (answers as given); ★ = the run's certified "
+    "policy at the options above"
+    + ("" if frame["coverage"].notna().any() else f" — no run has a certified policy at α={max_error:g}, δ={delta:g}")
+    + "."
+)
+
+# -- cost and latency: what each run costs for what it lets through -------------------------------------
+st.subheader("Cost and latency against the policy")
+y_choice = st.radio(
+    "Vertical axis",
+    ["coverage at the policy", "error among accepted at the policy", "accuracy"],
+    horizontal=True,
+    key="cmp_tradeoff_y",
+)
+y_col = {"coverage at the policy": "coverage", "error among accepted at the policy": "error", "accuracy": "accuracy"}[
+    y_choice
+]
+trade = frame.assign(
+    cost_label=[
+        ("emulated " if e else "") + ("unknown" if pd.isna(c) else f"${c:.4f}")
+        for c, e in zip(frame["cost_per_1000"], frame["emulated"])
+    ]
+)
+t1, t2 = st.columns(2)
+for col, x, title, key in (
+    (t1, "cost_per_1000", "Cost per 1,000 items (USD)", "cmp_cost_chart"),
+    (t2, "latency_p95_ms", "p95 latency (ms)", "cmp_latency_chart"),
+):
+    shown = trade.loc[trade[x].notna() & trade[y_col].notna()]
+    if shown.empty:
+        col.info(
+            f"No run has both {title.lower()} and {y_choice} here"
+            + (" (no certified policy at these options)" if y_col in ("coverage", "error") else "")
+            + "."
+        )
+        continue
+    sc = px.scatter(
+        shown,
+        x=x,
+        y=y_col,
+        color="provider_variant",
+        hover_name="run_id",
+        hover_data={"cost_label": True, "latency_p95_ms": ":.0f"},
+        labels={x: title, y_col: y_choice, "provider_variant": "run", "emulated": "emulated"},
+        height=420,
     )
+    sc.update_traces(marker={"size": 14})
+    top = 1.02 if y_col != "error" else max(0.05, 1.2 * float(shown[y_col].max()))
+    sc.update_yaxes(range=[0, top])
+    sc.update_xaxes(rangemode="tozero")  # prices and latencies compare as ratios from zero
+    sc.update_layout(
+        title={"text": f"{y_choice} vs {title.split(' (')[0].lower()}", "x": 0, "xanchor": "left"},
+        legend={"orientation": "h", "y": -0.3, "x": 0, "title": {"text": ""}},
+        margin={"t": 50, "l": 60, "r": 20},
+    )
+    col.plotly_chart(sc, key=key)
+st.caption(
+    "Cost is the provider's price per 1,000 items on this split (unknown when the provider reports none; "
+    "emulated runs show the emulator's simulated price, marked as such); latency is the p95 of provider calls."
+)
 
 st.subheader(f"Paired differences against the baseline ({state.run_label(runs, baseline)})")
 diff = frame.loc[

@@ -109,12 +109,31 @@ if state.store_ready():
         st.subheader("Labels")
         q = st.selectbox("Question", info["questions"], key="dataset_question")
         counts = info["labels"][q]["label_counts"]
-        label_frame = pd.DataFrame({"label": list(counts), "items": list(counts.values())})
+        label_frame = pd.DataFrame({"label": list(counts), "items": list(counts.values())}).sort_values(
+            "items", ascending=True
+        )
+        per_split = info["labels"][q]["labelled_items_per_split"] or {}
         st.caption(
             f"{info['labels'][q]['n_labels']} labels; labelled items per split: "
-            f"{info['labels'][q]['labelled_items_per_split']}"
+            + (", ".join(f"{s_} {int(n_):,}" for s_, n_ in per_split.items()) or "none")
         )
-        st.plotly_chart(px.bar(label_frame, x="label", y="items", height=320), key="label_counts_chart")
+        # one horizontal bar per label, tall enough that every label name stays readable
+        bars = px.bar(
+            label_frame,
+            x="items",
+            y="label",
+            orientation="h",
+            text="items",
+            height=max(260, 22 * len(label_frame) + 110),
+        )
+        bars.update_layout(
+            title={"text": f"Labelled items per label of {q}", "x": 0, "xanchor": "left"},
+            yaxis={"title": None, "automargin": True, "tickfont": {"size": 12}, "dtick": 1},
+            xaxis_title="labelled items",
+            margin={"t": 50, "l": 10, "r": 30},
+        )
+        bars.update_traces(textposition="outside", cliponaxis=False)
+        st.plotly_chart(bars, key="label_counts_chart")
 
         st.subheader("Sample items")
         split = st.selectbox("Split", ["(all)", "train", "calibration", "test"], key="dataset_sample_split")

@@ -71,13 +71,38 @@ except (WorkbenchError, json.JSONDecodeError) as exc:
     st.error(f"Refused (fail closed): {getattr(exc, 'message', str(exc))}")
     st.stop()
 
+
 # -- view -------------------------------------------------------------------------------------------------
+def _thr(v) -> str:
+    return "never" if v is None else f"{v:.3f}"
+
+
+def rule_text(rule) -> str:
+    """The rule in words (what the runtime applies), e.g. ``accept top when P ≥ 0.620 and margin ≥ 0.100``."""
+    d = rule.model_dump()
+    if d["kind"] == "noul_two_sided":
+        return f"yes when P(yes) ≥ {_thr(d['tau_yes'])}; no when P(yes) ≤ {_thr(d['tau_no'])}; else {d['fallback']}"
+    head = (
+        "top level"
+        if d["kind"] == "score" and d.get("level") == "top"
+        else ("expected level" if d["kind"] == "score" else "top option")
+    )
+    text = f"accept {head} when P ≥ {_thr(d['tau'])} and margin ≥ {_thr(d['margin'])}; else {d['fallback']}"
+    if d.get("per_class"):
+        text += "; overrides: " + ", ".join(
+            f"{o} (P ≥ {_thr(c['tau'])}, margin ≥ {_thr(c['margin'])})" for o, c in d["per_class"].items()
+        )
+    if d.get("abstain_options"):
+        text += "; never accept " + ", ".join(d["abstain_options"])
+    return text
+
+
 st.success(f"Valid policy v{model.policy_version} · format {model.format_version} · hash `{model.content_hash}`")
-c = st.columns(4)
-c[0].metric("Provider", model.source.provider)
-c[1].metric("Model", model.source.model or "—")
-c[2].metric("Dataset", f"{model.dataset.name} v{model.dataset.version}")
-c[3].metric("Questions", len(model.questions))
+st.markdown(  # full names (a metric box would cut long provider or model names)
+    f"**Source run** `{model.source.run_id}` · **provider** `{model.source.provider}` · **model** "
+    f"`{model.source.model or '—'}` · **dataset** `{model.dataset.name}` v{model.dataset.version} · "
+    f"**{len(model.questions)} question{'s' if len(model.questions) != 1 else ''}**"
+)
 rows = []
 for q, qp in model.questions.items():
     test = qp.expected_test
@@ -86,8 +111,8 @@ for q, qp in model.questions.items():
             "question": q,
             "type": qp.type,
             "options": len(qp.options),
+            "rule": rule_text(qp.rule),
             "calibrator": qp.calibrator.type,
-            "rule": json.dumps(qp.rule.model_dump(exclude_none=True)),
             "objective": qp.objective.kind,
             "certified": qp.objective.certified,
             "alpha": qp.objective.alpha,
@@ -97,7 +122,20 @@ for q, qp in model.questions.items():
             "error 95% high": test.error.high if test else None,
         }
     )
-st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="pol_questions")
+st.dataframe(
+    pd.DataFrame(rows),
+    hide_index=True,
+    width="stretch",
+    key="pol_questions",
+    column_config={
+        "rule": st.column_config.TextColumn("rule", width="large"),
+        "coverage (test)": st.column_config.NumberColumn(format="%.3f"),
+        "error (test)": st.column_config.NumberColumn(format="%.3f"),
+        "error 95% high": st.column_config.NumberColumn(format="%.3f"),
+    },
+)
+for r in rows:  # the table cell may be narrower than a long rule: the full text, once per question
+    st.markdown(f"**{r['question']}** — {r['rule']}" + ("" if r["certified"] else "  *(not certified)*"))
 st.caption(
     f"Valid for schema hashes {', '.join(h[:12] for h in model.validity.schema_hashes)}"
     + (f", models {', '.join(model.validity.models)}" if model.validity.models else "")

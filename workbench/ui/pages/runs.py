@@ -107,11 +107,12 @@ def _progress() -> None:
     if running.empty and not launched:
         return
     st.subheader("In progress")
-    for r in running.itertuples():
-        planned = state.planned_answers(path, token, state.run_record(path, token, r.run_id))
-        label = f"{r.name or r.provider} — {int(r.n_answers):,} answers, {int(r.n_failed):,} failed"
+    for r in running.to_dict("records"):
+        planned = state.planned_answers(path, token, state.run_record(path, token, str(r["run_id"])))
+        n_answers, n_failed = int(r["n_answers"]), int(r["n_failed"])
+        label = f"{r['name'] or r['provider']} — {n_answers:,} answers, {n_failed:,} failed"
         if planned:
-            st.progress(min(1.0, float(r.n_answers) / float(planned)), text=f"{label} of {int(planned):,}")
+            st.progress(min(1.0, n_answers / float(planned)), text=f"{label} of {int(planned):,}")
         else:
             st.write(label)
     for entry in launched:
@@ -142,17 +143,27 @@ if state.store_ready():
         c[2].metric("Failures", f"{int(runs['n_failed'].sum()):,}")
         total_cost = runs["cost_usd"].sum(min_count=1)
         c[3].metric("Cost (USD)", "unknown" if pd.isna(total_cost) else f"{total_cost:.4f}")
-        shown = runs[
+        heads = state.run_headlines(path, token)
+        shown = runs.assign(emulated=state.is_emulated(runs))
+        questions = heads["question"].value_counts().index.tolist()[:3]  # the store's main questions
+        for q in questions:
+            h = heads.loc[heads["question"] == q].set_index("run_id")
+            suffix = f" ({q})" if len(questions) > 1 else ""
+            shown[f"accuracy{suffix}"] = shown["run_id"].map(h["accuracy"])
+            shown[f"ECE{suffix}"] = shown["run_id"].map(h["ece"])
+        metric_cols = [c for c in shown.columns if c.startswith(("accuracy", "ECE"))]
+        shown = shown[
             [
                 "run_id",
                 "name",
+                "emulated",
                 "kind",
                 "dataset",
                 "provider",
                 "model",
-                "schema",
                 "variant",
                 "status",
+                *metric_cols,
                 "n_answers",
                 "n_failed",
                 "cost_usd",
@@ -160,9 +171,28 @@ if state.store_ready():
                 "created_at",
             ]
         ]
-        st.dataframe(shown, hide_index=True, width="stretch", key="runs_table")
+        st.caption(
+            "Accuracy and top-label ECE (15 equal-width bins) on the test split, as `workbench report RUN` "
+            "computes them. Emulated runs were answered by the project's emulator: their cost is simulated."
+        )
+        st.dataframe(
+            shown,
+            hide_index=True,
+            width="stretch",
+            key="runs_table",
+            column_config={
+                "run_id": st.column_config.TextColumn("run id", width="medium"),
+                "emulated": st.column_config.CheckboxColumn("emulated"),
+                **{c: st.column_config.NumberColumn(c, format="%.3f") for c in metric_cols},
+                "cost_usd": st.column_config.NumberColumn("cost (USD)", format="%.4f"),
+                "latency_p50_ms": st.column_config.NumberColumn("p50 latency (ms)", format="%.0f"),
+            },
+        )
 
-        run_id = state.pick_run(runs)
+        picked = state.pick_run(runs)
+        if picked is None:
+            st.stop()
+        run_id = str(picked)
         run = state.run_record(path, token, run_id)
         st.markdown(
             f"**{run.get('name') or run_id}** · provider `{run['provider']}` · model "

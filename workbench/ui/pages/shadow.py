@@ -84,7 +84,14 @@ policy_files = [
 
 
 def _side(label: str, key: str) -> tuple:
-    kind = st.radio(f"{label} routing", ["rule", "policy file", "none"], horizontal=True, key=f"{key}_kind")
+    # default "none": what `workbench shadow report SESSION` does without routing flags
+    kind = st.radio(
+        f"{label} routing",
+        ["none", "policy file", "rule"],
+        horizontal=True,
+        key=f"{key}_kind",
+        format_func={"none": "as logged (CLI default)", "policy file": "policy file", "rule": "rule τ/m"}.get,
+    )
     if kind == "policy file":
         if not policy_files:
             st.caption("No policy file next to the store.")
@@ -106,15 +113,31 @@ with s1:
     champion = _side("Champion", "sh_champion")
 with s2:
     challenger = _side("Challenger", "sh_challenger")
+from workbench.shadow.report import Criteria  # noqa: E402
+
+crit0 = Criteria()  # the defaults of `workbench shadow report`
 with st.expander("Rollout criteria", expanded=False):
     k1, k2, k3 = st.columns(3)
     criteria = {
-        "max_error_increase": k1.number_input("Max error increase", 0.0, 0.5, 0.0, 0.005, key="sh_max_err"),
-        "min_coverage_gain": k2.number_input("Min coverage gain", -0.5, 0.5, 0.0, 0.01, key="sh_min_cov"),
-        "max_failure_rate": k3.number_input("Max challenger failure rate", 0.0, 1.0, 0.01, 0.005, key="sh_max_fail"),
-        "min_outcomes": int(k1.number_input("Min known outcomes", 0, 100_000, 100, 10, key="sh_min_out")),
+        "max_error_increase": k1.number_input(
+            "Max error increase", 0.0, 0.5, float(crit0.max_error_increase), 0.005, key="sh_max_err"
+        ),
+        "min_coverage_gain": k2.number_input(
+            "Min coverage gain", -0.5, 0.5, float(crit0.min_coverage_gain), 0.01, key="sh_min_cov"
+        ),
+        "max_failure_rate": k3.number_input(
+            "Max challenger failure rate", 0.0, 1.0, float(crit0.max_failure_rate), 0.005, key="sh_max_fail"
+        ),
+        "min_outcomes": int(
+            k1.number_input("Min known outcomes", 0, 100_000, int(crit0.min_outcomes), 10, key="sh_min_out")
+        ),
+        "max_drift_psi": float(
+            k3.number_input("Max drift PSI", 0.0, 10.0, float(crit0.max_drift_psi or 0.25), 0.05, key="sh_max_psi")
+        ),
     }
-    p95 = k2.number_input("Max challenger p95 latency (ms, 0 = no limit)", 0.0, 1e6, 0.0, key="sh_p95")
+    p95 = k2.number_input(
+        "Max challenger p95 latency (ms, 0 = no limit)", 0.0, 1e6, float(crit0.max_p95_latency_ms or 0.0), key="sh_p95"
+    )
     if p95:
         criteria["max_p95_latency_ms"] = float(p95)
 
@@ -164,6 +187,7 @@ for q in rep["questions"]:
     flips = q["flip_matrix"]
     counts = np.asarray(flips["counts"])
     opts = flips["options"]
+    f1, f2 = st.columns(2)
     if len(opts) <= 40:
         fig = go.Figure(
             go.Heatmap(
@@ -172,18 +196,62 @@ for q in rep["questions"]:
                 y=opts,
                 colorscale="Purples",
                 customdata=counts,
-                hovertemplate="champion %{y}<br>challenger %{x}<br>%{customdata}<extra></extra>",
+                text=counts,
+                texttemplate="%{text}" if len(opts) <= 12 else None,
+                hovertemplate="champion %{y}<br>challenger %{x}<br>%{customdata} requests<extra></extra>",
                 showscale=False,
             )
         )
         fig.update_layout(
-            height=max(320, 14 * len(opts) + 120),
-            yaxis_autorange="reversed",
-            margin={"t": 20},
-            xaxis_title="challenger answer",
-            yaxis_title="champion answer",
+            title={"text": "Flip matrix: top answers (requests)", "x": 0, "xanchor": "left"},
+            height=max(380, 16 * len(opts) + 160),
+            yaxis={"autorange": "reversed", "automargin": True, "title": "champion answer"},
+            xaxis={"automargin": True, "title": "challenger answer"},
+            margin={"t": 50, "r": 10},
         )
-        st.plotly_chart(fig, key=f"sh_flip_chart_{q['question']}")
+        f1.plotly_chart(fig, key=f"sh_flip_chart_{q['question']}")
+    else:
+        f1.caption(f"{len(opts)} options: the most frequent flips are listed below.")
+    drift = q.get("drift") or {}
+    windows = pd.DataFrame(drift.get("windows") or [])
+    if not windows.empty:
+        windows["window"] = [f"{i + 1}" for i in range(len(windows))]
+        dfig = go.Figure()
+        for side, colour in (("champion", "#1f77b4"), ("challenger", "#d62728")):
+            dfig.add_trace(
+                go.Bar(x=windows["window"], y=windows[f"psi_{side}"], name=f"PSI {side}", marker_color=colour)
+            )
+            dfig.add_trace(
+                go.Scatter(
+                    x=windows["window"],
+                    y=windows[f"mean_p_top_{side}"],
+                    name=f"mean p_top {side}",
+                    mode="lines+markers",
+                    line={"color": colour, "dash": "dot"},
+                    yaxis="y2",
+                )
+            )
+        limit = criteria.get("max_drift_psi")
+        if limit:
+            dfig.add_hline(y=limit, line_dash="dash", line_color="grey", annotation_text=f"max PSI {limit:g}")
+        dfig.update_layout(
+            title={"text": "Drift of p_top per window (vs the first)", "x": 0, "xanchor": "left"},
+            barmode="group",
+            height=max(380, 16 * len(opts) + 160) if len(opts) <= 40 else 380,
+            xaxis_title=f"window ({drift.get('windows_by', '')})",
+            yaxis={"title": "PSI", "rangemode": "tozero"},
+            yaxis2={
+                "title": "mean p_top",
+                "overlaying": "y",
+                "side": "right",
+                "range": [0, 1],
+                "dtick": 0.2,
+                "showgrid": False,
+            },
+            legend={"orientation": "h", "y": -0.25, "x": 0},
+            margin={"t": 50, "r": 60},
+        )
+        f2.plotly_chart(dfig, key=f"sh_drift_chart_{q['question']}")
     if flips["top_flips"]:
         st.caption("Most frequent flips (champion → challenger)")
         st.dataframe(

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from workbench.errors import WorkbenchError
+from workbench.metrics.displays import ConfusionDisplay, RiskCoverageDisplay, ThresholdSurfaceDisplay
 from workbench.ui import state
 
 st.title("Thresholds")
@@ -37,9 +37,12 @@ qtype = run["question_types"][question]
 if "calibration" not in run["splits"] or "test" not in run["splits"]:
     st.warning(f"This run has splits {run['splits']}; thresholds are fitted on `calibration` and judged on `test`.")
 
+defaults = state.threshold_defaults()
+recal_choices = ["as answered", "temperature", "isotonic"] + (["platt"] if qtype == "noul" else [])
 recal = st.radio(
     "Probabilities",
-    ["as answered", "temperature", "isotonic"] + (["platt"] if qtype == "noul" else []),
+    recal_choices,
+    index=recal_choices.index(defaults.calibrate) if defaults.calibrate in recal_choices else 0,
     horizontal=True,
     key="thr_recalibrate",
     help="Exploration (sliders): the calibrator is fitted on the whole calibration split. "
@@ -114,11 +117,11 @@ if not is_noul:
                 "margin": st.column_config.NumberColumn(min_value=0.0, max_value=1.0, step=0.01),
             },
         )
-        for k, row in enumerate(edited.itertuples()):
-            if row.override:
-                per_class[k] = (
-                    float(x_thr) if pd.isna(row.tau) else float(row.tau),
-                    float(y_thr) if pd.isna(row.margin) else float(row.margin),
+        for idx, row in enumerate(edited.to_dict("records")):
+            if row["override"]:
+                per_class[idx] = (
+                    float(x_thr) if pd.isna(row["tau"]) else float(row["tau"]),
+                    float(y_thr) if pd.isna(row["margin"]) else float(row["margin"]),
                 )
 
 from workbench.thresholds.evaluate import evaluate_rule  # noqa: E402
@@ -164,81 +167,15 @@ st.caption(
     f"{test_report['n_failed']} provider failures routed to review."
 )
 
-# -- surface plots ------------------------------------------------------------------------------------
-cov = surface.coverage
-err = surface.error_rate
-ys = -surface.y_grid if is_noul else surface.y_grid
-fig = go.Figure()
-fig.add_trace(
-    go.Heatmap(
-        x=surface.x_grid,
-        y=ys,
-        z=err.T,
-        colorscale="RdYlGn_r",
-        zmin=0,
-        zmax=float(np.nanmax(err)) if np.isfinite(err).any() else 1,
-        colorbar={"title": "error"},
-        name="error among accepted",
-        hovertemplate="x=%{x:.2f} y=%{y:.2f}<br>error %{z:.3f}<extra></extra>",
-    )
-)
-fig.add_trace(
-    go.Contour(
-        x=surface.x_grid,
-        y=ys,
-        z=cov.T,
-        showscale=False,
-        contours_coloring="lines",
-        line_width=1,
-        colorscale=[[0, "black"], [1, "black"]],
-        contours={"showlabels": True, "start": 0.1, "end": 0.9, "size": 0.1},
-        name="coverage",
-        hoverinfo="skip",
-    )
-)
-fig.add_trace(
-    go.Scatter(
-        x=[surface.x_grid[i]],
-        y=[ys[j]],
-        mode="markers",
-        name="current",
-        marker={"symbol": "x", "size": 14, "color": "blue"},
-    )
-)
-fig.update_layout(
-    height=420,
-    margin={"t": 30},
-    title="Calibration split: error among accepted (colour), coverage (contours)",
-    xaxis_title=x_label.split(" (")[0],
-    yaxis_title=y_label.split(" (")[0],
-)
-
-# risk–coverage curve at the chosen margin (one row of the surface) + every grid point as a cloud
-curve = go.Figure()
-curve.add_trace(
-    go.Scatter(
-        x=cov.ravel(), y=err.ravel(), mode="markers", name="all (τ, m)", marker={"size": 3, "color": "lightgrey"}
-    )
-)
-curve.add_trace(
-    go.Scatter(x=cov[:, j], y=err[:, j], mode="lines", name=f"varying τ at this {'τ no' if is_noul else 'm'}")
-)
-curve.add_trace(
-    go.Scatter(
-        x=[cal_point["coverage"]],
-        y=[cal_point["error_rate"]],
-        mode="markers",
-        name="current",
-        marker={"symbol": "x", "size": 14, "color": "blue"},
-    )
-)
-
 # -- certified frontier ---------------------------------------------------------------------------------
 st.subheader("Certified thresholds (Learn-then-Test)")
 g1, g2, g3 = st.columns(3)
-alpha = g1.number_input("α: max error among accepted", 0.005, 0.5, 0.05, 0.005, format="%.3f", key="thr_alpha")
-delta = g2.number_input("δ: allowed failure probability", 0.01, 0.5, 0.1, 0.01, key="thr_delta")
-method = g3.selectbox("Family-wise control", ["fixed-sequence", "holm"], key="thr_method")
+alpha = g1.number_input(
+    "α: max error among accepted", 0.005, 0.5, float(defaults.alpha), 0.005, format="%.3f", key="thr_alpha"
+)
+delta = g2.number_input("δ: allowed failure probability", 0.01, 0.5, float(defaults.delta), 0.01, key="thr_delta")
+methods = ["fixed-sequence", "holm"]
+method = g3.selectbox("Family-wise control", methods, index=methods.index(defaults.method), key="thr_method")
 calibrate = recal_method or "none"
 cli = (
     f"workbench thresholds {run_id} --question {question} --max-error {alpha:g} --delta {delta:g} "
@@ -260,25 +197,44 @@ try:
 except WorkbenchError as exc:
     state.show_error(exc)
     st.stop()
-curve.add_trace(
-    go.Scatter(
-        x=front["certified coverage"],
-        y=front["alpha"],
-        mode="lines+markers",
-        name=f"certified frontier (δ={delta:g})",
-        line={"dash": "dot"},
-    )
+st.caption(state.settings_caption(alpha, delta, calibrate, method))
+
+# -- figures: the library's displays (the CLI's `--html` writes the same ones) ----------------------------
+cert_rule, cert_g = certified["rule"], certified["guarantee"] or {}
+cert_xy = None
+if certified["feasible"]:
+    cert_xy = (cert_rule["tau_yes"], cert_rule["tau_no"]) if is_noul else (cert_rule["tau"], cert_rule["margin"])
+region = state.certified_region(path, token, run_id, question, recal_method, float(alpha), float(delta), method)
+surface_fig = ThresholdSurfaceDisplay.from_surface(
+    surface,
+    chosen=(float(x_thr), float(y_param)),
+    certified=cert_xy,
+    region=region,
+    title="Calibration: error (colour), coverage (lines)",
+).figure_
+grid_curve = RiskCoverageDisplay.from_surface(
+    surface, name="best grid rule", point=(cal_point["coverage"], cal_point["error_rate"] or 0.0)
 )
-curve.update_layout(
-    height=420,
-    margin={"t": 30},
-    title="Risk–coverage (calibration)",
-    xaxis_title="coverage",
-    yaxis_title="error among accepted",
+certified_pts = front.loc[front["certified coverage"] > 0]  # α where something is certified
+frontier = RiskCoverageDisplay(
+    [
+        (
+            f"certified frontier (δ={delta:g})",
+            certified_pts["certified coverage"].to_numpy(),
+            certified_pts["alpha"].to_numpy(),
+        )
+    ]
 )
+curve_fig = RiskCoverageDisplay.overlay([grid_curve, frontier], title="Calibration: risk–coverage").figure_
 pc1, pc2 = st.columns(2)
-pc1.plotly_chart(fig, key="thr_surface_chart")
-pc2.plotly_chart(curve, key="thr_curve_chart")
+pc1.plotly_chart(surface_fig, key="thr_surface_chart")
+pc2.plotly_chart(curve_fig, key="thr_curve_chart")
+st.caption(
+    "Left: the dashed outline is the region Learn-then-Test certifies on all calibration items (fixed "
+    "strict→lax paths); ✕ is the sliders' point, ★ the certified rule `workbench thresholds` reports (fitted on "
+    "its own carve of the calibration split). Right: lowest calibration error per coverage over the grid "
+    "(exploration) and the certified coverage at each α."
+)
 
 if not is_noul and st.toggle(
     "Per-class guarantees (one certified (τ, m) per option, Bonferroni over options)", key="thr_per_class"
@@ -309,9 +265,8 @@ def _num(v) -> str:
     return "—" if v is None else f"{v:.4f}"
 
 
-cert_rule, cert_g = certified["rule"], certified["guarantee"] or {}
-if certified["feasible"]:
-    xy = (cert_rule["tau_yes"], cert_rule["tau_no"]) if is_noul else (cert_rule["tau"], cert_rule["margin"])
+if certified["feasible"] and cert_xy is not None:
+    xy = cert_xy
     names = ("Certified τ yes", "Certified τ no") if is_noul else ("Certified τ", "Certified m")
     cm = st.columns(4)
     cm[0].metric(names[0], _num(xy[0]))
@@ -357,7 +312,8 @@ with st.expander("Costs", expanded=False):
         path, token, run_id, question, "calibration", recal_method, float(error_cost)
     )
     best = select_cost(cost_surface, review_cost=float(review_cost), api_cost_per_item=float(api_cost))
-    st.metric("Lowest expected cost per item (calibration)", f"{best.cost['expected_cost_per_item']:.4f}")
+    best_cost = best.cost or {}
+    st.metric("Lowest expected cost per item (calibration)", f"{best_cost['expected_cost_per_item']:.4f}")
     st.button(
         "Use the cost-optimal thresholds",
         key="thr_use_cost",
@@ -371,8 +327,8 @@ with st.expander("Costs", expanded=False):
     st.write(
         "Cost-optimal point (not certified): "
         + ", ".join(f"{k} = {v:.3f}" for k, v in best.params.items())
-        + f", expected cost per item {best.cost['expected_cost_per_item']:.4f} "
-        f"(reviewing everything: {best.cost['cost_if_everything_reviewed']:.4f})."
+        + f", expected cost per item {best_cost['expected_cost_per_item']:.4f} "
+        f"(reviewing everything: {best_cost['cost_if_everything_reviewed']:.4f})."
     )
 
 # -- confusion matrix with review column ------------------------------------------------------------------
@@ -380,7 +336,16 @@ st.subheader("Confusion matrix on test, with the review column")
 conf = test_report["confusion"]
 matrix = pd.DataFrame(conf["matrix"], index=conf["labels"], columns=conf["columns"])
 if len(conf["labels"]) <= 30:
-    st.dataframe(matrix, width="stretch", key="thr_confusion")
+    decided = ConfusionDisplay.from_predictions(
+        test.labels,
+        test.probs,
+        list(test.option_ids),
+        accept=rule.decide(test.probs).accepted,
+        title="Test: decision at these thresholds",
+    )
+    st.plotly_chart(decided.figure_, key="thr_confusion_chart")
+    with st.expander("The matrix as a table", expanded=False):
+        st.dataframe(matrix, width="stretch", key="thr_confusion")
 else:
     per = pd.DataFrame(
         {
@@ -403,4 +368,13 @@ st.download_button(
 st.subheader("Export the policy")
 from workbench.ui import policy_bridge  # noqa: E402
 
-policy_bridge.export_section(path, token, run_id, question, settings, per_class_overrides=bool(per_class))
+policy_bridge.export_section(
+    path,
+    token,
+    run_id,
+    question,
+    settings,
+    per_class_overrides=bool(per_class),
+    qtype=qtype,
+    point=(float(x_thr), float(y_param)),
+)

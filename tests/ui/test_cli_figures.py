@@ -1,0 +1,107 @@
+"""`workbench thresholds --html/--png` and `workbench compare --html` write the library's displays,
+with the numbers of the library calls behind the commands (real CLI subprocess, real store)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+CLI = [sys.executable, "-c", "from workbench.cli import main; main()"]
+
+
+def _cli(db, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_DB"}
+    return subprocess.run([*CLI, "--db", str(db), *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def _figure_titles(html: str) -> list[str]:
+    return re.findall(r'"title":\{"text":"([^"]+)"', html)
+
+
+def test_thresholds_html_draws_the_chosen_rule(ui_store, tmp_path):
+    db, meta = ui_store
+    run = meta["runs"]["sharp-model"]
+    out = tmp_path / "fig" / "thresholds.html"
+    res = _cli(db, "thresholds", run, "--question", "intent", "--max-error", "0.2", "--html", str(out), "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)["questions"]["intent"]
+    text = out.read_text(encoding="utf-8")
+    titles = _figure_titles(text)
+    assert any("error over the grid" in t and "α=0.2" in t and "δ=0.1" in t for t in titles), titles
+    assert any("risk–coverage" in t for t in titles), titles
+    assert text.count("Plotly.newPlot") == 2
+    assert doc["feasible"] and '"name":"certified"' in text and '"name":"certified region"' in text
+    # the figures are threshold_figures() of the same library call: the star sits on the reported rule
+    from workbench.figures import certified_region, threshold_figures
+    from workbench.store.db import connect
+    from workbench.store.runs import load_answers
+    from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
+
+    con = connect(db, read_only=True)
+    cal, test = (load_answers(con, run, "intent", [s]) for s in ("calibration", "test"))
+    con.close()
+    result = choose_thresholds(cal, test, ThresholdOptions(alpha=0.2))
+    surface_fig, curve_fig = threshold_figures(result)
+    star = next(t for t in surface_fig.data if t.name == "certified")
+    assert (star.x[0], star.y[0]) == pytest.approx((doc["rule"]["tau"], doc["rule"]["margin"]))
+    region = certified_region(result.surface, alpha=0.2, delta=0.1)
+    assert region.any() and np.all(result.surface.error_rate[region] < 0.2)  # certified ⇒ observed error below α
+    np.testing.assert_allclose(np.asarray(surface_fig.data[0].z, float), result.surface.error_rate.T)
+    point = next(t for t in curve_fig.data if t.mode == "markers")
+    assert point.x[0] == pytest.approx(doc["calibration"]["coverage"])
+
+
+def test_thresholds_png_writes_one_image_per_figure(ui_store, tmp_path):
+    pytest.importorskip("kaleido")
+    from PIL import Image
+
+    db, meta = ui_store
+    out = tmp_path / "thr.png"
+    res = _cli(db, "thresholds", meta["runs"]["sharp-model"], "--question", "intent", "--png", str(out))
+    assert res.returncode == 0, res.stderr
+    images = sorted(tmp_path.glob("thr-*.png"))
+    assert [p.name for p in images] == ["thr-1.png", "thr-2.png"]
+    for p in images:
+        w, h = Image.open(p).size
+        assert w == 1100 and h >= 400
+        assert np.asarray(Image.open(p).convert("L")).std() > 10  # something is drawn, not a blank page
+
+
+def test_compare_html_overlays_every_run(ui_store, tmp_path):
+    from workbench.metrics.selective import risk_coverage_curve
+    from workbench.store.db import connect
+    from workbench.store.runs import load_answers
+
+    db, meta = ui_store
+    runs = [meta["runs"]["sharp-model"], meta["runs"]["noisy-model"]]
+    out = tmp_path / "compare.html"
+    res = _cli(db, "compare", *runs, "--n-boot", "50", "--html", str(out))
+    assert res.returncode == 0, res.stderr
+    text = out.read_text(encoding="utf-8")
+    for run in runs:
+        assert run in text
+    con = connect(db, read_only=True)
+    ans = load_answers(con, runs[1], "intent", ["test"])
+    con.close()
+    aurc = risk_coverage_curve(ans.probs, ans.labels).aurc
+    assert f"{runs[1]} (AURC {aurc:.3f})" in text
+    assert any("risk–coverage" in t for t in _figure_titles(text))
+
+
+def test_png_without_kaleido_is_a_clear_error(tmp_path, monkeypatch):
+    import importlib.util
+
+    from workbench.errors import OptionError
+    from workbench.figures import write_figures
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "kaleido" else real(name, *a))
+    with pytest.raises(OptionError, match="kaleido"):
+        write_figures([], png=tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()

@@ -1,0 +1,58 @@
+"""`workbench gate`: judge a run against a requirements file (exit 0 pass, 1 fail, 2 cannot evaluate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from workbench.cli.common import emit_json, err_console, open_store, out_console
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("gate")
+    def gate(
+        run_id: str = typer.Argument(..., help="Run id (or name) to judge."),
+        requirements: Path = typer.Option(..., "--requirements", "-r", help="YAML requirements file."),
+        junit: Path | None = typer.Option(None, "--junit", help="Write JUnit XML (one test case per requirement)."),
+        markdown: Path | None = typer.Option(None, "--markdown", help="Write a Markdown table (for a PR comment)."),
+        baseline: str | None = typer.Option(
+            None, "--baseline", help="Also compare item-paired against this run (paired bootstrap)."
+        ),
+        max_drop: float | None = typer.Option(
+            None, "--max-drop", help="With --baseline: fail when the drop exceeds this significantly (default 0)."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print the verdict as one JSON document."),
+    ) -> None:
+        """Check a run's metrics against requirements; exit 0 if all hold, 1 if one fails, 2 on a bad gate."""
+        from workbench.errors import RequirementsError
+        from workbench.gate import evaluate_gate, junit_xml, load_requirements, markdown_table
+
+        if max_drop is not None and baseline is None:
+            raise RequirementsError("--max-drop needs --baseline RUN_ID")
+        if max_drop is not None and max_drop < 0:
+            raise RequirementsError(f"--max-drop {max_drop} is negative", hint="give the tolerated drop, e.g. 0.01")
+        reqs = load_requirements(requirements)
+        with open_store(read_only=True) as con:
+            result = evaluate_gate(
+                con, run_id, reqs, base_dir=requirements.resolve().parent, baseline=baseline, max_drop=max_drop
+            )
+        if junit is not None:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            junit.write_text(junit_xml(result), encoding="utf-8")
+        if markdown is not None:
+            markdown.parent.mkdir(parents=True, exist_ok=True)
+            markdown.write_text(markdown_table(result), encoding="utf-8")
+        if as_json:
+            emit_json(result.to_dict())
+        else:
+            for r in result.results:
+                mark = "[green]PASS[/]" if r.passed else "[red]FAIL[/]"
+                out_console.print(f"{mark} {r.requirement.label()}: {r.message}", highlight=False, soft_wrap=True)
+            out_console.print(
+                f"gate {'passed' if result.passed else 'FAILED'}: {len(result.results) - result.n_failed} of "
+                f"{len(result.results)} requirements hold on run {result.run_id} ({result.split})"
+            )
+        if not result.passed:
+            err_console.print(f"{result.n_failed} requirement(s) failed")
+            raise typer.Exit(1)

@@ -1,0 +1,103 @@
+"""`workbench monitor`: a live policy's decision logs and outcomes → figures per window and an alarm."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from workbench.cli.common import emit_json, err_console, out_console
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("monitor")
+    def monitor_cmd(
+        policy: Path = typer.Option(..., "--policy", help="The policy file the decisions were made with."),
+        decisions: list[str] = typer.Option(
+            ..., "--decisions", help="Decision log file(s), JSON Lines (repeatable; globs allowed)."
+        ),
+        outcomes: list[str] | None = typer.Option(
+            None, "--outcomes", help="Outcome file(s): JSONL, CSV or Parquet (repeatable)."
+        ),
+        window: str = typer.Option("1D", "--window", help="A period (1D, 6h, 15min, 1W) or a count of decisions."),
+        alpha: float | None = typer.Option(None, "--alpha", help="Promised error rate (default: the policy's α)."),
+        delta: float | None = typer.Option(
+            None, "--delta", help="False-alarm probability of the alarm (default: the policy's δ)."
+        ),
+        drift_alarm: float | None = typer.Option(
+            None, "--drift-alarm", help="Also raise the alarm when a window's PSI exceeds this (e.g. 0.25)."
+        ),
+        recertify_min: int = typer.Option(
+            1000, "--recertify-min", help="Fresh outcomes needed before a recertification hint is computed."
+        ),
+        markdown: Path | None = typer.Option(None, "--markdown", help="Write a Markdown summary to this file."),
+        as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON document."),
+    ) -> None:
+        """Per-window traffic, coverage, overrides, error and drift, and an anytime-valid error alarm (exit 1)."""
+        from workbench.errors import OptionError
+        from workbench.monitor.report import MonitorOptions, monitor
+        from workbench.monitor.report import markdown as to_markdown
+
+        for name, v in (("--alpha", alpha), ("--delta", delta)):
+            if v is not None and not 0.0 < v < 1.0:
+                raise OptionError(f"{name} {v} must be between 0 and 1")
+        opts = MonitorOptions(
+            window=window, alpha=alpha, delta=delta, drift_alarm_psi=drift_alarm, recertify_min=recertify_min
+        )
+        rep = monitor(policy, decisions, outcomes or [], opts)
+        for w in rep.warnings:
+            err_console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        if markdown is not None:
+            markdown.parent.mkdir(parents=True, exist_ok=True)
+            markdown.write_text(to_markdown(rep), encoding="utf-8")
+        if as_json:
+            emit_json(rep.to_dict())
+        else:
+            from rich.table import Table
+
+            t = Table(show_header=True, header_style="bold")
+            for col in (
+                "question",
+                "window",
+                "traffic",
+                "coverage",
+                "review",
+                "override",
+                "error [95% CI]",
+                "PSI p_top",
+            ):
+                t.add_column(col, justify="left" if col in ("question", "window") else "right")
+            for w in rep.windows:
+                err = (
+                    "—"
+                    if w["error"] is None
+                    else f"{w['error']:.3f} [{w['error_low']:.3f}, {w['error_high']:.3f}] n={w['n_known']}"
+                )
+                psi = w["drift"]["p_top"]["psi"]
+                t.add_row(
+                    w["question"],
+                    str(w["window"]),
+                    str(w["traffic"]),
+                    "—" if w["coverage"] is None else f"{w['coverage']:.3f}",
+                    str(w["review_load"]),
+                    "—" if w["override_rate"] is None else f"{w['override_rate']:.3f}",
+                    err,
+                    "—" if psi is None else f"{psi:.3f}",
+                )
+            out_console.print(t, width=max(out_console.width, 150))
+            for q, info in rep.questions.items():
+                rc = info["recertification"]
+                hint = (
+                    f"recertified today: {json.dumps(rc['rule'])} ({'certified' if rc['certified'] else 'NOT certified'})"
+                    if rc["available"]
+                    else rc["message"]
+                )
+                out_console.print(f"{q}: {hint}", highlight=False, soft_wrap=True)
+            if rep.alarm:
+                for r in rep.reasons:
+                    out_console.print(f"[red]ALARM[/red] {r}", highlight=False, soft_wrap=True)
+            else:
+                out_console.print("no alarm", highlight=False)
+        if rep.alarm:
+            raise typer.Exit(1)

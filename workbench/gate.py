@@ -1,0 +1,476 @@
+"""CI gates: judge a stored run against a YAML requirements file.
+
+A requirements file names, per question, a metric and a bound::
+
+    split: test
+    requirements:
+      - {question: intent, metric: accuracy, min: 0.85}
+      - {question: intent, metric: ece_uniform, max: 0.05}
+      - {question: intent, metric: coverage_at_policy, min: 0.60, policy: policy.json}
+      - {question: intent, metric: error_at_policy, max: 0.05, policy: policy.json}
+
+Metric names are those of ``workbench report --json`` (the per-question ``metrics``), plus
+``coverage_at_policy`` (share of labelled items the policy auto-accepts) and ``error_at_policy``
+(error rate among them), measured by applying the policy file to the run's answers through the
+runtime's own decision code (the path ``workbench policy apply`` takes).
+
+A bound is judged on the pessimistic end of the bootstrap interval by default (``low`` for a
+``min``, ``high`` for a ``max``); ``on: value|low|high`` overrides it. With a baseline run the
+same metric is compared item-paired (the same bootstrap resamples applied to both runs on their
+common items): a requirement also fails when the *drop* (lower for a ``min`` metric, higher for a
+``max`` metric) exceeds ``max_drop`` significantly, i.e. the interval of the drop lies entirely
+above ``max_drop``.
+
+Problems with the gate itself (no such run, question or metric, a malformed file) raise
+:class:`~workbench.errors.RequirementsError`; the CLI maps them to exit code 2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from workbench.errors import NotFoundError, PolicyError, RequirementsError
+
+#: Metrics computed by applying a policy file to the run (everything else comes from the report).
+POLICY_METRICS = ("coverage_at_policy", "error_at_policy")
+#: Metrics of the report that are computed outside its shared replicate function.
+_SMOOTH_METRICS = ("smece", "smece_yes")
+
+
+class Requirement(BaseModel):
+    """One bound on one metric of one question."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    question: str = Field(min_length=1)
+    metric: str = Field(min_length=1)
+    min: float | None = None
+    max: float | None = None
+    on: Literal["value", "low", "high"] | None = None
+    policy: str | None = None
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> Requirement:
+        if (self.min is None) == (self.max is None):
+            raise ValueError("give exactly one of min or max")
+        if self.metric in POLICY_METRICS and not self.policy:
+            raise ValueError(f"metric {self.metric} needs 'policy: FILE'")
+        return self
+
+    @property
+    def kind(self) -> Literal["min", "max"]:
+        return "min" if self.min is not None else "max"
+
+    @property
+    def bound(self) -> float:
+        return float(self.min if self.min is not None else self.max)  # type: ignore[arg-type]
+
+    @property
+    def judged_on(self) -> str:
+        """Which end of the interval is compared with the bound (pessimistic by default)."""
+        return self.on or ("low" if self.kind == "min" else "high")
+
+    def label(self) -> str:
+        op = ">=" if self.kind == "min" else "<="
+        return self.name or f"{self.question}: {self.metric} {op} {self.bound:g} (on {self.judged_on})"
+
+
+class RequirementsFile(BaseModel):
+    """A requirements document: split, bootstrap settings and the list of requirements."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    split: str = "test"
+    level: float = Field(0.95, gt=0.0, lt=1.0)
+    n_boot: int = Field(1000, ge=50, le=100_000)
+    seed: int = 0
+    requirements: list[Requirement] = Field(min_length=1)
+
+
+def load_requirements(path: str | Path) -> RequirementsFile:
+    """Read and validate a YAML (or JSON) requirements file; one-line :class:`RequirementsError` on problems."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RequirementsError(f"{path}: requirements file does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RequirementsError(f"{path}: cannot read requirements file ({exc})") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise RequirementsError(f"{path}: not valid YAML{where}", hint="see docs/ci.md for the format") from None
+    if not isinstance(doc, dict):
+        raise RequirementsError(
+            f"{path}: expected a mapping with 'requirements:'", hint="see docs/ci.md for the format"
+        )
+    for req in doc.get("requirements") or []:
+        if isinstance(req, dict) and True in req and "on" not in req:
+            req["on"] = req.pop(True)  # YAML 1.1 reads a bare `on:` key as the boolean true
+    try:
+        return RequirementsFile.model_validate(doc)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = str(e["msg"]).removeprefix("Value error, ")
+        raise RequirementsError(f"{path}: {loc}: {msg}", hint="see docs/ci.md for the format") from None
+
+
+# -- results ----------------------------------------------------------------------------------------
+@dataclass
+class Drop:
+    """Paired comparison with the baseline: ``drop`` > 0 means worse than the baseline."""
+
+    baseline_run: str
+    baseline: float
+    drop: float
+    low: float
+    high: float
+    max_drop: float
+    significant: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RequirementResult:
+    """The verdict of one requirement with the measured value and its bootstrap interval."""
+
+    requirement: Requirement
+    value: float
+    low: float
+    high: float
+    n: int
+    passed: bool
+    message: str
+    drop: Drop | None = None
+
+    @property
+    def judged_value(self) -> float:
+        return {"value": self.value, "low": self.low, "high": self.high}[self.requirement.judged_on]
+
+    def to_dict(self) -> dict:
+        r = self.requirement
+        return {
+            "name": r.label(),
+            "question": r.question,
+            "metric": r.metric,
+            "kind": r.kind,
+            "bound": r.bound,
+            "on": r.judged_on,
+            "policy": r.policy,
+            "value": self.value,
+            "low": self.low,
+            "high": self.high,
+            "judged_value": self.judged_value,
+            "n": self.n,
+            "passed": self.passed,
+            "message": self.message,
+            "baseline": self.drop.to_dict() if self.drop else None,
+        }
+
+
+@dataclass
+class GateResult:
+    run_id: str
+    split: str
+    level: float
+    n_boot: int
+    results: list[RequirementResult] = field(default_factory=list)
+    baseline_run: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    @property
+    def n_failed(self) -> int:
+        return sum(not r.passed for r in self.results)
+
+    def to_dict(self) -> dict:
+        return {
+            "run_id": self.run_id,
+            "split": self.split,
+            "level": self.level,
+            "n_boot": self.n_boot,
+            "baseline_run": self.baseline_run,
+            "passed": self.passed,
+            "n_requirements": len(self.results),
+            "n_failed": self.n_failed,
+            "requirements": [r.to_dict() for r in self.results],
+        }
+
+
+# -- measuring ---------------------------------------------------------------------------------------
+@dataclass
+class _Measure:
+    """A question's metrics on one run: item ids (n,), kept mask (n,), replicate function and estimates."""
+
+    item_ids: np.ndarray
+    kept: np.ndarray
+    stats: Callable[[np.ndarray | None], Mapping[str, float]]
+    intervals: dict[str, Any]
+
+
+def _policy_measure(con: Any, run_id: str, question: str, split: str, policy_path: Path, opts: RequirementsFile):
+    """Apply a policy file to the run's labelled answers of ``question`` with the runtime's decision code."""
+    from workbench.metrics.bootstrap import bootstrap_many
+    from workbench.policy.runtime import Policy
+    from workbench.store.runs import load_answers
+
+    policy = Policy.load(policy_path)
+    cq = policy.questions.get(question)
+    if cq is None:
+        raise RequirementsError(
+            f"policy {policy_path} has no question {question!r}", hint=f"questions: {', '.join(policy.questions)}"
+        )
+    ans = load_answers(con, run_id, question, [split])
+    if list(ans.option_ids) != list(cq.options):
+        raise RequirementsError(
+            f"policy {policy_path}: options of {question!r} differ from run {run_id}'s",
+            hint="apply a policy exported for this question's schema",
+        )
+    labelled = ans.labels >= 0
+    probs, labels = ans.probs[labelled], ans.labels[labelled]
+    decisions = cq.decide_probs(probs)  # the runtime's path: calibrator, then the rule, failures -> fallback
+    index = {o: j for j, o in enumerate(cq.options)}
+    accepted = np.fromiter((d.accepted for d in decisions), dtype=bool, count=len(decisions))
+    option = np.fromiter((index.get(d.option, -1) if d.accepted else -1 for d in decisions), int, len(decisions))
+    wrong = accepted & (option != labels)
+    acc_f, wrong_f = accepted.astype(float), wrong.astype(float)
+    n = int(labelled.sum())
+
+    def stats(w: np.ndarray | None) -> dict[str, float]:
+        total = float(n) if w is None else float(w.sum())
+        n_acc = float(acc_f.sum()) if w is None else float(w @ acc_f)
+        n_err = float(wrong_f.sum()) if w is None else float(w @ wrong_f)
+        return {
+            "coverage_at_policy": n_acc / total if total > 0 else math.nan,
+            "error_at_policy": n_err / n_acc if n_acc > 0 else math.nan,
+        }
+
+    intervals = bootstrap_many(stats, n, n_boot=opts.n_boot, seed=opts.seed, level=opts.level)
+    return _Measure(ans.item_ids[labelled].astype(str), np.ones(n, bool), stats, intervals)  # type: ignore[arg-type]
+
+
+def _report_measure(con: Any, run_id: str, question: str, split: str, opts: RequirementsFile, smooth: bool):
+    from workbench.metrics.report import question_report
+    from workbench.store.runs import load_answers
+
+    ans = load_answers(con, run_id, question, [split])
+    rep = question_report(ans, n_boot=opts.n_boot, seed=opts.seed, level=opts.level, smooth=smooth)
+    kept, stats = rep.replicate if rep.replicate is not None else (np.zeros(len(ans.labels), bool), None)
+    return _Measure(ans.item_ids.astype(str), kept, stats, dict(rep.metrics))  # type: ignore[arg-type]
+
+
+def _paired_drop(a: _Measure, b: _Measure, metric: str, kind: str, opts: RequirementsFile) -> tuple[float, ...]:
+    """Paired bootstrap of ``b − a`` on the items both kept; returns (a, b, diff, low, high)."""
+    from workbench.metrics.bootstrap import paired_bootstrap
+
+    ids_a, ids_b = a.item_ids[a.kept], b.item_ids[b.kept]
+    common, pos_a, pos_b = np.intersect1d(ids_a, ids_b, assume_unique=True, return_indices=True)
+    if common.size == 0:
+        raise RequirementsError(f"{metric}: the run and the baseline share no evaluated items")
+
+    def lift(stats: Callable, size: int, pos: np.ndarray) -> Callable:
+        def f(w: np.ndarray | None) -> Mapping[str, float]:
+            full = np.zeros(size)
+            full[pos] = 1.0 if w is None else w
+            return {metric: stats(full)[metric]}
+
+        return f
+
+    d = paired_bootstrap(
+        lift(a.stats, ids_a.size, pos_a),
+        lift(b.stats, ids_b.size, pos_b),
+        int(common.size),
+        n_boot=opts.n_boot,
+        seed=opts.seed,
+        level=opts.level,
+    )[metric]
+    return d.a, d.b, d.difference, d.low, d.high
+
+
+def evaluate_gate(
+    con: Any,
+    run_id: str,
+    reqs: RequirementsFile,
+    *,
+    base_dir: str | Path = ".",
+    baseline: str | None = None,
+    max_drop: float | None = None,
+) -> GateResult:
+    """Measure every requirement on ``run_id`` (and, with ``baseline``, the paired drop) and judge it.
+
+    Parameters
+    ----------
+    con : duckdb connection to the store
+    run_id : run id or name
+    reqs : the validated requirements
+    base_dir : directory that relative ``policy:`` paths are resolved against (the requirements file's)
+    baseline : run id or name of the baseline run, optional
+    max_drop : largest tolerated drop against the baseline (same units as the metric); with ``baseline``
+
+    Raises
+    ------
+    RequirementsError : no such run, question, metric or policy (the gate cannot be evaluated)
+    """
+    from workbench.store.runs import get_run, run_questions
+
+    def resolve(rid: str, what: str) -> str:
+        try:
+            return str(get_run(con, rid)["run_id"])
+        except NotFoundError as exc:
+            raise RequirementsError(
+                f"{what} {rid!r} does not exist", hint=exc.hint or "see `workbench runs list`"
+            ) from None
+
+    run = resolve(run_id, "run")
+    base = resolve(baseline, "baseline run") if baseline else None
+    if base and max_drop is None:
+        max_drop = 0.0
+    questions = set(run_questions(con, run))
+    cache: dict[tuple, _Measure] = {}
+
+    def measure(rid: str, req: Requirement) -> _Measure:
+        if req.question not in questions:
+            raise RequirementsError(
+                f"requirement {req.label()!r}: run {run} has no question {req.question!r}",
+                hint=f"questions: {', '.join(sorted(questions))}",
+            )
+        if req.metric in POLICY_METRICS:
+            p = Path(req.policy or "")
+            p = p if p.is_absolute() else Path(base_dir) / p
+            key: tuple = (rid, req.question, "policy", str(p))
+            if key not in cache:
+                try:
+                    cache[key] = _policy_measure(con, rid, req.question, reqs.split, p, reqs)
+                except PolicyError as exc:
+                    raise RequirementsError(f"requirement {req.label()!r}: {exc.message}", hint=exc.hint) from None
+        else:
+            smooth = req.metric in _SMOOTH_METRICS
+            key = (rid, req.question, "report", smooth)
+            if key not in cache:
+                cache[key] = _report_measure(con, rid, req.question, reqs.split, reqs, smooth)
+        m = cache[key]
+        if req.metric not in m.intervals:
+            known = sorted({*m.intervals, *POLICY_METRICS}) if m.intervals else []
+            raise RequirementsError(
+                f"unknown metric {req.metric!r} for question {req.question!r} of run {rid}"
+                + ("" if known else f" (no answered, labelled items on split {reqs.split!r})"),
+                hint=f"known: {', '.join(known)}" if known else "check the split",
+            )
+        return m
+
+    out = GateResult(run, reqs.split, reqs.level, reqs.n_boot, baseline_run=base)
+    for req in reqs.requirements:
+        m = measure(run, req)
+        iv = m.intervals[req.metric]
+        value, low, high = float(iv.estimate), float(iv.low), float(iv.high)
+        judged = {"value": value, "low": low, "high": high}[req.judged_on]
+        n = int(m.kept.sum())
+        ok = math.isfinite(judged) and (judged >= req.bound if req.kind == "min" else judged <= req.bound)
+        op = ">=" if req.kind == "min" else "<="
+        ci = f"{int(round(reqs.level * 100))}% interval [{low:.4f}, {high:.4f}]"
+        if not math.isfinite(judged):
+            msg = f"{req.metric} could not be measured on its {req.judged_on} end (n={n}); needs {op} {req.bound:g}"
+        else:
+            msg = (
+                f"{req.metric} = {value:.4f}, {ci}, n={n}; judged on {req.judged_on} = {judged:.4f}, "
+                f"needs {op} {req.bound:g}"
+            )
+        drop = None
+        if base is not None:
+            if req.metric in _SMOOTH_METRICS:
+                raise RequirementsError(
+                    f"requirement {req.label()!r}: {req.metric} has no paired comparison",
+                    hint="use ece_uniform or debiased_ece with --baseline",
+                )
+            mb = measure(base, req)
+            va, vb, diff, dlo, dhi = _paired_drop(mb, m, req.metric, req.kind, reqs)
+            # drop > 0 is worse: lower for a min-metric, higher for a max-metric
+            sign = -1.0 if req.kind == "min" else 1.0
+            d, dl, dh = sign * diff, min(sign * dlo, sign * dhi), max(sign * dlo, sign * dhi)
+            significant = bool(math.isfinite(dl) and dl > float(max_drop or 0.0))
+            drop = Drop(base, float(va), float(d), float(dl), float(dh), float(max_drop or 0.0), significant)
+            msg += f"; drop vs {base} = {d:+.4f} [{dl:+.4f}, {dh:+.4f}]" + (
+                f" exceeds max drop {max_drop:g}" if significant else ""
+            )
+            ok = ok and not significant
+        out.results.append(RequirementResult(req, value, low, high, n, bool(ok), msg, drop))
+    return out
+
+
+# -- outputs -----------------------------------------------------------------------------------------
+def junit_xml(result: GateResult) -> str:
+    """JUnit XML: one ``testcase`` per requirement, a ``failure`` naming the measured value and interval."""
+    import xml.etree.ElementTree as ET
+
+    suites = ET.Element("testsuites", name="workbench gate", tests=str(len(result.results)))
+    suites.set("failures", str(result.n_failed))
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"workbench gate {result.run_id}",
+        tests=str(len(result.results)),
+        failures=str(result.n_failed),
+        errors="0",
+        skipped="0",
+    )
+    for r in result.results:
+        case = ET.SubElement(
+            suite, "testcase", classname=f"gate.{r.requirement.question}", name=r.requirement.label(), time="0"
+        )
+        if not r.passed:
+            fail = ET.SubElement(case, "failure", message=r.message, type="RequirementFailed")
+            fail.text = r.message
+        else:
+            ET.SubElement(case, "system-out").text = r.message
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _num(x: float) -> str:
+    return "—" if not math.isfinite(x) else f"{x:.4f}"
+
+
+def markdown_table(result: GateResult) -> str:
+    """A short Markdown summary a CI job can post as a pull-request comment."""
+    head = "passed" if result.passed else f"FAILED ({result.n_failed} of {len(result.results)})"
+    pct = int(round(result.level * 100))
+    lines = [
+        f"### Workbench gate: {head}",
+        "",
+        f"Run `{result.run_id}` on split `{result.split}` ({pct}% bootstrap intervals, {result.n_boot} resamples)"
+        + (f", paired against `{result.baseline_run}`" if result.baseline_run else "")
+        + ".",
+        "",
+        "| | question | metric | requirement | value | interval | judged on |"
+        + (" drop vs baseline |" if result.baseline_run else ""),
+        "|---|---|---|---|---:|---|---|" + ("---|" if result.baseline_run else ""),
+    ]
+    for r in result.results:
+        q = r.requirement
+        op = "≥" if q.kind == "min" else "≤"
+        row = (
+            f"| {'✅' if r.passed else '❌'} | {q.question} | {q.metric} | {op} {q.bound:g} | {_num(r.value)} | "
+            f"[{_num(r.low)}, {_num(r.high)}] | {q.judged_on} |"
+        )
+        if result.baseline_run:
+            d = r.drop
+            row += f" {d.drop:+.4f} [{d.low:+.4f}, {d.high:+.4f}] |" if d else " — |"
+        lines.append(row)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,305 @@
+"""Reading decision logs and outcome files with DuckDB (streamed, aggregated in SQL).
+
+Decision log: JSON Lines, one object per question decision, as written by the runtime's
+``DecisionLog``::
+
+    {"decision_id": "...", "time": "2026-12-01T04:05:06.123456+00:00", "policy_hash": "sha256:...",
+     "policy_version": "1.0.0", "model": "...", "schema_hash": "...", "question": "intent",
+     "action": "accept", "option": "card_arrival", "p_top": 0.93, "margin": 0.71, "probs": [...]}
+
+``probs`` are the provider's probabilities in the policy's option order (``null`` when the
+answer failed); ``p_top``/``margin`` are the calibrated figures the rule looked at. Rotated files
+(``decisions.jsonl.1`` …) are simply more paths. A line that is not valid JSON (a torn last line
+after a crash) is skipped and counted, never a failed load.
+
+Outcomes: JSON Lines, CSV or Parquet with ``decision_id``, ``question`` (optional when the policy
+has one question) and ``outcome`` (the true option) and/or ``override`` (true when a human changed
+an auto-accepted decision).
+
+Everything is loaded into a DuckDB database in a temporary directory (disk-backed, so memory stays
+bounded whatever the log size); the per-window figures are SQL aggregates.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import OptionError
+
+#: Columns of a parsed decision record and how each is read from the JSON line.
+_FIELDS = {
+    "decision_id": "line->>'decision_id'",
+    "time": "CAST(timezone('UTC', TRY_CAST(line->>'time' AS TIMESTAMPTZ)) AS TIMESTAMP)",
+    "time_text": "line->>'time'",
+    "policy_hash": "line->>'policy_hash'",
+    "policy_version": "line->>'policy_version'",
+    "model": "line->>'model'",
+    "schema_hash": "line->>'schema_hash'",
+    "question": "line->>'question'",
+    "action": "line->>'action'",
+    "option": "line->>'option'",
+    "p_top": "TRY_CAST(line->>'p_top' AS DOUBLE)",
+    "margin": "TRY_CAST(line->>'margin' AS DOUBLE)",
+    "probs": "TRY_CAST(line->'probs' AS DOUBLE[])",
+}
+_REQUIRED = ("decision_id", "question", "action")
+
+
+def expand_paths(patterns: Sequence[str | Path], what: str) -> list[str]:
+    """Files named by paths or glob patterns, each existing; one-line error otherwise."""
+    out: list[str] = []
+    for p in patterns:
+        s = str(p)
+        hits = sorted(glob.glob(s)) if any(c in s for c in "*?[") else ([s] if Path(s).exists() else [])
+        if not hits:
+            raise OptionError(f"{what} {s}: no such file", hint="give existing files (globs allowed)")
+        out += [h for h in hits if Path(h).is_file()]
+    return list(dict.fromkeys(out))
+
+
+def _sql_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join("'" + str(s).replace("'", "''") + "'" for s in items) + "]"
+
+
+@dataclass
+class LoadSummary:
+    """What was read: record counts and the lines skipped (torn/invalid) per file."""
+
+    files: list[str]
+    n_lines: int = 0
+    n_records: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    incomplete: int = 0
+    outcome_files: list[str] = field(default_factory=list)
+    n_outcomes: int = 0
+    n_outcomes_unmatched: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "decision_files": self.files,
+            "n_lines": self.n_lines,
+            "n_records": self.n_records,
+            "skipped_lines": self.skipped,
+            "incomplete_records": self.incomplete,
+            "outcome_files": self.outcome_files,
+            "n_outcomes": self.n_outcomes,
+            "n_outcomes_unmatched": self.n_outcomes_unmatched,
+        }
+
+
+class MonitorStore:
+    """A scratch DuckDB database (temporary directory) holding ``decisions`` and ``outcomes`` tables."""
+
+    def __init__(self, memory_limit: str = "512MB"):
+        import duckdb
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="workbench-monitor-")
+        self.con = duckdb.connect(str(Path(self._tmp.name) / "monitor.duckdb"))
+        self.con.execute(f"SET memory_limit = '{memory_limit}'")
+        self.con.execute(f"SET temp_directory = '{Path(self._tmp.name) / 'spill'}'")
+        self.con.execute("SET preserve_insertion_order = true")
+        self.con.execute("SET TimeZone = 'UTC'")
+
+    def close(self) -> None:
+        self.con.close()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> MonitorStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- decisions --------------------------------------------------------------------------------
+    def load_decisions(self, files: Sequence[str]) -> LoadSummary:
+        """Parse the decision logs into table ``decisions``; count and skip lines that are not JSON."""
+        con = self.con
+        src = (
+            f"read_csv({_sql_list(files)}, columns={{'line': 'VARCHAR'}}, header=false, delim=chr(1), "
+            "quote='', escape='', auto_detect=false, filename=true)"
+        )
+        con.execute(f"CREATE TEMP VIEW lines AS SELECT line, filename FROM {src} WHERE trim(coalesce(line, '')) <> ''")
+        bad = con.execute(
+            "SELECT filename, count(*) FROM lines WHERE NOT json_valid(line) OR json_type(line) <> 'OBJECT' "
+            "GROUP BY filename ORDER BY filename"
+        ).fetchall()
+        cols = ", ".join(f"{expr} AS {name}" for name, expr in _FIELDS.items())
+        con.execute(
+            f"CREATE TABLE decisions AS SELECT {cols} FROM lines WHERE json_valid(line) AND json_type(line) = 'OBJECT'"
+        )
+        summary = LoadSummary(list(files))
+        summary.n_lines = int(con.execute("SELECT count(*) FROM lines").fetchone()[0])  # type: ignore[index]
+        summary.skipped = {str(f): int(n) for f, n in bad}
+        missing = " OR ".join(f"{c} IS NULL" for c in _REQUIRED)
+        summary.incomplete = int(con.execute(f"SELECT count(*) FROM decisions WHERE {missing}").fetchone()[0])  # type: ignore[index]
+        con.execute(f"DELETE FROM decisions WHERE {missing}")
+        summary.n_records = int(con.execute("SELECT count(*) FROM decisions").fetchone()[0])  # type: ignore[index]
+        for f, n in summary.skipped.items():
+            summary.warnings.append(f"{f}: skipped {n} line(s) that are not a JSON object (a torn line after a crash?)")
+        if summary.incomplete:
+            summary.warnings.append(
+                f"skipped {summary.incomplete} record(s) without {', '.join(_REQUIRED)} (not decision records)"
+            )
+        bad_time = con.execute("SELECT count(*), any_value(time_text) FROM decisions WHERE time IS NULL").fetchone()
+        if bad_time and bad_time[0]:
+            summary.warnings.append(
+                f"{bad_time[0]} record(s) have no readable UTC time (e.g. {bad_time[1]!r}); they sort last"
+            )
+        return summary
+
+    # -- outcomes ---------------------------------------------------------------------------------
+    def load_outcomes(self, files: Sequence[str], summary: LoadSummary, *, default_question: str | None) -> None:
+        """Read outcome files (JSONL/CSV/Parquet, by suffix) into table ``outcomes`` (one row per decision/question)."""
+        con = self.con
+        parts = []
+        for f in files:
+            suffix = "".join(Path(f).suffixes[-2:]).lower()
+            if suffix.endswith(".parquet"):
+                rel = f"read_parquet('{_q(f)}')"
+            elif suffix.endswith(".csv") or suffix.endswith(".csv.gz"):
+                rel = f"read_csv('{_q(f)}', header=true, all_varchar=true)"
+            elif suffix.endswith((".jsonl", ".json", ".ndjson", ".jsonl.gz")):
+                rel = f"read_json('{_q(f)}', format='newline_delimited', ignore_errors=true)"
+            else:
+                raise OptionError(f"--outcomes {f}: unknown format", hint="use .jsonl, .csv or .parquet")
+            try:
+                names = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {rel}").fetchall()]
+            except Exception as exc:  # duckdb's own message names the problem
+                raise OptionError(f"--outcomes {f}: cannot read ({str(exc).splitlines()[0]})") from None
+            if "decision_id" not in names or not ({"outcome", "override"} & set(names)):
+                raise OptionError(
+                    f"--outcomes {f}: needs columns decision_id and outcome and/or override (has {', '.join(names)})"
+                )
+            if "question" not in names and default_question is None:
+                raise OptionError(
+                    f"--outcomes {f}: no question column and the policy has several questions",
+                    hint="add a question column",
+                )
+            q = "CAST(question AS VARCHAR)" if "question" in names else f"'{_q(default_question or '')}'"
+            o = "CAST(outcome AS VARCHAR)" if "outcome" in names else "CAST(NULL AS VARCHAR)"
+            v = "TRY_CAST(override AS BOOLEAN)" if "override" in names else "CAST(NULL AS BOOLEAN)"
+            parts.append(
+                f"SELECT CAST(decision_id AS VARCHAR) AS decision_id, {q} AS question, {o} AS outcome, "
+                f"{v} AS override FROM {rel}"
+            )
+        summary.outcome_files = list(files)
+        if not parts:
+            con.execute(
+                "CREATE TABLE outcomes (decision_id VARCHAR, question VARCHAR, outcome VARCHAR, override BOOLEAN)"
+            )
+            return
+        # several reports of one decision: the last file (and row) that says something wins
+        con.execute(
+            "CREATE TABLE outcomes AS SELECT decision_id, question, "
+            "last(outcome ORDER BY src, rn) FILTER (WHERE outcome IS NOT NULL) AS outcome, "
+            "last(override ORDER BY src, rn) FILTER (WHERE override IS NOT NULL) AS override "
+            "FROM ("
+            + " UNION ALL ".join(
+                f"SELECT *, {i} AS src, row_number() OVER () AS rn FROM ({p})" for i, p in enumerate(parts)
+            )
+            + ") WHERE decision_id IS NOT NULL GROUP BY decision_id, question"
+        )
+        summary.n_outcomes = int(con.execute("SELECT count(*) FROM outcomes").fetchone()[0])  # type: ignore[index]
+        summary.n_outcomes_unmatched = int(
+            con.execute(
+                "SELECT count(*) FROM outcomes o ANTI JOIN decisions d "
+                "ON d.decision_id = o.decision_id AND d.question = o.question"
+            ).fetchone()[0]  # type: ignore[index]
+        )
+        if summary.n_outcomes_unmatched:
+            summary.warnings.append(
+                f"{summary.n_outcomes_unmatched} outcome(s) match no logged decision (other logs or policies?)"
+            )
+
+    # -- the joined view ----------------------------------------------------------------------------
+    def build_view(
+        self,
+        *,
+        policy_hash: str,
+        options: dict[str, list[str]],
+        models: list[str],
+        schema_hashes: list[str],
+        window: str,
+        n_bins: int,
+    ) -> None:
+        """Table ``d``: this policy's decisions joined with outcomes, with per-row flags and a window key.
+
+        ``window`` is a count (``"500"``: that many decisions per question) or a calendar period
+        (``"1D"``, ``"6h"``, ``"15min"``, ``"1W"``).
+        """
+        con = self.con
+        opt_cases = " ".join(f"WHEN '{_q(q)}' THEN {_sql_list(o)}" for q, o in options.items())
+        model_bad = f"(model IS NOT NULL AND NOT list_contains({_sql_list(models)}, model))" if models else "false"
+        schema_bad = f"(schema_hash IS NOT NULL AND NOT list_contains({_sql_list(schema_hashes)}, schema_hash))"
+        period = parse_window(window)
+        order = "time NULLS LAST, decision_id"
+        if isinstance(period, int):
+            wkey = f"(row_number() OVER (PARTITION BY question ORDER BY {order}) - 1) // {period}"
+        else:
+            wkey = f"time_bucket(INTERVAL '{period}', time)"
+        con.execute(
+            f"""
+            CREATE TABLE d AS
+            WITH x AS (
+                SELECT dec.*, o.outcome, o.override,
+                       CASE dec.question {opt_cases} END AS options
+                FROM decisions dec LEFT JOIN outcomes o
+                  ON o.decision_id = dec.decision_id AND o.question = dec.question
+                WHERE dec.policy_hash = '{_q(policy_hash)}' AND dec.question IN (SELECT unnest({_sql_list(list(options))}))
+            )
+            SELECT *,
+                   row_number() OVER (PARTITION BY question ORDER BY {order}) - 1 AS idx,
+                   {wkey} AS win,
+                   action = 'accept' AS accepted,
+                   action = 'accept' AND (outcome IS NOT NULL OR override IS NOT NULL) AS known,
+                   CASE WHEN outcome IS NOT NULL THEN outcome <> option ELSE override END AS wrong,
+                   {model_bad} AS model_mismatch,
+                   {schema_bad} AS schema_mismatch,
+                   least(floor(p_top * {n_bins}), {n_bins - 1})::INTEGER AS p_bin,
+                   least(floor(greatest(margin, 0) * {n_bins}), {n_bins - 1})::INTEGER AS m_bin,
+                   CASE WHEN probs IS NOT NULL AND len(probs) = len(options)
+                        THEN options[list_position(probs, list_max(probs))] END AS predicted,
+                   CASE WHEN outcome IS NOT NULL THEN list_position(options, outcome) - 1 END AS label
+            FROM x
+            """
+        )
+
+    def other_policies(self, policy_hash: str) -> list[tuple[str, int]]:
+        return [
+            (str(h), int(n))
+            for h, n in self.con.execute(
+                "SELECT coalesce(policy_hash, '(none)'), count(*) FROM decisions "
+                f"WHERE policy_hash IS DISTINCT FROM '{_q(policy_hash)}' GROUP BY 1 ORDER BY 2 DESC"
+            ).fetchall()
+        ]
+
+
+def _q(s: str) -> str:
+    return str(s).replace("'", "''")
+
+
+_PERIOD = re.compile(r"^\s*(\d+)\s*(min|m|h|H|D|d|W|w)\s*$")
+_UNITS = {"min": "minute", "m": "minute", "h": "hour", "H": "hour", "D": "day", "d": "day", "W": "week", "w": "week"}
+
+
+def parse_window(window: str | int) -> int | str:
+    """``"500"`` → 500 decisions per window; ``"1D"``/``"6h"``/``"15min"``/``"1W"`` → a DuckDB interval text."""
+    s = str(window).strip()
+    if s.isdigit():
+        n = int(s)
+        if n < 1:
+            raise OptionError(f"--window {window}: a count must be >= 1")
+        return n
+    m = _PERIOD.match(s)
+    if not m or int(m.group(1)) < 1:
+        raise OptionError(
+            f"--window {window!r} is neither a count nor a period", hint="e.g. --window 1D, 6h, 15min, 1W or 500"
+        )
+    return f"{int(m.group(1))} {_UNITS[m.group(2)]}"
