@@ -41,7 +41,7 @@ FLOORS: dict[str, int] = {
     "evaluation": 7,
     "workflows": 7,
     "experiments": 7,
-    "compare": 7,
+    "comparison": 7,
     "shadow": 7,
     "gate": 7,
     "monitor": 7,

@@ -1,8 +1,30 @@
 """Decision Workbench: evaluate decision models, calibrate them, and ship routing thresholds.
 
-Public API (the CLI, the UI and notebooks use only these names)::
+``import workbench as wb`` — the workflow, in order::
 
-    from workbench import connect, load_schema, import_dataset, load_answers
+    con = wb.connect("workbench.duckdb")                        # 1. open (or create) the store
+    wb.import_dataset(con, **wb.bundled_dataset("sms_spam"))    # 2. labelled data, seeded splits
+    run_id = wb.run(con, "sms_spam", schema, "baseline:tfidf-logreg")   # 3. run a provider
+    answers = wb.load_answers(con, run_id, "spam", ["test"])    # 4. answers as arrays
+    wb.report(con, run_id)                                      # 5. calibration metrics (ECE, Brier …)
+    wb.calibrate(con, run_id, "temperature")                    # 6. a recalibrated view of the run
+    opts = wb.ThresholdOptions(alpha=0.05, delta=0.1)           # 7. how thresholds are chosen
+    result = wb.choose_thresholds(con, run_id, "spam", opts)    # 8. certified (τ, m), judged on test
+    policy = wb.build_policy(con, run_id, "spam", opts, out="policy.json")   # 9. the policy file
+    wb.Policy.load("policy.json").decide(response)              # 10. what production loads
+    wb.compare(con, [run_a, run_b])                             # 11. paired comparison of runs
+    wb.replay_shadow(con, "a-vs-b", run_a, run_b)               # 12. a shadow session …
+    wb.shadow_report(con, "a-vs-b")                             #     … and its verdict
+
+Plots: ``wb.ReliabilityDisplay``, ``wb.ConfusionDisplay``, ``wb.RiskCoverageDisplay``,
+``wb.ThresholdSurfaceDisplay`` (``from_…(...)`` constructors, the plotly figure in ``.figure_``).
+Helpers: ``wb.load_schema``, ``wb.bundled_dataset``, ``wb.bundled_schema_file``, ``wb.get_run``,
+``wb.list_runs``, ``wb.run_emulator`` (the offline provider emulator), ``wb.WorkbenchError`` (every
+error a user can cause; ``str(err)`` is one line with a hint), ``wb.__version__``.
+
+Every ``wb.*`` function calls the same library code as the CLI (``workbench …``) and the UI, with the
+same defaults (:class:`ThresholdOptions`), so the same run gives the same figures everywhere. See
+``help(wb.choose_thresholds)`` etc. for each step's parameters and a runnable example.
 """
 
 __version__ = "0.1.0"
@@ -11,15 +33,33 @@ import workbench._runtime_path  # noqa: E402, F401 - a source checkout uses its 
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.schema import DecisionSchema, load_schema, schema_hash  # noqa: E402
 
-# The store (duckdb, pandas, pyarrow) loads on first use, so that the dependency-light policy runtime
-# (`from workbench.policy import Policy`) does not pull it into production processes.
+# Heavy modules (duckdb, pandas, pyarrow, scipy, plotly) load on first use, so that ``import workbench``
+# and the dependency-light policy runtime stay light.
 _LAZY = {
-    "connect": "workbench.store.db",
+    "connect": "workbench.api",
+    "import_dataset": "workbench.api",
+    "run": "workbench.api",
+    "load_answers": "workbench.api",
+    "report": "workbench.api",
+    "calibrate": "workbench.api",
+    "choose_thresholds": "workbench.api",
+    "ThresholdOptions": "workbench.thresholds.choose",
+    "build_policy": "workbench.api",
+    "Policy": "workbench.policy",
+    "compare": "workbench.api",
+    "replay_shadow": "workbench.api",
+    "shadow_report": "workbench.api",
+    "ReliabilityDisplay": "workbench.metrics.displays",
+    "ConfusionDisplay": "workbench.metrics.displays",
+    "RiskCoverageDisplay": "workbench.metrics.displays",
+    "ThresholdSurfaceDisplay": "workbench.metrics.displays",
+    "bundled_dataset": "workbench.bundled",
+    "bundled_schema_file": "workbench.bundled",
+    "run_emulator": "workbench.emulator",
     "transaction": "workbench.store.db",
-    "RunAnswers": "workbench.store.runs",
+    "RunAnswers": "workbench.answers",
     "get_run": "workbench.store.runs",
     "list_runs": "workbench.store.runs",
-    "load_answers": "workbench.store.runs",
 }
 
 
@@ -27,20 +67,45 @@ def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+#: The workflow first (the order of ``help(workbench)``), then the helpers.
 __all__ = [
-    "__version__",
+    "connect",
+    "import_dataset",
+    "run",
+    "load_answers",
+    "report",
+    "calibrate",
+    "ThresholdOptions",
+    "choose_thresholds",
+    "build_policy",
+    "Policy",
+    "compare",
+    "replay_shadow",
+    "shadow_report",
+    "ReliabilityDisplay",
+    "ConfusionDisplay",
+    "RiskCoverageDisplay",
+    "ThresholdSurfaceDisplay",
     "WorkbenchError",
+    "__version__",
     "DecisionSchema",
     "load_schema",
     "schema_hash",
-    "connect",
+    "bundled_dataset",
+    "bundled_schema_file",
+    "run_emulator",
     "transaction",
     "RunAnswers",
     "get_run",
     "list_runs",
-    "load_answers",
 ]

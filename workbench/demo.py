@@ -12,14 +12,13 @@ import os
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from workbench.errors import WorkbenchError
-from workbench.reporting import Reporter, SilentReporter, default_reporter
 
 #: Providers of the demo; the emulated one is labelled EMULATED everywhere it appears.
 LOCAL_PROVIDERS = ("local:minilm-zeroshot", "baseline:tfidf-logreg")
@@ -38,47 +37,30 @@ class DemoError(WorkbenchError):
 # -- where the bundled files are ----------------------------------------------------------------------
 def repo_root() -> Path:
     """The checkout the package is installed from (editable install: the parent of ``workbench/``)."""
-    return Path(__file__).resolve().parents[1]
+    from workbench.bundled import repo_root as _root
 
-
-def bundled_dir(name: str) -> Path:
-    """``datasets/<name>`` of the checkout (``WORKBENCH_DATASETS`` overrides the parent folder)."""
-    base = Path(os.environ.get("WORKBENCH_DATASETS", repo_root() / "datasets"))
-    path = base / name
-    if not path.is_dir():
-        raise DemoError(
-            f"bundled dataset {name!r} not found in {base}",
-            hint="run the demo from a checkout (datasets/ ships with it) or set WORKBENCH_DATASETS",
-        )
-    return path
-
-
-def import_spec_for(name: str):
-    """How the demo imports each bundled dataset (calibration carved from train, fixed seed)."""
-    from workbench.store.datasets import ImportSpec
-
-    if name == "banking77":
-        return ImportSpec(
-            name="banking77", text_column="text", labels={"intent": "category"}, calibration_fraction=0.2, seed=0
-        )
-    if name == "hwu64":
-        return ImportSpec(
-            name="hwu64",
-            text_column="text",
-            id_column="id",
-            split_column="split",
-            labels={"scenario": "scenario", "intent": "label"},
-            calibration_fraction=0.2,
-            seed=0,
-        )
-    raise DemoError(f"no bundled dataset {name!r}", hint=f"choose from {', '.join(DATASETS)}")
+    return _root()
 
 
 def dataset_files(name: str) -> list[Path]:
-    d = bundled_dir(name)
-    if name == "banking77":
-        return [d / "train.csv", d / "test.csv"]
-    return [d / "hwu64_kfold1.csv"]
+    """The bundled files of ``name`` (:func:`workbench.bundled_dataset`)."""
+    import workbench as wb
+
+    if name not in DATASETS:
+        raise DemoError(f"no bundled dataset {name!r}", hint=f"choose from {', '.join(DATASETS)}")
+    return list(wb.bundled_dataset(name)["paths"])
+
+
+def import_spec_for(name: str):
+    """How the demo imports each bundled dataset (as :func:`workbench.bundled_dataset` says)."""
+    import workbench as wb
+    from workbench.store.datasets import ImportSpec
+
+    if name not in DATASETS:
+        raise DemoError(f"no bundled dataset {name!r}", hint=f"choose from {', '.join(DATASETS)}")
+    spec = wb.bundled_dataset(name)
+    spec.pop("paths")
+    return ImportSpec(**spec)
 
 
 # -- schema variants ---------------------------------------------------------------------------------
@@ -171,6 +153,9 @@ class DemoResult:
     seconds: float
     summary: pd.DataFrame
     shadow: str | None = None
+    settings: dict = field(default_factory=dict)  # ThresholdOptions.settings() of every policy
+    settings_text: str = ""  # ThresholdOptions.describe()
+    policy_run: str | None = None  # the run policy.json was certified on
 
     @property
     def ui_commands(self) -> list[str]:
@@ -181,6 +166,8 @@ class DemoResult:
             "out_dir": str(self.out_dir),
             "db": str(self.db_path),
             "policy": str(self.policy_path) if self.policy_path else None,
+            "policy_source": {"run_id": self.policy_run, "question": "intent"} if self.policy_run else None,
+            "settings": self.settings,
             "seconds": self.seconds,
             "shadow": self.shadow,
             "runs": [r.__dict__ for r in self.runs],
@@ -305,7 +292,7 @@ def _figures(con, run_id: str, question: str) -> dict:
     cal = load_answers(con, run_id, question, ["calibration"]).labelled()
     test = load_answers(con, run_id, question, ["test"])
     lab = test.labelled()
-    out = {"n_test": int(len(test.labels)), "failed_test": int(test.failed.sum())}
+    out: dict[str, float] = {"n_test": int(len(test.labels)), "failed_test": int(test.failed.sum())}
     if len(lab.labels) == 0:
         return out
     out["accuracy"] = float((lab.probs.argmax(axis=1) == lab.labels).mean())
@@ -321,13 +308,14 @@ def run_demo(
     out_dir: str | Path = "demo-output",
     *,
     fast: bool = False,
-    alpha: float = 0.1,
-    delta: float = 0.1,
+    options: Any = None,
+    alpha: float | None = None,
+    delta: float | None = None,
     datasets: tuple[str, ...] = DATASETS,
     providers: tuple[str, ...] | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
-    reporter: Reporter | None = None,
+    reporter: Any = None,
 ) -> DemoResult:
     """Run the whole offline demo into ``out_dir`` and return what it made.
 
@@ -338,32 +326,35 @@ def run_demo(
         ``policies/<dataset>-<provider>-<variant>.json`` for every run.
     fast : bool
         Subsample every split (about :data:`FAST_ITEMS` items) for a quick look or a test.
-    alpha, delta : float
-        Guarantee: P(error among auto-accepted > alpha) <= delta on the calibration split.
+    options : ThresholdOptions, optional
+        How thresholds are chosen; default ``ThresholdOptions()`` — the defaults of
+        ``workbench thresholds``, ``compare``, the UI and the API, so their figures agree.
+    alpha, delta : float, optional
+        Override ``options.alpha`` / ``options.delta`` (the guarantee
+        P(error among auto-accepted > alpha) <= delta on the calibration split).
     datasets, providers : tuples
         Subsets of :data:`DATASETS` and of the three demo providers.
     progress : bool
         Rich progress bars on stderr (the runner's).
     log : callable
         Receives one line per step (default: ``reporter.log``).
-    reporter : Reporter, optional
-        Progress bars and lines (:mod:`workbench.reporting`; default: the ``workbench`` logger).
+    reporter : workbench.reporting.Reporter, optional
+        Narrative and progress (default :func:`workbench.reporting.default_reporter`: the logger);
+        the CLI passes a rich reporter over its stderr console.
 
     Returns
     -------
     DemoResult
     """
-    from workbench.emulator import run_emulator
-    from workbench.policy.build import build_policy
-    from workbench.policy.io import write_policy
-    from workbench.runner.execute import RunOptions, execute_run, start_run
-    from workbench.store.datasets import dataset_info, import_dataset
-    from workbench.store.db import connect
-    from workbench.thresholds.choose import ThresholdOptions
+    import workbench as wb
+    from workbench.reporting import SilentReporter, default_reporter
 
     reporter = reporter or default_reporter()
-    if log is None:
-        log = reporter.log
+    log = log or reporter.log
+    opts = options if options is not None else wb.ThresholdOptions()
+    overrides = {k: v for k, v in (("alpha", alpha), ("delta", delta)) if v is not None}
+    if overrides:
+        opts = replace(opts, **overrides)
 
     t0 = time.perf_counter()
     out = Path(out_dir).expanduser().resolve()
@@ -372,28 +363,31 @@ def run_demo(
     providers = tuple(providers or (*LOCAL_PROVIDERS, EMULATED_PROVIDER))
     runs: list[DemoRun] = []
     info_by_name: dict[str, int] = {}
-    con = connect(db)
+    con = wb.connect(db)
     try:
         for name in datasets:
-            files = _subsample(name, out, FAST_ITEMS) if fast else dataset_files(name)
-            info = import_dataset(con, files, import_spec_for(name))
+            spec = wb.bundled_dataset(name)
+            if fast:
+                spec["paths"] = _subsample(name, out, FAST_ITEMS)
+            info = wb.import_dataset(con, **spec)
             info_by_name[name] = info.version
             log(
                 f"[bold]{name}[/]: {info.n_items:,} items, v{info.version} "
                 f"({'imported' if info.created else 'already in the store'}), fingerprint {info.fingerprint[:12]}"
             )
-        options = RunOptions(splits=["calibration", "test"], concurrency=32)
         minilm = _memo_minilm() if "local:minilm-zeroshot" in providers else None
         with ExitStack() as stack:
             env = dict(os.environ)
             if EMULATED_PROVIDER in providers:
-                emu = stack.enter_context(run_emulator(port=0))
+                emu = stack.enter_context(wb.run_emulator(port=0))
                 env = _emulator_env(emu)
                 log(
                     f"[yellow]EMULATED[/] {EMULATED_PROVIDER}: the workbench emulator on {emu.base_url} answers "
                     "instead of Cloudflare (no network, dummy credentials)"
                 )
             for name in datasets:
+                from workbench.store.datasets import dataset_info
+
                 labels = sorted(dataset_info(con, name)["labels"]["intent"]["label_counts"])
                 variants = schema_variants(name, labels)
                 tfidf = None
@@ -403,38 +397,33 @@ def run_demo(
                     tfidf = build_tfidf_logreg(con, name)
                 shared = {"local:minilm-zeroshot": minilm, "baseline:tfidf-logreg": tfidf}
                 for variant, schema in variants.items():
-                    for spec in providers:
-                        label = run_label(name, spec, variant)
+                    for spec_name in providers:
+                        label = run_label(name, spec_name, variant)
                         run_id = _finished_run(con, label, schema.hash, info_by_name[name])
                         if run_id is not None:  # a rerun of the demo: same data, same schema, already done
-                            log(f"run {label}: already in the store ({run_id})")
+                            log(f"run {label}: {run_id} (already in the store)")
                         else:
-                            log(f"run {label}")
-                            run_id = start_run(
+                            run_id = wb.run(
                                 con,
-                                dataset=name,
-                                schema=schema,
-                                provider_spec=spec,
-                                options=options,
-                                run_name=label,
+                                name,
+                                schema,
+                                shared.get(spec_name) or spec_name,
+                                name=label,
+                                env=env,
+                                concurrency=32,
+                                progress=progress,
+                                reporter=reporter,
                                 experiment=name,
                                 variant=variant,
                             )
-                            execute_run(
-                                con,
-                                run_id,
-                                env=env,
-                                progress=progress,
-                                provider=shared.get(spec),
-                                reporter=reporter,
-                            )
+                            log(f"run {label}: {run_id}")
                         runs.append(
                             DemoRun(
                                 name,
-                                spec,
+                                spec_name,
                                 variant,
                                 run_id,
-                                spec == EMULATED_PROVIDER,
+                                spec_name == EMULATED_PROVIDER,
                                 questions=list(schema.question_ids),
                             )
                         )
@@ -442,32 +431,13 @@ def run_demo(
                 log(f"[yellow]EMULATED[/] emulator stopped after {emu.request_count():,} requests")
 
         shadow = _demo_shadow(con, runs, log)
-        opts = ThresholdOptions(objective="guarantee", alpha=alpha, delta=delta, calibrate="temperature")
         policy_dir = out / "policies"
         policy_dir.mkdir(exist_ok=True)
+        log(f"thresholds and policies at {opts.describe()}")
         with (reporter if progress else SilentReporter()).task("recalibrate + certify + export", len(runs)) as bar:
             for done, r in enumerate(runs, 1):
                 bar.update(done)
-                r.figures = _figures(con, r.run_id, "intent")
-                try:
-                    model, results = build_policy(con, r.run_id, r.questions, opts, created_by="workbench demo")
-                except WorkbenchError as exc:
-                    r.figures["policy_error"] = exc.message
-                    continue
-                res = results["intent"]
-                sel = res.selection
-                r.figures.update(
-                    {
-                        "certified": bool(sel.feasible),
-                        **{k: v for k, v in sel.params.items()},
-                        "cal_coverage": sel.calibration.get("coverage"),
-                        "test_coverage": (res.test or {}).get("coverage", {}).get("value"),
-                        "test_error": (res.test or {}).get("error", {}).get("value"),
-                    }
-                )
-                path = policy_dir / f"{r.dataset}-{r.provider.replace(':', '_')}-{r.variant}.json"
-                write_policy(model, path)
-                r.policy_path = str(path)
+                _certify_and_export(wb, con, r, opts, policy_dir)
     finally:
         con.close()
 
@@ -476,8 +446,51 @@ def run_demo(
     policy_path = None
     if best is not None:
         policy_path = out / "policy.json"
-        policy_path.write_bytes(Path(best.policy_path).read_bytes())
-    return DemoResult(out, db, runs, policy_path, time.perf_counter() - t0, summary, shadow)
+        policy_path.write_bytes(Path(str(best.policy_path)).read_bytes())
+    return DemoResult(
+        out,
+        db,
+        runs,
+        policy_path,
+        time.perf_counter() - t0,
+        summary,
+        shadow,
+        settings=opts.settings(),
+        settings_text=opts.describe(),
+        policy_run=best.run_id if best else None,
+    )
+
+
+def _certify_and_export(wb: Any, con: Any, r: DemoRun, opts: Any, policy_dir: Path) -> None:
+    """Figures of one run, its policy at ``opts`` (written under ``policy_dir``) and its test figures."""
+    r.figures = _figures(con, r.run_id, "intent")
+    path = policy_dir / f"{r.dataset}-{r.provider.replace(':', '_')}-{r.variant}.json"
+    try:
+        policy = wb.build_policy(con, r.run_id, r.questions, opts, out=path, created_by="workbench demo")
+    except WorkbenchError as exc:
+        r.figures["policy_error"] = exc.message
+        return
+    qp = policy.model.questions["intent"]
+    test = qp.expected_test
+    certified = bool(qp.objective.certified and qp.objective.feasible)
+    if not certified and opts.objective == "guarantee":
+        from workbench.thresholds.choose import calibration_size_needed
+
+        r.figures["n_calibration_needed"] = calibration_size_needed(opts, len(qp.options))["n_calibration"]
+        o = qp.objective
+        r.figures["n_calibration"] = (
+            (o.n_calibration or 0) + (o.n_calibrator_fit or 0) + (o.details or {}).get("n_order", 0)
+        )
+    r.figures.update(
+        {
+            "certified": certified,
+            **{k: v for k, v in qp.rule.model_dump().items() if k in ("tau", "margin", "tau_yes", "tau_no")},
+            "cal_coverage": qp.objective.expected_coverage,
+            "test_coverage": test.coverage.value if test else None,
+            "test_error": test.error.value if test else None,
+        }
+    )
+    r.policy_path = str(path)
 
 
 def _best_policy(runs: list[DemoRun]) -> DemoRun | None:
@@ -525,8 +538,8 @@ def print_summary(result: DemoResult, console=None) -> None:
     from rich.table import Table
 
     console = console or Console(stderr=True)
-    if not console.is_terminal and console.width < 120:  # logs and pipes: keep the table on one line per run
-        console = Console(stderr=console.stderr, width=120)
+    if not console.is_terminal and console.width < 160:  # logs and pipes: keep the table on one line per run
+        console = Console(stderr=console.stderr, width=160)
 
     def pct(v):
         return "—" if v is None or v != v else f"{100 * v:.0f}%"
@@ -536,20 +549,25 @@ def print_summary(result: DemoResult, console=None) -> None:
 
     t = Table(
         title=f"workbench demo: {len(result.runs)} runs in {result.seconds:.0f} s (question: intent)",
+        caption=f"thresholds at {result.settings_text}" if result.settings_text else None,
         pad_edge=False,
         box=None,
         header_style="bold",
     )
-    for col in ("dataset", "provider", "variant", "acc", "ECE raw→T", "τ / m", "cov cal", "cov test", "err test"):
-        t.add_column(col, justify="left" if col in ("dataset", "provider", "variant") else "right", no_wrap=True)
+    cols = ("dataset", "provider", "variant", "run", "acc", "ECE raw→T", "τ / m", "cov cal", "cov test", "err test")
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("dataset", "provider", "variant", "run") else "right", no_wrap=True)
     for r in result.runs:
         f = r.figures
         ece = f"{num(f.get('ece'))}→{num(f.get('ece_temperature'))}" if f.get("ece") is not None else "—"
         thr = f"{num(f.get('tau'))} / {num(f.get('margin'))}" if f.get("certified") else "none certified"
+        if not f.get("certified") and f.get("n_calibration_needed"):
+            thr += f" (needs ≥{f['n_calibration_needed']:,} cal)"
         t.add_row(
             r.dataset,
             _short_provider(r.provider, r.emulated),
             r.variant,
+            r.run_id,
             pct(f.get("accuracy")),
             ece,
             thr,
@@ -560,16 +578,39 @@ def print_summary(result: DemoResult, console=None) -> None:
     console.print(t)
     console.print(
         "acc/ECE on test (ECE raw → after temperature scaling fitted on calibration); τ/m certified by "
-        "Learn-then-Test on calibration (P(error among accepted > α) ≤ δ); cov = auto-accepted share; "
-        "err = error among auto-accepted. EMULATED = answered by the local emulator, not Cloudflare."
+        f"Learn-then-Test on calibration at {result.settings_text} (P(error among accepted > α) ≤ δ); "
+        "cov = auto-accepted share; err = error among auto-accepted. "
+        "EMULATED = answered by the local emulator, not Cloudflare.",
+        highlight=False,
     )
     if result.policy_path:
-        console.print(f"policy: [bold]{result.policy_path}[/] (one per run in {result.out_dir / 'policies'})")
+        best = next((r for r in result.runs if r.run_id == result.policy_run), None)
+        source = f"run {result.policy_run}" + (
+            f" ({best.dataset} · {_short_provider(best.provider, best.emulated)} · {best.variant})" if best else ""
+        )
+        console.print(
+            f"policy: [bold]{result.policy_path}[/] from {source}, question intent, certified at "
+            f"{result.settings_text} (one per run in {result.out_dir / 'policies'})",
+            highlight=False,
+        )
     else:
-        console.print("policy: nothing was certified at this α/δ (try a larger --max-error)")
+        needed = max((r.figures.get("n_calibration_needed") or 0 for r in result.runs), default=0)
+        have = max((r.figures.get("n_calibration") or 0 for r in result.runs), default=0)
+        why = (
+            f"the calibration split has {have:,} items and certifying needs at least {needed:,} even with no "
+            "error among the accepted ones"
+            if have < needed
+            else f"the calibration split ({have:,} items) is above the {needed:,} items certifying needs at best, "
+            "but the errors among the most confident answers keep every bound above α"
+        )
+        console.print(
+            f"policy: nothing was certified at {result.settings_text}: {why}; use the full data (no --fast) "
+            "or a larger --max-error",
+            highlight=False,
+        )
     if result.shadow:
         console.print(
-            f"shadow replay (tfidf champion vs zero-shot challenger): "
+            f"shadow replay (tfidf champion vs zero-shot challenger, certified policies at the same settings): "
             f"[bold]workbench --db {result.db_path} shadow report {result.shadow}[/]"
         )
     console.print("open the UI on the result:")

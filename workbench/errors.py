@@ -33,7 +33,15 @@ class NotFoundError(WorkbenchError):
 
 
 class OptionError(WorkbenchError):
-    """A command-line option or UI setting has an unusable value."""
+    """A command-line option or UI setting has an unusable value.
+
+    ``parameter`` names the library parameter (e.g. ``alpha``) the message starts with; the CLI shows
+    it as its flag (``--max-error``) through one mapping, ``workbench.cli.flags``.
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None, parameter: str | None = None):
+        super().__init__(message, hint=hint)
+        self.parameter = parameter
 
 
 class RequirementsError(WorkbenchError):

@@ -54,7 +54,12 @@ class Baseline(BaseModel):
 
 
 class Objective(BaseModel):
-    """Threshold objective of the comparison (the ``workbench thresholds`` options)."""
+    """Threshold objective of the comparison (the ``workbench thresholds`` options).
+
+    Fields the file leaves out take :class:`workbench.thresholds.choose.ThresholdOptions`' defaults
+    (``workbench.comparison.experiment_options`` passes on only the fields that were set); the
+    defaults written here are the same values, for reading.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: Literal["guarantee", "cost", "coverage", "error"] = "guarantee"
@@ -64,7 +69,7 @@ class Objective(BaseModel):
     target_error: float | None = Field(default=None, gt=0, lt=1)
     review_cost: float = Field(default=1.0, ge=0)
     error_cost: float = Field(default=10.0, ge=0)
-    calibrate: Literal["none", "temperature", "isotonic", "platt"] = "none"
+    calibrate: Literal["none", "temperature", "isotonic", "platt"] = "temperature"
     calibration_split: str = "calibration"
 
 

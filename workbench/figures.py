@@ -96,7 +96,7 @@ def threshold_figures(result: Any) -> list:
 
 
 def comparison_figure(con: Any, comparison: Any, question: str | None = None):
-    """Risk–coverage overlay of the runs of a :class:`~workbench.compare.Comparison` on its split
+    """Risk–coverage overlay of the runs of a :class:`~workbench.comparison.Comparison` on its split
     (one curve per run, its policy's coverage/error starred); ``question`` defaults to the first."""
     from workbench.metrics.displays import RiskCoverageDisplay
     from workbench.store.runs import load_answers

@@ -18,7 +18,7 @@ from sklearn.metrics import accuracy_score
 from sklearn.metrics import log_loss as sk_log_loss
 
 from tests.conftest import ROOT, dataset_path, run_cli
-from workbench.compare import compare_runs
+from workbench.comparison import compare_runs
 from workbench.experiments import ExperimentError, load_experiment, run_experiment_file
 from workbench.metrics.bootstrap import paired_bootstrap
 from workbench.metrics.scores import accuracy

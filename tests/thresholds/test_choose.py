@@ -41,7 +41,7 @@ def test_score_question_end_to_end(level: str):
     probs, labels = choice_data(rng, 8000, k=4, scale=4.0)
     cal = _answers(probs[:4000], labels[:4000], failed_rate=0.05)
     test = _answers(probs[4000:], labels[4000:], failed_rate=0.05, seed=1)
-    res = choose_thresholds(cal, test, ThresholdOptions(alpha=0.05, delta=0.1, level=level))
+    res = choose_thresholds(cal, test, ThresholdOptions(alpha=0.05, delta=0.1, level=level, calibrate="none"))
     assert res.rule.kind == "score" and res.rule.level == level and res.selection.feasible
     d = res.to_dict()
     assert d["rule"]["level"] == level and d["test"]["n_items"] == 4000
@@ -80,7 +80,7 @@ def test_order_fraction_zero_uses_data_independent_paths():
     rng = np.random.default_rng(3)
     probs, labels = choice_data(rng, 4000, k=4, scale=4.0)
     cal = _answers(probs, labels, "choice")
-    res = choose_thresholds(cal, None, ThresholdOptions(order_fraction=0.0))
+    res = choose_thresholds(cal, None, ThresholdOptions(order_fraction=0.0, calibrate="none"))
     g = res.selection.guarantee
     assert "data-independent" in g["order"] and g["n_order"] == 0 and g["n_calibration"] == 4000
     assert g["test_level"] == pytest.approx(0.1 / (g["n_paths"] * g["n_starts"]))

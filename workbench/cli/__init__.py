@@ -100,7 +100,9 @@ def main() -> None:
         if isinstance(rv, int) and rv != 0:  # typer.Exit(code) is returned, not raised, here
             sys.exit(rv)
     except WorkbenchError as exc:
-        fail(str(exc))
+        from workbench.cli.flags import cli_message
+
+        fail(cli_message(exc))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:

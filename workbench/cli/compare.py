@@ -15,6 +15,21 @@ def _fmt(v, pct: bool = False) -> str:
     return f"{v:.1%}" if pct else (f"{v:.4g}" if isinstance(v, float) else str(v))
 
 
+def format_p(p, n_boot: int | None = None) -> str:
+    """A p-value as people read it: ``< 0.001`` (or below the bootstrap's resolution), else 2–3 digits.
+
+    A bootstrap p-value of 0 means "smaller than 1 / n_boot", never zero.
+    """
+    if p is None or (isinstance(p, float) and p != p):
+        return "–"
+    floor = 1.0 / (n_boot + 1) if n_boot else 0.0
+    if p <= 0.0 or p < floor:
+        return f"< {max(floor, 1e-16):.2g}" if floor else "< 1e-16"
+    if p < 0.001:
+        return "< 0.001" if floor >= 0.001 else f"{p:.1e}"
+    return f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
+
+
 def _cost_cell(cost, emulated: bool) -> str:
     """$/1k items; an emulated run's figure is what the real service would bill, marked so."""
     text = _fmt(cost)
@@ -33,13 +48,31 @@ def register(app: typer.Typer) -> None:
         n_boot: int | None = typer.Option(None, "--n-boot", help="Bootstrap replicates (default 1000)."),
         seed: int | None = typer.Option(None, "--seed"),
         no_policy: bool = typer.Option(False, "--no-policy", help="Skip choosing a policy per run."),
+        max_error: float | None = typer.Option(
+            None,
+            "--max-error",
+            help="α of the policy whose coverage/error is shown (default 0.05 or the experiment's).",
+        ),
+        delta: float | None = typer.Option(None, "--delta", help="δ of that policy (default 0.1 or the experiment's)."),
+        calibrate: str | None = typer.Option(
+            None, "--calibrate", help="Recalibration before choosing it (default temperature or the experiment's)."
+        ),
         html: Path | None = typer.Option(None, "--html", help="Write the risk–coverage overlay of the runs (HTML)."),
         png: Path | None = typer.Option(None, "--png", help="Write the overlay as PNG (needs the kaleido extra)."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Metrics, cost, latency, coverage/error at the chosen policy, and paired tests vs a baseline."""
-        from workbench.compare import compare_runs
+        from workbench.comparison import compare_runs
 
+        options = None
+        if any(v is not None for v in (max_error, delta, calibrate)):
+            from workbench.thresholds.choose import DEFAULTS, build_options
+
+            options = build_options(
+                max_error=DEFAULTS.alpha if max_error is None else max_error,
+                delta=DEFAULTS.delta if delta is None else delta,
+                calibrate=DEFAULTS.calibrate if calibrate is None else calibrate,
+            )
         with open_store(read_only=True) as con:
             result = compare_runs(
                 con,
@@ -50,6 +83,7 @@ def register(app: typer.Typer) -> None:
                 n_boot=n_boot,
                 seed=seed,
                 policy=not no_policy,
+                options=options,
             )
             if html is not None or png is not None:
                 from workbench.figures import comparison_figure, write_figures
@@ -61,11 +95,13 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         df = result.to_frame()
+        n_b = (result.rows[0].get("metrics") or {}).get("accuracy", {}).get("n_boot") if result.rows else None
         table = Table(
-            title=f"{result.experiment or result.dataset} on {result.split} "
-            f"(baseline {result.baseline}, objective {result.objective['kind']})"
+            title=f"{result.experiment or result.dataset} on {result.split} (baseline {result.baseline})",
+            caption=f"coverage / error: the policy chosen on the calibration split at {result.settings_text}",
         )
         for col in (
+            "run",
             "provider",
             "variant",
             "question",
@@ -81,9 +117,9 @@ def register(app: typer.Typer) -> None:
             "$/1k",
             "p95 ms",
         ):
-            table.add_column(col)
+            table.add_column(col, no_wrap=col == "run")
         for _, r in df.iterrows():
-            delta = (
+            d_acc = (
                 "baseline"
                 if r["is_baseline"]
                 else f"{_fmt(r['d_accuracy'], True)} [{_fmt(r['d_accuracy_low'], True)}, {_fmt(r['d_accuracy_high'], True)}]"
@@ -92,14 +128,15 @@ def register(app: typer.Typer) -> None:
             )
             emulated = bool(r.get("emulated"))
             table.add_row(
+                str(r["run_id"]),
                 str(r["provider"]) + (" [yellow](emulated)[/]" if emulated else ""),
                 str(r["variant"]),
                 str(r["question"]),
                 str(r["n"]),
                 _fmt(r["accuracy"], True),
-                delta,
-                _fmt(r["p_bootstrap"]),
-                _fmt(r["p_mcnemar"]),
+                d_acc,
+                format_p(r["p_bootstrap"], n_b or n_boot or 1000),
+                format_p(r["p_mcnemar"]),
                 _fmt(r["log_loss"]),
                 _fmt(r["ece"]),
                 _fmt(r["coverage"], True),

@@ -14,18 +14,21 @@ def register(app: typer.Typer) -> None:
     def demo(
         out: Path = typer.Option(Path("demo-output"), "--out", help="Folder for the store, policies and data."),
         fast: bool = typer.Option(False, "--fast", help="Subsample every split (a quick look, ~1 minute)."),
-        max_error: float = typer.Option(0.1, "--max-error", help="α: max error among auto-accepted items."),
+        max_error: float = typer.Option(0.05, "--max-error", help="α: max error among auto-accepted items."),
         delta: float = typer.Option(0.1, "--delta", help="δ: allowed probability that the guarantee fails."),
+        calibrate: str = typer.Option(
+            "temperature", "--calibrate", help="Recalibration before thresholds: none | temperature | isotonic | platt."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
     ) -> None:
         """Import BANKING77 + HWU64, run 3 providers × 2 schema variants (clef-flash EMULATED),
         recalibrate, certify thresholds, export policy.json, and print how to open the UI."""
         from workbench.demo import print_summary, run_demo
         from workbench.reporting import RichReporter
+        from workbench.thresholds.choose import build_options
 
-        result = run_demo(
-            out, fast=fast, alpha=max_error, delta=delta, progress=not as_json, reporter=RichReporter(err_console)
-        )
+        options = build_options(max_error=max_error, delta=delta, calibrate=calibrate)
+        result = run_demo(out, fast=fast, options=options, progress=not as_json, reporter=RichReporter(err_console))
         if as_json:
             emit_json(result.to_dict())
             return

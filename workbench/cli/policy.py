@@ -34,6 +34,7 @@ from workbench.cli.thresholds import (
     TARGET_ERROR,
     OptionError,
     build_options,
+    certified_word,
 )
 from workbench.errors import PolicyError
 
@@ -253,13 +254,17 @@ def register(app: typer.Typer) -> None:
             "path": str(out),
             "content_hash": model.content_hash,
             "policy_version": model.policy_version,
+            "run_id": model.source.run_id,
+            "settings": opts.settings(),
+            "certified": all(r.certified for r in results.values()),
             "questions": {
                 q: {
                     "rule": qp.rule.model_dump(),
-                    "certified": qp.objective.certified,
+                    "certified": results[q].certified,
                     "feasible": qp.objective.feasible,
                     "test_error": qp.expected_test.error.value if qp.expected_test else None,
                     "test_coverage": qp.expected_test.coverage.value if qp.expected_test else None,
+                    "calibration_size_needed": results[q].needed,
                 }
                 for q, qp in model.questions.items()
             },
@@ -277,11 +282,20 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit_json(doc)
         else:
-            out_console.print(f"wrote {out} ({model.content_hash}, version {model.policy_version})")
+            from workbench.thresholds.choose import needed_sentence
+
+            out_console.print(
+                f"wrote {out} ({model.content_hash}, version {model.policy_version}) from run "
+                f"{model.source.run_id or run_id}; {opts.describe()}",
+                highlight=False,
+                soft_wrap=True,
+            )
             for q, d in doc["questions"].items():
-                out_console.print(
-                    f"  {q}: {'certified' if d['certified'] else 'NOT certified'}; rule {json.dumps(d['rule'])}"
-                )
+                res = results[q]
+                state = certified_word({"certified": res.certified, "objective": res.options.objective})
+                out_console.print(f"  {q}: {state}; rule {json.dumps(d['rule'])}", highlight=False, soft_wrap=True)
+                if res.needed:
+                    out_console.print(f"  {q}: {needed_sentence(res.needed)}", highlight=False, soft_wrap=True)
             if "jev_eval" in doc:
                 out_console.print(f"wrote {doc['jev_eval']['path']} (jev-eval thresholds.json v1)")
 

@@ -9,6 +9,7 @@ import typer
 
 from workbench.cli.common import emit_json, err_console, open_store, out_console, print_id
 from workbench.cli.outputs import FORCE, check_out_path
+from workbench.cli.thresholds import CALIBRATE, DELTA, MAX_ERROR
 from workbench.errors import WorkbenchError
 
 
@@ -247,11 +248,18 @@ def register(app: typer.Typer) -> None:
         ),
         n_boot: int = typer.Option(1000, "--n-boot"),
         seed: int = typer.Option(0, "--seed"),
+        max_error: float = MAX_ERROR,
+        delta: float = DELTA,
+        calibrate: str = CALIBRATE,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
-        """Agreement, flips, directional disagreements, review load, error, cost, latency, drift, verdict."""
+        """Agreement, flips, directional disagreements, review load, error, cost, latency, drift, verdict.
+
+        A side given no policy file or rule routes with the policy certified on its run (replayed
+        sessions) at --max-error / --delta / --calibrate: the defaults of `workbench thresholds`."""
         from workbench.shadow.policies import load_side_policy, parse_rule_options
         from workbench.shadow.report import Criteria, shadow_report
+        from workbench.thresholds.choose import build_options
 
         criteria = Criteria(
             max_error_increase=max_error_increase,
@@ -276,8 +284,43 @@ def register(app: typer.Typer) -> None:
                 n_boot=n_boot,
                 seed=seed,
                 period=period,
+                options=build_options(max_error=max_error, delta=delta, calibrate=calibrate),
             )
         if as_json:
             emit_json(report.to_dict())
             return
-        out_console.print(report.to_text(), markup=False, highlight=False)
+        out_console.print(report.to_text(), markup=False, highlight=False, soft_wrap=True)
+
+    @sh.command("rerun")
+    def rerun_(
+        name: str = typer.Argument(..., help="Shadow session whose logged states the challenger answers."),
+        challenger: str = typer.Option(..., "--challenger", help="Provider spec of the new challenger."),
+        out_name: str | None = typer.Option(None, "--name", help="New session name (default SESSION+MODEL)."),
+        concurrency: int = typer.Option(8, "--concurrency"),
+        replace: bool = typer.Option(False, "--replace", help="Overwrite an existing session of that name."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Run a new challenger over a session's logged states, in one step: a new session pairs the
+        logged champion with the new run (then `workbench shadow report NEW`)."""
+        from workbench.reporting import RichReporter
+        from workbench.shadow.rerun import rerun_session
+
+        with open_store() as con:
+            s = rerun_session(
+                con,
+                name,
+                challenger,
+                name=out_name,
+                concurrency=concurrency,
+                progress=not as_json,
+                reporter=RichReporter(err_console),
+                replace=replace,
+            )
+        if as_json:
+            emit_json(s)
+            return
+        print_id(s["shadow"])
+        err_console.print(
+            f"shadow [bold]{s['shadow']}[/]: {s['n_requests']} requests answered by {challenger} "
+            f"(run {s['run_id']}), {s['n_outcomes']} outcomes; next: workbench shadow report {s['shadow']}"
+        )

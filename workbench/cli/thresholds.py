@@ -19,13 +19,17 @@ def build_options(**options):
     return _build_options(**options)
 
 
-# Shared typer options (also used by `workbench policy export`).
+# Shared typer options (also used by `workbench policy export`, `compare` and `shadow report`). Their
+# defaults are ThresholdOptions' own (workbench.thresholds.choose.DEFAULTS, listed here as literals so
+# that `workbench --help` does not import numpy; tests/test_public_api.py checks they agree).
 OBJECTIVE = typer.Option("guarantee", "--objective", help="guarantee | cost | coverage | error.")
-MAX_ERROR = typer.Option(0.05, "--max-error", help="alpha: largest error rate among auto-accepted items.")
-DELTA = typer.Option(0.1, "--delta", help="Allowed probability that the true error exceeds --max-error.")
+MAX_ERROR = typer.Option(0.05, "--max-error", help="α: largest error rate among auto-accepted items.")
+DELTA = typer.Option(0.1, "--delta", help="δ: allowed probability that the true error exceeds --max-error.")
 METHOD = typer.Option("fixed-sequence", "--method", help="FWER control: fixed-sequence | holm.")
 CALIBRATE = typer.Option(
-    "none", "--calibrate", help="none | temperature | isotonic | platt (fitted on part of the calibration split)."
+    "temperature",
+    "--calibrate",
+    help="none | temperature | isotonic | platt (fitted on part of the calibration split).",
 )
 PER_CLASS = typer.Option(False, "--per-class", help="One (tau, margin) per option, Bonferroni over options.")
 REVIEW_COST = typer.Option(1.0, "--review-cost", help="Cost of one human review (cost objective).")
@@ -52,39 +56,84 @@ CAL_FRACTION = typer.Option(
 )
 SEED = typer.Option(0, "--seed", help="Seed of the calibrator-fit carve-out.")
 
+#: CLI option → its default, checked against ThresholdOptions by the tests (one set of defaults).
+OPTION_DEFAULTS = {
+    "objective": OBJECTIVE,
+    "alpha": MAX_ERROR,
+    "delta": DELTA,
+    "method": METHOD,
+    "calibrate": CALIBRATE,
+    "per_class": PER_CLASS,
+    "review_cost": REVIEW_COST,
+    "error_cost": ERROR_COST,
+    "grid": GRID,
+    "order_fraction": ORDER_FRACTION,
+    "n_paths": PATHS,
+    "n_starts": STARTS,
+    "level": LEVEL,
+    "fallback": FALLBACK,
+    "calibrator_fraction": CAL_FRACTION,
+    "seed": SEED,
+}
+
 
 def _fmt(x) -> str:
     return "–" if x is None else f"{x:.4f}" if isinstance(x, float) else str(x)
 
 
+def certified_word(res: dict) -> str:
+    """CERTIFIED only when a rule was certified; otherwise say plainly what happened."""
+    if res["certified"]:
+        return "CERTIFIED"
+    if res["objective"] == "guarantee":
+        return "NOTHING CERTIFIED (every item goes to the fallback)"
+    return "NOT certified (point estimate)"
+
+
+def settings_text(settings: dict) -> str:
+    """α, δ and recalibration as every threshold figure is printed with (ThresholdOptions.describe())."""
+    from workbench.thresholds.choose import ThresholdOptions
+
+    return ThresholdOptions(**settings).describe()
+
+
+def _line(text: str) -> None:
+    """One output line, never wrapped (ids and figures stay greppable in logs and pipes)."""
+    out_console.print(text, highlight=False, soft_wrap=True)
+
+
 def _print_result(res: dict) -> None:
+    from workbench.thresholds.choose import needed_sentence
+
     rule = res["rule"]
-    out_console.print(
-        f"[bold]{res['question']}[/bold] ({res['type']}), objective {res['objective']}"
-        f" — {'CERTIFIED' if res['certified'] else 'NOT certified (point estimate)'}"
-    )
-    out_console.print(f"  rule: {json.dumps({k: v for k, v in rule.items() if v not in ({}, [])})}")
+    _line(f"[bold]{res['question']}[/bold] ({res['type']}), objective {res['objective']} — {certified_word(res)}")
+    _line(f"  settings: {settings_text(res['settings'])}")
+    if res.get("calibration_size_needed"):
+        _line(f"  {needed_sentence(res['calibration_size_needed'])}")
+    _line(f"  rule: {json.dumps({k: v for k, v in rule.items() if v not in ({}, [])})}")
     g = res.get("guarantee")
     if g:
-        out_console.print(
+        _line(
             f"  guarantee: P(error among accepted > {g['alpha']}) <= {g['delta']} ({g['method']}),"
             f" n_calibration={g['n_calibration']}, upper bound {_fmt(g.get('risk_upper_bound'))}"
         )
     c = res["calibration"]
-    out_console.print(
+    _line(
         f"  calibration: coverage {_fmt(c['coverage'])}, error {_fmt(c['error_rate'])}"
         f" ({c['n_accepted']} accepted of {c['n_items']})"
     )
     t = res.get("test")
     if t:
         e, cv = t["error"], t["coverage"]
-        out_console.print(
+        _line(
             f"  test: error {_fmt(e['value'])} [{_fmt(e['low'])}, {_fmt(e['high'])}], coverage "
             f"{_fmt(cv['value'])} [{_fmt(cv['low'])}, {_fmt(cv['high'])}], review "
             f"{_fmt(t['review_rate']['value'])} (n={t['n_items']})"
         )
     for n in res.get("notes") or []:
-        out_console.print(f"  note: {n}")
+        if res.get("calibration_size_needed") and n.startswith(("nothing was certified at", "no grid point")):
+            continue  # printed above
+        _line(f"  note: {n}")
 
 
 def register(app: typer.Typer) -> None:
@@ -122,8 +171,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Choose routing thresholds for questions of a run and judge them on the test split."""
-        from workbench.store.runs import load_answers
-        from workbench.thresholds.choose import choose_thresholds
+        from workbench.store.runs import get_run
+        from workbench.workflows import thresholds_for_run
 
         opts = build_options(
             objective=objective,
@@ -152,10 +201,9 @@ def register(app: typer.Typer) -> None:
         figures: list = []
         with open_store(read_only=True) as con:
             results = []
+            resolved = get_run(con, run_id)["run_id"]
             for q in question:
-                cal = load_answers(con, run_id, q, splits=["calibration"])
-                test = load_answers(con, run_id, q, splits=["test"])
-                res = choose_thresholds(cal, test, opts)
+                res = thresholds_for_run(con, resolved, q, opts)
                 if surface_out is not None:
                     import pandas as pd
 
@@ -174,7 +222,12 @@ def register(app: typer.Typer) -> None:
             from workbench.figures import write_figures
 
             write_figures(figures, html=html, png=png)
-        doc = {"run_id": cal.run_id, "questions": {r["question"]: r for r in results}}
+        doc = {
+            "run_id": resolved,
+            "settings": opts.settings(),
+            "certified": all(r["certified"] for r in results),
+            "questions": {r["question"]: r for r in results},
+        }
         if as_json:
             emit_json(doc)
         else:

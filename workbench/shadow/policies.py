@@ -2,8 +2,10 @@
 
 A :class:`SidePolicy` holds, per question, an optional calibrator and a rule from
 :mod:`workbench.thresholds.rules` (so the shadow report takes exactly the decisions the policy
-runtime and the threshold surface take). It comes from a policy file (:func:`load_side_policy`) or
-from CLI rule options (:func:`parse_rule_options`, e.g. ``intent:tau=0.9,margin=0.1``).
+runtime and the threshold surface take). It comes from a policy file (:func:`load_side_policy`), from
+CLI rule options (:func:`parse_rule_options`, e.g. ``intent:tau=0.9,margin=0.1``), or is certified on
+a stored run with :class:`~workbench.thresholds.choose.ThresholdOptions` (:func:`certified_side_policy`,
+what ``workbench shadow report`` uses when no rule is given).
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class SidePolicy:
     schema: DecisionSchema | None = None
     source: str = "rules"
     valid_models: tuple[str, ...] = ()  # when set, answers from other models are never accepted
+    valid_schema_hashes: tuple[str, ...] = ()  # when set, requests sent with another schema are never accepted
+    settings: dict | None = None  # the ThresholdOptions settings a certified policy was chosen with
 
     def has_rule(self, question: str) -> bool:
         return question in self.rules or "*" in self.rules
@@ -61,17 +65,32 @@ class SidePolicy:
         rule = self.rules.get(question, self.rules.get("*"))
         return rule(qtype) if callable(rule) and not hasattr(rule, "decide") else rule
 
+    def schema_refusal(self, schema_hash: str | None) -> str | None:
+        """Why this side's policy refuses requests sent with ``schema_hash`` (None: it accepts them)."""
+        if self.valid_schema_hashes and schema_hash is not None and schema_hash not in self.valid_schema_hashes:
+            return f"schema hash mismatch: {schema_hash[:12]} is not accepted by this policy"
+        return None
+
     def decide(
-        self, question: str, qtype: str, probs: np.ndarray, models: np.ndarray | None = None
+        self,
+        question: str,
+        qtype: str,
+        probs: np.ndarray,
+        models: np.ndarray | None = None,
+        schema_hash: str | None = None,
     ) -> Decisions | None:
         """Decisions for ``probs`` (n, k) of ``question``; None when this side has no rule for it.
 
         ``models`` (n,) names the model that answered each row; with ``valid_models`` set, rows
         answered by another model are treated as failures (never accepted), as the runtime does.
+        ``schema_hash`` is the hash of the schema the requests were sent with; with
+        ``valid_schema_hashes`` set and a different hash, no row is accepted (the runtime's check).
         """
         if not self.has_rule(question):
             return None
         probs = np.asarray(probs, dtype=float)
+        if self.schema_refusal(schema_hash) is not None:
+            probs = np.full_like(probs, np.nan)
         if self.valid_models and models is not None and len(probs):
             wrong_model = ~np.isin(np.asarray(models, dtype=object), list(self.valid_models))
             if wrong_model.any():
@@ -88,7 +107,9 @@ class SidePolicy:
     def describe(self) -> dict:
         return {
             "source": self.source,
+            "settings": self.settings,
             "valid_models": list(self.valid_models),
+            "valid_schema_hashes": list(self.valid_schema_hashes),
             "rules": {
                 q: (repr(r) if not callable(r) or hasattr(r, "decide") else "per type") for q, r in self.rules.items()
             },
@@ -148,7 +169,12 @@ def load_side_policy(path: str | Path) -> SidePolicy:
     """
     from workbench.policy import Policy  # the policy layer validates and fails closed
 
-    policy = Policy.load(path)
+    return side_policy_from(Policy.load(path), source=Path(path).name)
+
+
+def side_policy_from(policy: Any, *, source: str, settings: dict | None = None) -> SidePolicy:
+    """A :class:`SidePolicy` from a loaded runtime ``Policy``: its rules, calibrators, schema and
+    validity (models and schema hashes, which the report enforces as the runtime does)."""
     rules, calibrators = {}, {}
     for qid in _policy_questions(policy):
         rules[qid] = _policy_rule(policy, qid)
@@ -157,12 +183,31 @@ def load_side_policy(path: str | Path) -> SidePolicy:
             calibrators[qid] = cal
     schema = getattr(policy, "schema", None)
     if schema is not None and not isinstance(schema, DecisionSchema):
-        schema = DecisionSchema.from_dict(
-            schema if isinstance(schema, dict) else {"questions": schema}, source=str(path)
-        )
+        schema = DecisionSchema.from_dict(schema if isinstance(schema, dict) else {"questions": schema}, source=source)
     validity = getattr(getattr(policy, "model", None), "validity", None)
     models = tuple(getattr(validity, "models", None) or ())
-    return SidePolicy(rules=rules, calibrators=calibrators, schema=schema, source=Path(path).name, valid_models=models)
+    hashes = tuple(getattr(validity, "schema_hashes", None) or ())
+    return SidePolicy(
+        rules=rules,
+        calibrators=calibrators,
+        schema=schema,
+        source=source,
+        valid_models=models,
+        valid_schema_hashes=hashes,
+        settings=settings,
+    )
+
+
+def certified_side_policy(con, run_id: str, questions: list[str], options: Any = None) -> SidePolicy:
+    """The policy ``workbench policy export RUN --question Q ...`` would write, certified on the run's
+    calibration split with ``options`` (default :class:`~workbench.thresholds.choose.ThresholdOptions`)."""
+    from workbench.policy import Policy
+    from workbench.policy.build import build_policy
+    from workbench.thresholds.choose import ThresholdOptions
+
+    options = options if options is not None else ThresholdOptions()
+    model, _ = build_policy(con, run_id, questions, options, created_by="workbench shadow report")
+    return side_policy_from(Policy(model), source=f"certified on {model.source.run_id}", settings=options.settings())
 
 
 # -- adapters to the policy runtime (kept in one place) ---------------------------------------------

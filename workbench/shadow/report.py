@@ -104,11 +104,15 @@ def _side_decisions(
     failed: np.ndarray,
     logged: np.ndarray | None,
     models: np.ndarray | None,
+    schema_hash: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray, str] | None:
-    """(accepted (n,), option (n,), source) or None when the side has neither a policy nor a log."""
+    """(accepted (n,), option (n,), source) or None when the side has neither a policy nor a log.
+
+    ``schema_hash`` is the hash of the schema this side's requests were sent with: a policy restricted
+    to other schemas accepts none of them (as the runtime refuses them)."""
     top = _top_choice(probs)
     has_log = None if logged is None else pd.notna(np.asarray(logged, dtype=object))
-    decided = policy.decide(s.question, s.qtype, probs, models) if policy is not None else None
+    decided = policy.decide(s.question, s.qtype, probs, models, schema_hash) if policy is not None else None
     if decided is None and (has_log is None or not has_log.any()):
         return None
     if decided is not None:
@@ -224,9 +228,17 @@ def _question_report(
     }
 
     # -- decisions under each side's policy ---------------------------------------------------------
-    dec_c = _side_decisions(champion, s, s.champion_probs, cf, s.champion_logged, s.champion_model)
-    dec_d = _side_decisions(challenger, s, s.challenger_probs, df, None, s.challenger_model)
+    hash_c, hash_d = s.extra.get("champion_schema_hash"), s.extra.get("challenger_schema_hash")
+    dec_c = _side_decisions(champion, s, s.champion_probs, cf, s.champion_logged, s.champion_model, hash_c)
+    dec_d = _side_decisions(challenger, s, s.challenger_probs, df, None, s.challenger_model, hash_d)
     out["decisions"] = {"champion": dec_c[2] if dec_c else None, "challenger": dec_d[2] if dec_d else None}
+    refusals = {
+        side: pol.schema_refusal(h)
+        for side, pol, h in (("champion", champion, hash_c), ("challenger", challenger, hash_d))
+        if pol is not None and pol.schema_refusal(h) is not None
+    }
+    if refusals:
+        out["schema_refusals"] = refusals
     if dec_c is None or dec_d is None or n == 0:
         out["directional"] = out["review_load"] = out["error"] = None
         out["notes"] = [
@@ -659,6 +671,12 @@ class ShadowReport:
     def to_text(self) -> str:
         lines = [f"shadow session {self.shadow}: verdict {self.verdict}"]
         lines += [f"  - {r}" for r in self.reasons]
+        for side in ("champion", "challenger"):
+            p = self.policies.get(side)
+            lines.append(f"{side} routing: {p['source'] if p else 'none (logged actions only, if any)'}")
+        if self.policies.get("settings_text"):
+            lines.append(f"certified policies chosen at {self.policies['settings_text']}")
+        lines += [f"note: {n}" for n in self.policies.get("notes") or []]
         frame = self.to_frame()
         if not frame.empty:
             lines.append(frame.T.to_string(header=False))
@@ -716,6 +734,57 @@ def report_from_answers(
     return ShadowReport(shadow, session or {}, questions, verdict, gates, criteria, policies)
 
 
+def _side_schema_hash(con, session: dict, side: str) -> str | None:
+    """Hash of the schema ``side``'s requests were sent with: the run's for a replay of two runs, else
+    the session's (the schema its traffic was imported with)."""
+    from workbench.errors import NotFoundError
+    from workbench.store.runs import get_run
+
+    if session.get("source") in ("replay", "rerun") and session.get(side):
+        try:
+            return str(get_run(con, session[side])["schema_hash"])
+        except NotFoundError:
+            pass
+    return session.get("schema_hash")
+
+
+def _certified_sides(
+    con, session: dict, questions: list[str], sides: dict[str, SidePolicy | None], options: Any
+) -> tuple[dict[str, SidePolicy | None], list[str]]:
+    """Fill the sides without a policy with the policy certified on their run (when the session names
+    a stored run for that side: replayed and rerun sessions)."""
+    from workbench.errors import NotFoundError, WorkbenchError
+    from workbench.shadow.policies import certified_side_policy
+    from workbench.store.runs import get_run
+
+    def is_run(label: str | None) -> bool:
+        if not label:
+            return False
+        try:
+            get_run(con, label)
+        except NotFoundError:
+            return False
+        return True
+
+    notes = []
+    out = dict(sides)
+    for side, pol in sides.items():
+        if pol is not None:
+            continue
+        if not is_run(session.get(side)):
+            if side == "challenger":
+                notes.append(
+                    "the challenger has no policy and no stored run to certify one on: "
+                    "pass --challenger-policy or --challenger-rule"
+                )
+            continue
+        try:
+            out[side] = certified_side_policy(con, session[side], questions, options)
+        except WorkbenchError as exc:
+            notes.append(f"no certified policy for the {side} (run {session[side]}): {exc.message}")
+    return out, notes
+
+
 def shadow_report(
     con,
     shadow: str,
@@ -728,20 +797,37 @@ def shadow_report(
     n_boot: int = 1000,
     seed: int = 0,
     period: str | None = None,
+    options: Any = None,
 ) -> ShadowReport:
-    """Report of stored session ``shadow`` (see the module docstring)."""
-    from workbench.store.shadow import get_session, load_shadow, session_schema
+    """Report of stored session ``shadow`` (see the module docstring).
 
+    A side without a policy routes with the policy certified on its run's calibration split with
+    ``options`` (:class:`~workbench.thresholds.choose.ThresholdOptions`, default its defaults) when
+    the session replays two stored runs — the policy ``workbench policy export`` would write — so
+    the CLI, the UI and the API judge a session the same way. Each side's policy is applied only to
+    requests sent with a schema it accepts (``validity.schema_hashes``) and answered by a model it
+    accepts (``validity.models``), as the runtime does.
+    """
+    from workbench.store.shadow import get_session, load_shadow, session_schema
+    from workbench.thresholds.choose import ThresholdOptions
+
+    options = options if options is not None else ThresholdOptions()
     session = get_session(con, shadow)
     schema = session_schema(con, shadow)
     ids = questions or schema.question_ids
+    sides, notes = _certified_sides(
+        con, session, list(ids), {"champion": champion_policy, "challenger": challenger_policy}, options
+    )
+    hashes = {side: _side_schema_hash(con, session, side) for side in ("champion", "challenger")}
     arrays = [load_shadow(con, shadow, q) for q in ids]
+    for a in arrays:
+        a.extra["champion_schema_hash"], a.extra["challenger_schema_hash"] = hashes["champion"], hashes["challenger"]
     meta = {k: session[k] for k in ("source", "champion", "challenger")}
     meta["created_at"] = str(session["created_at"])
-    return report_from_answers(
+    report = report_from_answers(
         arrays,
-        champion_policy=champion_policy,
-        challenger_policy=challenger_policy,
+        champion_policy=sides["champion"],
+        challenger_policy=sides["challenger"],
         criteria=criteria,
         n_windows=n_windows,
         n_boot=n_boot,
@@ -750,3 +836,7 @@ def shadow_report(
         session=meta,
         period=period,
     )
+    report.policies["settings"] = options.settings()
+    report.policies["settings_text"] = options.describe()
+    report.policies["notes"] = notes
+    return report

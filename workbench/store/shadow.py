@@ -841,3 +841,95 @@ def load_shadow(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> S
         challenger_model=obj("challenger_model"),
         extra={"session": session},
     )
+
+
+# -- a new challenger over a session's logged states ---------------------------------------------
+def session_states(con: duckdb.DuckDBPyConnection, shadow: str) -> tuple[pd.DataFrame, str]:
+    """The states session ``shadow`` logged, as an importable frame, and which column holds them.
+
+    Columns: ``item_id``, the state (``text`` when every state is a JSON string, else ``state``
+    as JSON text), and ``outcome__<question>`` (the known outcome, empty when unknown) per question.
+    """
+    schema = session_schema(con, shadow)
+    outcome_cols = ", ".join(
+        f"max(o.outcome) FILTER (WHERE o.question = ${i}) AS \"outcome__{q}\""
+        for i, q in enumerate(schema.question_ids, start=2)
+    )
+    params = [shadow, *schema.question_ids]
+    frame = con.execute(
+        f"""SELECT r.item_id, r.state::VARCHAR AS state, json_type(r.state) = 'VARCHAR' AS is_text,
+                   r.state->>'$' AS text{", " + outcome_cols if outcome_cols else ""}
+            FROM shadow_requests r LEFT JOIN shadow_outcomes o ON o.shadow = r.shadow AND o.item_id = r.item_id
+            WHERE r.shadow = $1 AND r.state IS NOT NULL
+            GROUP BY ALL ORDER BY min(r.seq), r.item_id""",
+        params,
+    ).df()
+    if frame.empty:
+        raise WorkbenchError(
+            f"shadow session {shadow!r} logged no states", hint="only sessions with logged states can be rerun"
+        )
+    text = bool(frame["is_text"].all())
+    frame = frame.drop(columns=["is_text", "state" if text else "text"])
+    return frame.fillna(""), ("text" if text else "state")
+
+
+def rechallenge_session(
+    con: duckdb.DuckDBPyConnection, *, source: str, target: str, challenger_run: str, replace: bool = False
+) -> dict:
+    """Make session ``target``: the champion side of ``source`` as logged, the challenger side from the
+    answers of ``challenger_run`` (a run over ``source``'s states, item ids kept). Outcomes are copied."""
+    session = get_session(con, source)
+    schema = session_schema(con, source)
+    run = get_run(con, challenger_run)
+    qs = schema.question_ids
+    with transaction(con):
+        _create_session(
+            con,
+            target,
+            source="rerun",
+            schema=schema,
+            champion=session["champion"],
+            challenger=run["run_id"],
+            params={"from_session": source, "challenger_run": run["run_id"]},
+            replace=replace,
+        )
+        con.execute(
+            """INSERT INTO shadow_requests BY NAME
+               WITH per AS (
+                   SELECT item_id, max(latency_ms) AS lat, sum(cost_usd) AS cost, any_value(model) AS model,
+                          bool_or(probs IS NULL) AS failed, any_value(failure_kind) AS kind
+                   FROM answers WHERE run_id = $run AND list_contains($qs, question) GROUP BY item_id
+               )
+               SELECT r.* REPLACE ($target AS shadow, per.lat AS challenger_latency_ms, per.cost AS challenger_cost_usd,
+                                   per.model AS challenger_model, NULL AS challenger_response,
+                                   CASE WHEN per.item_id IS NULL OR per.failed THEN NULL ELSE 200 END AS challenger_status,
+                                   CASE WHEN per.item_id IS NULL THEN 'missing_answer' WHEN per.failed THEN per.kind END
+                                       AS challenger_error)
+               FROM shadow_requests r LEFT JOIN per USING (item_id) WHERE r.shadow = $source""",
+            {"run": run["run_id"], "qs": qs, "target": target, "source": source},
+        )
+        con.execute(
+            """INSERT INTO shadow_answers BY NAME
+               SELECT * REPLACE ($target AS shadow) FROM shadow_answers WHERE shadow = $source AND side = 'champion'""",
+            {"target": target, "source": source},
+        )
+        con.execute(
+            """INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind)
+               SELECT $target, r.item_id, q.question, 'challenger', a.probs,
+                      CASE WHEN a.probs IS NULL THEN coalesce(a.failure_kind, 'missing_answer') END
+               FROM shadow_requests r CROSS JOIN (SELECT unnest($qs) AS question) q
+               LEFT JOIN answers a ON a.run_id = $run AND a.item_id = r.item_id AND a.question = q.question
+               WHERE r.shadow = $target""",
+            {"run": run["run_id"], "qs": qs, "target": target},
+        )
+        con.execute(
+            """INSERT INTO shadow_outcomes BY NAME
+               SELECT * REPLACE ($target AS shadow) FROM shadow_outcomes WHERE shadow = $source""",
+            {"target": target, "source": source},
+        )
+    n, n_out = con.execute(
+        "SELECT (SELECT count(*) FROM shadow_requests WHERE shadow = $t),"
+        " (SELECT count(*) FROM shadow_outcomes WHERE shadow = $t AND outcome IS NOT NULL)",
+        {"t": target},
+    ).fetchone()
+    return {"shadow": target, "kind": "rerun", "n_requests": int(n), "n_outcomes": int(n_out)}

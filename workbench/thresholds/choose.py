@@ -35,17 +35,46 @@ from workbench.thresholds.rules import Rule, make_rule
 from workbench.thresholds.surface import Surface, risk_coverage_surface
 
 OBJECTIVES = ("guarantee", "cost", "coverage", "error", "manual")
+METHODS = ("fixed-sequence", "holm")
+RECALIBRATIONS = ("none", "temperature", "isotonic", "platt")
+LEVELS = ("top", "expected")
 
 
 @dataclass
 class ThresholdOptions:
-    """Options of ``workbench thresholds`` (defaults are the CLI's)."""
+    """How routing thresholds are chosen — the one options type of the workbench.
+
+    The API, ``workbench thresholds``, ``workbench policy export``, ``workbench compare``,
+    ``workbench shadow report``, the demo and the UI's Thresholds page all take their defaults from
+    here, so the same run and question give the same rule and figures everywhere.
+
+    Defaults: ``alpha`` (the largest error rate among auto-accepted items, ``--max-error``) 0.05,
+    ``delta`` (the allowed probability that the true error exceeds ``alpha``) 0.1, recalibration
+    ``temperature`` (fitted on a seeded ``calibrator_fraction`` of the calibration split, the
+    guarantee computed on the rest), ``fixed-sequence`` family-wise control with a learned order,
+    ``grid`` 100 points per threshold axis.
+
+    Every value is checked on construction; a bad one raises :class:`~workbench.errors.OptionError`
+    naming the parameter (the CLI shows it as its flag, e.g. ``alpha`` as ``--max-error``).
+
+    Examples
+    --------
+    >>> import workbench as wb
+    >>> wb.ThresholdOptions().describe()
+    'α = 0.05, δ = 0.1, recalibration temperature, fixed-sequence, grid 100'
+    >>> wb.ThresholdOptions(alpha=0.01, calibrate="none").settings()["alpha"]
+    0.01
+    >>> wb.ThresholdOptions(alpha=1.5)
+    Traceback (most recent call last):
+    ...
+    workbench.errors.OptionError: alpha must be in (0, 1), got 1.5 — alpha is the largest error rate among auto-accepted items, e.g. 0.05
+    """
 
     objective: str = "guarantee"
     alpha: float = 0.05
     delta: float = 0.1
     method: str = "fixed-sequence"
-    calibrate: str = "none"
+    calibrate: str = "temperature"
     per_class: bool = False
     review_cost: float = 1.0
     error_cost: float | dict | list = 10.0
@@ -64,17 +93,136 @@ class ThresholdOptions:
     seed: int = 0
     confidence: float = 0.95
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every value (called on construction and by :func:`dataclasses.replace`).
+
+        Raises
+        ------
+        OptionError
+            Naming the parameter (``parameter`` attribute) and the allowed values.
+        """
+
+        def bad(name: str, message: str, hint: str | None = None) -> OptionError:
+            return OptionError(f"{name} {message}", hint=hint, parameter=name)
+
+        if self.objective not in OBJECTIVES:
+            raise bad("objective", f"{self.objective!r} is not one of {', '.join(OBJECTIVES)}")
+        if not (0 < self.alpha < 1):
+            raise bad(
+                "alpha",
+                f"must be in (0, 1), got {self.alpha}",
+                "alpha is the largest error rate among auto-accepted items, e.g. 0.05",
+            )
+        if not (0 < self.delta < 1):
+            raise bad("delta", f"must be in (0, 1), got {self.delta}", "e.g. 0.1")
+        if self.method not in METHODS:
+            raise bad("method", f"{self.method!r} is not one of {', '.join(METHODS)}")
+        if self.calibrate not in RECALIBRATIONS:
+            raise bad("calibrate", f"{self.calibrate!r} is not one of {', '.join(RECALIBRATIONS)}")
+        if self.fallback not in FALLBACK_ACTIONS:
+            raise bad(
+                "fallback",
+                f"{self.fallback!r} is not one of {', '.join(FALLBACK_ACTIONS)}",
+                "the fallback can never be 'accept'",
+            )
+        if not (2 <= self.grid <= 1000):
+            raise bad("grid", f"must be between 2 and 1000, got {self.grid}")
+        if not (0 < self.calibrator_fraction < 1):
+            raise bad("calibrator_fraction", f"must be in (0, 1), got {self.calibrator_fraction}")
+        if not (0 <= self.order_fraction < 1):
+            raise bad("order_fraction", f"must be in [0, 1), got {self.order_fraction}")
+        if self.level not in LEVELS:
+            raise bad("level", f"{self.level!r} is not one of {', '.join(LEVELS)}")
+        if self.n_paths < 1 or self.n_starts < 1:
+            raise bad("n_paths" if self.n_paths < 1 else "n_starts", "must be at least 1")
+        if self.objective == "coverage" and self.target_coverage is None:
+            raise OptionError("objective 'coverage' needs target_coverage", parameter="target_coverage")
+        if self.objective == "error" and self.target_error is None:
+            raise OptionError("objective 'error' needs target_error", parameter="target_error")
+        if self.objective == "manual" and not self.manual_rule:
+            raise OptionError(
+                "objective 'manual' needs manual_rule (the rule's thresholds: tau/margin or tau_yes/tau_no)",
+                parameter="manual_rule",
+            )
+
+    def settings(self) -> dict:
+        """The settings every threshold figure is printed with: objective, α, δ, recalibration, method, grid."""
+        return {
+            "objective": self.objective,
+            "alpha": self.alpha,
+            "delta": self.delta,
+            "calibrate": self.calibrate,
+            "method": self.method,
+            "grid": self.grid,
+        }
+
+    def describe(self) -> str:
+        """One line stating the settings, to print next to any coverage/error figure (CLI, demo, UI)."""
+        recal = f"recalibration {self.calibrate}"
+        if self.objective == "guarantee":
+            return f"α = {self.alpha:g}, δ = {self.delta:g}, {recal}, {self.method}, grid {self.grid}"
+        return f"objective {self.objective} (NOT certified), α = {self.alpha:g}, {recal}, grid {self.grid}"
+
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
 
+#: The defaults, for callers that print or compare them (CLI option defaults are read from here).
+DEFAULTS = ThresholdOptions()
+
+
+def calibration_size_needed(opts: ThresholdOptions, n_options: int | None = None) -> dict:
+    """The smallest calibration split that could certify a rule at ``opts``' α and δ.
+
+    Even a rule whose accepted items are all correct is certified only when the Hoeffding–Bentkus
+    p-value of 0 errors among its ``n`` accepted items is at most the level of the first test
+    (:func:`~workbench.thresholds.guarantees.min_items_to_certify`, the guarantee's own p-value).
+    That level is δ for fixed-sequence testing with a learned order, δ divided by the number of
+    sequences without one, δ / grid² for Holm, and a further ``1 / n_options`` per class. The
+    certifying items are the share of the calibration split left after the calibrator fit and the
+    order-learning carve, so the split needs ``n / share`` items (rounded up).
+
+    Returns
+    -------
+    dict
+        ``n_calibration`` (the split size), ``n_certifying`` (accepted certifying items with no
+        error), ``test_level``, ``alpha``, ``delta``.
+    """
+    from workbench.thresholds.guarantees import min_items_to_certify, strict_to_lax_paths
+
+    if opts.method == "holm":
+        level = opts.delta / opts.grid**2
+    elif opts.order_fraction > 0:
+        level = opts.delta
+    else:
+        level = opts.delta / len(strict_to_lax_paths((opts.grid, opts.grid), opts.n_paths, opts.n_starts))
+    if opts.per_class and n_options:
+        level /= max(n_options - len(opts.abstain_options), 1)
+    n = min_items_to_certify(opts.alpha, level)
+    share = 1.0
+    if opts.calibrate not in ("none", "identity"):
+        share *= 1.0 - opts.calibrator_fraction
+    if opts.method == "fixed-sequence" and opts.order_fraction > 0:
+        share *= 1.0 - opts.order_fraction
+    return {
+        "n_calibration": int(np.ceil(n / share - 1e-9)),
+        "n_certifying": int(n),
+        "test_level": float(level),
+        "alpha": opts.alpha,
+        "delta": opts.delta,
+    }
+
+
 def parse_costs(error_cost: float, class_error_cost: list[str] | None, cost_matrix: Path | None):
-    """``--error-cost`` scalar, ``--class-error-cost OPT=COST`` overrides, or a ``--cost-matrix`` JSON file."""
+    """``error_cost`` scalar, ``class_error_cost`` ``OPT=COST`` overrides, or a ``cost_matrix`` JSON file."""
     if cost_matrix is not None:
         try:
             data = json.loads(Path(cost_matrix).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
-            raise OptionError(f"--cost-matrix {cost_matrix}: cannot read JSON ({exc})") from None
+            raise OptionError(f"cost_matrix {cost_matrix}: cannot read JSON ({exc})", parameter="cost_matrix") from None
         return data  # list of lists [true][accepted] (checked against the option count later)
     if class_error_cost:
         out: dict[str, float] = {}
@@ -85,20 +233,22 @@ def parse_costs(error_cost: float, class_error_cost: list[str] | None, cost_matr
             except ValueError:
                 sep = ""
             if not sep:
-                raise OptionError(f"--class-error-cost {item!r} is not OPTION=COST", hint="e.g. refund=50")
+                raise OptionError(
+                    f"class_error_cost {item!r} is not OPTION=COST", hint="e.g. refund=50", parameter="class_error_cost"
+                )
         return {**out} if out else error_cost
     return error_cost
 
 
 def build_options(
     *,
-    objective: str = "guarantee",
-    max_error: float = 0.05,
-    delta: float = 0.1,
-    method: str = "fixed-sequence",
-    calibrate: str = "none",
-    per_class: bool = False,
-    review_cost: float = 1.0,
+    objective: str = DEFAULTS.objective,
+    max_error: float = DEFAULTS.alpha,
+    delta: float = DEFAULTS.delta,
+    method: str = DEFAULTS.method,
+    calibrate: str = DEFAULTS.calibrate,
+    per_class: bool = DEFAULTS.per_class,
+    review_cost: float = DEFAULTS.review_cost,
     error_cost: float = 10.0,
     class_error_cost: list[str] | None = None,
     cost_matrix: Path | None = None,
@@ -106,52 +256,28 @@ def build_options(
     target_coverage: float | None = None,
     target_error: float | None = None,
     manual_rule: dict[str, float] | None = None,
-    grid: int = 100,
-    paths: int = 10,
-    starts: int = 10,
+    grid: int = DEFAULTS.grid,
+    paths: int = DEFAULTS.n_paths,
+    starts: int = DEFAULTS.n_starts,
     abstain_option: list[str] | None = None,
-    level: str = "top",
-    fallback: str = "review",
-    calibrator_fraction: float = 0.3,
-    seed: int = 0,
-    order_fraction: float = 0.3,
+    level: str = DEFAULTS.level,
+    fallback: str = DEFAULTS.fallback,
+    calibrator_fraction: float = DEFAULTS.calibrator_fraction,
+    seed: int = DEFAULTS.seed,
+    order_fraction: float = DEFAULTS.order_fraction,
 ) -> ThresholdOptions:
-    """Check option values and build :class:`ThresholdOptions` — the one builder behind
+    """:class:`ThresholdOptions` from the command line's option names — the builder behind
     ``workbench thresholds``, ``workbench policy export`` and the Thresholds page of the UI.
 
-    Keyword names and defaults are the command-line options' (``max_error`` is α, ``paths``/``starts``
-    are ``n_paths``/``n_starts``), so the same settings give the same options wherever they come from.
+    Keyword names are the CLI options' (``max_error`` is ``alpha``, ``paths``/``starts`` are
+    ``n_paths``/``n_starts``, ``api_cost`` is ``api_cost_per_item``); defaults are
+    :class:`ThresholdOptions`' own.
 
     Raises
     ------
     OptionError
-        When a value is outside its allowed set or range.
+        When a value is outside its allowed set or range (naming the :class:`ThresholdOptions` field).
     """
-    if objective not in OBJECTIVES:
-        raise OptionError(f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
-    if method not in ("fixed-sequence", "holm"):
-        raise OptionError(f"--method {method!r} is not fixed-sequence or holm")
-    if calibrate not in ("none", "temperature", "isotonic", "platt"):
-        raise OptionError(f"--calibrate {calibrate!r} is not none, temperature, isotonic or platt")
-    if fallback not in FALLBACK_ACTIONS:
-        raise OptionError(
-            f"--fallback {fallback!r} is not one of {', '.join(FALLBACK_ACTIONS)}",
-            hint="the fallback can never be 'accept'",
-        )
-    if not (2 <= grid <= 1000):
-        raise OptionError(f"--grid {grid} must be between 2 and 1000")
-    if not (0 < calibrator_fraction < 1):
-        raise OptionError("--calibrator-fraction must be in (0, 1)")
-    if not (0 <= order_fraction < 1):
-        raise OptionError("--order-fraction must be in [0, 1)")
-    if level not in ("top", "expected"):
-        raise OptionError("--level must be top or expected")
-    if objective == "coverage" and target_coverage is None:
-        raise OptionError("--objective coverage needs --target-coverage")
-    if objective == "error" and target_error is None:
-        raise OptionError("--objective error needs --target-error")
-    if objective == "manual" and not manual_rule:
-        raise OptionError("--objective manual needs the rule's thresholds (tau/margin or tau_yes/tau_no)")
     return ThresholdOptions(
         objective=objective,
         alpha=max_error,
@@ -190,6 +316,28 @@ class ThresholdResult:
     test: dict | None
     n_calibrator_fit: int
     chosen_point_per_class: dict | None = None
+    needed: dict | None = None  # guarantee objective, nothing certified: calibration_size_needed()
+
+    @property
+    def certified(self) -> bool:
+        """True only when the guarantee objective certified a rule that accepts something."""
+        return bool(self.selection.certified and self.selection.feasible)
+
+    def summary(self) -> str:
+        """One line: certified or not, coverage and error on test, with the settings (α, δ, recalibration)."""
+        t = self.test or {}
+        cov, err = (t.get("coverage") or {}).get("value"), (t.get("error") or {}).get("value")
+        figures = f"test coverage {_pct(cov)}, error among accepted {_pct(err)}" if self.test else "no test split"
+        if self.certified:
+            head = "certified"
+        elif self.options.objective == "guarantee":
+            head = "nothing certified"
+        else:
+            head = "NOT certified (point estimate)"
+        line = f"{self.question}: {head}; {figures} [{self.options.describe()}]"
+        if self.needed:
+            line += f"; {needed_sentence(self.needed)}"
+        return line
 
     def rule_dict(self) -> dict:
         """The rule in policy-file form (option ids, not indices; ``None`` = never accept)."""
@@ -207,8 +355,10 @@ class ThresholdResult:
             "question": self.question,
             "type": self.qtype,
             "objective": self.options.objective,
-            "certified": self.selection.certified,
+            "certified": self.certified,
             "feasible": self.selection.feasible,
+            "settings": self.options.settings(),
+            "calibration_size_needed": self.needed,
             "rule": self.rule_dict(),
             "calibrator": self.calibrator,
             "n_calibrator_fit": self.n_calibrator_fit,
@@ -227,6 +377,25 @@ class ThresholdResult:
             "notes": self.selection.notes,
             "options": self.options.to_dict(),
         }
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None or v != v else f"{100 * v:.1f}%"
+
+
+def needed_sentence(needed: dict) -> str:
+    """Plain words for :func:`calibration_size_needed` (what the CLI, demo and UI print)."""
+    now = ""
+    if needed.get("n_calibration_now") is not None:
+        now = f" (this one has {needed['n_calibration_now']}"
+        if needed.get("n_certifying_now") is not None:
+            now += f", {needed['n_certifying_now']} of them certifying"
+        now += ")"
+    return (
+        f"nothing was certified at α = {needed['alpha']:g}, δ = {needed['delta']:g}: even with no error among "
+        f"the accepted items a rule needs {needed['n_certifying']} accepted certifying items, i.e. a calibration "
+        f"split of at least {needed['n_calibration']} items{now}"
+    )
 
 
 def _num(v: float) -> float | None:
@@ -480,6 +649,14 @@ def _finish(
                 option_ids=opt_ids,
                 confidence=opts.confidence,
             )
+    needed = None
+    if opts.objective == "guarantee" and not (sel.certified and sel.feasible):
+        needed = {
+            **calibration_size_needed(opts, k),
+            "n_calibration_now": int(len(_labelled(calibration).labels)),
+            "n_certifying_now": sel.calibration.get("n_items"),
+        }
+        sel.notes.append(needed_sentence(needed))
     return ThresholdResult(
         calibration.question,
         prep.qtype,
@@ -492,4 +669,5 @@ def _finish(
         test_report,
         prep.n_fit,
         per_class_point,
+        needed,
     )

@@ -72,6 +72,24 @@ def hoeffding_bentkus_p_values(errors: np.ndarray, n: np.ndarray, alpha: float) 
     return np.where(n > 0, np.clip(p, 0.0, 1.0), 1.0)
 
 
+def min_items_to_certify(alpha: float, level: float) -> int:
+    """Smallest ``n`` whose p-value of 0 errors among ``n`` accepted items is at most ``level``.
+
+    Uses :func:`hoeffding_bentkus_p_values` itself (at 0 errors both of its terms equal
+    ``(1 - alpha)^n``, which gives the starting guess), so it is exactly the number of error-free
+    accepted items below which no grid point can be certified when the first test runs at ``level``.
+    """
+    if not (0 < alpha < 1) or not (0 < level < 1):
+        raise ThresholdError(f"alpha and level must be in (0, 1), got {alpha} and {level}")
+    guess = max(1, math.ceil(math.log(level) / math.log1p(-alpha)))
+    n = np.arange(max(1, guess - 3), guess + 4)
+    ok = hoeffding_bentkus_p_values(np.zeros_like(n), n, alpha) <= level
+    while not ok.any():  # never in practice: the guess is exact up to rounding
+        n = n + 7
+        ok = hoeffding_bentkus_p_values(np.zeros_like(n), n, alpha) <= level
+    return int(n[ok][0])
+
+
 def fixed_sequence_rejections(p_values: np.ndarray, paths: Sequence[np.ndarray], delta: float) -> np.ndarray:
     """Grid points rejected by fixed-sequence testing along each path at level ``delta / len(paths)``.
 
@@ -170,7 +188,7 @@ class Selection:
     ``x``/``y`` are rule-coordinate thresholds (see :mod:`rules`); ``params`` are the rule's own
     parameters (``tau``/``margin`` or ``tau_yes``/``tau_no``). ``per_class`` maps an option index to
     its own ``(x, y)`` (``None`` = never accept that option). ``certified`` is True only for the
-    guarantee objective.
+    guarantee objective and only when a rule (or, per class, at least one option) was certified.
     """
 
     objective: str
@@ -197,9 +215,9 @@ class Selection:
 
 def _check_alpha_delta(alpha: float, delta: float) -> None:
     if not (0 < alpha < 1):
-        raise ThresholdError(f"--max-error must be in (0, 1), got {alpha}")
+        raise ThresholdError(f"alpha (max error) must be in (0, 1), got {alpha}")
     if not (0 < delta < 1):
-        raise ThresholdError(f"--delta must be in (0, 1), got {delta}")
+        raise ThresholdError(f"delta must be in (0, 1), got {delta}")
 
 
 def _best_by_coverage(accepted: np.ndarray, errors: np.ndarray, mask: np.ndarray) -> tuple[int, int] | None:
@@ -279,7 +297,7 @@ def select_guarantee(
         if best is None:
             return Selection(
                 "guarantee",
-                True,
+                False,  # nothing certified: the rule accepts nothing
                 None,
                 None,
                 {},
@@ -376,7 +394,7 @@ def select_guarantee(
     uncertified = [k for k in classes if chosen.get(k) is None]
     if uncertified:
         # even with zero errors, certifying needs (1 - alpha)^n <= the per-test level
-        n_min = math.ceil(math.log(delta_k) / math.log(1 - alpha))
+        n_min = min_items_to_certify(alpha, delta_k)
         sizes = surface.class_accepted[:, 0, 0]
         notes.append(
             f"{len(uncertified)} of {len(classes)} options are never auto-accepted: certifying one "
@@ -386,7 +404,7 @@ def select_guarantee(
         )
     return Selection(
         "guarantee",
-        True,
+        feasible,  # certified only when some option is
         None,
         None,
         {},

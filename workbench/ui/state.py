@@ -6,7 +6,7 @@ changed), so the UI never holds a lock on the store a run is writing.
 Loaders are ``st.cache_data`` functions whose keys are small hashable ids: the store path, its
 *token* (:func:`workbench.store.snapshot.store_token`, so a write invalidates the cache) and ids
 such as a run id or a question. Each loader opens a snapshot and calls one library function
-(``workbench.store``, ``workbench.metrics``, ``workbench.thresholds``, ``workbench.compare``,
+(``workbench.store``, ``workbench.metrics``, ``workbench.thresholds``, ``workbench.comparison``,
 ``workbench.shadow``); no figure is computed here, so the CLI computes the same numbers through
 the same calls.
 """
@@ -407,11 +407,11 @@ def comparison(
     objective: tuple,
     n_boot: int,
 ):
-    """:func:`workbench.compare.compare_runs` (paired bootstrap, McNemar) as a frame + the raw rows.
+    """:func:`workbench.comparison.compare_runs` (paired bootstrap, McNemar) as a frame + the raw rows.
 
     ``objective`` = (kind, max_error, delta, calibrate).
     """
-    from workbench.compare import ObjectiveSpec, compare_runs
+    from workbench.comparison import ObjectiveSpec, compare_runs
 
     kind, max_error, delta, calibrate = objective
     with read_connection(path) as con:

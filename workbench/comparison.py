@@ -32,25 +32,33 @@ from workbench.metrics.reliability import top_label_ece
 from workbench.metrics.scores import accuracy, brier_score, log_loss
 from workbench.schema import option_ids
 from workbench.store.runs import get_run, load_answers, load_stored_schema
+from workbench.thresholds.choose import ThresholdOptions
 
 
-@dataclass
-class ObjectiveSpec:
-    """The threshold objective used to report coverage and error at a chosen policy."""
+def ObjectiveSpec(
+    kind: str = "guarantee",
+    max_error: float | None = None,
+    delta: float | None = None,
+    calibrate: str | None = None,
+    **fields: Any,
+) -> ThresholdOptions:
+    """:class:`ThresholdOptions` from the older objective keywords (kept for callers of the first
+    wave; ``None`` keeps ThresholdOptions' default). New code passes ``options=ThresholdOptions(...)``."""
+    given = {"alpha": max_error, "delta": delta, "calibrate": calibrate, **fields}
+    fields_ok = {k: v for k, v in given.items() if v is not None and k != "calibration_split"}
+    return ThresholdOptions(objective=kind, **fields_ok)
 
-    kind: str = "guarantee"
-    max_error: float = 0.05
-    delta: float = 0.1
-    target_coverage: float | None = None
-    target_error: float | None = None
-    review_cost: float = 1.0
-    error_cost: float = 10.0
-    calibrate: str = "none"
-    calibration_split: str = "calibration"
 
-    @classmethod
-    def from_experiment(cls, objective: Any) -> ObjectiveSpec:
-        return cls(**{k: getattr(objective, k) for k in cls.__dataclass_fields__})
+def experiment_options(objective: Any) -> ThresholdOptions:
+    """ThresholdOptions of an experiment file's ``objective:`` (fields it leaves out keep the defaults)."""
+    if objective is None:
+        return ThresholdOptions()
+    set_fields = getattr(objective, "model_fields_set", None)
+    values = {k: getattr(objective, k) for k in (set_fields if set_fields is not None else ())}
+    rename = {"kind": "objective", "max_error": "alpha"}
+    return ThresholdOptions(
+        **{rename.get(k, k): v for k, v in values.items() if k != "calibration_split" and v is not None}
+    )
 
 
 # -- which runs ------------------------------------------------------------------------------------
@@ -185,39 +193,44 @@ def _run_costs(con, run: dict, split: str) -> dict:
     }
 
 
-def _policy_at_objective(
-    con, run_id: str, question: str, test: RunAnswers, objective: ObjectiveSpec, seed: int
-) -> dict:
-    from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
+def _policy_at_options(con, run_id: str, question: str, options: ThresholdOptions, calibration_split: str) -> dict:
+    """Coverage and error on the comparison split at the rule ``options`` choose on the calibration split.
+
+    The same call as ``workbench thresholds`` (:func:`workbench.workflows.thresholds_for_run`), so
+    with the same options the figures are the same as there.
+    """
+    from workbench.workflows import thresholds_for_run
 
     try:
-        calibration = load_answers(con, run_id, question, [objective.calibration_split])
-        opts = ThresholdOptions(
-            objective=objective.kind,
-            alpha=objective.max_error,
-            delta=objective.delta,
-            target_coverage=objective.target_coverage,
-            target_error=objective.target_error,
-            review_cost=objective.review_cost,
-            error_cost=objective.error_cost,
-            calibrate=objective.calibrate,
-            seed=seed,
-        )
-        result = choose_thresholds(calibration, test, opts)
+        result = thresholds_for_run(con, run_id, question, options, calibration_split=calibration_split)
     except WorkbenchError as exc:
         return {"not_chosen": str(exc)}
     t = result.test or {}
     return {
-        "objective": objective.kind,
-        "certified": result.selection.certified,
+        "objective": options.objective,
+        "certified": result.certified,
         "feasible": result.selection.feasible,
+        "settings": options.settings(),
         "rule": result.rule_dict(),
         "coverage": t.get("coverage"),
         "error": t.get("error"),
         "n_accepted": t.get("n_accepted"),
         "n_items": t.get("n_items"),
+        "calibration_size_needed": result.needed,
         "_rule": result.rule,
+        "_calibrator": result.calibrator,
     }
+
+
+def _decide(rule_and_calibrator: tuple, probs: np.ndarray):
+    """The rule's decisions on ``probs`` after the calibrator it was chosen with (as a policy applies it)."""
+    from workbench.metrics.recalibrate import calibrator_from_dict
+    from workbench.thresholds.choose import apply_calibrator
+
+    rule, calibrator = rule_and_calibrator
+    if calibrator is not None:
+        probs = apply_calibrator(calibrator_from_dict(calibrator), probs)
+    return rule.decide(probs)
 
 
 def _paired(
@@ -242,7 +255,7 @@ def _paired(
     out["metrics"] = {name: d.to_dict() for name, d in diffs.items()}
     out["mcnemar"] = mcnemar(pa.argmax(axis=1) == y, pb.argmax(axis=1) == y).to_dict()
     if base_rule is not None and other_rule is not None:
-        da, db = base_rule.decide(pa), other_rule.decide(pb)
+        da, db = _decide(base_rule, pa), _decide(other_rule, pb)
 
         def policy_stats(dec):
             acc = dec.accepted.astype(float)
@@ -272,9 +285,10 @@ class Comparison:
     dataset: str
     split: str
     baseline: str
-    objective: dict
+    objective: dict  # ThresholdOptions.settings() of the rules whose coverage/error are reported
     rows: list[dict] = field(default_factory=list)
     experiment: str | None = None
+    settings_text: str = ""  # ThresholdOptions.describe(): printed next to coverage/error
 
     def to_dict(self) -> dict:
         return {
@@ -283,6 +297,8 @@ class Comparison:
             "split": self.split,
             "baseline": self.baseline,
             "objective": self.objective,
+            "settings": self.objective,
+            "settings_text": self.settings_text,
             "rows": self.rows,
         }
 
@@ -334,7 +350,9 @@ def compare_runs(
     baseline: str | None = None,
     questions: list[str] | None = None,
     split: str | None = None,
-    objective: ObjectiveSpec | None = None,
+    options: ThresholdOptions | None = None,
+    objective: ThresholdOptions | None = None,
+    calibration_split: str | None = None,
     n_boot: int | None = None,
     seed: int | None = None,
     level: float = 0.95,
@@ -351,8 +369,12 @@ def compare_runs(
     questions : list of str, optional
         Questions to compare (default: every question of the baseline's schema).
     split : str, default the experiment's compare split, else ``"test"``
-    objective : ObjectiveSpec, optional
-        Threshold objective for coverage/error at the chosen policy (default: the experiment's).
+    options : ThresholdOptions, optional
+        How the rule whose coverage/error is reported is chosen (default: the experiment file's
+        ``objective:``, else ``ThresholdOptions()`` — the defaults of ``workbench thresholds``).
+    objective : ThresholdOptions, optional
+        Older name of ``options``.
+    calibration_split : str, default the experiment's, else ``"calibration"``
     n_boot, seed : int
         Bootstrap replicates and seed (defaults: the experiment's, else 1000 and 0).
     policy : bool, default=True
@@ -363,8 +385,11 @@ def compare_runs(
     split = split or (settings.split if settings else "test")
     n_boot = n_boot if n_boot is not None else (settings.n_boot if settings else 1000)
     seed = seed if seed is not None else (settings.seed if settings else 0)
-    if objective is None:
-        objective = ObjectiveSpec.from_experiment(exp.objective) if exp is not None else ObjectiveSpec()
+    options = options if options is not None else objective
+    if options is None:
+        options = experiment_options(exp.objective) if exp is not None else ThresholdOptions()
+    if calibration_split is None:
+        calibration_split = exp.objective.calibration_split if exp is not None else "calibration"
     base = _pick_baseline(runs, baseline, exp)
     base_schema = load_stored_schema(con, base["schema_hash"])
     qids = questions or (settings.questions if settings and settings.questions else None) or base_schema.question_ids
@@ -416,8 +441,10 @@ def compare_runs(
                 row["point_metrics"] = point
             rule = None
             if policy:
-                pol = _policy_at_objective(con, run["run_id"], q, ans, objective, seed)
+                pol = _policy_at_options(con, run["run_id"], q, options, calibration_split)
                 rule = pol.pop("_rule", None)
+                calibrator = pol.pop("_calibrator", None)
+                rule = None if rule is None else (rule, calibrator)
                 row["policy"] = pol
             if run["run_id"] == base["run_id"]:
                 base_answers[q], base_rules[q] = ans, rule
@@ -438,7 +465,8 @@ def compare_runs(
         dataset=base["dataset"],
         split=split,
         baseline=label(base),
-        objective=dict(objective.__dict__),
+        objective=options.settings(),
+        settings_text=options.describe(),
         rows=rows,
         experiment=exp.name if exp else None,
     )

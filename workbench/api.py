@@ -1,0 +1,463 @@
+"""The front door: thin functions named for what a data scientist does, over the library.
+
+``import workbench as wb`` exposes these (lazily: ``import workbench`` stays light). Each takes an
+open store (``wb.connect``) and plain values, and calls the same library functions the CLI and the
+UI call, so a figure computed here is the figure ``workbench …`` prints and the UI shows.
+
+The examples run as doctests (``tests/test_public_api.py``) one after another in a temporary folder
+``tmp``, on the bundled SMS Spam Collection and the offline ``baseline:tfidf-logreg`` provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from workbench.thresholds.choose import ThresholdOptions
+
+
+def connect(path: str | Path | None = None, *, read_only: bool = False):
+    """Open (and migrate) the DuckDB store at ``path`` (default ``$WORKBENCH_DB`` or ``./workbench.duckdb``).
+
+    Returns a DuckDB connection; close it with ``con.close()`` (or use it in a ``with`` block).
+
+    Examples
+    --------
+    >>> import workbench as wb
+    >>> con = wb.connect(tmp / "workbench.duckdb")
+    >>> con.execute("SELECT count(*) FROM runs").fetchone()
+    (0,)
+    """
+    from workbench.store.db import connect as _connect
+
+    return _connect(path, read_only=read_only)
+
+
+def import_dataset(
+    con,
+    paths: str | Path | Sequence[str | Path],
+    *,
+    name: str,
+    labels: Mapping[str, str],
+    text_column: str | None = None,
+    state_column: str | None = None,
+    id_column: str | None = None,
+    split_column: str | None = None,
+    split: str | None = None,
+    test_fraction: float | None = None,
+    calibration_fraction: float | None = None,
+    seed: int = 0,
+    positive: Mapping[str, str] | None = None,
+    schema: Any = None,
+    **more: Any,
+):
+    """Import labelled files (CSV, TSV, Parquet, JSON, JSONL) as a new version of dataset ``name``.
+
+    Parameters
+    ----------
+    paths : path or list of paths
+    name : str
+        Dataset name in the store.
+    labels : mapping
+        Question id → label column (``{"intent": "category"}``).
+    text_column, state_column : str
+        Where the state is: plain text, or a JSON state.
+    id_column, split_column, split : str, optional
+        Item ids, a split column, or one split for every row.
+    test_fraction, calibration_fraction : float, optional
+        Seeded carve-outs: ``test`` from the rows without a split, ``calibration`` from ``train``.
+    positive : mapping, optional
+        Yes/no question → the label value meaning "yes".
+    schema : DecisionSchema or path, optional
+        Stored with the dataset (option order, label checks).
+    **more
+        Other :class:`workbench.store.datasets.ImportSpec` fields (``group_column``, ``append`` …).
+
+    Returns
+    -------
+    DatasetInfo
+        ``name``, ``version``, ``fingerprint``, ``n_items``, ``questions``, ``created``.
+
+    Examples
+    --------
+    >>> info = wb.import_dataset(con, **wb.bundled_dataset("sms_spam"))
+    >>> info.name, info.n_items, info.questions
+    ('sms_spam', 5574, ['spam'])
+    """
+    from workbench.store.datasets import ImportSpec
+    from workbench.store.datasets import import_dataset as _import
+
+    files = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    spec = ImportSpec(
+        name=name,
+        text_column=text_column,
+        state_column=state_column,
+        labels=dict(labels),
+        id_column=id_column,
+        split_column=split_column,
+        split=split,
+        test_fraction=test_fraction,
+        calibration_fraction=calibration_fraction,
+        seed=seed,
+        positive=dict(positive or {}),
+        **more,
+    )
+    return _import(con, files, spec, _as_schema(schema))
+
+
+def _as_schema(schema: Any):
+    if schema is None or hasattr(schema, "questions"):
+        return schema
+    from workbench.schema import load_schema
+
+    return load_schema(schema)
+
+
+def run(
+    con,
+    dataset: str,
+    schema: Any,
+    provider: Any,
+    *,
+    splits: Sequence[str] | None = ("calibration", "test"),
+    limit: int | None = None,
+    name: str | None = None,
+    env: Mapping[str, str] | None = None,
+    concurrency: int = 8,
+    progress: bool = False,
+    **options: Any,
+) -> str:
+    """Run ``provider`` (a spec such as ``baseline:tfidf-logreg``) over ``dataset`` with ``schema``.
+
+    Answers are cached and journaled as ``workbench run`` does; keys come from ``env`` (default the
+    environment) and are never stored.
+
+    Parameters
+    ----------
+    provider : str or provider object
+        A spec string, or an already built provider (its ``spec`` is recorded), e.g. one reused
+        across runs.
+    schema : DecisionSchema or path of a schema file
+    splits : sequence of str, default ("calibration", "test")
+        ``None``: every split but ``train``.
+    limit : int, optional
+        First N items per run (by id, after the split filter).
+    name : str, optional
+        Run name (shown in ``workbench runs list`` and the UI).
+    **options
+        Other ``workbench run`` settings: ``rate``, ``max_cost``, ``timeout``, ``experiment``,
+        ``variant``, ``questions_per_request``, ``transport``, ``reporter`` (progress and log lines,
+        :mod:`workbench.reporting`).
+
+    Returns
+    -------
+    run_id : str
+
+    Examples
+    --------
+    >>> schema = wb.load_schema(wb.bundled_schema_file("sms_spam"))
+    >>> run_id = wb.run(con, "sms_spam", schema, "baseline:tfidf-logreg", name="tfidf")
+    >>> wb.get_run(con, run_id)["status"]
+    'done'
+    """
+    from workbench.runner import run_experiment
+
+    if not isinstance(provider, str):  # a built provider: record its spec, run it as it is
+        from workbench.runner.execute import RunOptions, execute_run, start_run
+
+        tags = {k: options.pop(k) for k in ("experiment", "variant", "dataset_version") if k in options}
+        transport, reporter = options.pop("transport", None), options.pop("reporter", None)
+        run_options = RunOptions(
+            splits=list(splits) if splits else None, limit=limit, concurrency=concurrency, **options
+        )
+        run_id = start_run(
+            con,
+            dataset=dataset,
+            schema=_as_schema(schema),
+            provider_spec=provider.spec,
+            options=run_options,
+            run_name=name,
+            **tags,
+        )
+        execute_run(con, run_id, env=env, transport=transport, progress=progress, provider=provider, reporter=reporter)
+        return run_id
+    (run_id,) = run_experiment(
+        con,
+        dataset=dataset,
+        schema=_as_schema(schema),
+        provider_specs=[provider],
+        splits=list(splits) if splits else None,
+        limit=limit,
+        run_name=name,
+        env=env,
+        concurrency=concurrency,
+        progress=progress,
+        **options,
+    )
+    return run_id
+
+
+def load_answers(con, run_id: str, question: str, splits: Sequence[str] | None = None):
+    """A run's answers to one question as arrays (:class:`RunAnswers`).
+
+    ``probs`` (n, k) with NaN rows for failed calls, ``labels`` (n,) option indices (-1 unlabelled),
+    ``item_ids``, ``splits``, ``option_ids``, ``cost_usd``, ``latency_ms``; ``.labelled()`` keeps
+    the labelled, answered items.
+
+    Examples
+    --------
+    >>> test = wb.load_answers(con, run_id, "spam", ["test"])
+    >>> test.option_ids, test.probs.shape[1], bool((test.labels >= 0).all())
+    (['yes', 'no'], 2, True)
+    """
+    from workbench.store.runs import load_answers as _load
+
+    return _load(con, run_id, question, list(splits) if splits is not None else None)
+
+
+def report(con, run_id: str, question: str | None = None, split: str | None = "test", **kwargs: Any):
+    """Calibration and accuracy metrics of a run, with bootstrap intervals (``workbench report``).
+
+    ``kwargs``: ``n_bins`` (15), ``n_boot`` (200), ``seed``, ``level`` (0.95), ``smooth``.
+    Returns a ``RunReport``; ``.to_frame()`` has one row per (question, metric).
+
+    Examples
+    --------
+    >>> frame = wb.report(con, run_id, "spam", n_boot=50).to_frame()
+    >>> sorted({"accuracy", "ece_uniform", "brier"} & set(frame["metric"]))
+    ['accuracy', 'brier', 'ece_uniform']
+    """
+    from workbench.evaluation import report_run
+
+    return report_run(con, run_id, question, split, **kwargs)
+
+
+def calibrate(con, run_id: str, method: str = "temperature", **kwargs: Any) -> dict:
+    """Fit ``method`` (temperature, isotonic, platt) per question on the calibration split and store a
+    calibrated view of the run (a new run, ``workbench calibrate``).
+
+    Returns a summary: the new ``run_id``, the calibrators, and test ECE / log loss before and after.
+
+    Examples
+    --------
+    >>> calibrated = wb.calibrate(con, run_id, "temperature")
+    >>> calibrated["parent_run_id"] == run_id, calibrated["run_id"] != run_id
+    (True, True)
+    """
+    from workbench.evaluation import calibrate_run
+
+    return calibrate_run(con, run_id, method, **kwargs)
+
+
+def choose_thresholds(con, run_id: str, question: str, options: ThresholdOptions | None = None):
+    """Pick routing thresholds for one question of a run and judge them on its test split.
+
+    The same call as ``workbench thresholds RUN -q QUESTION``, ``workbench compare``, the demo and
+    the UI's Thresholds page make (:func:`workbench.workflows.thresholds_for_run`).
+
+    Parameters
+    ----------
+    options : ThresholdOptions, optional
+        α, δ, recalibration, method, grid …; default ``ThresholdOptions()``.
+
+    Returns
+    -------
+    ThresholdResult
+        ``certified`` (True only when a rule was certified), ``rule_dict()``, ``selection``,
+        ``test`` (coverage and error with intervals), ``needed`` (when nothing was certified: the
+        smallest calibration split that could be), ``summary()``, ``to_dict()``.
+
+    Examples
+    --------
+    >>> result = wb.choose_thresholds(con, run_id, "spam")
+    >>> result.certified
+    True
+    >>> print(result.summary())  # doctest: +ELLIPSIS
+    spam: certified; test coverage ...%, error among accepted ...% [α = 0.05, δ = 0.1, recalibration temperature, ...]
+    >>> strict = wb.choose_thresholds(con, run_id, "spam", wb.ThresholdOptions(alpha=0.0005))
+    >>> strict.certified, strict.needed["n_certifying"], strict.needed["n_calibration"]
+    (False, 4605, 9398)
+    """
+    from workbench.workflows import thresholds_for_run
+
+    return thresholds_for_run(con, run_id, question, options)
+
+
+def build_policy(
+    con,
+    run_id: str,
+    questions: str | Sequence[str],
+    options: ThresholdOptions | None = None,
+    *,
+    out: str | Path | None = None,
+    version: str = "1.0.0",
+    **kwargs: Any,
+):
+    """Choose thresholds for ``questions`` of a run and assemble the versioned, hashed policy
+    (``workbench policy export``); write it to ``out`` when given.
+
+    ``kwargs``: ``max_state_tokens``, ``created_by``, ``bind_model`` (True: only the run's model is
+    auto-accepted). Returns the runtime :class:`workbench.Policy` (``.decide(response)``, ``.model``).
+
+    Examples
+    --------
+    >>> policy = wb.build_policy(con, run_id, "spam", out=tmp / "policy.json")
+    >>> policy.model.questions["spam"].objective.certified
+    True
+    >>> response = {"model": policy.model.source.model, "answers": {"spam": {"type": "noul", "noul": 0.999}}}
+    >>> policy.decide(response, schema_hash=schema.hash)["spam"].action
+    'accept'
+    >>> wb.Policy.load(tmp / "policy.json").content_hash == policy.content_hash
+    True
+    """
+    from workbench.policy import Policy
+    from workbench.policy.build import build_policy as _build
+    from workbench.policy.io import write_policy
+
+    qs = [questions] if isinstance(questions, str) else list(questions)
+    model, _ = _build(
+        con, run_id, qs, options if options is not None else ThresholdOptions(), policy_version=version, **kwargs
+    )
+    if out is not None:
+        model = write_policy(model, out)
+    return Policy(model)
+
+
+def compare(
+    con,
+    runs: str | Sequence[str],
+    *,
+    baseline: str | None = None,
+    options: ThresholdOptions | None = None,
+    questions: Sequence[str] | None = None,
+    split: str | None = None,
+    n_boot: int | None = None,
+    seed: int | None = None,
+    policy: bool = True,
+):
+    """Compare runs on the same items against a baseline (``workbench compare``).
+
+    Per run and question: metrics with bootstrap intervals, cost and latency, coverage and error at
+    the thresholds ``options`` certify (the figures :func:`choose_thresholds` gives), and paired
+    differences against the baseline (paired bootstrap, McNemar).
+
+    Parameters
+    ----------
+    runs : run ids, an experiment name or an experiment file
+    baseline : run id or ``PROVIDER@VARIANT``, default the experiment's or the first run
+
+    Returns
+    -------
+    Comparison
+        ``.to_frame()`` (one row per run and question), ``.to_dict()``, ``.settings``.
+
+    Examples
+    --------
+    >>> comparison = wb.compare(con, [run_id, calibrated["run_id"]], n_boot=100)
+    >>> frame = comparison.to_frame()
+    >>> len(frame), bool(frame["coverage"][0] == result.test["coverage"]["value"])
+    (2, True)
+    """
+    from workbench.comparison import compare_runs
+
+    names = [runs] if isinstance(runs, str) else list(runs)
+    return compare_runs(
+        con,
+        names,
+        baseline=baseline,
+        options=options,
+        questions=list(questions) if questions else None,
+        split=split,
+        n_boot=n_boot,
+        seed=seed,
+        policy=policy,
+    )
+
+
+def replay_shadow(
+    con,
+    name: str,
+    champion_run: str,
+    challenger_run: str,
+    *,
+    splits: Sequence[str] | None = None,
+    replace: bool = False,
+) -> dict:
+    """Make shadow session ``name`` from two runs over the same items (``workbench shadow replay``).
+
+    Examples
+    --------
+    >>> session = wb.replay_shadow(con, "raw-vs-calibrated", run_id, calibrated["run_id"], splits=["test"])
+    >>> session["n_requests"] == len(test.labels)
+    True
+    """
+    from workbench.store.shadow import replay_runs
+
+    return replay_runs(
+        con,
+        shadow=name,
+        champion_run=champion_run,
+        challenger_run=challenger_run,
+        splits=list(splits) if splits else None,
+        replace=replace,
+    )
+
+
+def shadow_report(
+    con,
+    session: str,
+    *,
+    champion_policy: Any = None,
+    challenger_policy: Any = None,
+    options: ThresholdOptions | None = None,
+    criteria: Any = None,
+    questions: Sequence[str] | None = None,
+    n_boot: int = 1000,
+    **kwargs: Any,
+):
+    """What would change if the challenger replaced the champion, and a verdict (``workbench shadow report``).
+
+    A side without a policy (a policy file path, a ``SidePolicy``, or rules such as
+    ``"tau=0.9,margin=0.1"``) routes with the policy certified on its run with ``options`` — the
+    same defaults as everywhere else. ``criteria``: a :class:`workbench.shadow.report.Criteria` or a
+    mapping of its fields (``max_error_increase``, ``min_coverage_gain`` …).
+
+    Returns
+    -------
+    ShadowReport
+        ``.verdict`` (PROMOTE / HOLD / REJECT), ``.reasons``, ``.to_frame()``, ``.to_dict()``.
+
+    Examples
+    --------
+    >>> shadow = wb.shadow_report(con, "raw-vs-calibrated", n_boot=100)
+    >>> shadow.verdict in ("PROMOTE", "HOLD", "REJECT"), shadow.policies["challenger"]["source"].startswith("certified")
+    (True, True)
+    """
+    from workbench.shadow.report import Criteria
+    from workbench.shadow.report import shadow_report as _report
+
+    if isinstance(criteria, Mapping):
+        criteria = Criteria(**criteria)
+    return _report(
+        con,
+        session,
+        champion_policy=_side(champion_policy),
+        challenger_policy=_side(challenger_policy),
+        options=options,
+        criteria=criteria,
+        questions=list(questions) if questions else None,
+        n_boot=n_boot,
+        **kwargs,
+    )
+
+
+def _side(policy: Any):
+    """A side policy from a SidePolicy, a policy file path, or rule text (``"tau=0.9,margin=0.1"``)."""
+    if policy is None or hasattr(policy, "decide"):
+        return policy
+    from workbench.shadow.policies import load_side_policy, parse_rule_options
+
+    if isinstance(policy, Path) or (isinstance(policy, str) and policy.endswith(".json")):
+        return load_side_policy(policy)
+    return parse_rule_options([policy] if isinstance(policy, str) else list(policy))
