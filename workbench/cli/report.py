@@ -114,11 +114,15 @@ def register(app: typer.Typer) -> None:
                 )
         if as_json:
             doc = rep.to_dict()
-            if clean is not None:
-                doc["excluding_label_issues"] = {
+            # one shape whatever the options: the key is always there (null unless asked for)
+            doc["excluding_label_issues"] = (
+                {
                     q.question: {"counts": q.counts, "metrics": {k: v.to_dict() for k, v in q.metrics.items()}}
                     for q in clean.questions
                 }
+                if clean is not None
+                else None
+            )
             emit_json(doc)
             return
         if clean is not None:
