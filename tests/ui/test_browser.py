@@ -241,3 +241,29 @@ def test_per_class_override_editor_changes_the_test_figures(server, browser):
     SHOTS.mkdir(parents=True, exist_ok=True)
     screenshot(page, SHOTS / "04c-thresholds-per-class-override.png")
     page.close()
+
+
+def test_certified_thresholds_are_drawn_and_stated(server, browser):
+    """At α = 0.2 a rule is certified: the page states α, δ and recalibration, shows the certified
+    metrics without cut labels, and the surface draws the certified point and region."""
+    url, meta = server
+    page = browser.new_page(viewport={"width": 1400, "height": 2200})
+    page.goto(f"{url}/thresholds")
+    wait_idle(page)
+    alpha = page.locator('[data-testid="stNumberInput"] input').first
+    alpha.fill("0.2")
+    alpha.press("Enter")
+    page.get_by_text("Certified at α=0.2").wait_for(timeout=30_000)
+    wait_idle(page)
+    text = _main_text(page)
+    assert "Threshold options: α = 0.2, δ = 0.1, recalibration none" in text
+    for label in ("Certified τ", "Certified m", "Certified error bound", "Certified: coverage / error (test)"):
+        box = page.locator('[data-testid="stMetricLabel"]').filter(has_text=label).first
+        inner = box.locator("p, div").first
+        # a cut label is wider inside than its box (Streamlit ellipsises it)
+        assert inner.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), label
+    legend = page.locator(".js-plotly-plot").first.inner_text()
+    assert "certified" in legend and "certified region" in legend
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    screenshot(page, SHOTS / "04d-thresholds-certified.png")
+    page.close()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -278,9 +278,10 @@ def question_report(
     from workbench.metrics.report import REPORTERS
 
     arr = question_arrays(path, token, run_id, question, split, recalibrate)
-    return REPORTERS[arr.qtype](
+    rep = REPORTERS[arr.qtype](
         arr.probs, arr.labels, list(arr.option_ids), question=question, n_bins=n_bins, n_boot=n_boot, smooth=True
     )
+    return replace(rep, replicate=None)  # the replicate closure (for paired comparisons) cannot be cached
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
