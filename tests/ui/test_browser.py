@@ -29,7 +29,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-PAGES = ["datasets", "runs", "calibration", "thresholds", "compare", "shadow", "policy"]
+PAGES = ["datasets", "runs", "calibration", "thresholds", "compare", "shadow", "policy", "monitor"]
 #: Text each page shows only when it rendered the prepared store's data, and its minimum number of charts.
 EXPECT = {
     "datasets": ("Sample items", 1),
@@ -39,6 +39,7 @@ EXPECT = {
     "compare": ("Paired differences against the baseline", 2),
     "shadow": ("Verdict:", 2),
     "policy": ("Valid policy", 0),
+    "monitor": ("Per window", 3),
 }
 
 pytestmark = [
@@ -46,6 +47,32 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
 ]
+
+
+def _decision_logs(db: Path, meta: dict) -> None:
+    """Production-made decision logs and outcomes next to the store (the Monitor page's defaults): the
+    sharp run's test answers decided by the exported policy through the runtime, logged by DecisionLog."""
+    from tests.monitor.conftest import replay, responses_from_answers, write_outcomes
+    from workbench.policy.runtime import Policy
+    from workbench.store.db import connect
+    from workbench.store.runs import load_answers
+
+    con = connect(db, read_only=True)
+    ans = load_answers(con, meta["runs"]["sharp-model"], "intent", ["test"])
+    con.close()
+    ans = ans.select(ans.labels >= 0)
+    replay(
+        Policy.load(db.parent / "policy.json"),
+        responses_from_answers(ans.probs, ans.option_ids, "intent", "synthetic"),
+        db.parent / "decisions.jsonl",
+    )
+    write_outcomes(
+        db.parent / "outcomes.jsonl",
+        [
+            {"decision_id": f"d{i:06d}", "question": "intent", "outcome": ans.option_ids[j]}
+            for i, j in enumerate(ans.labels)
+        ],
+    )
 
 
 def _free_port() -> int:
@@ -62,6 +89,7 @@ def server(prepared_store, tmp_path_factory):
     db = tmp_path_factory.mktemp("browser") / "wb.duckdb"
     shutil.copyfile(src, db)
     shutil.copyfile(src.parent / "policy.json", db.parent / "policy.json")
+    _decision_logs(db, meta)
     port = _free_port()
     log = open(db.parent / "streamlit.log", "wb")
     proc = subprocess.Popen(
