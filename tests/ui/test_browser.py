@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,7 @@ def _decision_logs(db: Path, meta: dict) -> None:
         Policy.load(db.parent / "policy.json"),
         responses_from_answers(ans.probs, ans.option_ids, "intent", "synthetic"),
         db.parent / "decisions.jsonl",
+        step=timedelta(hours=1),  # six days of traffic: several of the page's default 1-day windows
     )
     write_outcomes(
         db.parent / "outcomes.jsonl",
@@ -164,6 +166,31 @@ def screenshot(page, path: Path, width: int = 1400) -> None:
     page.screenshot(path=str(path), full_page=True)
 
 
+CUT_TEXT_JS = """() => {
+  const cut = [];
+  // metric labels and values: Streamlit ellipsises text wider than its column
+  for (const el of document.querySelectorAll(
+      '[data-testid="stMetricLabel"] *, [data-testid="stMetricValue"], [data-testid="stMetricValue"] *')) {
+    if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1) cut.push('metric: ' + el.innerText);
+  }
+  // plotly titles (SVG text is clipped by the figure, never wrapped)
+  for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+    const box = plot.getBoundingClientRect();
+    for (const t of plot.querySelectorAll('.gtitle, .g-xtitle text, .g-ytitle text')) {
+      const r = t.getBoundingClientRect();
+      if (r.width && (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1))
+        cut.push('chart title: ' + t.textContent);
+    }
+  }
+  return cut;
+}"""
+
+
+def cut_texts(page) -> list[str]:
+    """Metric labels/values and chart titles that do not fit their box (cut off on screen)."""
+    return page.evaluate(CUT_TEXT_JS)
+
+
 def _main_text(page) -> str:
     return page.locator('[data-testid="stMain"]').inner_text()
 
@@ -183,6 +210,7 @@ def test_every_page_renders_with_data(server, browser):
         marker, n_charts = EXPECT[name]
         assert marker in text, (name, text[:1500])
         assert page.locator(".js-plotly-plot").count() >= n_charts, name
+        assert not cut_texts(page), (name, cut_texts(page))
         screenshot(page, SHOTS / f"{PAGES.index(name) + 1:02d}-{name}.png")
     # content checks on the pages that must show the prepared data
     page.goto(page_url(url, "datasets"))
@@ -294,4 +322,16 @@ def test_certified_thresholds_are_drawn_and_stated(server, browser):
     assert "certified" in legend and "certified region" in legend
     SHOTS.mkdir(parents=True, exist_ok=True)
     screenshot(page, SHOTS / "04d-thresholds-certified.png")
+    page.close()
+
+
+def test_the_cut_text_check_sees_an_ellipsised_label(browser):
+    """The check above finds a label the browser ellipsises (so passing pages really fit)."""
+    page = browser.new_page(viewport={"width": 400, "height": 300})
+    style = "width:60px;overflow:hidden;white-space:nowrap;text-overflow:ellipsis"
+    page.set_content(
+        f'<div data-testid="stMetricLabel"><p style="{style}">Error among accepted decisions</p></div>'
+        f'<div data-testid="stMetricLabel"><p style="{style}">Ok</p></div>'
+    )
+    assert cut_texts(page) == ["metric: Error among accepted decisions"]
     page.close()
