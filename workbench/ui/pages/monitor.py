@@ -108,7 +108,7 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
 
-m = st.columns(6)
+m = st.columns(3) + st.columns(3)  # two rows of three: six metrics in one row cut labels and values at 1400 px
 m[0].metric("Decisions", f"{overall['traffic']:,}")
 m[1].metric("Coverage", _pct(overall["coverage"]))
 m[2].metric("Review load", f"{overall['review_load']:,}")
