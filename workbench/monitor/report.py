@@ -111,7 +111,7 @@ def _counts(con: Any, question: str, col: str, n_win: int, keys: list, win_index
 
 def _recertify(con: Any, policy: Any, question: str, alpha: float, delta: float, opts: MonitorOptions) -> dict:
     """The thresholds that fresh outcomes would certify today (``choose_thresholds``, as ``workbench thresholds``)."""
-    from workbench.store.runs import RunAnswers
+    from workbench.answers import RunAnswers
     from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
 
     n = int(
