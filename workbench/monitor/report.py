@@ -360,8 +360,8 @@ def monitor(
                 reasons.append(
                     f"{q}: error rate among accepted decisions is above α={alpha:g} with confidence 1−δ={1 - delta:g} "
                     f"(e-value {math.exp(min(alarm.log_e.max(), 700.0)):.3g} ≥ 1/δ={1 / delta:g} at decision "
-                    f"{fired_idx}, after {alarm.first_alarm + 1} outcomes; running error {alarm.estimate[-1]:.4f}, "
-                    f"lower confidence bound {alarm.lower[-1]:.4f})"
+                    f"{fired_idx}, after {alarm.first_alarm + 1} outcomes; recent error {alarm.recent[-1]:.4f}, overall "
+                    f"{alarm.estimate[-1]:.4f}, lower confidence bound {alarm.lower[-1]:.4f})"
                 )
             if opts.drift_alarm_psi is not None:
                 for w in (w for w in windows if w["question"] == q):
