@@ -185,7 +185,7 @@ class DecisionLog:
                         "would_accept": getattr(d, "would_accept", None),
                         "p_top": _finite(d.p_top),
                         "margin": _finite(d.margin),
-                        "probs": None if p is None else [float(v) for v in p],
+                        "probs": None if p is None else (p.tolist() if hasattr(p, "tolist") else [float(v) for v in p]),
                     }
                 )
         except Exception as exc:
