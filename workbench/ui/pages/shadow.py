@@ -165,7 +165,7 @@ st.dataframe(rep["frame"], hide_index=True, width="stretch", key="sh_summary")
 
 for q in rep["questions"]:
     st.subheader(f"Question `{q['question']}` — {q['n_requests']:,} requests")
-    m = st.columns(4)
+    m = st.columns([1, 1.5, 1.2, 1])  # "100.0% → 100.0%" needs the wider second column
     ag = q["agreement"]
     m[0].metric(
         "Agreement (top answer)",
