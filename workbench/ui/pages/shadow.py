@@ -119,10 +119,9 @@ with s2:
 if "none" in (champion[0], challenger[0]):
     d = state.threshold_defaults()
     st.caption(
-        "Certified policies: "
-        + state.settings_caption(d.alpha, d.delta, d.calibrate, d.method)[0].lower()
-        + state.settings_caption(d.alpha, d.delta, d.calibrate, d.method)[1:]
-        + " — the verdict is the one `workbench shadow report` gives with its defaults."
+        "Sides without a policy file or rule route with the policy certified on their run. "
+        + state.settings_caption(d.alpha, d.delta, d.calibrate, d.method)
+        + ". The verdict is the one `workbench shadow report` gives with its defaults."
     )
 from workbench.shadow.report import Criteria  # noqa: E402
 
