@@ -235,8 +235,20 @@ def test_shadow_page_reports_agreement_flips_and_verdict(ui_store):
     expected = (a.probs[both].argmax(1) == b.probs[both].argmax(1)).mean()
     shown = next(m.value for m in at.metric if m.label == "Agreement (top answer)")
     assert shown == f"{100 * expected:.1f}%"
-    # the default routing is the CLI's (`shadow report` without flags: as logged); then a rule per side
+    # the default routing is the CLI's (`shadow report` without flags: each side's certified policy at the
+    # threshold defaults), so the verdict is the library's with defaults
     assert at.radio(key="sh_champion_kind").value == "none" and at.radio(key="sh_challenger_kind").value == "none"
+    from workbench.shadow.report import shadow_report
+
+    con = connect(path, read_only=True)
+    lib = shadow_report(con, "noisy-vs-sharp")
+    con.close()
+    assert f"Verdict: {lib.verdict}" in verdicts[0]
+    assert all(r in verdicts[0] for r in lib.reasons)
+    from workbench.thresholds.choose import ThresholdOptions
+
+    d = ThresholdOptions()
+    assert any(f"α = {d.alpha:g}, δ = {d.delta:g}, recalibration {d.calibrate}" in c.value for c in at.caption)
     at.radio(key="sh_champion_kind").set_value("rule").run()
     at.radio(key="sh_challenger_kind").set_value("rule").run()
     # stricter challenger rule: its review load rises
@@ -296,6 +308,7 @@ def test_cost_inputs_pick_the_library_cost_optimum(ui_store):
     path, meta = ui_store
     at = _app("thresholds")
     at.selectbox(key="run_id").set_value(meta["runs"]["noisy-model"]).run()
+    at.radio(key="thr_recalibrate").set_value("as answered").run()  # the library call below uses raw probabilities
     at.number_input(key="thr_error_cost").set_value(25.0).run()
     at.number_input(key="thr_review_cost").set_value(2.0).run()
     at.button(key="thr_use_cost").click().run()

@@ -404,7 +404,7 @@ class RiskCoverageDisplay:
         fig.update_layout(
             title=dict(text=self.title, x=0.0, xanchor="left"),
             template="plotly_white",
-            height=440,
+            height=440 + 22 * max(0, len(self.curves) - 2),  # the legend below grows with the runs overlaid
             margin=dict(t=60, l=60, r=20, b=60),
             legend=dict(orientation="h", y=-0.2, x=0),
         )

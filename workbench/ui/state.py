@@ -408,11 +408,12 @@ def comparison(
 ):
     """:func:`workbench.comparison.compare_runs` (paired bootstrap, McNemar) as a frame + the raw rows.
 
-    ``objective`` = (kind, max_error, delta, calibrate).
+    ``objective`` = (kind, alpha, delta, calibrate): the :class:`ThresholdOptions` fields the page sets
+    (the others keep their defaults, as ``workbench compare`` does).
     """
-    from workbench.comparison import ObjectiveSpec, compare_runs
+    from workbench.comparison import compare_runs
 
-    kind, max_error, delta, calibrate = objective
+    kind, alpha, delta, calibrate = objective
     with read_connection(path) as con:
         comp = compare_runs(
             con,
@@ -420,7 +421,7 @@ def comparison(
             baseline=baseline,
             questions=[question],
             split=split,
-            objective=ObjectiveSpec(kind=kind, max_error=max_error, delta=delta, calibrate=calibrate),
+            options=ThresholdOptions(objective=kind, alpha=alpha, delta=delta, calibrate=calibrate),
             n_boot=n_boot,
         )
     return comp.to_frame(), comp.to_dict()
@@ -445,8 +446,10 @@ def shadow_report(
 ) -> dict:
     """:func:`workbench.shadow.report.shadow_report` as a dict (+ ``frame``).
 
-    ``champion``/``challenger`` = ("file", PATH) for a policy file or ("rule", "tau=..,margin=..")
-    or ("none", ""); ``criteria`` = sorted (name, value) pairs of :class:`Criteria`.
+    ``champion``/``challenger`` = ("file", PATH) for a policy file, ("rule", "tau=..,margin=..") or
+    ("none", "") for the policy the library certifies on that side's run at ``ThresholdOptions()`` (what
+    ``workbench shadow report SESSION`` does without routing flags); ``criteria`` = sorted (name, value)
+    pairs of :class:`Criteria`.
     """
     from workbench.shadow.policies import load_side_policy, parse_rule_options
     from workbench.shadow.report import Criteria
@@ -468,6 +471,7 @@ def shadow_report(
             challenger_policy=side(challenger),
             criteria=Criteria(**dict(criteria)),
             n_boot=n_boot,
+            options=threshold_defaults(),
         )
     out = rep.to_dict()
     out["frame"] = rep.to_frame()

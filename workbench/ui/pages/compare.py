@@ -173,7 +173,7 @@ for col, x, title, key in (
         hover_name="run_id",
         hover_data={"cost_label": True, "latency_p95_ms": ":.0f"},
         labels={x: title, y_col: y_choice, "provider_variant": "run", "emulated": "emulated"},
-        height=420,
+        height=420 + 22 * max(0, shown["provider_variant"].nunique() - 2),  # room for the legend below
     )
     sc.update_traces(marker={"size": 14})
     top = 1.02 if y_col != "error" else max(0.05, 1.2 * float(shown[y_col].max()))

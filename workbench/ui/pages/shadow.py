@@ -84,13 +84,16 @@ policy_files = [
 
 
 def _side(label: str, key: str) -> tuple:
-    # default "none": what `workbench shadow report SESSION` does without routing flags
+    # default "none": no policy given, so the library certifies one per side at ThresholdOptions() —
+    # what `workbench shadow report SESSION` does without routing flags
     kind = st.radio(
         f"{label} routing",
         ["none", "policy file", "rule"],
         horizontal=True,
         key=f"{key}_kind",
-        format_func={"none": "as logged (CLI default)", "policy file": "policy file", "rule": "rule τ/m"}.get,
+        format_func={"none": "certified policy (CLI default)", "policy file": "policy file", "rule": "rule τ/m"}.get,
+        help="Certified policy: the policy `workbench policy export` would certify on the side's run with the "
+        "threshold defaults — what `workbench shadow report SESSION` uses without routing flags.",
     )
     if kind == "policy file":
         if not policy_files:
@@ -113,6 +116,13 @@ with s1:
     champion = _side("Champion", "sh_champion")
 with s2:
     challenger = _side("Challenger", "sh_challenger")
+if "none" in (champion[0], challenger[0]):
+    d = state.threshold_defaults()
+    st.caption(
+        "Sides without a policy file or rule route with the policy certified on their run. "
+        + state.settings_caption(d.alpha, d.delta, d.calibrate, d.method)
+        + ". The verdict is the one `workbench shadow report` gives with its defaults."
+    )
 from workbench.shadow.report import Criteria  # noqa: E402
 
 crit0 = Criteria()  # the defaults of `workbench shadow report`
@@ -154,7 +164,7 @@ st.dataframe(rep["frame"], hide_index=True, width="stretch", key="sh_summary")
 
 for q in rep["questions"]:
     st.subheader(f"Question `{q['question']}` — {q['n_requests']:,} requests")
-    m = st.columns(4)
+    m = st.columns([1, 1.5, 1.2, 1])  # "100.0% → 100.0%" needs the wider second column
     ag = q["agreement"]
     m[0].metric(
         "Agreement (top answer)",
