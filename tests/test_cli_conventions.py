@@ -248,3 +248,16 @@ def test_sigterm_to_workbench_ui_stops_its_streamlit_child(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=10)
+
+
+def test_report_json_has_one_shape_with_or_without_label_issues(store):
+    local_id = json.loads(store["local"].stdout)["run_ids"][0]
+    plain = json.loads(run_cli("report", local_id, "--boot", "0", "--json", db=store["db"], check=True).stdout)
+    with_issues = json.loads(
+        run_cli(
+            "report", local_id, "--boot", "0", "--exclude-label-issues", "--json", db=store["db"], check=True
+        ).stdout
+    )
+    assert set(plain) == set(with_issues)
+    assert plain["excluding_label_issues"] is None and set(with_issues["excluding_label_issues"]) == {"intent"}
+    assert plain["run"]["emulated"] is False and plain["run"]["run_id"] == local_id

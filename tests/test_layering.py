@@ -127,6 +127,17 @@ def test_no_import_climbs_to_a_higher_floor():
     assert not climbs, "imports that climb:\n" + "\n".join(climbs)
 
 
+#: Pure maths: takes arrays, never reads or writes the store (a workflow one floor up does that).
+PURE = {"metrics", "thresholds"}
+IO_UNITS = {"store", "providers", "runner", "emulator"}
+
+
+def test_the_pure_maths_never_touches_the_store():
+    """metrics/ and thresholds/ compute on arrays (``RunAnswers``); loading and saving live in floor 7."""
+    touches = [f"{where}: {src} imports {dst}" for src, dst, where in _edges() if src in PURE and dst in IO_UNITS]
+    assert not touches, "pure maths reading or writing the store:\n" + "\n".join(touches)
+
+
 def test_no_cycles_among_packages():
     graph: dict[str, set[str]] = defaultdict(set)
     for src, dst, _ in _edges():

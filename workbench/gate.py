@@ -248,7 +248,9 @@ def _policy_measure(con: Any, run_id: str, question: str, split: str, policy_pat
     decisions = cq.decide_probs(probs)  # the runtime's path: calibrator, then the rule, failures -> fallback
     index = {o: j for j, o in enumerate(cq.options)}
     accepted = np.fromiter((d.accepted for d in decisions), dtype=bool, count=len(decisions))
-    option = np.fromiter((index.get(d.option, -1) if d.accepted else -1 for d in decisions), int, len(decisions))
+    option = np.array(
+        [index[d.option] if d.accepted and d.option is not None else -1 for d in decisions], dtype=np.int64
+    )
     wrong = accepted & (option != labels)
     acc_f, wrong_f = accepted.astype(float), wrong.astype(float)
     n = int(labelled.sum())
@@ -272,8 +274,8 @@ def _report_measure(con: Any, run_id: str, question: str, split: str, opts: Requ
 
     ans = load_answers(con, run_id, question, [split])
     rep = question_report(ans, n_boot=opts.n_boot, seed=opts.seed, level=opts.level, smooth=smooth)
-    kept, stats = rep.replicate if rep.replicate is not None else (np.zeros(len(ans.labels), bool), None)
-    return _Measure(ans.item_ids.astype(str), kept, stats, dict(rep.metrics))  # type: ignore[arg-type]
+    kept, stats = rep.replicate if rep.replicate is not None else (np.zeros(len(ans.labels), bool), lambda w: {})
+    return _Measure(ans.item_ids.astype(str), kept, stats, dict(rep.metrics))
 
 
 def _paired_drop(a: _Measure, b: _Measure, metric: str, kind: str, opts: RequirementsFile) -> tuple[float, ...]:

@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 import numpy as np
+
 from workbench_runtime.errors import CalibrationFitError
 
 #: Probabilities are clipped to at least this before taking logs, so a hard 0 stays finite.
@@ -147,7 +148,7 @@ class IsotonicCalibrator:
 
     def transform(self, probs: Any) -> np.ndarray:
         p = _check_probs(probs)
-        if self.x_thresholds_ is None:
+        if self.x_thresholds_ is None or self.y_thresholds_ is None:
             raise CalibrationFitError("isotonic calibrator is not fitted")
         if p.shape[1] != len(self.x_thresholds_):
             raise CalibrationFitError(f"calibrator has {len(self.x_thresholds_)} options, got {p.shape[1]}")
@@ -160,7 +161,7 @@ class IsotonicCalibrator:
         return out
 
     def to_dict(self) -> dict:
-        if self.x_thresholds_ is None:
+        if self.x_thresholds_ is None or self.y_thresholds_ is None:
             raise CalibrationFitError("isotonic calibrator is not fitted")
         return {
             "type": self.kind,
@@ -181,12 +182,12 @@ class IsotonicCalibrator:
         return cls(xs, ys)
 
 
-CALIBRATORS: dict[str, type] = {
+CALIBRATORS: dict[str, Any] = {
     c.kind: c for c in (IdentityCalibrator, TemperatureScaling, PlattCalibrator, IsotonicCalibrator)
 }
 
 
-def calibrator_from_dict(d: dict, registry: dict[str, type] | None = None):
+def calibrator_from_dict(d: dict, registry: dict[str, Any] | None = None):
     """Rebuild a fitted calibrator from :meth:`to_dict` output (raises on unknown types or bad params).
 
     ``registry`` maps type names to classes (default :data:`CALIBRATORS`; the workbench passes its

@@ -11,8 +11,9 @@
 Each record (keys in this order)::
 
     {"decision_id", "time" (UTC ISO-8601), "policy_hash", "policy_version", "model", "schema_hash",
-     "question", "action", "option", "p_top", "margin", "probs" (provider probabilities in schema
-     order, null when the answer failed)}
+     "question", "action", "option", "would_accept" (the option the rule would have accepted when the
+     rollout held it back: shadow mode or a disabled option; else null), "p_top", "margin", "probs"
+     (provider probabilities in schema order, null when the answer failed)}
 
 Properties production code relies on:
 
@@ -181,9 +182,10 @@ class DecisionLog:
                         "question": qid,
                         "action": d.action,
                         "option": d.option,
+                        "would_accept": getattr(d, "would_accept", None),
                         "p_top": _finite(d.p_top),
                         "margin": _finite(d.margin),
-                        "probs": None if p is None else [float(v) for v in p],
+                        "probs": None if p is None else (p.tolist() if hasattr(p, "tolist") else [float(v) for v in p]),
                     }
                 )
         except Exception as exc:

@@ -298,7 +298,13 @@ def make_rule(
     if qtype == "noul":
         return NoulRule(tau_yes=float(x_thr), tau_no=float(-y_thr), fallback=fallback)
     if qtype == "score":
-        return ScoreRule(float(x_thr), float(y_thr), level=level, per_class=overrides, fallback=fallback)
+        return ScoreRule(
+            float(x_thr),
+            float(y_thr),
+            level="expected" if level == "expected" else "top",
+            per_class=overrides,
+            fallback=fallback,
+        )
     return ChoiceRule(
         float(x_thr), float(y_thr), per_class=overrides, abstain_options=tuple(abstain_options), fallback=fallback
     )

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import ROOT, dataset_path, run_cli
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
+SHIFT_AT = 1500
 
 
 def responses_from_answers(probs: np.ndarray, option_ids: Sequence[str], question: str, model: str) -> list[dict]:
@@ -127,3 +128,62 @@ def b77_store(tmp_path_factory) -> dict:
         check=True,
     )
     return {"db": db, "run_id": run_id, "policy": policy, "tmp": tmp}
+
+
+def shift_scenario(tmp: Path) -> dict:
+    """A synthetic policy, its test split replayed through the runtime with a log, and outcomes: ``clean.jsonl``
+    (true labels) and ``shifted.*`` (from decision SHIFT_AT on, 20% of accepted decisions are wrong or overridden)."""
+    from tests.policy.conftest import MODEL, OPTIONS, build_store
+    from workbench.policy.runtime import Policy
+    from workbench.store.db import connect
+    from workbench.store.runs import load_answers
+
+    db = tmp / "wb.duckdb"
+    build_store(db, tmp, n=6000, seed=3)
+    pol = tmp / "policy.json"
+    run_cli(
+        "policy",
+        "export",
+        "run-sim",
+        "-q",
+        "intent",
+        "--max-error",
+        "0.05",
+        "--delta",
+        "0.1",
+        "--out",
+        str(pol),
+        db=db,
+        check=True,
+    )
+    con = connect(db, read_only=True)
+    ans = load_answers(con, "run-sim", "intent", ["test"])
+    con.close()
+    ans = ans.select(ans.labels >= 0)
+    policy = Policy.load(pol)
+    responses = responses_from_answers(ans.probs, ans.option_ids, "intent", MODEL)
+    decisions = replay(policy, responses, tmp / "decisions.jsonl")
+    labels = [OPTIONS[j] for j in ans.labels]
+    rng = np.random.default_rng(5)
+    clean, shifted = [], []
+    for i, (d, y) in enumerate(zip(decisions, labels)):
+        did = f"d{i:06d}"
+        clean.append({"decision_id": did, "question": "intent", "outcome": y})
+        q = d["intent"]
+        if i >= SHIFT_AT and q.accepted and rng.random() < 0.2:  # the world moved: humans now route elsewhere
+            wrong = [o for o in OPTIONS if o != q.option]
+            if rng.random() < 0.5:
+                shifted.append(
+                    {"decision_id": did, "question": "intent", "outcome": wrong[int(rng.integers(len(wrong)))]}
+                )
+            else:  # only the override flag is known for these
+                shifted.append({"decision_id": did, "question": "intent", "outcome": None, "override": True})
+        else:
+            shifted.append(
+                {"decision_id": did, "question": "intent", "outcome": y, "override": False if q.accepted else None}
+            )
+    write_outcomes(tmp / "clean.jsonl", clean)
+    write_outcomes(tmp / "shifted.jsonl", shifted)
+    write_outcomes(tmp / "shifted.csv", shifted)
+    write_outcomes(tmp / "shifted.parquet", shifted)
+    return {"tmp": tmp, "db": db, "policy": pol, "n": len(labels), "decisions": decisions, "responses": responses}

@@ -6,72 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tests.conftest import run_cli
-from tests.monitor.conftest import replay, responses_from_answers, write_outcomes
-from tests.policy.conftest import MODEL, OPTIONS, build_store
-
-SHIFT_AT = 1500
+from tests.monitor.conftest import SHIFT_AT, replay, shift_scenario
 
 
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory) -> dict:
-    from workbench.policy.runtime import Policy
-    from workbench.store.db import connect
-    from workbench.store.runs import load_answers
-
-    tmp = tmp_path_factory.mktemp("monitor")
-    db = tmp / "wb.duckdb"
-    build_store(db, tmp, n=6000, seed=3)
-    pol = tmp / "policy.json"
-    run_cli(
-        "policy",
-        "export",
-        "run-sim",
-        "-q",
-        "intent",
-        "--max-error",
-        "0.05",
-        "--delta",
-        "0.1",
-        "--out",
-        str(pol),
-        db=db,
-        check=True,
-    )
-    con = connect(db, read_only=True)
-    ans = load_answers(con, "run-sim", "intent", ["test"])
-    con.close()
-    ans = ans.select(ans.labels >= 0)
-    policy = Policy.load(pol)
-    responses = responses_from_answers(ans.probs, ans.option_ids, "intent", MODEL)
-    decisions = replay(policy, responses, tmp / "decisions.jsonl")
-    labels = [OPTIONS[j] for j in ans.labels]
-    rng = np.random.default_rng(5)
-    clean, shifted = [], []
-    for i, (d, y) in enumerate(zip(decisions, labels)):
-        did = f"d{i:06d}"
-        clean.append({"decision_id": did, "question": "intent", "outcome": y})
-        q = d["intent"]
-        if i >= SHIFT_AT and q.accepted and rng.random() < 0.2:  # the world moved: humans now route elsewhere
-            wrong = [o for o in OPTIONS if o != q.option]
-            if rng.random() < 0.5:
-                shifted.append(
-                    {"decision_id": did, "question": "intent", "outcome": wrong[int(rng.integers(len(wrong)))]}
-                )
-            else:  # only the override flag is known for these
-                shifted.append({"decision_id": did, "question": "intent", "outcome": None, "override": True})
-        else:
-            shifted.append(
-                {"decision_id": did, "question": "intent", "outcome": y, "override": False if q.accepted else None}
-            )
-    write_outcomes(tmp / "clean.jsonl", clean)
-    write_outcomes(tmp / "shifted.jsonl", shifted)
-    write_outcomes(tmp / "shifted.csv", shifted)
-    write_outcomes(tmp / "shifted.parquet", shifted)
-    return {"tmp": tmp, "db": db, "policy": pol, "n": len(labels), "decisions": decisions, "responses": responses}
+    return shift_scenario(tmp_path_factory.mktemp("monitor"))
 
 
 def _monitor(s, *args: str, outcomes: str | None = "shifted.jsonl", decisions: str = "decisions.jsonl"):

@@ -2,7 +2,8 @@
 
 One choice dataset (4 intents, train / calibration / test carved by the importer) and two
 runs whose probabilities are drawn so that one model is sharper than the other; the second
-run has a few recorded provider failures (stored as failures, never as probabilities).
+run has a few recorded provider failures (stored as failures, never as probabilities) and is
+recorded as emulated (as if answered by ``workbench emulator``).
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ def build_store(db_path: Path, n_items: int = 400, seed: int = 7) -> dict:
                 dialect="systemone",
                 experiment="ui-test",
                 variant="descriptive",
+                emulated=name == "noisy-model",  # as if answered by `workbench emulator`: the pages mark it
             )
             write_answers(con, _answers_frame(run_id, ids, y, sharp, s, fail_every))
             update_run(con, run_id, status="done", summary={"answered": int(len(ids))})

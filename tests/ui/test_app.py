@@ -335,3 +335,22 @@ def test_per_class_guarantee_table_and_export(ui_store):
     assert not at.exception, [e.value for e in at.exception]
     doc = json.loads(next(iter(at.session_state["session_policies"].values())))
     assert doc["questions"]["intent"]["objective"]["per_class"] is True
+
+
+def test_emulated_runs_are_marked_on_runs_and_compare(ui_store):
+    """The runner's ``emulated`` flag (list_runs) marks a run on the Runs table, in run pickers and on Compare."""
+    path, meta = ui_store
+    at = _app("runs")
+    table = next(d.value for d in at.dataframe if "emulated" in d.value.columns)
+    marked = dict(zip(table["run_id"], table["emulated"]))
+    assert marked == {meta["runs"]["noisy-model"]: True, meta["runs"]["sharp-model"]: False}
+    assert {"accuracy", "ECE"} <= set(table.columns)
+    picker = at.selectbox(key="run_id")
+    assert "EMULATED" in picker.format_func(meta["runs"]["noisy-model"])
+    assert "EMULATED" not in picker.format_func(meta["runs"]["sharp-model"])
+    at.switch_page("workbench/ui/pages/compare.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    figures = next(d.value for d in at.dataframe if "d_accuracy" in d.value.columns and "accuracy" in d.value.columns)
+    provider = dict(zip(figures["run_id"], figures["provider"]))
+    assert provider[meta["runs"]["noisy-model"]].endswith("(EMULATED)")
+    assert "EMULATED" not in provider[meta["runs"]["sharp-model"]]

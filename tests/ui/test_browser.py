@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-PAGES = ["datasets", "runs", "calibration", "thresholds", "compare", "shadow", "policy"]
+PAGES = ["datasets", "runs", "calibration", "thresholds", "compare", "shadow", "policy", "monitor"]
 #: Text each page shows only when it rendered the prepared store's data, and its minimum number of charts.
 EXPECT = {
     "datasets": ("Sample items", 1),
@@ -39,6 +40,7 @@ EXPECT = {
     "compare": ("Paired differences against the baseline", 2),
     "shadow": ("Verdict:", 2),
     "policy": ("Valid policy", 0),
+    "monitor": ("Per window", 3),
 }
 
 pytestmark = [
@@ -46,6 +48,33 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
 ]
+
+
+def _decision_logs(db: Path, meta: dict) -> None:
+    """Production-made decision logs and outcomes next to the store (the Monitor page's defaults): the
+    sharp run's test answers decided by the exported policy through the runtime, logged by DecisionLog."""
+    from tests.monitor.conftest import replay, responses_from_answers, write_outcomes
+    from workbench.policy.runtime import Policy
+    from workbench.store.db import connect
+    from workbench.store.runs import load_answers
+
+    con = connect(db, read_only=True)
+    ans = load_answers(con, meta["runs"]["sharp-model"], "intent", ["test"])
+    con.close()
+    ans = ans.select(ans.labels >= 0)
+    replay(
+        Policy.load(db.parent / "policy.json"),
+        responses_from_answers(ans.probs, ans.option_ids, "intent", "synthetic"),
+        db.parent / "decisions.jsonl",
+        step=timedelta(hours=1),  # six days of traffic: several of the page's default 1-day windows
+    )
+    write_outcomes(
+        db.parent / "outcomes.jsonl",
+        [
+            {"decision_id": f"d{i:06d}", "question": "intent", "outcome": ans.option_ids[j]}
+            for i, j in enumerate(ans.labels)
+        ],
+    )
 
 
 def _free_port() -> int:
@@ -62,6 +91,7 @@ def server(prepared_store, tmp_path_factory):
     db = tmp_path_factory.mktemp("browser") / "wb.duckdb"
     shutil.copyfile(src, db)
     shutil.copyfile(src.parent / "policy.json", db.parent / "policy.json")
+    _decision_logs(db, meta)
     port = _free_port()
     log = open(db.parent / "streamlit.log", "wb")
     proc = subprocess.Popen(
@@ -136,6 +166,31 @@ def screenshot(page, path: Path, width: int = 1400) -> None:
     page.screenshot(path=str(path), full_page=True)
 
 
+CUT_TEXT_JS = """() => {
+  const cut = [];
+  // metric labels and values: Streamlit ellipsises text wider than its column
+  for (const el of document.querySelectorAll(
+      '[data-testid="stMetricLabel"] *, [data-testid="stMetricValue"], [data-testid="stMetricValue"] *')) {
+    if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1) cut.push('metric: ' + el.innerText);
+  }
+  // plotly titles (SVG text is clipped by the figure, never wrapped)
+  for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+    const box = plot.getBoundingClientRect();
+    for (const t of plot.querySelectorAll('.gtitle, .g-xtitle text, .g-ytitle text')) {
+      const r = t.getBoundingClientRect();
+      if (r.width && (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1))
+        cut.push('chart title: ' + t.textContent);
+    }
+  }
+  return cut;
+}"""
+
+
+def cut_texts(page) -> list[str]:
+    """Metric labels/values and chart titles that do not fit their box (cut off on screen)."""
+    return page.evaluate(CUT_TEXT_JS)
+
+
 def _main_text(page) -> str:
     return page.locator('[data-testid="stMain"]').inner_text()
 
@@ -155,6 +210,7 @@ def test_every_page_renders_with_data(server, browser):
         marker, n_charts = EXPECT[name]
         assert marker in text, (name, text[:1500])
         assert page.locator(".js-plotly-plot").count() >= n_charts, name
+        assert not cut_texts(page), (name, cut_texts(page))
         screenshot(page, SHOTS / f"{PAGES.index(name) + 1:02d}-{name}.png")
     # content checks on the pages that must show the prepared data
     page.goto(page_url(url, "datasets"))
@@ -240,4 +296,42 @@ def test_per_class_override_editor_changes_the_test_figures(server, browser):
     assert int(after.split()[0].replace(",", "")) > int(before.split()[0].replace(",", "")), (before, after)
     SHOTS.mkdir(parents=True, exist_ok=True)
     screenshot(page, SHOTS / "04c-thresholds-per-class-override.png")
+    page.close()
+
+
+def test_certified_thresholds_are_drawn_and_stated(server, browser):
+    """At α = 0.2 a rule is certified: the page states α, δ and recalibration, shows the certified
+    metrics without cut labels, and the surface draws the certified point and region."""
+    url, meta = server
+    page = browser.new_page(viewport={"width": 1400, "height": 2200})
+    page.goto(f"{url}/thresholds")
+    wait_idle(page)
+    alpha = page.locator('[data-testid="stNumberInput"] input').first
+    alpha.fill("0.2")
+    alpha.press("Enter")
+    page.get_by_text("Certified at α=0.2").wait_for(timeout=30_000)
+    wait_idle(page)
+    text = _main_text(page)
+    assert "Threshold options: α = 0.2, δ = 0.1, recalibration none" in text
+    for label in ("Certified τ", "Certified m", "Certified error bound", "Certified: coverage / error (test)"):
+        box = page.locator('[data-testid="stMetricLabel"]').filter(has_text=label).first
+        inner = box.locator("p, div").first
+        # a cut label is wider inside than its box (Streamlit ellipsises it)
+        assert inner.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), label
+    legend = page.locator(".js-plotly-plot").first.inner_text()
+    assert "certified" in legend and "certified region" in legend
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    screenshot(page, SHOTS / "04d-thresholds-certified.png")
+    page.close()
+
+
+def test_the_cut_text_check_sees_an_ellipsised_label(browser):
+    """The check above finds a label the browser ellipsises (so passing pages really fit)."""
+    page = browser.new_page(viewport={"width": 400, "height": 300})
+    style = "width:60px;overflow:hidden;white-space:nowrap;text-overflow:ellipsis"
+    page.set_content(
+        f'<div data-testid="stMetricLabel"><p style="{style}">Error among accepted decisions</p></div>'
+        f'<div data-testid="stMetricLabel"><p style="{style}">Ok</p></div>'
+    )
+    assert cut_texts(page) == ["metric: Error among accepted decisions"]
     page.close()

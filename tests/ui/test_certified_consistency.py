@@ -106,7 +106,7 @@ def test_certified_section_equals_cli_and_library(ui_store, calibrate):
     assert f"n_calibration {cli['guarantee']['n_calibration']:,}" in next(
         s.value for s in at.success if "Certified at" in s.value
     )
-    cov, err = _metric(at, "Certified rule: coverage / error (test)").split(" / ")
+    cov, err = _metric(at, "Certified: coverage / error (test)").split(" / ")
     assert cov == f"{100 * cli['test']['coverage']['value']:.1f}%"
     assert err == f"{100 * cli['test']['error']['value']:.1f}%"
     # the frontier point at this α is the same selection's calibration coverage

@@ -98,7 +98,13 @@ def register(app: typer.Typer) -> None:
             return
         from rich.table import Table
 
-        t = Table("name", "version", "versions", "items", "questions", "fingerprint")
+        t = Table()
+        # the name is what other commands take: it never shrinks; the question list wraps instead
+        t.add_column("name", no_wrap=True, min_width=max([4, *(len(str(n)) for n in df["name"])]))
+        for col in ("version", "versions", "items"):
+            t.add_column(col, justify="right", no_wrap=True)
+        t.add_column("questions", overflow="fold", ratio=1)
+        t.add_column("fingerprint", no_wrap=True)
         for r in df.itertuples():
             t.add_row(
                 r.name, str(r.version), str(r.versions), str(r.n_items), ", ".join(r.questions), r.fingerprint[:12]

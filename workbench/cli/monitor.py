@@ -68,20 +68,20 @@ def register(app: typer.Typer) -> None:
                 "PSI p_top",
             ):
                 t.add_column(col, justify="left" if col in ("question", "window") else "right")
-            for w in rep.windows:
+            for win in rep.windows:
                 err = (
                     "—"
-                    if w["error"] is None
-                    else f"{w['error']:.3f} [{w['error_low']:.3f}, {w['error_high']:.3f}] n={w['n_known']}"
+                    if win["error"] is None
+                    else f"{win['error']:.3f} [{win['error_low']:.3f}, {win['error_high']:.3f}] n={win['n_known']}"
                 )
-                psi = w["drift"]["p_top"]["psi"]
+                psi = win["drift"]["p_top"]["psi"]
                 t.add_row(
-                    w["question"],
-                    str(w["window"]),
-                    str(w["traffic"]),
-                    "—" if w["coverage"] is None else f"{w['coverage']:.3f}",
-                    str(w["review_load"]),
-                    "—" if w["override_rate"] is None else f"{w['override_rate']:.3f}",
+                    win["question"],
+                    str(win["window"]),
+                    str(win["traffic"]),
+                    "—" if win["coverage"] is None else f"{win['coverage']:.3f}",
+                    str(win["review_load"]),
+                    "—" if win["override_rate"] is None else f"{win['override_rate']:.3f}",
                     err,
                     "—" if psi is None else f"{psi:.3f}",
                 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -487,7 +488,7 @@ def register(app: typer.Typer) -> None:
 
         written = sign_file(file, key, out=out)
         assert written.signature is not None
-        doc = {
+        doc: dict[str, Any] = {
             "path": str(out or file),
             "content_hash": written.content_hash,
             "policy_version": written.policy_version,
@@ -497,7 +498,7 @@ def register(app: typer.Typer) -> None:
             emit_json(doc)
         else:
             out_console.print(
-                f"signed {doc['path']} ({written.content_hash[:19]}…) with {written.signature.alg} key {written.signature.key_id}"
+                f"signed {doc['path']} ({(written.content_hash or '')[:19]}…) with {written.signature.alg} key {written.signature.key_id}"
             )
 
     @pol.command("verify")

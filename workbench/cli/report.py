@@ -114,11 +114,15 @@ def register(app: typer.Typer) -> None:
                 )
         if as_json:
             doc = rep.to_dict()
-            if clean is not None:
-                doc["excluding_label_issues"] = {
+            # one shape whatever the options: the key is always there (null unless asked for)
+            doc["excluding_label_issues"] = (
+                {
                     q.question: {"counts": q.counts, "metrics": {k: v.to_dict() for k, v in q.metrics.items()}}
                     for q in clean.questions
                 }
+                if clean is not None
+                else None
+            )
             emit_json(doc)
             return
         if clean is not None:
@@ -206,12 +210,14 @@ def register(app: typer.Typer) -> None:
             pd.concat(frames, ignore_index=True).to_csv(csv, index=False)
             err_console.print(f"wrote {sum(len(f) for f in frames)} suspects to {csv}")
         if as_json:
-            doc = {"runs": list(run_ids), "split": split, "questions": {}}
+            per_question: dict[str, dict] = {}
+            doc = {"runs": list(run_ids), "split": split, "questions": per_question}
             for q, li in issues.items():
-                doc["questions"][q] = li.to_dict(top=top)
+                per_question[q] = li.to_dict(top=top)
+                per_question[q]["metrics_test"] = None  # one shape: null with --no-metrics
                 if q in side:
                     b, c = side[q]
-                    doc["questions"][q]["metrics_test"] = {
+                    per_question[q]["metrics_test"] = {
                         "all_items": {k: v.to_dict() for k, v in b.metrics.items()},
                         "n_all": b.counts["n_labelled"],
                         "excluding_suspects": {k: v.to_dict() for k, v in c.metrics.items()},

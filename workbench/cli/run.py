@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -64,6 +65,11 @@ def _emit_runs(summaries: list[dict], as_json: bool, *, experiment: dict | None 
     else:
         for run_id in run_ids:
             print_id(run_id)
+
+
+def _number(value: Any, digits: int) -> str:
+    """``value`` with ``digits`` decimals, or ``-`` when missing (None or NaN)."""
+    return "-" if value is None or value != value else f"{value:.{digits}f}"
 
 
 def register(app: typer.Typer) -> None:
@@ -246,8 +252,9 @@ def register(app: typer.Typer) -> None:
         from rich import box
         from rich.table import Table
 
-        any_emulated = bool(df["emulated"].any()) if len(df) else False
-        names = [n if isinstance(n, str) else "" for n in df["name"]]  # pandas gives NaN for a NULL name
+        rows: list[dict[Any, Any]] = df.to_dict(orient="records")
+        any_emulated = any(bool(r["emulated"]) for r in rows)
+        names = [r["name"] if isinstance(r["name"], str) else "" for r in rows]  # pandas gives NaN for NULL
         table = Table(
             box=box.SIMPLE_HEAD,
             pad_edge=False,
@@ -258,7 +265,7 @@ def register(app: typer.Typer) -> None:
             + "n answers, p50 median latency in ms",
         )
         # the id never shrinks (it is what the next command takes); the other columns wrap instead
-        table.add_column("run", no_wrap=True, min_width=max([3, *map(len, df["run_id"])]))
+        table.add_column("run", no_wrap=True, min_width=max([3, *(len(r["run_id"]) for r in rows)]))
         if any(names):
             table.add_column("name", overflow="fold", ratio=1)
         table.add_column("provider", overflow="fold", ratio=2)
@@ -266,21 +273,20 @@ def register(app: typer.Typer) -> None:
         table.add_column("status", no_wrap=True)
         for col in ("n", "fail", "cost $", "p50"):  # answers, failures, USD, median latency (ms)
             table.add_column(col, justify="right", no_wrap=True)
-        for r, name in zip(df.itertuples(), names):
-            emulated = bool(r.emulated)
-            cost = "-" if r.cost_usd is None or r.cost_usd != r.cost_usd else f"{r.cost_usd:.4f}"
+        for r, name in zip(rows, names):
+            emulated = bool(r["emulated"])
+            cost = _number(r["cost_usd"], 4)
             if emulated and cost != "-":
                 cost = f"~{cost}*"
-            p50 = "-" if r.latency_p50_ms is None or r.latency_p50_ms != r.latency_p50_ms else f"{r.latency_p50_ms:.0f}"
-            cells = [r.run_id, *([name] if any(names) else [])]
+            cells = [str(r["run_id"]), *([name] if any(names) else [])]
             cells += [
-                r.provider + (" [yellow](emulated)[/]" if emulated else ""),
-                f"{r.dataset} v{r.dataset_version}",
-                r.status,
-                str(r.n_answers),
-                str(r.n_failed),
+                str(r["provider"]) + (" [yellow](emulated)[/]" if emulated else ""),
+                f"{r['dataset']} v{r['dataset_version']}",
+                str(r["status"]),
+                str(r["n_answers"]),
+                str(r["n_failed"]),
                 cost,
-                p50,
+                _number(r["latency_p50_ms"], 0),
             ]
             table.add_row(*cells)
         out_console.print(table)

@@ -91,8 +91,8 @@ def option_texts(question: dict) -> list[str]:
         f = crit.get("false")
         return [instr + " " + render(t if t is not None else _NOUL_TRUE), render(f if f is not None else _NOUL_FALSE)]
     if qtype == "choice":
-        return [f"{k} {render(v) if v is not None else ''}" for k, v in crit.items()]
-    return [render(level) for level in crit]
+        return [f"{k} {render(v) if v is not None else ''}" for k, v in (crit or {}).items()]
+    return [render(level) for level in crit or []]
 
 
 class LexicalAnswerer:
@@ -159,11 +159,9 @@ def answerer_from_spec(spec: str) -> Answerer:
     """
     if spec in ("", "lexical"):
         return LexicalAnswerer()
-    from workbench.providers import registry  # written alongside; imported only when asked
+    from workbench.providers.registry import get_provider  # imported only when asked (torch etc.)
 
-    get = getattr(registry, "get_provider", None) or registry.build_provider
-    provider = get(spec)
-    return ProviderAnswerer(provider)
+    return ProviderAnswerer(get_provider(spec))
 
 
 class ProviderAnswerer:

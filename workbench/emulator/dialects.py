@@ -42,6 +42,8 @@ class Limits:
     def from_profile(cls, name: str, *, max_images: int) -> Limits:
         """The hosted service's limits, from the same profiles the client validates with."""
         p = PROFILES[name]
+        if p.max_questions is None or p.max_options is None or p.max_levels is None:
+            raise ValueError(f"limit profile {name!r} has no hosted limits to emulate")
         return cls(
             max_questions=p.max_questions,
             min_options=p.min_options,

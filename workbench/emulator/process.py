@@ -104,7 +104,7 @@ def run_emulator_process(
         timer.start()
         try:
             while not deadline.is_set():
-                line = proc.stdout.readline()
+                line = proc.stdout.readline() if proc.stdout is not None else ""
                 if not line:
                     raise RuntimeError(f"emulator process exited with {proc.wait()} before listening")
                 lines.append(line)

@@ -214,6 +214,7 @@ class EmulatorServer:
         """Start (if needed) and serve until cancelled."""
         if self._server is None:
             await self.start()
+        assert self._server is not None
         try:
             await self._server.serve_forever()
         finally:
@@ -235,6 +236,7 @@ class EmulatorServer:
     # -- connection loop ---------------------------------------------------------------------------
     async def _handle_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None  # a connection callback always runs in a task
         self._tasks.add(task)
         try:
             while True:
@@ -406,14 +408,14 @@ class EmulatorServer:
             state, questions, _ = validate_system_one(
                 body, PERPLEXITY_LIMITS, allowed_fields=frozenset({"model", "state", "questions"})
             )
-            images: list = []
+            image_urls: list = []
             if isinstance(state, list):
                 parts = [p for p in state if isinstance(p, dict) and p.get("type") == "image_url"]
-                images = [(p.get("image_url") or {}).get("url") for p in parts]
-                check_images(images, PERPLEXITY_LIMITS)
+                image_urls = [(p.get("image_url") or {}).get("url") for p in parts]
+                check_images(image_urls, PERPLEXITY_LIMITS)
                 rest = [p for p in state if p not in parts]
                 state = rest[0] if len(rest) == 1 else rest
-            return state, questions, images, {"answered_model": body["model"]}
+            return state, questions, image_urls, {"answered_model": body["model"]}
         if call.route == "openai":
             return parse_openai(body)
         return parse_vercel(req.headers, body)

@@ -77,8 +77,8 @@ async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
         chunks = []
         size = 0
         while True:
-            line = await reader.readuntil(b"\r\n")
-            n = int(line.split(b";")[0].strip() or b"0", 16)
+            size_line = await reader.readuntil(b"\r\n")
+            n = int(size_line.split(b";")[0].strip() or b"0", 16)
             if n == 0:
                 await reader.readuntil(b"\r\n")
                 break

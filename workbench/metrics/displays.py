@@ -415,7 +415,7 @@ class RiskCoverageDisplay:
 @dataclass
 class ThresholdSurfaceDisplay:
     """Heat map of error among accepted (or coverage) over the threshold grid, with coverage contours,
-    the chosen point, the certified point and the certified region outlined.
+    the chosen point, the certified point and the certified grid points (dots).
 
     ``x_grid`` (A,) and ``y_grid`` (B,) are the axes in rule parameters (τ and m, or τ yes and τ no);
     ``coverage`` and ``error`` are (A, B); ``region`` (A, B) bool marks certified grid points;
@@ -517,17 +517,18 @@ class ThresholdSurfaceDisplay:
             )
         )
         if self.region is not None and np.asarray(self.region).any():
+            # certified grid points as dots: Learn-then-Test certifies along test paths, so the set can be
+            # a few rows of the grid rather than one blob (an outline would draw stripes)
+            ii, jj = np.nonzero(np.asarray(self.region, bool))
+            stride = max(1, len(ii) // 4000)  # keep the figure light on fine grids
             fig.add_trace(
-                go.Contour(
-                    x=self.x_grid,
-                    y=self.y_grid,
-                    z=np.asarray(self.region, float).T,
-                    showscale=False,
-                    contours=dict(start=0.5, end=0.5, size=1, coloring="none"),
-                    line=dict(color="#1f3fbf", width=3, dash="dash"),
+                go.Scatter(
+                    x=self.x_grid[ii[::stride]],
+                    y=self.y_grid[jj[::stride]],
+                    mode="markers",
+                    marker=dict(size=4, color="#1f3fbf", opacity=0.55),
                     name="certified region",
                     hoverinfo="skip",
-                    showlegend=True,
                 )
             )
         for pt, name, symbol, colour in (

@@ -90,6 +90,10 @@ class QuestionReport:
     #: function ``stats(weights (n_kept,) or None) -> {metric: value}`` behind ``metrics`` (paired comparisons)
     replicate: tuple | None = field(default=None, repr=False, compare=False)
 
+    def __getstate__(self) -> dict:
+        """Pickle (the UI's Streamlit cache does) without ``replicate``: its function is a closure."""
+        return {**self.__dict__, "replicate": None}
+
     def to_frame(self) -> pd.DataFrame:
         """One row per metric: question, type, metric, estimate, low, high, n."""
         rows = [

@@ -106,6 +106,7 @@ class MonitorStore:
         self.con.execute(f"SET temp_directory = '{Path(self._tmp.name) / 'spill'}'")
         self.con.execute("SET preserve_insertion_order = true")
         self.con.execute("SET TimeZone = 'UTC'")
+        self.con.execute("SET enable_progress_bar = false")  # stdout carries only the JSON document
 
     def close(self) -> None:
         self.con.close()

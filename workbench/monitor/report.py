@@ -111,7 +111,7 @@ def _counts(con: Any, question: str, col: str, n_win: int, keys: list, win_index
 
 def _recertify(con: Any, policy: Any, question: str, alpha: float, delta: float, opts: MonitorOptions) -> dict:
     """The thresholds that fresh outcomes would certify today (``choose_thresholds``, as ``workbench thresholds``)."""
-    from workbench.store.runs import RunAnswers
+    from workbench.answers import RunAnswers
     from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
 
     n = int(
@@ -272,7 +272,8 @@ def monitor(
             errors = np.asarray(seq["e"], dtype=float)
             alarm = error_rate_alarm(errors, float(alpha), float(delta), half_life=opts.half_life)
             alarms[q] = alarm
-            fired_idx = None if alarm.first_alarm is None else int(seq["idx"][alarm.first_alarm])
+            idx_of_outcome = np.asarray(seq["idx"], dtype=np.int64)
+            fired_idx = None if alarm.first_alarm is None else int(idx_of_outcome[alarm.first_alarm])
             # windows' position of the last outcome, for the per-window running alarm state
             k_err, n_known = np.array([r[11] for r in agg], float), np.array([r[10] for r in agg], float)
             lo, hi = wilson_interval(k_err, n_known)
@@ -344,7 +345,8 @@ def monitor(
                 "has_reference": ref is not None,
                 "recertification": _recertify(con, policy, q, float(alpha), float(delta), opts),
             }
-            if alarm.fired:
+            if alarm.first_alarm is not None:
+                recent = alarm.recent if alarm.recent is not None else alarm.estimate
                 row = con.execute(
                     "SELECT decision_id, strftime(time, '%Y-%m-%dT%H:%M:%S.%fZ') FROM d WHERE question = ? AND idx = ?",
                     [q, fired_idx],
@@ -360,8 +362,8 @@ def monitor(
                 reasons.append(
                     f"{q}: error rate among accepted decisions is above α={alpha:g} with confidence 1−δ={1 - delta:g} "
                     f"(e-value {math.exp(min(alarm.log_e.max(), 700.0)):.3g} ≥ 1/δ={1 / delta:g} at decision "
-                    f"{fired_idx}, after {alarm.first_alarm + 1} outcomes; running error {alarm.estimate[-1]:.4f}, "
-                    f"lower confidence bound {alarm.lower[-1]:.4f})"
+                    f"{fired_idx}, after {alarm.first_alarm + 1} outcomes; recent error {recent[-1]:.4f}, overall "
+                    f"{alarm.estimate[-1]:.4f}, lower confidence bound {alarm.lower[-1]:.4f})"
                 )
             if opts.drift_alarm_psi is not None:
                 for w in (w for w in windows if w["question"] == q):

@@ -41,20 +41,23 @@ from scipy.signal import lfilter
 BET_CAP = 0.9
 
 
+def discounted_rate(x: np.ndarray, alpha: float, *, half_life: float = 100.0, prior_weight: float = 10.0) -> np.ndarray:
+    """Recent error rate *after* each outcome, shape of ``x``:
+    ``(prior_weight·α + Σ_{j<=t} γ^{t−j} x_j) / (prior_weight + Σ_{j<=t} γ^{t−j})`` with ``γ = 2^(−1/half_life)``."""
+    x = np.asarray(x, dtype=float)
+    gamma = 2.0 ** (-1.0 / half_life)
+    s = lfilter([1.0], [1.0, -gamma], x, axis=-1) if x.shape[-1] else x  # Σ_{j<=t} γ^{t−j} x_j
+    t = np.arange(x.shape[-1], dtype=float)
+    w = (1.0 - gamma ** (t + 1.0)) / (1.0 - gamma)  # Σ_{j<=t} γ^{t−j}
+    return (prior_weight * alpha + s) / (prior_weight + w)
+
+
 def predictable_rate(
     x: np.ndarray, alpha: float, *, half_life: float = 100.0, prior_weight: float = 10.0
 ) -> np.ndarray:
-    """Discounted estimate of the error rate *before* each outcome, shape of ``x``.
-
-    ``q̂_{t−1} = (prior_weight·α + Σ_{j<t} γ^{t−1−j} x_j) / (prior_weight + Σ_{j<t} γ^{t−1−j})``
-    with ``γ = 2^(−1/half_life)``; element t uses outcomes before t only (predictable).
-    """
-    x = np.asarray(x, dtype=float)
-    gamma = 2.0 ** (-1.0 / half_life)
-    s = lfilter([1.0], [1.0, -gamma], x, axis=-1)  # Σ_{j<=t} γ^{t−j} x_j
-    t = np.arange(x.shape[-1], dtype=float)
-    w = (1.0 - gamma ** (t + 1.0)) / (1.0 - gamma)  # Σ_{j<=t} γ^{t−j}
-    q = (prior_weight * alpha + s) / (prior_weight + w)
+    """Discounted estimate of the error rate *before* each outcome (element t uses outcomes before t only):
+    ``q̂_{t−1}``, the :func:`discounted_rate` after outcome t−1 (α before the first)."""
+    q = discounted_rate(x, alpha, half_life=half_life, prior_weight=prior_weight)
     before = np.empty_like(q)
     if x.shape[-1]:
         before[..., 0] = alpha
@@ -82,7 +85,11 @@ class Alarm:
     Arrays have one entry per outcome (n,): ``errors`` the outcomes, ``log_e`` the log-wealth
     ``log K_t(α)`` (the e-process), ``lower`` the running lower confidence bound of the error rate
     (resolution of ``grid``), ``estimate`` the running error rate. ``first_alarm`` is the index of
-    the outcome at which ``K_t(α) >= 1/δ`` first held (None if never).
+    the outcome at which ``K_t(α) >= 1/δ`` first held (None if never). ``recent`` is the discounted
+    recent error rate the bets follow.
+
+    Read ``lower`` as: with probability at least 1 − δ, the error rate has been at least this high
+    (for a constant rate: the rate is at least this high), at every t simultaneously.
     """
 
     alpha: float
@@ -93,6 +100,7 @@ class Alarm:
     estimate: np.ndarray
     first_alarm: int | None
     params: dict
+    recent: np.ndarray | None = None
 
     @property
     def fired(self) -> bool:
@@ -121,6 +129,7 @@ class Alarm:
             "max_e_value": float(math.exp(min(self.log_e.max(), 700.0))) if n else 1.0,
             "lower_bound": float(self.lower[-1]) if n else 0.0,
             "estimate": float(self.estimate[-1]) if n else None,
+            "recent": float(self.recent[-1]) if n and self.recent is not None else None,
             "method": "betting e-process, predictable Kelly plug-in (Waudby-Smith & Ramdas 2023)",
             "params": self.params,
             "curve": {
@@ -128,6 +137,7 @@ class Alarm:
                 "log_e": self.log_e[idx].tolist() if n else [],
                 "lower": self.lower[idx].tolist() if n else [],
                 "estimate": self.estimate[idx].tolist() if n else [],
+                "recent": self.recent[idx].tolist() if n and self.recent is not None else [],
             },
         }
 
@@ -188,6 +198,7 @@ def error_rate_alarm(
         estimate,
         int(hits[0]) if hits.size else None,
         {"half_life": half_life, "prior_weight": prior_weight, "bet_cap": BET_CAP},
+        discounted_rate(x, alpha, half_life=half_life, prior_weight=prior_weight),
     )
 
 

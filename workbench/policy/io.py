@@ -304,7 +304,7 @@ def to_jev_thresholds(model: PolicyModel, gate_metrics=None) -> tuple[dict, list
             p_gate = max(max(t, (1 + m) / 2) for t, m in usable)
             threshold = min(1.0, max(0.0, _jev_confidence(min(p_gate, 1.0), len(qp.options))))
         test = qp.expected_test
-        entry = {"type": qp.type, "threshold": round(threshold, 6)}
+        entry: dict[str, Any] = {"type": qp.type, "threshold": round(threshold, 6)}
         measured = gate_metrics(qid, qp.type, entry["threshold"]) if gate_metrics is not None else None
         if measured is not None:
             entry.update(measured)

@@ -530,11 +530,12 @@ def system_one_result(
             answers[qid] = normalise_answer(question, ans, question_id=qid)
         except AnswerError as exc:
             failures[qid] = (ErrorKind.MALFORMED, str(exc)[:300])
-    usage = raw.get("usage") if isinstance(raw.get("usage"), dict) else {}
+    usage: dict = raw["usage"] if isinstance(raw.get("usage"), dict) else {}
     tokens = usage.get("input_tokens")
     tokens = int(tokens) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) else None
     model = raw.get("model") if isinstance(raw.get("model"), str) else None
     reported_cost = usage.get("cost")  # OpenRouter: exact credits charged, in USD
+    cost: float | None
     if isinstance(reported_cost, (int, float)) and not isinstance(reported_cost, bool):
         cost = float(reported_cost)
     else:

@@ -26,7 +26,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC
 from typing import Any
@@ -204,7 +204,7 @@ class _Recorder:
         self.counters = _Counters()
         self.last_flush = time.monotonic()
         self.write_lock = threading.Lock()
-        self.progress_cb = None
+        self.progress_cb: Callable[[], None] | None = None  # the reporter's tick
         self.replace = True  # False for a run with no rows yet: no earlier answers to delete
 
     # rows -----------------------------------------------------------------------------------------
@@ -530,6 +530,7 @@ async def _drive_remote(
                 if err.kind in STOP_KINDS and stop.kind is None and not getattr(err, "kind_override", None):
                     stop.kind, stop.message = err.kind.value, f"the run stopped after a {err.kind.value} failure"
                 continue
+            assert result is not None  # _ask returns a result or an error
             rec.result(unit, result, cached=False, call_row=call_row(unit, spec, model, run_id, result))
             why = budget.settle(reserved, result.cost_usd)
             if why and stop.kind is None:

@@ -26,9 +26,11 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from workbench.shadow.http11 import (
@@ -141,10 +143,10 @@ class MirrorApp:
         self.config = config
         self.champion_url = endpoint_url(config.champion)
         self.challenger_is_url = _is_url(config.challenger)
+        self.challenger_url: str | None = None
+        self.challenger_model: str | None = None
         if self.challenger_is_url:
             self.challenger_url, self.challenger_model = _split_model(endpoint_url(config.challenger))
-        else:
-            self.challenger_url, self.challenger_model = None, None
         self.boot_id = uuid.uuid4().hex[:8]
         self._seq = 0
         self._tasks: set[asyncio.Task] = set()
@@ -162,9 +164,9 @@ class MirrorApp:
         self._challenger_headers = [
             (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in config.challenger_headers.items()
         ]
-        self._provider = None
+        self._provider: Any = None  # a workbench provider (providers.registry)
         self._side_loop: asyncio.AbstractEventLoop | None = None
-        self.on_closed = None  # callable(app) run once the journal is closed
+        self.on_closed: Callable[[MirrorApp], None] | None = None  # run once the journal is closed
         if not 0.0 < config.sample_rate <= 1.0:
             from workbench.errors import WorkbenchError
 
@@ -178,6 +180,7 @@ class MirrorApp:
         self.journal = Journal(self.config.journal, fsync=self.config.fsync)
         self._champion = ClientPool(self.champion_url, max_idle=256)
         if self.challenger_is_url:
+            assert self.challenger_url is not None
             self._challenger = ClientPool(self.challenger_url, max_idle=256)
         else:
             self._start_provider()
@@ -227,7 +230,7 @@ class MirrorApp:
             await asyncio.to_thread(self.on_closed, self)
 
     # -- requests -----------------------------------------------------------------------------
-    async def handle(self, request: Message) -> tuple[int, list, bytes, object]:
+    async def handle(self, request: Message) -> tuple[int, list, bytes, Callable[[], None] | None]:
         """(status, headers, body, after) for one request; ``after()`` runs once the answer is sent."""
         path = request.target.split("?", 1)[0]
         if request.method == "POST" and path == self.config.path:
@@ -249,7 +252,7 @@ class MirrorApp:
             None,
         )
 
-    async def _mirror(self, request: Message) -> tuple[int, list, bytes, object]:
+    async def _mirror(self, request: Message) -> tuple[int, list, bytes, Callable[[], None] | None]:
         body, headers = request.body, request.headers
         self._seq += 1
         self.stats["requests"] += 1
@@ -259,6 +262,7 @@ class MirrorApp:
         t0 = time.perf_counter()
         error = None
         try:
+            assert self._champion is not None  # set by startup()
             response = await asyncio.wait_for(
                 self._champion.request("POST", headers, body), self.config.champion_timeout
             )
@@ -289,6 +293,7 @@ class MirrorApp:
             "sampled": sampled,
         }
         try:
+            assert self.journal is not None  # set by startup()
             await self.journal.append_durable(record)
         except Exception as exc:  # never change the champion's answer because our disk failed
             self.stats["journal_errors"] += 1
@@ -301,6 +306,7 @@ class MirrorApp:
     def _start_challenger(self, pair: str, body: bytes, headers: list) -> None:
         if len(self._tasks) >= self.config.max_challenger_in_flight:
             self.stats["challenger_shed"] += 1
+            assert self.journal is not None  # set by startup()
             self.journal.append(
                 {"kind": "challenger", "pair": pair, "status": None, "body": None, "latency_ms": None, "error": "shed"}
             )
@@ -322,6 +328,7 @@ class MirrorApp:
         t0 = time.perf_counter()
         status = text = error = None
         try:
+            assert self._challenger is not None  # set by startup()
             response = await asyncio.wait_for(
                 self._challenger.request("POST", sent_headers, body), self.config.challenger_timeout
             )
@@ -343,6 +350,7 @@ class MirrorApp:
             request = DecisionRequest(
                 schema=_schema_of(doc), state=doc.get("state"), images=tuple(doc.get("images") or ())
             )
+            assert self._provider is not None and self._side_loop is not None  # set by startup()
             future = asyncio.run_coroutine_threadsafe(self._provider.decide(request), self._side_loop)
             result = await asyncio.wait_for(asyncio.wrap_future(future), timeout=self.config.challenger_timeout)
             status, text = 200, json.dumps(_system_one_body(request.schema, result), ensure_ascii=False)
@@ -360,6 +368,7 @@ class MirrorApp:
         if error or (status or 0) >= 400:
             self.stats["challenger_errors"] += 1
         # written at once (survives a crash of this process), fsynced with the next champion record
+        assert self.journal is not None  # set by startup()
         self.journal.append(
             {
                 "kind": "challenger",

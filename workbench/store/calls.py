@@ -122,7 +122,8 @@ def answered_questions(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str,
 # -- writes ---------------------------------------------------------------------------------------
 def has_answers(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
     """Whether ``run_id`` has any answer or failure row yet (a resumed run must replace, not append)."""
-    return bool(con.execute("SELECT EXISTS (SELECT 1 FROM answers WHERE run_id = ?)", [run_id]).fetchone()[0])
+    row = con.execute("SELECT EXISTS (SELECT 1 FROM answers WHERE run_id = ?)", [run_id]).fetchone()
+    return bool(row and row[0])
 
 
 def answered_model(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
@@ -256,7 +257,7 @@ class CallJournal:
             if delete and self._path is not None:
                 self._path.unlink(missing_ok=True)
                 try:
-                    self.directory.rmdir()  # only when empty: other runs' segments stay
+                    self._path.parent.rmdir()  # only when empty: other runs' segments stay
                 except OSError:
                     pass
 
@@ -368,6 +369,7 @@ def run_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
         " FROM answers WHERE run_id = ?",
         [run_id],
     ).fetchone()
+    assert row is not None  # an aggregate query always returns one row
     kinds = dict(
         con.execute(
             "SELECT failure_kind, count(*) FROM answers WHERE run_id = ? AND probs IS NULL GROUP BY 1 ORDER BY 2 DESC",

@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -280,13 +281,10 @@ def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckd
 
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
-    exists = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
-    ).fetchone()[0]
+    exists = fetch_scalar(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'")
     if not exists:
         return 0
-    row = con.execute("SELECT max(version) FROM schema_version").fetchone()
-    return int(row[0] or 0)
+    return int(fetch_scalar(con, "SELECT max(version) FROM schema_version") or 0)
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:
@@ -328,4 +326,12 @@ def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1"
         ).fetchall()
     ]
-    return {n: con.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0] for n in names}
+    return {n: fetch_scalar(con, f'SELECT count(*) FROM "{n}"') for n in names}
+
+
+def fetch_scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict | None = None) -> Any:
+    """The first column of the first row of ``sql`` (aggregates such as ``count(*)`` always return one)."""
+    row = con.execute(sql, params).fetchone() if params is not None else con.execute(sql).fetchone()
+    if row is None:
+        raise StoreError(f"query returned no row: {sql.split()[0]} …")
+    return row[0]

@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from workbench.errors import DataImportError, NotFoundError, WorkbenchError
 from workbench.schema import DecisionSchema, option_ids
-from workbench.store.db import transaction
+from workbench.store.db import fetch_scalar, transaction
 from workbench.store.runs import get_run, load_answers, load_stored_schema, save_schema
 
 SIDES = ("champion", "challenger")
@@ -65,7 +65,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 
 # -- sessions -------------------------------------------------------------------------------------
 def session_exists(con: duckdb.DuckDBPyConnection, shadow: str) -> bool:
-    return con.execute("SELECT count(*) FROM shadow_sessions WHERE shadow = ?", [shadow]).fetchone()[0] > 0
+    return fetch_scalar(con, "SELECT count(*) FROM shadow_sessions WHERE shadow = ?", [shadow]) > 0
 
 
 def get_session(con: duckdb.DuckDBPyConnection, shadow: str) -> dict:
@@ -210,9 +210,9 @@ def extract_answers(con: duckdb.DuckDBPyConnection, shadow: str, schema: Decisio
                 ),
             },
         )
-        total += con.execute(
-            "SELECT count(*) FROM shadow_answers WHERE shadow = ? AND question = ?", [shadow, qid]
-        ).fetchone()[0]
+        total += fetch_scalar(
+            con, "SELECT count(*) FROM shadow_answers WHERE shadow = ? AND question = ?", [shadow, qid]
+        )
     return total
 
 
@@ -330,7 +330,7 @@ def _upsert_outcomes(con, select_sql: str, params: dict) -> int:
         " SELECT shadow, item_id, question, coalesce(outcome, human_override), final_queue, human_override"
         " FROM _shadow_outcomes_in"
     )
-    n = con.execute("SELECT count(*) FROM _shadow_outcomes_in").fetchone()[0]
+    n = fetch_scalar(con, "SELECT count(*) FROM _shadow_outcomes_in")
     con.execute("DROP TABLE _shadow_outcomes_in")
     return n
 
@@ -365,7 +365,7 @@ def import_traffic(
     try:
         if found["item_id"] is None:
             raise DataImportError(f"{path}: no item_id column", hint=f"columns found: {', '.join(cols)}")
-        n_null = con.execute(f"SELECT count(*) FROM _shadow_in WHERE {_text(found, 'item_id')} IS NULL").fetchone()[0]
+        n_null = fetch_scalar(con, f"SELECT count(*) FROM _shadow_in WHERE {_text(found, 'item_id')} IS NULL")
         if n_null:
             raise DataImportError(f"{path}: {n_null} rows have no item_id", hint="every row needs an item id")
         outcome_only = found["champion"] is None and found["challenger"] is None
@@ -385,7 +385,7 @@ def import_traffic(
                 f"{path}: a traffic import needs the decision schema (option order)",
                 hint="pass --schema FILE (or --policy, whose schema is used)",
             )
-        dup = con.execute(f"SELECT count(*) - count(DISTINCT {_text(found, 'item_id')}) FROM _shadow_in").fetchone()[0]
+        dup = fetch_scalar(con, f"SELECT count(*) - count(DISTINCT {_text(found, 'item_id')}) FROM _shadow_in")
         if dup:
             raise DataImportError(f"{path}: {dup} duplicate item ids", hint="each request needs its own item id")
         ts = _col(found, "ts")
@@ -436,7 +436,7 @@ def import_traffic(
             n_out = 0
             if any(found[k] is not None for k in ("outcome", "final_queue", "human_override")):
                 n_out = _upsert_outcomes(con, _outcome_rows_sql(found, schema, "_shadow_in"), {"shadow": shadow})
-        n = con.execute("SELECT count(*) FROM shadow_requests WHERE shadow = ?", [shadow]).fetchone()[0]
+        n = fetch_scalar(con, "SELECT count(*) FROM shadow_requests WHERE shadow = ?", [shadow])
         return {"shadow": shadow, "kind": "traffic", "n_requests": n, "n_outcomes": n_out}
     finally:
         con.execute("DROP TABLE IF EXISTS _shadow_in")
@@ -546,7 +546,7 @@ def ingest_journal(
         counts = con.execute(
             "SELECT count(*), count(*) FILTER (WHERE challenger_error = 'lost') FROM shadow_requests WHERE shadow = ?",
             [shadow],
-        ).fetchone()
+        ).fetchone() or (0, 0)
         return {
             "shadow": shadow,
             "kind": "journal",
@@ -671,7 +671,7 @@ def replay_runs(
             finally:
                 con.unregister("_replay_gold")
             n_out += int(known.sum())
-    n = con.execute("SELECT count(*) FROM shadow_requests WHERE shadow = ?", [shadow]).fetchone()[0]
+    n = fetch_scalar(con, "SELECT count(*) FROM shadow_requests WHERE shadow = ?", [shadow])
     return {"shadow": shadow, "kind": "replay", "n_requests": n, "n_outcomes": n_out}
 
 
@@ -722,7 +722,7 @@ def export_session(con: duckdb.DuckDBPyConnection, shadow: str, path: str | Path
         con.execute(f"COPY ({select}) TO '{target}' ({fmt})", [shadow])
     finally:
         con.unregister("_export_questions")
-    return con.execute("SELECT count(*) FROM shadow_requests WHERE shadow = ?", [shadow]).fetchone()[0]
+    return fetch_scalar(con, "SELECT count(*) FROM shadow_requests WHERE shadow = ?", [shadow])
 
 
 # -- typed reads for the report --------------------------------------------------------------------
@@ -759,6 +759,13 @@ class ShadowAnswers:
     @property
     def n(self) -> int:
         return len(self.item_ids)
+
+
+def _failure_kinds(kinds: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """Failure kind per row: the recorded kind (``missing_answer`` if none) where ``probs`` has NaN, else None."""
+    out = np.where(pd.isna(kinds), "missing_answer", kinds).astype(object)
+    out[~np.isnan(probs).any(axis=1)] = None
+    return out
 
 
 def _matrix(column: pa.ChunkedArray, n: int, k: int) -> np.ndarray:
@@ -811,8 +818,7 @@ def load_shadow(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> S
     cf, df = obj("cf"), obj("df")
     cp, dp = _matrix(tbl.column("cp"), n, k), _matrix(tbl.column("dp"), n, k)
     # a row without probabilities is a failure even when no kind was recorded: never a silent gap
-    cf = np.where(np.isnan(cp).any(axis=1), np.where(pd.isna(cf), "missing_answer", cf), None).astype(object)
-    df = np.where(np.isnan(dp).any(axis=1), np.where(pd.isna(df), "missing_answer", df), None).astype(object)
+    cf, df = _failure_kinds(cf, cp), _failure_kinds(df, dp)
     return ShadowAnswers(
         shadow=shadow,
         question=question,

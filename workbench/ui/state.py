@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -278,9 +278,10 @@ def question_report(
     from workbench.metrics.report import REPORTERS
 
     arr = question_arrays(path, token, run_id, question, split, recalibrate)
-    return REPORTERS[arr.qtype](
+    rep = REPORTERS[arr.qtype](
         arr.probs, arr.labels, list(arr.option_ids), question=question, n_bins=n_bins, n_boot=n_boot, smooth=True
     )
+    return replace(rep, replicate=None)  # the replicate closure (for paired comparisons) cannot be cached
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -365,13 +366,11 @@ def run_headlines(path: str, token: tuple, split: str = "test") -> pd.DataFrame:
 
 
 def is_emulated(runs: pd.DataFrame) -> pd.Series:
-    """True for runs answered by the project's emulator: the store's ``emulated`` column when it has
-    one, else the demo's naming (``EMULATED`` in the run name or an ``emulator`` provider)."""
-    if "emulated" in runs:
-        return runs["emulated"].fillna(False).astype(bool)
-    names = runs["name"].fillna("").astype(str) if "name" in runs else pd.Series("", index=runs.index)
-    provider = runs["provider"].fillna("").astype(str) if "provider" in runs else names
-    return names.str.contains("EMULATED", case=False) | provider.str.contains("emulat", case=False)
+    """True for runs answered by ``workbench emulator``: the store's ``emulated`` column
+    (:func:`workbench.store.runs.list_runs`, recorded by the runner from the emulator's header)."""
+    if "emulated" not in runs:  # a frame built without list_runs: nothing is known to be emulated
+        return pd.Series(False, index=runs.index)
+    return runs["emulated"].fillna(False).astype(bool)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

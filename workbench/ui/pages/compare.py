@@ -79,12 +79,13 @@ st.caption(
     + ". Coverage and error at the policy are what `workbench compare` reports with the same options."
 )
 
-# runs answered by the project's emulator are marked wherever a run is named (their cost is emulated)
+# runs answered by the project's emulator are marked wherever a run is named (their cost is emulated);
+# `compare_runs` reports the flag the runner recorded, as `workbench compare` prints it
 emulated = dict(zip(runs["run_id"], state.is_emulated(runs)))
-frame["provider"] = [p + (" (EMULATED)" if emulated.get(r) else "") for p, r in zip(frame["provider"], frame["run_id"])]
-frame = frame.assign(
-    provider_variant=frame["provider"] + " · " + frame["variant"].fillna("—"), emulated=frame["run_id"].map(emulated)
-)
+if "emulated" not in frame:
+    frame["emulated"] = frame["run_id"].map(emulated).fillna(False)
+frame["provider"] = [p + (" (EMULATED)" if e else "") for p, e in zip(frame["provider"], frame["emulated"])]
+frame = frame.assign(provider_variant=frame["provider"] + " · " + frame["variant"].fillna("—"))
 st.subheader("Providers × schema variants")
 matrix = frame.pivot_table(index="provider", columns="variant", values="accuracy", aggfunc="first")
 st.caption("Accuracy on the chosen split (rows: provider, columns: schema variant).")

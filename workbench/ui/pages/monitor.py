@@ -108,18 +108,22 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
 
-m = st.columns(6)
+m = st.columns(3) + st.columns(3)  # two rows of three: six metrics in one row cut labels and values at 1400 px
 m[0].metric("Decisions", f"{overall['traffic']:,}")
 m[1].metric("Coverage", _pct(overall["coverage"]))
 m[2].metric("Review load", f"{overall['review_load']:,}")
 m[3].metric("Override rate", _pct(overall["override_rate"]))
 m[4].metric(
-    "Error among accepted",
+    "Error (accepted)",
     _pct(overall["error"]),
     help=f"{overall['n_errors']} of {overall['n_known']} accepted decisions with a known outcome; Wilson 95% "
     f"[{_pct(overall['error_low'])}, {_pct(overall['error_high'])}]",
 )
-m[5].metric("Promise", f"α = {info['alpha']:g}, δ = {info['delta']:g}")
+m[5].metric(
+    "α / δ",
+    f"{info['alpha']:g} / {info['delta']:g}",
+    help="The policy's promised error rate α; δ bounds the chance of ever raising a false alarm.",
+)
 
 x = [w["start"] if w["start"] is not None else w["window"] for w in wins]
 
@@ -134,8 +138,18 @@ fig = make_subplots(
 )
 fig.add_bar(x=x, y=[w["traffic"] for w in wins], name="decisions", marker_color="#9ecae1", row=1, col=1)
 fig.add_bar(x=x, y=[w["review_load"] for w in wins], name="sent to review", marker_color="#fd8d3c", row=1, col=1)
-fig.add_scatter(x=x, y=[w["coverage"] for w in wins], name="coverage", mode="lines+markers", row=2, col=1)
-fig.add_scatter(x=x, y=[w["override_rate"] for w in wins], name="override rate", mode="lines+markers", row=2, col=1)
+fig.add_scatter(
+    x=x, y=[w["coverage"] for w in wins], name="coverage", mode="lines+markers", line_color="#1f77b4", row=2, col=1
+)
+fig.add_scatter(
+    x=x,
+    y=[w["override_rate"] for w in wins],
+    name="override rate",
+    mode="lines+markers",
+    line_color="#ff7f0e",
+    row=2,
+    col=1,
+)
 err = [w["error"] for w in wins]
 fig.add_scatter(
     x=x,
@@ -162,12 +176,20 @@ st.plotly_chart(fig, key="mon_windows_chart", width="stretch")
 st.subheader("Confidence sequence against α")
 st.caption(
     f"Lower {100 * (1 - info['delta']):.0f}% confidence sequence of the error rate among accepted decisions with a "
-    "known outcome (betting e-process, Waudby-Smith & Ramdas 2023). It is valid at every outcome at once, so "
-    "looking after each new outcome does not inflate false alarms. The alarm fires when it crosses α."
+    "known outcome (betting e-process, Waudby-Smith & Ramdas 2023): with that probability the error rate has "
+    "reached the blue line. It holds at every outcome at once, so looking after each new outcome does not "
+    "inflate false alarms. The alarm fires when it crosses α."
 )
 curve = seq["curve"]
 cs = go.Figure()
-cs.add_scatter(x=curve["outcome"], y=curve["estimate"], name="running error rate", mode="lines", line_color="#7f7f7f")
+cs.add_scatter(x=curve["outcome"], y=curve["recent"], name="recent error rate", mode="lines", line_color="#7f7f7f")
+cs.add_scatter(
+    x=curve["outcome"],
+    y=curve["estimate"],
+    name="overall error rate",
+    mode="lines",
+    line={"color": "#bbbbbb", "dash": "dot"},
+)
 cs.add_scatter(x=curve["outcome"], y=curve["lower"], name="lower confidence bound", mode="lines", line_color="#1f77b4")
 cs.add_hline(y=info["alpha"], line_dash="dash", line_color="black", annotation_text=f"α = {info['alpha']:g}")
 if seq["fired"]:
@@ -185,7 +207,11 @@ if seq["fired"]:
         name="alarm",
     )
 cs.update_layout(
-    height=380, xaxis_title="accepted decisions with a known outcome", yaxis_tickformat=".1%", margin={"t": 20}
+    height=400,
+    xaxis_title="accepted decisions with a known outcome",
+    yaxis_tickformat=".1%",
+    margin={"t": 20},
+    legend={"orientation": "h", "y": -0.25},
 )
 st.plotly_chart(cs, key="mon_cs_chart", width="stretch")
 at = doc["first_alarm_at"]
@@ -220,23 +246,29 @@ else:
         dr.add_scatter(x=x, y=[w["drift"][key]["psi"] for w in wins], name=f"PSI {name}", mode="lines+markers")
     dr.add_hline(y=0.1, line_dash="dot", line_color="#999", annotation_text="0.1 moderate")
     dr.add_hline(y=0.25, line_dash="dash", line_color="#d62728", annotation_text="0.25 large")
-    dr.update_layout(height=320, yaxis_title="PSI", margin={"t": 20}, legend={"orientation": "h"})
+    dr.update_layout(height=320, yaxis_title="PSI", margin={"t": 30}, legend={"orientation": "h", "y": 1.15})
     st.plotly_chart(dr, key="mon_drift_chart", width="stretch")
 mm = go.Figure()
 mm.add_scatter(x=x, y=[w["model_mismatch_share"] for w in wins], name="other model", mode="lines+markers")
 mm.add_scatter(x=x, y=[w["schema_mismatch_share"] for w in wins], name="other schema hash", mode="lines+markers")
-mm.update_layout(height=220, yaxis_tickformat=".0%", yaxis_title="share", margin={"t": 20}, legend={"orientation": "h"})
+mm.update_layout(
+    height=220,
+    yaxis={"tickformat": ".0%", "title": "share", "range": [0, 1.05]},
+    margin={"t": 30},
+    legend={"orientation": "h", "y": 1.2},
+)
 st.plotly_chart(mm, key="mon_mismatch_chart", width="stretch")
 
 # -- recertification -----------------------------------------------------------------------------------
 st.subheader("Recertification hint")
 rc = info["recertification"]
 if rc["available"]:
-    st.markdown(
-        f"On **{rc['n_outcomes']:,}** fresh outcomes at α = {rc['alpha']:g}, δ = {rc['delta']:g}, the rule "
-        f"`workbench thresholds` would certify today is "
-        f"**{'certified' if rc['certified'] else 'NOT certified'}** with expected coverage {_pct(rc['expected_coverage'])}."
+    what = (
+        f"`workbench thresholds` would certify this rule today, with expected coverage {_pct(rc['expected_coverage'])}"
+        if rc["certified"]
+        else "no rule can be certified today (the policy's rule is on the right)"
     )
+    st.markdown(f"On **{rc['n_outcomes']:,}** fresh outcomes at α = {rc['alpha']:g}, δ = {rc['delta']:g}: {what}.")
     cols = st.columns(2)
     cols[0].markdown("**Today**")
     cols[0].json(rc["rule"], expanded=True)

@@ -230,7 +230,7 @@ pc1, pc2 = st.columns(2)
 pc1.plotly_chart(surface_fig, key="thr_surface_chart")
 pc2.plotly_chart(curve_fig, key="thr_curve_chart")
 st.caption(
-    "Left: the dashed outline is the region Learn-then-Test certifies on all calibration items (fixed "
+    "Left: blue dots are the grid rules Learn-then-Test certifies on all calibration items (fixed "
     "strict→lax paths); ✕ is the sliders' point, ★ the certified rule `workbench thresholds` reports (fitted on "
     "its own carve of the calibration split). Right: lowest calibration error per coverage over the grid "
     "(exploration) and the certified coverage at each α."
@@ -279,7 +279,7 @@ if certified["feasible"] and cert_xy is not None:
     )
     cert_test = certified.get("test") or {}
     cm[3].metric(
-        "Certified rule: coverage / error (test)",
+        "Certified: coverage / error (test)",
         f"{_pct((cert_test.get('coverage') or {}).get('value'))} / {_pct((cert_test.get('error') or {}).get('value'))}",
         help="The certified rule applied to the test split (with its calibrator), as the CLI reports.",
     )
