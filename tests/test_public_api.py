@@ -106,9 +106,11 @@ def test_docstring_examples_run_in_order(tmp_path):
 
 # -- one options type, one set of defaults -----------------------------------------------------------
 def test_cli_option_defaults_are_threshold_options_defaults():
+    import workbench.thresholds
     from workbench.cli.thresholds import OPTION_DEFAULTS
     from workbench.thresholds.choose import ThresholdOptions, build_options
 
+    assert workbench.thresholds.ThresholdOptions is ThresholdOptions is wb.ThresholdOptions  # one type, three doors
     defaults = ThresholdOptions()
     for name, option in OPTION_DEFAULTS.items():
         assert option.default == getattr(defaults, name), name
