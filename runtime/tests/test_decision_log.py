@@ -25,6 +25,7 @@ FIELDS = [
     "question",
     "action",
     "option",
+    "would_accept",
     "p_top",
     "margin",
     "probs",
@@ -50,9 +51,10 @@ def test_one_line_per_question_decision_with_every_field(exported, tmp_path):
             rec = next(it)
             assert list(rec) == FIELDS
             assert rec["decision_id"] == f"id-{i}" and rec["question"] == q
-            assert (rec["action"], rec["option"], rec["p_top"], rec["margin"]) == (
+            assert (rec["action"], rec["option"], rec["would_accept"], rec["p_top"], rec["margin"]) == (
                 d.action,
                 d.option,
+                d.would_accept,
                 d.p_top,
                 d.margin,
             )

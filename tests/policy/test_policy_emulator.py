@@ -10,8 +10,8 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.policy.conftest import SCHEMA
-from workbench.policy import Policy
 from workbench.emulator import FaultConfig, run_emulator
+from workbench.policy import Policy
 
 
 def call(client: httpx.Client, state: str) -> dict:

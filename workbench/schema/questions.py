@@ -22,6 +22,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # The question model, canonical form and hash live in the dependency-light runtime distribution
 # (a production service hashes and checks questions exactly as the workbench does); re-exported here.
@@ -39,7 +40,6 @@ from workbench_runtime.questions import (  # noqa: F401
 )
 
 from workbench.errors import SchemaError
-
 
 #: Deepest nesting of mappings/lists a schema file may use (the System One shape needs 4; JSON
 #: instructions a few more). Deeper input is refused before a recursive parser can overflow.
