@@ -106,9 +106,11 @@ def test_docstring_examples_run_in_order(tmp_path):
 
 # -- one options type, one set of defaults -----------------------------------------------------------
 def test_cli_option_defaults_are_threshold_options_defaults():
+    import workbench.thresholds
     from workbench.cli.thresholds import OPTION_DEFAULTS
     from workbench.thresholds.choose import ThresholdOptions, build_options
 
+    assert workbench.thresholds.ThresholdOptions is ThresholdOptions is wb.ThresholdOptions  # one type, three doors
     defaults = ThresholdOptions()
     for name, option in OPTION_DEFAULTS.items():
         assert option.default == getattr(defaults, name), name
@@ -201,13 +203,13 @@ def test_forty_items_at_one_percent_certify_nothing_and_say_how_many_are_needed(
     assert text.returncode == 0 and "CERTIFIED" in text.stdout and "NOTHING CERTIFIED" in text.stdout
     assert "calibration split of at least 470 items (this one has 40" in text.stdout
     assert "α = 0.01, δ = 0.1, recalibration temperature" in text.stdout
-    out = spam_store["tmp"] / "p.json"
+    out, out_json = spam_store["tmp"] / "p.json", spam_store["tmp"] / "p2.json"
     exp = run_cli("policy", "export", run_id, "-q", "spam", "--max-error", "0.01", "--out", str(out), db=db)
     assert exp.returncode == 0 and "NOTHING CERTIFIED" in exp.stdout and "at least 470 items" in exp.stdout
     assert f"from run {run_id}" in exp.stdout and "α = 0.01, δ = 0.1" in exp.stdout
     doc = json.loads(
         run_cli(
-            "policy", "export", run_id, "-q", "spam", "--max-error", "0.01", "--out", str(out), "--json", db=db
+            "policy", "export", run_id, "-q", "spam", "--max-error", "0.01", "--out", str(out_json), "--json", db=db
         ).stdout
     )
     assert doc["certified"] is False and doc["questions"]["spam"]["calibration_size_needed"]["n_calibration"] == 470

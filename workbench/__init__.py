@@ -20,7 +20,8 @@ Plots: ``wb.ReliabilityDisplay``, ``wb.ConfusionDisplay``, ``wb.RiskCoverageDisp
 ``wb.ThresholdSurfaceDisplay`` (``from_…(...)`` constructors, the plotly figure in ``.figure_``).
 Helpers: ``wb.load_schema``, ``wb.bundled_dataset``, ``wb.bundled_schema_file``, ``wb.get_run``,
 ``wb.list_runs``, ``wb.run_emulator`` (the offline provider emulator), ``wb.WorkbenchError`` (every
-error a user can cause; ``str(err)`` is one line with a hint), ``wb.__version__``.
+error a user can cause; ``str(err)`` is one line with a hint; ``wb.NotFoundError``, ``wb.OptionError``
+whose ``parameter`` names the offending argument), ``wb.__version__``.
 
 Every ``wb.*`` function calls the same library code as the CLI (``workbench …``) and the UI, with the
 same defaults (:class:`ThresholdOptions`), so the same run gives the same figures everywhere. See
@@ -56,6 +57,8 @@ _LAZY = {
     "bundled_dataset": "workbench.bundled",
     "bundled_schema_file": "workbench.bundled",
     "run_emulator": "workbench.emulator",
+    "NotFoundError": "workbench.errors",
+    "OptionError": "workbench.errors",
     "transaction": "workbench.store.db",
     "RunAnswers": "workbench.answers",
     "get_run": "workbench.store.runs",
@@ -104,6 +107,8 @@ __all__ = [
     "bundled_dataset",
     "bundled_schema_file",
     "run_emulator",
+    "NotFoundError",
+    "OptionError",
     "transaction",
     "RunAnswers",
     "get_run",

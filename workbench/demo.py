@@ -206,12 +206,11 @@ def run_label(dataset: str, provider: str, variant: str) -> str:
 
 def _finished_run(con, name: str, schema_hash: str, dataset_version: int) -> str | None:
     """The id of a finished run called ``name`` over the same dataset version and schema, if any."""
-    from workbench.errors import NotFoundError
-    from workbench.store.runs import get_run
+    import workbench as wb
 
     try:
-        run = get_run(con, name)
-    except NotFoundError:
+        run = wb.get_run(con, name)
+    except wb.NotFoundError:
         return None
     same = (
         run["status"] == "done"
@@ -261,7 +260,7 @@ def _emulator_env(emu) -> dict[str, str]:
 
 def _demo_shadow(con, runs: list[DemoRun], log) -> str | None:
     """A shadow replay on BANKING77 test: the TF-IDF baseline (champion) vs the zero-shot model."""
-    from workbench.store.shadow import replay_runs
+    import workbench as wb
 
     def pick(provider: str) -> DemoRun | None:
         return next(
@@ -273,9 +272,7 @@ def _demo_shadow(con, runs: list[DemoRun], log) -> str | None:
     if champion is None or challenger is None:
         return None
     name = "demo-banking77-tfidf-vs-minilm"
-    replay_runs(
-        con, shadow=name, champion_run=champion.run_id, challenger_run=challenger.run_id, splits=["test"], replace=True
-    )
+    wb.replay_shadow(con, name, champion.run_id, challenger.run_id, splits=["test"], replace=True)
     log(
         f"shadow replay [bold]{name}[/]: champion {champion.run_id} (tfidf) vs challenger {challenger.run_id} "
         "(minilm), BANKING77 test"
@@ -285,12 +282,12 @@ def _demo_shadow(con, runs: list[DemoRun], log) -> str | None:
 
 def _figures(con, run_id: str, question: str) -> dict:
     """Test accuracy and top-label ECE before/after temperature scaling fitted on calibration."""
+    import workbench as wb
     from workbench.metrics.recalibrate import make_calibrator
     from workbench.metrics.reliability import top_label_ece
-    from workbench.store.runs import load_answers
 
-    cal = load_answers(con, run_id, question, ["calibration"]).labelled()
-    test = load_answers(con, run_id, question, ["test"])
+    cal = wb.load_answers(con, run_id, question, ["calibration"]).labelled()
+    test = wb.load_answers(con, run_id, question, ["test"])
     lab = test.labelled()
     out: dict[str, float] = {"n_test": int(len(test.labels)), "failed_test": int(test.failed.sum())}
     if len(lab.labels) == 0:

@@ -207,9 +207,9 @@ baseline: {{provider: "cloudflare:clef-flash", variant: terse}}
             "CLOUDFLARE_API_TOKEN": "dummy-token",
             "CLOUDFLARE_ACCOUNT_ID": "0" * 32,
         }
-        result = run_experiment_file(con, exp, env=env, progress=False, as_json=True)
+        result = run_experiment_file(con, exp, env=env, progress=False)
         assert emu.request_count() == 240  # 120 items x 2 variants, one request each
-        run_experiment_file(con, exp, env=env, progress=False, as_json=True)
+        run_experiment_file(con, exp, env=env, progress=False)
         assert emu.request_count() == 240  # the rerun is answered from the cache
     assert len(result["runs"]) == 4
     cmp = compare_runs(con, [str(exp)], n_boot=50, policy=False)
