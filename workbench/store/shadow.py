@@ -852,7 +852,7 @@ def session_states(con: duckdb.DuckDBPyConnection, shadow: str) -> tuple[pd.Data
     """
     schema = session_schema(con, shadow)
     outcome_cols = ", ".join(
-        f"max(o.outcome) FILTER (WHERE o.question = ${i}) AS \"outcome__{q}\""
+        f'max(o.outcome) FILTER (WHERE o.question = ${i}) AS "outcome__{q}"'
         for i, q in enumerate(schema.question_ids, start=2)
     )
     params = [shadow, *schema.question_ids]
