@@ -207,9 +207,9 @@ baseline: {{provider: "cloudflare:clef-flash", variant: terse}}
             "CLOUDFLARE_API_TOKEN": "dummy-token",
             "CLOUDFLARE_ACCOUNT_ID": "0" * 32,
         }
-        result = run_experiment_file(con, exp, env=env, progress=False, as_json=True)
+        result = run_experiment_file(con, exp, env=env, progress=False)
         assert emu.request_count() == 240  # 120 items x 2 variants, one request each
-        run_experiment_file(con, exp, env=env, progress=False, as_json=True)
+        run_experiment_file(con, exp, env=env, progress=False)
         assert emu.request_count() == 240  # the rerun is answered from the cache
     assert len(result["runs"]) == 4
     cmp = compare_runs(con, [str(exp)], n_boot=50, policy=False)
@@ -223,6 +223,9 @@ baseline: {{provider: "cloudflare:clef-flash", variant: terse}}
     assert hosted["cost_per_1000"] == pytest.approx(cost / n * 1000) and hosted["cost_per_1000"] > 0
     assert frame.loc[("cloudflare:clef-flash", "terse"), "is_baseline"]
     assert hosted["d_accuracy"] is not None and hosted["n"] == 120
+    # answered by the emulator: marked emulated (its cost is a price, not a bill); the rules runs are not
+    hosted_rows = frame.index.get_level_values("provider") == "cloudflare:clef-flash"
+    assert frame.loc[hosted_rows, "emulated"].all() and not frame.loc[~hosted_rows, "emulated"].any()
     con.close()
 
 
