@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from workbench.cli.run import parse_rate
-from workbench.errors import WorkbenchError
 from workbench.emulator import run_emulator
+from workbench.errors import WorkbenchError
 from workbench.store.db import connect
 from workbench.store.runs import load_answers
 

@@ -7,8 +7,8 @@ import hashlib
 import httpx
 import pytest
 
-from workbench.errors import WorkbenchError
 from workbench.emulator import run_emulator
+from workbench.errors import WorkbenchError
 from workbench.runner import run_experiment
 from workbench.runner.plan import KEY_VERSION, cache_key, plan_slices, request_json
 from workbench.runner.transport import StreamTransport

@@ -7,8 +7,8 @@ import asyncio
 import httpx
 import pytest
 
-from workbench.providers.base import DecisionRequest
 from workbench.emulator import run_emulator
+from workbench.providers.base import DecisionRequest
 from workbench.providers.registry import ProviderContext, get_provider
 from workbench.runner.transport import StreamTransport
 
