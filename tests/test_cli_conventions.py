@@ -261,3 +261,20 @@ def test_report_json_has_one_shape_with_or_without_label_issues(store):
     assert set(plain) == set(with_issues)
     assert plain["excluding_label_issues"] is None and set(with_issues["excluding_label_issues"]) == {"intent"}
     assert plain["run"]["emulated"] is False and plain["run"]["run_id"] == local_id
+
+
+def test_a_run_answered_from_the_emulators_cache_is_emulated_too(store, emu):
+    """The second run of the same spec at the same endpoint asks nothing: its answers come from calls the
+    emulator answered, so it is emulated although no response header was seen this time."""
+    before = emu.request_count()
+    common = ("--dataset", "b77", "--schema", str(store["schema"]), "--no-progress")
+    again = run_cli("run", *common, "--provider", "cloudflare:clef-flash", "--json", db=store["db"], env=store["env"])
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)["runs"][0]
+    assert emu.request_count() == before  # every answer came from the cache
+    assert summary["this_session"]["cache_hits"] > 0 and summary["emulated"] is True
+    con = connect(store["db"], read_only=True)
+    try:
+        assert get_run(con, summary["run_id"])["emulated"] is True
+    finally:
+        con.close()

@@ -223,6 +223,9 @@ baseline: {{provider: "cloudflare:clef-flash", variant: terse}}
     assert hosted["cost_per_1000"] == pytest.approx(cost / n * 1000) and hosted["cost_per_1000"] > 0
     assert frame.loc[("cloudflare:clef-flash", "terse"), "is_baseline"]
     assert hosted["d_accuracy"] is not None and hosted["n"] == 120
+    # answered by the emulator: marked emulated (its cost is a price, not a bill); the rules runs are not
+    hosted_rows = frame.index.get_level_values("provider") == "cloudflare:clef-flash"
+    assert frame.loc[hosted_rows, "emulated"].all() and not frame.loc[~hosted_rows, "emulated"].any()
     con.close()
 
 

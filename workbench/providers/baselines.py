@@ -149,7 +149,9 @@ def build_tfidf_logreg(
     labels = load_labels(con, dataset, info["version"], splits=["train"])
     wide = labels.pivot(index="item_id", columns="question", values="option_id")
     wide = wide.reindex(items["item_id"])
-    train_labels = {q: [None if (v is None or v != v) else str(v) for v in wide[q].tolist()] for q in wide.columns}
+    train_labels: dict[str, Sequence[str | None]] = {
+        q: [None if (v is None or v != v) else str(v) for v in wide[q].tolist()] for q in wide.columns
+    }
     texts = [state_text(s) for s in items["state"]]
     # identity = the training data itself, so relabelling a test item does not invalidate the cache
     digest = hashlib.sha256(json.dumps([texts, train_labels], ensure_ascii=False).encode()).hexdigest()[:12]

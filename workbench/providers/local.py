@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from workbench.providers.base import DecisionRequest, DecisionResult, ErrorKind, ProviderError
-from workbench.schema import DecisionSchema
+from workbench.schema import DecisionSchema, LimitProfile
 from workbench.schema.answers import normalise_answer
 from workbench.schema.questions import Choice, Noul, Score, option_ids
 
@@ -98,7 +98,7 @@ class LocalBatchProvider:
 
     spec: str
     dialect = "local"
-    limits = None  # no per-request question limit
+    limits: LimitProfile | None = None  # no per-request question limit
     model: str
     keyed_by_item = False  # True when answers depend on the item id, not the request (replay)
 

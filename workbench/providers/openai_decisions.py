@@ -25,10 +25,10 @@ MAX_LABEL_CHARS = 64
 
 def to_openai_questions(questions_wire: dict[str, dict]) -> list[dict]:
     """System One question map → OpenAI ``questions`` array (same order)."""
-    out = []
+    out: list[dict[str, Any]] = []
     for qid, q in questions_wire.items():
         instr = render_state(q["instructions"])
-        crit = q.get("criteria")
+        crit: Any = q.get("criteria")  # noul: optional {true, false}; choice: {id: text}; score: [levels]
         if q["type"] == "noul":
             if crit:
                 extra = [
@@ -132,7 +132,7 @@ class OpenAIDecisionsProvider(HttpProvider):
         if not isinstance(data, dict):
             raise ProviderError(ErrorKind.MALFORMED, f"{self.spec}: response is not an object")
         answers = from_openai_answers(request.schema.to_wire(), data.get("answers"))
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        usage: dict = data["usage"] if isinstance(data.get("usage"), dict) else {}
         return {
             "model": data.get("model"),
             "answers": answers,

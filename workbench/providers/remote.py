@@ -390,7 +390,7 @@ def _generic_systemone(spec: str, url: str, env: Mapping[str, str], settings: di
 
 
 def _preset(spec: str, p: Preset, model: str, env: Mapping[str, str], settings: dict, common: dict) -> HttpProvider:
-    model = settings.get("model") or model or _first(env, p.model_env) or p.default_model
+    chosen = settings.get("model") or model or _first(env, p.model_env) or p.default_model
     base = settings.get("base_url") or _first(env, p.url_env) or p.default_url
     if base is None:
         raise ProviderSpecError(
@@ -405,7 +405,7 @@ def _preset(spec: str, p: Preset, model: str, env: Mapping[str, str], settings: 
     endpoint = Endpoint(
         vendor=p.vendor,
         url=endpoint_url(base, p.default_path),
-        model=model,
+        model=chosen,
         api_key=key,
         key_env=p.key_env[0],
         key_required=p.key_required,

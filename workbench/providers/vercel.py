@@ -71,7 +71,7 @@ class VercelProvider(HttpProvider):
     def to_system_one(self, data: Any, response: httpx.Response, request: DecisionRequest) -> dict:
         if not isinstance(data, dict):
             raise ProviderError(ErrorKind.MALFORMED, f"{self.spec}: response is not an object")
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        usage: dict = data["usage"] if isinstance(data.get("usage"), dict) else {}
         model = data.get("model") or data.get("modelId")
         return {
             "model": model if isinstance(model, str) else None,

@@ -131,7 +131,7 @@ def run_record(path: str, token: tuple, run_id: str) -> dict:
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def run_answers(path: str, token: tuple, run_id: str, question: str, splits: tuple[str, ...] | None = None):
-    """:class:`workbench.store.runs.RunAnswers` of one run and question (arrays, cached per run)."""
+    """:class:`workbench.answers.RunAnswers` of one run and question (arrays, cached per run)."""
     from workbench.store.runs import load_answers
 
     with read_connection(path) as con:
