@@ -265,7 +265,7 @@ def _policy_measure(con: Any, run_id: str, question: str, split: str, policy_pat
         }
 
     intervals = bootstrap_many(stats, n, n_boot=opts.n_boot, seed=opts.seed, level=opts.level)
-    return _Measure(ans.item_ids[labelled].astype(str), np.ones(n, bool), stats, intervals)  # type: ignore[arg-type]
+    return _Measure(ans.item_ids[labelled].astype(str), np.ones(n, bool), stats, intervals)
 
 
 def _report_measure(con: Any, run_id: str, question: str, split: str, opts: RequirementsFile, smooth: bool):

@@ -123,6 +123,7 @@ def register(app: typer.Typer) -> None:
             import signal
 
             task = asyncio.current_task()
+            assert task is not None  # inside asyncio.run
             with __import__("contextlib").suppress(NotImplementedError):  # SIGTERM stops cleanly
                 asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
             try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Literal, overload
 
 import numpy as np
 
@@ -65,6 +66,18 @@ def _percentiles(reps: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray
         lo = np.nanquantile(reps, alpha, axis=0) if reps.size else np.array([])
         hi = np.nanquantile(reps, 1.0 - alpha, axis=0) if reps.size else np.array([])
     return lo, hi
+
+
+@overload
+def bootstrap_many(
+    stats: Stats, n: int, n_boot: int = ..., seed: int = ..., level: float = ..., keep_replicates: Literal[False] = ...
+) -> dict[str, Interval]: ...
+
+
+@overload
+def bootstrap_many(
+    stats: Stats, n: int, n_boot: int = ..., seed: int = ..., level: float = ..., *, keep_replicates: Literal[True]
+) -> tuple[dict[str, Interval], dict]: ...
 
 
 def bootstrap_many(

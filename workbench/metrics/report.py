@@ -259,8 +259,8 @@ def _split_rows(
     kinds: dict[str, int] = {}
     if failure_kinds is not None:
         fk = np.asarray(list(failure_kinds), dtype=object)
-        values, counts = np.unique(np.where(failed, fk, None)[failed].astype(str), return_counts=True)
-        kinds = {str(v): int(c) for v, c in zip(values, counts)}
+        values, n_kind = np.unique(fk[failed].astype(str), return_counts=True)
+        kinds = {str(v): int(c) for v, c in zip(values, n_kind)}
     elif failed.any():
         kinds = {"unknown": int(failed.sum())}
     n = len(labels)

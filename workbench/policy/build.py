@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any, cast
 
 import numpy as np
 
@@ -60,7 +61,7 @@ def _objective(res: ThresholdResult) -> Objective:
     if "classes" in details:  # option ids rather than indices
         details["classes"] = {res.option_ids[int(k)]: v for k, v in details["classes"].items()}
     return Objective(
-        kind=res.options.objective,
+        kind=cast(Any, res.options.objective),  # one of OBJECTIVES, checked by ThresholdOptions
         certified=sel.certified,
         feasible=sel.feasible,
         alpha=g.get("alpha"),
@@ -82,10 +83,10 @@ def _objective(res: ThresholdResult) -> Objective:
 def question_policy(res: ThresholdResult) -> QuestionPolicy:
     """The policy entry of one question from a threshold result."""
     return QuestionPolicy(
-        type=res.qtype,
+        type=cast(Any, res.qtype),  # noul | choice | score, from the stored schema
         options=res.option_ids,
         calibrator=CalibratorSpec(**res.calibrator),
-        rule=res.rule_dict(),
+        rule=cast(Any, res.rule_dict()),  # validated into the rule model matching its "kind"
         objective=_objective(res),
         expected_test=TestMetrics(**res.test) if res.test else None,
     )
@@ -208,7 +209,7 @@ def routing_on_run(con, policy_model: PolicyModel, run_id: str, *, splits: Seque
 
     pol = Policy(policy_model)
     available = set(run_questions(con, run_id))
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for q, cq in pol.questions.items():
         if q not in available:
             out[q] = {"missing": True}

@@ -87,7 +87,8 @@ async def _read_head(reader: asyncio.StreamReader) -> list[bytes] | None:
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    parts, total = [], 0
+    parts: list[bytes] = []
+    total = 0
     while True:
         size_line = await reader.readuntil(b"\r\n")
         try:

@@ -120,7 +120,7 @@ def _side_decisions(
     else:
         accepted, option = np.zeros(s.n, bool), top
     source = "policy" if has_log is None or not has_log.any() else ("log" if decided is None else "log+policy")
-    if has_log is not None and has_log.any():
+    if has_log is not None and has_log.any() and logged is not None:
         accepted = np.where(has_log, is_accept(logged), accepted)
         option = np.where(has_log, top, option)
     return accepted & ~failed, option, source
@@ -194,6 +194,10 @@ def _question_report(
         "n_requests": n,
         "n_both_answered": int(both.sum()),
     }
+    kinds_c: Any
+    kinds_d: Any
+    counts_c: Any
+    counts_d: Any
     kinds_c, counts_c = np.unique(s.champion_failure[cf].astype(str), return_counts=True) if cf.any() else ([], [])
     kinds_d, counts_d = np.unique(s.challenger_failure[df].astype(str), return_counts=True) if df.any() else ([], [])
     out["failures"] = {
@@ -325,12 +329,13 @@ def _drift(s: ShadowAnswers, n_windows: int, period: str | None = None) -> dict:
     ptop_c = top_two_fast(s.champion_probs)[1] if s.n else np.zeros(0)
     ptop_d = top_two_fast(s.challenger_probs)[1] if s.n else np.zeros(0)
     bounds = time_window_bounds(s.ts, period) if period else window_bounds(s.n, n_windows)
-    rows = []
+    rows: list[dict[str, Any]] = []
     ref_c = histogram(ptop_c[bounds[0][0] : bounds[0][1]]) if bounds and s.n else None
     ref_d = histogram(ptop_d[bounds[0][0] : bounds[0][1]]) if bounds and s.n else None
     for a, b in bounds:
         if b <= a:
             continue
+        assert ref_c is not None and ref_d is not None  # bounds exist, so the first window does
         hc, hd = histogram(ptop_c[a:b]), histogram(ptop_d[a:b])
         ts = s.ts[a:b]
         known_ts = ts[~np.isnat(ts)]

@@ -931,5 +931,5 @@ def rechallenge_session(
         "SELECT (SELECT count(*) FROM shadow_requests WHERE shadow = $t),"
         " (SELECT count(*) FROM shadow_outcomes WHERE shadow = $t AND outcome IS NOT NULL)",
         {"t": target},
-    ).fetchone()
+    ).fetchone() or (0, 0)
     return {"shadow": target, "kind": "rerun", "n_requests": int(n), "n_outcomes": int(n_out)}

@@ -15,6 +15,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Literal, cast
 
 import numpy as np
 from workbench_runtime.model import FALLBACK_ACTIONS
@@ -31,7 +32,7 @@ from workbench.thresholds.guarantees import (
     select_manual,
     select_target,
 )
-from workbench.thresholds.rules import Rule, make_rule
+from workbench.thresholds.rules import NoulRule, Rule, ScoreRule, make_rule
 from workbench.thresholds.surface import Surface, risk_coverage_surface
 
 OBJECTIVES = ("guarantee", "cost", "coverage", "error", "manual")
@@ -404,14 +405,14 @@ def _num(v: float) -> float | None:
 
 def rule_to_dict(rule: Rule, option_ids: list[str]) -> dict:
     """Policy-file form of a rule; infinite thresholds (a disabled side/class) become ``null``."""
-    if rule.kind == "noul_two_sided":
+    if isinstance(rule, NoulRule):
         return {
             "kind": rule.kind,
             "tau_yes": _num(rule.tau_yes),
             "tau_no": _num(rule.tau_no),
             "fallback": rule.fallback,
         }
-    d = {
+    d: dict[str, Any] = {
         "kind": rule.kind,
         "tau": _num(rule.tau),
         "margin": _num(rule.margin),
@@ -421,7 +422,7 @@ def rule_to_dict(rule: Rule, option_ids: list[str]) -> dict:
         },
         "fallback": rule.fallback,
     }
-    if rule.kind == "score":
+    if isinstance(rule, ScoreRule):
         d["level"] = rule.level
         d["abstain_options"] = []
     else:
@@ -463,6 +464,7 @@ def selection_to_rule(
             return make_rule("noul", inf, inf, fallback=opts.fallback)
         return make_rule(qtype, inf, inf, abstain_options=abstain_idx, level=opts.level, fallback=opts.fallback)
     if sel.per_class is None:
+        assert sel.x is not None and sel.y is not None  # a feasible selection has a grid point
         return make_rule(qtype, sel.x, sel.y, abstain_options=abstain_idx, level=opts.level, fallback=opts.fallback)
     if qtype == "noul":
         yes, no = sel.per_class.get(0), sel.per_class.get(1)
@@ -481,7 +483,7 @@ class PreparedQuestion:
     qtype: str
     option_ids: list[str]
     abstain_idx: list[int]
-    calibrator: object
+    calibrator: Any  # a fitted calibrator (workbench.metrics.recalibrate)
     n_fit: int
     probs: np.ndarray
     labels: np.ndarray
@@ -539,7 +541,7 @@ def prepare_question(calibration: RunAnswers, opts: ThresholdOptions) -> Prepare
             if bad:
                 raise ThresholdError(f"--error-cost names unknown option {bad[0]!r}")
             ec = {opt_ids.index(o): v for o, v in ec.items()}
-        weights = error_cost_weights(labels, coords_pred, k, ec)
+        weights = error_cost_weights(labels, coords_pred, k, cast(Any, ec))  # a list is a [true][accepted] matrix
     surface = risk_coverage_surface(
         qtype,
         probs,
@@ -561,7 +563,7 @@ def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration:
             prep.surface,
             alpha=opts.alpha,
             delta=opts.delta,
-            method=opts.method,
+            method=cast(Literal["fixed-sequence", "holm"], opts.method),  # checked by ThresholdOptions
             per_class=opts.per_class,
             classes=classes,
             order_fraction=opts.order_fraction,
@@ -629,7 +631,12 @@ def _finish(
     surface, opt_ids, k = prep.surface, prep.option_ids, len(prep.option_ids)
     rule = selection_to_rule(sel, prep.qtype, k, opts, prep.abstain_idx)
     per_class_point = None
-    if sel.x is not None and surface.class_accepted is not None:
+    if (
+        sel.x is not None
+        and sel.y is not None
+        and surface.class_accepted is not None
+        and surface.class_errors is not None
+    ):
         i = int(np.searchsorted(surface.x_grid, sel.x))
         j = int(np.searchsorted(surface.y_grid, sel.y))
         per_class_point = {
