@@ -559,7 +559,9 @@ def print_summary(result: DemoResult, console=None) -> None:
         ece = f"{num(f.get('ece'))}→{num(f.get('ece_temperature'))}" if f.get("ece") is not None else "—"
         thr = f"{num(f.get('tau'))} / {num(f.get('margin'))}" if f.get("certified") else "none certified"
         if not f.get("certified") and f.get("n_calibration_needed"):
-            thr += f" (needs ≥{f['n_calibration_needed']:,} cal)"
+            # name the size only when size is the reason; with enough items it is the errors
+            needed, have = f["n_calibration_needed"], f.get("n_calibration") or 0
+            thr += f" (needs ≥{needed:,} cal)" if have < needed else " (too many errors at α)"
         t.add_row(
             r.dataset,
             _short_provider(r.provider, r.emulated),
