@@ -4,7 +4,7 @@ The scenario of ``tests/monitor`` (a synthetic policy, its test split replayed t
 a decision log, outcomes whose error rate among accepted decisions jumps at decision 1,500) is opened
 through the page's query parameters. The page must show the alarm, its position (the same as
 ``workbench monitor --json``), the charts, and the recertification hint; a screenshot is saved to
-``artifacts/screenshots/08-monitor.png``.
+``artifacts/screenshots/08b-monitor-alarm.png`` (the every-page browser test writes 08-monitor.png).
 """
 
 from __future__ import annotations
@@ -122,6 +122,6 @@ def test_monitor_page_marks_the_alarm(monitor_server):
         # the headline figures are the library's
         ov = cli["questions"]["intent"]["overall"]
         assert f"{ov['traffic']:,}" in text and f"{100 * ov['coverage']:.1f}%" in text
-        page.screenshot(path=str(SHOTS / "08-monitor.png"), full_page=True)
+        page.screenshot(path=str(SHOTS / "08b-monitor-alarm.png"), full_page=True)
         page.close()
         browser.close()
