@@ -216,15 +216,20 @@ def parse_yaml_text(text: str, *, source: str = "<yaml>") -> Any:
     """YAML 1.1 safe load that refuses duplicate keys and nesting deeper than :data:`MAX_NESTING`."""
     import yaml
 
-    loader = _yaml_loader()(text)
-    loader.source = source
     try:
-        return loader.get_single_data()
+        loader = _yaml_loader()(text)  # the reader checks characters here already
+        loader.source = source
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except _DuplicateKey as dup:
         raise SchemaError(
             f"{source}: duplicate key {dup.key!r} at line {dup.line}",
             hint="each key may appear once; remove or rename one",
         ) from None
+    except SchemaError:
+        raise
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -235,10 +240,10 @@ def parse_yaml_text(text: str, *, source: str = "<yaml>") -> Any:
         raise SchemaError(f"{source}: cannot parse YAML: {_one_line(exc)}", hint="fix the YAML syntax") from None
     except RecursionError:
         raise SchemaError(f"{source}: nested too deeply to parse", hint=f"at most {MAX_NESTING} levels") from None
-    except (ValueError, OverflowError, TypeError) as exc:  # a scalar its tag cannot build, e.g. a bad !!timestamp
-        raise SchemaError(f"{source}: cannot parse: {_one_line(exc)}", hint="fix or quote the value") from None
-    finally:
-        loader.dispose()
+    except Exception as exc:  # noqa: BLE001 - PyYAML's constructors raise bare errors on odd scalars ('!!int ' -> IndexError)
+        raise SchemaError(
+            f"{source}: cannot parse YAML: {type(exc).__name__}: {_one_line(exc)}", hint="fix or quote the value"
+        ) from None
 
 
 def check_json_shape(data: Any, *, source: str, limit: int = MAX_EXPANDED_UNITS) -> int:
