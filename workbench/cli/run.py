@@ -65,6 +65,20 @@ def _emit_runs(summaries: list[dict], as_json: bool, *, experiment: dict | None 
     else:
         for run_id in run_ids:
             print_id(run_id)
+    from workbench.runner.outcome import exit_code
+
+    code = exit_code(summaries)  # a script can tell "all answered" from "stopped on a 401"
+    if code:
+        raise typer.Exit(code)
+
+
+#: ``workbench run --help`` epilog: the codes of :mod:`workbench.runner.outcome` (a test keeps them equal;
+#: importing the runner here would load it for every command).
+EXIT_CODES_HELP = (
+    "Exit codes: 0 every item answered; 2 bad input; 3 finished with some failures; "
+    "4 stopped on an authentication/quota failure, items not asked (--resume after fixing); "
+    "5 every item failed; 6 --max-cost reached, items not asked; 130 interrupted."
+)
 
 
 def _number(value: Any, digits: int) -> str:
@@ -73,7 +87,7 @@ def _number(value: Any, digits: int) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("run")
+    @app.command("run", epilog=EXIT_CODES_HELP)
     def run(
         experiment: Path | None = typer.Argument(
             None, help="Experiment YAML (dataset × schema variants × providers); or use the options below."

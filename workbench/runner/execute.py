@@ -792,6 +792,7 @@ def _summary(con, run: dict, rec: _Recorder, stop: _Stop, recovered: int, status
         # answered by `workbench emulator`: cost_usd is what the real service would bill, not a bill
         "emulated": bool(c.emulated or run.get("emulated") or calls_store.run_is_emulated(con, run["run_id"])),
         "stop_reason": stop.message or None,
+        "stop_kind": stop.kind,  # authentication | quota | budget | None (workbench.runner.outcome)
         **calls_store.run_summary(con, run["run_id"]),
         "this_session": {
             "units": c.units_total,
