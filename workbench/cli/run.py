@@ -43,6 +43,13 @@ def _print_summary(summary: dict) -> None:
         f"latency p50/p95 {lat} · requests {sess.get('requests_sent', 0)} (cache hits {sess.get('cache_hits', 0)}, "
         f"retries {sess.get('retries', 0)})"
     )
+    if s.get("billed_unanswered_calls"):
+        lost_cost = s.get("billed_unanswered_cost_usd")
+        err_console.print(
+            f"[yellow]billed but unanswered:[/] {s['billed_unanswered_calls']} call(s) in flight when an earlier "
+            f"session was killed (sent again; cost {cost_text(lost_cost, bool(s.get('emulated')))}), "
+            f"included in the billed cost {cost_text(s.get('cost_billed_usd'), bool(s.get('emulated')))}"
+        )
     if s.get("stop_reason"):
         err_console.print(
             f"[yellow]stopped:[/] {s['stop_reason']} — continue with `workbench run --resume {s['run_id']}`"

@@ -190,6 +190,17 @@ _MIGRATIONS: list[str] = [
     ALTER TABLE runs ADD COLUMN emulated BOOLEAN DEFAULT false;
     ALTER TABLE calls ADD COLUMN emulated BOOLEAN DEFAULT false;
     """,
+    # calls a killed run had sent but got no answer for (the provider billed them; --resume sends
+    # them again): recovered from the journal's "sent" markers, counted in the run's cost figures
+    """
+    CREATE TABLE billed_unanswered (
+        run_id VARCHAR NOT NULL,
+        cache_key VARCHAR NOT NULL,
+        segment VARCHAR NOT NULL,                      -- journal segment it was recovered from
+        recovered_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+        PRIMARY KEY (run_id, cache_key, segment)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
