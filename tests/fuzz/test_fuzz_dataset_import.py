@@ -129,7 +129,8 @@ json_values = (
 
 KINDS = st.sampled_from(["record"] * 6 + ["value", "raw"])
 RAW_LINE = st.text(alphabet=CELL_ALPHABET, max_size=12)
-KEYS = st.just(CANONICAL) | st.lists(st.sampled_from(COLUMNS), max_size=5)
+# one strategy per record (drawing a value per key re-checks the recursive strategy each time)
+RECORDS = st.dictionaries(st.sampled_from(COLUMNS), json_values, max_size=5)
 
 
 @st.composite
@@ -140,8 +141,7 @@ def jsonl_bytes(draw) -> bytes:
         if kind == "record" and draw(st.booleans()):
             lines.append(json.dumps(dict(zip(CANONICAL, draw(CANONICAL_ROWS)[0], strict=True))))
         elif kind == "record":
-            keys = draw(KEYS)
-            lines.append(json.dumps({k: draw(json_values) for k in keys}))
+            lines.append(json.dumps(draw(RECORDS)))
         elif kind == "value":
             lines.append(json.dumps(draw(json_values)))
         else:
