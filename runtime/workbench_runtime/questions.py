@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
@@ -152,7 +153,8 @@ class DecisionSchema(BaseModel):
 
 def _describe_validation_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
+    # ids may hold any character (a newline would break the one-line message): odd ones are quoted
+    loc = ".".join(str(p) if re.fullmatch(r"[\w.-]+", str(p)) else repr(str(p)) for p in err["loc"])
     msg = err["msg"]
     if err["type"] == "union_tag_invalid":
         msg = "unknown question type; use one of noul, choice, score"

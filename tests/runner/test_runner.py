@@ -426,7 +426,7 @@ def test_token_never_reaches_database_journal_or_logs(tmp_path, banking_db, emu,
         res = subprocess.run(
             _cli(db, *args, env=env), env=full_env, cwd=ROOT, capture_output=True, text=True, timeout=300
         )
-        assert res.returncode == 0, res.stderr
+        assert res.returncode in (0, 3), res.stderr  # 3: finished with some (injected) failures
         outputs += [res.stdout, res.stderr]
     # a rejected token must not leak either (the 401 message, the stored failure)
     bad = {**full_env, "CLOUDFLARE_API_KEY": TOKEN[::-1]}

@@ -74,3 +74,20 @@ def test_fresh_out_path_is_written(store: Path, tmp_path: Path):
     proc = run_cli(*COMMANDS["export"], "--out", str(out), "--json", db=store)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["rows"] == sum(1 for _ in out.open(encoding="utf-8"))
+
+
+def test_policy_rewrites_to_another_existing_file_need_force(store: Path, tmp_path: Path):
+    policy = tmp_path / "policy.json"
+    assert run_cli(*COMMANDS["policy export"], "--out", str(policy), db=store).returncode == 0
+    key = tmp_path / "k.key"
+    assert run_cli("policy", "keygen", "--type", "hmac-sha256", "--out", str(key)).returncode == 0
+    other = tmp_path / "other.json"
+    other.write_text("precious", encoding="utf-8")
+    for args in (("sign", str(policy), "--key", str(key)), ("mode", str(policy), "shadow")):
+        line = one_line(run_cli("policy", *args, "--out", str(other)))
+        assert "file exists" in line and other.read_text(encoding="utf-8") == "precious"
+    ok = run_cli("policy", "sign", str(policy), "--key", str(key), "--out", str(other), "--force")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(other.read_text(encoding="utf-8"))["signature"]
+    # the default is still an in-place rewrite of the input
+    assert run_cli("policy", "sign", str(policy), "--key", str(key)).returncode == 0

@@ -139,6 +139,12 @@ def _load_for_rewrite(file: Path, key: Path | None):
     return Policy.from_dict(doc, source=str(file), verify_key=verify).model
 
 
+def _check_other_out(file: Path, out: Path | None, force: bool) -> None:
+    """Rewriting FILE in place is the default; an explicit --out elsewhere follows the --out rule."""
+    if out is not None and out.resolve() != file.resolve():
+        check_out_path(out, force=force)
+
+
 def register(app: typer.Typer) -> None:
     pol = typer.Typer(help="Export, validate, apply and diff threshold policy files.", no_args_is_help=True)
     app.add_typer(pol, name="policy")
@@ -481,10 +487,13 @@ def register(app: typer.Typer) -> None:
         file: Path = typer.Argument(..., help="Policy file (validated before it is signed)."),
         key: Path = typer.Option(..., "--key", help="Secret key file (Ed25519 private key or HMAC secret)."),
         out: Path | None = typer.Option(None, "--out", "-o", help="Write the signed policy here (default: in place)."),
+        force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Sign a policy over its canonical content (every field, option order included)."""
         from workbench.policy.io import sign_file
+
+        _check_other_out(file, out, force)
 
         written = sign_file(file, key, out=out)
         assert written.signature is not None
@@ -527,9 +536,12 @@ def register(app: typer.Typer) -> None:
             question: str | None = typer.Option(None, "--question", "-q", help="Question (needed when ambiguous)."),
             key: Path | None = typer.Option(None, "--key", help="Re-sign with this secret key file."),
             out: Path | None = typer.Option(None, "--out", "-o", help="Write here (default: in place)."),
+            force: bool = FORCE,
             as_json: bool = typer.Option(False, "--json"),
         ) -> None:
             from workbench.policy.rollout import set_enabled
+
+            _check_other_out(file, out, force)
 
             model = _load_for_rewrite(file, key)
             change = set_enabled(model, option or [], enable=enable, question=question, all_options=all_options)
@@ -553,10 +565,13 @@ def register(app: typer.Typer) -> None:
         ),
         key: Path | None = typer.Option(None, "--key", help="Re-sign with this secret key file."),
         out: Path | None = typer.Option(None, "--out", "-o", help="Write here (default: in place)."),
+        force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Switch a policy between live and shadow mode; bumps the minor version."""
         from workbench.policy.rollout import set_mode
+
+        _check_other_out(file, out, force)
 
         model = _load_for_rewrite(file, key)
         _write_rollout(file, out, set_mode(model, new_mode), key, as_json)

@@ -43,6 +43,13 @@ def _print_summary(summary: dict) -> None:
         f"latency p50/p95 {lat} · requests {sess.get('requests_sent', 0)} (cache hits {sess.get('cache_hits', 0)}, "
         f"retries {sess.get('retries', 0)})"
     )
+    if s.get("billed_unanswered_calls"):
+        lost_cost = s.get("billed_unanswered_cost_usd")
+        err_console.print(
+            f"[yellow]billed but unanswered:[/] {s['billed_unanswered_calls']} call(s) in flight when an earlier "
+            f"session was killed (sent again; cost {cost_text(lost_cost, bool(s.get('emulated')))}), "
+            f"included in the billed cost {cost_text(s.get('cost_billed_usd'), bool(s.get('emulated')))}"
+        )
     if s.get("stop_reason"):
         err_console.print(
             f"[yellow]stopped:[/] {s['stop_reason']} — continue with `workbench run --resume {s['run_id']}`"
@@ -65,6 +72,20 @@ def _emit_runs(summaries: list[dict], as_json: bool, *, experiment: dict | None 
     else:
         for run_id in run_ids:
             print_id(run_id)
+    from workbench.runner.outcome import exit_code
+
+    code = exit_code(summaries)  # a script can tell "all answered" from "stopped on a 401"
+    if code:
+        raise typer.Exit(code)
+
+
+#: ``workbench run --help`` epilog: the codes of :mod:`workbench.runner.outcome` (a test keeps them equal;
+#: importing the runner here would load it for every command).
+EXIT_CODES_HELP = (
+    "Exit codes: 0 every item answered; 2 bad input; 3 finished with some failures; "
+    "4 stopped on an authentication/quota failure, items not asked (--resume after fixing); "
+    "5 every item failed; 6 --max-cost reached, items not asked; 130 interrupted."
+)
 
 
 def _number(value: Any, digits: int) -> str:
@@ -73,7 +94,7 @@ def _number(value: Any, digits: int) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("run")
+    @app.command("run", epilog=EXIT_CODES_HELP)
     def run(
         experiment: Path | None = typer.Argument(
             None, help="Experiment YAML (dataset × schema variants × providers); or use the options below."

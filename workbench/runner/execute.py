@@ -521,17 +521,22 @@ async def _drive_remote(
                 rec.failure(unit, NOT_ASKED, f"not asked: {stop.message}")
                 continue
             t0 = time.perf_counter()
+            rec.journal.sent(unit.cache_key)  # before it leaves: a SIGKILL now leaves a billed, unanswered call
             result, err = await _ask(
                 provider, request, timeout=opts.timeout, bucket=bucket, rec=rec, stop=stop, rng=rng
             )
             if err is not None:
+                rec.journal.settled(unit.cache_key)
                 budget.settle(reserved, 0.0)
                 rec.failure(unit, _kind_name(err), str(err), latency_ms=(time.perf_counter() - t0) * 1000)
                 if err.kind in STOP_KINDS and stop.kind is None and not getattr(err, "kind_override", None):
                     stop.kind, stop.message = err.kind.value, f"the run stopped after a {err.kind.value} failure"
                 continue
             assert result is not None  # _ask returns a result or an error
-            rec.result(unit, result, cached=False, call_row=call_row(unit, spec, model, run_id, result))
+            row = call_row(unit, spec, model, run_id, result)
+            rec.result(unit, result, cached=False, call_row=row)  # journals the call row (lands the marker)
+            if row is None:
+                rec.journal.settled(unit.cache_key)
             why = budget.settle(reserved, result.cost_usd)
             if why and stop.kind is None:
                 stop.kind, stop.message = "budget", why
@@ -792,6 +797,7 @@ def _summary(con, run: dict, rec: _Recorder, stop: _Stop, recovered: int, status
         # answered by `workbench emulator`: cost_usd is what the real service would bill, not a bill
         "emulated": bool(c.emulated or run.get("emulated") or calls_store.run_is_emulated(con, run["run_id"])),
         "stop_reason": stop.message or None,
+        "stop_kind": stop.kind,  # authentication | quota | budget | None (workbench.runner.outcome)
         **calls_store.run_summary(con, run["run_id"]),
         "this_session": {
             "units": c.units_total,

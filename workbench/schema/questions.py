@@ -39,7 +39,7 @@ from workbench_runtime.questions import (  # noqa: F401
     schema_hash,
 )
 
-from workbench.errors import SchemaError
+from workbench.errors import SchemaError, WorkbenchError
 
 #: Deepest nesting of mappings/lists a schema file may use (the System One shape needs 4; JSON
 #: instructions a few more). Deeper input is refused before a recursive parser can overflow.
@@ -130,7 +130,7 @@ def _json_duplicate_line(text: str, key: str) -> int | None:
 
         return json.decoder.JSONObject(s_and_end, strict, scan_once, object_hook, hook, memo)
 
-    decoder.parse_object = parse_object  # type: ignore[method-assign]
+    decoder.parse_object = parse_object  # type: ignore[attr-defined]
     decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
     try:
         decoder.decode(text)
@@ -141,7 +141,7 @@ def _json_duplicate_line(text: str, key: str) -> int | None:
     return None
 
 
-def parse_json_text(text: str, *, source: str = "<json>", error: type[Exception] = SchemaError) -> Any:
+def parse_json_text(text: str, *, source: str = "<json>", error: type[WorkbenchError] = SchemaError) -> Any:
     """``json.loads`` that refuses duplicate keys and deep nesting with one ``error`` (a WorkbenchError)."""
     try:
         return json.loads(text, object_pairs_hook=_unique_pairs)
@@ -183,7 +183,7 @@ def _yaml_loader() -> Any:
         depth = 0
         source = "<yaml>"
 
-        def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        def compose_node(self, parent, index):
             self.depth += 1
             try:
                 if self.depth > MAX_NESTING + 1:  # +1: the scalar leaf is a node, not a level
@@ -196,7 +196,7 @@ def _yaml_loader() -> Any:
             finally:
                 self.depth -= 1
 
-        def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+        def construct_mapping(self, node, deep=False):
             if isinstance(node, MappingNode):
                 seen: dict[Any, int] = {}
                 for key_node, _ in node.value:
@@ -216,15 +216,20 @@ def parse_yaml_text(text: str, *, source: str = "<yaml>") -> Any:
     """YAML 1.1 safe load that refuses duplicate keys and nesting deeper than :data:`MAX_NESTING`."""
     import yaml
 
-    loader = _yaml_loader()(text)
-    loader.source = source
     try:
-        return loader.get_single_data()
+        loader = _yaml_loader()(text)  # the reader checks characters here already
+        loader.source = source
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except _DuplicateKey as dup:
         raise SchemaError(
             f"{source}: duplicate key {dup.key!r} at line {dup.line}",
             hint="each key may appear once; remove or rename one",
         ) from None
+    except SchemaError:
+        raise
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -235,10 +240,10 @@ def parse_yaml_text(text: str, *, source: str = "<yaml>") -> Any:
         raise SchemaError(f"{source}: cannot parse YAML: {_one_line(exc)}", hint="fix the YAML syntax") from None
     except RecursionError:
         raise SchemaError(f"{source}: nested too deeply to parse", hint=f"at most {MAX_NESTING} levels") from None
-    except (ValueError, OverflowError, TypeError) as exc:  # a scalar its tag cannot build, e.g. a bad !!timestamp
-        raise SchemaError(f"{source}: cannot parse: {_one_line(exc)}", hint="fix or quote the value") from None
-    finally:
-        loader.dispose()
+    except Exception as exc:  # noqa: BLE001 - PyYAML's constructors raise bare errors on odd scalars ('!!int ' -> IndexError)
+        raise SchemaError(
+            f"{source}: cannot parse YAML: {type(exc).__name__}: {_one_line(exc)}", hint="fix or quote the value"
+        ) from None
 
 
 def check_json_shape(data: Any, *, source: str, limit: int = MAX_EXPANDED_UNITS) -> int:

@@ -218,7 +218,13 @@ class CallJournal:
     """Append-only segments of call rows written between two batch commits (see module docstring).
 
     Writes go straight to the OS (unbuffered ``os.write``): a killed process loses at most the
-    line being written, which :func:`recover_journal` skips.
+    line being written, which :func:`recover_journal` skips. (The page cache survives SIGKILL; no
+    fsync per call.)
+
+    Besides responses the journal records ``{"sent": key}`` before a request leaves and
+    ``{"settled": key}`` when it ended without a response worth keeping (an error status): a
+    ``sent`` marker with neither is a call in flight. :meth:`rotate` carries the markers of calls
+    still in flight into the new segment, so deleting a committed segment never loses them.
     """
 
     def __init__(self, directory: Path | None, run_id: str):
@@ -227,6 +233,7 @@ class CallJournal:
         self._seq = 0
         self._fd: int | None = None
         self._path: Path | None = None
+        self.in_flight: dict[str, int] = {}  # cache_key -> requests in flight with that key
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
             self._open()
@@ -237,9 +244,31 @@ class CallJournal:
         self._path = self.directory / f"{self.run_id}.{os.getpid()}.{self._seq}.jsonl"
         self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
-    def append(self, call: dict) -> None:
+    def _write(self, doc: dict) -> None:
         if self._fd is not None:
-            os.write(self._fd, (json.dumps(call, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
+            os.write(self._fd, (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
+
+    def sent(self, cache_key: str) -> None:
+        """Record that a request for ``cache_key`` is about to leave (call before sending)."""
+        self.in_flight[cache_key] = self.in_flight.get(cache_key, 0) + 1
+        self._write({"sent": cache_key, "run_id": self.run_id})
+
+    def _land(self, cache_key: str | None) -> None:
+        n = self.in_flight.get(cache_key or "", 0)
+        if n > 1:
+            self.in_flight[cache_key or ""] = n - 1
+        else:
+            self.in_flight.pop(cache_key or "", None)
+
+    def settled(self, cache_key: str) -> None:
+        """The request for ``cache_key`` ended without a response to keep (an error, a partial answer)."""
+        if cache_key in self.in_flight:
+            self._land(cache_key)
+            self._write({"settled": cache_key, "run_id": self.run_id})
+
+    def append(self, call: dict) -> None:
+        self._land(call.get("cache_key"))
+        self._write(call)
 
     def rotate(self) -> Path | None:
         """Start a new segment; return the finished one (delete it after its batch commits)."""
@@ -248,6 +277,9 @@ class CallJournal:
         os.close(self._fd)
         done = self._path
         self._open()
+        for key, n in self.in_flight.items():  # still in flight: their markers move to the new segment
+            for _ in range(n):
+                self._write({"sent": key, "run_id": self.run_id})
         return done
 
     def close(self, *, delete: bool) -> None:
@@ -263,22 +295,55 @@ class CallJournal:
 
 
 def recover_journal(con: duckdb.DuckDBPyConnection) -> int:
-    """Move calls left in journal segments by a killed process into ``calls``; return how many."""
+    """Move calls left in journal segments by a killed process into ``calls``; return how many.
+
+    Requests the segments show as sent but never answered nor settled were in flight when the
+    process died: the provider billed them and ``--resume`` sends them again, so they are recorded
+    in ``billed_unanswered`` (and counted by :func:`run_summary`).
+    """
     directory = journal_dir(con)
     if directory is None or not directory.exists():
         return 0
     segments = sorted(directory.glob("*.jsonl"))
     rows: list[dict] = []
+    lost: list[tuple[str, str, str]] = []
+    # a writer's newest segment carries the markers of every call still in flight at its last
+    # rotation (rotate() rewrites them), so in-flight calls are read from that segment alone
+    newest: dict[str, tuple[int, Path]] = {}
     for seg in segments:
+        writer, _, seq = seg.stem.rpartition(".")
+        n = int(seq) if seq.isdigit() else 0
+        if writer not in newest or n > newest[writer][0]:
+            newest[writer] = (n, seg)
+    last_segments = {p for _, p in newest.values()}
+    for seg in segments:
+        sent: dict[tuple[str, str], int] = {}
         for line in seg.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue  # the torn last line of a killed writer
-            if isinstance(row, dict) and row.get("cache_key") and row.get("response") is not None:
-                rows.append(row)
+            if not isinstance(row, dict):
+                continue
+            run = str(row.get("run_id") or "")
+            if row.get("sent"):
+                key = (run, str(row["sent"]))
+                sent[key] = sent.get(key, 0) + 1
+            elif row.get("settled") or (row.get("cache_key") and row.get("response") is not None):
+                key = (run, str(row.get("settled") or row["cache_key"]))
+                if sent.get(key):
+                    sent[key] -= 1
+                if row.get("cache_key") and row.get("response") is not None:
+                    rows.append(row)
+        if seg in last_segments:
+            lost += [(run, key, f"{seg.name}#{i}") for (run, key), n in sent.items() for i in range(n)]
     if rows:
         write_batch(con, rows, [])
+    if lost:
+        con.executemany(
+            "INSERT INTO billed_unanswered (run_id, cache_key, segment) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            [list(x) for x in lost],
+        )
     for seg in segments:
         seg.unlink(missing_ok=True)
     return len(rows)
@@ -382,7 +447,20 @@ def run_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
         " WHERE run_id = ? AND cache_key IS NOT NULL AND latency_ms IS NOT NULL GROUP BY cache_key)",
         [run_id],
     ).fetchone()
+    lost = con.execute(
+        "SELECT count(*), sum(c.cost_usd), count(*) FILTER (WHERE c.cost_usd IS NULL)"
+        " FROM billed_unanswered b LEFT JOIN calls c USING (cache_key) WHERE b.run_id = ?",
+        [run_id],
+    ).fetchone()
+    n_lost = int(lost[0] or 0) if lost else 0
+    # an in-flight call's price is the price of the identical request --resume sent again
+    lost_cost = float(lost[1]) if lost and lost[1] is not None else (0.0 if n_lost == 0 else None)
+    paid = float(row[4]) if row[4] is not None else None
     return {
+        "billed_unanswered_calls": n_lost,
+        "billed_unanswered_cost_usd": lost_cost,
+        "billed_unanswered_unknown_cost": int(lost[2] or 0) if lost and n_lost else 0,
+        "cost_billed_usd": None if paid is None and not lost_cost else (paid or 0.0) + (lost_cost or 0.0),
         "items": int(row[6] or 0),
         "answered": int(row[0] or 0),
         "failed": int(row[1] or 0),

@@ -412,6 +412,7 @@ def _frame_for_file(
         items["state_text"] = text
         items["state_json"] = None
     else:
+        assert spec.state_column is not None  # exactly one of the two was checked above
         raw = _column(df, spec.state_column, path, "--state-column")
         states = []
         for i, v in enumerate(raw.tolist()):
@@ -501,7 +502,7 @@ def _frame_for_file(
             )
         if schema is not None and qtype in ("choice", "score"):
             if qtype == "score":
-                levels = [str(c) for c in schema.questions[question].criteria]
+                levels = [str(c) for c in schema.questions[question].criteria or []]
                 # a score label may be the level index or the level's text
                 mapped = mapped.map(
                     lambda v: v if v is None or v in allowed else (str(levels.index(v)) if v in levels else v)
@@ -582,17 +583,17 @@ def import_dataset(
     for f, opt in ((spec.test_fraction, "--test-fraction"), (spec.calibration_fraction, "--calibration-fraction")):
         if f is not None and not (0.0 <= f < 1.0):
             raise DataImportError(f"{opt} {f} is outside [0, 1)", hint="e.g. 0.3")
-    paths = [Path(p) for p in paths]
-    if not paths:
+    files = [Path(p) for p in paths]
+    if not files:
         raise DataImportError("no file given", hint="workbench datasets import PATH --name NAME ...")
-    frames = [_frame_for_file(p, spec, schema, len(paths)) for p in paths]
-    items = pd.concat([f[0] for f in frames], ignore_index=True)
-    labels = pd.concat([f[1] for f in frames], ignore_index=True)
+    frames = [_frame_for_file(p, spec, schema, len(files)) for p in files]
+    items = pd.concat([fr[0] for fr in frames], ignore_index=True)
+    labels = pd.concat([fr[1] for fr in frames], ignore_index=True)
     unlabelled: dict[str, int] = {}
-    for f in frames:
-        for q, n in f[2].unlabelled.items():
+    for fr in frames:
+        for q, n in fr[2].unlabelled.items():
             unlabelled[q] = unlabelled.get(q, 0) + n
-    ids_normalised = sum(f[2].ids_normalised for f in frames)
+    ids_normalised = sum(fr[2].ids_normalised for fr in frames)
 
     dup = items["item_id"].duplicated(keep=False)
     if dup.any():
@@ -649,7 +650,7 @@ def import_dataset(
         "seed": spec.seed,
         "test_fraction": spec.test_fraction,
         "calibration_fraction": spec.calibration_fraction,
-        "files": [str(p) for p in paths],
+        "files": [str(p) for p in files],
         "text_column": spec.text_column,
         "state_column": spec.state_column,
         "labels": spec.labels,
@@ -686,7 +687,12 @@ def import_dataset(
         notices.append(f"{ids_normalised:,} item id(s) were trimmed or NFC-normalised (e.g. 'a1 ' is stored as 'a1')")
     for q, n in sorted(unlabelled.items()):
         notices.append(f"{n:,} row(s) have an empty or NaN label for {q!r} and were imported unlabelled")
-    extra = {"shared_ids": shared, "unlabelled": unlabelled, "ids_normalised": ids_normalised, "notices": notices}
+    extra: dict[str, Any] = {
+        "shared_ids": shared,
+        "unlabelled": unlabelled,
+        "ids_normalised": ids_normalised,
+        "notices": notices,
+    }
     if previous is not None and previous[1] == fingerprint:
         return DatasetInfo(spec.name, int(previous[0]), fingerprint, False, len(items), questions, **extra)
     version = int(previous[0]) + 1 if previous else 1
@@ -755,11 +761,11 @@ def _fingerprint(con: duckdb.DuckDBPyConnection, items: pa.Table, labels: pa.Tab
             "SELECT coalesce(sha256(string_agg(concat_ws(chr(31), item_id, coalesce(state_text, ''),"
             " coalesce(state_json, ''), coalesce(array_to_string(images, ';'), ''), split, coalesce(grp, '')),"
             " chr(30) ORDER BY item_id)), '') FROM _fi"
-        ).fetchone()[0]
+        ).fetchone()[0]  # type: ignore[index]  # an aggregate returns one row
         b = con.execute(
             "SELECT coalesce(sha256(string_agg(concat_ws(chr(31), item_id, question, option_id, annotator),"
             " chr(30) ORDER BY item_id, question, annotator, option_id)), '') FROM _fl"
-        ).fetchone()[0]
+        ).fetchone()[0]  # type: ignore[index]
     finally:
         con.unregister("_fi")
         con.unregister("_fl")
