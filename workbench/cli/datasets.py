@@ -105,9 +105,14 @@ def register(app: typer.Typer) -> None:
             t.add_column(col, justify="right", no_wrap=True)
         t.add_column("questions", overflow="fold", ratio=1)
         t.add_column("fingerprint", no_wrap=True)
-        for r in df.itertuples():
+        for r in df.to_dict(orient="records"):
             t.add_row(
-                r.name, str(r.version), str(r.versions), str(r.n_items), ", ".join(r.questions), r.fingerprint[:12]
+                str(r["name"]),
+                str(r["version"]),
+                str(r["versions"]),
+                str(r["n_items"]),
+                ", ".join(map(str, r["questions"])),
+                str(r["fingerprint"])[:12],
             )
         out_console.print(t)
 
