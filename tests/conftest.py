@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +39,52 @@ def run_cli(
     if check and proc.returncode != 0:
         raise AssertionError(f"workbench {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
     return proc
+
+
+def copy_store(src: Path, dst: Path) -> Path:
+    """Copy a closed DuckDB store file (and its WAL, if one was left) to ``dst``; returns ``dst``."""
+    shutil.copyfile(src, dst)
+    wal = src.with_name(src.name + ".wal")
+    if wal.exists():
+        shutil.copyfile(wal, dst.with_name(dst.name + ".wal"))
+    return dst
+
+
+@pytest.fixture(scope="session")
+def b77_tfidf_master(tmp_path_factory) -> dict:
+    """BANKING77 imported once per session (calibration fraction 0.3, seed 0) and answered by
+    ``baseline:tfidf-logreg`` on its default splits. Never open this file for writing: take a copy with
+    :func:`copy_store` (several modules built this exact store themselves; building it once saves minutes)."""
+    db = tmp_path_factory.mktemp("b77_tfidf_master") / "wb.duckdb"
+    run_cli(
+        "datasets",
+        "import",
+        str(dataset_path("banking77", "train.csv")),
+        str(dataset_path("banking77", "test.csv")),
+        "--name",
+        "b77",
+        "--text-column",
+        "text",
+        "--label",
+        "intent=category",
+        "--calibration-fraction",
+        "0.3",
+        "--seed",
+        "0",
+        db=db,
+        check=True,
+    )
+    out = run_cli(
+        "run",
+        "--dataset",
+        "b77",
+        "--schema",
+        str(ROOT / "experiments" / "schemas" / "banking77.yaml"),
+        "--provider",
+        "baseline:tfidf-logreg",
+        "--no-progress",
+        "--json",
+        db=db,
+        check=True,
+    )
+    return {"db": db, "run_id": json.loads(out.stdout)["runs"][0]["run_id"]}

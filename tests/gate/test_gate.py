@@ -16,9 +16,15 @@ def _write(wf, name: str, text: str):
     return p
 
 
-def test_passing_file_exits_0_with_figures_of_the_report_and_the_policy(ci_workflow):
+@pytest.fixture(scope="module")
+def documented_gate(ci_workflow):
+    """`workbench gate RUN --requirements ci/requirements.yaml --json`, run once for the tests that read it."""
+    return ci_workflow.workbench("gate", ci_workflow.run_id, "--requirements", "ci/requirements.yaml", "--json")
+
+
+def test_passing_file_exits_0_with_figures_of_the_report_and_the_policy(ci_workflow, documented_gate):
     wf = ci_workflow
-    r = wf.workbench("gate", wf.run_id, "--requirements", "ci/requirements.yaml", "--json")
+    r = documented_gate
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["passed"] and doc["n_failed"] == 0 and doc["n_requirements"] == 4
@@ -60,9 +66,9 @@ def test_accuracy_099_exits_1_and_junit_counts_one_failure(ci_workflow):
     assert "FAILED (1 of 2)" in md and md.count("❌") == 1
 
 
-def test_on_value_judges_the_point_estimate(ci_workflow):
+def test_on_value_judges_the_point_estimate(ci_workflow, documented_gate):
     wf = ci_workflow
-    doc = json.loads(wf.workbench("gate", wf.run_id, "-r", "ci/requirements.yaml", "--json").stdout)
+    doc = json.loads(documented_gate.stdout)
     acc = next(x for x in doc["requirements"] if x["metric"] == "accuracy")
     # a bound between the low end and the estimate: fails on the pessimistic end, passes on the value
     bound = round((acc["low"] + acc["value"]) / 2, 6)

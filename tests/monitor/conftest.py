@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, dataset_path, run_cli
+from tests.conftest import copy_store, run_cli
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
 SHIFT_AT = 1500
@@ -75,42 +75,11 @@ def write_outcomes(path: Path, rows: list[dict]) -> Path:
 
 
 @pytest.fixture(scope="session")
-def b77_store(tmp_path_factory) -> dict:
+def b77_store(tmp_path_factory, b77_tfidf_master) -> dict:
     """BANKING77 answered by ``baseline:tfidf-logreg`` and a policy exported from it (α=0.05, δ=0.1)."""
     tmp = tmp_path_factory.mktemp("b77mon")
-    db = tmp / "wb.duckdb"
-    run_cli(
-        "datasets",
-        "import",
-        str(dataset_path("banking77", "train.csv")),
-        str(dataset_path("banking77", "test.csv")),
-        "--name",
-        "b77",
-        "--text-column",
-        "text",
-        "--label",
-        "intent=category",
-        "--calibration-fraction",
-        "0.3",
-        "--seed",
-        "0",
-        db=db,
-        check=True,
-    )
-    out = run_cli(
-        "run",
-        "--dataset",
-        "b77",
-        "--schema",
-        str(ROOT / "experiments" / "schemas" / "banking77.yaml"),
-        "--provider",
-        "baseline:tfidf-logreg",
-        "--no-progress",
-        "--json",
-        db=db,
-        check=True,
-    )
-    run_id = json.loads(out.stdout)["runs"][0]["run_id"]
+    db = copy_store(b77_tfidf_master["db"], tmp / "wb.duckdb")
+    run_id = b77_tfidf_master["run_id"]
     policy = tmp / "policy.json"
     run_cli(
         "policy",

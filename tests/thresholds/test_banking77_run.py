@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, dataset_path, run_cli
+from tests.conftest import copy_store, run_cli
 from workbench.store.db import connect
 from workbench.store.runs import load_answers
 from workbench.thresholds.guarantees import select_guarantee_split, select_target
@@ -26,41 +26,10 @@ ALPHA, DELTA, N_SPLITS, N_CAL = 0.05, 0.1, 200, 3000
 
 
 @pytest.fixture(scope="module")
-def banking_run(tmp_path_factory):
-    db = tmp_path_factory.mktemp("b77") / "wb.duckdb"
-    run_cli(
-        "datasets",
-        "import",
-        str(dataset_path("banking77", "train.csv")),
-        str(dataset_path("banking77", "test.csv")),
-        "--name",
-        "b77",
-        "--text-column",
-        "text",
-        "--label",
-        "intent=category",
-        "--calibration-fraction",
-        "0.3",
-        "--seed",
-        "0",
-        db=db,
-        check=True,
-    )
-    out = run_cli(
-        "run",
-        "--dataset",
-        "b77",
-        "--schema",
-        str(ROOT / "experiments" / "schemas" / "banking77.yaml"),
-        "--provider",
-        "baseline:tfidf-logreg",
-        "--no-progress",
-        "--json",
-        db=db,
-        check=True,
-    )
-    run_id = json.loads(out.stdout)["runs"][0]["run_id"]
-    return db, run_id
+def banking_run(tmp_path_factory, b77_tfidf_master):
+    """A private copy of the session's BANKING77 TF-IDF store (import fraction 0.3, seed 0)."""
+    db = copy_store(b77_tfidf_master["db"], tmp_path_factory.mktemp("b77") / "wb.duckdb")
+    return db, b77_tfidf_master["run_id"]
 
 
 def test_acceptance_command_on_banking77(banking_run):
