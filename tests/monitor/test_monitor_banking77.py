@@ -25,6 +25,10 @@ def b77_replay(b77_store):
     model = get_run(con, b77_store["run_id"])["model"]
     con.close()
     ans = ans.select(ans.labels >= 0)
+    # BANKING77's test file is sorted by intent (77 blocks of 40). Replayed in that order, traffic would arrive
+    # one intent at a time, and the intents whose accepted error is 15-19% would be a real (and rightly alarmed)
+    # shift of the traffic mix. Production traffic drawn like the calibration split arrives in random order.
+    ans = ans.select(np.random.default_rng(0).permutation(len(ans.labels)))
     tmp = b77_store["tmp"]
     responses = responses_from_answers(ans.probs, ans.option_ids, "intent", model)
     (tmp / "responses.jsonl").write_text("".join(json.dumps(r) + "\n" for r in responses))
@@ -35,7 +39,7 @@ def b77_replay(b77_store):
         tmp / "outcomes.jsonl",
         [{"decision_id": f"d{i:06d}", "question": "intent", "outcome": y} for i, y in enumerate(labels)],
     )
-    return {**b77_store, "labels": labels, "n": len(labels)}
+    return {**b77_store, "labels": labels, "n": len(labels), "file_order": np.argsort(ans.item_ids, kind="stable")}
 
 
 def test_monitor_equals_policy_apply_on_the_test_split(b77_replay):
@@ -83,6 +87,12 @@ def test_monitor_equals_policy_apply_on_the_test_split(b77_replay):
     assert sum(w["n_accepted"] for w in wins) == ov["n_accepted"] and sum(w["n_errors"] for w in wins) == ov["n_errors"]
     # the policy keeps its promise on its own test split: no alarm, exit 0
     assert r.returncode == 0 and doc["alarm"] is False and doc["first_alarm_at"] is None
+    # the same decisions and outcomes in the file's intent-sorted order are a shifting traffic mix: the alarm fires
+    from workbench.monitor.sequential import error_rate_alarm
+
+    q = doc["questions"]["intent"]
+    by_intent = b77_replay["file_order"]
+    assert error_rate_alarm(wrong[by_intent][accepted[by_intent]], q["alpha"], q["delta"], with_bound=False).fired
     # the test split is drawn like the calibration split: no large p_top/margin drift
     for w in wins:
         assert w["drift"]["p_top"]["psi"] < 0.25 and w["drift"]["margin"]["psi"] < 0.25

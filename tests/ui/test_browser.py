@@ -112,7 +112,7 @@ def server(prepared_store, tmp_path_factory):
     else:
         proc.kill()
         raise AssertionError("streamlit did not start:\n" + (db.parent / "streamlit.log").read_text())
-    yield url, meta
+    yield url, {**meta, "db": db}
     proc.terminate()
     try:
         proc.wait(10)
@@ -261,9 +261,56 @@ def test_threshold_slider_changes_the_figures(server, browser):
     page.close()
 
 
+def _grid_cell(page, col: int, row: int):
+    """The data grid's accessibility cell (glide-data-grid mirrors its canvas in a hidden table)."""
+    return page.locator(f'[data-testid="glide-cell-{col}-{row}"]')
+
+
+def _rerun_by(page, action) -> None:
+    """Do ``action`` (a widget edit) and wait until the script rerun it causes has started *and* finished, so the
+    next edit cannot race it (an edit made while the previous one's rerun is still on its way can be dropped)."""
+    page.evaluate(
+        "() => { const app = document.querySelector('[data-testid=\"stApp\"]'); window.__wbRerun = false;"
+        " new MutationObserver((_, obs) => { if (app.getAttribute('data-test-script-state') === 'running')"
+        " { window.__wbRerun = true; obs.disconnect(); } })"
+        ".observe(app, {attributes: true, attributeFilter: ['data-test-script-state']}); }"
+    )
+    action()
+    page.wait_for_function("() => window.__wbRerun === true", timeout=30_000)
+    wait_idle(page)
+
+
+def _library_review_load(db: Path, run_id: str, tau_option0: float) -> int:
+    """Test review load of the Thresholds page's default view (its first run, the sharp model), from the library:
+    slider rule (τ 0.6, m 0 on the grid), the default recalibration fitted on the calibration split, option 0 overridden to τ ``tau_option0``."""
+    from tests.ui.store_builder import on_grid
+    from workbench.metrics.recalibrate import make_calibrator
+    from workbench.store.db import connect
+    from workbench.store.runs import load_answers
+    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.evaluate import evaluate_rule
+    from workbench.thresholds.rules import make_rule
+
+    con = connect(db, read_only=True)
+    ans = load_answers(con, run_id, "intent", ["calibration", "test"])
+    con.close()
+    fit, test = (ans.splits == "calibration") & (ans.labels >= 0), (ans.splits == "test") & (ans.labels >= 0)
+    probs = (
+        make_calibrator(ThresholdOptions().calibrate).fit(ans.probs[fit], ans.labels[fit]).transform(ans.probs[test])
+    )
+    tau, m = on_grid(0.6), on_grid(0.0, axis=1)
+    rule = make_rule("choice", tau, m, per_class={0: (tau_option0, m)})
+    return int(evaluate_rule(rule, probs, ans.labels[test], option_ids=list(ans.option_ids))["n_review"])
+
+
 def test_per_class_override_editor_changes_the_test_figures(server, browser):
-    """Tick an option in the per-class override editor, give it a strict τ: fewer test items are
-    accepted (the grid is the real data editor in Chromium, driven by keyboard)."""
+    """Tick the first option in the per-class override editor and give it a strict τ: fewer test items are
+    accepted, exactly as the library computes (the grid is the real data editor in Chromium, driven by mouse and
+    keyboard). Each step waits for a state (grid settled, cell selected, rerun over, editor open), not a fixed time."""
+    from playwright.sync_api import expect
+
+    from tests.ui.store_builder import INTENTS, on_grid
+
     url, meta = server
     page = browser.new_page(viewport={"width": 1400, "height": 2200})
     page.goto(f"{url}/thresholds")
@@ -271,36 +318,47 @@ def test_per_class_override_editor_changes_the_test_figures(server, browser):
     before = _metric_value(page, "Review load (test)")
     page.get_by_text("Per-class overrides").click()
     grid = page.locator('[data-testid="stDataFrame"]').first
-    grid.wait_for()
+    _grid_cell(page, 0, 0).wait_for(state="attached")
+    expect(_grid_cell(page, 0, 0)).to_have_text(INTENTS[0])  # the grid holds its data
+    # the expander animates open: click only once the grid has stopped moving
+    page.wait_for_function(
+        "(el) => { const r = el.getBoundingClientRect(), k = `${r.x},${r.y},${r.width},${r.height}`;"
+        " const same = el.dataset.lastBox === k; el.dataset.lastBox = k; return same && r.height > 100; }",
+        arg=grid.element_handle(),
+        polling=250,
+    )
     box = grid.bounding_box()
-    # first body row, "override" column: the grid is option | override | tau | margin
-    changed = (
+    row0 = box["y"] + 35 + 17  # first body row under the 35 px header; columns: option | override | tau | margin
+
+    # 1. tick the override (no effect yet: an empty τ is the slider's); the edit reruns the page
+    page.mouse.click(box["x"] + box["width"] * 0.375, row0)
+    expect(_grid_cell(page, 1, 0)).to_have_attribute("aria-selected", "true")  # the grid took the click
+    _rerun_by(page, lambda: page.keyboard.press("Space"))
+    assert _metric_value(page, "Review load (test)") == before
+
+    # 2. a strict τ for that option: the page reruns with the per-class rule
+    page.mouse.dblclick(box["x"] + box["width"] * 0.62, row0)
+    editor = page.locator("#portal input.gdg-input")
+    editor.wait_for()  # the cell's number editor is open and focused
+    page.keyboard.press("Control+A")
+    page.keyboard.type("0.99")
+    expect(editor).to_have_value("0.99")
+    # the overlay commits its React state, not the input's text: let the typed value render before Enter
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    page.keyboard.press("Enter")
+    page.wait_for_function(
         "(old) => [...document.querySelectorAll('[data-testid=\"stMetric\"]')]"
         ".find(m => m.innerText.includes('Review load (test)'))?.querySelector('[data-testid=\"stMetricValue\"]')"
-        "?.innerText.trim() !== old"
+        "?.innerText.trim() !== old",
+        arg=before,
+        timeout=30_000,
     )
-    for attempt in range(3):  # a canvas grid: under load a click can land before it has redrawn; try again
-        page.wait_for_timeout(500 * (attempt + 1))  # the expander's grid finishes drawing before it takes clicks
-        if attempt == 0:
-            page.mouse.click(box["x"] + box["width"] * 0.375, box["y"] + 35 + 17)
-            page.wait_for_timeout(300)
-            page.keyboard.press("Space")  # toggles the checkbox cell: an edit, so the page reruns
-            wait_idle(page)
-            page.wait_for_timeout(500)
-        page.mouse.dblclick(box["x"] + box["width"] * 0.62, box["y"] + 35 + 17)  # open the tau cell's editor
-        page.wait_for_timeout(300)
-        page.keyboard.press("Control+A")
-        page.keyboard.type("0.99")
-        page.wait_for_timeout(300)
-        page.keyboard.press("Enter")
-        try:
-            page.wait_for_function(changed, arg=before, timeout=20_000)
-            break
-        except Exception:  # noqa: BLE001 - retried below, asserted after the loop
-            wait_idle(page)
     wait_idle(page)
     after = _metric_value(page, "Review load (test)")
-    assert int(after.split()[0].replace(",", "")) > int(before.split()[0].replace(",", "")), (before, after)
+    n_before, n_after = (int(v.split()[0].replace(",", "")) for v in (before, after))
+    assert n_after > n_before, (before, after)
+    assert n_before == _library_review_load(meta["db"], meta["runs"]["sharp-model"], on_grid(0.6))
+    assert n_after == _library_review_load(meta["db"], meta["runs"]["sharp-model"], 0.99)
     SHOTS.mkdir(parents=True, exist_ok=True)
     screenshot(page, SHOTS / "04c-thresholds-per-class-override.png")
     page.close()
