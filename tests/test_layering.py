@@ -24,7 +24,6 @@ FLOORS: dict[str, int] = {
     "reporting": 0,
     "schema": 0,
     "answers": 0,
-    "_runtime_path": 0,
     # 1: data
     "store": 1,
     "bundled": 1,

@@ -30,7 +30,6 @@ same defaults (:class:`ThresholdOptions`), so the same run gives the same figure
 
 __version__ = "0.1.0"
 
-import workbench._runtime_path  # noqa: E402, F401 - a source checkout uses its own runtime/ (see the module)
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.schema import DecisionSchema, load_schema, schema_hash  # noqa: E402
 
