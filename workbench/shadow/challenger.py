@@ -132,6 +132,7 @@ class ChallengerClient:
                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0),
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
                 skip_auto_headers=("User-Agent", "Content-Type"),
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
         else:
             self._start_provider()

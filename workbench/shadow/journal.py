@@ -48,6 +48,40 @@ def body_fields(field: str, raw: bytes, text: str | None = None, *, max_body: in
     return {field: raw.decode("utf-8", errors="replace") if text is None else text}
 
 
+def champion_record(
+    pair: str,
+    *,
+    item_id: str,
+    ts: str,
+    shadow: str,
+    request: bytes,
+    status: int,
+    body: bytes,
+    body_text: str | None = None,
+    latency_ms: float | None,
+    error: str | None = None,
+    sampled: bool = True,
+    max_body: int = MAX_JOURNAL_BODY,
+) -> dict[str, Any]:
+    """The journal line of the champion half of ``pair`` (bodies over ``max_body`` as references).
+
+    ``body_text`` is the answer as text when ``body`` is compressed on the wire.
+    """
+    return {
+        "kind": "champion",
+        "pair": pair,
+        "item_id": item_id,
+        "ts": ts,
+        "shadow": shadow,
+        **body_fields("request", request, max_body=max_body),
+        "status": status,
+        **body_fields("body", body, body_text, max_body=max_body),
+        "latency_ms": latency_ms,
+        "error": error,
+        "sampled": sampled,
+    }
+
+
 def _line(record: dict[str, Any]) -> bytes:
     return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 

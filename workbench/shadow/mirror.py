@@ -59,6 +59,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDict
+from yarl import URL
 
 from workbench.shadow.challenger import (
     ChallengerClient,
@@ -67,7 +68,7 @@ from workbench.shadow.challenger import (
     endpoint_url,
     failure,
 )
-from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, body_fields
+from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, body_fields, champion_record
 
 ITEM_ID_HEADER = "x-item-id"
 MiB = 1024 * 1024
@@ -275,6 +276,7 @@ class MirrorApp:
         config.validate()
         self.config = config
         self.champion_url = endpoint_url(config.champion)
+        self._champion_target = URL(self.champion_url)
         self.challenger = ChallengerClient(
             config.challenger, timeout=config.challenger_timeout, headers=config.challenger_headers
         )
@@ -307,11 +309,13 @@ class MirrorApp:
         self.journal = Journal(self.config.journal, fsync=self.config.fsync)
         # Raw bytes both ways (no decompression), no headers of aiohttp's own beyond Host and the
         # framing: the champion sees the caller's request, the caller sees the champion's answer.
+        # No cookie jar: one caller's cookies must never ride on another caller's request.
         self._champion = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0),
             timeout=aiohttp.ClientTimeout(total=self.config.champion_timeout),
             auto_decompress=False,
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
         await self.challenger.start()
 
@@ -425,13 +429,11 @@ class MirrorApp:
         headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP)
         for attempt in (1, 2):
             try:
-                async with self._champion.post(self.champion_url, data=body, headers=headers) as resp:
+                async with self._champion.post(
+                    self._champion_target, data=body, headers=headers, allow_redirects=False
+                ) as resp:  # a redirect is the champion's answer: passed through, not followed
                     raw = await resp.read()
-                    out = CIMultiDict(
-                        (k.decode("latin-1"), v.decode("latin-1"))
-                        for k, v in resp.raw_headers
-                        if k.decode("latin-1").lower() not in HOP_BY_HOP
-                    )
+                    out = CIMultiDict((k, v) for k, v in resp.headers.items() if k.lower() not in HOP_BY_HOP)
                     return resp.status, resp.reason or "", out, raw
             except aiohttp.ServerDisconnectedError:
                 # a pooled connection the champion closed as we sent: nothing was answered, once more
@@ -459,19 +461,20 @@ class MirrorApp:
         if error or status >= 400:
             self.stats["champion_errors"] += 1
         sampled = self.config.sample_rate >= 1.0 or self._sampler.random() < self.config.sample_rate
-        record = {
-            "kind": "champion",
-            "pair": pair,
-            "item_id": item_id,
-            "ts": arrived,
-            "shadow": self.config.name,
-            **body_fields("request", body, max_body=self.config.max_journal_body),
-            "status": status,
-            **body_fields("body", raw, _decoded(raw, encoding), max_body=self.config.max_journal_body),
-            "latency_ms": latency_ms,
-            "error": error,
-            "sampled": sampled,
-        }
+        record = champion_record(
+            pair,
+            item_id=item_id,
+            ts=arrived,
+            shadow=self.config.name,
+            request=body,
+            status=status,
+            body=raw,
+            body_text=_decoded(raw, encoding),
+            latency_ms=latency_ms,
+            error=error,
+            sampled=sampled,
+            max_body=self.config.max_journal_body,
+        )
         try:
             assert self.journal is not None  # set by startup()
             await self.journal.append_durable(record)
