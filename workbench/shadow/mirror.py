@@ -61,6 +61,7 @@ from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDict
 from yarl import URL
 
+from workbench.shadow import challenger as challenger_mod
 from workbench.shadow.challenger import (
     ChallengerClient,
     ChallengerResult,
@@ -69,6 +70,10 @@ from workbench.shadow.challenger import (
     failure,
 )
 from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, body_fields, champion_record
+
+# Names other fronts imported from here before the challenger code moved to shadow/challenger.py.
+_is_url, _split_model = challenger_mod.is_url, challenger_mod.split_model
+_schema_of, _system_one_body = challenger_mod._schema_of, challenger_mod._system_one_body
 
 ITEM_ID_HEADER = "x-item-id"
 MiB = 1024 * 1024
