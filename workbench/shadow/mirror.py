@@ -24,8 +24,10 @@ limit                     default     over it
 ``max_body_bytes``        8 MiB       413 at once, from the ``Content-Length`` (or while a chunked
                                       body streams in); nothing is forwarded
 ``max_buffered_bytes``    128 MiB     503 + ``Retry-After: 1`` at once (not queued: a queue would
-                                      hold the caller's connection and memory); challenger calls may
-                                      hold at most half of it, beyond that they are shed
+                                      hold the caller's connection and memory); a request reserves
+                                      its ``Content-Length`` (a chunked one ``max_body_bytes``) from
+                                      its head on; challenger calls may hold at most half of the
+                                      budget, beyond that they are shed
 ``header_timeout``        10 s        a request head still incomplete this long after its first
                                       byte: the connection is closed (slowloris)
 ``body_timeout``          30 s        a body still incomplete this long after its head: 408
@@ -411,6 +413,7 @@ class MirrorApp:
                     f"the mirror holds {self.buffered_bytes} bytes of request bodies (limit {cfg.max_buffered_bytes})",
                 ),
                 headers={"Retry-After": "1"},
+                close=True,
             )
         self.buffered_bytes += need
         try:
@@ -422,9 +425,11 @@ class MirrorApp:
                 return refused.response
             response, after = await self._answer(request, body)
             if after is not None:  # send the champion's answer before any challenger work starts
-                await response.prepare(request)
-                await response.write_eof()
-                after()
+                try:
+                    await response.prepare(request)
+                    await response.write_eof()
+                finally:  # a caller that went away still leaves a pair to compare
+                    after()
             return response
         finally:
             self.buffered_bytes -= need
