@@ -256,6 +256,7 @@ def select_guarantee(
     n_starts: int = 10,
     classes: Sequence[int] | None = None,
     order_surface: Surface | None = None,
+    constraints: Sequence[tuple[int, float]] = (),
 ) -> Selection:
     """Maximise calibration coverage subject to ``P(error among accepted > alpha) <= delta``.
 
@@ -278,20 +279,40 @@ def select_guarantee(
         ``method="fixed-sequence"`` the test order is learned on them (:func:`learned_order`) and one
         sequence is tested at level ``delta``; without it, the data-independent column paths of
         :func:`strict_to_lax_paths` are used at ``delta / (n_paths * n_starts)``.
+    constraints : sequence of (option index, beta)
+        Critical options: at most ``beta`` of the items truly of that option may be auto-accepted as
+        another one, certified jointly with the main risk (:mod:`workbench.thresholds.risks`; needs a
+        surface with the critical counts). Not with ``per_class``.
+
+    With ``surface.loss`` (a misroute cost matrix) the main risk is the expected cost among accepted
+    items and ``alpha`` is in cost units (see :mod:`workbench.thresholds.risks`).
 
     Returns
     -------
     selection : Selection
     """
-    _check_alpha_delta(alpha, delta)
+    from workbench.thresholds import risks
+
+    costed = surface.loss is not None  # bounded (not 0/1) losses
+    _check_alpha_delta(alpha / surface.loss_scale, delta)
     use_order = order_surface is not None and method == "fixed-sequence"
-    if not per_class:
-        p = hoeffding_bentkus_p_values(surface.errors, surface.accepted, alpha)
-        order = (
-            learned_order(order_surface.errors, order_surface.accepted, alpha)
-            if use_order and order_surface is not None
-            else None
+    plain = surface.loss_scale == 1.0 and not costed and not constraints  # the error rate alone, as before costs
+    if per_class and constraints:
+        raise ThresholdError(
+            "class constraints are certified for the global rule only, not with per_class",
+            hint="drop --per-class (the constraint then makes the one rule strict enough), or drop --critical",
         )
+    if not per_class:
+        p = risks.joint_p_values(surface, alpha, constraints)
+        order = None
+        if use_order and order_surface is not None:
+            order = (
+                learned_order(order_surface.errors, order_surface.accepted, alpha)
+                if plain
+                else np.lexsort(
+                    (-order_surface.accepted.ravel(), risks.joint_p_values(order_surface, alpha, constraints).ravel())
+                )
+            )
         ok, level = _rejections(p, delta, method, n_paths, n_starts, order)
         best = _best_by_coverage(surface.accepted, surface.errors, ok)
         if best is None:
@@ -313,13 +334,24 @@ def select_guarantee(
                     "certified_bound": None,
                     "expected_coverage": 0.0,
                     "p_value": None,
+                    **_risk_fields(surface, constraints),
                 },
                 feasible=False,
                 notes=["no grid point is certified at this alpha/delta: everything goes to review"],
             )
         i, j = best
         acc, err = int(surface.accepted[i, j]), int(surface.errors[i, j])
-        bound = binomial_upper_bound(err, acc, level)
+        if costed:
+            assert surface.loss is not None
+            bound = risks.bounded_upper_bound(float(surface.loss[i, j]), acc, level) * surface.loss_scale
+        else:
+            bound = binomial_upper_bound(err, acc, level) * surface.loss_scale
+        extra = _risk_fields(surface, constraints)
+        if not plain:
+            lsum = float(surface.loss[i, j]) if surface.loss is not None else float(err)
+            extra["calibration_cost"] = lsum * surface.loss_scale / max(acc, 1)
+        if constraints:
+            extra["constraints"] = risks.constraints_at(surface, i, j, constraints, level)
         return Selection(
             "guarantee",
             True,
@@ -344,6 +376,7 @@ def select_guarantee(
                 "order": _order_name(method, use_order, order_surface),
                 "n_paths": n_paths if method == "fixed-sequence" and not use_order else None,
                 "n_starts": n_starts if method == "fixed-sequence" and not use_order else None,
+                **extra,
             },
         )
     if surface.class_accepted is None or surface.class_errors is None:
@@ -361,7 +394,7 @@ def select_guarantee(
             chosen[k] = None
             continue
         acc_k, err_k = surface.class_accepted[k], surface.class_errors[k]
-        p = hoeffding_bentkus_p_values(err_k, acc_k, alpha)
+        p = risks.main_p_values(surface, alpha, k)
         order = (
             learned_order(order_surface.class_errors[k], order_surface.class_accepted[k], alpha)
             if use_order
@@ -370,6 +403,10 @@ def select_guarantee(
             and order_surface.class_accepted is not None
             else None
         )
+        if order is not None and not plain and order_surface is not None and order_surface.class_accepted is not None:
+            order = np.lexsort(
+                (-order_surface.class_accepted[k].ravel(), risks.main_p_values(order_surface, alpha, k).ravel())
+            )
         ok, level = _rejections(p, delta_k, method, n_paths, n_starts, order)
         best = _best_by_coverage(acc_k, err_k, ok & (acc_k > 0))
         if best is None:
@@ -381,20 +418,25 @@ def select_guarantee(
         tot_acc += a
         tot_err += e
         chosen[k] = (float(surface.x_grid[i]), float(surface.y_grid[j]))
+        if costed:
+            assert surface.class_loss is not None
+            ub = risks.bounded_upper_bound(float(surface.class_loss[k, i, j]), a, level) * surface.loss_scale
+        else:
+            ub = binomial_upper_bound(e, a, level) * surface.loss_scale
         per[str(k)] = {
             "certified": True,
             **surface.params(i, j),
             "accepted": a,
             "errors": e,
             "p_value": float(p[i, j]),
-            "risk_upper_bound": min(binomial_upper_bound(e, a, level), alpha),
+            "risk_upper_bound": min(ub, alpha),
         }
     feasible = any(v is not None for v in chosen.values())
     notes = [] if feasible else ["no option is certified at this alpha/delta: everything goes to review"]
     uncertified = [k for k in classes if chosen.get(k) is None]
     if uncertified:
         # even with zero errors, certifying needs (1 - alpha)^n <= the per-test level
-        n_min = min_items_to_certify(alpha, delta_k)
+        n_min = min_items_to_certify(alpha / surface.loss_scale, delta_k)
         sizes = surface.class_accepted[:, 0, 0]
         notes.append(
             f"{len(uncertified)} of {len(classes)} options are never auto-accepted: certifying one "
@@ -425,10 +467,26 @@ def select_guarantee(
             "order": _order_name(method, use_order, order_surface),
             "n_paths": n_paths if method == "fixed-sequence" and not use_order else None,
             "n_starts": n_starts if method == "fixed-sequence" and not use_order else None,
+            **_risk_fields(surface, constraints),
         },
         feasible=feasible,
         notes=notes,
     )
+
+
+def _risk_fields(surface: Surface, constraints: Sequence[tuple[int, float]]) -> dict:
+    """What the certificate is about, for the output and the policy file (nothing for the plain error rate)."""
+    from workbench.thresholds.risks import JOINT_RULE
+
+    out: dict = {}
+    if surface.loss is not None or surface.loss_scale != 1.0:
+        out["risk"] = "expected misroute cost among auto-accepted items"
+        out["loss_scale"] = float(surface.loss_scale)
+    if constraints:
+        out["joint"] = JOINT_RULE
+        out["delta_split"] = "none (max p-value over the risks)"
+        out["constraints"] = [{"option": int(c), "beta": float(b)} for c, b in constraints]
+    return out
 
 
 def _order_name(method: str, use_order: bool, order_surface: Surface | None) -> str | None:
@@ -455,6 +513,10 @@ def select_guarantee_split(
     rng: np.random.Generator | None = None,
     n_paths: int = 10,
     n_starts: int = 10,
+    loss: np.ndarray | None = None,
+    loss_scale: float = 1.0,
+    labels: np.ndarray | None = None,
+    constraints: Sequence[tuple[int, float]] = (),
 ) -> tuple[Selection, Surface]:
     """Guarantee selection from per-item coordinates, holding ``order_fraction`` apart to order the tests.
 
@@ -468,6 +530,8 @@ def select_guarantee_split(
         data-independent paths. Holm uses every item.
     rng : numpy Generator
         Draws the held-apart items (seeded by the caller for reproducibility).
+    loss, loss_scale : per-item misroute cost / largest cost, and the largest cost (cost risk)
+    labels, constraints : true options and ``(critical option, beta)`` pairs (class constraints)
 
     Returns
     -------
@@ -488,10 +552,14 @@ def select_guarantee_split(
             correct[mask],
             x_grid=x_grid,
             y_grid=y_grid,
-            predicted=np.maximum(coords.predicted[mask], 0),
-            n_classes=n_classes,
+            predicted=np.maximum(coords.predicted[mask], 0) if per_class else None,  # class counts: per-class only
+            n_classes=n_classes if per_class else None,
             x_name=coords.x_name,
             y_name=coords.y_name,
+            loss=None if loss is None else loss[mask],
+            loss_scale=loss_scale,
+            labels=None if labels is None else labels[mask],
+            critical=[c for c, _ in constraints],
         )
 
     certify = surf(~hold)
@@ -506,6 +574,7 @@ def select_guarantee_split(
         order_surface=order,
         n_paths=n_paths,
         n_starts=n_starts,
+        constraints=constraints,
     )
     if sel.guarantee is not None:
         sel.guarantee["n_order"] = int(hold.sum())
@@ -524,6 +593,7 @@ def certify_surface(
     seed: int = 0,
     n_paths: int = 10,
     n_starts: int = 10,
+    constraints: Sequence[tuple[int, float]] = (),
 ) -> Selection:
     """The guarantee selection exactly as ``workbench thresholds`` makes it, from a surface built by
     :func:`~workbench.thresholds.surface.risk_coverage_surface` (which keeps the per-item coordinates).
@@ -555,6 +625,10 @@ def certify_surface(
         rng=np.random.default_rng([seed, 1]),
         n_paths=n_paths,
         n_starts=n_starts,
+        loss=surface.extra.get("loss"),
+        loss_scale=surface.loss_scale,
+        labels=surface.extra.get("labels"),
+        constraints=constraints,
     )
     return sel
 
