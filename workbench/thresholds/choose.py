@@ -182,9 +182,9 @@ class ThresholdOptions:
             for true, row in self.costs.items():
                 for acc, v in row.items():
                     if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < float("inf")):
-                        raise bad("costs", f"[{true!r}][{acc!r}] must be a finite number >= 0, got {v!r}")
+                        raise bad("costs", f"{true}:{acc} must be a finite number >= 0, got {v!r}")
                     if acc == true and v != 0:
-                        raise bad("costs", f"[{true!r}][{acc!r}] must be 0: a correct auto-accept costs nothing")
+                        raise bad("costs", f"{true}:{acc} must be 0: a correct auto-accept costs nothing")
             if self.max_cost() <= 0:
                 raise bad("costs", "has no positive cost")
             if self.objective not in ("guarantee", "cost"):
@@ -200,14 +200,14 @@ class ThresholdOptions:
                 raise bad("constraints", "must map a critical option to beta", "e.g. {'hate': 0.05}")
             for o, beta in self.constraints.items():
                 if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (0 < beta < 1):
-                    raise bad("constraints", f"[{o!r}] (beta) must be in (0, 1), got {beta!r}", "e.g. hate:0.05")
+                    raise bad("constraints", f"{o}: beta must be in (0, 1), got {beta!r}", "e.g. hate:0.05")
             if self.objective != "guarantee":
-                raise bad("constraints", f"are certified by the guarantee objective only, not {self.objective!r}")
+                raise bad("constraints", f"(critical options) need the guarantee objective, not {self.objective!r}")
             if self.per_class:
                 raise bad(
                     "constraints",
-                    "are certified for the global rule only, not with per_class",
-                    "drop per_class: the constraint makes the one rule as strict as the critical option needs",
+                    "(critical options) are certified for one global rule, not for per-class rules",
+                    "drop per-class (--per-class): the constraint makes the one rule as strict as the critical option needs",
                 )
 
     def max_cost(self) -> float:
@@ -539,10 +539,15 @@ def needed_sentence(needed: dict) -> str:
         if needed.get("n_certifying_now") is not None:
             now += f", {needed['n_certifying_now']} of them certifying"
         now += ")"
+    crit = ""
+    if needed.get("n_true_certifying"):
+        crit = "; each critical option also needs, with none misrouted, this many certifying items of its own: " + (
+            ", ".join(f"{o} {n}" for o, n in needed["n_true_certifying"].items())
+        )
     return (
         f"nothing was certified at α = {needed['alpha']:g}, δ = {needed['delta']:g}: even with no error among "
         f"the accepted items a rule needs {needed['n_certifying']} accepted certifying items, i.e. a calibration "
-        f"split of at least {needed['n_calibration']} items{now}"
+        f"split of at least {needed['n_calibration']} items{now}{crit}"
     )
 
 

@@ -309,9 +309,7 @@ def select_guarantee(
             order = (
                 learned_order(order_surface.errors, order_surface.accepted, alpha)
                 if plain
-                else np.lexsort(
-                    (-order_surface.accepted.ravel(), risks.joint_p_values(order_surface, alpha, constraints).ravel())
-                )
+                else risks.joint_order(order_surface, alpha, constraints)
             )
         ok, level = _rejections(p, delta, method, n_paths, n_starts, order)
         best = _best_by_coverage(surface.accepted, surface.errors, ok)
@@ -403,10 +401,8 @@ def select_guarantee(
             and order_surface.class_accepted is not None
             else None
         )
-        if order is not None and not plain and order_surface is not None and order_surface.class_accepted is not None:
-            order = np.lexsort(
-                (-order_surface.class_accepted[k].ravel(), risks.main_p_values(order_surface, alpha, k).ravel())
-            )
+        if order is not None and not plain and order_surface is not None:
+            order = risks.joint_order(order_surface, alpha, (), cls=k)
         ok, level = _rejections(p, delta_k, method, n_paths, n_starts, order)
         best = _best_by_coverage(acc_k, err_k, ok & (acc_k > 0))
         if best is None:

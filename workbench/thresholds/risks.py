@@ -144,6 +144,26 @@ def joint_p_values(surface: Surface, alpha: float, constraints: Sequence[tuple[i
     return p
 
 
+def joint_order(
+    order_surface: Surface, alpha: float, constraints: Sequence[tuple[int, float]] = (), cls: int | None = None
+) -> np.ndarray:
+    """Split fixed-sequence order on held-apart items for costs and constraints: ascending joint p-value,
+    ties strict→lax (fewer accepted items first).
+
+    A constraint's p-value on the few held-apart items of its option is the same at every grid point
+    with no misroute there, so many points tie; testing the strictest of them first lets the sequence
+    walk towards laxer rules instead of stopping at once on the laxest tie (HWU64 scenario, critical
+    ``calendar`` β = 0.1, 60 resplits 2:1: ties broken lax-first certified in 80% of them at 58%
+    coverage, strict-first in 100% at 80%).
+    """
+    if cls is None:
+        p, acc = joint_p_values(order_surface, alpha, constraints), order_surface.accepted
+    else:
+        assert order_surface.class_accepted is not None
+        p, acc = main_p_values(order_surface, alpha, cls), order_surface.class_accepted[cls]
+    return np.lexsort((np.asarray(acc).ravel(), p.ravel()))
+
+
 def bounded_upper_bound(loss_sum: float, n: int, level: float) -> float:
     """Smallest mean loss ``a`` (to 1e-4) at which :func:`bounded_loss_p_values` rejects ``H: E[loss] > a``
     at ``level``: a ``1 - level`` upper confidence bound on the mean loss (1 when nothing is accepted)."""
