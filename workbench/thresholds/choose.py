@@ -691,7 +691,7 @@ def prepare_question(calibration: RunAnswers, opts: ThresholdOptions) -> Prepare
         from workbench.thresholds.rules import rule_coordinates
 
         coords_pred = rule_coordinates(qtype, probs, abstain_options=abstain_idx, level=opts.level).predicted
-        ec = opts.error_cost
+        ec: Any = opts.error_cost
         if isinstance(ec, dict):
             bad = [o for o in ec if o not in opt_ids]
             if bad:

@@ -175,7 +175,7 @@ def bounded_upper_bound(loss_sum: float, n: int, level: float) -> float:
         return 1.0
     a = np.linspace(1e-4, 1.0 - 1e-4, 9999)
     r_hat = loss_sum / n
-    hoeffding = np.exp(-n * _kl_bernoulli(np.minimum(r_hat, a), a))
+    hoeffding = np.exp(-n * _kl_bernoulli(np.minimum(r_hat, a), a))  # type: ignore[arg-type]  # elementwise
     bentkus = math.e * binom.cdf(np.ceil(np.round(loss_sum, 9)), n, a)
     ok = np.nonzero(np.minimum(hoeffding, bentkus) <= level)[0]  # p falls as a grows
     return float(a[ok[0]]) if ok.size else 1.0
