@@ -57,7 +57,7 @@ ORDER_FRACTION = typer.Option(
     0.3,
     "--order-fraction",
     help="Fixed-sequence: share of calibration items that "
-    "only learn the strict→lax test order (0: data-independent column paths).",
+    "only learn the strict→lax test order, the same for every --max-error (0: data-independent column paths).",
 )
 PATHS = typer.Option(10, "--paths", help="Fixed-sequence with --order-fraction 0: margin columns tested.")
 STARTS = typer.Option(10, "--starts", help="Fixed-sequence with --order-fraction 0: starting points per column.")

@@ -8,11 +8,34 @@ errors are i.i.d. Bernoulli(risk(λ)), so a valid p-value is the Hoeffding–Ben
 not needed for 0/1 losses). Family-wise error control over the grid:
 
 - ``fixed-sequence`` (default): *split* fixed-sequence testing — a share of the calibration items
-  (``order_fraction``, default 0.3) only orders the grid points strict→lax (ascending p-value on
-  those items, :func:`learned_order`); the other items test them in that order at level ``δ`` until
-  the first non-rejection. Without held-apart items, data-independent column paths with several
-  starts each are used at ``δ / n_sequences`` (:func:`strict_to_lax_paths`);
+  (``order_fraction``, default 0.3) only orders the grid points strict→lax (ascending upper
+  confidence bound of the error on those items, :func:`bound_order`, which does not depend on α);
+  the other items test them in that order at level ``δ`` until the first non-rejection. Without
+  held-apart items, data-independent column paths with several starts each are used at
+  ``δ / n_sequences`` (:func:`strict_to_lax_paths`);
 - ``holm``: Bonferroni–Holm over all grid points.
+
+Monotone in α. For the same data and options (same seed), certifying at α implies certifying at
+every α' > α, and the chosen rule's *calibration* coverage does not decrease:
+
+1. every p-value is non-increasing in α at a fixed grid point (:func:`hoeffding_bentkus_p_values`:
+   ``BinomCDF(e; n, α)`` falls as α grows, and ``KL(min(r̂, α) ‖ α)`` is 0 up to ``α = r̂`` and
+   increasing after it, so the Hoeffding term falls too; the minimum of two non-increasing
+   functions is non-increasing);
+2. the order of the tests does not depend on α (the held-apart items are drawn from the seed alone,
+   and :func:`bound_order` ranks by an upper bound at the test level, not by a p-value at α; the
+   data-independent paths and Holm's sort need no order). Fixed-sequence testing along a fixed
+   order rejects the prefix before the first ``p > level``; if every p-value of that prefix is
+   ``<= level`` at α it still is at α' (step 1), so the prefix at α' contains the prefix at α.
+   Holm's step-down is monotone in the p-values (lowering any p-value never removes a rejection);
+3. so the set of certified grid points at α' contains the set at α, the best of them by
+   calibration coverage covers at least as much, and per class each option's set grows alike.
+
+What is *not* guaranteed: the rule chosen at α' is the certified point with the most calibration
+coverage, which need not accept a superset of the items the rule at α accepts (two grid points
+are not always nested), so coverage on *new* items (the test split) can, rarely, be lower at α'.
+The order before issue 15 (``order="learned-per-alpha"``: ascending held-apart p-value *at α*,
+:func:`learned_order`) reshuffled the sequence for every α and was not monotone.
 
 Every rejected ``λ`` then satisfies ``P(risk(λ) > α) ≤ δ`` simultaneously, so picking the one with
 the largest calibration coverage keeps the guarantee. Per-class guarantees run the same procedure
@@ -32,6 +55,8 @@ from workbench.errors import WorkbenchError
 from workbench.thresholds.surface import Surface
 
 Method = Literal["fixed-sequence", "holm"]
+Order = Literal["upper-bound", "learned-per-alpha"]
+ORDERS = ("upper-bound", "learned-per-alpha")
 
 
 class ThresholdError(WorkbenchError):
@@ -144,15 +169,91 @@ def strict_to_lax_paths(shape: tuple[int, int], n_paths: int = 10, n_starts: int
     return [rows[s:] * B + j for j in cols for s in starts]
 
 
-def learned_order(order_errors: np.ndarray, order_accepted: np.ndarray, alpha: float) -> np.ndarray:
-    """Test order learned on held-apart items: ascending p-value, then more accepted items first.
+def hoeffding_bentkus_upper_bound(errors: np.ndarray, n: np.ndarray, level: float) -> np.ndarray:
+    """Smallest ``α`` whose Hoeffding–Bentkus p-value is ``<= level``: an upper confidence bound of the risk.
 
-    This is the *split fixed-sequence* order of Learn-then-Test: points that look safest (strict
-    rules with enough items) come first and laxer ones after, so the sequence walks strict→lax along
-    the data's own risk ridge instead of a fixed line through the grid.
+    The p-value is the smaller of two terms that are both non-increasing in α (module docstring),
+    so ``{α : p(α) <= level}`` is ``[u, 1)`` with ``u = min(u_B, u_H)``: ``u_B`` solves
+    ``BinomCDF(errors; n, u) = level`` (the one-sided Clopper–Pearson bound, ``betaincinv``) and
+    ``u_H > r̂`` solves ``n KL(r̂ ‖ u) = ln(1 / level)`` (bisection to about 1e-13). So for every α,
+    ``u <= α`` exactly when :func:`hoeffding_bentkus_p_values` at α is ``<= level`` (up to that
+    tolerance). ``n == 0`` or ``errors == n`` gives 1. Computed once per distinct ``(errors, n)``.
+
+    Parameters
+    ----------
+    errors, n : array-like of the same shape, int
+    level : float in (0, 1)
+
+    Returns
+    -------
+    u : ndarray of the same shape, in (0, 1]
+    """
+    from scipy.special import betaincinv
+
+    if not (0 < level < 1):
+        raise ThresholdError(f"level must be in (0, 1), got {level}")
+    errors, n = np.broadcast_arrays(np.asarray(errors, dtype=np.int64), np.asarray(n, dtype=np.int64))
+    pairs, inverse = np.unique(np.stack([errors.ravel(), n.ravel()], axis=1), axis=0, return_inverse=True)
+    e, m = pairs[:, 0].astype(float), pairs[:, 1].astype(float)
+    open_ = (m > 0) & (e < m)  # otherwise p = 1 for every α
+    u = np.ones(len(pairs))
+    if open_.any():
+        e, m = e[open_], m[open_]
+        u_b = betaincinv(e + 1, m - e, 1 - level)
+        r_hat, target = e / m, math.log(1 / level) / m
+        lo, hi = r_hat.copy(), np.ones_like(r_hat)
+        for _ in range(44):  # KL(r̂ ‖ u) increases from 0 to ∞ on (r̂, 1)
+            mid = (lo + hi) / 2
+            above = _kl_pairs(r_hat, mid) >= target
+            hi = np.where(above, mid, hi)
+            lo = np.where(above, lo, mid)
+        u[open_] = np.minimum(u_b, hi)
+    return u[inverse.ravel()].reshape(errors.shape)
+
+
+def _kl_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise ``KL(a ‖ b)`` of Bernoulli laws for ``0 <= a < b < 1`` (``0 ln 0 = 0``)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t1 = np.where(a > 0, a * np.log(np.where(a > 0, a, 1.0) / b), 0.0)
+    return t1 + (1 - a) * np.log((1 - a) / (1 - b))
+
+
+def bound_order(order_errors: np.ndarray, order_accepted: np.ndarray, level: float) -> np.ndarray:
+    """Test order learned on held-apart items, the same for every α: ascending upper bound of the risk.
+
+    The grid points are ranked by :func:`hoeffding_bentkus_upper_bound` of their held-apart counts
+    at the test ``level`` (δ, or δ/K per class), then by more accepted items: points that look
+    safest (strict rules with enough items) come first and laxer ones after, so the sequence walks
+    strict→lax along the data's own risk ridge. For any α the points whose held-apart p-value at α
+    is ``<= level`` are exactly those with bound ``<= α``, i.e. a prefix of this order: the same
+    set the per-α order (:func:`learned_order`) puts first, so the power is kept, while the order
+    itself no longer depends on α, which makes certification monotone in α (module docstring).
+
+    Returns
+    -------
+    order : ndarray of int, flat indices into the grid
+    """
+    ub = hoeffding_bentkus_upper_bound(order_errors, order_accepted, level).ravel()
+    return np.lexsort((-np.asarray(order_accepted).ravel(), ub))
+
+
+def learned_order(order_errors: np.ndarray, order_accepted: np.ndarray, alpha: float) -> np.ndarray:
+    """Test order learned on held-apart items *at one α*: ascending p-value, then more accepted items first.
+
+    The order before issue 15, kept as ``order="learned-per-alpha"`` to measure against: it changes
+    with α, so certifying at α did not imply certifying at a larger α. Use :func:`bound_order`.
     """
     p = hoeffding_bentkus_p_values(order_errors, order_accepted, alpha).ravel()
     return np.lexsort((-np.asarray(order_accepted).ravel(), p))
+
+
+def _held_apart_order(errors: np.ndarray, accepted: np.ndarray, alpha: float, level: float, order: str) -> np.ndarray:
+    """The fixed-sequence test order from held-apart counts (``order`` is one of :data:`ORDERS`)."""
+    if order == "upper-bound":
+        return bound_order(errors, accepted, level)
+    if order == "learned-per-alpha":
+        return learned_order(errors, accepted, alpha)
+    raise ThresholdError(f"unknown test order {order!r}", hint=f"use one of {', '.join(ORDERS)}")
 
 
 def _rejections(
@@ -257,6 +358,7 @@ def select_guarantee(
     classes: Sequence[int] | None = None,
     order_surface: Surface | None = None,
     constraints: Sequence[tuple[int, float]] = (),
+    order: Order = "upper-bound",
 ) -> Selection:
     """Maximise calibration coverage subject to ``P(error among accepted > alpha) <= delta``.
 
@@ -276,8 +378,8 @@ def select_guarantee(
         Options that may be accepted (default: all); the Bonferroni factor is their number.
     order_surface : Surface, optional
         Counts on calibration items held apart from ``surface`` (same grid). With
-        ``method="fixed-sequence"`` the test order is learned on them (:func:`learned_order`) and one
-        sequence is tested at level ``delta``; without it, the data-independent column paths of
+        ``method="fixed-sequence"`` the test order is learned on them and one sequence is tested at
+        level ``delta``; without it, the data-independent column paths of
         :func:`strict_to_lax_paths` are used at ``delta / (n_paths * n_starts)``.
     constraints : sequence of (option index, beta)
         Critical options: at most ``beta`` of the items truly of that option may be auto-accepted as
@@ -286,6 +388,10 @@ def select_guarantee(
 
     With ``surface.loss`` (a misroute cost matrix) the main risk is the expected cost among accepted
     items and ``alpha`` is in cost units (see :mod:`workbench.thresholds.risks`).
+    order : {"upper-bound", "learned-per-alpha"}
+        How the held-apart counts order the tests: ``"upper-bound"`` (default, :func:`bound_order`,
+        the same order for every α, so certification is monotone in α) or ``"learned-per-alpha"``
+        (:func:`learned_order`, the order before issue 15, kept only to measure against).
 
     Returns
     -------
@@ -304,14 +410,14 @@ def select_guarantee(
         )
     if not per_class:
         p = risks.joint_p_values(surface, alpha, constraints)
-        order = None
+        seq = None
         if use_order and order_surface is not None:
-            order = (
-                learned_order(order_surface.errors, order_surface.accepted, alpha)
+            seq = (
+                _held_apart_order(order_surface.errors, order_surface.accepted, alpha, delta, order)
                 if plain
-                else risks.joint_order(order_surface, alpha, constraints)
+                else risks.joint_order(order_surface, alpha, delta, constraints, order=order)
             )
-        ok, level = _rejections(p, delta, method, n_paths, n_starts, order)
+        ok, level = _rejections(p, delta, method, n_paths, n_starts, seq)
         best = _best_by_coverage(surface.accepted, surface.errors, ok)
         if best is None:
             return Selection(
@@ -371,7 +477,7 @@ def select_guarantee(
                 "certified_bound": alpha,
                 "risk_upper_bound": min(bound, alpha),
                 "expected_coverage": acc / max(surface.n_total, 1),
-                "order": _order_name(method, use_order, order_surface),
+                "order": _order_name(method, use_order, order_surface, order),
                 "n_paths": n_paths if method == "fixed-sequence" and not use_order else None,
                 "n_starts": n_starts if method == "fixed-sequence" and not use_order else None,
                 **extra,
@@ -393,17 +499,17 @@ def select_guarantee(
             continue
         acc_k, err_k = surface.class_accepted[k], surface.class_errors[k]
         p = risks.main_p_values(surface, alpha, k)
-        order = (
-            learned_order(order_surface.class_errors[k], order_surface.class_accepted[k], alpha)
+        seq = (
+            _held_apart_order(order_surface.class_errors[k], order_surface.class_accepted[k], alpha, delta_k, order)
             if use_order
             and order_surface is not None
             and order_surface.class_errors is not None
             and order_surface.class_accepted is not None
             else None
         )
-        if order is not None and not plain and order_surface is not None:
-            order = risks.joint_order(order_surface, alpha, (), cls=k)
-        ok, level = _rejections(p, delta_k, method, n_paths, n_starts, order)
+        if seq is not None and not plain and order_surface is not None:
+            seq = risks.joint_order(order_surface, alpha, delta_k, (), cls=k, order=order)
+        ok, level = _rejections(p, delta_k, method, n_paths, n_starts, seq)
         best = _best_by_coverage(acc_k, err_k, ok & (acc_k > 0))
         if best is None:
             chosen[k] = None
@@ -460,7 +566,7 @@ def select_guarantee(
             "certified_bound": alpha,
             "expected_coverage": tot_acc / max(surface.n_total, 1),
             "classes": per,
-            "order": _order_name(method, use_order, order_surface),
+            "order": _order_name(method, use_order, order_surface, order),
             "n_paths": n_paths if method == "fixed-sequence" and not use_order else None,
             "n_starts": n_starts if method == "fixed-sequence" and not use_order else None,
             **_risk_fields(surface, constraints),
@@ -485,11 +591,12 @@ def _risk_fields(surface: Surface, constraints: Sequence[tuple[int, float]]) -> 
     return out
 
 
-def _order_name(method: str, use_order: bool, order_surface: Surface | None) -> str | None:
+def _order_name(method: str, use_order: bool, order_surface: Surface | None, order: str = "upper-bound") -> str | None:
     if method != "fixed-sequence":
         return None
     if use_order and order_surface is not None:
-        return f"learned on {order_surface.n_total} held-apart calibration items (split fixed-sequence)"
+        how = "upper bound of the error, the same for every α" if order == "upper-bound" else "p-value at this α"
+        return f"learned on {order_surface.n_total} held-apart calibration items by {how} (split fixed-sequence)"
     return "data-independent column paths (multi-start)"
 
 
@@ -513,6 +620,7 @@ def select_guarantee_split(
     loss_scale: float = 1.0,
     labels: np.ndarray | None = None,
     constraints: Sequence[tuple[int, float]] = (),
+    order: Order = "upper-bound",
 ) -> tuple[Selection, Surface]:
     """Guarantee selection from per-item coordinates, holding ``order_fraction`` apart to order the tests.
 
@@ -528,6 +636,10 @@ def select_guarantee_split(
         Draws the held-apart items (seeded by the caller for reproducibility).
     loss, loss_scale : per-item misroute cost / largest cost, and the largest cost (cost risk)
     labels, constraints : true options and ``(critical option, beta)`` pairs (class constraints)
+        Draws the held-apart items (seeded by the caller for reproducibility; the draw does not
+        depend on α, so neither does the held-apart part).
+    order : {"upper-bound", "learned-per-alpha"}
+        How the held-apart part orders the tests (:func:`select_guarantee`).
 
     Returns
     -------
@@ -559,7 +671,7 @@ def select_guarantee_split(
         )
 
     certify = surf(~hold)
-    order = surf(hold) if hold.any() else None
+    order_surface = surf(hold) if hold.any() else None
     sel = select_guarantee(
         certify,
         alpha=alpha,
@@ -567,10 +679,11 @@ def select_guarantee_split(
         method=method,
         per_class=per_class,
         classes=classes,
-        order_surface=order,
+        order_surface=order_surface,
         n_paths=n_paths,
         n_starts=n_starts,
         constraints=constraints,
+        order=order,
     )
     if sel.guarantee is not None:
         sel.guarantee["n_order"] = int(hold.sum())
@@ -590,6 +703,7 @@ def certify_surface(
     n_paths: int = 10,
     n_starts: int = 10,
     constraints: Sequence[tuple[int, float]] = (),
+    order: Order = "upper-bound",
 ) -> Selection:
     """The guarantee selection exactly as ``workbench thresholds`` makes it, from a surface built by
     :func:`~workbench.thresholds.surface.risk_coverage_surface` (which keeps the per-item coordinates).
@@ -625,6 +739,7 @@ def certify_surface(
         loss_scale=surface.loss_scale,
         labels=surface.extra.get("labels"),
         constraints=constraints,
+        order=order,
     )
     return sel
 
