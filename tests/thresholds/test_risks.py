@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.thresholds.synth import choice_data
+from tests.thresholds.test_choose import _answers
+from tests.thresholds.test_monotone import SWEEP, _assert_monotone
 from workbench.errors import OptionError
 from workbench.thresholds.choose import (
     ThresholdOptions,
     build_options,
     calibration_size_needed,
+    certified_frontier,
     parse_cost_flags,
     parse_critical_flags,
 )
@@ -201,3 +206,33 @@ def test_flags_parse_into_options(tmp_path):
 
 def _crit() -> dict:
     return {"costs": {"hate": {"*": 10}}, "constraints": {"hate": 0.05}}
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(150, 900),
+    k=st.integers(2, 5),
+    scale=st.floats(0.5, 3.0),
+    cost=st.sampled_from([1.0, 3.0, 10.0]),
+    beta=st.sampled_from([None, 0.1, 0.3]),
+    method=st.sampled_from(["fixed-sequence", "fixed-sequence", "holm"]),
+    per_class=st.booleans(),
+    calibrate=st.sampled_from(["none", "temperature"]),
+)
+def test_certification_with_costs_and_constraints_is_monotone_in_alpha(
+    seed, n, k, scale, cost, beta, method, per_class, calibrate
+):
+    """Certified at α ⇒ certified at every larger α, with misroute costs and a critical option too
+    (the held-apart order of :func:`workbench.thresholds.risks.joint_order` does not depend on α)."""
+    probs, labels = choice_data(np.random.default_rng(seed), n, k=k, scale=scale)
+    opts = ThresholdOptions(
+        method=method,
+        per_class=per_class and beta is None,
+        calibrate=calibrate,
+        grid=20,
+        seed=seed,
+        costs={"0": {"*": cost}, "1": {"0": cost / 2}},
+        constraints=None if beta is None else {"0": beta},
+    )
+    _assert_monotone(certified_frontier(_answers(probs, labels, "choice"), opts, SWEEP), SWEEP)
