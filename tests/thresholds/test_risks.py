@@ -236,3 +236,19 @@ def test_certification_with_costs_and_constraints_is_monotone_in_alpha(
         constraints=None if beta is None else {"0": beta},
     )
     _assert_monotone(certified_frontier(_answers(probs, labels, "choice"), opts, SWEEP), SWEEP)
+
+
+def test_cost_objective_prices_the_matrix_by_error_cost():
+    """``objective="cost"`` with ``costs``: a wrong accept costs ``error_cost × costs[true][accepted]``,
+    exactly as the same matrix given as ``error_cost`` (the [true][accepted] list it already took)."""
+    from workbench.thresholds.choose import choose_thresholds
+
+    probs, labels = choice_data(np.random.default_rng(1), 3000, k=4)
+    a = _answers(probs, labels, "choice")
+    m = np.ones((4, 4)) - np.eye(4)
+    m[0, 1:] = 5
+    r1 = choose_thresholds(a, None, ThresholdOptions(objective="cost", error_cost=3.0, costs={"0": {"*": 5}}))
+    r2 = choose_thresholds(a, None, ThresholdOptions(objective="cost", error_cost=(3 * m).tolist()))
+    r0 = choose_thresholds(a, None, ThresholdOptions(objective="cost", error_cost=3.0))
+    assert r1.rule_dict() == r2.rule_dict() and r1.selection.cost == r2.selection.cost
+    assert r1.selection.cost["expected_cost_per_item"] > r0.selection.cost["expected_cost_per_item"]  # type: ignore[index]
