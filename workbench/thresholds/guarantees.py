@@ -385,13 +385,15 @@ def select_guarantee(
         Critical options: at most ``beta`` of the items truly of that option may be auto-accepted as
         another one, certified jointly with the main risk (:mod:`workbench.thresholds.risks`; needs a
         surface with the critical counts). Not with ``per_class``.
-
-    With ``surface.loss`` (a misroute cost matrix) the main risk is the expected cost among accepted
-    items and ``alpha`` is in cost units (see :mod:`workbench.thresholds.risks`).
     order : {"upper-bound", "learned-per-alpha"}
         How the held-apart counts order the tests: ``"upper-bound"`` (default, :func:`bound_order`,
         the same order for every α, so certification is monotone in α) or ``"learned-per-alpha"``
-        (:func:`learned_order`, the order before issue 15, kept only to measure against).
+        (:func:`learned_order`, the order before issue 15, kept only to measure against). With costs
+        or constraints: :func:`workbench.thresholds.risks.joint_order`.
+
+    With a misroute cost matrix on the surface (``surface.loss`` or ``surface.loss_scale != 1``) the
+    main risk is the expected cost among accepted items and ``alpha`` is in cost units (see
+    :mod:`workbench.thresholds.risks`).
 
     Returns
     -------
@@ -710,7 +712,8 @@ def certify_surface(
 
     The held-apart items for the fixed-sequence order are drawn with ``default_rng([seed, 1])``, as
     in :func:`workbench.thresholds.choose.choose_thresholds`, so the CLI, the UI and a policy export
-    certify the same point on the same items.
+    certify the same point on the same items. Misroute costs and critical counts come from the
+    surface (built with ``cost_matrix``/``critical``); ``constraints`` are ``(option index, beta)``.
     """
     coords, correct = surface.extra.get("coordinates"), surface.extra.get("correct")
     if coords is None or correct is None:
