@@ -132,20 +132,28 @@ def test_collector_pairs_stored_answers_and_journals_what_is_missing(setup, tmp_
 
 
 def test_collector_refuses_bodies_over_its_limit(tmp_path):
+    """Over ``max_body_bytes``: a mirrored request gets 413, a stored champion answer is deleted unread."""
+    body = json.dumps({"model": "clef", "state": "card stolen", "questions": QUESTIONS}).encode()
     with run_emulator(port=0) as challenger:
         config = CollectorConfig(
             challenger=challenger.base_url + "/v1/systemone",
             journal=tmp_path / "c.jsonl",
             spool=tmp_path / "spool",
             max_body_bytes=1000,
+            champion_timeout=5.0,
             fsync=False,
         )
         running = Running(config)
         try:
-            r = httpx.post(
-                running.url + "/v1/shadow/mirror", content=b"x" * 5000, headers={"x-request-id": "c1"}, trust_env=False
-            )
+            with httpx.Client(trust_env=False, timeout=5) as client:
+                url = running.url + "/v1/shadow/mirror"
+                r = client.post(url, content=b"x" * 5000, headers={"x-request-id": "c1"})
+                _store(config.spool, "d1", b'{"answers":"' + b"y" * 5000 + b'"}')
+                assert client.post(url, content=body, headers={"x-request-id": "d1"}).status_code == 204
         finally:
             running.close()
-        assert r.status_code == 413 and challenger.stats["total"] == 0
-    assert running.collector.stats["refused"] == 1 and list(read_journal(config.journal)) == []
+        assert r.status_code == 413 and challenger.stats["total"] == 1  # only d1 reached the challenger
+    assert running.collector.stats["refused"] == 1
+    (champ,) = [rec for rec in read_journal(config.journal) if rec["kind"] == "champion"]
+    assert (champ["pair"], champ["status"], champ["body"], champ["error"]) == ("d1", 200, None, "too_large")
+    assert list(config.spool.iterdir()) == []

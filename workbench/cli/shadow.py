@@ -167,6 +167,11 @@ def register(app: typer.Typer) -> None:
         challenger_header: list[str] = typer.Option(
             None, "--challenger-header", help="NAME=ENVVAR header for the challenger (repeatable)."
         ),
+        max_body_bytes: int = typer.Option(
+            8 * 1024 * 1024,
+            "--max-body-bytes",
+            help="Larger mirrored requests get 413; larger stored champion answers are journaled as too_large.",
+        ),
         syslog_port: int | None = typer.Option(
             None,
             "--syslog-port",
@@ -190,6 +195,7 @@ def register(app: typer.Typer) -> None:
             max_challenger_in_flight=max_in_flight,
             challenger_headers=_headers(challenger_header),
             syslog_port=syslog_port,
+            max_body_bytes=max_body_bytes,
         )
 
         def _ready(bound: int) -> None:

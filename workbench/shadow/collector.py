@@ -73,7 +73,8 @@ class CollectorConfig:
     max_challenger_in_flight : int, default=256
         Challenger calls beyond this are shed (journaled with error ``shed``).
     max_body_bytes : int, default=8 MiB
-        Larger mirrored requests get 413 and are not collected.
+        Larger mirrored requests get 413 and are not collected; a larger stored champion answer is
+        deleted unread and journaled with error ``too_large``.
     request_id_header : str, default="x-request-id"
         The header carrying nginx's ``$request_id`` (the spool file name and the pair id).
     poll_interval : float, default=0.005
@@ -108,27 +109,30 @@ class Spool:
     ``scandir`` however many requests wait); a claimed file is read and deleted.
     """
 
-    def __init__(self, path: Path, *, poll_interval: float, orphan_after: float):
+    def __init__(self, path: Path, *, poll_interval: float, orphan_after: float, max_bytes: int = 8 * 1024 * 1024):
         self.path = path
         self.path.mkdir(parents=True, exist_ok=True)
         self.poll_interval = poll_interval
         self.orphan_after = orphan_after
         self.orphans = 0
+        self.max_bytes = max_bytes
         self._waiters: dict[str, asyncio.Future] = {}
         self._poller: asyncio.Task | None = None
         self._last_sweep = time.time()
 
-    def _claim(self, request_id: str) -> tuple[bytes, float] | None:
+    def _claim(self, request_id: str) -> tuple[bytes | None, float] | None:
+        """(answer, mtime), the answer None when it is over ``max_bytes`` (deleted unread); None if absent."""
         file = self.path / request_id
         try:
-            mtime = file.stat().st_mtime
-            data = file.read_bytes()
+            st = file.stat()
+            mtime = st.st_mtime
+            data = file.read_bytes() if st.st_size <= self.max_bytes else None
         except OSError:  # not there (yet), or not a regular file
             return None
         file.unlink(missing_ok=True)
         return data, mtime
 
-    async def wait(self, request_id: str, timeout: float) -> tuple[bytes, float] | None:
+    async def wait(self, request_id: str, timeout: float) -> tuple[bytes | None, float] | None:
         """(answer bytes, file mtime) once nginx has stored it, or None after ``timeout`` seconds."""
         found = self._claim(request_id)
         if found is not None:
@@ -325,7 +329,10 @@ class Collector:
             config.challenger, timeout=config.challenger_timeout, headers=config.challenger_headers
         )
         self.spool = Spool(
-            Path(config.spool), poll_interval=config.poll_interval, orphan_after=2 * config.champion_timeout
+            Path(config.spool),
+            poll_interval=config.poll_interval,
+            orphan_after=2 * config.champion_timeout,
+            max_bytes=config.max_body_bytes,
         )
         self.access_log: AccessLog | None = None
         self._udp: asyncio.DatagramTransport | None = None
@@ -464,6 +471,8 @@ class Collector:
             return status, None, "not_stored", latency_ms
         self.stats["champion_stored"] += 1
         raw, mtime = found
+        if raw is None:  # over the body limit: journaled as a failure, never loaded whole
+            return 200, None, "too_large", latency_ms
         if latency_ms is None:
             latency_ms = max(0.0, (mtime - arrived_wall) * 1000.0)
         return 200, raw.decode("utf-8", errors="replace"), None, latency_ms
