@@ -33,6 +33,12 @@ def _votes(values: list[str] | None) -> dict[str, dict[str, str]]:
                     f"--label-votes {question}={spec!r}: {part!r} is not OPTION:COLUMN or COLUMN",
                     hint=f"e.g. --label-votes {question}=yes:n_yes,no:n_no",
                 )
+            if option in columns:
+                raise DataImportError(
+                    f"--label-votes {question}: option {option!r} is given twice (columns {columns[option]!r} and "
+                    f"{col!r})",
+                    hint="one count column per option",
+                )
             columns[option] = col
         out[question] = columns
     return out

@@ -92,7 +92,7 @@ def _print_agreement(ag) -> None:
         f"{ag.n_annotators} named annotators)"
     )
     table = Table(show_header=True, header_style="bold")
-    table.add_column("agreement")
+    table.add_column("agreement", no_wrap=True, min_width=max([9, *(len(n) for n in ag.annotators)]))
     table.add_column("annotators", justify="right")
     table.add_column("model", justify="right")
     table.add_column("meaning", style="dim")
