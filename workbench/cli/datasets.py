@@ -171,5 +171,9 @@ def register(app: typer.Typer) -> None:
         )
         for q, d in info["labels"].items():
             top = ", ".join(f"{k} {v}" for k, v in list(d["label_counts"].items())[:8])
-            out_console.print(f"  {q}: {d['n_labels']} labels; {top}{' …' if d['n_labels'] > 8 else ''}")
+            votes = ""
+            if d.get("items_with_several_votes"):
+                who = f"{d['n_annotators']} annotators" if d["n_annotators"] else "anonymous counts"
+                votes = f" ({d['n_votes']:,} votes, {d['votes_per_item']:.2f} per item, {who})"
+            out_console.print(f"  {q}: {d['n_labels']} labels{votes}; {top}{' …' if d['n_labels'] > 8 else ''}")
         out_console.print(f"  versions: {', '.join(str(v['version']) for v in info['versions'])}")

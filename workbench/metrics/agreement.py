@@ -245,7 +245,9 @@ def agreement_report(
             rep.model[f"krippendorff_alpha_{level}"] = krippendorff_alpha(c + one_hot, level)
     rep.annotators["fleiss_kappa"], n_fleiss = fleiss_kappa(c)
     if n_fleiss < rep.n_items:
-        rep.notes.append(f"Fleiss' κ uses the {n_fleiss:,} of {rep.n_items:,} items with the most common number of votes")
+        rep.notes.append(
+            f"Fleiss' κ uses the {n_fleiss:,} of {rep.n_items:,} items with the most common number of votes"
+        )
     if one_hot is not None:
         rep.model["fleiss_kappa"] = fleiss_kappa(c + one_hot)[0]
     if r is None:

@@ -986,8 +986,19 @@ def dataset_info(con: duckdb.DuckDBPyConnection, name: str, version: int | None 
         ).fetchall()
     )
     per_q: dict[str, Any] = {}
+    schema = _stored_schema(con, row[2])
     for q in row[1]:
+        opts = option_ids(schema.questions[q]) if schema is not None and q in schema.questions else []
+        # items per majority label (ties: first option in schema order, else alphabetical), as the metrics use
         counts = con.execute(
+            "WITH v AS (SELECT item_id, option_id, count(*) AS n FROM labels"
+            "  WHERE dataset = $n AND version = $v AND question = $q GROUP BY ALL),"
+            " r AS (SELECT option_id, row_number() OVER (PARTITION BY item_id ORDER BY n DESC,"
+            "  coalesce(nullif(list_position($opts, option_id), 0), 1000000000), option_id) AS rk FROM v)"
+            " SELECT option_id, count(*) FROM r WHERE rk = 1 GROUP BY option_id ORDER BY 2 DESC, 1",
+            {"n": name, "v": version, "q": q, "opts": opts},
+        ).fetchall()
+        vote_counts = con.execute(
             "SELECT option_id, count(*) FROM labels WHERE dataset = ? AND version = ? AND question = ?"
             " GROUP BY option_id ORDER BY 2 DESC, 1",
             [name, version, q],
@@ -1016,9 +1027,10 @@ def dataset_info(con: duckdb.DuckDBPyConnection, name: str, version: int | None 
             "items_with_several_votes": int(several[0]) if several else 0,
             "n_annotators": int(n_named),  # named annotators ('import' for a plain --label import)
             "anonymous_votes": int(n_anon),  # from --label-votes count columns
-            "n_labels": len(counts),
+            "n_labels": len(vote_counts),
             "labelled_items_per_split": per_split,
-            "label_counts": {k: int(v) for k, v in counts},
+            "label_counts": {k: int(v) for k, v in counts},  # items per majority label
+            "vote_counts": {k: int(v) for k, v in vote_counts},  # votes per option (= label_counts with one vote)
         }
     history = (
         con.execute(
@@ -1040,6 +1052,14 @@ def dataset_info(con: duckdb.DuckDBPyConnection, name: str, version: int | None 
         "created_at": row[5],
         "versions": history,
     }
+
+
+def _stored_schema(con: duckdb.DuckDBPyConnection, schema_hash: str | None) -> DecisionSchema | None:
+    if not schema_hash:
+        return None
+    from workbench.store.runs import load_stored_schema
+
+    return load_stored_schema(con, schema_hash)
 
 
 def load_items(
