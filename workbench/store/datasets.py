@@ -1094,20 +1094,26 @@ def load_labels(
     question: str | None = None,
     splits: Sequence[str] | None = None,
 ) -> pd.DataFrame:
-    """Majority label per (item, question) — ties to the alphabetically first option."""
+    """Majority label per (item, question) over every annotator's vote — ties to the first option in
+    the order of the dataset's stored schema (as the metrics' gold label), else the alphabetically first."""
     version = version or latest_version(con, name)
+    row = con.execute("SELECT schema_hash FROM datasets WHERE name = ? AND version = ?", [name, version]).fetchone()
+    schema = _stored_schema(con, row[0] if row else None)
+    order = [f"{qid}\x1f{o}" for qid, qq in (schema.questions.items() if schema else []) for o in option_ids(qq)]
     return con.execute(
         "WITH votes AS ("
         "  SELECT item_id, question, option_id, count(*) AS n FROM labels"
         "  WHERE dataset = $n AND version = $v AND ($q IS NULL OR question = $q) GROUP BY ALL"
         "), ranked AS ("
-        "  SELECT *, row_number() OVER (PARTITION BY item_id, question ORDER BY n DESC, option_id) AS r FROM votes"
+        "  SELECT *, row_number() OVER (PARTITION BY item_id, question ORDER BY n DESC,"
+        "   coalesce(nullif(list_position($order, question || chr(31) || option_id), 0), 1000000000), option_id)"
+        "   AS r FROM votes"
         ")"
         " SELECT r.item_id, r.question, r.option_id, i.split FROM ranked r"
         " JOIN items i ON i.dataset = $n AND i.version = $v AND i.item_id = r.item_id"
         " WHERE r.r = 1 AND ($s IS NULL OR list_contains($s, i.split))"
         " ORDER BY r.item_id, r.question",
-        {"n": name, "v": version, "q": question, "s": list(splits) if splits else None},
+        {"n": name, "v": version, "q": question, "s": list(splits) if splits else None, "order": order},
     ).df()
 
 
