@@ -24,7 +24,7 @@ import pandas as pd
 
 from workbench.answers import RunAnswers
 from workbench.errors import WorkbenchError
-from workbench.metrics.agreement import AgreementReport, agreement_report, ratings_matrix, vote_counts
+from workbench.metrics.agreement import AgreementReport, agreement_report, named_votes, vote_counts
 from workbench.metrics.displays import ConfusionDisplay, ReliabilityDisplay
 from workbench.metrics.label_issues import LabelIssues, consensus_probs, find_label_issues
 from workbench.metrics.recalibrate import CalibrationFitError, make_calibrator
@@ -169,11 +169,11 @@ def agreement_for_answers(
     new_index = np.full(len(answers.item_ids), -1)
     new_index[keep] = np.arange(keep.size)
     sel = new_index[rows] >= 0
-    ratings, ids = ratings_matrix(new_index[rows][sel], annotators[sel], options[sel], keep.size)
+    votes, ids = named_votes(new_index[rows][sel], annotators[sel], options[sel])
     model = answers.probs[keep].argmax(axis=1) if with_model else None
     return agreement_report(
         answers.votes[keep],
-        ratings=ratings if ids else None,
+        votes=votes if ids else None,
         annotator_ids=ids,
         model=model,
         qtype=answers.qtype,

@@ -3,8 +3,9 @@
 Inputs are arrays, no store access:
 
 - ``counts`` (n, k): votes per item and option (every vote, named or anonymous);
-- ``ratings`` (n, m) int, optional: the option each *named* annotator chose per item, −1 where that
-  annotator did not label the item (absent when votes are anonymous counts);
+- ``votes`` (item index, annotator index, option) aligned int arrays, optional: the *named*
+  annotators' votes (absent when votes are anonymous counts); sparse, so crowds of many annotators
+  who each label a few items cost memory in proportion to the votes;
 - ``model`` (n,) int, optional: the model's top option per item.
 
 Figures (each for the annotators, and next to it for the model):
@@ -24,15 +25,17 @@ Figures (each for the annotators, and next to it for the model):
 ``quadratic_weighted_kappa``     score questions: the same with quadratic weights
 ===============================  ==============================================================
 
-Cohen's κ comes from scikit-learn's ``cohen_kappa_score``, α from ``krippendorff``; Fleiss' κ is
-the textbook formula (cross-checked against ``statsmodels.stats.inter_rater.fleiss_kappa`` in the
-tests: statsmodels is a large dependency for a six-line formula).
+α comes from the ``krippendorff`` package. Cohen's κ (plain and quadratic-weighted) is computed for
+every annotator pair at once from bincounts over the pairs of votes that share an item (a loop over
+scikit-learn calls would cost one call per pair: 500k pairs for 1,000 annotators) and is
+cross-checked against scikit-learn's ``cohen_kappa_score`` pair by pair in the tests; Fleiss' κ is the
+textbook formula, cross-checked against ``statsmodels.stats.inter_rater.fleiss_kappa`` (statsmodels is
+a large dependency for a six-line formula).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import combinations
 
 import numpy as np
 import pandas as pd
@@ -62,19 +65,22 @@ def vote_counts(item_index: np.ndarray, option: np.ndarray, n_items: int, k: int
     return np.bincount(item_index * k + option, minlength=n_items * k).reshape(n_items, k).astype(float)
 
 
-def ratings_matrix(
-    item_index: np.ndarray, annotator: np.ndarray, option: np.ndarray, n_items: int
-) -> tuple[np.ndarray, list[str]]:
-    """(n_items, m) option per (item, named annotator), −1 where not labelled; and the annotator ids.
+def named_votes(
+    item_index: np.ndarray, annotator: np.ndarray, option: np.ndarray
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], list[str]]:
+    """The named annotators' votes as ``(item index, annotator index, option)`` and the annotator ids.
 
     ``annotator`` holds ids; votes with an empty id (anonymous counts) are left out.
     """
     annotator = np.asarray(annotator, dtype=object).astype(str)
     named = annotator != ""
     ids, col = np.unique(annotator[named], return_inverse=True)
-    out = np.full((n_items, len(ids)), -1, dtype=np.int64)
-    out[np.asarray(item_index)[named], col] = np.asarray(option)[named]
-    return out, [str(i) for i in ids]
+    votes = (
+        np.asarray(item_index, dtype=np.int64)[named],
+        col.astype(np.int64),
+        np.asarray(option, dtype=np.int64)[named],
+    )
+    return votes, [str(i) for i in ids]
 
 
 def pairwise_agreement(counts: np.ndarray) -> float:
@@ -134,28 +140,62 @@ def fleiss_kappa(counts: np.ndarray) -> tuple[float, int]:
     return float((p_i.mean() - p_e) / (1.0 - p_e)), int(t.shape[0])
 
 
-def cohen_kappa(a: np.ndarray, b: np.ndarray, k: int, weights: str | None = None) -> float:
-    """Cohen's κ between two raters' option indices (scikit-learn), NaN when undefined."""
-    from sklearn.metrics import cohen_kappa_score
+def pair_kappas(
+    pair: np.ndarray, option_a: np.ndarray, option_b: np.ndarray, k: int, weights: str | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cohen's κ of many rater pairs at once, from one row per item both raters of a pair labelled.
 
-    a, b = np.asarray(a), np.asarray(b)
-    if a.size == 0:
-        return float("nan")
+    ``pair`` (r,) identifies the pair of each row; returns (pair ids, items shared, κ per pair).
+    ``weights``: None or ``"quadratic"`` (scikit-learn's ``cohen_kappa_score`` conventions;
+    NaN where the chance term leaves nothing to correct, as scikit-learn's 0/0).
+    """
+    ids, pid = np.unique(np.asarray(pair), return_inverse=True)
+    p = ids.size
+    a, b = np.asarray(option_a, dtype=np.int64), np.asarray(option_b, dtype=np.int64)
+    total = np.bincount(pid, minlength=p).astype(float)
+    row = np.bincount(pid * k + a, minlength=p * k).reshape(p, k).astype(float)
+    col = np.bincount(pid * k + b, minlength=p * k).reshape(p, k).astype(float)
     with np.errstate(invalid="ignore", divide="ignore"):
-        value = cohen_kappa_score(a, b, labels=list(range(k)), weights=weights)
-    return float(value)
+        if weights is None:
+            po = np.bincount(pid, weights=(a == b).astype(float), minlength=p) / total
+            pe = np.einsum("pk,pk->p", row, col) / total**2
+            kappa = (po - pe) / (1.0 - pe)
+        elif weights == "quadratic":  # 1 - Σ w·O / Σ w·E with w = (i - j)²; E = outer(row, col) / total
+            lv = np.arange(k, dtype=float)
+            observed = np.bincount(pid, weights=((a - b) ** 2).astype(float), minlength=p)
+            expected = (row @ lv**2 + col @ lv**2 - 2.0 * (row @ lv) * (col @ lv) / total) if p else np.zeros(0)
+            kappa = 1.0 - observed / expected
+        else:
+            raise ValueError(f"weights={weights!r}: None or 'quadratic'")
+    return ids, total.astype(np.int64), np.where(np.isfinite(kappa), kappa, np.nan)
 
 
-def pairwise_kappa(ratings: np.ndarray, k: int, weights: str | None = None) -> tuple[float, int]:
-    """Mean Cohen's κ over annotator pairs sharing ≥ :data:`MIN_SHARED_ITEMS` items; (mean, pairs used)."""
-    r = np.asarray(ratings)
-    values = []
-    for i, j in combinations(range(r.shape[1]), 2):
-        both = (r[:, i] >= 0) & (r[:, j] >= 0)
-        if both.sum() >= MIN_SHARED_ITEMS:
-            values.append(cohen_kappa(r[both, i], r[both, j], k, weights))
-    finite = [v for v in values if np.isfinite(v)]
-    return (float(np.mean(finite)) if finite else float("nan")), len(finite)
+def _vote_pairs(item: np.ndarray, rater: np.ndarray, option: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Every pair of votes on the same item from two raters (rater_a < rater_b): 4 aligned arrays."""
+    order = np.lexsort((rater, item))
+    item, rater, option = item[order], rater[order], option[order]
+    parts: list[tuple[np.ndarray, ...]] = []
+    for d in range(1, item.size):
+        same = item[d:] == item[:-d]
+        if not same.any():
+            break
+        parts.append((rater[:-d][same], rater[d:][same], option[:-d][same], option[d:][same]))
+    if not parts:
+        return tuple(np.zeros(0, np.int64) for _ in range(4))
+    return tuple(np.concatenate([part[j] for part in parts]) for j in range(4))
+
+
+def pairwise_kappa(
+    votes: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, weights: str | None = None
+) -> tuple[float, int]:
+    """Mean Cohen's κ over annotator pairs sharing ≥ :data:`MIN_SHARED_ITEMS` items (Light's κ); (mean, pairs)."""
+    item, rater, option = (np.asarray(v, dtype=np.int64) for v in votes)
+    ra, rb, oa, ob = _vote_pairs(item, rater, option)
+    if ra.size == 0:
+        return float("nan"), 0
+    _, shared, kappa = pair_kappas(ra * (int(rater.max()) + 1) + rb, oa, ob, k, weights)
+    use = (shared >= MIN_SHARED_ITEMS) & np.isfinite(kappa)
+    return (float(kappa[use].mean()) if use.any() else float("nan")), int(use.sum())
 
 
 @dataclass
@@ -202,7 +242,7 @@ class AgreementReport:
 def agreement_report(
     counts: np.ndarray,
     *,
-    ratings: np.ndarray | None = None,
+    votes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     annotator_ids: list[str] | None = None,
     model: np.ndarray | None = None,
     qtype: str = "choice",
@@ -212,23 +252,30 @@ def agreement_report(
 
     Parameters
     ----------
-    counts : (n, k) votes per item and option
-    ratings : (n, m) option per named annotator (−1 = not labelled), optional (anonymous votes: None)
-    model : (n,) the model's top option per item, optional; items are the same rows as ``counts``
+    counts : (n, k) votes per item and option (named and anonymous)
+    votes : (item index into ``counts``, annotator index, option), the named annotators' votes
+        (:func:`named_votes`); None when every vote is an anonymous count (no Cohen's κ then)
+    model : (n,) the model's top option per item, optional; same rows as ``counts``
     qtype : ``score`` adds ordinal/interval α and quadratic-weighted κ
     """
     c = np.asarray(counts, dtype=float)
     k = c.shape[1]
     use = c.sum(axis=1) >= 2
+    new_row = np.cumsum(use) - 1  # row of each kept item in c[use]
     c = c[use]
-    r = None if ratings is None or np.asarray(ratings).shape[1] == 0 else np.asarray(ratings)[use]
     mdl = None if model is None else np.asarray(model, dtype=np.int64)[use]
+    named = None
+    if votes is not None and len(votes[0]):
+        item, ann, opt = (np.asarray(v, dtype=np.int64) for v in votes)
+        keep = use[item]
+        named = (new_row[item[keep]], ann[keep], opt[keep])
+    n_annotators = len(annotator_ids) if annotator_ids is not None else (int(votes[1].max()) + 1 if named else 0)
     rep = AgreementReport(
         question,
         qtype,
         n_items=int(use.sum()),
         n_votes=int(c.sum()),
-        n_annotators=0 if r is None else int(r.shape[1]),
+        n_annotators=n_annotators if named is not None else 0,
         votes_per_item=float(c.sum(axis=1).mean()) if use.any() else 0.0,
     )
     if not use.any():
@@ -250,28 +297,29 @@ def agreement_report(
         )
     if one_hot is not None:
         rep.model["fleiss_kappa"] = fleiss_kappa(c + one_hot)[0]
-    if r is None:
+    if named is None:
         rep.notes.append("anonymous votes (counts): Cohen's κ needs annotator ids")
         return rep
     kappas = [("cohen_kappa", None)] + ([("quadratic_weighted_kappa", "quadratic")] if qtype == "score" else [])
     for name, weights in kappas:
-        rep.annotators[name], n_pairs = pairwise_kappa(r, k, weights)
-        if r.shape[1] > 2:
-            rep.notes.append(f"{name}: mean over {n_pairs} annotator pairs sharing ≥ {MIN_SHARED_ITEMS} items")
-    ids = annotator_ids or [str(j) for j in range(r.shape[1])]
-    if mdl is not None:
-        per: dict[str, list[float]] = {name: [] for name, _ in kappas}
-        for j, ann in enumerate(ids):
-            mine = r[:, j] >= 0
-            row: dict = {"annotator": ann, "n_items": int(mine.sum())}
-            for name, weights in kappas:
-                value = (
-                    cohen_kappa(mdl[mine], r[mine, j], k, weights) if mine.sum() >= MIN_SHARED_ITEMS else float("nan")
-                )
-                row[f"{name}_model"] = value if np.isfinite(value) else None
-                if np.isfinite(value):
-                    per[name].append(value)
-            rep.per_annotator.append(row)
+        rep.annotators[name], n_pairs = pairwise_kappa(named, k, weights)
+        if rep.n_annotators > 2:
+            rep.notes.append(f"{name}: mean over {n_pairs:,} annotator pairs sharing ≥ {MIN_SHARED_ITEMS} items")
+    if mdl is None:
+        return rep
+    ids = annotator_ids or [str(j) for j in range(rep.n_annotators)]
+    item, ann, opt = named
+    labelled = np.bincount(ann, minlength=len(ids))
+    per = {}
+    for name, weights in kappas:  # κ(model, annotator j) over the items j labelled, every j at once
+        who, shared, kappa = pair_kappas(ann, mdl[item], opt, k, weights)
+        value = np.full(len(ids), np.nan)
+        value[who] = np.where(shared >= MIN_SHARED_ITEMS, kappa, np.nan)
+        per[name] = value
+        rep.model[name] = float(np.nanmean(value)) if np.isfinite(value).any() else float("nan")
+    for j, annotator in enumerate(ids):
+        row: dict = {"annotator": annotator, "n_items": int(labelled[j])}
         for name, _ in kappas:
-            rep.model[name] = float(np.mean(per[name])) if per[name] else float("nan")
+            row[f"{name}_model"] = float(per[name][j]) if np.isfinite(per[name][j]) else None
+        rep.per_annotator.append(row)
     return rep
