@@ -53,7 +53,15 @@ class RunAnswers:
         ):
             kw[k] = getattr(self, k)[mask]
         votes = None if self.votes is None else self.votes[mask]
-        return RunAnswers(**kw, extra=dict(self.extra), votes=votes)
+        extra = dict(self.extra)
+        if "vote_annotators" in extra:  # (row, annotator, option) of every vote: rows follow the selection
+            rows, annotators, options = extra["vote_annotators"]
+            new_row = np.full(len(self.item_ids), -1)
+            kept = np.arange(len(self.item_ids))[mask]
+            new_row[kept] = np.arange(kept.size)
+            ok = new_row[rows] >= 0
+            extra["vote_annotators"] = (new_row[rows][ok], annotators[ok], options[ok])
+        return RunAnswers(**kw, extra=extra, votes=votes)
 
     def answered(self) -> RunAnswers:
         """Only rows with an answer (and a label when one exists)."""

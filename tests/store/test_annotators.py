@@ -364,3 +364,20 @@ def test_vote_count_cli_refuses_an_option_twice(db_path: Path, files):
     args = ["datasets", "import", str(files["wide"]), "--name", "tickets", "--text-column", "text", "--id-column", "id"]
     args += ["--split-column", "split", "--label-votes", "topic=card,card:n_transfer", "--schema", str(files["schema"])]
     _refused(db_path, args, "option 'card' is given twice")
+
+
+def test_selected_answers_keep_their_votes_aligned(db_path: Path, files):
+    """RunAnswers.select() carries the per-vote rows along, so agreement on a selection is the selection's."""
+    from workbench.evaluation import agreement_for_answers, with_votes
+
+    run_cli(*long_args(files["long"], files["schema"]), db=db_path, check=True)
+    with connect(db_path) as con:
+        run_id = _answer_run(con, {"topic": {"t2": [0.2, 0.7, 0.1], "t3": [0.1, 0.3, 0.6], "t4": [0.3, 0.6, 0.1]}})
+        ans = with_votes(con, load_answers(con, run_id, "topic", ["test"]), ["test"])
+        assert ans.votes is not None and ans.votes.tolist() == [[1, 2, 0], [0, 1, 1], [0, 1, 0]]
+        only_t3 = ans.select(np.array([False, True, False]))
+        assert only_t3.votes is not None and only_t3.votes.tolist() == [[0, 1, 1]]
+        ag = agreement_for_answers(only_t3)
+    assert ag is not None and ag.n_items == 1 and ag.n_votes == 2
+    assert ag.annotators["pairwise_agreement"] == 0.0  # ann2 said other, ann3 transfer
+    assert [r["annotator"] for r in ag.per_annotator] == ["ann2", "ann3"]
