@@ -265,17 +265,18 @@ def agreement_report(
     c = c[use]
     mdl = None if model is None else np.asarray(model, dtype=np.int64)[use]
     named = None
+    n_annotators = 0
     if votes is not None and len(votes[0]):
         item, ann, opt = (np.asarray(v, dtype=np.int64) for v in votes)
         keep = use[item]
         named = (new_row[item[keep]], ann[keep], opt[keep])
-    n_annotators = len(annotator_ids) if annotator_ids is not None else (int(votes[1].max()) + 1 if named else 0)
+        n_annotators = len(annotator_ids) if annotator_ids is not None else int(ann.max()) + 1
     rep = AgreementReport(
         question,
         qtype,
         n_items=int(use.sum()),
         n_votes=int(c.sum()),
-        n_annotators=n_annotators if named is not None else 0,
+        n_annotators=n_annotators,
         votes_per_item=float(c.sum(axis=1).mean()) if use.any() else 0.0,
     )
     if not use.any():
