@@ -24,6 +24,9 @@ from statsmodels.stats.inter_rater import aggregate_raters, fleiss_kappa
 import workbench as wb
 from tests.conftest import ROOT, dataset_path, run_cli
 
+# ~35 s (import 16.7k rows, a tf-idf run, three reports); the default `python -m pytest` still runs it
+pytestmark = pytest.mark.slow
+
 FLIP = 0.2
 SIM = ROOT / "datasets" / "simulate_annotators.py"
 
