@@ -34,6 +34,8 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import aiohttp
 
+from workbench.shadow.journal import MAX_JOURNAL_BODY, body_fields
+
 #: Request headers the challenger receives (the caller's credentials belong to the champion).
 CHALLENGER_PASS = frozenset({"content-type", "accept", "x-item-id", "x-request-id"})
 
@@ -75,8 +77,8 @@ class ChallengerResult:
     reason: str | None = None
 
 
-def challenger_record(pair: str, result: ChallengerResult) -> dict[str, Any]:
-    """The journal line of the challenger half of ``pair``."""
+def challenger_record(pair: str, result: ChallengerResult, *, max_body: int = MAX_JOURNAL_BODY) -> dict[str, Any]:
+    """The journal line of the challenger half of ``pair`` (an answer over ``max_body`` bytes as a reference)."""
     record: dict[str, Any] = {
         "kind": "challenger",
         "pair": pair,
@@ -85,6 +87,8 @@ def challenger_record(pair: str, result: ChallengerResult) -> dict[str, Any]:
         "latency_ms": result.latency_ms,
         "error": result.error,
     }
+    if result.body is not None and 4 * len(result.body) > max_body:  # may be over: measure the UTF-8 bytes
+        record.update(body_fields("body", result.body.encode("utf-8"), result.body, max_body=max_body))
     if result.reason is not None:
         record["reason"] = result.reason
     return record
@@ -111,9 +115,12 @@ class ChallengerClient:
         Seconds per call (connection included).
     headers : dict
         Extra headers for a URL challenger (e.g. its own ``Authorization``); never logged.
+    trust_env : bool, default=False
+        Reach a URL challenger through ``HTTPS_PROXY``/``HTTP_PROXY`` (``NO_PROXY`` honoured), as
+        aiohttp reads them. Off by default: the live mirror's challenger sits beside it.
     """
 
-    def __init__(self, spec: str, *, timeout: float, headers: dict[str, str] | None = None):
+    def __init__(self, spec: str, *, timeout: float, headers: dict[str, str] | None = None, trust_env: bool = False):
         self.spec = spec
         self.timeout = timeout
         self.is_url = is_url(spec)
@@ -122,6 +129,7 @@ class ChallengerClient:
         if self.is_url:
             self.url, self.model = split_model(endpoint_url(spec))
         self._extra_headers = dict(headers or {})
+        self._trust_env = trust_env
         self._session: aiohttp.ClientSession | None = None
         self._provider: Any = None
         self._side_loop: asyncio.AbstractEventLoop | None = None
@@ -133,6 +141,7 @@ class ChallengerClient:
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
                 skip_auto_headers=("User-Agent", "Content-Type"),
                 cookie_jar=aiohttp.DummyCookieJar(),
+                trust_env=self._trust_env,
             )
         else:
             self._start_provider()
