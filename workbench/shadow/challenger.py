@@ -117,7 +117,9 @@ class ChallengerClient:
         Extra headers for a URL challenger (e.g. its own ``Authorization``); never logged.
     trust_env : bool, default=False
         Reach a URL challenger through ``HTTPS_PROXY``/``HTTP_PROXY`` (``NO_PROXY`` honoured), as
-        aiohttp reads them. Off by default: the live mirror's challenger sits beside it.
+        aiohttp reads them. The mirror and the collector both pass ``True``: a challenger is usually a
+        hosted model reached through the team's proxy (``NO_PROXY`` keeps local endpoints direct). The
+        mirror's champion call never uses a proxy: it is the production path.
     """
 
     def __init__(self, spec: str, *, timeout: float, headers: dict[str, str] | None = None, trust_env: bool = False):

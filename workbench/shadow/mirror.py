@@ -279,8 +279,9 @@ class MirrorApp:
         self.config = config
         self.champion_url = endpoint_url(config.champion)
         self._champion_target = URL(self.champion_url)
+        # the challenger is usually hosted and reached through the team's proxy (HTTPS_PROXY/NO_PROXY)
         self.challenger = ChallengerClient(
-            config.challenger, timeout=config.challenger_timeout, headers=config.challenger_headers
+            config.challenger, timeout=config.challenger_timeout, headers=config.challenger_headers, trust_env=True
         )
         self.boot_id = uuid.uuid4().hex[:8]
         self._seq = 0
