@@ -13,6 +13,7 @@ from workbench.cli.outputs import FORCE, check_out_path
 from workbench.cli.thresholds import (
     ABSTAIN,
     API_COST,
+    BATCH,
     CAL_FRACTION,
     CALIBRATE,
     CLASS_ERROR_COST,
@@ -190,6 +191,7 @@ def register(app: typer.Typer) -> None:
         calibrator_fraction: float = CAL_FRACTION,
         seed: int = SEED,
         order_fraction: float = ORDER_FRACTION,
+        batch: int = BATCH,
         force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
@@ -233,6 +235,7 @@ def register(app: typer.Typer) -> None:
             calibrator_fraction=calibrator_fraction,
             seed=seed,
             order_fraction=order_fraction,
+            batch=batch,
         )
         with open_store(read_only=True) as con:
             try:

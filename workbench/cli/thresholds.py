@@ -55,6 +55,9 @@ CAL_FRACTION = typer.Option(
     0.3, "--calibrator-fraction", help="Share of the calibration split used to fit the calibrator."
 )
 SEED = typer.Option(0, "--seed", help="Seed of the calibrator-fit carve-out.")
+BATCH = typer.Option(
+    1000, "--batch", help="Finite-batch view: chance that the error among the next N accepted items exceeds α."
+)
 
 #: CLI option → its default, checked against ThresholdOptions by the tests (one set of defaults).
 OPTION_DEFAULTS = {
@@ -74,6 +77,7 @@ OPTION_DEFAULTS = {
     "fallback": FALLBACK,
     "calibrator_fraction": CAL_FRACTION,
     "seed": SEED,
+    "batch": BATCH,
 }
 
 
@@ -116,6 +120,20 @@ def _print_result(res: dict) -> None:
         _line(
             f"  guarantee: P(error among accepted > {g['alpha']}) <= {g['delta']} ({g['method']}),"
             f" n_calibration={g['n_calibration']}, upper bound {_fmt(g.get('risk_upper_bound'))}"
+        )
+    b = res.get("batch")
+    if b:
+        g, e = b["guaranteed"], b["estimated"]
+        if g:
+            _line(
+                f"  next {b['n']} accepted items: P(error > {b['alpha']:g}) <= {g['p_exceed_at_most']:.3f} guaranteed"
+                f" (δ + binomial tail at α); at most {g['tolerance_errors']} errors"
+                f" ({100 * g['tolerance_rate']:.1f}%) with probability >= {g['tolerance_probability']:.2f}"
+            )
+        _line(
+            f"  next {b['n']} accepted items: estimated P(error > {b['alpha']:g}) = {e['p_exceed']:.3f}"
+            f" (beta-binomial from {e['from']['errors']}/{e['from']['accepted']} calibration errors; an estimate,"
+            " not guaranteed)"
         )
     c = res["calibration"]
     _line(
@@ -163,6 +181,7 @@ def register(app: typer.Typer) -> None:
         calibrator_fraction: float = CAL_FRACTION,
         seed: int = SEED,
         order_fraction: float = ORDER_FRACTION,
+        batch: int = BATCH,
         surface_out: Path | None = typer.Option(
             None, "--surface-out", help="Write the per-grid-point table (CSV) here."
         ),
@@ -197,6 +216,7 @@ def register(app: typer.Typer) -> None:
             calibrator_fraction=calibrator_fraction,
             seed=seed,
             order_fraction=order_fraction,
+            batch=batch,
         )
         figures: list = []
         with open_store(read_only=True) as con:

@@ -93,6 +93,7 @@ class ThresholdOptions:
     order_fraction: float = 0.3
     seed: int = 0
     confidence: float = 0.95
+    batch: int = 1000  # the finite-batch view: the next `batch` accepted items (thresholds.batch)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -137,6 +138,10 @@ class ThresholdOptions:
             raise bad("order_fraction", f"must be in [0, 1), got {self.order_fraction}")
         if self.level not in LEVELS:
             raise bad("level", f"{self.level!r} is not one of {', '.join(LEVELS)}")
+        if self.batch < 1:
+            raise bad(
+                "batch", f"must be at least 1, got {self.batch}", "the number of accepted items in a batch, e.g. 1000"
+            )
         if self.n_paths < 1 or self.n_starts < 1:
             raise bad("n_paths" if self.n_paths < 1 else "n_starts", "must be at least 1")
         if self.objective == "coverage" and self.target_coverage is None:
@@ -266,6 +271,7 @@ def build_options(
     calibrator_fraction: float = DEFAULTS.calibrator_fraction,
     seed: int = DEFAULTS.seed,
     order_fraction: float = DEFAULTS.order_fraction,
+    batch: int = DEFAULTS.batch,
 ) -> ThresholdOptions:
     """:class:`ThresholdOptions` from the command line's option names — the builder behind
     ``workbench thresholds``, ``workbench policy export`` and the Thresholds page of the UI.
@@ -301,6 +307,7 @@ def build_options(
         calibrator_fraction=calibrator_fraction,
         seed=seed,
         order_fraction=order_fraction,
+        batch=batch,
     )
 
 
@@ -318,6 +325,7 @@ class ThresholdResult:
     n_calibrator_fit: int
     chosen_point_per_class: dict | None = None
     needed: dict | None = None  # guarantee objective, nothing certified: calibration_size_needed()
+    batch: dict | None = None  # the finite-batch view of the chosen rule (thresholds.batch.batch_view)
 
     @property
     def certified(self) -> bool:
@@ -370,6 +378,7 @@ class ThresholdResult:
             "target": self.selection.target,
             "test": self.test,
             "per_class_at_point": self.chosen_point_per_class,
+            "batch": self.batch,
             "grid": {
                 "points": [len(self.surface.x_grid), len(self.surface.y_grid)],
                 "x": self.surface.x_name,
@@ -664,6 +673,20 @@ def _finish(
             "n_certifying_now": sel.calibration.get("n_items"),
         }
         sel.notes.append(needed_sentence(needed))
+    batch = None
+    acc, err = sel.calibration.get("n_accepted"), sel.calibration.get("n_errors")
+    if sel.feasible and acc:
+        from workbench.thresholds.batch import batch_view
+
+        certified = opts.objective == "guarantee" and sel.certified
+        batch = batch_view(
+            alpha=opts.alpha,
+            delta=opts.delta if certified else None,
+            n_batch=opts.batch,
+            accepted=int(acc),
+            errors=int(err or 0),
+            confidence=opts.confidence,
+        )
     return ThresholdResult(
         calibration.question,
         prep.qtype,
@@ -677,4 +700,5 @@ def _finish(
         prep.n_fit,
         per_class_point,
         needed,
+        batch,
     )
