@@ -25,9 +25,7 @@ from workbench.thresholds.surface import default_grids, surface_from_coordinates
 
 
 # -- the batched certificate is select_guarantee, draw by draw ---------------------------------------
-@pytest.mark.parametrize(
-    "method, order_fraction", [("fixed-sequence", 0.3), ("fixed-sequence", 0.0), ("holm", 0.0)]
-)
+@pytest.mark.parametrize("method, order_fraction", [("fixed-sequence", 0.3), ("fixed-sequence", 0.0), ("holm", 0.0)])
 def test_certify_batch_selects_what_select_guarantee_selects(method, order_fraction):
     rng = np.random.default_rng(1)
     gx, gy = default_grids("choice", 30)
@@ -41,9 +39,7 @@ def test_certify_batch_selects_what_select_guarantee_selects(method, order_fract
         hold = rng.random(n) < order_fraction
         cert = surface_from_coordinates(c.x[~hold], c.y[~hold], correct[~hold], x_grid=gx, y_grid=gy)
         order = surface_from_coordinates(c.x[hold], c.y[hold], correct[hold], x_grid=gx, y_grid=gy)
-        sel = select_guarantee(
-            cert, alpha=0.15, delta=0.1, method=method, order_surface=order if hold.any() else None
-        )
+        sel = select_guarantee(cert, alpha=0.15, delta=0.1, method=method, order_surface=order if hold.any() else None)
         flat = -1
         if sel.certified:
             flat = int(np.searchsorted(gx, sel.x)) * len(gy) + int(np.searchsorted(gy, sel.y))

@@ -184,7 +184,7 @@ def certify_batch(
     e = np.where(cand, err, np.iinfo(np.int64).max)
     cand &= e == e.min(axis=1, keepdims=True)
     best = G - 1 - np.argmax(cand[:, ::-1], axis=1)  # strictest among ties: the largest flat index
-    return certified, np.where(certified, best, -1)
+    return np.asarray(certified, dtype=bool), np.where(certified, best, -1)
 
 
 def logistic_errors(p_wrong: np.ndarray, wrong: np.ndarray, counts: np.ndarray, n_iter: int = 25) -> np.ndarray:
@@ -605,13 +605,13 @@ def plan_labels_from_pilot(
                 else:
                     lo = mid
                 task.update(len(todo) + r + 1, f"{mid} labels")
-    rows = [curve[n] for n in sorted(curve)]
-    ok_sizes = [r["n_labels"] for r in rows if r["p_target"] >= power]
+    table = [curve[n] for n in sorted(curve)]
+    ok_sizes = [r["n_labels"] for r in table if r["p_target"] >= power]
     recommended = ok_sizes[0] if ok_sizes else None
     if recommended is None and status == "ok":
         status = "beyond_max_labels"
         messages.append(
-            f"even {rows[-1]['n_labels']} labels certify with probability {rows[-1]['p_target']:.2f} only, below "
+            f"even {table[-1]['n_labels']} labels certify with probability {table[-1]['p_target']:.2f} only, below "
             f"{power:g}: relax α or the target coverage, or raise --max-labels"
         )
     if n_pool > n_pilot:
@@ -638,7 +638,7 @@ def plan_labels_from_pilot(
         n_draws,
         seed,
         pilot,
-        rows,
+        table,
         recommended,
         status,
         messages,
