@@ -117,6 +117,21 @@ def _p_values(errors: np.ndarray, accepted: np.ndarray, alpha: float) -> tuple[n
     return p[inverse].reshape(errors.shape), rank[inverse].reshape(errors.shape)
 
 
+def max_certifiable_errors(n_max: int, alpha: float, level: float) -> np.ndarray:
+    """``e*(n)`` for ``n = 0 … n_max``: the most errors among ``n`` accepted items whose
+    Hoeffding–Bentkus p-value is still at most ``level`` (-1: none). The p-value grows with the
+    errors, so ``p(e, n) <= level`` exactly when ``e <= e*(n)`` (a vectorised bisection over ``e``)."""
+    n = np.arange(n_max + 1)
+    lo = np.full(n_max + 1, -1)
+    hi = n.copy()
+    while (lo < hi).any():
+        mid = (lo + hi + 1) // 2
+        ok = hoeffding_bentkus_p_values(mid, n, alpha) <= level
+        lo = np.where(ok, mid, lo)
+        hi = np.where(ok, hi, mid - 1)
+    return lo
+
+
 def certify_batch(
     accepted: np.ndarray,
     errors: np.ndarray,
@@ -149,9 +164,13 @@ def certify_batch(
     """
     D, A, B = accepted.shape
     G = A * B
-    p = _p_values(errors, accepted, alpha)[0].reshape(D, G)
     rejected = np.zeros((D, G), dtype=bool)
     rows = np.arange(D)[:, None]
+
+    def passes(level: float) -> np.ndarray:  # p <= level, without computing p
+        estar = max_certifiable_errors(int(accepted.max(initial=0)), alpha, level)
+        return (errors <= estar[accepted]).reshape(D, G)
+
     if method == "fixed-sequence" and order_accepted is not None and order_errors is not None:
         # learned_order: ascending p-value, then more accepted items first (np.lexsort's stable order,
         # taken on one integer key: the p-value's rank, then the accepted count reversed)
@@ -163,14 +182,15 @@ def certify_batch(
         rank = _p_values(order_errors, order_accepted, alpha)[1].reshape(D, G).astype(np.int64)
         top = int(o_acc.max(initial=0))
         key = (rank * (top + 1) + (top - o_acc)) * G + np.arange(G)
-        first_fail = np.where(p > delta, key, np.iinfo(np.int64).max).min(axis=1, keepdims=True)
+        first_fail = np.where(passes(delta), np.iinfo(np.int64).max, key).min(axis=1, keepdims=True)
         rejected = key < first_fail
     elif method == "fixed-sequence":
         paths = strict_to_lax_paths((A, B), n_paths, n_starts)
-        level = delta / len(paths)
+        ok = passes(delta / len(paths))
         for path in paths:
-            rejected[:, path] |= np.cumprod(p[:, path] <= level, axis=1).astype(bool)
+            rejected[:, path] |= np.cumprod(ok[:, path], axis=1).astype(bool)
     elif method == "holm":
+        p = _p_values(errors, accepted, alpha)[0].reshape(D, G)
         order = np.argsort(p, axis=1, kind="stable")
         ok = p[rows, order] <= delta / (G - np.arange(G))
         rejected[rows, order] = np.cumprod(ok, axis=1).astype(bool)
