@@ -646,7 +646,8 @@ def plan_labels_from_pilot(
     }
     note = (
         f"{n_draws} simulated calibration splits per size from the pilot (Bayesian bootstrap; errors: {errors}), "
-        f"certified as `workbench thresholds` certifies ({opts.describe()})"
+        f"certified as `workbench thresholds` certifies ({opts.describe()}); a prediction given the pilot, "
+        "not a guarantee"
     )
     reporter.log(note)
     return LabelPlan(
