@@ -25,8 +25,16 @@ from workbench.thresholds.surface import default_grids, surface_from_coordinates
 
 
 # -- the batched certificate is select_guarantee, draw by draw ---------------------------------------
-@pytest.mark.parametrize("method, order_fraction", [("fixed-sequence", 0.3), ("fixed-sequence", 0.0), ("holm", 0.0)])
-def test_certify_batch_selects_what_select_guarantee_selects(method, order_fraction):
+@pytest.mark.parametrize(
+    "method, order_fraction, order",
+    [
+        ("fixed-sequence", 0.3, "upper-bound"),
+        ("fixed-sequence", 0.3, "learned-per-alpha"),
+        ("fixed-sequence", 0.0, "upper-bound"),
+        ("holm", 0.0, "upper-bound"),
+    ],
+)
+def test_certify_batch_selects_what_select_guarantee_selects(method, order_fraction, order):
     rng = np.random.default_rng(1)
     gx, gy = default_grids("choice", 30)
     stacks: dict[str, list] = {"acc": [], "err": [], "oacc": [], "oerr": []}
@@ -38,13 +46,15 @@ def test_certify_batch_selects_what_select_guarantee_selects(method, order_fract
         correct = c.predicted == labels
         hold = rng.random(n) < order_fraction
         cert = surface_from_coordinates(c.x[~hold], c.y[~hold], correct[~hold], x_grid=gx, y_grid=gy)
-        order = surface_from_coordinates(c.x[hold], c.y[hold], correct[hold], x_grid=gx, y_grid=gy)
-        sel = select_guarantee(cert, alpha=0.15, delta=0.1, method=method, order_surface=order if hold.any() else None)
+        held = surface_from_coordinates(c.x[hold], c.y[hold], correct[hold], x_grid=gx, y_grid=gy)
+        sel = select_guarantee(
+            cert, alpha=0.15, delta=0.1, method=method, order_surface=held if hold.any() else None, order=order
+        )
         flat = -1
         if sel.certified:
             flat = int(np.searchsorted(gx, sel.x)) * len(gy) + int(np.searchsorted(gy, sel.y))
         expected.append(flat)
-        for key, arr in zip(stacks, (cert.accepted, cert.errors, order.accepted, order.errors)):
+        for key, arr in zip(stacks, (cert.accepted, cert.errors, held.accepted, held.errors)):
             stacks[key].append(arr.astype(np.int32))  # the planner's own dtype
     certified, best = certify_batch(
         np.array(stacks["acc"]),
@@ -54,6 +64,7 @@ def test_certify_batch_selects_what_select_guarantee_selects(method, order_fract
         method=method,
         order_accepted=np.array(stacks["oacc"]) if order_fraction else None,
         order_errors=np.array(stacks["oerr"]) if order_fraction else None,
+        order=order,
     )
     assert best.tolist() == expected
     assert certified.tolist() == [e >= 0 for e in expected]

@@ -17,6 +17,9 @@ FLAGS = {
     "api_cost_per_item": "--api-cost",
     "class_error_cost": "--class-error-cost",
     "n_draws": "--draws",
+    "costs": "--cost",
+    "costs_file": "--costs",
+    "constraints": "--critical",
 }
 
 

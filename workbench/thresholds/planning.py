@@ -25,7 +25,8 @@ How a draw of size ``N`` is simulated
 3. **The certificate.** Risk–coverage surfaces of every draw come from one ``np.bincount`` (draw ×
    grid cell) and a reverse cumulative sum; the Learn-then-Test selection of
    :func:`~workbench.thresholds.guarantees.select_guarantee` is applied to all draws at once by
-   :func:`certify_batch` (Hoeffding–Bentkus p-values, the learned strict→lax order, fixed-sequence
+   :func:`certify_batch` (Hoeffding–Bentkus p-values, the strict→lax order learned on the held-apart
+   items (ascending upper bound, ``select_guarantee``'s default), fixed-sequence
    testing or Holm, the most-covering certified point); ``tests/thresholds/test_planning.py`` checks
    it against ``select_guarantee`` draw by draw.
 
@@ -66,6 +67,7 @@ from workbench.thresholds.guarantees import (
     ThresholdError,
     _best_by_coverage,
     hoeffding_bentkus_p_values,
+    hoeffding_bentkus_upper_bound,
     strict_to_lax_paths,
 )
 
@@ -91,12 +93,12 @@ def reverse_cumsum(counts: np.ndarray) -> np.ndarray:
     return np.flip(out, axis=(-2, -1))
 
 
-def _p_values(errors: np.ndarray, accepted: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`hoeffding_bentkus_p_values` computed once per distinct ``(errors, accepted)`` pair.
+def _per_pair(errors: np.ndarray, accepted: np.ndarray, fn) -> tuple[np.ndarray, np.ndarray]:
+    """``fn(errors, accepted)`` computed once per distinct ``(errors, accepted)`` pair.
 
-    Returns the p-values (shape of ``errors``) and their dense rank (equal p-values, equal rank), so
-    that an order by p-value can be taken on integers. Distinct pairs are found with a dense lookup
-    table when the key space is small (no sort of the D × grid array), else with ``np.unique``.
+    Returns the values (shape of ``errors``) and their dense rank (equal values, equal rank), so that
+    an order by value can be taken on integers. Distinct pairs are found with a dense lookup table
+    when the key space is small (no sort of the D × grid array), else with ``np.unique``.
     """
     e = errors.astype(np.int64).ravel()
     n = accepted.astype(np.int64).ravel()
@@ -112,9 +114,9 @@ def _p_values(errors: np.ndarray, accepted: np.ndarray, alpha: float) -> tuple[n
         inverse = lut[key]
     else:
         uniq, inverse = np.unique(key, return_inverse=True)
-    p = hoeffding_bentkus_p_values(uniq // base, uniq % base, alpha)
-    _, rank = np.unique(p, return_inverse=True)
-    return p[inverse].reshape(errors.shape), rank[inverse].reshape(errors.shape)
+    values = np.asarray(fn(uniq // base, uniq % base), dtype=float)
+    _, rank = np.unique(values, return_inverse=True)
+    return values[inverse].reshape(errors.shape), rank.ravel()[inverse].reshape(errors.shape)
 
 
 def max_certifiable_errors(n_max: int, alpha: float, level: float) -> np.ndarray:
@@ -143,6 +145,7 @@ def certify_batch(
     order_errors: np.ndarray | None = None,
     n_paths: int = 10,
     n_starts: int = 10,
+    order: str = "upper-bound",
 ) -> tuple[np.ndarray, np.ndarray]:
     """The pooled guarantee selection of :func:`~workbench.thresholds.guarantees.select_guarantee`, for D draws at once.
 
@@ -152,7 +155,8 @@ def certify_batch(
         Certifying counts of each draw at every grid point.
     order_accepted, order_errors : ndarray of shape (D, A, B), optional
         Counts on the held-apart items of each draw: with ``method="fixed-sequence"`` the test order is
-        learned on them (ascending p-value, then more accepted first) and one sequence is tested at
+        learned on them (``order``: ``"upper-bound"``, :func:`~workbench.thresholds.guarantees.bound_order`,
+        the default of ``select_guarantee``; or ``"learned-per-alpha"``) and one sequence is tested at
         ``delta``; without them, the data-independent column paths at ``delta / n_sequences``.
 
     Returns
@@ -172,14 +176,20 @@ def certify_batch(
         return (errors <= estar[accepted]).reshape(D, G)
 
     if method == "fixed-sequence" and order_accepted is not None and order_errors is not None:
-        # learned_order: ascending p-value, then more accepted items first (np.lexsort's stable order,
-        # taken on one integer key: the p-value's rank, then the accepted count reversed)
-        # taken on one integer key: the p-value's rank, then the accepted count reversed, then the
-        # grid index). Fixed-sequence testing rejects every point placed before the first point that
-        # fails (p > delta), so no sort is needed: reject the points whose key is below the smallest
-        # key of a failing point.
+        # bound_order (default): ascending Hoeffding–Bentkus upper bound of the held-apart risk at δ,
+        # then more accepted items first; learned_order ("learned-per-alpha"): ascending p-value at α.
+        # np.lexsort's stable order is taken on one integer key: the value's rank, then the accepted
+        # count reversed, then the grid index. Fixed-sequence testing rejects every point placed
+        # before the first point that fails (p > delta), so no sort is needed: reject the points whose
+        # key is below the smallest key of a failing point.
         o_acc = order_accepted.reshape(D, G).astype(np.int64)
-        rank = _p_values(order_errors, order_accepted, alpha)[1].reshape(D, G).astype(np.int64)
+        if order == "upper-bound":
+            rank = _per_pair(order_errors, order_accepted, lambda e, n: hoeffding_bentkus_upper_bound(e, n, delta))[1]
+        elif order == "learned-per-alpha":
+            rank = _per_pair(order_errors, order_accepted, lambda e, n: hoeffding_bentkus_p_values(e, n, alpha))[1]
+        else:
+            raise ThresholdError(f"unknown test order {order!r}", hint="use upper-bound or learned-per-alpha")
+        rank = rank.reshape(D, G).astype(np.int64)
         top = int(o_acc.max(initial=0))
         key = (rank * (top + 1) + (top - o_acc)) * G + np.arange(G)
         first_fail = np.where(passes(delta), np.iinfo(np.int64).max, key).min(axis=1, keepdims=True)
@@ -190,7 +200,7 @@ def certify_batch(
         for path in paths:
             rejected[:, path] |= np.cumprod(ok[:, path], axis=1).astype(bool)
     elif method == "holm":
-        p = _p_values(errors, accepted, alpha)[0].reshape(D, G)
+        p = _per_pair(errors, accepted, lambda e, n: hoeffding_bentkus_p_values(e, n, alpha))[0].reshape(D, G)
         order = np.argsort(p, axis=1, kind="stable")
         ok = p[rows, order] <= delta / (G - np.arange(G))
         rejected[rows, order] = np.cumprod(ok, axis=1).astype(bool)
@@ -384,6 +394,12 @@ def plan_labels_from_pilot(
 
     opts = options if options is not None else ThresholdOptions()
     reporter = reporter or LogReporter()
+    if opts.costs is not None or opts.constraints:
+        raise OptionError(
+            "plan-labels plans the error-rate guarantee; misroute costs and critical options are not planned",
+            hint="drop --cost/--costs/--critical (the plan for the error rate is a lower bound on the labels needed)",
+            parameter="costs" if opts.costs is not None else "constraints",
+        )
     if opts.per_class:
         raise OptionError(
             "plan-labels plans the pooled guarantee; per-class planning is not supported",
