@@ -201,9 +201,9 @@ def certify_batch(
             rejected[:, path] |= np.cumprod(ok[:, path], axis=1).astype(bool)
     elif method == "holm":
         p = _per_pair(errors, accepted, lambda e, n: hoeffding_bentkus_p_values(e, n, alpha))[0].reshape(D, G)
-        order = np.argsort(p, axis=1, kind="stable")
-        ok = p[rows, order] <= delta / (G - np.arange(G))
-        rejected[rows, order] = np.cumprod(ok, axis=1).astype(bool)
+        by_p = np.argsort(p, axis=1, kind="stable")
+        ok = p[rows, by_p] <= delta / (G - np.arange(G))
+        rejected[rows, by_p] = np.cumprod(ok, axis=1).astype(bool)
     else:
         raise ThresholdError(f"unknown FWER method {method!r}", hint="use fixed-sequence or holm")
     acc = accepted.reshape(D, G).astype(np.int64)
