@@ -203,3 +203,14 @@ def test_plan_labels_cli_text_and_bad_power(tmp_path, b77_tfidf_master):
     assert "α = 0.05, δ = 0.1" in r.stdout and "labels  certifying  P(certified)" in r.stdout
     bad = run_cli("plan-labels", run_id, "-q", "intent", "--power", "1.5", db=db)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --power must be in (0, 1)"), bad.stderr
+
+
+def test_unlabelled_answers_widen_the_population():
+    rng = np.random.default_rng(6)
+    probs, labels = noul_data(rng, 300)
+    unlabelled, _ = noul_data(rng, 2000)
+    opts = ThresholdOptions(alpha=0.05)
+    plan = plan_labels_from_pilot(probs, labels, "noul", opts, n_draws=60, max_labels=5000, unlabelled_probs=unlabelled)
+    assert plan.pilot["n_unlabelled"] == 2000 and plan.pilot["n_items"] == 300
+    assert any("2000 unlabelled items widen the population" in m for m in plan.messages)
+    assert plan.status == "ok" and plan.curve[-1]["p_certify"] >= 0.9
