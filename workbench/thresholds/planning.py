@@ -33,7 +33,7 @@ How a draw of size ``N`` is simulated
 Why not resample the pilot's own (probability, label) pairs? With ``errors="observed"`` each pilot
 item keeps its observed correctness: the search over thousands of rules then exploits the pilot's
 lucky corners (a winner's curse) and the plan is optimistic (on BANKING77 tf-idf, eight 200-item pilots
-predicted 80 % but real draws certified 56–94 %, mean 72 %; with the logistic fit 67–98 %, mean 85 %). The logistic fit keeps the pilot's error *level*
+predicted 80 % but real draws certified 54–95 %, mean 72 %; with the logistic fit 65–99 %, mean 86 %). The logistic fit keeps the pilot's error *level*
 but smooths its shape along the calibrated confidence.
 
 The model's answers on **unlabelled** items, when given, enter the population like pilot items;
