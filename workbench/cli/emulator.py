@@ -5,6 +5,8 @@ See :mod:`workbench.emulator` for the endpoints, the fault model and the admin A
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from workbench.cli.common import emit_json, err_console
@@ -59,12 +61,19 @@ def register(app: typer.Typer) -> None:
         ),
         max_body_bytes: int = typer.Option(524_288, "--max-body-bytes", help="Bodies above get 413 / 5021."),
         seed: int = typer.Option(0, "--seed", help="Seed of the fault and latency draws."),
+        tls_cert: Path | None = typer.Option(
+            None, "--tls-cert", help="Serve HTTPS with this PEM certificate chain (clients must trust its CA)."
+        ),
+        tls_key: Path | None = typer.Option(
+            None, "--tls-key", help="PEM private key of --tls-cert (omit when the key is in the certificate file)."
+        ),
         json_out: bool = typer.Option(
             False, "--json", help="Print the listening address as one JSON document on stdout once ready."
         ),
     ) -> None:
         """Serve Cloudflare Workers AI, System One, OpenAI Decisions and Vercel dialects on loopback."""
         import asyncio
+        import ssl
 
         from workbench.emulator import EmulatorServer, FaultConfig, answerer_from_spec
         from workbench.errors import WorkbenchError
@@ -90,14 +99,26 @@ def register(app: typer.Typer) -> None:
             raise WorkbenchError(f"emulator: {exc}", hint="fault fractions are in [0, 1] and add up to <= 1") from None
         if host not in ("127.0.0.1", "localhost", "::1"):
             err_console.print(f"[yellow]warning:[/] binding to {host}: the emulator is meant for loopback")
-        server = EmulatorServer(
-            host,
-            port,
-            answerer=answerer_from_spec(answerer),
-            faults=faults,
-            require_token=require_token,
-            max_body_bytes=max_body_bytes,
-        )
+        if tls_key is not None and tls_cert is None:
+            raise WorkbenchError("emulator: --tls-key was given without --tls-cert", hint="pass both, or neither")
+        try:
+            server = EmulatorServer(
+                host,
+                port,
+                answerer=answerer_from_spec(answerer),
+                faults=faults,
+                require_token=require_token,
+                max_body_bytes=max_body_bytes,
+                ssl_certfile=tls_cert,
+                ssl_keyfile=tls_key,
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise WorkbenchError(
+                f"emulator: cannot load the TLS certificate {tls_cert}"
+                + (f" with the key {tls_key}" if tls_key is not None else "")
+                + f": {exc}",
+                hint="--tls-cert takes a PEM certificate chain and --tls-key its PEM private key",
+            ) from None
 
         async def _main() -> None:
             try:

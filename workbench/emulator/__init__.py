@@ -1,6 +1,7 @@
 """A real loopback HTTP server that speaks every decision dialect, for offline pipelines and tests.
 
-Endpoints (all on one port, plain HTTP/1.1 with keep-alive; bind 127.0.0.1 by default)
+Endpoints (all on one port, HTTP/1.1 with keep-alive on aiohttp's server, HTTPS when given a
+certificate; bind 127.0.0.1 by default)
 ----------------------------------------------------------------------------------------
 ``POST /client/v4/accounts/{account}/ai/run/@cf/cloudflare/{clef|clef-flash}``
     Cloudflare Workers AI: v4 envelope ``{result, success, errors, messages}``, headers
@@ -48,16 +49,16 @@ is reproducible while a retry of the same body gets a fresh draw.
 CLI: ``workbench emulator --port 8787 [--host 127.0.0.1] [--latency-ms 100] [--latency-p95-ms ..]
 [--latency-profile published] [--fault-429 0.1] [--fault-quota ..] [--fault-500 ..] [--fault-529 ..]
 [--fault-timeout ..] [--fault-reset ..] [--fault-malformed ..] [--truncate-state-tokens N]
-[--require-token TOKEN] [--answerer lexical|local:minilm-zeroshot] [--seed 0]``.
+[--require-token TOKEN] [--answerer lexical|local:minilm-zeroshot] [--seed 0]
+[--tls-cert cert.pem --tls-key key.pem]``.
 
-Modules: :mod:`~workbench.emulator.server` (connection loop, routing, admin API, ``run_emulator``),
-:mod:`~workbench.emulator.dialects` (validation and rendering per dialect),
+Modules: :mod:`~workbench.emulator.server` (routing, faults, admin API on aiohttp's HTTP server,
+``run_emulator``), :mod:`~workbench.emulator.dialects` (validation and rendering per dialect),
 :mod:`~workbench.emulator.faults` (:class:`FaultConfig`), :mod:`~workbench.emulator.answering`
-(tokenizer and answerers), :mod:`~workbench.emulator.wire` (HTTP/1.1 framing) and
-:mod:`~workbench.emulator.process` (``run_emulator_process``).
+(tokenizer and answerers) and :mod:`~workbench.emulator.process` (``run_emulator_process``).
 
 In Python: ``with run_emulator(port=0, rate_limit=0.1) as emu: emu.base_url, emu.stats`` (a thread of
-the calling process), or ``with run_emulator_process(port=0, latency_ms=100) as emu: ...`` (a child
+the calling process; ``ssl_certfile=, ssl_keyfile=`` serve HTTPS), or ``with run_emulator_process(port=0, latency_ms=100) as emu: ...`` (a child
 ``workbench emulator`` process with the same handle surface; use it for throughput benchmarks, since
 an in-thread server shares the caller's GIL).
 """

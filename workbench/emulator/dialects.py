@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -347,7 +348,7 @@ def render_openai(
 
 
 # -- Vercel evaluation-model -----------------------------------------------------------------------
-def parse_vercel(headers: dict[str, str], body: Any) -> tuple[Any, dict, list, dict]:
+def parse_vercel(headers: Mapping[str, str], body: Any) -> tuple[Any, dict, list, dict]:
     if headers.get("ai-gateway-protocol-version") != "0.0.1":
         raise Reject("schema", "Unsupported gateway protocol version")
     model = headers.get("ai-model-id")

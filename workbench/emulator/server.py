@@ -1,7 +1,9 @@
-"""The emulator server: connection loop, routing, faults, answering, admin API; and running it.
+"""The emulator server: routing, faults, answering, admin API on aiohttp's HTTP server; and running it.
 
-See :mod:`workbench.emulator` for the endpoints. ``run_emulator`` runs a server in a background
-thread of the calling process; :mod:`workbench.emulator.process` runs one as a child process.
+See :mod:`workbench.emulator` for the endpoints. HTTP/1.1 (framing, keep-alive, ``Expect:
+100-continue``, chunked bodies, TLS) is aiohttp's server with its llhttp parser; this module only
+turns a request into a dialect answer. ``run_emulator`` runs a server in a background thread of
+the calling process; :mod:`workbench.emulator.process` runs one as a child process.
 """
 
 from __future__ import annotations
@@ -13,17 +15,20 @@ import inspect
 import json
 import random
 import socket
+import ssl
 import struct
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from aiohttp import web
 
 from workbench.emulator.answering import (
     FIXED_TOKENS,
@@ -51,7 +56,54 @@ from workbench.emulator.dialects import (
     validate_system_one,
 )
 from workbench.emulator.faults import FaultConfig
-from workbench.emulator.wire import HttpRequest, HttpResponse, encode_response, read_request
+from workbench.providers.base import EMULATOR_HEADER
+
+# ------------------------------------------------------------------------------------------------
+# Requests and answers as the dialect code sees them (aiohttp does the HTTP)
+# ------------------------------------------------------------------------------------------------
+_REASONS = {413: "Payload Too Large", 422: "Unprocessable Entity", 529: "Site Overloaded"}
+_HARD_MAX_BODY = 16 * 1024 * 1024  # beyond the documented 13 MiB body cap: refuse without reading
+
+
+@dataclass
+class HttpRequest:
+    method: str
+    path: str
+    query: str
+    headers: Mapping[str, str]  # case-insensitive (aiohttp's CIMultiDictProxy)
+    body: bytes
+
+
+@dataclass
+class HttpResponse:
+    status: int
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    reset: bool = False  # abort the connection with a TCP RST instead of answering
+
+    @classmethod
+    def json(cls, status: int, obj: Any, headers: dict[str, str] | None = None) -> HttpResponse:
+        return cls(
+            status,
+            json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
+            {"content-type": "application/json", **(headers or {})},
+        )
+
+
+def _web_response(resp: HttpResponse) -> web.Response:
+    headers = {"server": "workbench-emulator", **resp.headers}
+    headers[EMULATOR_HEADER] = "1"  # clients record runs answered here as emulated (cost not billed)
+    close = headers.pop("connection", "") == "close"
+    out = web.Response(status=resp.status, reason=_REASONS.get(resp.status), body=resp.body, headers=headers)
+    if close:
+        out.force_close()
+    return out
+
+
+def _server_ssl_context(certfile: str | Path, keyfile: str | Path | None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(certfile), str(keyfile) if keyfile is not None else None)
+    return ctx
 
 
 # ------------------------------------------------------------------------------------------------
@@ -135,6 +187,9 @@ class EmulatorServer:
         When set, every dialect route needs ``Authorization: Bearer <token>`` (401 otherwise).
     max_body_bytes : int, default=524,288
         Bodies above this get 413/5021 (the hosted estimate fired near 520–525 kB, §3.1).
+    ssl_certfile, ssl_keyfile : path, optional
+        Serve HTTPS with this certificate chain (PEM) and private key (PEM; omit when the key is in
+        the certificate file); :attr:`base_url` then starts with ``https://``.
     """
 
     def __init__(
@@ -147,7 +202,11 @@ class EmulatorServer:
         require_token: str | None = None,
         max_body_bytes: int = 524_288,
         answerer_workers: int = 1,
+        ssl_certfile: str | Path | None = None,
+        ssl_keyfile: str | Path | None = None,
     ):
+        if ssl_keyfile is not None and ssl_certfile is None:
+            raise ValueError("ssl_keyfile needs ssl_certfile (the certificate chain it belongs to)")
         self.host = host
         self.port = port
         self.answerer = answerer or LexicalAnswerer()
@@ -165,13 +224,16 @@ class EmulatorServer:
         self._stats = EmulatorStats()
         self._attempts: dict[bytes, int] = {}
         self._attempt_lock = threading.Lock()
-        self._server: asyncio.base_events.Server | None = None
-        self._tasks: set[asyncio.Task] = set()
+        # the TLS context is built here so that a bad certificate or key fails the constructor
+        self._ssl = _server_ssl_context(ssl_certfile, ssl_keyfile) if ssl_certfile is not None else None
+        self._runner: web.AppRunner | None = None
 
     # -- public helpers ----------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self._ssl is not None else "http"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{host}:{self.port}"
 
     @property
     def cloudflare_base_url(self) -> str:
@@ -205,69 +267,59 @@ class EmulatorServer:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._handle_connection, self.host, self.port, limit=256 * 1024, backlog=1024
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
+        app = web.Application(client_max_size=_HARD_MAX_BODY)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        # access_log=None: no per-request log line (CPU); shutdown_timeout: requests still in flight at
+        # stop (e.g. a 'timeout' fault sleeping 30 s) are cancelled almost at once, as a test expects
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.2)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024, ssl_context=self._ssl)
+        try:
+            await site.start()
+        except BaseException:
+            await self._runner.cleanup()
+            self._runner = None
+            raise
+        self.port = self._runner.addresses[0][1]
 
     async def serve(self) -> None:
         """Start (if needed) and serve until cancelled."""
-        if self._server is None:
+        if self._runner is None:
             await self.start()
-        assert self._server is not None
         try:
-            await self._server.serve_forever()
+            await asyncio.Event().wait()
         finally:
             await self.stop()
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for t in list(self._tasks):
-                t.cancel()
-            if self._tasks:
-                await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2.0)
-            self._server = None
+                await asyncio.wait_for(runner.cleanup(), 5.0)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
-    # -- connection loop ---------------------------------------------------------------------------
-    async def _handle_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None  # a connection callback always runs in a task
-        self._tasks.add(task)
+    # -- one request -------------------------------------------------------------------------------
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.content_length is not None and request.content_length > _HARD_MAX_BODY:
+            return _web_response(HttpResponse(413, b"", {"connection": "close"}))  # refused unread
         try:
-            while True:
-                req = await read_request(reader, writer)
-                if req is None:
-                    break
-                if isinstance(req, HttpResponse):
-                    writer.write(encode_response(req, keep_alive=False))
-                    await writer.drain()
-                    break
-                resp = await self._dispatch(req)
-                if resp.reset:
-                    sock = writer.get_extra_info("socket")
-                    if sock is not None:
-                        with contextlib.suppress(OSError):
-                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    writer.transport.abort()
-                    return
-                keep = req.headers.get("connection", "").lower() != "close"
-                writer.write(encode_response(resp, keep_alive=keep))
-                await writer.drain()
-                if not keep:
-                    break
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-            pass
-        except asyncio.CancelledError:
-            pass
-        finally:
-            self._tasks.discard(task)
-            with contextlib.suppress(Exception):
-                writer.close()
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:  # a chunked body past the hard cap
+            return _web_response(HttpResponse(413, b"", {"connection": "close"}))
+        path, _, query = request.raw_path.partition("?")
+        resp = await self._dispatch(HttpRequest(request.method.upper(), path, query, request.headers, body))
+        if resp.reset:
+            transport = request.transport
+            if transport is not None:
+                sock = transport.get_extra_info("socket")
+                if sock is not None:  # linger 0: close() sends a TCP RST, not a FIN
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                transport.abort()
+            # aiohttp finds the transport gone when it writes this, and drops the connection quietly
+            return web.Response(status=500)
+        return _web_response(resp)
 
     # -- dispatch ----------------------------------------------------------------------------------
     async def _dispatch(self, req: HttpRequest) -> HttpResponse:
@@ -565,11 +617,15 @@ def run_emulator(
     require_token: str | None = None,
     max_body_bytes: int = 524_288,
     faults: FaultConfig | dict | None = None,
+    ssl_certfile: str | Path | None = None,
+    ssl_keyfile: str | Path | None = None,
     **fault_options: Any,
 ) -> Iterator[EmulatorServer]:
     """Run an :class:`EmulatorServer` in a background thread for the duration of a ``with`` block.
 
     Fault options may be given as keywords (``rate_limit=0.1, latency_ms=100``) or as ``faults``.
+    ``ssl_certfile`` (PEM chain) and ``ssl_keyfile`` (PEM key) serve HTTPS (``emu.base_url`` is then
+    ``https://…``; clients must trust the issuing CA).
 
     Examples
     --------
@@ -580,7 +636,14 @@ def run_emulator(
     if fault_options:
         config = config.merged(**fault_options)
     server = EmulatorServer(
-        host, port, answerer=answerer, faults=config, require_token=require_token, max_body_bytes=max_body_bytes
+        host,
+        port,
+        answerer=answerer,
+        faults=config,
+        require_token=require_token,
+        max_body_bytes=max_body_bytes,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
     )
     loop = asyncio.new_event_loop()
     ready = threading.Event()
@@ -597,6 +660,12 @@ def run_emulator(
         ready.set()
         loop.run_forever()
         loop.run_until_complete(server.stop())
+        # connections aiohttp still holds (a lingering read of an unread body, a handler past the
+        # shutdown grace) end with the loop: cancel them so that none is destroyed pending
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
 
     thread = threading.Thread(target=_main, name=f"emulator-{port}", daemon=True)
