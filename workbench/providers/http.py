@@ -58,8 +58,8 @@ def build_client(
 ) -> httpx.AsyncClient:
     """The one constructor of HTTP clients in the workbench.
 
-    The client is httpx's, on the ``httpx-aiohttp`` transport (aiohttp's connection pool: about a
-    third of the CPU per call of httpx's own pool at 32 calls in flight, see ``bench/runner.py``).
+    The client is httpx's, on the ``httpx-aiohttp`` transport: aiohttp's connection pool, where
+    httpx's own (httpcore) costs 2-5x the CPU per call at 32 calls in flight (``bench/runner.py``).
     It honours the process environment as curl and pip do: ``HTTPS_PROXY``/``HTTP_PROXY``/
     ``ALL_PROXY``/``NO_PROXY`` (http:// proxies; an https URL goes through a ``CONNECT`` tunnel) and
     ``SSL_CERT_FILE``/``SSL_CERT_DIR`` (see :func:`tls_context`).
