@@ -23,7 +23,8 @@ from types import SimpleNamespace
 import pytest
 
 from workbench.emulator import run_emulator
-from workbench.providers.http import tls_context
+from workbench.errors import OptionError
+from workbench.providers.http import build_client, tls_context
 from workbench.runner import run_experiment
 from workbench.store.db import connect
 from workbench.store.runs import get_run
@@ -234,7 +235,13 @@ def test_tls_context_defaults_to_the_os_trust_store_with_an_off_switch(test_ca):
     assert isinstance(off, ssl.SSLContext) and not isinstance(off, truststore.SSLContext)
     certs = tls_context({"SSL_CERT_FILE": str(test_ca.ca)}).get_ca_certs()  # exactly the named bundle
     assert len(certs) == 1 and dict(certs[0]["subject"][1])["organizationalUnitName"].startswith("Testing CA #")
-    from workbench.errors import OptionError
-
     with pytest.raises(OptionError, match="SSL_CERT_FILE='/nonexistent/ca.pem': no such file"):
         tls_context({"SSL_CERT_FILE": "/nonexistent/ca.pem"})
+
+
+def test_a_socks_proxy_is_refused_up_front_without_echoing_its_password(clean_network_env):
+    clean_network_env.setenv("ALL_PROXY", "socks5://alice:s3cret-pw@127.0.0.1:1080")
+    with pytest.raises(OptionError) as exc:
+        build_client()
+    assert str(exc.value).startswith("ALL_PROXY: a socks5:// proxy is not supported")
+    assert "s3cret-pw" not in str(exc.value) and "s3cret-pw" not in (exc.value.hint or "")

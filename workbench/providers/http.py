@@ -23,6 +23,7 @@ import re
 import socket
 import ssl
 import time
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +81,8 @@ def build_client(
     limits = httpx.Limits(
         max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=30.0
     )
+    if transport is None:
+        _check_env_proxies()
     # an injected transport does its own TLS: do not load the CA bundle for a pool never made
     return StatelessClient(
         timeout=httpx.Timeout(timeout),
@@ -90,6 +93,22 @@ def build_client(
         trust_env=True,  # proxies from the environment (the TLS context below is explicit)
         verify=True if transport is not None else tls_context(),
     )
+
+
+def _check_env_proxies() -> None:
+    """Refuse a proxy the transport cannot speak (aiohttp: http:// and https:// proxies, no SOCKS).
+
+    The URL is not repeated (it may carry a password); only the variable and the scheme are named.
+    """
+    for scheme, url in urllib.request.getproxies_environment().items():
+        if scheme == "no" or "://" not in url:
+            continue
+        proxy_scheme = url.split("://", 1)[0].lower()
+        if proxy_scheme not in ("http", "https"):
+            raise OptionError(
+                f"{scheme.upper()}_PROXY: a {proxy_scheme}:// proxy is not supported",
+                hint="point it at an HTTP proxy (http://host:port), or unset it",
+            )
 
 
 class _NoCookies(httpx.Cookies):
