@@ -1,7 +1,9 @@
 """HTTP plumbing shared by every remote dialect: one client builder, one error classifier, one call loop.
 
 * :func:`build_client` is the only place an ``httpx.AsyncClient`` is made (explicit ``Timeout``
-  and ``Limits``; the caller may inject a transport, e.g. a fault-injecting wrapper in tests).
+  and ``Limits``, aiohttp's pool underneath through ``httpx-aiohttp``, proxies from the environment,
+  TLS from :func:`tls_context`; the caller may inject a transport, e.g. a fault-injecting wrapper in tests).
+* :func:`transport_error` names a failed connection ``network``, ``timeout`` or ``certificate``.
 * :func:`classify_http_error` maps (status, vendor code, vendor error type) onto :class:`ErrorKind`
   exactly as providers.md's Cloudflare table and issue 3 say: 401 → authentication; 403 →
   invalid_request; 413 or code 5021 → max_tokens_exceeded; 429 with code 4006 (or a quota type)
