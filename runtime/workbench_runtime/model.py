@@ -93,8 +93,31 @@ class CalibratorSpec(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+class ClassConstraint(_Strict):
+    """A critical option: at most ``beta`` of the items truly of it may be auto-accepted as another option.
+
+    Recorded with the calibration figures it was certified on (jointly with the main risk, see
+    ``Objective.joint``); applying the policy needs nothing from it — the rule's thresholds already
+    carry it.
+    """
+
+    option: str
+    beta: float = Field(gt=0, lt=1)
+    certified: bool = False
+    n_true: int | None = None
+    misrouted: int | None = None
+    rate: float | None = None
+    p_value: float | None = None
+    risk_upper_bound: float | None = None
+
+
 class Objective(_Strict):
-    """How the rule was chosen. ``certified`` is true only for the Learn-then-Test guarantee."""
+    """How the rule was chosen. ``certified`` is true only for the Learn-then-Test guarantee.
+
+    ``costs`` (misroute costs ``{true: {accepted: cost}}``, unlisted misroutes 1) makes ``risk`` the
+    expected misroute cost among auto-accepted items, ``alpha`` in cost units; ``constraints`` are
+    the critical-option bounds certified with it, and ``joint`` says how ``delta`` covers them all.
+    """
 
     kind: Literal["guarantee", "cost", "coverage", "error", "manual"]
     certified: bool
@@ -112,6 +135,9 @@ class Objective(_Strict):
     risk_upper_bound: float | None = None
     expected_coverage: float | None = None
     calibration_error: float | None = None
+    costs: dict[str, dict[str, float]] | None = None
+    constraints: list[ClassConstraint] | None = None
+    joint: str | None = None
     details: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -16,6 +16,9 @@ FLAGS = {
     "abstain_options": "--abstain-option",
     "api_cost_per_item": "--api-cost",
     "class_error_cost": "--class-error-cost",
+    "costs": "--cost",
+    "costs_file": "--costs",
+    "constraints": "--critical",
 }
 
 

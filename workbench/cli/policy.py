@@ -16,7 +16,10 @@ from workbench.cli.thresholds import (
     CAL_FRACTION,
     CALIBRATE,
     CLASS_ERROR_COST,
+    COST,
     COST_MATRIX,
+    COSTS_FILE,
+    CRITICAL,
     DELTA,
     ERROR_COST,
     FALLBACK,
@@ -190,6 +193,9 @@ def register(app: typer.Typer) -> None:
         calibrator_fraction: float = CAL_FRACTION,
         seed: int = SEED,
         order_fraction: float = ORDER_FRACTION,
+        cost: list[str] | None = COST,
+        costs_file: Path | None = COSTS_FILE,
+        critical: list[str] | None = CRITICAL,
         force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
@@ -233,6 +239,9 @@ def register(app: typer.Typer) -> None:
             calibrator_fraction=calibrator_fraction,
             seed=seed,
             order_fraction=order_fraction,
+            cost=cost,
+            costs_file=costs_file,
+            critical=critical,
         )
         with open_store(read_only=True) as con:
             try:
@@ -272,6 +281,10 @@ def register(app: typer.Typer) -> None:
                     "test_error": qp.expected_test.error.value if qp.expected_test else None,
                     "test_coverage": qp.expected_test.coverage.value if qp.expected_test else None,
                     "calibration_size_needed": results[q].needed,
+                    "costs": qp.objective.costs,
+                    "constraints": (
+                        None if qp.objective.constraints is None else [c.model_dump() for c in qp.objective.constraints]
+                    ),
                 }
                 for q, qp in model.questions.items()
             },
@@ -303,6 +316,13 @@ def register(app: typer.Typer) -> None:
                 out_console.print(f"  {q}: {state}; rule {json.dumps(d['rule'])}", highlight=False, soft_wrap=True)
                 if res.needed:
                     out_console.print(f"  {q}: {needed_sentence(res.needed)}", highlight=False, soft_wrap=True)
+                for c in d.get("constraints") or []:
+                    out_console.print(
+                        f"  {q}: constraint true {c['option']} accepted as another option <= {c['beta']}"
+                        f" ({'certified jointly' if c.get('certified') else 'not certified'})",
+                        highlight=False,
+                        soft_wrap=True,
+                    )
             if "jev_eval" in doc:
                 out_console.print(f"wrote {doc['jev_eval']['path']} (jev-eval thresholds.json v1)")
 

@@ -1,4 +1,4 @@
-"""`workbench shadow import|ingest|serve|replay|report|list`: the challenger beside the champion."""
+"""`workbench shadow import|ingest|serve|collect|replay|report|list`: the challenger beside the champion."""
 
 from __future__ import annotations
 
@@ -141,6 +141,92 @@ def register(app: typer.Typer) -> None:
                 err_console.print(f"ingested {s['n_requests']} requests into session {name}")
 
         serve(config, host=host, port=port, on_closed=_after)
+
+    @sh.command("collect")
+    def collect_(
+        challenger: str = typer.Option(
+            ...,
+            "--challenger",
+            help="Challenger System One URL (?model=NAME rewrites the body's model) or provider spec.",
+        ),
+        spool: Path = typer.Option(
+            ..., "--spool", help="Directory nginx's proxy_store writes champion answers to ($request_id files)."
+        ),
+        port: int = typer.Option(8791, "--port"),
+        host: str = typer.Option("127.0.0.1", "--host"),
+        name: str = typer.Option("nginx", "--name", help="Shadow session name."),
+        journal: Path | None = typer.Option(None, "--journal", help="Append-only log (default shadow-NAME.jsonl)."),
+        champion: str | None = typer.Option(None, "--champion", help="Label of the champion for the store."),
+        champion_timeout: float = typer.Option(
+            30.0, "--champion-timeout", help="Seconds to wait for the champion's stored answer."
+        ),
+        challenger_timeout: float = typer.Option(5.0, "--challenger-timeout", help="Seconds."),
+        max_in_flight: int = typer.Option(
+            256, "--max-challenger-in-flight", help="Challenger calls beyond this are shed (logged)."
+        ),
+        challenger_header: list[str] = typer.Option(
+            None, "--challenger-header", help="NAME=ENVVAR header for the challenger (repeatable)."
+        ),
+        max_body_bytes: int = typer.Option(
+            8 * 1024 * 1024,
+            "--max-body-bytes",
+            help="Larger mirrored requests get 413; larger stored champion answers are journaled as too_large.",
+        ),
+        syslog_port: int | None = typer.Option(
+            None,
+            "--syslog-port",
+            help="UDP port for nginx's JSON access log (access_log syslog:...): champion statuses and latencies.",
+        ),
+        ingest: bool = typer.Option(True, "--ingest/--no-ingest", help="Load the journal into the store on exit."),
+    ) -> None:
+        """Collector behind nginx's `mirror`: call the challenger, pair it with the champion's stored answer.
+
+        See docs/shadow-nginx.md for the nginx configuration (mirror + proxy_store + $request_id)."""
+        from workbench.shadow.collector import CollectorConfig, collect
+
+        path = journal or Path(f"shadow-{name}.jsonl")
+        config = CollectorConfig(
+            challenger=challenger,
+            journal=path,
+            spool=spool,
+            name=name,
+            champion_timeout=champion_timeout,
+            challenger_timeout=challenger_timeout,
+            max_challenger_in_flight=max_in_flight,
+            challenger_headers=_headers(challenger_header),
+            syslog_port=syslog_port,
+            max_body_bytes=max_body_bytes,
+        )
+
+        def _ready(bound: int) -> None:
+            err_console.print(
+                f"shadow collector [bold]{name}[/] on http://{host}:{bound} (spool {spool}, journal {path})"
+            )
+
+        def _after(c) -> None:
+            err_console.print(
+                f"stopped after {c.stats['requests']} mirrored requests "
+                f"({c.stats['champion_not_stored']} champion answers not stored)"
+            )
+            if ingest and path.exists():
+                from workbench.store.shadow import ingest_journal
+
+                with open_store() as con:
+                    s = ingest_journal(
+                        con,
+                        path,
+                        shadow=name,
+                        champion=_public(champion) if champion else None,
+                        challenger=_public(config.challenger),
+                    )
+                err_console.print(f"ingested {s['n_requests']} requests into session {name}")
+
+        try:
+            collect(config, host=host, port=port, on_closed=_after, ready=_ready)
+        except OSError as exc:
+            raise WorkbenchError(
+                f"shadow collect: cannot listen on {host}:{port}: {exc.strerror}", hint="pick another --port"
+            ) from None
 
     @sh.command("ingest")
     def ingest_(

@@ -36,6 +36,19 @@ REVIEW_COST = typer.Option(1.0, "--review-cost", help="Cost of one human review 
 ERROR_COST = typer.Option(10.0, "--error-cost", help="Cost of one wrong auto-accept (cost objective).")
 CLASS_ERROR_COST = typer.Option(None, "--class-error-cost", help="OPTION=COST for a wrong accept of OPTION.")
 COST_MATRIX = typer.Option(None, "--cost-matrix", help="JSON K×K list, cost[true][accepted].")
+COST = typer.Option(
+    None,
+    "--cost",
+    help="TRUE:ACCEPTED=COST misroute cost (repeatable; ACCEPTED may be *; unlisted misroutes cost 1). "
+    "With the guarantee objective --max-error is then the largest expected misroute cost per accepted item.",
+)
+COSTS_FILE = typer.Option(None, "--costs", help="YAML/JSON {true: {accepted: cost}} misroute costs (--cost wins).")
+CRITICAL = typer.Option(
+    None,
+    "--critical",
+    help="OPTION:BETA: at most BETA of the items truly OPTION may be auto-accepted as another option, "
+    "certified jointly with --max-error (repeatable; guarantee objective, not with --per-class).",
+)
 API_COST = typer.Option(None, "--api-cost", help="API cost per item (default: the run's mean).")
 TARGET_COVERAGE = typer.Option(None, "--target-coverage", help="Coverage target (uncertified point estimate).")
 TARGET_ERROR = typer.Option(None, "--target-error", help="Error target (uncertified point estimate).")
@@ -44,7 +57,7 @@ ORDER_FRACTION = typer.Option(
     0.3,
     "--order-fraction",
     help="Fixed-sequence: share of calibration items that "
-    "only learn the strict→lax test order (0: data-independent column paths).",
+    "only learn the strict→lax test order, the same for every --max-error (0: data-independent column paths).",
 )
 PATHS = typer.Option(10, "--paths", help="Fixed-sequence with --order-fraction 0: margin columns tested.")
 STARTS = typer.Option(10, "--starts", help="Fixed-sequence with --order-fraction 0: starting points per column.")
@@ -113,10 +126,22 @@ def _print_result(res: dict) -> None:
     _line(f"  rule: {json.dumps({k: v for k, v in rule.items() if v not in ({}, [])})}")
     g = res.get("guarantee")
     if g:
+        risk = "expected misroute cost among accepted" if g.get("risk") else "error among accepted"
         _line(
-            f"  guarantee: P(error among accepted > {g['alpha']}) <= {g['delta']} ({g['method']}),"
+            f"  guarantee: P({risk} > {g['alpha']}) <= {g['delta']} ({g['method']}),"
             f" n_calibration={g['n_calibration']}, upper bound {_fmt(g.get('risk_upper_bound'))}"
         )
+        if g.get("costs"):
+            _line(f"  costs: {json.dumps(g['costs'])} (unlisted misroutes 1; largest {g.get('loss_scale')})")
+        for c in g.get("constraints") or []:
+            cal = (
+                f"calibration {c['misrouted']} of {c['n_true']} misrouted, upper bound {_fmt(c['risk_upper_bound'])}"
+                if "n_true" in c
+                else "not certified"
+            )
+            _line(f"  constraint: P(share of true {c['option']} accepted as another option > {c['beta']}) — {cal}")
+        if g.get("constraints"):
+            _line(f"  jointly: {g.get('joint')}")
     c = res["calibration"]
     _line(
         f"  calibration: coverage {_fmt(c['coverage'])}, error {_fmt(c['error_rate'])}"
@@ -129,6 +154,14 @@ def _print_result(res: dict) -> None:
             f"  test: error {_fmt(e['value'])} [{_fmt(e['low'])}, {_fmt(e['high'])}], coverage "
             f"{_fmt(cv['value'])} [{_fmt(cv['low'])}, {_fmt(cv['high'])}], review "
             f"{_fmt(t['review_rate']['value'])} (n={t['n_items']})"
+        )
+    tr = res.get("test_risks") or {}
+    if tr.get("cost"):
+        _line(f"  test: expected misroute cost among accepted {_fmt(tr['cost']['expected_cost_among_accepted'])}")
+    for c in tr.get("constraints") or []:
+        _line(
+            f"  test: true {c['option']}: {c['misrouted']} of {c['n_true']} auto-accepted as another option"
+            f" ({_fmt(c['rate'])} [{_fmt(c['low'])}, {_fmt(c['high'])}], β = {c['beta']}), {c['reviewed']} to review"
         )
     for n in res.get("notes") or []:
         if res.get("calibration_size_needed") and n.startswith(("nothing was certified at", "no grid point")):
@@ -163,6 +196,9 @@ def register(app: typer.Typer) -> None:
         calibrator_fraction: float = CAL_FRACTION,
         seed: int = SEED,
         order_fraction: float = ORDER_FRACTION,
+        cost: list[str] | None = COST,
+        costs_file: Path | None = COSTS_FILE,
+        critical: list[str] | None = CRITICAL,
         surface_out: Path | None = typer.Option(
             None, "--surface-out", help="Write the per-grid-point table (CSV) here."
         ),
@@ -197,6 +233,9 @@ def register(app: typer.Typer) -> None:
             calibrator_fraction=calibrator_fraction,
             seed=seed,
             order_fraction=order_fraction,
+            cost=cost,
+            costs_file=costs_file,
+            critical=critical,
         )
         figures: list = []
         with open_store(read_only=True) as con:

@@ -16,6 +16,7 @@ from workbench import __version__ as workbench_version
 from workbench.errors import NotFoundError, PolicyError
 from workbench.policy.model import (
     CalibratorSpec,
+    ClassConstraint,
     DatasetSpec,
     Objective,
     QuestionPolicy,
@@ -48,6 +49,10 @@ def _objective(res: ThresholdResult) -> Objective:
             "certified_bound",
             "risk_upper_bound",
             "expected_coverage",
+            "risk",
+            "costs",
+            "constraints",
+            "joint",
         }
     }
     if sel.cost:
@@ -60,7 +65,27 @@ def _objective(res: ThresholdResult) -> Objective:
         details["warning"] = "point estimate on the calibration split: NOT certified"
     if "classes" in details:  # option ids rather than indices
         details["classes"] = {res.option_ids[int(k)]: v for k, v in details["classes"].items()}
+    if res.test_risks:
+        details["test_risks"] = res.test_risks
+    constraints = None
+    if g.get("constraints"):
+        certified = bool(sel.certified and sel.feasible)
+        constraints = [
+            ClassConstraint(
+                certified=certified and "n_true" in c,
+                **{
+                    k: c[k]
+                    for k in ("option", "beta", "n_true", "misrouted", "rate", "p_value", "risk_upper_bound")
+                    if k in c
+                },
+            )
+            for c in g["constraints"]
+        ]
+    extra: dict[str, Any] = {}
+    if g.get("risk"):
+        extra["risk"] = g["risk"]
     return Objective(
+        **extra,
         kind=cast(Any, res.options.objective),  # one of OBJECTIVES, checked by ThresholdOptions
         certified=sel.certified,
         feasible=sel.feasible,
@@ -76,6 +101,9 @@ def _objective(res: ThresholdResult) -> Objective:
         risk_upper_bound=g.get("risk_upper_bound"),
         expected_coverage=g.get("expected_coverage", sel.calibration.get("coverage")),
         calibration_error=sel.calibration.get("error_rate"),
+        costs=res.options.costs if res.options.objective in ("guarantee", "cost") else None,
+        constraints=constraints,
+        joint=g.get("joint"),
         details=details,
     )
 

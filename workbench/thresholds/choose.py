@@ -55,6 +55,19 @@ class ThresholdOptions:
     guarantee computed on the rest), ``fixed-sequence`` family-wise control with a learned order,
     ``grid`` 100 points per threshold axis.
 
+    Misroute costs and critical options (:mod:`workbench.thresholds.risks`):
+
+    - ``costs`` — ``{true option: {accepted option: cost}}`` (``"*"`` as the accepted option = every
+      other option); unlisted misroutes cost 1, a correct accept 0. With the guarantee objective the
+      certified risk becomes the expected misroute cost among auto-accepted items and ``alpha`` is in
+      cost units (below the largest cost). With the ``cost`` objective a wrong accept of ``true`` as
+      ``accepted`` costs ``error_cost × costs[true][accepted]`` (``error_cost`` must then be a number):
+      ``costs`` says how bad each mistake is relative to the others, ``error_cost`` what one unit costs
+      relative to a review (``review_cost``).
+    - ``constraints`` — ``{critical option: beta}``: of the items whose true option is the critical
+      one, at most ``beta`` may be auto-accepted as another option. Certified jointly with the main
+      risk at ``delta`` (guarantee objective, global rule; not with ``per_class``).
+
     Every value is checked on construction; a bad one raises :class:`~workbench.errors.OptionError`
     naming the parameter (the CLI shows it as its flag, e.g. ``alpha`` as ``--max-error``).
 
@@ -69,6 +82,8 @@ class ThresholdOptions:
     Traceback (most recent call last):
     ...
     workbench.errors.OptionError: alpha must be in (0, 1), got 1.5 — alpha is the largest error rate among auto-accepted items, e.g. 0.05
+    >>> wb.ThresholdOptions(alpha=0.1, costs={"hate": {"*": 10}}, constraints={"hate": 0.05}).describe()
+    'α = 0.1 (expected misroute cost, largest cost 10), δ = 0.1, recalibration temperature, fixed-sequence, grid 100, critical hate ≤ 0.05 (joint)'
     """
 
     objective: str = "guarantee"
@@ -93,6 +108,8 @@ class ThresholdOptions:
     order_fraction: float = 0.3
     seed: int = 0
     confidence: float = 0.95
+    costs: dict[str, dict[str, float]] | None = None  # misroute cost [true][accepted]; unlisted 1, diagonal 0
+    constraints: dict[str, float] | None = None  # critical option -> beta (largest share misrouted)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -111,7 +128,16 @@ class ThresholdOptions:
 
         if self.objective not in OBJECTIVES:
             raise bad("objective", f"{self.objective!r} is not one of {', '.join(OBJECTIVES)}")
-        if not (0 < self.alpha < 1):
+        self._validate_costs(bad)
+        if self.costs is not None and self.objective == "guarantee":
+            top = self.max_cost()
+            if not (0 < self.alpha < top):
+                raise bad(
+                    "alpha",
+                    f"must be in (0, {top:g}) with costs (the largest cost), got {self.alpha}",
+                    "with a cost matrix alpha is the largest expected misroute cost per auto-accepted item",
+                )
+        elif not (0 < self.alpha < 1):
             raise bad(
                 "alpha",
                 f"must be in (0, 1), got {self.alpha}",
@@ -149,9 +175,49 @@ class ThresholdOptions:
                 parameter="manual_rule",
             )
 
+    def _validate_costs(self, bad) -> None:
+        if self.costs is not None:
+            if not isinstance(self.costs, dict) or not all(isinstance(r, dict) for r in self.costs.values()):
+                raise bad("costs", "must map a true option to {accepted option: cost}", "e.g. {'hate': {'*': 10}}")
+            for true, row in self.costs.items():
+                for acc, v in row.items():
+                    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < float("inf")):
+                        raise bad("costs", f"{true}:{acc} must be a finite number >= 0, got {v!r}")
+                    if acc == true and v != 0:
+                        raise bad("costs", f"{true}:{acc} must be 0: a correct auto-accept costs nothing")
+            if self.max_cost() <= 0:
+                raise bad("costs", "has no positive cost")
+            if self.objective not in ("guarantee", "cost"):
+                raise bad("costs", f"apply to the guarantee and cost objectives, not {self.objective!r}")
+            if self.objective == "cost" and isinstance(self.error_cost, (dict, list)):
+                raise bad(
+                    "costs",
+                    "and a per-option or matrix error_cost cannot both be given",
+                    "give the misroute matrix as costs and the price of one unit as a number error_cost",
+                )
+        if self.constraints is not None:
+            if not isinstance(self.constraints, dict) or not self.constraints:
+                raise bad("constraints", "must map a critical option to beta", "e.g. {'hate': 0.05}")
+            for o, beta in self.constraints.items():
+                if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (0 < beta < 1):
+                    raise bad("constraints", f"{o}: beta must be in (0, 1), got {beta!r}", "e.g. hate:0.05")
+            if self.objective != "guarantee":
+                raise bad("constraints", f"(critical options) need the guarantee objective, not {self.objective!r}")
+            if self.per_class:
+                raise bad(
+                    "constraints",
+                    "(critical options) are certified for one global rule, not for per-class rules",
+                    "drop per-class (--per-class): the constraint makes the one rule as strict as the critical option needs",
+                )
+
+    def max_cost(self) -> float:
+        """The largest misroute cost: the largest given one, or 1 (what unlisted misroutes cost)."""
+        return max([1.0, *(float(v) for row in (self.costs or {}).values() for v in row.values())])
+
     def settings(self) -> dict:
-        """The settings every threshold figure is printed with: objective, α, δ, recalibration, method, grid."""
-        return {
+        """The settings every threshold figure is printed with: objective, α, δ, recalibration, method, grid
+        (and ``costs``/``constraints`` when given)."""
+        out: dict[str, Any] = {
             "objective": self.objective,
             "alpha": self.alpha,
             "delta": self.delta,
@@ -159,13 +225,25 @@ class ThresholdOptions:
             "method": self.method,
             "grid": self.grid,
         }
+        if self.costs is not None:
+            out["costs"] = self.costs
+        if self.constraints is not None:
+            out["constraints"] = self.constraints
+        return out
 
     def describe(self) -> str:
         """One line stating the settings, to print next to any coverage/error figure (CLI, demo, UI)."""
         recal = f"recalibration {self.calibrate}"
+        a = f"α = {self.alpha:g}"
+        if self.costs is not None and self.objective == "guarantee":
+            a += f" (expected misroute cost, largest cost {self.max_cost():g})"
+        crit = ""
+        if self.constraints:
+            crit = ", critical " + ", ".join(f"{o} ≤ {b:g}" for o, b in self.constraints.items()) + " (joint)"
         if self.objective == "guarantee":
-            return f"α = {self.alpha:g}, δ = {self.delta:g}, {recal}, {self.method}, grid {self.grid}"
-        return f"objective {self.objective} (NOT certified), α = {self.alpha:g}, {recal}, grid {self.grid}"
+            return f"{a}, δ = {self.delta:g}, {recal}, {self.method}, grid {self.grid}{crit}"
+        costs = ", misroute costs" if self.costs is not None else ""
+        return f"objective {self.objective} (NOT certified), {a}, {recal}, grid {self.grid}{costs}"
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -202,19 +280,24 @@ def calibration_size_needed(opts: ThresholdOptions, n_options: int | None = None
         level = opts.delta / len(strict_to_lax_paths((opts.grid, opts.grid), opts.n_paths, opts.n_starts))
     if opts.per_class and n_options:
         level /= max(n_options - len(opts.abstain_options), 1)
-    n = min_items_to_certify(opts.alpha, level)
+    # with costs, a misroute may cost the largest cost: the rate that must be certified is alpha / that
+    n = min_items_to_certify(opts.alpha / opts.max_cost() if opts.costs is not None else opts.alpha, level)
     share = 1.0
     if opts.calibrate not in ("none", "identity"):
         share *= 1.0 - opts.calibrator_fraction
     if opts.method == "fixed-sequence" and opts.order_fraction > 0:
         share *= 1.0 - opts.order_fraction
-    return {
+    out: dict[str, Any] = {
         "n_calibration": int(np.ceil(n / share - 1e-9)),
         "n_certifying": int(n),
         "test_level": float(level),
         "alpha": opts.alpha,
         "delta": opts.delta,
     }
+    if opts.constraints:
+        # a constraint's p-value is over the items of its true option, accepted or not
+        out["n_true_certifying"] = {o: min_items_to_certify(b, level) for o, b in opts.constraints.items()}
+    return out
 
 
 def parse_costs(error_cost: float, class_error_cost: list[str] | None, cost_matrix: Path | None):
@@ -239,6 +322,62 @@ def parse_costs(error_cost: float, class_error_cost: list[str] | None, cost_matr
                 )
         return {**out} if out else error_cost
     return error_cost
+
+
+def parse_cost_flags(cost: list[str] | None, costs_file: Path | None) -> dict[str, dict[str, float]] | None:
+    """``--cost TRUE:ACCEPTED=COST`` (repeatable; ``ACCEPTED`` may be ``*``) and ``--costs FILE``
+    (YAML or JSON ``{true: {accepted: cost}}``; flags override the file) as the ``costs`` option."""
+    out: dict[str, dict[str, float]] = {}
+    if costs_file is not None:
+        import yaml
+
+        try:
+            data = yaml.safe_load(Path(costs_file).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise OptionError(
+                f"costs {costs_file}: cannot read it ({str(exc).splitlines()[0]})", parameter="costs"
+            ) from None
+        if not isinstance(data, dict) or not all(isinstance(r, dict) for r in data.values()):
+            raise OptionError(
+                f"costs {costs_file}: must map a true option to {{accepted option: cost}}",
+                hint="e.g. 'hate: {offensive: 10, neither: 10}'",
+                parameter="costs",
+            )
+        out = {str(t): {str(a): v for a, v in row.items()} for t, row in data.items()}
+    for item in cost or []:
+        pair, sep, val = item.rpartition("=")
+        true, colon, acc = pair.partition(":")
+        try:
+            value = float(val)
+        except ValueError:
+            sep = ""
+        if not sep or not colon or not true.strip() or not acc.strip():
+            raise OptionError(
+                f"cost {item!r} is not TRUE:ACCEPTED=COST",
+                hint="e.g. --cost hate:offensive=10 (ACCEPTED may be * for every other option)",
+                parameter="cost",
+            )
+        out.setdefault(true.strip(), {})[acc.strip()] = value
+    return out or None
+
+
+def parse_critical_flags(critical: list[str] | None) -> dict[str, float] | None:
+    """``--critical OPTION:BETA`` (repeatable) as the ``constraints`` option."""
+    out: dict[str, float] = {}
+    for item in critical or []:
+        opt, sep, val = item.rpartition(":")
+        try:
+            beta = float(val)
+        except ValueError:
+            sep = ""
+        if not sep or not opt.strip():
+            raise OptionError(
+                f"critical {item!r} is not OPTION:BETA",
+                hint="e.g. --critical hate:0.05 (at most 5% of true hate items auto-accepted as another option)",
+                parameter="critical",
+            )
+        out[opt.strip()] = beta
+    return out or None
 
 
 def build_options(
@@ -266,12 +405,16 @@ def build_options(
     calibrator_fraction: float = DEFAULTS.calibrator_fraction,
     seed: int = DEFAULTS.seed,
     order_fraction: float = DEFAULTS.order_fraction,
+    cost: list[str] | None = None,
+    costs_file: Path | None = None,
+    critical: list[str] | None = None,
 ) -> ThresholdOptions:
     """:class:`ThresholdOptions` from the command line's option names — the builder behind
     ``workbench thresholds``, ``workbench policy export`` and the Thresholds page of the UI.
 
     Keyword names are the CLI options' (``max_error`` is ``alpha``, ``paths``/``starts`` are
-    ``n_paths``/``n_starts``, ``api_cost`` is ``api_cost_per_item``); defaults are
+    ``n_paths``/``n_starts``, ``api_cost`` is ``api_cost_per_item``, ``cost``/``costs_file`` make
+    ``costs`` (:func:`parse_cost_flags`), ``critical`` makes ``constraints``); defaults are
     :class:`ThresholdOptions`' own.
 
     Raises
@@ -301,6 +444,8 @@ def build_options(
         calibrator_fraction=calibrator_fraction,
         seed=seed,
         order_fraction=order_fraction,
+        costs=parse_cost_flags(cost, costs_file),
+        constraints=parse_critical_flags(critical),
     )
 
 
@@ -318,6 +463,7 @@ class ThresholdResult:
     n_calibrator_fit: int
     chosen_point_per_class: dict | None = None
     needed: dict | None = None  # guarantee objective, nothing certified: calibration_size_needed()
+    test_risks: dict | None = None  # with costs/constraints: test cost and critical misroute rates
 
     @property
     def certified(self) -> bool:
@@ -369,6 +515,7 @@ class ThresholdResult:
             "cost": self.selection.cost,
             "target": self.selection.target,
             "test": self.test,
+            "test_risks": self.test_risks,
             "per_class_at_point": self.chosen_point_per_class,
             "grid": {
                 "points": [len(self.surface.x_grid), len(self.surface.y_grid)],
@@ -392,10 +539,15 @@ def needed_sentence(needed: dict) -> str:
         if needed.get("n_certifying_now") is not None:
             now += f", {needed['n_certifying_now']} of them certifying"
         now += ")"
+    crit = ""
+    if needed.get("n_true_certifying"):
+        crit = "; each critical option also needs, with none misrouted, this many certifying items of its own: " + (
+            ", ".join(f"{o} {n}" for o, n in needed["n_true_certifying"].items())
+        )
     return (
         f"nothing was certified at α = {needed['alpha']:g}, δ = {needed['delta']:g}: even with no error among "
         f"the accepted items a rule needs {needed['n_certifying']} accepted certifying items, i.e. a calibration "
-        f"split of at least {needed['n_calibration']} items{now}"
+        f"split of at least {needed['n_calibration']} items{now}{crit}"
     )
 
 
@@ -530,18 +682,32 @@ def prepare_question(calibration: RunAnswers, opts: ThresholdOptions) -> Prepare
         calibrator = _fit_calibrator("none", probs, labels)
     probs = apply_calibrator(calibrator, probs)
 
+    from workbench.thresholds.risks import cost_matrix
+
+    matrix = cost_matrix(opts.costs, opt_ids)
+    critical = [opt_ids.index(o) for o in _critical_options(opts, opt_ids)]
     weights = None
     if opts.objective == "cost":
         from workbench.thresholds.rules import rule_coordinates
 
         coords_pred = rule_coordinates(qtype, probs, abstain_options=abstain_idx, level=opts.level).predicted
-        ec = opts.error_cost
+        ec: Any = opts.error_cost
         if isinstance(ec, dict):
             bad = [o for o in ec if o not in opt_ids]
             if bad:
                 raise ThresholdError(f"--error-cost names unknown option {bad[0]!r}")
             ec = {opt_ids.index(o): v for o, v in ec.items()}
+        if matrix is not None:  # error_cost is a number here (ThresholdOptions checks it)
+            ec = float(cast(float, ec)) * matrix
         weights = error_cost_weights(labels, coords_pred, k, cast(Any, ec))  # a list is a [true][accepted] matrix
+    guarantee_costs = None
+    if matrix is not None and opts.objective == "guarantee":
+        if not opts.alpha < matrix.max():
+            raise ThresholdError(
+                f"alpha {opts.alpha:g} is not below the largest misroute cost {matrix.max():g} of {calibration.question!r}",
+                hint="with costs, alpha is the largest expected misroute cost per auto-accepted item",
+            )
+        guarantee_costs = matrix
     surface = risk_coverage_surface(
         qtype,
         probs,
@@ -551,8 +717,21 @@ def prepare_question(calibration: RunAnswers, opts: ThresholdOptions) -> Prepare
         level=opts.level,
         per_class=True,
         weights=weights,
+        cost_matrix=guarantee_costs,
+        critical=critical,
     )
     return PreparedQuestion(qtype, opt_ids, abstain_idx, calibrator, n_fit, probs, labels, surface)
+
+
+def _critical_options(opts: ThresholdOptions, opt_ids: list[str]) -> list[str]:
+    """The constraint options, checked against the question's options."""
+    for o in opts.constraints or {}:
+        if o not in opt_ids:
+            raise ThresholdError(
+                f"critical option {o!r} is not an option of this question",
+                hint=f"options: {', '.join(opt_ids[:20])}",
+            )
+    return list(opts.constraints or {})
 
 
 def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration: RunAnswers) -> Selection:
@@ -570,6 +749,7 @@ def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration:
             seed=opts.seed,
             n_paths=opts.n_paths,
             n_starts=opts.n_starts,
+            constraints=[(prep.option_ids.index(o), float(b)) for o, b in (opts.constraints or {}).items()],
         )
     if opts.objective == "cost":
         api = opts.api_cost_per_item
@@ -630,6 +810,11 @@ def _finish(
     """Rule of a selection, its per-class counts at the chosen point, and its test report."""
     surface, opt_ids, k = prep.surface, prep.option_ids, len(prep.option_ids)
     rule = selection_to_rule(sel, prep.qtype, k, opts, prep.abstain_idx)
+    if sel.guarantee is not None and (opts.costs is not None or opts.constraints):
+        for c in sel.guarantee.get("constraints") or []:  # option ids, as everywhere in the output
+            c["option"] = opt_ids[int(c["option"])]
+        if opts.costs is not None:
+            sel.guarantee["costs"] = opts.costs
     per_class_point = None
     if (
         sel.x is not None
@@ -656,6 +841,7 @@ def _finish(
                 option_ids=opt_ids,
                 confidence=opts.confidence,
             )
+    test_risks = _test_risks(test_report, opts, opt_ids) if test_report is not None else None
     needed = None
     if opts.objective == "guarantee" and not (sel.certified and sel.feasible):
         needed = {
@@ -677,4 +863,45 @@ def _finish(
         prep.n_fit,
         per_class_point,
         needed,
+        test_risks,
     )
+
+
+def _test_risks(test_report: dict, opts: ThresholdOptions, opt_ids: list[str]) -> dict | None:
+    """Misroute cost and critical-option misroute rates of the rule on the test split (from its confusion)."""
+    from workbench.thresholds.guarantees import clopper_pearson
+    from workbench.thresholds.risks import cost_matrix
+
+    if opts.costs is None and not opts.constraints:
+        return None
+    conf = np.asarray(test_report["confusion"]["matrix"], dtype=float)
+    k = len(opt_ids)
+    accepted = conf[:, :k]
+    out: dict[str, Any] = {}
+    matrix = cost_matrix(opts.costs, opt_ids)
+    if matrix is not None:
+        n_acc = accepted.sum()
+        out["cost"] = {
+            "expected_cost_among_accepted": float((accepted * matrix).sum() / n_acc) if n_acc else None,
+            "n_accepted": int(n_acc),
+        }
+    rows = []
+    for o, beta in (opts.constraints or {}).items():
+        c = opt_ids.index(o)
+        n_c, mis = int(conf[c].sum()), int(accepted[c].sum() - accepted[c, c])
+        lo, hi = clopper_pearson(mis, n_c, opts.confidence)
+        rows.append(
+            {
+                "option": o,
+                "beta": float(beta),
+                "n_true": n_c,
+                "misrouted": mis,
+                "rate": mis / n_c if n_c else None,
+                "low": None if n_c == 0 else lo,
+                "high": None if n_c == 0 else hi,
+                "reviewed": int(conf[c, k]),
+            }
+        )
+    if rows:
+        out["constraints"] = rows
+    return out

@@ -8,11 +8,34 @@ errors are i.i.d. Bernoulli(risk(λ)), so a valid p-value is the Hoeffding–Ben
 not needed for 0/1 losses). Family-wise error control over the grid:
 
 - ``fixed-sequence`` (default): *split* fixed-sequence testing — a share of the calibration items
-  (``order_fraction``, default 0.3) only orders the grid points strict→lax (ascending p-value on
-  those items, :func:`learned_order`); the other items test them in that order at level ``δ`` until
-  the first non-rejection. Without held-apart items, data-independent column paths with several
-  starts each are used at ``δ / n_sequences`` (:func:`strict_to_lax_paths`);
+  (``order_fraction``, default 0.3) only orders the grid points strict→lax (ascending upper
+  confidence bound of the error on those items, :func:`bound_order`, which does not depend on α);
+  the other items test them in that order at level ``δ`` until the first non-rejection. Without
+  held-apart items, data-independent column paths with several starts each are used at
+  ``δ / n_sequences`` (:func:`strict_to_lax_paths`);
 - ``holm``: Bonferroni–Holm over all grid points.
+
+Monotone in α. For the same data and options (same seed), certifying at α implies certifying at
+every α' > α, and the chosen rule's *calibration* coverage does not decrease:
+
+1. every p-value is non-increasing in α at a fixed grid point (:func:`hoeffding_bentkus_p_values`:
+   ``BinomCDF(e; n, α)`` falls as α grows, and ``KL(min(r̂, α) ‖ α)`` is 0 up to ``α = r̂`` and
+   increasing after it, so the Hoeffding term falls too; the minimum of two non-increasing
+   functions is non-increasing);
+2. the order of the tests does not depend on α (the held-apart items are drawn from the seed alone,
+   and :func:`bound_order` ranks by an upper bound at the test level, not by a p-value at α; the
+   data-independent paths and Holm's sort need no order). Fixed-sequence testing along a fixed
+   order rejects the prefix before the first ``p > level``; if every p-value of that prefix is
+   ``<= level`` at α it still is at α' (step 1), so the prefix at α' contains the prefix at α.
+   Holm's step-down is monotone in the p-values (lowering any p-value never removes a rejection);
+3. so the set of certified grid points at α' contains the set at α, the best of them by
+   calibration coverage covers at least as much, and per class each option's set grows alike.
+
+What is *not* guaranteed: the rule chosen at α' is the certified point with the most calibration
+coverage, which need not accept a superset of the items the rule at α accepts (two grid points
+are not always nested), so coverage on *new* items (the test split) can, rarely, be lower at α'.
+The order before issue 15 (``order="learned-per-alpha"``: ascending held-apart p-value *at α*,
+:func:`learned_order`) reshuffled the sequence for every α and was not monotone.
 
 Every rejected ``λ`` then satisfies ``P(risk(λ) > α) ≤ δ`` simultaneously, so picking the one with
 the largest calibration coverage keeps the guarantee. Per-class guarantees run the same procedure
@@ -32,6 +55,8 @@ from workbench.errors import WorkbenchError
 from workbench.thresholds.surface import Surface
 
 Method = Literal["fixed-sequence", "holm"]
+Order = Literal["upper-bound", "learned-per-alpha"]
+ORDERS = ("upper-bound", "learned-per-alpha")
 
 
 class ThresholdError(WorkbenchError):
@@ -144,15 +169,91 @@ def strict_to_lax_paths(shape: tuple[int, int], n_paths: int = 10, n_starts: int
     return [rows[s:] * B + j for j in cols for s in starts]
 
 
-def learned_order(order_errors: np.ndarray, order_accepted: np.ndarray, alpha: float) -> np.ndarray:
-    """Test order learned on held-apart items: ascending p-value, then more accepted items first.
+def hoeffding_bentkus_upper_bound(errors: np.ndarray, n: np.ndarray, level: float) -> np.ndarray:
+    """Smallest ``α`` whose Hoeffding–Bentkus p-value is ``<= level``: an upper confidence bound of the risk.
 
-    This is the *split fixed-sequence* order of Learn-then-Test: points that look safest (strict
-    rules with enough items) come first and laxer ones after, so the sequence walks strict→lax along
-    the data's own risk ridge instead of a fixed line through the grid.
+    The p-value is the smaller of two terms that are both non-increasing in α (module docstring),
+    so ``{α : p(α) <= level}`` is ``[u, 1)`` with ``u = min(u_B, u_H)``: ``u_B`` solves
+    ``BinomCDF(errors; n, u) = level`` (the one-sided Clopper–Pearson bound, ``betaincinv``) and
+    ``u_H > r̂`` solves ``n KL(r̂ ‖ u) = ln(1 / level)`` (bisection to about 1e-13). So for every α,
+    ``u <= α`` exactly when :func:`hoeffding_bentkus_p_values` at α is ``<= level`` (up to that
+    tolerance). ``n == 0`` or ``errors == n`` gives 1. Computed once per distinct ``(errors, n)``.
+
+    Parameters
+    ----------
+    errors, n : array-like of the same shape, int
+    level : float in (0, 1)
+
+    Returns
+    -------
+    u : ndarray of the same shape, in (0, 1]
+    """
+    from scipy.special import betaincinv
+
+    if not (0 < level < 1):
+        raise ThresholdError(f"level must be in (0, 1), got {level}")
+    errors, n = np.broadcast_arrays(np.asarray(errors, dtype=np.int64), np.asarray(n, dtype=np.int64))
+    pairs, inverse = np.unique(np.stack([errors.ravel(), n.ravel()], axis=1), axis=0, return_inverse=True)
+    e, m = pairs[:, 0].astype(float), pairs[:, 1].astype(float)
+    open_ = (m > 0) & (e < m)  # otherwise p = 1 for every α
+    u = np.ones(len(pairs))
+    if open_.any():
+        e, m = e[open_], m[open_]
+        u_b = betaincinv(e + 1, m - e, 1 - level)
+        r_hat, target = e / m, math.log(1 / level) / m
+        lo, hi = r_hat.copy(), np.ones_like(r_hat)
+        for _ in range(44):  # KL(r̂ ‖ u) increases from 0 to ∞ on (r̂, 1)
+            mid = (lo + hi) / 2
+            above = _kl_pairs(r_hat, mid) >= target
+            hi = np.where(above, mid, hi)
+            lo = np.where(above, lo, mid)
+        u[open_] = np.minimum(u_b, hi)
+    return u[inverse.ravel()].reshape(errors.shape)
+
+
+def _kl_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise ``KL(a ‖ b)`` of Bernoulli laws for ``0 <= a < b < 1`` (``0 ln 0 = 0``)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t1 = np.where(a > 0, a * np.log(np.where(a > 0, a, 1.0) / b), 0.0)
+    return t1 + (1 - a) * np.log((1 - a) / (1 - b))
+
+
+def bound_order(order_errors: np.ndarray, order_accepted: np.ndarray, level: float) -> np.ndarray:
+    """Test order learned on held-apart items, the same for every α: ascending upper bound of the risk.
+
+    The grid points are ranked by :func:`hoeffding_bentkus_upper_bound` of their held-apart counts
+    at the test ``level`` (δ, or δ/K per class), then by more accepted items: points that look
+    safest (strict rules with enough items) come first and laxer ones after, so the sequence walks
+    strict→lax along the data's own risk ridge. For any α the points whose held-apart p-value at α
+    is ``<= level`` are exactly those with bound ``<= α``, i.e. a prefix of this order: the same
+    set the per-α order (:func:`learned_order`) puts first, so the power is kept, while the order
+    itself no longer depends on α, which makes certification monotone in α (module docstring).
+
+    Returns
+    -------
+    order : ndarray of int, flat indices into the grid
+    """
+    ub = hoeffding_bentkus_upper_bound(order_errors, order_accepted, level).ravel()
+    return np.lexsort((-np.asarray(order_accepted).ravel(), ub))
+
+
+def learned_order(order_errors: np.ndarray, order_accepted: np.ndarray, alpha: float) -> np.ndarray:
+    """Test order learned on held-apart items *at one α*: ascending p-value, then more accepted items first.
+
+    The order before issue 15, kept as ``order="learned-per-alpha"`` to measure against: it changes
+    with α, so certifying at α did not imply certifying at a larger α. Use :func:`bound_order`.
     """
     p = hoeffding_bentkus_p_values(order_errors, order_accepted, alpha).ravel()
     return np.lexsort((-np.asarray(order_accepted).ravel(), p))
+
+
+def _held_apart_order(errors: np.ndarray, accepted: np.ndarray, alpha: float, level: float, order: str) -> np.ndarray:
+    """The fixed-sequence test order from held-apart counts (``order`` is one of :data:`ORDERS`)."""
+    if order == "upper-bound":
+        return bound_order(errors, accepted, level)
+    if order == "learned-per-alpha":
+        return learned_order(errors, accepted, alpha)
+    raise ThresholdError(f"unknown test order {order!r}", hint=f"use one of {', '.join(ORDERS)}")
 
 
 def _rejections(
@@ -256,6 +357,8 @@ def select_guarantee(
     n_starts: int = 10,
     classes: Sequence[int] | None = None,
     order_surface: Surface | None = None,
+    constraints: Sequence[tuple[int, float]] = (),
+    order: Order = "upper-bound",
 ) -> Selection:
     """Maximise calibration coverage subject to ``P(error among accepted > alpha) <= delta``.
 
@@ -275,24 +378,48 @@ def select_guarantee(
         Options that may be accepted (default: all); the Bonferroni factor is their number.
     order_surface : Surface, optional
         Counts on calibration items held apart from ``surface`` (same grid). With
-        ``method="fixed-sequence"`` the test order is learned on them (:func:`learned_order`) and one
-        sequence is tested at level ``delta``; without it, the data-independent column paths of
+        ``method="fixed-sequence"`` the test order is learned on them and one sequence is tested at
+        level ``delta``; without it, the data-independent column paths of
         :func:`strict_to_lax_paths` are used at ``delta / (n_paths * n_starts)``.
+    constraints : sequence of (option index, beta)
+        Critical options: at most ``beta`` of the items truly of that option may be auto-accepted as
+        another one, certified jointly with the main risk (:mod:`workbench.thresholds.risks`; needs a
+        surface with the critical counts). Not with ``per_class``.
+    order : {"upper-bound", "learned-per-alpha"}
+        How the held-apart counts order the tests: ``"upper-bound"`` (default, :func:`bound_order`,
+        the same order for every α, so certification is monotone in α) or ``"learned-per-alpha"``
+        (:func:`learned_order`, the order before issue 15, kept only to measure against). With costs
+        or constraints: :func:`workbench.thresholds.risks.joint_order`.
+
+    With a misroute cost matrix on the surface (``surface.loss`` or ``surface.loss_scale != 1``) the
+    main risk is the expected cost among accepted items and ``alpha`` is in cost units (see
+    :mod:`workbench.thresholds.risks`).
 
     Returns
     -------
     selection : Selection
     """
-    _check_alpha_delta(alpha, delta)
+    from workbench.thresholds import risks
+
+    costed = surface.loss is not None  # bounded (not 0/1) losses
+    _check_alpha_delta(alpha / surface.loss_scale, delta)
     use_order = order_surface is not None and method == "fixed-sequence"
-    if not per_class:
-        p = hoeffding_bentkus_p_values(surface.errors, surface.accepted, alpha)
-        order = (
-            learned_order(order_surface.errors, order_surface.accepted, alpha)
-            if use_order and order_surface is not None
-            else None
+    plain = surface.loss_scale == 1.0 and not costed and not constraints  # the error rate alone, as before costs
+    if per_class and constraints:
+        raise ThresholdError(
+            "class constraints are certified for the global rule only, not with per_class",
+            hint="drop --per-class (the constraint then makes the one rule strict enough), or drop --critical",
         )
-        ok, level = _rejections(p, delta, method, n_paths, n_starts, order)
+    if not per_class:
+        p = risks.joint_p_values(surface, alpha, constraints)
+        seq = None
+        if use_order and order_surface is not None:
+            seq = (
+                _held_apart_order(order_surface.errors, order_surface.accepted, alpha, delta, order)
+                if plain
+                else risks.joint_order(order_surface, alpha, delta, constraints, order=order)
+            )
+        ok, level = _rejections(p, delta, method, n_paths, n_starts, seq)
         best = _best_by_coverage(surface.accepted, surface.errors, ok)
         if best is None:
             return Selection(
@@ -313,13 +440,24 @@ def select_guarantee(
                     "certified_bound": None,
                     "expected_coverage": 0.0,
                     "p_value": None,
+                    **_risk_fields(surface, constraints),
                 },
                 feasible=False,
                 notes=["no grid point is certified at this alpha/delta: everything goes to review"],
             )
         i, j = best
         acc, err = int(surface.accepted[i, j]), int(surface.errors[i, j])
-        bound = binomial_upper_bound(err, acc, level)
+        if costed:
+            assert surface.loss is not None
+            bound = risks.bounded_upper_bound(float(surface.loss[i, j]), acc, level) * surface.loss_scale
+        else:
+            bound = binomial_upper_bound(err, acc, level) * surface.loss_scale
+        extra = _risk_fields(surface, constraints)
+        if not plain:
+            lsum = float(surface.loss[i, j]) if surface.loss is not None else float(err)
+            extra["calibration_cost"] = lsum * surface.loss_scale / max(acc, 1)
+        if constraints:
+            extra["constraints"] = risks.constraints_at(surface, i, j, constraints, level)
         return Selection(
             "guarantee",
             True,
@@ -341,9 +479,10 @@ def select_guarantee(
                 "certified_bound": alpha,
                 "risk_upper_bound": min(bound, alpha),
                 "expected_coverage": acc / max(surface.n_total, 1),
-                "order": _order_name(method, use_order, order_surface),
+                "order": _order_name(method, use_order, order_surface, order),
                 "n_paths": n_paths if method == "fixed-sequence" and not use_order else None,
                 "n_starts": n_starts if method == "fixed-sequence" and not use_order else None,
+                **extra,
             },
         )
     if surface.class_accepted is None or surface.class_errors is None:
@@ -361,16 +500,18 @@ def select_guarantee(
             chosen[k] = None
             continue
         acc_k, err_k = surface.class_accepted[k], surface.class_errors[k]
-        p = hoeffding_bentkus_p_values(err_k, acc_k, alpha)
-        order = (
-            learned_order(order_surface.class_errors[k], order_surface.class_accepted[k], alpha)
+        p = risks.main_p_values(surface, alpha, k)
+        seq = (
+            _held_apart_order(order_surface.class_errors[k], order_surface.class_accepted[k], alpha, delta_k, order)
             if use_order
             and order_surface is not None
             and order_surface.class_errors is not None
             and order_surface.class_accepted is not None
             else None
         )
-        ok, level = _rejections(p, delta_k, method, n_paths, n_starts, order)
+        if seq is not None and not plain and order_surface is not None:
+            seq = risks.joint_order(order_surface, alpha, delta_k, (), cls=k, order=order)
+        ok, level = _rejections(p, delta_k, method, n_paths, n_starts, seq)
         best = _best_by_coverage(acc_k, err_k, ok & (acc_k > 0))
         if best is None:
             chosen[k] = None
@@ -381,20 +522,25 @@ def select_guarantee(
         tot_acc += a
         tot_err += e
         chosen[k] = (float(surface.x_grid[i]), float(surface.y_grid[j]))
+        if costed:
+            assert surface.class_loss is not None
+            ub = risks.bounded_upper_bound(float(surface.class_loss[k, i, j]), a, level) * surface.loss_scale
+        else:
+            ub = binomial_upper_bound(e, a, level) * surface.loss_scale
         per[str(k)] = {
             "certified": True,
             **surface.params(i, j),
             "accepted": a,
             "errors": e,
             "p_value": float(p[i, j]),
-            "risk_upper_bound": min(binomial_upper_bound(e, a, level), alpha),
+            "risk_upper_bound": min(ub, alpha),
         }
     feasible = any(v is not None for v in chosen.values())
     notes = [] if feasible else ["no option is certified at this alpha/delta: everything goes to review"]
     uncertified = [k for k in classes if chosen.get(k) is None]
     if uncertified:
         # even with zero errors, certifying needs (1 - alpha)^n <= the per-test level
-        n_min = min_items_to_certify(alpha, delta_k)
+        n_min = min_items_to_certify(alpha / surface.loss_scale, delta_k)
         sizes = surface.class_accepted[:, 0, 0]
         notes.append(
             f"{len(uncertified)} of {len(classes)} options are never auto-accepted: certifying one "
@@ -422,20 +568,37 @@ def select_guarantee(
             "certified_bound": alpha,
             "expected_coverage": tot_acc / max(surface.n_total, 1),
             "classes": per,
-            "order": _order_name(method, use_order, order_surface),
+            "order": _order_name(method, use_order, order_surface, order),
             "n_paths": n_paths if method == "fixed-sequence" and not use_order else None,
             "n_starts": n_starts if method == "fixed-sequence" and not use_order else None,
+            **_risk_fields(surface, constraints),
         },
         feasible=feasible,
         notes=notes,
     )
 
 
-def _order_name(method: str, use_order: bool, order_surface: Surface | None) -> str | None:
+def _risk_fields(surface: Surface, constraints: Sequence[tuple[int, float]]) -> dict:
+    """What the certificate is about, for the output and the policy file (nothing for the plain error rate)."""
+    from workbench.thresholds.risks import JOINT_RULE
+
+    out: dict = {}
+    if surface.loss is not None or surface.loss_scale != 1.0:
+        out["risk"] = "expected misroute cost among auto-accepted items"
+        out["loss_scale"] = float(surface.loss_scale)
+    if constraints:
+        out["joint"] = JOINT_RULE
+        out["delta_split"] = "none (max p-value over the risks)"
+        out["constraints"] = [{"option": int(c), "beta": float(b)} for c, b in constraints]
+    return out
+
+
+def _order_name(method: str, use_order: bool, order_surface: Surface | None, order: str = "upper-bound") -> str | None:
     if method != "fixed-sequence":
         return None
     if use_order and order_surface is not None:
-        return f"learned on {order_surface.n_total} held-apart calibration items (split fixed-sequence)"
+        how = "upper bound of the error, the same for every α" if order == "upper-bound" else "p-value at this α"
+        return f"learned on {order_surface.n_total} held-apart calibration items by {how} (split fixed-sequence)"
     return "data-independent column paths (multi-start)"
 
 
@@ -455,6 +618,11 @@ def select_guarantee_split(
     rng: np.random.Generator | None = None,
     n_paths: int = 10,
     n_starts: int = 10,
+    loss: np.ndarray | None = None,
+    loss_scale: float = 1.0,
+    labels: np.ndarray | None = None,
+    constraints: Sequence[tuple[int, float]] = (),
+    order: Order = "upper-bound",
 ) -> tuple[Selection, Surface]:
     """Guarantee selection from per-item coordinates, holding ``order_fraction`` apart to order the tests.
 
@@ -468,6 +636,12 @@ def select_guarantee_split(
         data-independent paths. Holm uses every item.
     rng : numpy Generator
         Draws the held-apart items (seeded by the caller for reproducibility).
+    loss, loss_scale : per-item misroute cost / largest cost, and the largest cost (cost risk)
+    labels, constraints : true options and ``(critical option, beta)`` pairs (class constraints)
+        Draws the held-apart items (seeded by the caller for reproducibility; the draw does not
+        depend on α, so neither does the held-apart part).
+    order : {"upper-bound", "learned-per-alpha"}
+        How the held-apart part orders the tests (:func:`select_guarantee`).
 
     Returns
     -------
@@ -488,14 +662,18 @@ def select_guarantee_split(
             correct[mask],
             x_grid=x_grid,
             y_grid=y_grid,
-            predicted=np.maximum(coords.predicted[mask], 0),
-            n_classes=n_classes,
+            predicted=np.maximum(coords.predicted[mask], 0) if per_class else None,  # class counts: per-class only
+            n_classes=n_classes if per_class else None,
             x_name=coords.x_name,
             y_name=coords.y_name,
+            loss=None if loss is None else loss[mask],
+            loss_scale=loss_scale,
+            labels=None if labels is None else labels[mask],
+            critical=[c for c, _ in constraints],
         )
 
     certify = surf(~hold)
-    order = surf(hold) if hold.any() else None
+    order_surface = surf(hold) if hold.any() else None
     sel = select_guarantee(
         certify,
         alpha=alpha,
@@ -503,9 +681,11 @@ def select_guarantee_split(
         method=method,
         per_class=per_class,
         classes=classes,
-        order_surface=order,
+        order_surface=order_surface,
         n_paths=n_paths,
         n_starts=n_starts,
+        constraints=constraints,
+        order=order,
     )
     if sel.guarantee is not None:
         sel.guarantee["n_order"] = int(hold.sum())
@@ -524,13 +704,16 @@ def certify_surface(
     seed: int = 0,
     n_paths: int = 10,
     n_starts: int = 10,
+    constraints: Sequence[tuple[int, float]] = (),
+    order: Order = "upper-bound",
 ) -> Selection:
     """The guarantee selection exactly as ``workbench thresholds`` makes it, from a surface built by
     :func:`~workbench.thresholds.surface.risk_coverage_surface` (which keeps the per-item coordinates).
 
     The held-apart items for the fixed-sequence order are drawn with ``default_rng([seed, 1])``, as
     in :func:`workbench.thresholds.choose.choose_thresholds`, so the CLI, the UI and a policy export
-    certify the same point on the same items.
+    certify the same point on the same items. Misroute costs and critical counts come from the
+    surface (built with ``cost_matrix``/``critical``); ``constraints`` are ``(option index, beta)``.
     """
     coords, correct = surface.extra.get("coordinates"), surface.extra.get("correct")
     if coords is None or correct is None:
@@ -555,6 +738,11 @@ def certify_surface(
         rng=np.random.default_rng([seed, 1]),
         n_paths=n_paths,
         n_starts=n_starts,
+        loss=surface.extra.get("loss"),
+        loss_scale=surface.loss_scale,
+        labels=surface.extra.get("labels"),
+        constraints=constraints,
+        order=order,
     )
     return sel
 

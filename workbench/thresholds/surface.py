@@ -12,6 +12,7 @@ gives the same figures per predicted class.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +38,15 @@ class Surface:
         The same counts split by the accepted (predicted) option.
     weighted : ndarray of shape (A, B) or None
         Sum of per-item weights over accepted items (e.g. the cost of a wrong accept).
+    loss, class_loss : ndarray of shape (A, B) and (K, A, B), or None
+        Sum of per-item bounded losses in [0, 1] over accepted items (the misroute cost divided by
+        ``loss_scale``, the largest cost), overall and by accepted option; ``None`` = 0/1 errors.
+    loss_scale : float
+        What a loss of 1 costs (the largest entry of the cost matrix); 1 without costs.
+    critical, critical_misroutes, critical_n : tuple, ndarray (m, A, B), ndarray (m,)
+        Critical options (indices), the number of items of each true critical option that are
+        auto-accepted as another option at every grid point, and how many items of it there are
+        (accepted or not, failures included).
     x_name, y_name : str
         Rule parameters the axes map to.
     """
@@ -52,6 +62,12 @@ class Surface:
     x_name: str = "tau"
     y_name: str = "margin"
     extra: dict = field(default_factory=dict)
+    loss: np.ndarray | None = None
+    class_loss: np.ndarray | None = None
+    loss_scale: float = 1.0
+    critical: tuple[int, ...] = ()
+    critical_misroutes: np.ndarray | None = None
+    critical_n: np.ndarray | None = None
 
     @property
     def coverage(self) -> np.ndarray:
@@ -126,6 +142,10 @@ def surface_from_coordinates(
     n_total: int | None = None,
     x_name: str = "tau",
     y_name: str = "margin",
+    loss: np.ndarray | None = None,
+    loss_scale: float = 1.0,
+    labels: np.ndarray | None = None,
+    critical: Sequence[int] = (),
 ) -> Surface:
     """Counts of accepted and wrong accepted items at every grid point.
 
@@ -143,6 +163,12 @@ def surface_from_coordinates(
         Summed over accepted items into ``Surface.weighted``.
     n_total : int, optional
         Denominator of coverage (default ``n_items``).
+    loss : ndarray of shape (n_items,) in [0, 1], optional
+        Bounded loss of accepting each item (misroute cost / ``loss_scale``); summed over accepted
+        items into ``Surface.loss`` (and ``class_loss`` by accepted option, with ``predicted``).
+    labels : ndarray of shape (n_items,), int, optional
+        True options; with ``critical`` counts, per critical option, its items accepted as another
+        option (``Surface.critical_misroutes``) and its items in all (``Surface.critical_n``).
 
     Returns
     -------
@@ -161,7 +187,7 @@ def surface_from_coordinates(
     size = A * B
     acc = _reverse_cumsum_2d(np.bincount(cell, minlength=size).reshape(A, B))
     err = _reverse_cumsum_2d(np.bincount(cell[wrong], minlength=size).reshape(A, B))
-    cls_acc = cls_err = None
+    cls_acc = cls_err = cls_cell = None
     if predicted is not None and n_classes:
         cls_cell = np.asarray(predicted)[keep].astype(np.int64) * size + cell
         cls_acc = _reverse_cumsum_2d(np.bincount(cls_cell, minlength=n_classes * size).reshape(n_classes, A, B))
@@ -170,9 +196,33 @@ def surface_from_coordinates(
     if weights is not None:
         w = np.asarray(weights, dtype=float)[keep]
         wsum = _reverse_cumsum_2d(np.bincount(cell, weights=w, minlength=size).reshape(A, B))
-    return Surface(
+    surf = Surface(
         x_grid, y_grid, acc, err, int(len(x) if n_total is None else n_total), cls_acc, cls_err, wsum, x_name, y_name
     )
+    surf.loss_scale = float(loss_scale)
+    if loss is not None:
+        lw = np.asarray(loss, dtype=float)[keep]
+        surf.loss = _reverse_cumsum_2d(np.bincount(cell, weights=lw, minlength=size).reshape(A, B))
+        if cls_cell is not None and n_classes:
+            surf.class_loss = _reverse_cumsum_2d(
+                np.bincount(cls_cell, weights=lw, minlength=n_classes * size).reshape(n_classes, A, B)
+            )
+    if critical:
+        if labels is None:
+            raise ValueError("critical options need labels")
+        lab = np.asarray(labels).astype(np.int64)
+        crit = np.asarray(critical, dtype=np.int64)
+        slot = np.full(max(int(lab.max(initial=0)), int(crit.max())) + 1, -1, dtype=np.int64)
+        slot[crit] = np.arange(len(crit))
+        s_all = np.where(lab >= 0, slot[np.maximum(lab, 0)], -1)
+        surf.critical = tuple(int(c) for c in crit)
+        surf.critical_n = np.bincount(s_all[s_all >= 0], minlength=len(crit))
+        s_acc = s_all[keep]
+        hit = (s_acc >= 0) & wrong
+        surf.critical_misroutes = _reverse_cumsum_2d(
+            np.bincount(s_acc[hit] * size + cell[hit], minlength=len(crit) * size).reshape(len(crit), A, B)
+        )
+    return surf
 
 
 def _mixed_axis(lo: float, hi: float, n: int, decades: float = 3.0) -> np.ndarray:
@@ -227,6 +277,8 @@ def risk_coverage_surface(
     per_class: bool = True,
     weights: np.ndarray | None = None,
     n_failed: int = 0,
+    cost_matrix: np.ndarray | None = None,
+    critical: Sequence[int] = (),
 ) -> Surface:
     """Risk–coverage surface of one question from probabilities and labels.
 
@@ -241,11 +293,17 @@ def risk_coverage_surface(
         Points per axis when ``x_grid``/``y_grid`` are not given.
     n_failed : int, default=0
         Extra failed items (not in ``probs``) that count in the coverage denominator.
+    cost_matrix : ndarray of shape (n_options, n_options), optional
+        Misroute costs ``[true, accepted]`` (0 on the diagonal): the surface then also sums the
+        bounded loss ``cost / max cost`` of accepted items (``Surface.loss``, ``loss_scale``).
+    critical : sequence of int
+        Critical options whose misroutes (accepted as another option) are counted per grid point.
 
     Returns
     -------
     surface : Surface
-        With ``extra["coordinates"]`` holding the :class:`RuleCoordinates` used.
+        With ``extra["coordinates"]`` holding the :class:`RuleCoordinates` used, ``extra["correct"]``,
+        and, with ``cost_matrix`` or ``critical``, ``extra["loss"]`` and ``extra["labels"]``.
     """
     probs = np.atleast_2d(np.asarray(probs, dtype=float))
     labels = np.asarray(labels).astype(int)
@@ -256,6 +314,15 @@ def risk_coverage_surface(
     gy = gy if y_grid is None else np.asarray(y_grid, dtype=float)
     coords: RuleCoordinates = rule_coordinates(qtype, probs, abstain_options=abstain_options, level=level)
     correct = coords.predicted == labels
+    loss, scale = None, 1.0
+    if cost_matrix is not None:
+        cm = np.asarray(cost_matrix, dtype=float)
+        scale = float(cm.max())
+        off = cm[~np.eye(cm.shape[0], dtype=bool)]
+        if not np.all(off == scale):  # otherwise every misroute costs the same: a 0/1 loss, scaled by ``scale``
+            loss = np.where(
+                correct, 0.0, cm[np.clip(labels, 0, cm.shape[0] - 1), np.maximum(coords.predicted, 0)] / scale
+            )
     surf = surface_from_coordinates(
         coords.x,
         coords.y,
@@ -268,9 +335,16 @@ def risk_coverage_surface(
         n_total=probs.shape[0] + int(n_failed),
         x_name=coords.x_name,
         y_name=coords.y_name,
+        loss=loss,
+        loss_scale=scale,
+        labels=labels,
+        critical=critical,
     )
     surf.extra["coordinates"] = coords
     surf.extra["correct"] = correct
+    if loss is not None or critical:
+        surf.extra["loss"] = loss
+        surf.extra["labels"] = labels
     return surf
 
 

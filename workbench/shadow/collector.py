@@ -1,0 +1,568 @@
+"""Shadow collector: the challenger half of shadow mode behind a gateway's traffic mirror (nginx ``mirror``).
+
+The gateway (not our process) stands in the production path: it answers every decision request with
+the champion and sends a copy of the request to this collector. nginx's ``mirror`` subrequest carries
+only the *request*; the champion's *answer* reaches the collector through two documented features of
+stock nginx, keyed by nginx's ``$request_id`` (``docs/shadow-nginx.md`` has the configuration):
+
+- ``proxy_store SPOOL/$request_id`` writes each successful (200) champion answer, byte for byte, to a
+  file (a temporary file renamed into place, so a file that exists is complete);
+- an ``access_log syslog:server=127.0.0.1:PORT`` line in JSON (``$request_id``, ``$upstream_status``,
+  ``$upstream_response_time``) gives every answer's status — errors included, which nginx does not
+  store — and the champion's service time as nginx measured it. Optional: without it a champion error
+  is journaled as ``not_stored`` and the latency is the stored file's age since the mirror arrived.
+
+For each mirrored request (``POST``, header ``X-Request-Id: $request_id``) the collector
+
+1. answers the gateway at once with 204 (nginx holds a client's next keep-alive request until its
+   mirror subrequests finish, so a slow collector must never be waited on);
+2. calls the challenger (a System One URL, ``?model=NAME`` rewriting the body's model, or any provider
+   spec — the same challenger forms as ``shadow serve``), bounded in time and in number (excess is
+   *shed* and journaled as such);
+3. waits up to ``champion_timeout`` for the champion's log line and stored answer (reads and deletes
+   the file);
+4. journals both halves under the request id in the :class:`~workbench.shadow.journal.Journal` format
+   of the live mirror, so ``workbench shadow ingest`` / ``shadow report`` read it unchanged.
+
+Request ids are checked (letters, digits, ``-``, ``_``, ``.``, not starting with a dot; at most 128)
+before they name a file.
+Spool files nobody claimed (a mirror subrequest that never arrived) are deleted after twice the
+champion timeout and counted as ``orphans``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from aiohttp import ClientSession, ClientTimeout, web
+
+from workbench.shadow.journal import Journal
+from workbench.shadow.mirror import _is_url, _schema_of, _split_model, _system_one_body, endpoint_url
+
+#: Request headers the challenger receives (the caller's credentials belong to the champion).
+_CHALLENGER_PASS = ("content-type", "accept", "x-item-id", "x-request-id")
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")  # a file name: never "." or ".."
+
+
+@dataclass
+class CollectorConfig:
+    """Settings of one collector process.
+
+    Parameters
+    ----------
+    challenger : str
+        A System One endpoint URL (``?model=NAME`` rewrites the body's ``model`` for the challenger) or
+        any provider spec of the registry (``cloudflare:clef-flash``, ``local:minilm-zeroshot``...).
+    journal : path
+        Append-only JSON-lines log (see :mod:`workbench.shadow.journal`).
+    spool : path
+        The directory nginx's ``proxy_store`` writes champion answers to, one file per request id.
+    champion_timeout : float, default=30.0
+        Seconds to wait for the champion's stored answer (match nginx's ``proxy_read_timeout``).
+    challenger_timeout : float, default=5.0
+    max_challenger_in_flight : int, default=256
+        Challenger calls beyond this are shed (journaled with error ``shed``).
+    max_body_bytes : int, default=8 MiB
+        Larger mirrored requests get 413 and are not collected; a larger stored champion answer is
+        deleted unread and journaled with error ``too_large``.
+    request_id_header : str, default="x-request-id"
+        The header carrying nginx's ``$request_id`` (the spool file name and the pair id).
+    poll_interval : float, default=0.005
+        Seconds between two looks at the spool (one directory scan serves every waiting request).
+    syslog_port : int, optional
+        UDP port (on the collector's host address) receiving nginx's JSON access log lines.
+    """
+
+    challenger: str
+    journal: Path
+    spool: Path
+    name: str = "nginx"
+    champion_timeout: float = 30.0
+    challenger_timeout: float = 5.0
+    max_challenger_in_flight: int = 256
+    max_body_bytes: int = 8 * 1024 * 1024
+    challenger_headers: dict[str, str] = field(default_factory=dict)
+    request_id_header: str = "x-request-id"
+    poll_interval: float = 0.005
+    syslog_port: int | None = None
+    fsync: bool = True
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+class Spool:
+    """Champion answers that nginx stores as ``DIR/<request id>``, claimed by the requests waiting for them.
+
+    One polling task scans the directory every ``poll_interval`` while anyone waits (a scan is one
+    ``scandir`` however many requests wait); a claimed file is read and deleted.
+    """
+
+    def __init__(self, path: Path, *, poll_interval: float, orphan_after: float, max_bytes: int = 8 * 1024 * 1024):
+        self.path = path
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.poll_interval = poll_interval
+        self.orphan_after = orphan_after
+        self.orphans = 0
+        self.max_bytes = max_bytes
+        self._waiters: dict[str, asyncio.Future] = {}
+        self._poller: asyncio.Task | None = None
+        self._last_sweep = time.time()
+
+    def _claim(self, request_id: str) -> tuple[bytes | None, float] | None:
+        """(answer, mtime), the answer None when it is over ``max_bytes`` (deleted unread); None if absent."""
+        file = self.path / request_id
+        try:
+            st = file.stat()
+            mtime = st.st_mtime
+            data = file.read_bytes() if st.st_size <= self.max_bytes else None
+        except OSError:  # not there (yet), or not a regular file
+            return None
+        file.unlink(missing_ok=True)
+        return data, mtime
+
+    async def wait(self, request_id: str, timeout: float) -> tuple[bytes | None, float] | None:
+        """(answer bytes, file mtime) once nginx has stored it, or None after ``timeout`` seconds."""
+        found = self._claim(request_id)
+        if found is not None:
+            return found
+        future = asyncio.get_running_loop().create_future()
+        self._waiters[request_id] = future
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.create_task(self._poll())
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            return self._claim(request_id)  # a last look: it may have landed since the last scan
+        finally:
+            self._waiters.pop(request_id, None)
+
+    async def _poll(self) -> None:
+        while self._waiters:
+            await asyncio.sleep(self.poll_interval)
+            try:
+                names = [e.name for e in os.scandir(self.path)]
+            except OSError:
+                continue
+            for name in names:
+                future = self._waiters.get(name)
+                if future is not None and not future.done():
+                    found = self._claim(name)
+                    if found is not None:
+                        future.set_result(found)
+            if time.time() - self._last_sweep > self.orphan_after / 2:
+                self._sweep(names)
+
+    def _sweep(self, names: list[str]) -> None:
+        """Delete stored answers that nobody claimed within ``orphan_after`` seconds."""
+        now = self._last_sweep = time.time()
+        for name in names:
+            if name in self._waiters:
+                continue
+            file = self.path / name
+            try:
+                if file.is_file() and now - file.stat().st_mtime > self.orphan_after:
+                    file.unlink()
+                    self.orphans += 1
+            except OSError:
+                pass
+
+
+class AccessLog(asyncio.DatagramProtocol):
+    """nginx access log lines received as syslog datagrams: ``<PRI>TIMESTAMP TAG: {json}``, one per request.
+
+    The JSON object (``log_format ... escape=json``) must have ``request_id``; ``upstream_status`` and
+    ``upstream_response_time`` are read when present (the last value when nginx tried several upstreams).
+    Lines wait up to ``keep_for`` seconds for the mirrored request that claims them.
+    """
+
+    def __init__(self, keep_for: float):
+        self.keep_for = keep_for
+        self.lines = 0
+        self.unreadable = 0
+        self._unclaimed: dict[str, tuple[dict, float]] = {}
+        self._waiters: dict[str, asyncio.Future] = {}
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        start = data.find(b"{")
+        try:
+            line = json.loads(data[start:]) if start >= 0 else None
+        except ValueError:
+            line = None
+        if not isinstance(line, dict) or not isinstance(line.get("request_id"), str):
+            self.unreadable += 1
+            return
+        self.lines += 1
+        future = self._waiters.get(line["request_id"])
+        if future is not None and not future.done():
+            future.set_result(line)
+            return
+        now = time.monotonic()
+        self._unclaimed[line["request_id"]] = (line, now)
+        if len(self._unclaimed) > 1024:  # forget lines nobody claimed in time
+            self._unclaimed = {k: v for k, v in self._unclaimed.items() if now - v[1] < self.keep_for}
+
+    async def wait(self, request_id: str, timeout: float) -> dict | None:
+        found = self._unclaimed.pop(request_id, None)
+        if found is not None:
+            return found[0]
+        future = asyncio.get_running_loop().create_future()
+        self._waiters[request_id] = future
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            return None
+        finally:
+            self._waiters.pop(request_id, None)
+
+
+def _last_number(value: Any) -> float | None:
+    """The last number of an nginx upstream variable (``"502, 200"``, ``"0.104"``; ``"-"`` is none)."""
+    if isinstance(value, int | float):
+        return float(value)
+    for token in reversed(re.split(r"[,:\s]+", str(value or ""))):
+        try:
+            return float(token)
+        except ValueError:
+            continue
+    return None
+
+
+class Challenger:
+    """Calls the challenger of a shadow session (a System One URL or a provider spec): one answer per call,
+    as ``(status, body text, error)``; never raises."""
+
+    def __init__(self, spec: str, *, timeout: float, headers: dict[str, str]):
+        self.spec = spec
+        self.timeout = timeout
+        self.is_url = _is_url(spec)
+        self.url: str | None = None
+        self.model: str | None = None
+        if self.is_url:
+            self.url, self.model = _split_model(endpoint_url(spec))
+        self.headers = dict(headers)
+        self._session: ClientSession | None = None
+        self._provider: Any = None
+
+    async def start(self) -> None:
+        if self.is_url:
+            # trust_env: a challenger reached through the team's proxy honours HTTPS_PROXY / NO_PROXY
+            self._session = ClientSession(timeout=ClientTimeout(total=self.timeout), trust_env=True)
+        else:
+            from workbench.providers.registry import ProviderContext, get_provider
+
+            context = ProviderContext(env=dict(os.environ), timeout=self.timeout)
+            self._provider = get_provider(self.spec, context=context)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+        if self._provider is not None:
+            await self._provider.aclose()
+
+    async def call(self, body: bytes, headers: Any) -> tuple[int | None, str | None, str | None]:
+        if self.is_url:
+            return await self._call_url(body, headers)
+        return await self._call_provider(body)
+
+    async def _call_url(self, body: bytes, headers: Any) -> tuple[int | None, str | None, str | None]:
+        sent = {k: headers[k] for k in _CHALLENGER_PASS if k in headers}
+        sent.update(self.headers)
+        if self.model is not None:
+            try:
+                doc = json.loads(body)
+                doc["model"] = self.model
+                body = json.dumps(doc, ensure_ascii=False).encode("utf-8")
+            except (ValueError, TypeError):
+                pass  # not JSON: forward as is, the challenger refuses it as the champion did
+        assert self._session is not None and self.url is not None  # set by start()
+        try:
+            async with self._session.post(self.url, data=body, headers=sent) as resp:
+                raw = await resp.read()  # decompressed by aiohttp when the challenger compressed it
+                return resp.status, raw.decode("utf-8", errors="replace"), None
+        except TimeoutError:
+            return None, None, "timeout"
+        except OSError:  # aiohttp's connection errors are OSErrors
+            return None, None, "network"
+        except Exception as exc:  # a protocol error, a bug: logged as a failure with its reason
+            return None, None, f"network: {type(exc).__name__}"
+
+    async def _call_provider(self, body: bytes) -> tuple[int | None, str | None, str | None]:
+        from workbench.providers.base import DecisionRequest, ProviderError
+
+        try:
+            doc = json.loads(body)
+            request = DecisionRequest(
+                schema=_schema_of(doc), state=doc.get("state"), images=tuple(doc.get("images") or ())
+            )
+            result = await asyncio.wait_for(self._provider.decide(request), self.timeout)
+            return 200, json.dumps(_system_one_body(request.schema, result), ensure_ascii=False), None
+        except TimeoutError:
+            return None, None, "timeout"
+        except ProviderError as exc:
+            return None, None, exc.kind.value
+        except Exception as exc:  # unparsable request, provider bug
+            return None, None, f"invalid_request: {type(exc).__name__}"
+
+
+class Collector:
+    """The collector's request handling and lifecycle (see the module docstring)."""
+
+    def __init__(self, config: CollectorConfig):
+        if config.champion_timeout <= 0 or config.challenger_timeout <= 0:
+            from workbench.errors import WorkbenchError
+
+            raise WorkbenchError("shadow collect: timeouts must be > 0 seconds", hint="e.g. --champion-timeout 30")
+        self.config = config
+        self.challenger = Challenger(
+            config.challenger, timeout=config.challenger_timeout, headers=config.challenger_headers
+        )
+        self.spool = Spool(
+            Path(config.spool),
+            poll_interval=config.poll_interval,
+            orphan_after=2 * config.champion_timeout,
+            max_bytes=config.max_body_bytes,
+        )
+        self.access_log: AccessLog | None = None
+        self._udp: asyncio.DatagramTransport | None = None
+        self.journal: Journal | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._challenger_in_flight = 0
+        self.stats = {
+            "requests": 0,
+            "refused": 0,
+            "champion_stored": 0,
+            "champion_not_stored": 0,
+            "champion_errors": 0,
+            "challenger_done": 0,
+            "challenger_errors": 0,
+            "challenger_shed": 0,
+            "journal_errors": 0,
+        }
+        self.on_closed: Callable[[Collector], None] | None = None
+
+    async def startup(self, host: str = "127.0.0.1") -> None:
+        self.journal = Journal(self.config.journal, fsync=self.config.fsync)
+        await self.challenger.start()
+        if self.config.syslog_port is not None:
+            log = AccessLog(keep_for=2 * self.config.champion_timeout)
+            transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(
+                lambda: log, local_addr=(host, self.config.syslog_port)
+            )
+            self._udp, self.access_log = transport, log
+
+    async def shutdown(self) -> None:
+        """Let collections in progress finish (bounded by the timeouts), close the journal, then ``on_closed``."""
+        if self._tasks:
+            await asyncio.wait(
+                set(self._tasks), timeout=max(self.config.champion_timeout, self.config.challenger_timeout) + 1.0
+            )
+        await self.challenger.aclose()
+        if self._udp is not None:
+            self._udp.close()
+        if self.journal is not None:
+            self.journal.close()
+        if self.on_closed is not None:  # e.g. ingest the journal into the store
+            await asyncio.to_thread(self.on_closed, self)
+
+    def status(self) -> dict:
+        return {
+            **self.stats,
+            "in_progress": len(self._tasks),
+            "challenger_in_flight": self._challenger_in_flight,
+            "spool_orphans": self.spool.orphans,
+            "log_lines": self.access_log.lines if self.access_log is not None else None,
+            "name": self.config.name,
+        }
+
+    # -- HTTP ---------------------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        app.router.add_get("/v1/shadow/status", self._status)
+        app.router.add_route("*", "/{tail:.*}", self._mirrored)
+        return app
+
+    async def _status(self, request: web.Request) -> web.Response:
+        return web.json_response(self.status())
+
+    def _refuse(self, status: int, message: str) -> web.Response:
+        self.stats["refused"] += 1
+        return web.json_response({"error": {"type": "invalid_request", "message": message}}, status=status)
+
+    async def _mirrored(self, request: web.Request) -> web.StreamResponse:
+        if request.method != "POST":
+            return self._refuse(405, "the collector takes the gateway's mirrored POST requests")
+        request_id = request.headers.get(self.config.request_id_header, "")
+        if not _REQUEST_ID.match(request_id):
+            return self._refuse(
+                400,
+                f"header {self.config.request_id_header} must carry nginx's $request_id "
+                "(letters, digits, '-', '_', '.', not starting with '.'; at most 128)",
+            )
+        if request.content_length is not None and request.content_length > self.config.max_body_bytes:
+            return self._refuse(413, f"mirrored body over {self.config.max_body_bytes} bytes")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._refuse(413, f"mirrored body over {self.config.max_body_bytes} bytes")
+        self.stats["requests"] += 1
+        arrived, arrived_wall = _now_iso(), time.time()
+        task = asyncio.create_task(self._collect(request_id, body, dict(request.headers), arrived, arrived_wall))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return web.Response(status=204)
+
+    # -- one pair -----------------------------------------------------------------------------
+    async def _collect(self, request_id: str, body: bytes, headers: dict, arrived: str, arrived_wall: float) -> None:
+        headers = {k.lower(): v for k, v in headers.items()}
+        item_id = headers.get("x-item-id") or request_id
+        challenger = asyncio.create_task(self._challenger_half(request_id, body, headers))
+        status, text, error, latency_ms = await self._champion_half(request_id, arrived_wall)
+        record = {
+            "kind": "champion",
+            "pair": request_id,
+            "item_id": item_id,
+            "ts": arrived,
+            "shadow": self.config.name,
+            "request": body.decode("utf-8", errors="replace"),
+            "status": status,
+            "body": text,
+            "latency_ms": latency_ms,
+            "error": error,
+            "sampled": True,
+        }
+        try:
+            assert self.journal is not None  # set by startup()
+            await self.journal.append_durable(record)
+        except Exception:
+            self.stats["journal_errors"] += 1
+        await challenger
+
+    async def _champion_half(
+        self, request_id: str, arrived_wall: float
+    ) -> tuple[int | None, str | None, str | None, float | None]:
+        """(status, body, error, latency ms) of the champion's answer to ``request_id``."""
+        timeout = self.config.champion_timeout
+        line = await self.access_log.wait(request_id, timeout + 1.0) if self.access_log is not None else None
+        status = latency_ms = None
+        if line is not None:
+            number = _last_number(line.get("upstream_status"))
+            status = int(number) if number is not None else None
+            seconds = _last_number(line.get("upstream_response_time"))
+            latency_ms = seconds * 1000.0 if seconds is not None else None
+            if status is not None and status != 200:  # nginx stores 200 answers only
+                self.stats["champion_errors"] += 1
+                return status, None, None, latency_ms
+        # stored before nginx logs the request: a short wait when the log line came, else the timeout
+        found = await self.spool.wait(request_id, 1.0 if line is not None else timeout)
+        if found is None:
+            self.stats["champion_not_stored"] += 1
+            return status, None, "not_stored", latency_ms
+        self.stats["champion_stored"] += 1
+        raw, mtime = found
+        if raw is None:  # over the body limit: journaled as a failure, never loaded whole
+            return 200, None, "too_large", latency_ms
+        if latency_ms is None:
+            latency_ms = max(0.0, (mtime - arrived_wall) * 1000.0)
+        return 200, raw.decode("utf-8", errors="replace"), None, latency_ms
+
+    async def _challenger_half(self, pair: str, body: bytes, headers: dict) -> None:
+        if self._challenger_in_flight >= self.config.max_challenger_in_flight:
+            self.stats["challenger_shed"] += 1
+            self._journal_challenger(pair, None, None, "shed", None)
+            return
+        self._challenger_in_flight += 1
+        t0 = time.perf_counter()
+        try:
+            status, text, error = await self.challenger.call(body, headers)
+        except Exception as exc:  # never lose a pair: a failure is journaled with its reason
+            status, text, error = None, None, f"internal: {type(exc).__name__}"
+        finally:
+            self._challenger_in_flight -= 1
+        self.stats["challenger_done"] += 1
+        if error or (status or 0) >= 400:
+            self.stats["challenger_errors"] += 1
+        self._journal_challenger(pair, status, text, error, (time.perf_counter() - t0) * 1000.0)
+
+    def _journal_challenger(self, pair: str, status, text, error, latency_ms) -> None:
+        try:
+            assert self.journal is not None  # set by startup()
+            self.journal.append(
+                {
+                    "kind": "challenger",
+                    "pair": pair,
+                    "status": status,
+                    "body": text,
+                    "latency_ms": latency_ms,
+                    "error": error,
+                }
+            )
+        except Exception:
+            self.stats["journal_errors"] += 1
+
+
+async def collect_async(
+    config: CollectorConfig,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8791,
+    on_closed: Callable[[Collector], None] | None = None,
+    stop: asyncio.Event | None = None,
+    ready: Callable[[int], None] | None = None,
+) -> Collector:
+    """Run the collector until ``stop`` is set or SIGINT/SIGTERM arrives; return it (with its stats).
+
+    Stopping is graceful: no new requests, collections in progress finish (bounded by the champion and
+    challenger timeouts), the journal is closed, then ``on_closed(collector)`` runs (the CLI ingests
+    the journal into the store there).
+    """
+    collector = Collector(config)
+    collector.on_closed = on_closed
+    await collector.startup(host)
+    runner = web.AppRunner(collector.app(), access_log=None, handle_signals=False, shutdown_timeout=5.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        await collector.shutdown()
+        raise
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread (tests)
+            pass
+    if ready is not None:
+        ready(runner.addresses[0][1])
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await collector.shutdown()
+    return collector
+
+
+def collect(
+    config: CollectorConfig,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8791,
+    on_closed: Callable[[Collector], None] | None = None,
+    ready: Callable[[int], None] | None = None,
+) -> Collector:
+    """Run the collector in this thread until SIGINT/SIGTERM (see :func:`collect_async`)."""
+    return asyncio.run(collect_async(config, host=host, port=port, on_closed=on_closed, ready=ready))
