@@ -48,6 +48,7 @@ DOCTESTED = [
     "run",
     "load_answers",
     "report",
+    "agreement",
     "calibrate",
     "choose_thresholds",
     "build_policy",

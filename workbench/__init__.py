@@ -7,6 +7,7 @@
     run_id = wb.run(con, "sms_spam", schema, "baseline:tfidf-logreg")   # 3. run a provider
     answers = wb.load_answers(con, run_id, "spam", ["test"])    # 4. answers as arrays
     wb.report(con, run_id)                                      # 5. calibration metrics (ECE, Brier …)
+    wb.agreement(con, run_id)                                   #    annotators' agreement next to the model's
     wb.calibrate(con, run_id, "temperature")                    # 6. a recalibrated view of the run
     opts = wb.ThresholdOptions(alpha=0.05, delta=0.1)           # 7. how thresholds are chosen
     result = wb.choose_thresholds(con, run_id, "spam", opts)    # 8. certified (τ, m), judged on test
@@ -41,6 +42,7 @@ _LAZY = {
     "run": "workbench.api",
     "load_answers": "workbench.api",
     "report": "workbench.api",
+    "agreement": "workbench.api",
     "calibrate": "workbench.api",
     "choose_thresholds": "workbench.api",
     "ThresholdOptions": "workbench.thresholds.choose",
@@ -86,6 +88,7 @@ __all__ = [
     "run",
     "load_answers",
     "report",
+    "agreement",
     "calibrate",
     "ThresholdOptions",
     "choose_thresholds",

@@ -34,6 +34,9 @@ class RunAnswers:
     cost_usd: np.ndarray  # (n,)
     input_tokens: np.ndarray  # (n,)
     extra: dict = field(default_factory=dict)
+    #: (n, k) float votes per item and option (every annotator's label), or None when not loaded;
+    #: ``labels`` is their majority. Soft scores and agreement figures use it.
+    votes: np.ndarray | None = None
 
     def select(self, mask: np.ndarray) -> RunAnswers:
         kw = {k: getattr(self, k) for k in ("run_id", "question", "qtype", "option_ids")}
@@ -49,7 +52,16 @@ class RunAnswers:
             "input_tokens",
         ):
             kw[k] = getattr(self, k)[mask]
-        return RunAnswers(**kw, extra=dict(self.extra))
+        votes = None if self.votes is None else self.votes[mask]
+        extra = dict(self.extra)
+        if "vote_annotators" in extra:  # (row, annotator, option) of every vote: rows follow the selection
+            rows, annotators, options = extra["vote_annotators"]
+            new_row = np.full(len(self.item_ids), -1)
+            kept = np.arange(len(self.item_ids))[mask]
+            new_row[kept] = np.arange(kept.size)
+            ok = new_row[rows] >= 0
+            extra["vote_annotators"] = (new_row[rows][ok], annotators[ok], options[ok])
+        return RunAnswers(**kw, extra=extra, votes=votes)
 
     def answered(self) -> RunAnswers:
         """Only rows with an answer (and a label when one exists)."""

@@ -39,7 +39,7 @@ def import_dataset(
     paths: str | Path | Sequence[str | Path],
     *,
     name: str,
-    labels: Mapping[str, str],
+    labels: Mapping[str, str] | None = None,
     text_column: str | None = None,
     state_column: str | None = None,
     id_column: str | None = None,
@@ -50,6 +50,8 @@ def import_dataset(
     seed: int = 0,
     positive: Mapping[str, str] | None = None,
     schema: Any = None,
+    annotator_column: str | None = None,
+    label_votes: Mapping[str, Mapping[str, str]] | None = None,
     **more: Any,
 ):
     """Import labelled files (CSV, TSV, Parquet, JSON, JSONL) as a new version of dataset ``name``.
@@ -71,6 +73,12 @@ def import_dataset(
         Yes/no question → the label value meaning "yes".
     schema : DecisionSchema or path, optional
         Stored with the dataset (option order, label checks).
+    annotator_column : str, optional
+        Long format: one row per annotator per item (needs ``id_column``); the item's fields must
+        agree across its rows, and every annotator's label is kept as a vote.
+    label_votes : mapping, optional
+        Wide format: question → {option: column holding how many annotators chose it}
+        (``{"spam": {"yes": "n_spam", "no": "n_ham"}}``); the votes are kept, anonymously.
     **more
         Other :class:`workbench.store.datasets.ImportSpec` fields (``group_column``, ``append`` …).
 
@@ -93,7 +101,9 @@ def import_dataset(
         name=name,
         text_column=text_column,
         state_column=state_column,
-        labels=dict(labels),
+        labels=dict(labels or {}),
+        label_votes={q: dict(cols) for q, cols in (label_votes or {}).items()},
+        annotator_column=annotator_column,
         id_column=id_column,
         split_column=split_column,
         split=split,
@@ -219,8 +229,11 @@ def load_answers(con, run_id: str, question: str, splits: Sequence[str] | None =
 def report(con, run_id: str, question: str | None = None, split: str | None = "test", **kwargs: Any):
     """Calibration and accuracy metrics of a run, with bootstrap intervals (``workbench report``).
 
-    ``kwargs``: ``n_bins`` (15), ``n_boot`` (200), ``seed``, ``level`` (0.95), ``smooth``.
-    Returns a ``RunReport``; ``.to_frame()`` has one row per (question, metric).
+    ``kwargs``: ``n_bins`` (15), ``n_boot`` (200), ``seed``, ``level`` (0.95), ``smooth``, ``labels``
+    (``"majority"``: against each item's majority label; ``"soft"``: against its annotators' vote
+    distribution — soft log loss, Brier, ECE). Returns a ``RunReport``; ``.to_frame()`` has one row per
+    (question, metric); a question whose items have several votes carries ``.agreement`` (see
+    :func:`agreement`).
 
     Examples
     --------
@@ -231,6 +244,24 @@ def report(con, run_id: str, question: str | None = None, split: str | None = "t
     from workbench.evaluation import report_run
 
     return report_run(con, run_id, question, split, **kwargs)
+
+
+def agreement(con, run_id: str, question: str | None = None, split: str | None = "test") -> dict:
+    """Agreement among the annotators of a run's items, next to the run's agreement with them.
+
+    For each question: ``None`` when no item has two or more votes, else an ``AgreementReport`` with
+    ``annotators`` and ``model`` figures (pairwise agreement, Krippendorff's α, Fleiss' κ, Cohen's κ;
+    ordinal/interval α and quadratic-weighted κ for score questions), ``per_annotator``,
+    ``.to_frame()`` and ``.to_dict()``. The same figures ``workbench report`` prints.
+
+    Examples
+    --------
+    >>> wb.agreement(con, run_id)  # sms_spam has one label per message
+    {'spam': None}
+    """
+    from workbench.evaluation import agreement_for_run
+
+    return agreement_for_run(con, run_id, question, split)
 
 
 def calibrate(con, run_id: str, method: str = "temperature", **kwargs: Any) -> dict:

@@ -8,6 +8,7 @@ the pure metrics on the arrays, and — for :func:`calibrate_run` — writes the
 ``label_issues_for_runs`` confident-learning label issues from one run or the consensus of several
 ``reliability_display``   :class:`ReliabilityDisplay` of a stored run (a calibrated view with its parent)
 ``confusion_display``     :class:`ConfusionDisplay` of a stored run
+``agreement_for_run``     agreement among annotators and of the run's top option with them (the noise floor)
 
 ``workbench report``, ``workbench calibrate``, ``workbench label-issues``, the UI and notebooks call
 these, so a figure on any surface comes from the same code path.
@@ -19,15 +20,19 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from workbench.answers import RunAnswers
 from workbench.errors import WorkbenchError
+from workbench.metrics.agreement import AgreementReport, agreement_report, named_votes, vote_counts
 from workbench.metrics.displays import ConfusionDisplay, ReliabilityDisplay
 from workbench.metrics.label_issues import LabelIssues, consensus_probs, find_label_issues
 from workbench.metrics.recalibrate import CalibrationFitError, make_calibrator
 from workbench.metrics.reliability import top_label_ece
-from workbench.metrics.report import RunReport, question_report
+from workbench.metrics.report import LABEL_MODES, RunReport, question_report
 from workbench.metrics.scores import log_loss
 from workbench.schema.answers import entropy, top_two
+from workbench.store.datasets import load_votes
 from workbench.store.db import transaction
 from workbench.store.runs import (
     create_run,
@@ -72,30 +77,38 @@ def report_run(
     exclude_items: dict[str, Iterable[str]] | None = None,
     with_before: bool = True,
     smooth: bool = True,
+    labels: str = "majority",
 ) -> RunReport:
     """Load a run's answers (``split=None`` or ``"all"``: every split) and report each question.
 
     ``exclude_items`` maps a question to item ids left out (suspected label errors). For a
     calibrated view (``kind='calibrated'``) the parent run's report on the same items is attached
-    as ``before``.
+    as ``before``. ``labels``: ``"majority"`` scores against each item's majority label,
+    ``"soft"`` against its vote distribution (:mod:`workbench.metrics.soft`). A question whose
+    items have several votes also gets ``agreement`` (:func:`agreement_for_answers`).
     """
+    if labels not in LABEL_MODES:
+        raise WorkbenchError(
+            f"--labels {labels!r} is not one of {', '.join(LABEL_MODES)}", hint="--labels soft|majority"
+        )
     run = get_run(con, run_id)
     questions = [question] if question else run_questions(con, run["run_id"])
     splits = None if split in (None, "all") else [split]
     reports = []
     for q in questions:
-        answers = load_answers(con, run["run_id"], q, splits)
-        reports.append(
-            question_report(
-                answers,
-                exclude_items=(exclude_items or {}).get(q),
-                n_bins=n_bins,
-                n_boot=n_boot,
-                seed=seed,
-                level=level,
-                smooth=smooth,
-            )
+        answers = with_votes(con, load_answers(con, run["run_id"], q, splits), splits)
+        rep = question_report(
+            answers,
+            exclude_items=(exclude_items or {}).get(q),
+            labels=labels,
+            n_bins=n_bins,
+            n_boot=n_boot,
+            seed=seed,
+            level=level,
+            smooth=smooth,
         )
+        rep.agreement = agreement_for_answers(answers, splits=splits, con=con)
+        reports.append(rep)
     info = {k: run.get(k) for k in _RUN_FIELDS}
     # what the run cost; for an emulated run, what the real service would have billed (nothing was)
     info["cost_usd"] = (run.get("summary") or {}).get("cost_usd")
@@ -114,9 +127,70 @@ def report_run(
             exclude_items=exclude_items,
             with_before=False,
             smooth=smooth,
+            labels=labels,
         )
         calibrators = load_calibrators(con, run["run_id"])
     return RunReport(info, split, reports, before, calibrators)
+
+
+# -- annotators: votes, soft labels, agreement -------------------------------------------------------
+def _votes_of(con: Any, answers: RunAnswers, splits: Sequence[str] | None) -> dict[str, np.ndarray]:
+    run = answers.extra.get("run") or get_run(con, answers.run_id)
+    return load_votes(con, run["dataset"], int(run["dataset_version"]), answers.question, answers.option_ids, splits)
+
+
+def with_votes(con: Any, answers: RunAnswers, splits: Sequence[str] | None = None) -> RunAnswers:
+    """``answers`` with ``votes`` (n, k): every stored vote of its items (one DuckDB read, one bincount)."""
+    v = _votes_of(con, answers, splits)
+    row = pd.Index(answers.item_ids.astype(str)).get_indexer(v["item_id"].astype(str))
+    ok = row >= 0
+    answers.votes = vote_counts(row[ok], v["option"][ok], len(answers.item_ids), len(answers.option_ids))
+    answers.extra["vote_annotators"] = (row[ok], v["annotator"][ok], v["option"][ok])
+    return answers
+
+
+def agreement_for_answers(
+    answers: RunAnswers, *, splits: Sequence[str] | None = None, con: Any = None, with_model: bool = True
+) -> AgreementReport | None:
+    """Agreement among the annotators of ``answers``' items and of the run's top option with them.
+
+    Only items the model answered enter (so the two columns compare the same items); ``None`` when
+    no item has more than one vote. ``answers`` must carry its votes (:func:`with_votes`; loaded
+    here from ``con`` otherwise).
+    """
+    if answers.votes is None or "vote_annotators" not in answers.extra:
+        answers = with_votes(con, answers, splits)
+    assert answers.votes is not None
+    if not (answers.votes.sum(axis=1) > 1).any():
+        return None
+    rows, annotators, options = answers.extra["vote_annotators"]
+    answered = ~answers.failed
+    keep = np.flatnonzero(answered)
+    new_index = np.full(len(answers.item_ids), -1)
+    new_index[keep] = np.arange(keep.size)
+    sel = new_index[rows] >= 0
+    votes, ids = named_votes(new_index[rows][sel], annotators[sel], options[sel])
+    model = answers.probs[keep].argmax(axis=1) if with_model else None
+    return agreement_report(
+        answers.votes[keep],
+        votes=votes if ids else None,
+        annotator_ids=ids,
+        model=model,
+        qtype=answers.qtype,
+        question=answers.question,
+    )
+
+
+def agreement_for_run(
+    con: Any, run_id: str, question: str | None = None, split: str | None = "test"
+) -> dict[str, AgreementReport | None]:
+    """{question: agreement among annotators and of the run with them} on ``split`` (``"all"``: every split)."""
+    run = get_run(con, run_id)
+    questions = [question] if question else run_questions(con, run["run_id"])
+    splits = None if split in (None, "all") else [split]
+    return {
+        q: agreement_for_answers(load_answers(con, run["run_id"], q, splits), splits=splits, con=con) for q in questions
+    }
 
 
 # -- calibrated views of stored runs ------------------------------------------------------------

@@ -20,6 +20,30 @@ def _pairs(values: list[str] | None, option: str) -> dict[str, str]:
     return out
 
 
+def _votes(values: list[str] | None) -> dict[str, dict[str, str]]:
+    """``Q=OPT:COL,OPT:COL`` (or ``Q=COL,COL`` when each column is named like its option) → {Q: {OPT: COL}}."""
+    out: dict[str, dict[str, str]] = {}
+    for question, spec in _pairs(values, "--label-votes").items():
+        columns: dict[str, str] = {}
+        for part in spec.split(","):
+            option, sep, col = part.partition(":")
+            option, col = option.strip(), (col.strip() if sep else option.strip())
+            if not option or not col:
+                raise DataImportError(
+                    f"--label-votes {question}={spec!r}: {part!r} is not OPTION:COLUMN or COLUMN",
+                    hint=f"e.g. --label-votes {question}=yes:n_yes,no:n_no",
+                )
+            if option in columns:
+                raise DataImportError(
+                    f"--label-votes {question}: option {option!r} is given twice (columns {columns[option]!r} and "
+                    f"{col!r})",
+                    hint="one count column per option",
+                )
+            columns[option] = col
+        out[question] = columns
+    return out
+
+
 def register(app: typer.Typer) -> None:
     ds = typer.Typer(help="Import, list and inspect labelled datasets.", no_args_is_help=True)
     app.add_typer(ds, name="datasets")
@@ -40,6 +64,17 @@ def register(app: typer.Typer) -> None:
         group_column: str | None = typer.Option(None, "--group-column", help="Rows sharing a group stay in one split."),
         image_column: str | None = typer.Option(None, "--image-column", help="';'-separated image references."),
         positive: list[str] = typer.Option(None, "--positive", help="QUESTION=VALUE meaning yes (noul)."),
+        annotator_column: str | None = typer.Option(
+            None,
+            "--annotator-column",
+            help="Long format: one row per annotator per item (needs --id-column); every vote is kept.",
+        ),
+        label_votes: list[str] = typer.Option(
+            None,
+            "--label-votes",
+            help="Wide format: QUESTION=OPTION:COUNT_COLUMN,… (or QUESTION=COL,… when columns are named like the"
+            " options); each column holds how many annotators chose that option (repeatable).",
+        ),
         schema: Path | None = typer.Option(None, "--schema", help="Check labels against this schema."),
         append: bool = typer.Option(False, "--append", help="Add the rows to the latest version."),
         profile: str = typer.Option("default", "--profile", help="Limit profile the --schema must meet."),
@@ -63,6 +98,8 @@ def register(app: typer.Typer) -> None:
             group_column=group_column,
             image_column=image_column,
             positive=_pairs(positive, "--positive"),
+            annotator_column=annotator_column,
+            label_votes=_votes(label_votes),
             append=append,
         )
         sch = load_schema(schema) if schema else None
@@ -134,5 +171,9 @@ def register(app: typer.Typer) -> None:
         )
         for q, d in info["labels"].items():
             top = ", ".join(f"{k} {v}" for k, v in list(d["label_counts"].items())[:8])
-            out_console.print(f"  {q}: {d['n_labels']} labels; {top}{' …' if d['n_labels'] > 8 else ''}")
+            votes = ""
+            if d.get("items_with_several_votes"):
+                who = f"{d['n_annotators']} annotators" if d["n_annotators"] else "anonymous counts"
+                votes = f" ({d['n_votes']:,} votes, {d['votes_per_item']:.2f} per item, {who})"
+            out_console.print(f"  {q}: {d['n_labels']} labels{votes}; {top}{' …' if d['n_labels'] > 8 else ''}")
         out_console.print(f"  versions: {', '.join(str(v['version']) for v in info['versions'])}")

@@ -77,6 +77,30 @@ def _print_run_report(rep, compare=None, compare_title: str = "before") -> None:
                 row.append("Brier = reliability − resolution + uncertainty")
                 table.add_row(*row)
         out_console.print(table)
+        if q.agreement is not None:
+            _print_agreement(q.agreement)
+
+
+def _print_agreement(ag) -> None:
+    """The agreement table of one question: annotators next to the model (the noise floor)."""
+    from rich.table import Table
+
+    from workbench.metrics.agreement import AGREEMENT_INFO, MODEL_COLUMN_NOTE
+
+    out_console.print(
+        f"  agreement on {ag.n_items:,} items with ≥ 2 votes ({ag.votes_per_item:.2f} votes per item, "
+        f"{ag.n_annotators} named annotators)"
+    )
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("agreement", no_wrap=True, min_width=max([9, *(len(n) for n in ag.annotators)]))
+    table.add_column("annotators", justify="right")
+    table.add_column("model", justify="right")
+    table.add_column("meaning", style="dim")
+    for name, value in ag.annotators.items():
+        table.add_row(name, _fmt(value), _fmt(ag.model.get(name)), AGREEMENT_INFO.get(name, ""))
+    out_console.print(table)
+    for note in [MODEL_COLUMN_NOTE, *ag.notes]:
+        out_console.print(f"  [dim]{note}[/]", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -88,6 +112,11 @@ def register(app: typer.Typer) -> None:
         n_bins: int = typer.Option(15, "--bins", help="Bins of the binned ECE family."),
         n_boot: int = typer.Option(200, "--boot", help="Bootstrap replicates for the 95% intervals."),
         seed: int = typer.Option(0, "--seed"),
+        labels: str = typer.Option(
+            "majority",
+            "--labels",
+            help="Score against each item's majority label, or 'soft': against its annotators' vote distribution.",
+        ),
         exclude_label_issues: bool = typer.Option(
             False, "--exclude-label-issues", help="Also report without suspected label errors, side by side."
         ),
@@ -97,7 +126,7 @@ def register(app: typer.Typer) -> None:
         from workbench.evaluation import label_issues_for_runs, report_run
 
         with open_store(read_only=True) as con:
-            rep = report_run(con, run_id, question, split, n_bins=n_bins, n_boot=n_boot, seed=seed)
+            rep = report_run(con, run_id, question, split, n_bins=n_bins, n_boot=n_boot, seed=seed, labels=labels)
             clean = None
             if exclude_label_issues:
                 issues = label_issues_for_runs(con, [rep.run["run_id"]], question)
@@ -111,6 +140,7 @@ def register(app: typer.Typer) -> None:
                     seed=seed,
                     exclude_items={q: li.item_ids for q, li in issues.items()},
                     with_before=False,
+                    labels=labels,
                 )
         if as_json:
             doc = rep.to_dict()

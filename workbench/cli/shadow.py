@@ -111,9 +111,30 @@ def register(app: typer.Typer) -> None:
         ),
         sample_rate: float = typer.Option(1.0, "--sample-rate", help="Share of requests mirrored to the challenger."),
         ingest: bool = typer.Option(True, "--ingest/--no-ingest", help="Load the journal into the store on exit."),
+        max_body: str = typer.Option("8MiB", "--max-body", help="Largest request body; larger ones get 413."),
+        max_buffered: str = typer.Option(
+            "128MiB", "--max-buffered", help="Request bodies held in memory at once; beyond it 503 + Retry-After."
+        ),
+        header_timeout: float = typer.Option(
+            10.0, "--header-timeout", help="Seconds for a request head once it started (slowloris)."
+        ),
+        body_timeout: float = typer.Option(
+            30.0, "--body-timeout", help="Seconds for a body once its head is in (408)."
+        ),
+        idle_timeout: float = typer.Option(
+            75.0, "--idle-timeout", help="Seconds a connection may wait between requests."
+        ),
+        max_connections: int = typer.Option(1024, "--max-connections", help="Open connections; more are closed."),
+        max_journal_body: str = typer.Option(
+            "1MiB", "--max-journal-body", help="Bodies above this are journaled as sha256 + size."
+        ),
     ) -> None:
-        """Live mirror: answer with the champion (unchanged), shadow the challenger, log both durably."""
-        from workbench.shadow.mirror import MirrorConfig, serve
+        """Live mirror: answer with the champion (unchanged), shadow the challenger, log both durably.
+
+        Sizes take a unit (8MiB, 512KiB, or bytes). The limits are answered by the mirror itself:
+        see `workbench.shadow.mirror` for what each one does.
+        """
+        from workbench.shadow.mirror import MirrorConfig, parse_size, serve
 
         path = journal or Path(f"shadow-{name}.jsonl")
         config = MirrorConfig(
@@ -126,7 +147,15 @@ def register(app: typer.Typer) -> None:
             max_challenger_in_flight=max_in_flight,
             challenger_headers=_headers(challenger_header),
             sample_rate=sample_rate,
+            max_body_bytes=parse_size(max_body, option="--max-body"),
+            max_buffered_bytes=parse_size(max_buffered, option="--max-buffered"),
+            header_timeout=header_timeout,
+            body_timeout=body_timeout,
+            idle_timeout=idle_timeout,
+            max_connections=max_connections,
+            max_journal_body=parse_size(max_journal_body, option="--max-journal-body"),
         )
+        config.validate()
         err_console.print(f"shadow mirror [bold]{name}[/] on http://{host}:{port}{config.path} (journal {path})")
 
         def _after(app_) -> None:

@@ -11,6 +11,8 @@ Modules::
     label_issues  confident-learning label-issue queue
     displays      plotly ReliabilityDisplay, ConfusionDisplay, RiskCoverageDisplay, ThresholdSurfaceDisplay
     selective     risk_coverage_curve (error among accepted vs coverage of the top probability)
+    soft          scores against the annotators' vote distribution: soft log loss, Brier, ECE, accuracy
+    agreement     Krippendorff's α, Fleiss' κ, Cohen's / quadratic-weighted κ; the model next to the annotators
 
 Nothing here reads or writes the store: the store-backed workflows (``report_run``, ``calibrate_run``,
 ``label_issues_for_runs``, displays of a stored run) live one floor up in :mod:`workbench.evaluation`.
@@ -54,6 +56,14 @@ _LAZY = {
     "ConfusionDisplay": "displays",
     "RiskCoverageDisplay": "displays",
     "ThresholdSurfaceDisplay": "displays",
+    "soft_report": "soft",
+    "soft_log_loss": "soft",
+    "soft_brier": "soft",
+    "soft_ece": "soft",
+    "agreement_report": "agreement",
+    "AgreementReport": "agreement",
+    "krippendorff_alpha": "agreement",
+    "fleiss_kappa": "agreement",
     "risk_coverage_curve": "selective",
     "RiskCoverageCurve": "selective",
 }

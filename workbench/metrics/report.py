@@ -27,11 +27,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.errors import WorkbenchError
 from workbench.metrics import reliability as rel
 from workbench.metrics import scores as sc
 from workbench.metrics.bootstrap import Interval, bootstrap_many
 from workbench.metrics.confusion import ConfusionResult, confusion_result, macro_f1_from_matrix
 
+#: What a report scores against: the majority label of an item's votes, or the vote distribution.
+LABEL_MODES = ("majority", "soft")
 #: Class-wise ECE is bootstrapped only when n × k stays below this (it touches every probability).
 CLASSWISE_BOOT_LIMIT = 2_000_000
 #: smECE is bootstrapped (at the fixed-point bandwidth of the full sample) below this many items.
@@ -63,6 +66,14 @@ METRIC_INFO: dict[str, str] = {
     "qwk": "quadratic weighted kappa (arg-max level vs label)",
     "within_one_accuracy": "arg-max level within one level of the label",
     "cumulative_ece": "mean over k of the ECE of P(level ≥ k), equal-width bins",
+    # against the vote distribution (``labels="soft"``; workbench.metrics.soft)
+    "soft_accuracy": "vote share of the top option (chance it matches a random annotator)",
+    "soft_log_loss": "cross-entropy with the vote distribution, nats (lower is better)",
+    "soft_brier": "Brier score averaged over the item's votes (same scale as brier)",
+    "soft_ece_uniform": "top-label ECE, accuracy = vote share of the predicted option, equal-width bins",
+    "soft_ece_quantile": "top-label ECE, accuracy = vote share of the predicted option, equal-mass bins",
+    "soft_log_loss_floor": "mean entropy of the votes: the soft log loss of a forecast equal to the votes",
+    "soft_brier_floor": "the soft Brier of a forecast equal to the votes (annotator disagreement)",
 }
 
 
@@ -89,6 +100,9 @@ class QuestionReport:
     #: ``(kept, stats)``: the mask (n_attempted,) of items that entered the metrics and the replicate
     #: function ``stats(weights (n_kept,) or None) -> {metric: value}`` behind ``metrics`` (paired comparisons)
     replicate: tuple | None = field(default=None, repr=False, compare=False)
+    #: agreement among annotators and of the model with them (an ``AgreementReport``), when items have
+    #: several votes; set by :func:`workbench.evaluation.report_run`
+    agreement: Any = None
 
     def __getstate__(self) -> dict:
         """Pickle (the UI's Streamlit cache does) without ``replicate``: its function is a closure."""
@@ -136,6 +150,7 @@ class QuestionReport:
             "smooth_reliability": {k: v.to_dict() for k, v in self.smooth.items()},
             "classwise_reliability": [c.to_dict() for c in self.classwise],
             "confusion": self.confusion.to_dict() if self.confusion else None,
+            "agreement": self.agreement.to_dict() if self.agreement is not None else None,
         }
 
 
@@ -583,11 +598,40 @@ REPORTERS: dict[str, Callable[..., QuestionReport]] = {
 }
 
 
-def question_report(answers: Any, *, exclude_items: Iterable[str] | None = None, **kwargs: Any) -> QuestionReport:
-    """Report of one :class:`~workbench.answers.RunAnswers` (any question type)."""
+def question_report(
+    answers: Any, *, exclude_items: Iterable[str] | None = None, labels: str = "majority", **kwargs: Any
+) -> QuestionReport:
+    """Report of one :class:`~workbench.answers.RunAnswers` (any question type).
+
+    ``labels="majority"`` scores against the majority label (every metric of the type);
+    ``labels="soft"`` against the vote distribution ``answers.votes`` (the soft scores of
+    :mod:`workbench.metrics.soft`).
+    """
     exclude = None
     if exclude_items is not None:
         exclude = np.isin(answers.item_ids.astype(str), np.asarray(list(exclude_items), dtype=str))
+    if labels not in LABEL_MODES:
+        raise WorkbenchError(f"labels={labels!r} is not one of {', '.join(LABEL_MODES)}", hint="--labels soft|majority")
+    if labels == "soft":
+        from workbench.metrics.soft import soft_report
+
+        if answers.votes is None:
+            raise WorkbenchError(
+                f"question {answers.question!r}: no votes loaded for soft labels",
+                hint="load the answers with their votes (workbench.evaluation.report_run does)",
+            )
+        kwargs.pop("smooth", None)
+        kwargs.pop("accept", None)
+        return soft_report(
+            answers.probs,
+            answers.votes,
+            answers.option_ids,
+            qtype=answers.qtype,
+            question=answers.question,
+            failure_kinds=answers.failure_kind,
+            exclude=exclude,
+            **kwargs,
+        )
     return REPORTERS[answers.qtype](
         answers.probs,
         answers.labels,

@@ -17,16 +17,69 @@ Two kinds of appends, both from the event loop's thread (so lines never interlea
 A record is a flat JSON object with a ``kind`` (``"champion"`` or ``"challenger"``) and a ``pair`` id;
 :func:`workbench.store.shadow.ingest_journal` pairs them up. A line torn by a crash can only belong
 to a record that was never acknowledged: the reader skips it, and reopening the journal ends it.
+
+Size: a request or response body over ``max_body`` bytes (default :data:`MAX_JOURNAL_BODY`, 1 MiB)
+is kept as a reference — ``request_sha256`` + ``request_bytes`` (``body_sha256`` + ``body_bytes``)
+with ``request``/``body`` null — so every line stays far below what ingest reads in one piece, and a
+caller cannot fill the disk with a few huge posts. Such a pair is ingested without its state.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+#: Bodies above this many bytes are journaled as a reference (sha256 + size), not whole.
+MAX_JOURNAL_BODY = 1024 * 1024
+
+
+def body_fields(field: str, raw: bytes, text: str | None = None, *, max_body: int = MAX_JOURNAL_BODY) -> dict[str, Any]:
+    """``{field: text}``, or ``{field: None, field_sha256: hex, field_bytes: n}`` when ``raw`` is over ``max_body``.
+
+    ``text`` is the body as text when it differs from ``raw`` decoded (a decompressed answer).
+    """
+    if len(raw) > max_body or (text is not None and len(text) > max_body):
+        return {field: None, f"{field}_sha256": hashlib.sha256(raw).hexdigest(), f"{field}_bytes": len(raw)}
+    return {field: raw.decode("utf-8", errors="replace") if text is None else text}
+
+
+def champion_record(
+    pair: str,
+    *,
+    item_id: str,
+    ts: str,
+    shadow: str,
+    request: bytes,
+    status: int,
+    body: bytes,
+    body_text: str | None = None,
+    latency_ms: float | None,
+    error: str | None = None,
+    sampled: bool = True,
+    max_body: int = MAX_JOURNAL_BODY,
+) -> dict[str, Any]:
+    """The journal line of the champion half of ``pair`` (bodies over ``max_body`` as references).
+
+    ``body_text`` is the answer as text when ``body`` is compressed on the wire.
+    """
+    return {
+        "kind": "champion",
+        "pair": pair,
+        "item_id": item_id,
+        "ts": ts,
+        "shadow": shadow,
+        **body_fields("request", request, max_body=max_body),
+        "status": status,
+        **body_fields("body", body, body_text, max_body=max_body),
+        "latency_ms": latency_ms,
+        "error": error,
+        "sampled": sampled,
+    }
 
 
 def _line(record: dict[str, Any]) -> bytes:
@@ -79,6 +132,11 @@ class Journal:
         """Write ``record`` now (no wait for the disk; synced with the next durable append)."""
         self._write(_line(record))
         self.records_written += 1
+
+    async def append_pair(self, champion: dict[str, Any], challenger: dict[str, Any]) -> None:
+        """Both halves of a pair at once (a collector that learns them together), durably."""
+        self.append(champion)
+        await self.append_durable(challenger)
 
     async def append_durable(self, record: dict[str, Any]) -> None:
         """Append and return once the record is written and fsynced (group commit per loop tick)."""

@@ -1,27 +1,52 @@
 """Live mirror: a System One endpoint that answers with the champion and shadows the challenger.
 
-Each ``POST /v1/systemone`` is forwarded to the champion; its status, headers and body bytes go back
-to the caller unchanged. The same request then goes to the challenger in a background task — started
-once the champion's answer has been written back, bounded in time and in number (excess is *shed*
-and logged, never queued), never awaited by the caller. A champion failure is passed through as the
-champion's own error (its HTTP status and body); a champion that cannot be reached becomes 502
-(network) or 504 (timeout) with a System One style error body.
+Each ``POST /v1/systemone`` is forwarded to the champion; its status, reason, headers and body bytes go
+back to the caller unchanged (compressed answers stay compressed). The same request then goes to the
+challenger in a background task — started once the champion's answer has been written back, bounded
+in time, in number and in buffered bytes (excess is *shed* and logged, never queued), never awaited
+by the caller. A champion error is passed through as the champion's own answer (its status and body,
+a 413 included); a champion that cannot be reached becomes 502 (network) or 504 (timeout) with a
+System One style error body.
 
 Durability: the champion half of every pair is fsynced to the :class:`~workbench.shadow.journal.Journal`
 *before* the response is sent, so every acknowledged request survives a crash or restart. The
-challenger half is appended when it completes; a pair whose challenger half was lost in a crash is
+challenger half is appended when it completes — a failed challenger call as a failure with its
+reason (:mod:`workbench.shadow.challenger`); a pair whose challenger half was lost in a crash is
 ingested with ``challenger_error = "lost"``.
 
-The HTTP layer is :mod:`workbench.shadow.http11` (plain asyncio streams: the mirror must add as
-little CPU as possible in front of production traffic). A challenger given as a provider spec
-(``cloudflare:clef-flash``, ``local:minilm-zeroshot``...) is called through the provider layer
-(httpx, one shared client per provider) on its own event-loop thread.
+The HTTP layer is aiohttp: its low-level server (``aiohttp.web.Server``, llhttp parser) in front and
+an aiohttp client session per upstream. Limits (all :class:`MirrorConfig` fields and
+``workbench shadow serve`` options), each answered by the mirror itself without calling anyone:
+
+========================  ==========  ===============================================================
+limit                     default     over it
+========================  ==========  ===============================================================
+``max_body_bytes``        8 MiB       413 at once, from the ``Content-Length`` (or while a chunked
+                                      body streams in); nothing is forwarded
+``max_buffered_bytes``    128 MiB     503 + ``Retry-After: 1`` at once (not queued: a queue would
+                                      hold the caller's connection and memory); a request reserves
+                                      its ``Content-Length`` (a chunked one ``max_body_bytes``) from
+                                      its head on; challenger calls may hold at most half of the
+                                      budget, beyond that they are shed
+``header_timeout``        10 s        a request head still incomplete this long after its first
+                                      byte: the connection is closed (slowloris)
+``body_timeout``          30 s        a body still incomplete this long after its head: 408
+``idle_timeout``          75 s        a connection without a request this long is closed
+``max_connections``       1024        further connections are closed as soon as they are accepted
+``max_journal_body``      1 MiB       the journal keeps the body's sha256 and size, not the body
+========================  ==========  ===============================================================
+
+Invalid framing — two different ``Content-Length`` headers, ``Content-Length`` with
+``Transfer-Encoding``, a malformed chunk — is refused with 400 by aiohttp's parser before the
+mirror sees the request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
+import re
 import signal
 import sys
 import time
@@ -31,26 +56,52 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from workbench.shadow.http11 import (
-    ClientPool,
-    HttpError,
-    Message,
-    encode_response,
-    read_request,
+import aiohttp
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from multidict import CIMultiDict
+from yarl import URL
+
+from workbench.shadow import challenger as challenger_mod
+from workbench.shadow.challenger import (
+    ChallengerClient,
+    ChallengerResult,
+    challenger_record,
+    endpoint_url,
+    failure,
 )
-from workbench.shadow.journal import Journal
+from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, body_fields, champion_record
 
-#: Request headers the challenger receives (the caller's credentials belong to the champion).
-_CHALLENGER_PASS = {b"content-type", b"accept", b"x-item-id", b"x-request-id"}
-ITEM_ID_HEADER = b"x-item-id"
-_JSON = [(b"content-type", b"application/json")]
+# Names other fronts imported from here before the challenger code moved to shadow/challenger.py.
+_is_url, _split_model = challenger_mod.is_url, challenger_mod.split_model
+_schema_of, _system_one_body = challenger_mod._schema_of, challenger_mod._system_one_body
+
+ITEM_ID_HEADER = "x-item-id"
+MiB = 1024 * 1024
+#: Not forwarded either way: they describe one connection, not the message (RFC 9110 §7.6.1),
+#: plus the framing the sending side sets itself.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "host",
+        "expect",
+    }
+)
 
 
 @dataclass
 class MirrorConfig:
-    """Settings of one mirror process.
+    """Settings of one mirror process (the limits are described in the module docstring).
 
     Parameters
     ----------
@@ -72,6 +123,18 @@ class MirrorConfig:
     sample_rate : float in (0, 1], default=1.0
         Share of requests mirrored to the challenger (to bound its cost). Every champion answer is
         journaled; unsampled ones are marked and left out of the shadow session at ingest.
+    max_body_bytes : int, default=8 MiB
+        Largest request body accepted; larger ones get 413 from the mirror, forwarded to nobody.
+    max_buffered_bytes : int, default=128 MiB
+        Request bodies held in memory at once (requests in progress and challenger calls); a request
+        that does not fit gets 503 with ``Retry-After``. Challenger calls hold at most half.
+    header_timeout, body_timeout, idle_timeout : float, default=10, 30, 75 s
+        Time for a request head to arrive once it started, for its body once the head is in, and
+        for a keep-alive connection to send its next request.
+    max_connections : int, default=1024
+        Open client connections; more are closed on accept.
+    max_journal_body : int, default=1 MiB
+        Bodies above this are journaled as ``sha256`` + size (see :mod:`workbench.shadow.journal`).
     """
 
     champion: str
@@ -85,71 +148,151 @@ class MirrorConfig:
     challenger_headers: dict[str, str] = field(default_factory=dict)
     fsync: bool = True
     sample_rate: float = 1.0
+    max_body_bytes: int = 8 * MiB
+    max_buffered_bytes: int = 128 * MiB
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    idle_timeout: float = 75.0
+    max_connections: int = 1024
+    max_journal_body: int = MAX_JOURNAL_BODY
+
+    def validate(self) -> None:
+        from workbench.errors import WorkbenchError
+
+        if not 0.0 < self.sample_rate <= 1.0:
+            raise WorkbenchError(f"--sample-rate {self.sample_rate} must be in (0, 1]")
+        for name in ("max_body_bytes", "max_buffered_bytes", "max_connections", "max_journal_body"):
+            if getattr(self, name) < 1:
+                raise WorkbenchError(f"{name} = {getattr(self, name)} must be positive")
+        if self.max_buffered_bytes < self.max_body_bytes:
+            raise WorkbenchError(
+                f"max_buffered_bytes ({self.max_buffered_bytes}) is below max_body_bytes ({self.max_body_bytes})",
+                hint="the buffer must hold at least one request of the largest size",
+            )
+        for name in ("header_timeout", "body_timeout", "idle_timeout", "champion_timeout", "challenger_timeout"):
+            if not getattr(self, name) > 0:
+                raise WorkbenchError(f"{name} = {getattr(self, name)} must be positive (seconds)")
 
 
-def endpoint_url(spec: str) -> str:
-    """``systemone:http://…`` or ``http://…`` → the URL; anything else is refused."""
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|kib|k|mb|mib|m|gb|gib|g)?\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 10**6, "mib": MiB}
+_UNITS |= {"g": 1024**3, "gb": 10**9, "gib": 1024**3}
+
+
+def parse_size(text: str, *, option: str = "size") -> int:
+    """``"8MiB"``, ``"512k"``, ``"1000000"`` → bytes (``k``/``m``/``g`` alone are binary)."""
     from workbench.errors import WorkbenchError
 
-    url = spec.split(":", 1)[1] if spec.startswith("systemone:") else spec
-    if not url.startswith(("http://", "https://")):
-        raise WorkbenchError(
-            f"shadow serve needs a System One endpoint URL, got {spec!r}",
-            hint="e.g. http://127.0.0.1:8787/v1/systemone or systemone:https://…/v1/systemone",
-        )
-    return url
-
-
-def _is_url(spec: str) -> bool:
-    return spec.startswith(("http://", "https://", "systemone:"))
-
-
-def _split_model(url: str) -> tuple[str, str | None]:
-    parts = urlsplit(url)
-    query = parse_qs(parts.query)
-    model = query.pop("model", [None])[0]
-    rest = "&".join(f"{k}={v}" for k, vs in query.items() for v in vs)
-    return urlunsplit(parts._replace(query=rest)), model
+    m = _SIZE.match(text)
+    if not m:
+        raise WorkbenchError(f"{option} {text!r} is not a size", hint="e.g. 8MiB, 512KiB or a number of bytes")
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "b").lower()])
 
 
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-def _text(raw: bytes, encoding: bytes | None) -> str:
-    """Body as text for the journal (decompressed when the champion compressed it)."""
-    if encoding:
-        import gzip
-        import zlib
-
-        try:
-            if encoding.lower() == b"gzip":
-                raw = gzip.decompress(raw)
-            elif encoding.lower() == b"deflate":
-                raw = zlib.decompress(raw)
-        except (OSError, zlib.error):
-            pass
-    return raw.decode("utf-8", errors="replace")
+def _error_body(kind: str, message: str) -> bytes:
+    return json.dumps({"error": {"type": kind, "message": message}}).encode()
 
 
-def _error_kind(exc: BaseException) -> str:
-    return "timeout" if isinstance(exc, asyncio.TimeoutError) else "network"
+def _json(status: int, body: bytes, *, close: bool = False, headers: dict[str, str] | None = None) -> web.Response:
+    response = web.Response(status=status, body=body, content_type="application/json", headers=headers)
+    if close:  # the body was not read: do not reuse the connection
+        response.force_close()
+    return response
+
+
+class _Connection(RequestHandler):
+    """aiohttp's connection handler plus the mirror's connection cap and header-read timeout.
+
+    aiohttp already closes a connection that delivers no complete request head within its
+    keep-alive timeout (``idle_timeout``); this adds the shorter clock that starts with the first
+    byte of a head (``header_timeout``), so a slowloris client is dropped quickly.
+    """
+
+    def __init__(self, manager: web.Server, mirror: MirrorApp, **kwargs: Any):
+        super().__init__(manager, **kwargs)
+        self._mirror = mirror
+        self._busy = False
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._counted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        m = self._mirror
+        if m.open_connections >= m.config.max_connections:
+            m.stats["connections_refused"] += 1
+            self.force_close()
+            return
+        m.open_connections += 1
+        self._counted = True
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._counted:
+            self._mirror.open_connections -= 1
+            self._counted = False
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._busy and self._head_timer is None and data:
+            self._head_timer = self._loop.call_later(self._mirror.config.header_timeout, self._head_expired)
+        super().data_received(data)
+
+    def _head_expired(self) -> None:
+        self._head_timer = None
+        if not self._busy:
+            self._mirror.stats["connections_timed_out"] += 1
+            self.force_close()
+
+    def request_started(self) -> None:
+        self._busy = True
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def request_finished(self) -> None:
+        self._busy = False
+
+
+class _Server(web.Server):
+    """aiohttp's low-level server, building :class:`_Connection` handlers."""
+
+    def __init__(self, handler: Any, *, mirror: MirrorApp, **kwargs: Any):
+        super().__init__(handler, **kwargs)
+        self._mirror = mirror
+        self._handler_kwargs = kwargs
+
+    def __call__(self) -> RequestHandler:
+        return _Connection(self, self._mirror, loop=asyncio.get_running_loop(), **self._handler_kwargs)
+
+
+class _BodyRefused(Exception):
+    def __init__(self, response: web.Response):
+        self.response = response
 
 
 class MirrorApp:
     """The mirror's request handling and lifecycle (see the module docstring)."""
 
     def __init__(self, config: MirrorConfig):
+        config.validate()
         self.config = config
         self.champion_url = endpoint_url(config.champion)
-        self.challenger_is_url = _is_url(config.challenger)
-        self.challenger_url: str | None = None
-        self.challenger_model: str | None = None
-        if self.challenger_is_url:
-            self.challenger_url, self.challenger_model = _split_model(endpoint_url(config.challenger))
+        self._champion_target = URL(self.champion_url)
+        self.challenger = ChallengerClient(
+            config.challenger, timeout=config.challenger_timeout, headers=config.challenger_headers
+        )
         self.boot_id = uuid.uuid4().hex[:8]
         self._seq = 0
         self._tasks: set[asyncio.Task] = set()
+        self.buffered_bytes = 0  # request bodies held: requests in progress + challenger calls
+        self.challenger_bytes = 0
+        self.open_connections = 0
         self.stats = {
             "requests": 0,
             "champion_errors": 0,
@@ -157,303 +300,267 @@ class MirrorApp:
             "challenger_errors": 0,
             "challenger_shed": 0,
             "journal_errors": 0,
+            "rejected_too_large": 0,
+            "rejected_busy": 0,
+            "rejected_slow_body": 0,
+            "connections_refused": 0,
+            "connections_timed_out": 0,
         }
         self.journal: Journal | None = None
-        self._champion: ClientPool | None = None
-        self._challenger: ClientPool | None = None
-        self._challenger_headers = [
-            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in config.challenger_headers.items()
-        ]
-        self._provider: Any = None  # a workbench provider (providers.registry)
-        self._side_loop: asyncio.AbstractEventLoop | None = None
+        self._champion: aiohttp.ClientSession | None = None
         self.on_closed: Callable[[MirrorApp], None] | None = None  # run once the journal is closed
-        if not 0.0 < config.sample_rate <= 1.0:
-            from workbench.errors import WorkbenchError
-
-            raise WorkbenchError(f"--sample-rate {config.sample_rate} must be in (0, 1]")
-        import random
-
         self._sampler = random.Random(self.boot_id)
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def startup(self) -> None:
         self.journal = Journal(self.config.journal, fsync=self.config.fsync)
-        self._champion = ClientPool(self.champion_url, max_idle=256)
-        if self.challenger_is_url:
-            assert self.challenger_url is not None
-            self._challenger = ClientPool(self.challenger_url, max_idle=256)
-        else:
-            self._start_provider()
-
-    def _start_provider(self) -> None:
-        """Build the challenger provider and give it its own event loop thread: a CPU-heavy local
-        model or a slow client must not hold up the loop that answers with the champion."""
-        import os
-        import threading
-
-        from workbench.providers.registry import ProviderContext, get_provider
-
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            ready.set()
-            loop.run_forever()
-
-        threading.Thread(target=run, name="shadow-challenger", daemon=True).start()
-        ready.wait(5)
-        self._side_loop = loop
-        context = ProviderContext(env=dict(os.environ), timeout=self.config.challenger_timeout)
-        self._provider = get_provider(self.config.challenger, context=context)
+        # Raw bytes both ways (no decompression), no headers of aiohttp's own beyond Host and the
+        # framing: the champion sees the caller's request, the caller sees the champion's answer.
+        # No cookie jar: one caller's cookies must never ride on another caller's request.
+        self._champion = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0),
+            timeout=aiohttp.ClientTimeout(total=self.config.champion_timeout),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+        await self.challenger.start()
 
     async def shutdown(self) -> None:
         # Let running challenger calls finish (each is bounded by its timeout), then close.
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=self.config.challenger_timeout + 1.0)
-        for pool in (self._champion, self._challenger):
-            if pool is not None:
-                await pool.aclose()
-        if self._side_loop is not None:
-            if self._provider is not None:
-                try:
-                    await asyncio.wait_for(
-                        asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._provider.aclose(), self._side_loop)),
-                        5.0,
-                    )
-                except Exception:
-                    pass
-            self._side_loop.call_soon_threadsafe(self._side_loop.stop)
+        if self._champion is not None:
+            await self._champion.close()
+        await self.challenger.aclose()
         if self.journal is not None:
             self.journal.close()
         if self.on_closed is not None:  # e.g. ingest the journal into the store
             await asyncio.to_thread(self.on_closed, self)
 
+    def status(self) -> dict[str, Any]:
+        return {
+            **self.stats,
+            "challenger_in_flight": len(self._tasks),
+            "buffered_bytes": self.buffered_bytes,
+            "open_connections": self.open_connections,
+            "boot_id": self.boot_id,
+            "name": self.config.name,
+        }
+
     # -- requests -----------------------------------------------------------------------------
-    async def handle(self, request: Message) -> tuple[int, list, bytes, Callable[[], None] | None]:
-        """(status, headers, body, after) for one request; ``after()`` runs once the answer is sent."""
-        path = request.target.split("?", 1)[0]
-        if request.method == "POST" and path == self.config.path:
-            return await self._mirror(request)
-        if request.method == "GET" and path == "/v1/shadow/status":
-            body = json.dumps(
-                {
-                    **self.stats,
-                    "challenger_in_flight": len(self._tasks),
-                    "boot_id": self.boot_id,
-                    "name": self.config.name,
-                }
-            ).encode()
-            return 200, _JSON, body, None
-        return (
-            404,
-            _JSON,
-            (b'{"error":{"type":"not_found","message":"the mirror serves POST ' + self.config.path.encode() + b'"}}'),
-            None,
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        conn = request.protocol
+        if isinstance(conn, _Connection):
+            conn.request_started()
+        try:
+            if request.method == "POST" and request.path == self.config.path:
+                return await self._mirror(request)
+            if request.method == "GET" and request.path == "/v1/shadow/status":
+                return _json(200, json.dumps(self.status()).encode())
+            return _json(404, _error_body("not_found", f"the mirror serves POST {self.config.path}"))
+        finally:
+            if isinstance(conn, _Connection):
+                conn.request_finished()
+
+    async def _read_body(self, request: web.BaseRequest) -> bytes:
+        """The whole body within the size and time limits, else :class:`_BodyRefused`."""
+        limit = self.config.max_body_bytes
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.config.body_timeout):
+                async for chunk in request.content.iter_any():
+                    size += len(chunk)
+                    if size > limit:  # chunked: the length shows only as it streams in
+                        raise _BodyRefused(self._too_large(size, streamed=True))
+                    chunks.append(chunk)
+        except TimeoutError:
+            self.stats["rejected_slow_body"] += 1
+            raise _BodyRefused(
+                _json(
+                    408,
+                    _error_body("timeout", f"request body not received within {self.config.body_timeout:g} s"),
+                    close=True,
+                )
+            ) from None
+        return b"".join(chunks)
+
+    def _too_large(self, size: int, *, streamed: bool = False) -> web.Response:
+        self.stats["rejected_too_large"] += 1
+        what = f"more than {size - 1}" if streamed else str(size)
+        return _json(
+            413,
+            _error_body(
+                "request_too_large",
+                f"request body of {what} bytes is over the mirror's limit of {self.config.max_body_bytes} bytes",
+            ),
+            close=True,
         )
 
-    async def _mirror(self, request: Message) -> tuple[int, list, bytes, Callable[[], None] | None]:
-        body, headers = request.body, request.headers
+    async def _mirror(self, request: web.BaseRequest) -> web.StreamResponse:
+        cfg = self.config
+        length = request.content_length
+        if length is not None and length > cfg.max_body_bytes:
+            return self._too_large(length)
+        need = length if length is not None else cfg.max_body_bytes
+        if self.buffered_bytes + need > cfg.max_buffered_bytes:
+            self.stats["rejected_busy"] += 1
+            return _json(
+                503,
+                _error_body(
+                    "overloaded",
+                    f"the mirror holds {self.buffered_bytes} bytes of request bodies (limit {cfg.max_buffered_bytes})",
+                ),
+                headers={"Retry-After": "1"},
+                close=True,
+            )
+        self.buffered_bytes += need
+        try:
+            if request.headers.get("Expect", "").lower() == "100-continue":
+                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            try:
+                body = await self._read_body(request)
+            except _BodyRefused as refused:
+                return refused.response
+            response, after = await self._answer(request, body)
+            if after is not None:  # send the champion's answer before any challenger work starts
+                try:
+                    await response.prepare(request)
+                    await response.write_eof()
+                finally:  # a caller that went away still leaves a pair to compare
+                    after()
+            return response
+        finally:
+            self.buffered_bytes -= need
+
+    async def _call_champion(self, request: web.BaseRequest, body: bytes) -> tuple[int, str, CIMultiDict, bytes]:
+        assert self._champion is not None  # set by startup()
+        headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP)
+        for attempt in (1, 2):
+            try:
+                async with self._champion.post(
+                    self._champion_target, data=body, headers=headers, allow_redirects=False
+                ) as resp:  # a redirect is the champion's answer: passed through, not followed
+                    raw = await resp.read()
+                    out = CIMultiDict((k, v) for k, v in resp.headers.items() if k.lower() not in HOP_BY_HOP)
+                    return resp.status, resp.reason or "", out, raw
+            except aiohttp.ServerDisconnectedError:
+                # a pooled connection the champion closed as we sent: nothing was answered, once more
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _answer(self, request: web.BaseRequest, body: bytes) -> tuple[web.Response, Callable[[], None] | None]:
         self._seq += 1
         self.stats["requests"] += 1
         pair = f"{self.boot_id}-{self._seq:08d}"
-        item_id = next((v.decode("latin-1") for k, v in headers if k == ITEM_ID_HEADER), None) or pair
+        item_id = request.headers.get(ITEM_ID_HEADER) or pair
         arrived = _now_iso()
         t0 = time.perf_counter()
         error = None
         try:
-            assert self._champion is not None  # set by startup()
-            response = await asyncio.wait_for(
-                self._champion.request("POST", headers, body), self.config.champion_timeout
-            )
-            status, out_headers, raw = response.status, response.headers, response.body
-            encoding = response.header(b"content-encoding")
-        except (TimeoutError, OSError, EOFError, HttpError, asyncio.IncompleteReadError) as exc:
-            error = _error_kind(exc)
-            status = 504 if error == "timeout" else 502
-            raw = json.dumps(
-                {"error": {"type": error, "message": f"champion unreachable: {type(exc).__name__}"}}
-            ).encode()
-            out_headers, encoding = _JSON, None
+            status, reason, out_headers, raw = await self._call_champion(request, body)
+            encoding = out_headers.get("Content-Encoding")
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            error = "timeout" if isinstance(exc, TimeoutError) else "network"
+            status, reason = (504, "Gateway Timeout") if error == "timeout" else (502, "Bad Gateway")
+            raw = _error_body(error, f"champion unreachable: {type(exc).__name__}")
+            out_headers, encoding = CIMultiDict({"Content-Type": "application/json"}), None
         latency_ms = (time.perf_counter() - t0) * 1000.0
         if error or status >= 400:
             self.stats["champion_errors"] += 1
         sampled = self.config.sample_rate >= 1.0 or self._sampler.random() < self.config.sample_rate
-        record = {
-            "kind": "champion",
-            "pair": pair,
-            "item_id": item_id,
-            "ts": arrived,
-            "shadow": self.config.name,
-            "request": body.decode("utf-8", errors="replace"),
-            "status": status,
-            "body": _text(raw, encoding),
-            "latency_ms": latency_ms,
-            "error": error,
-            "sampled": sampled,
-        }
+        record = champion_record(
+            pair,
+            item_id=item_id,
+            ts=arrived,
+            shadow=self.config.name,
+            request=body,
+            status=status,
+            body=raw,
+            body_text=_decoded(raw, encoding),
+            latency_ms=latency_ms,
+            error=error,
+            sampled=sampled,
+            max_body=self.config.max_journal_body,
+        )
         try:
             assert self.journal is not None  # set by startup()
             await self.journal.append_durable(record)
         except Exception as exc:  # never change the champion's answer because our disk failed
             self.stats["journal_errors"] += 1
             print(f"shadow mirror: journal write failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        response = web.Response(status=status, reason=reason, headers=out_headers, body=raw)
         if not sampled:
-            return status, out_headers, raw, None
-        return status, out_headers, raw, (lambda: self._start_challenger(pair, body, headers))
+            return response, None
+        headers = list(request.headers.items())
+        return response, (lambda: self._start_challenger(pair, body, headers))
 
     # -- challenger -----------------------------------------------------------------------------
-    def _start_challenger(self, pair: str, body: bytes, headers: list) -> None:
-        if len(self._tasks) >= self.config.max_challenger_in_flight:
+    def _start_challenger(self, pair: str, body: bytes, headers: list[tuple[str, str]]) -> None:
+        cfg = self.config
+        if (
+            len(self._tasks) >= cfg.max_challenger_in_flight
+            or self.challenger_bytes + len(body) > cfg.max_buffered_bytes // 2
+        ):
             self.stats["challenger_shed"] += 1
-            assert self.journal is not None  # set by startup()
-            self.journal.append(
-                {"kind": "challenger", "pair": pair, "status": None, "body": None, "latency_ms": None, "error": "shed"}
-            )
+            self._record_challenger(pair, failure("shed"), count=False)
             return
-        call = self._call_challenger(pair, body, headers) if self.challenger_is_url else self._call_provider(pair, body)
-        task = asyncio.get_running_loop().create_task(call)
+        self.challenger_bytes += len(body)
+        self.buffered_bytes += len(body)
+        task = asyncio.get_running_loop().create_task(self.challenger.call(body, headers))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda t: self._challenger_done(t, pair, len(body)))
 
-    async def _call_challenger(self, pair: str, body: bytes, headers: list) -> None:
-        sent_headers = [(k, v) for k, v in headers if k in _CHALLENGER_PASS] + self._challenger_headers
-        if self.challenger_model is not None:
-            try:
-                doc = json.loads(body)
-                doc["model"] = self.challenger_model
-                body = json.dumps(doc, ensure_ascii=False).encode("utf-8")
-            except (ValueError, TypeError):
-                pass  # not JSON: forward as is, the challenger will refuse it like the champion
-        t0 = time.perf_counter()
-        status = text = error = None
-        try:
-            assert self._challenger is not None  # set by startup()
-            response = await asyncio.wait_for(
-                self._challenger.request("POST", sent_headers, body), self.config.challenger_timeout
-            )
-            status, text = response.status, _text(response.body, response.header(b"content-encoding"))
-        except (TimeoutError, OSError, EOFError, HttpError, asyncio.IncompleteReadError) as exc:
-            error = _error_kind(exc)
-        except Exception as exc:  # a challenger bug must never surface to the caller
-            error = f"internal: {type(exc).__name__}"
-        self._record_challenger(pair, status, text, error, t0)
+    def _challenger_done(self, task: asyncio.Task, pair: str, size: int) -> None:
+        self._tasks.discard(task)
+        self.challenger_bytes -= size
+        self.buffered_bytes -= size
+        if task.cancelled():
+            result = failure("cancelled")
+        elif task.exception() is not None:  # ChallengerClient.call does not raise; belt and braces
+            exc = task.exception()
+            result = failure(f"internal: {type(exc).__name__}", exc)
+        else:
+            result = task.result()
+        self._record_challenger(pair, result)
 
-    async def _call_provider(self, pair: str, body: bytes) -> None:
-        """Challenger through the provider layer; its answer is logged in System One form."""
-        from workbench.providers.base import DecisionRequest, ProviderError
-
-        t0 = time.perf_counter()
-        status = text = error = None
-        try:
-            doc = json.loads(body)
-            request = DecisionRequest(
-                schema=_schema_of(doc), state=doc.get("state"), images=tuple(doc.get("images") or ())
-            )
-            assert self._provider is not None and self._side_loop is not None  # set by startup()
-            future = asyncio.run_coroutine_threadsafe(self._provider.decide(request), self._side_loop)
-            result = await asyncio.wait_for(asyncio.wrap_future(future), timeout=self.config.challenger_timeout)
-            status, text = 200, json.dumps(_system_one_body(request.schema, result), ensure_ascii=False)
-        except TimeoutError:
-            error = "timeout"
-        except ProviderError as exc:
-            error = exc.kind.value
-        except Exception as exc:  # unparsable request, provider bug: never reaches the caller
-            error = f"invalid_request: {type(exc).__name__}"
-        self._record_challenger(pair, status, text, error, t0)
-
-    def _record_challenger(self, pair: str, status, text, error, t0: float) -> None:
-        latency_ms = (time.perf_counter() - t0) * 1000.0
-        self.stats["challenger_done"] += 1
-        if error or (status or 0) >= 400:
-            self.stats["challenger_errors"] += 1
+    def _record_challenger(self, pair: str, result: ChallengerResult, *, count: bool = True) -> None:
+        if count:
+            self.stats["challenger_done"] += 1
+            if result.error or (result.status or 0) >= 400:
+                self.stats["challenger_errors"] += 1
+        record = challenger_record(pair, result)
+        if record["body"] is not None and len(record["body"]) > self.config.max_journal_body:
+            record.update(body_fields("body", record["body"].encode("utf-8"), max_body=self.config.max_journal_body))
         # written at once (survives a crash of this process), fsynced with the next champion record
-        assert self.journal is not None  # set by startup()
-        self.journal.append(
-            {
-                "kind": "challenger",
-                "pair": pair,
-                "status": status,
-                "body": text,
-                "latency_ms": latency_ms,
-                "error": error,
-            }
-        )
+        try:
+            assert self.journal is not None  # set by startup()
+            self.journal.append(record)
+        except Exception as exc:
+            self.stats["journal_errors"] += 1
+            print(f"shadow mirror: journal write failed: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
-def _schema_of(doc: dict):
-    from workbench.schema import DecisionSchema
+def _decoded(raw: bytes, encoding: str | None) -> str | None:
+    """The champion's body as text for the journal when it came compressed (None: as it is)."""
+    if not encoding:
+        return None
+    import gzip
+    import zlib
 
-    return DecisionSchema.from_dict({"questions": doc.get("questions")}, source="mirrored request")
-
-
-def _system_one_body(schema, result) -> dict:
-    """A provider result as a System One response (failed questions are left out: missing answers)."""
-    from workbench.providers.local import wire_answer
-
-    if result.raw and isinstance(result.raw.get("answers"), dict):
-        body = dict(result.raw)
-    else:
-        body = {
-            "model": result.model,
-            "answers": {q: wire_answer(schema.questions[q], a.probs) for q, a in result.answers.items()},
-        }
-    if result.input_tokens is not None:
-        body.setdefault("usage", {"input_tokens": result.input_tokens, "output_tokens": 0})
-    return body
+    try:
+        if encoding.lower() == "gzip":
+            return gzip.decompress(raw).decode("utf-8", errors="replace")
+        if encoding.lower() == "deflate":
+            return zlib.decompress(raw).decode("utf-8", errors="replace")
+    except (OSError, zlib.error, EOFError):
+        pass
+    return None
 
 
 # -- the server ------------------------------------------------------------------------------------
-class _Server:
-    """Connections in, :meth:`MirrorApp.handle` per request, keep-alive, graceful stop."""
-
-    def __init__(self, app: MirrorApp):
-        self.app = app
-        self.active = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
-        self.writers: set[asyncio.StreamWriter] = set()
-
-    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.writers.add(writer)
-        try:
-            while True:
-                try:
-                    request = await read_request(reader, writer)
-                except HttpError as exc:
-                    writer.write(
-                        encode_response(
-                            exc.status,
-                            _JSON,
-                            json.dumps({"error": {"type": "invalid_request", "message": str(exc)}}).encode(),
-                            keep_alive=False,
-                        )
-                    )
-                    await writer.drain()
-                    return
-                if request is None:
-                    return
-                self.active += 1
-                self.idle.clear()
-                try:
-                    status, headers, body, after = await self.app.handle(request)
-                    writer.write(encode_response(status, headers, body, keep_alive=request.keep_alive))
-                    await writer.drain()
-                finally:
-                    self.active -= 1
-                    if self.active == 0:
-                        self.idle.set()
-                if after is not None:
-                    after()
-                if not request.keep_alive:
-                    return
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away
-        finally:
-            self.writers.discard(writer)
-            writer.close()
-
-
 async def serve_async(
     config: MirrorConfig,
     *,
@@ -472,8 +579,17 @@ async def serve_async(
     app = MirrorApp(config)
     app.on_closed = on_closed
     await app.startup()
-    server_state = _Server(app)
-    server = await asyncio.start_server(server_state.connection, host, port, limit=65_536, backlog=1024)
+    server = _Server(
+        app.handle,
+        mirror=app,
+        keepalive_timeout=config.idle_timeout,
+        access_log=None,
+        lingering_time=min(10.0, config.body_timeout),
+    )
+    runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=config.champion_timeout + 1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+    await site.start()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -482,17 +598,11 @@ async def serve_async(
         except (NotImplementedError, RuntimeError):  # not the main thread (tests)
             pass
     if ready is not None:
-        ready(server.sockets[0].getsockname()[1])
+        ready(runner.addresses[0][1])
     try:
         await stop.wait()
     finally:
-        server.close()
-        try:
-            await asyncio.wait_for(server_state.idle.wait(), timeout=config.champion_timeout + 1.0)
-        except TimeoutError:
-            pass
-        for w in list(server_state.writers):  # idle keep-alive connections
-            w.close()
+        await runner.cleanup()  # stop accepting, answer requests in progress, close idle connections
         await app.shutdown()
     return app
 

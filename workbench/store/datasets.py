@@ -81,7 +81,10 @@ class ImportSpec:
     group_column: str | None = None
     image_column: str | None = None
     positive: dict[str, str] = field(default_factory=dict)  # noul question -> value meaning "yes"
+    #: long format: one row per (item, annotator); the item's fields must agree across its rows
     annotator_column: str | None = None
+    #: wide format: question -> {option: column holding that option's vote count} (anonymous votes)
+    label_votes: dict[str, dict[str, str]] = field(default_factory=dict)
     append: bool = False
 
 
@@ -99,6 +102,12 @@ _INVISIBLE_CLASS = (
 )
 _BLANK = f"[{_INVISIBLE_CLASS}]*"
 _EDGES = f"^[{_INVISIBLE_CLASS}]+|[{_INVISIBLE_CLASS}]+$"
+#: The annotator of a label imported with --label (one label per item, annotator not known).
+SINGLE_ANNOTATOR = "import"
+#: The annotator of a vote imported from a --label-votes count column (who voted is not known).
+ANONYMOUS_ANNOTATOR = ""
+#: Largest vote count one --label-votes cell may hold (a sanity check against a wrong column).
+MAX_VOTES_PER_CELL = 10_000
 #: Label spellings that mean "no label" (pandas writes NaN this way), unless the schema has such an option.
 _MISSING_LABELS = {"nan", "<na>"}
 
@@ -466,6 +475,21 @@ def _frame_for_file(
             hint="pass --split-column COL, --split train|calibration|test, or --test-fraction F",
         )
 
+    # annotators (long format): one id per row, never blank
+    if spec.annotator_column:
+        ann = text_of(spec.annotator_column, "--annotator-column")
+        blank_ann = _blank(ann)
+        if blank_ann.any():
+            i = int(np.flatnonzero(blank_ann.to_numpy())[0])
+            raise DataImportError(
+                f"{_row_ref(path, i, kind)}: empty annotator in column {spec.annotator_column!r} (item {ids.iloc[i]!r})",
+                hint="every row of the long format names its annotator",
+            )
+        ann = normalise_ids(ann)
+        items["annotator"] = ann
+    else:
+        ann = pd.Series(SINGLE_ANNOTATOR, index=df.index)
+
     # labels
     label_rows = []
     for question, col in spec.labels.items():
@@ -515,18 +539,102 @@ def _frame_for_file(
                     f"question {question!r}",
                     hint="add the option to the schema or fix the label",
                 )
-        if spec.annotator_column:
-            ann = text_of(spec.annotator_column, "--annotator-column").fillna("import")
-        else:
-            ann = pd.Series("import", index=df.index)
         lab = pd.DataFrame({"item_id": ids, "question": question, "option_id": mapped, "annotator": ann})
         label_rows.append(lab[lab["option_id"].notna()])
+    for question, columns in spec.label_votes.items():
+        label_rows.append(_vote_count_rows(df, ids, question, columns, schema, path, kind, stats))
     labels = (
         pd.concat(label_rows, ignore_index=True)
         if label_rows
         else pd.DataFrame(columns=["item_id", "question", "option_id", "annotator"])
     )
     return items.reset_index(drop=True), labels, stats
+
+
+def _vote_count_rows(
+    df: pd.DataFrame,
+    ids: pd.Series,
+    question: str,
+    columns: dict[str, str],
+    schema: DecisionSchema | None,
+    path: Path,
+    kind: str,
+    stats: _FileStats,
+) -> pd.DataFrame:
+    """Wide format: each column holds how many annotators chose one option; one label row per vote.
+
+    Blank cells count 0 votes; a count must be a whole number >= 0. The votes are anonymous
+    (annotator :data:`ANONYMOUS_ANNOTATOR`).
+    """
+    option_of = _vote_options(question, columns, schema)
+    counts = []
+    for option, col in option_of.items():
+        raw = _as_text(_column(df, col, path, f"--label-votes {question}"), f"{path}: column {col!r}")
+        raw = raw.where(~_blank(raw), "0").str.strip()
+        num = pd.to_numeric(raw, errors="coerce")
+        bad = num.isna() | (num < 0) | (num != np.floor(num.fillna(0))) | (num > MAX_VOTES_PER_CELL)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise DataImportError(
+                f"{_row_ref(path, i, kind)}: vote count {raw.iloc[i]!r} in column {col!r} (option {option!r} of "
+                f"question {question!r}, item {ids.iloc[i]!r}) is not a whole number of votes",
+                hint=f"each --label-votes column holds how many annotators chose that option: 0..{MAX_VOTES_PER_CELL:,}",
+            )
+        counts.append(num.to_numpy(dtype=np.int64))
+    matrix = np.stack(counts, axis=1)  # (rows, options)
+    none = matrix.sum(axis=1) == 0
+    if none.any():
+        stats.unlabelled[question] = stats.unlabelled.get(question, 0) + int(none.sum())
+    opts = np.asarray(list(option_of), dtype=object)
+    flat = matrix.ravel()
+    row_of = np.repeat(np.repeat(np.arange(len(ids)), len(opts)), flat)
+    opt_of = np.repeat(np.tile(np.arange(len(opts)), len(ids)), flat)
+    return pd.DataFrame(
+        {
+            "item_id": ids.to_numpy(dtype=object)[row_of],
+            "question": question,
+            "option_id": opts[opt_of],
+            "annotator": ANONYMOUS_ANNOTATOR,
+        }
+    )
+
+
+def _vote_options(question: str, columns: dict[str, str], schema: DecisionSchema | None) -> dict[str, str]:
+    """{option id: column} for ``--label-votes``; option names are checked against the schema and
+    spelled as the store spells them (yes/no for yes/no questions, the level index for score levels)."""
+    if not columns:
+        raise DataImportError(
+            f"--label-votes {question}= names no column", hint=f"e.g. --label-votes {question}=yes:n_yes,no:n_no"
+        )
+    if schema is None:
+        return dict(columns)
+    if question not in schema.questions:
+        raise DataImportError(
+            f"--label-votes {question}: the schema has no question {question!r}",
+            hint=f"schema questions: {', '.join(schema.question_ids)}",
+        )
+    q = schema.questions[question]
+    allowed = option_ids(q)
+    levels = [str(c) for c in q.criteria or []] if q.type == "score" else []
+    out: dict[str, str] = {}
+    for name, col in columns.items():
+        key = name.strip()
+        if key not in allowed and q.type == "noul":
+            key = "yes" if key.lower() in _TRUE else "no" if key.lower() in _FALSE else key
+        if key not in allowed and key in levels:
+            key = str(levels.index(key))
+        if key not in allowed:
+            raise DataImportError(
+                f"--label-votes {question}: {name!r} (column {col!r}) is not an option of question {question!r}",
+                hint=f"options: {', '.join(allowed)}; write OPTION:COLUMN when the column is named otherwise",
+            )
+        if key in out:
+            raise DataImportError(
+                f"--label-votes {question}: option {key!r} is given twice (columns {out[key]!r} and {col!r})",
+                hint="one count column per option",
+            )
+        out[key] = col
+    return out
 
 
 def _plain_json(v: Any) -> Any:
@@ -578,8 +686,26 @@ def import_dataset(
     database is unchanged afterwards.
     """
     validate_dataset_name(spec.name)
-    if not spec.labels:
-        raise DataImportError("no --label given", hint="pass --label QUESTION=COLUMN (repeatable)")
+    if not spec.labels and not spec.label_votes:
+        raise DataImportError(
+            "no --label given", hint="pass --label QUESTION=COLUMN (repeatable) or --label-votes QUESTION=COL1,COL2,…"
+        )
+    both = sorted(set(spec.labels) & set(spec.label_votes))
+    if both:
+        raise DataImportError(
+            f"question {both[0]!r} is given by both --label and --label-votes", hint="use one of the two per question"
+        )
+    if spec.annotator_column:
+        if spec.label_votes:
+            raise DataImportError(
+                "--annotator-column (one row per annotator) and --label-votes (vote counts per row) do not mix",
+                hint="long format: --annotator-column with --label; wide format: --label-votes alone",
+            )
+        if not spec.id_column:
+            raise DataImportError(
+                "--annotator-column needs --id-column: the rows of one item are found by its id",
+                hint="pass --id-column COL naming the item id column",
+            )
     for f, opt in ((spec.test_fraction, "--test-fraction"), (spec.calibration_fraction, "--calibration-fraction")):
         if f is not None and not (0.0 <= f < 1.0):
             raise DataImportError(f"{opt} {f} is outside [0, 1)", hint="e.g. 0.3")
@@ -594,6 +720,8 @@ def import_dataset(
         for q, n in fr[2].unlabelled.items():
             unlabelled[q] = unlabelled.get(q, 0) + n
     ids_normalised = sum(fr[2].ids_normalised for fr in frames)
+    if spec.annotator_column:
+        items = _merge_annotator_rows(items, spec)
 
     dup = items["item_id"].duplicated(keep=False)
     if dup.any():
@@ -644,6 +772,7 @@ def import_dataset(
     questions = sorted(
         set(labels["question"].unique().tolist())
         | set(spec.labels)
+        | set(spec.label_votes)
         | (set(previous[2]) if (spec.append and previous) else set())
     )
     params = {
@@ -657,6 +786,8 @@ def import_dataset(
         "group_column": spec.group_column,
         "split_column": spec.split_column,
         "split": spec.split,
+        "annotator_column": spec.annotator_column,
+        "label_votes": spec.label_votes,
     }
 
     items_tbl = pa.Table.from_pandas(
@@ -723,6 +854,53 @@ def import_dataset(
         con.unregister("_items")
         con.unregister("_labels")
     return DatasetInfo(spec.name, version, fingerprint, True, len(items), questions, **extra)
+
+
+#: Item fields that must agree across the rows of one item in the long (annotator) format.
+_ITEM_FIELDS = {
+    "state_text": "--text-column",
+    "state_json": "--state-column",
+    "images": "--image-column",
+    "split": "--split-column / file split",
+    "grp": "--group-column",
+}
+
+
+def _merge_annotator_rows(items: pd.DataFrame, spec: ImportSpec) -> pd.DataFrame:
+    """Long format: one row per (item, annotator) becomes one item; its fields must agree across rows.
+
+    Raises naming the item, the field and two of the values when they disagree, and the item and the
+    annotator when one annotator has two rows for one item. Vectorised: one ``groupby().nunique()``.
+    """
+    dup = items.duplicated(["item_id", "annotator"], keep=False)
+    if dup.any():
+        row = items.loc[dup].iloc[0]
+        n = int(items.loc[dup, ["item_id", "annotator"]].drop_duplicates().shape[0])
+        raise DataImportError(
+            f"item {row['item_id']!r} has more than one row from annotator {row['annotator']!r} "
+            f"({n:,} (item, annotator) pair{'s repeat' if n != 1 else ' repeats'})",
+            hint="one row per annotator per item; drop the repeated rows or fix --annotator-column",
+        )
+    view = items[list(_ITEM_FIELDS)].copy()
+    view["images"] = view["images"].map(lambda v: None if v is None else "\x1f".join(v))
+    view["item_id"] = items["item_id"]
+    distinct = view.groupby("item_id", sort=False).nunique(dropna=False)
+    bad = distinct > 1
+    if bad.to_numpy().any():
+        at = int(bad.any(axis=1).to_numpy().argmax())
+        item = str(bad.index[at])
+        fld = str(bad.columns[int(bad.iloc[at].to_numpy().argmax())])
+        values = view.loc[view["item_id"] == item, fld].drop_duplicates().tolist()[:2]
+        shown = " vs ".join(repr(v if v is None or len(str(v)) <= 60 else str(v)[:57] + "...") for v in values)
+        column = {"state_text": spec.text_column, "state_json": spec.state_column, "images": spec.image_column}.get(
+            fld
+        ) or {"split": spec.split_column, "grp": spec.group_column}.get(fld)
+        what = f"column {column!r}" if column else _ITEM_FIELDS[fld]
+        raise DataImportError(
+            f"item {item!r}: its annotators' rows disagree on {fld.replace('state_', '')} ({what}): {shown}",
+            hint="in the long format every row of an item carries the same item fields; only labels may differ",
+        )
+    return items.drop_duplicates("item_id", keep="first").drop(columns="annotator").reset_index(drop=True)
 
 
 def _count_shared_ids(con: duckdb.DuckDBPyConnection, name: str, version: int, items: pa.Table) -> int:
@@ -808,9 +986,20 @@ def dataset_info(con: duckdb.DuckDBPyConnection, name: str, version: int | None 
         ).fetchall()
     )
     per_q: dict[str, Any] = {}
+    schema = _stored_schema(con, row[2])
     for q in row[1]:
+        opts = option_ids(schema.questions[q]) if schema is not None and q in schema.questions else []
+        # items per majority label (ties: first option in schema order, else alphabetical), as the metrics use
         counts = con.execute(
-            "SELECT option_id, count(DISTINCT item_id) FROM labels WHERE dataset = ? AND version = ? AND question = ?"
+            "WITH v AS (SELECT item_id, option_id, count(*) AS n FROM labels"
+            "  WHERE dataset = $n AND version = $v AND question = $q GROUP BY ALL),"
+            " r AS (SELECT option_id, row_number() OVER (PARTITION BY item_id ORDER BY n DESC,"
+            "  coalesce(nullif(list_position($opts, option_id), 0), 1000000000), option_id) AS rk FROM v)"
+            " SELECT option_id, count(*) FROM r WHERE rk = 1 GROUP BY option_id ORDER BY 2 DESC, 1",
+            {"n": name, "v": version, "q": q, "opts": opts},
+        ).fetchall()
+        vote_counts = con.execute(
+            "SELECT option_id, count(*) FROM labels WHERE dataset = ? AND version = ? AND question = ?"
             " GROUP BY option_id ORDER BY 2 DESC, 1",
             [name, version, q],
         ).fetchall()
@@ -821,10 +1010,27 @@ def dataset_info(con: duckdb.DuckDBPyConnection, name: str, version: int | None 
                 [name, version, q],
             ).fetchall()
         )
+        votes = con.execute(
+            "SELECT count(*), count(DISTINCT item_id), count(DISTINCT annotator) FILTER (WHERE annotator <> ''),"
+            " count(*) FILTER (WHERE annotator = '') FROM labels WHERE dataset = ? AND version = ? AND question = ?",
+            [name, version, q],
+        ).fetchone()
+        several = con.execute(
+            "SELECT count(*) FROM (SELECT item_id FROM labels WHERE dataset = ? AND version = ? AND question = ?"
+            " GROUP BY item_id HAVING count(*) > 1)",
+            [name, version, q],
+        ).fetchone()
+        n_votes, n_voted, n_named, n_anon = votes if votes else (0, 0, 0, 0)
         per_q[q] = {
-            "n_labels": len(counts),
+            "n_votes": int(n_votes),
+            "votes_per_item": float(n_votes / n_voted) if n_voted else 0.0,
+            "items_with_several_votes": int(several[0]) if several else 0,
+            "n_annotators": int(n_named),  # named annotators ('import' for a plain --label import)
+            "anonymous_votes": int(n_anon),  # from --label-votes count columns
+            "n_labels": len(vote_counts),
             "labelled_items_per_split": per_split,
-            "label_counts": {k: int(v) for k, v in counts},
+            "label_counts": {k: int(v) for k, v in counts},  # items per majority label
+            "vote_counts": {k: int(v) for k, v in vote_counts},  # votes per option (= label_counts with one vote)
         }
     history = (
         con.execute(
@@ -846,6 +1052,14 @@ def dataset_info(con: duckdb.DuckDBPyConnection, name: str, version: int | None 
         "created_at": row[5],
         "versions": history,
     }
+
+
+def _stored_schema(con: duckdb.DuckDBPyConnection, schema_hash: str | None) -> DecisionSchema | None:
+    if not schema_hash:
+        return None
+    from workbench.store.runs import load_stored_schema
+
+    return load_stored_schema(con, schema_hash)
 
 
 def load_items(
@@ -880,18 +1094,51 @@ def load_labels(
     question: str | None = None,
     splits: Sequence[str] | None = None,
 ) -> pd.DataFrame:
-    """Majority label per (item, question) — ties to the alphabetically first option."""
+    """Majority label per (item, question) over every annotator's vote — ties to the first option in
+    the order of the dataset's stored schema (as the metrics' gold label), else the alphabetically first."""
     version = version or latest_version(con, name)
+    row = con.execute("SELECT schema_hash FROM datasets WHERE name = ? AND version = ?", [name, version]).fetchone()
+    schema = _stored_schema(con, row[0] if row else None)
+    order = [f"{qid}\x1f{o}" for qid, qq in (schema.questions.items() if schema else []) for o in option_ids(qq)]
     return con.execute(
         "WITH votes AS ("
         "  SELECT item_id, question, option_id, count(*) AS n FROM labels"
         "  WHERE dataset = $n AND version = $v AND ($q IS NULL OR question = $q) GROUP BY ALL"
         "), ranked AS ("
-        "  SELECT *, row_number() OVER (PARTITION BY item_id, question ORDER BY n DESC, option_id) AS r FROM votes"
+        "  SELECT *, row_number() OVER (PARTITION BY item_id, question ORDER BY n DESC,"
+        "   coalesce(nullif(list_position($order, question || chr(31) || option_id), 0), 1000000000), option_id)"
+        "   AS r FROM votes"
         ")"
         " SELECT r.item_id, r.question, r.option_id, i.split FROM ranked r"
         " JOIN items i ON i.dataset = $n AND i.version = $v AND i.item_id = r.item_id"
         " WHERE r.r = 1 AND ($s IS NULL OR list_contains($s, i.split))"
         " ORDER BY r.item_id, r.question",
-        {"n": name, "v": version, "q": question, "s": list(splits) if splits else None},
+        {"n": name, "v": version, "q": question, "s": list(splits) if splits else None, "order": order},
     ).df()
+
+
+def load_votes(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    version: int,
+    question: str,
+    option_ids: Sequence[str],
+    splits: Sequence[str] | None = None,
+) -> dict[str, np.ndarray]:
+    """Every stored vote of ``question`` as aligned arrays, ordered by (item, annotator).
+
+    Returns ``item_id`` (object), ``annotator`` (object; ``""`` for anonymous count votes) and
+    ``option`` (int64 index into ``option_ids``; votes for an option the list lacks are left out).
+    """
+    tbl = con.execute(
+        "SELECT l.item_id, l.annotator, CAST(list_position($opts, l.option_id) - 1 AS BIGINT) AS option"
+        " FROM labels l JOIN items i ON i.dataset = l.dataset AND i.version = l.version AND i.item_id = l.item_id"
+        " WHERE l.dataset = $n AND l.version = $v AND l.question = $q AND list_position($opts, l.option_id) > 0"
+        " AND ($s IS NULL OR list_contains($s, i.split)) ORDER BY l.item_id, l.annotator",
+        {"n": name, "v": version, "q": question, "opts": list(option_ids), "s": list(splits) if splits else None},
+    ).fetch_arrow_table()
+    return {
+        "item_id": np.asarray(tbl.column("item_id").to_pylist(), dtype=object),
+        "annotator": np.asarray(tbl.column("annotator").to_pylist(), dtype=object),
+        "option": np.asarray(tbl.column("option").to_numpy(), dtype=np.int64),
+    }

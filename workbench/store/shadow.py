@@ -460,6 +460,13 @@ _JOURNAL_COLUMNS = (
 )
 
 
+#: Longest journal line ingest reads. The mirror keeps bodies over 1 MiB as references, so its
+#: lines are small; journals written before that held bodies up to 64 MiB whole (a line of up to
+#: ~770 MiB with JSON escapes), which DuckDB's default of 16 MiB refused, failing the whole ingest.
+#: The limit only caps one object: DuckDB allocates per line, not this much up front.
+_MAX_JOURNAL_LINE = 1 << 30
+
+
 def ingest_journal(
     con: duckdb.DuckDBPyConnection,
     path: str | Path,
@@ -481,19 +488,31 @@ def ingest_journal(
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE _journal AS
                     SELECT * FROM read_json(?, format='newline_delimited', columns={_JOURNAL_COLUMNS},
-                                            ignore_errors=true)
+                                            ignore_errors=true, maximum_object_size={_MAX_JOURNAL_LINE})
                     WHERE kind IN ('champion', 'challenger') AND pair IS NOT NULL""",
         [str(path)],
     )
     try:
         if schema is None:
-            row = con.execute(
-                "SELECT request FROM _journal WHERE kind = 'champion' AND json_valid(request)"
-                " AND json_exists(request, '$.questions') ORDER BY ts LIMIT 1"
-            ).fetchone()
-            if row is None:
+            # only the question map is parsed in Python: a request can be anything a caller sent
+            rows = con.execute(
+                "SELECT json_extract(request, '$.questions')::VARCHAR FROM _journal WHERE kind = 'champion'"
+                " AND json_valid(request) AND json_exists(request, '$.questions') ORDER BY ts LIMIT 20"
+            ).fetchall()
+            if not rows:
                 raise DataImportError(f"{path}: no request with questions in the journal", hint="pass --schema FILE")
-            schema = DecisionSchema.from_dict(json.loads(row[0]), source=f"{path} (first request)")
+            first_error: Exception | None = None
+            for (questions,) in rows:  # the first request whose questions make a schema
+                try:
+                    schema = DecisionSchema.from_dict(
+                        {"questions": json.loads(questions)}, source=f"{path} (first request)"
+                    )
+                    break
+                except (WorkbenchError, ValueError, RecursionError) as exc:
+                    first_error = first_error or exc
+            else:
+                assert first_error is not None
+                raise first_error
         session_params = {"journal": str(path)}
         with transaction(con):
             if session_exists(con, shadow):

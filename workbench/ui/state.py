@@ -284,6 +284,23 @@ def question_report(
     return replace(rep, replicate=None)  # the replicate closure (for paired comparisons) cannot be cached
 
 
+@st.cache_data(show_spinner=False, max_entries=32)
+def agreement_frame(path: str, token: tuple, run_id: str, question: str, split: str) -> tuple[pd.DataFrame, str]:
+    """Agreement among annotators next to the run's (:func:`workbench.evaluation.agreement_for_run`,
+    what ``workbench report`` prints) as (table, caption); an empty table when no item has several votes."""
+    from workbench.evaluation import agreement_for_run
+
+    with read_connection(path) as con:
+        ag = agreement_for_run(con, run_id, question, split)[question]
+    if ag is None:
+        return pd.DataFrame(), ""
+    caption = (
+        f"{ag.n_items:,} items with two or more votes ({ag.votes_per_item:.2f} per item, "
+        f"{ag.n_annotators} named annotators). " + " ".join(ag.notes)
+    )
+    return ag.to_frame().drop(columns="question"), caption
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
 def reliability_display(
     path: str,

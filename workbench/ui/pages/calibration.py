@@ -80,6 +80,16 @@ for name, rep in reports.items():
     table = f if table is None else table.merge(f, on="metric", how="outer")
 st.dataframe(table, hide_index=True, width="stretch", key="cal_metrics")
 
+# -- annotators: agreement among them next to the model's (the noise floor), when items have several votes ----
+agreement, agreement_caption = state.agreement_frame(path, token, run_id, question, split)
+if not agreement.empty:
+    st.subheader("Annotator agreement (the noise floor)")
+    st.caption(
+        agreement_caption + " Model column: the run's top option as one more annotator (α, Fleiss' κ), or its "
+        "mean κ against each annotator; pairwise agreement: with a random annotator of the item."
+    )
+    st.dataframe(agreement, hide_index=True, width="stretch", key="cal_agreement")
+
 # -- reliability diagrams: the library's ReliabilityDisplay (the figure notebooks and the CLI draw) ----------
 st.subheader("Reliability (top label)")
 st.plotly_chart(top.figure_, key="cal_reliability_chart")

@@ -1,4 +1,4 @@
-"""The mirror's HTTP layer at its edges, over real loopback sockets.
+"""The mirror at its HTTP edges, over real loopback sockets.
 
 A hand-written stand-in champion answers in ways the emulator does not (chunked + gzip bodies,
 closing idle keep-alive connections, hanging); the mirror runs in-process (``serve_async`` on a
@@ -25,7 +25,7 @@ ANSWER = json.dumps({"model": "stand-in", "answers": {"q": {"type": "noul", "nou
 @contextmanager
 def stand_in(mode: str):
     """A loopback champion: ``chunked-gzip``, ``close-idle`` (closes each connection after one answer
-    without saying so), ``hang`` (never answers) or ``status-503``."""
+    without saying so), ``hang`` (never answers), ``status-503`` or ``redirect`` (307 + a cookie)."""
     loop = asyncio.new_event_loop()
     port: list[int] = []
     ready = threading.Event()
@@ -40,6 +40,9 @@ def stand_in(mode: str):
                 )
                 await reader.readexactly(n)
                 seen["requests"] += 1
+                seen.setdefault("cookies", []).extend(
+                    ln for ln in head.split(b"\r\n") if ln.lower().startswith(b"cookie:")
+                )
                 if mode == "hang":
                     await asyncio.sleep(30)
                 if mode == "chunked-gzip":
@@ -50,6 +53,11 @@ def stand_in(mode: str):
                     writer.write(
                         b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
                         b"transfer-encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+                    )
+                elif mode == "redirect":
+                    writer.write(
+                        b"HTTP/1.1 307 Temporary Redirect\r\nlocation: /elsewhere\r\nset-cookie: sid=caller-1\r\n"
+                        b"content-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
                     )
                 elif mode == "status-503":
                     writer.write(
@@ -180,7 +188,7 @@ def test_expect_continue_and_malformed_requests(tmp_path):
                 return await rd.read()
 
             reply = asyncio.run(garbage())
-            assert reply.startswith(b"HTTP/1.1 400")
+            assert reply.split(b" ", 2)[1] == b"400"  # refused by the parser, never forwarded
             assert httpx.get(url.replace("/v1/systemone", "/nope")).status_code == 404
 
 
@@ -207,3 +215,15 @@ def test_sample_rate_mirrors_a_share_and_ingest_keeps_only_sampled_pairs(tmp_pat
     assert seen_chall["requests"] == len(sampled)
     con = connect(tmp_path / "wb.duckdb")
     assert ingest_journal(con, tmp_path / "j.jsonl", shadow="s")["n_requests"] == len(sampled)
+
+
+def test_redirects_and_cookies_are_the_champions_answer_not_the_mirrors(tmp_path):
+    """A 307 is passed through (not followed), and a cookie set for one caller never rides on the
+    next caller's request (the mirror keeps no cookie jar)."""
+    with stand_in("redirect") as (champ, seen), stand_in("plain") as (chall, _):
+        with mirror(champ, chall, tmp_path / "j.jsonl") as (url, _):
+            for _ in range(3):
+                r = httpx.post(url, json=BODY)  # a new client each time: no cookies of its own
+                assert (r.status_code, r.headers["location"], r.content) == (307, "/elsewhere", b"{}")
+                assert r.headers["set-cookie"] == "sid=caller-1"
+    assert seen["requests"] == 3 and seen["cookies"] == []
