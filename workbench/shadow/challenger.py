@@ -138,8 +138,12 @@ class ChallengerClient:
 
     async def start(self) -> None:
         if self.is_url:
+            from workbench.providers.http import tls_context
+
+            # the same trust as every provider client: SSL_CERT_FILE/SSL_CERT_DIR, else the OS store
+            ssl_ctx = tls_context() if self.url and self.url.startswith("https") else None
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0),
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0, ssl=ssl_ctx if ssl_ctx else True),
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
                 skip_auto_headers=("User-Agent", "Content-Type"),
                 cookie_jar=aiohttp.DummyCookieJar(),
@@ -208,6 +212,9 @@ class ChallengerClient:
                 return ChallengerResult(response.status, _text(raw), (time.perf_counter() - t0) * 1000.0)
         except TimeoutError as exc:
             return failure("timeout", exc, t0)
+        except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError) as exc:
+            # as the provider clients classify it: the fix is SSL_CERT_FILE, not a retry
+            return failure("certificate", exc, t0)
         except (aiohttp.ClientError, OSError) as exc:
             return failure("network", exc, t0)
 
