@@ -41,7 +41,7 @@ FLOORS: dict[str, int] = {
     "evaluation": 7,
     "workflows": 7,
     "experiments": 7,
-    "robustness": 7,
+    "probe_report": 7,
     "comparison": 7,
     "shadow": 7,
     "gate": 7,

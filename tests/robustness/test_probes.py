@@ -6,6 +6,7 @@ Real components only: the bundled BANKING77 in a DuckDB file, the emulator over 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -13,10 +14,11 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from tests.conftest import run_cli
 from workbench.experiments import ExperimentError, load_experiment, run_experiment_file
+from workbench.probe_report import RobustnessError, compare_probe, robustness
 from workbench.probes import Probe, map_back, option_permutation, transform_request, transform_schema
 from workbench.providers.base import DecisionRequest, DecisionResult
-from workbench.robustness import RobustnessError, compare_probe, robustness
 from workbench.schema import DecisionSchema, NormalisedAnswer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +50,7 @@ def banking77_store(tmp_path_factory) -> Path:
     return path
 
 
-def _probe_experiment(tmp_path: Path, store: Path, position_bias: float) -> tuple[dict, dict, int]:
+def _probe_experiment(tmp_path: Path, store: Path, position_bias: float) -> tuple[dict, dict, int, Path]:
     import shutil
 
     db = tmp_path / "wb.duckdb"
@@ -69,7 +71,7 @@ def _probe_experiment(tmp_path: Path, store: Path, position_bias: float) -> tupl
         report = robustness(con, base, [probed], n_boot=1000, seed=0)
     finally:
         con.close()
-    return result, report, requests
+    return result, report, requests, db
 
 
 @pytest.mark.parametrize("position_bias", [0.3, 0.0])
@@ -77,7 +79,7 @@ def test_option_order_probe_finds_the_emulators_position_bias(tmp_path, banking7
     """The acceptance of issue 16 item 1. Knob on (0.3): the first-listed option wins far more often
     than the same option does where the base run listed it, interval excludes 0. Knob off: the lexical
     answerer is position-blind, so the winner of every item is the same option (bias exactly 0)."""
-    result, report, requests = _probe_experiment(tmp_path, banking77_store, position_bias)
+    result, report, requests, db = _probe_experiment(tmp_path, banking77_store, position_bias)
     assert [r["variant"] for r in result["runs"]] == ["descriptive", "descriptive+option_order"]
     # 300 items x (base + probe), each a request of its own; the rerun is answered from the cache
     assert requests == 2 * N_ITEMS
@@ -96,6 +98,12 @@ def test_option_order_probe_finds_the_emulators_position_bias(tmp_path, banking7
     # figures recomputed from the stored arrays by hand
     assert row["flip_rate"] == pytest.approx(row["flips"] / row["n"])
     assert row["accuracy_change"] == pytest.approx(row["accuracy_probe"] - row["accuracy_base"])
+    if position_bias > 0:  # the CLI prints the library's figures; bad input exits 2 with a hint
+        base, probed = report["base_run"], row["run_id"]
+        cli = run_cli("robustness", base, probed, "--json", db=db, check=True)
+        assert json.loads(cli.stdout) == json.loads(json.dumps(report))
+        bad = run_cli("robustness", base, probed, "--question", "nope", db=db)
+        assert bad.returncode == 2 and "nope" in bad.stderr
 
 
 def _choice_schema(k: int = 5) -> DecisionSchema:

@@ -53,6 +53,7 @@ AREAS = [
     "thresholds",
     "policy",
     "compare",
+    "robustness",
     "shadow",
     "gate",
     "monitor",
