@@ -104,6 +104,32 @@ def test_option_order_probe_finds_the_emulators_position_bias(tmp_path, banking7
         assert json.loads(cli.stdout) == json.loads(json.dumps(report))
         bad = run_cli("robustness", base, probed, "--question", "nope", db=db)
         assert bad.returncode == 2 and "nope" in bad.stderr
+        _compare_page_shows_the_same_bias(db, base, probed)
+
+
+def _compare_page_shows_the_same_bias(db: Path, base: str, probed: str) -> None:
+    """The Compare page's Robustness section shows the library's figures (Streamlit AppTest, real store)."""
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["WORKBENCH_DB"] = str(db)
+    try:
+        at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=60).run()
+        at.switch_page("workbench/ui/pages/compare.py").run()
+        at.selectbox(key="cmp_baseline").set_value(base).run()
+        at.select_slider(key="cmp_boot").set_value(200).run()
+        assert not at.exception, [e.value for e in at.exception]
+        shown = next(d.value for d in at.dataframe if "first-listed bias" in d.value.columns)
+    finally:
+        del os.environ["WORKBENCH_DB"]
+    con = wb.connect(db, read_only=True)
+    try:
+        lib = robustness(con, base, [probed], splits=["test"], n_boot=200)["probes"][0]
+    finally:
+        con.close()
+    row = shown.iloc[0]
+    assert row["run_id"] == probed and row["probe"] == "option_order"
+    assert row["first-listed bias"] == pytest.approx(lib["position_bias"]["first"]["bias"])
+    assert row["bias low"] == pytest.approx(lib["position_bias"]["first"]["bias_ci"][0]) and row["bias low"] > 0
 
 
 def _choice_schema(k: int = 5) -> DecisionSchema:
