@@ -176,7 +176,8 @@ def map_back(result: DecisionResult, request: DecisionRequest, probe: Probe) -> 
             back[perm] = probs
             answers[qid] = NormalisedAnswer(back, ans.deviation, ans.vendor_confidence)
         elif probe.name == "yes_no_inversion" and q.type == "noul":
-            answers[qid] = NormalisedAnswer(probs[::-1].copy(), ans.deviation, ans.vendor_confidence)
+            p_yes = 1.0 - float(probs[0])  # [p, 1 - p] exactly as a cached raw ``noul: 1 - p'`` normalises
+            answers[qid] = NormalisedAnswer(np.array([p_yes, 1.0 - p_yes]), ans.deviation, ans.vendor_confidence)
             body = ((raw or {}).get("answers") or {}).get(qid)
             if isinstance(body, dict) and isinstance(body.get("noul"), (int, float)):
                 body["noul"] = 1.0 - float(body["noul"])

@@ -223,3 +223,69 @@ def test_bad_probe_names_and_mismatched_runs_are_refused(tmp_path):
         load_experiment(exp)
     with pytest.raises(RobustnessError, match="no probe run"):
         robustness(None, "run-x", [])
+
+
+def test_every_probe_runs_on_a_yes_no_schema_and_reruns_from_the_cache(tmp_path):
+    """SMS spam (yes/no) on the emulator with the other four probes. The inverted question's stored
+    P(yes) is 1 - the emulator's P(yes) to the inverted wording (computed here by the same answerer);
+    a rerun answers every probe from the cache with identical stored probabilities."""
+    from workbench.emulator import LexicalAnswerer
+    from workbench.store.datasets import load_items
+    from workbench.store.runs import load_answers
+
+    exp = tmp_path / "spam.yaml"
+    exp.write_text(f"""
+name: spam-probes
+dataset: sms_spam
+splits: [test]
+limit: 60
+providers: ["cloudflare:clef-flash"]
+variants:
+  plain: {ROOT / "experiments" / "schemas" / "sms_spam.yaml"}
+probes: [yes_no_inversion, irrelevant_context, instruction_paraphrase, {{name: option_ids_only, seed: 2}}]
+""")
+    con = wb.connect(tmp_path / "wb.duckdb")
+    try:
+        wb.import_dataset(con, **wb.bundled_dataset("sms_spam"))
+        with wb.run_emulator(port=0) as emu:
+            env = {
+                **os.environ,
+                "CLOUDFLARE_CLEF_BASE_URL": emu.cloudflare_base_url,
+                "CLOUDFLARE_API_KEY": "test-not-a-real-key",
+                "CLOUDFLARE_ACCOUNT_ID": "test-account",
+            }
+            first = run_experiment_file(con, exp, env=env, progress=False)
+            sent = emu.request_count()
+            second = run_experiment_file(con, exp, env=env, progress=False)
+            assert emu.request_count() == sent == 5 * 60  # base + 4 probes; the rerun is all cache
+        variants = [r["variant"] for r in first["runs"]]
+        assert variants == [
+            "plain",
+            "plain+yes_no_inversion",
+            "plain+irrelevant_context",
+            "plain+instruction_paraphrase",
+            "plain+option_ids_only:2",
+        ]
+        for a, b in zip(first["runs"], second["runs"]):
+            pa, pb = (load_answers(con, r["run_id"], "spam").probs for r in (a, b))
+            np.testing.assert_array_equal(pa, pb)
+        inv = load_answers(con, first["runs"][1]["run_id"], "spam")
+        schema = wb.load_schema(ROOT / "experiments" / "schemas" / "sms_spam.yaml")
+        frame = load_items(con, "sms_spam", 1, splits=["test"], limit=60)
+        items = list(zip(frame["item_id"].tolist()[:5], frame["state"].tolist()[:5]))
+        answerer = LexicalAnswerer()
+        for item_id, state in items:
+            wire = transform_schema(schema, Probe("yes_no_inversion"), item_id).to_wire()
+            p_yes_inverted = answerer(wire, state)["spam"][0]
+            row = int(np.flatnonzero(inv.item_ids == item_id)[0])
+            assert inv.probs[row, 0] == pytest.approx(1 - p_yes_inverted, abs=1e-4)  # Clef rounds to 4 decimals
+        report = robustness(con, first["runs"][0]["run_id"], [r["run_id"] for r in first["runs"][1:]], n_boot=200)
+        assert [r["probe"] for r in report["probes"]] == [
+            "yes_no_inversion",
+            "irrelevant_context",
+            "instruction_paraphrase",
+            "option_ids_only",
+        ]
+        assert all(r["position_bias"] is None and r["n"] == 60 for r in report["probes"])
+    finally:
+        con.close()
