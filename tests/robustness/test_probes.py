@@ -289,3 +289,32 @@ probes: [yes_no_inversion, irrelevant_context, instruction_paraphrase, {{name: o
         assert all(r["position_bias"] is None and r["n"] == 60 for r in report["probes"])
     finally:
         con.close()
+
+
+def test_position_bias_knob_is_documented_switchable_and_exact():
+    """``apply_position_bias`` moves share b of the mass to the first listed choice option and leaves
+    yes/no alone; the knob is validated, switchable through the admin API, and on the CLI."""
+    import urllib.request
+
+    from workbench.emulator import FaultConfig
+    from workbench.emulator.answering import apply_position_bias
+
+    wire = {
+        "c": {"type": "choice", "instructions": "x", "criteria": {"a": None, "b": None, "c": None}},
+        "n": {"type": "noul", "instructions": "y"},
+    }
+    probs = {"c": np.array([0.1, 0.6, 0.3]), "n": np.array([0.7, 0.3])}
+    out = apply_position_bias(wire, probs, 0.5)
+    np.testing.assert_allclose(out["c"], [0.55, 0.3, 0.15])
+    np.testing.assert_allclose(out["n"], [0.7, 0.3])
+    assert apply_position_bias(wire, probs, 0.0) is probs
+    with pytest.raises(ValueError, match="position_bias"):
+        FaultConfig().merged(position_bias=1.0)
+    with wb.run_emulator(port=0) as emu:
+        req = urllib.request.Request(
+            f"{emu.base_url}/_emulator/faults", data=json.dumps({"position_bias": 0.25}).encode(), method="POST"
+        )
+        with urllib.request.urlopen(req) as resp:
+            assert json.loads(resp.read())["position_bias"] == 0.25
+    helptext = run_cli("emulator", "--help", env={"COLUMNS": "200"}).stdout
+    assert "--position-bias" in helptext
