@@ -64,7 +64,8 @@ def _wilson(k: int, n: int) -> list[float | None]:
     if n == 0:
         return [None, None]
     lo, hi = wilson_interval(np.array([k]), np.array([n]))
-    return [float(lo[0]), float(hi[0])]
+    # the closed form leaves ~1e-19 at k = 0 (and 1 - 1e-16 at k = n): the exact ends are 0 and 1
+    return [0.0 if k == 0 else float(lo[0]), 1.0 if k == n else float(hi[0])]
 
 
 def compare_probe(
