@@ -50,6 +50,19 @@ def banking77_store(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def probed(banking77_store, tmp_path_factory):
+    """``probed(position_bias)``: the experiment run once per knob setting in this module."""
+    done: dict[float, tuple[dict, dict, int, Path]] = {}
+
+    def get(position_bias: float) -> tuple[dict, dict, int, Path]:
+        if position_bias not in done:
+            done[position_bias] = _probe_experiment(tmp_path_factory.mktemp("probe"), banking77_store, position_bias)
+        return done[position_bias]
+
+    return get
+
+
 def _probe_experiment(tmp_path: Path, store: Path, position_bias: float) -> tuple[dict, dict, int, Path]:
     import shutil
 
@@ -75,11 +88,11 @@ def _probe_experiment(tmp_path: Path, store: Path, position_bias: float) -> tupl
 
 
 @pytest.mark.parametrize("position_bias", [0.3, 0.0])
-def test_option_order_probe_finds_the_emulators_position_bias(tmp_path, banking77_store, position_bias):
+def test_option_order_probe_finds_the_emulators_position_bias(probed, position_bias):
     """The acceptance of issue 16 item 1. Knob on (0.3): the first-listed option wins far more often
     than the same option does where the base run listed it, interval excludes 0. Knob off: the lexical
     answerer is position-blind, so the winner of every item is the same option (bias exactly 0)."""
-    result, report, requests, db = _probe_experiment(tmp_path, banking77_store, position_bias)
+    result, report, requests, db = probed(position_bias)
     assert [r["variant"] for r in result["runs"]] == ["descriptive", "descriptive+option_order"]
     # 300 items x (base + probe), each a request of its own; the rerun is answered from the cache
     assert requests == 2 * N_ITEMS
@@ -98,13 +111,18 @@ def test_option_order_probe_finds_the_emulators_position_bias(tmp_path, banking7
     # figures recomputed from the stored arrays by hand
     assert row["flip_rate"] == pytest.approx(row["flips"] / row["n"])
     assert row["accuracy_change"] == pytest.approx(row["accuracy_probe"] - row["accuracy_base"])
-    if position_bias > 0:  # the CLI prints the library's figures; bad input exits 2 with a hint
-        base, probed = report["base_run"], row["run_id"]
-        cli = run_cli("robustness", base, probed, "--json", db=db, check=True)
-        assert json.loads(cli.stdout) == json.loads(json.dumps(report))
-        bad = run_cli("robustness", base, probed, "--question", "nope", db=db)
-        assert bad.returncode == 2 and "nope" in bad.stderr
-        _compare_page_shows_the_same_bias(db, base, probed)
+
+
+def test_cli_and_compare_page_show_the_librarys_figures(probed):
+    """`workbench robustness --json` prints the library's figures; bad input exits 2 with a hint; the
+    Compare page's Robustness section shows the same bias."""
+    _, report, _, db = probed(0.3)
+    base, probe_run = report["base_run"], report["probes"][0]["run_id"]
+    cli = run_cli("robustness", base, probe_run, "--json", db=db, check=True)
+    assert json.loads(cli.stdout) == json.loads(json.dumps(report))
+    bad = run_cli("robustness", base, probe_run, "--question", "nope", db=db)
+    assert bad.returncode == 2 and "nope" in bad.stderr
+    _compare_page_shows_the_same_bias(db, base, probe_run)
 
 
 def _compare_page_shows_the_same_bias(db: Path, base: str, probed: str) -> None:
