@@ -38,6 +38,7 @@ def test_help_lists_every_area():
         "thresholds",
         "policy",
         "compare",
+        "robustness",
         "shadow",
         "demo",
         "ui",

@@ -32,6 +32,7 @@ FLOORS: dict[str, int] = {
     # 3: running providers over datasets, and the emulated service
     "runner": 3,
     "emulator": 3,
+    "probes": 3,
     # 4-6: the pure maths and the policy
     "metrics": 4,
     "thresholds": 5,
@@ -40,6 +41,7 @@ FLOORS: dict[str, int] = {
     "evaluation": 7,
     "workflows": 7,
     "experiments": 7,
+    "probe_report": 7,
     "comparison": 7,
     "shadow": 7,
     "gate": 7,

@@ -15,6 +15,7 @@
     policy = wb.build_policy(con, run_id, "spam", opts, out="policy.json")   # 9. the policy file
     wb.Policy.load("policy.json").decide(response)              # 10. what production loads
     wb.compare(con, [run_a, run_b])                             # 11. paired comparison of runs
+    wb.robustness(con, base_run, [probed_run])                  #     flip rate / position bias of probes
     wb.replay_shadow(con, "a-vs-b", run_a, run_b)               # 12. a shadow session …
     wb.shadow_report(con, "a-vs-b")                             #     … and its verdict
 
@@ -51,6 +52,7 @@ _LAZY = {
     "build_policy": "workbench.api",
     "Policy": "workbench.policy",
     "compare": "workbench.api",
+    "robustness": "workbench.api",
     "replay_shadow": "workbench.api",
     "shadow_report": "workbench.api",
     "ReliabilityDisplay": "workbench.metrics.displays",
@@ -98,6 +100,7 @@ __all__ = [
     "build_policy",
     "Policy",
     "compare",
+    "robustness",
     "replay_shadow",
     "shadow_report",
     "ReliabilityDisplay",

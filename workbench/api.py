@@ -440,6 +440,38 @@ def compare(
     )
 
 
+def robustness(
+    con,
+    base_run: str,
+    probe_runs: str | Sequence[str],
+    *,
+    question: str | None = None,
+    splits: Sequence[str] | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict:
+    """How a schema's answers move under robustness probes (``workbench robustness``).
+
+    ``probe_runs`` are runs of the same dataset and schema made by an experiment's ``probes:``
+    (``option_order``, ``option_ids_only``, ``irrelevant_context``, ``instruction_paraphrase``,
+    ``yes_no_inversion``; answers stored in the original option order). Per probe run against
+    ``base_run``: flip rate of the top option (Wilson interval), paired accuracy change (paired
+    bootstrap interval, McNemar's exact p) and, for ``option_order``, the position bias of the option
+    listed first / last (its win share minus the same option's share in the base run, with a paired
+    bootstrap interval).
+
+    Returns
+    -------
+    dict
+        ``{"base_run", "question", "probes": [{"run_id", "probe", "flip_rate", "flip_rate_ci",
+        "accuracy_change", "accuracy_change_ci", "mcnemar_p", "position_bias", …}]}``.
+    """
+    from workbench.probe_report import robustness as _robustness
+
+    runs = [probe_runs] if isinstance(probe_runs, str) else list(probe_runs)
+    return _robustness(con, base_run, runs, question=question, splits=splits, n_boot=n_boot, seed=seed)
+
+
 def replay_shadow(
     con,
     name: str,

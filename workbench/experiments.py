@@ -14,6 +14,14 @@ An experiment file (YAML) is the reviewable record of a comparison::
     baseline: {provider: local:minilm-zeroshot, variant: terse}
     objective: {kind: guarantee, max_error: 0.05, delta: 0.1}
     compare: {split: test, n_boot: 1000}
+    probes: [option_order, {name: irrelevant_context, seed: 3}]   # optional robustness probes
+
+Each probe (:mod:`workbench.probes`: ``option_order``, ``option_ids_only``, ``irrelevant_context``,
+``instruction_paraphrase``, ``yes_no_inversion``; seed 0 unless given) adds one run per (variant,
+provider), tagged variant ``<variant>+<probe>`` with ``params['probe'] = {name, seed}``: the same
+schema (its answers are stored in the original option order) asked the transformed way.
+``workbench robustness BASE_RUN PROBE_RUN…`` then reports flip rate, paired accuracy change and
+position bias against the unprobed run.
 
 ``workbench run experiments/banking77.yaml`` runs every (variant, provider) pair through the runner
 (the response cache makes a rerun free), tagging each run with ``experiment`` and ``variant``;
@@ -81,6 +89,23 @@ class CompareSettings(BaseModel):
     questions: list[str] | None = None
 
 
+class ProbeSetting(BaseModel):
+    """One robustness probe of the experiment (``option_order`` or ``{name: option_order, seed: 1}``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    seed: int = 0
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        from workbench.probes import PROBES
+
+        if v not in PROBES:
+            raise ValueError(f"unknown probe {v!r} (use one of: {', '.join(PROBES)})")
+        return v
+
+
 class Experiment(BaseModel):
     """A parsed experiment file (paths already resolved against the file's folder)."""
 
@@ -95,6 +120,7 @@ class Experiment(BaseModel):
     baseline: Baseline | None = None
     objective: Objective = Field(default_factory=Objective)
     compare: CompareSettings = Field(default_factory=CompareSettings)
+    probes: list[ProbeSetting] = Field(default_factory=list)
     concurrency: int | None = Field(default=None, ge=1)
     timeout: float | None = Field(default=None, gt=0)
     source: str | None = None
@@ -106,10 +132,19 @@ class Experiment(BaseModel):
             return {k: ({"schema": v} if isinstance(v, str) else v) for k, v in value.items()}
         return value
 
+    @field_validator("probes", mode="before")
+    @classmethod
+    def _probe_short_form(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"name": v} if isinstance(v, str) else v for v in value]
+        return value
+
     @model_validator(mode="after")
     def _baseline_known(self) -> Experiment:
         if len(set(self.providers)) != len(self.providers):
             raise ValueError("providers are listed twice")
+        if len({(p.name, p.seed) for p in self.probes}) != len(self.probes):
+            raise ValueError("a probe is listed twice with the same seed")
         if self.baseline is not None:
             if self.baseline.provider not in self.providers:
                 raise ValueError(f"baseline provider {self.baseline.provider!r} is not in providers")
@@ -226,6 +261,26 @@ def run_experiment_file(
                     "summary": run["summary"],
                 }
             )
+        for setting in exp.probes:
+            results.extend(
+                _run_probe(
+                    con,
+                    exp,
+                    vname,
+                    schema,
+                    setting,
+                    limit=limit or exp.limit,
+                    concurrency=concurrency or exp.concurrency or 8,
+                    rate=rate,
+                    max_cost=max_cost,
+                    timeout=timeout or exp.timeout or 5.0,
+                    questions_per_request=variant.questions_per_request,
+                    env=env,
+                    transport=transport,
+                    progress=progress,
+                    reporter=reporter,
+                )
+            )
     for r in results:
         s = r["summary"] or {}
         reporter.log(
@@ -234,6 +289,69 @@ def run_experiment_file(
         )
     reporter.log(f"compare with `workbench compare {exp.name}`")
     return {"experiment": exp.name, "dataset": exp.dataset, "source": str(path), "runs": results}
+
+
+def probe_variant(variant: str, probe: ProbeSetting) -> str:
+    """The ``variant`` tag of a probed run: ``descriptive+option_order`` (``…:SEED`` when seed ≠ 0)."""
+    return f"{variant}+{probe.name}" + (f":{probe.seed}" if probe.seed else "")
+
+
+def _run_probe(
+    con: Any,
+    exp: Experiment,
+    vname: str,
+    schema: Any,
+    setting: ProbeSetting,
+    *,
+    env: Mapping[str, str],
+    transport: Any,
+    progress: bool,
+    reporter: Reporter,
+    **options: Any,
+) -> list[dict]:
+    """One probed run per provider: the original schema stored, the transformed request sent."""
+    from workbench.probes import Probe, ProbedProvider
+    from workbench.runner import RunOptions, execute_run, start_run
+    from workbench.runner.execute import build_provider
+    from workbench.store.datasets import latest_version
+    from workbench.store.runs import get_run, update_run
+
+    probe = Probe(setting.name, setting.seed)
+    opts = RunOptions(splits=list(exp.splits) if exp.splits else None, **options)
+    version = latest_version(con, exp.dataset)
+    tag = probe_variant(vname, setting)
+    out = []
+    for spec in exp.providers:
+        inner = build_provider(
+            con, spec, dataset=exp.dataset, dataset_version=version, options=opts, env=env, transport=transport
+        )
+        run_id = start_run(
+            con,
+            dataset=exp.dataset,
+            schema=schema,
+            provider_spec=spec,
+            options=opts,
+            dataset_version=version,
+            run_name=f"{exp.name}/{tag}" + (f":{spec}" if len(exp.providers) > 1 else ""),
+            experiment=exp.name,
+            variant=tag,
+        )
+        run = get_run(con, run_id)
+        update_run(con, run_id, params={**(run["params"] or {}), "probe": probe.as_params(), "base_variant": vname})
+        execute_run(
+            con,
+            run_id,
+            env=env,
+            transport=transport,
+            progress=progress,
+            provider=ProbedProvider(inner, probe),
+            reporter=reporter,
+        )
+        run = get_run(con, run_id)
+        out.append(
+            {"run_id": run_id, "variant": tag, "provider": spec, "status": run["status"], "summary": run["summary"]}
+        )
+    return out
 
 
 def experiment_runs(con: Any, name: str) -> list[dict]:

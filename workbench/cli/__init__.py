@@ -54,6 +54,7 @@ AREAS = [
     "plan",
     "policy",
     "compare",
+    "robustness",
     "shadow",
     "gate",
     "monitor",

@@ -48,6 +48,11 @@ def register(app: typer.Typer) -> None:
             "--truncate-state-tokens",
             help="Silently read only the first N state tokens (hosted Clef until 2026-10-04: 2048).",
         ),
+        position_bias: float = typer.Option(
+            0.0,
+            "--position-bias",
+            help="Boost the first listed option of every choice question: p -> (1-b)·p + b·first (0 = off).",
+        ),
         require_token: str | None = typer.Option(
             None,
             "--require-token",
@@ -92,11 +97,15 @@ def register(app: typer.Typer) -> None:
                 malformed=fault_malformed,
                 refusal=fault_refusal,
                 truncate_state_tokens=truncate_state_tokens,
+                position_bias=position_bias,
                 timeout_sleep_s=timeout_sleep_s,
                 seed=seed,
             ).validate()
         except ValueError as exc:
-            raise WorkbenchError(f"emulator: {exc}", hint="fault fractions are in [0, 1] and add up to <= 1") from None
+            raise WorkbenchError(
+                f"emulator: {exc}",
+                hint="fault fractions are in [0, 1] and add up to <= 1; --position-bias is in [0, 1)",
+            ) from None
         if host not in ("127.0.0.1", "localhost", "::1"):
             err_console.print(f"[yellow]warning:[/] binding to {host}: the emulator is meant for loopback")
         if tls_key is not None and tls_cert is None:

@@ -42,14 +42,17 @@ median and p95 (``latency_profile="published"`` uses Cloudflare's clef 209.3/238
 clef-flash 38.8/122.4 ms), and fractions of 429/3040, 429/4006, 500, 529, timeouts (the server
 sleeps ``timeout_sleep_s``), connection resets (TCP RST), malformed JSON (a truncated 200 body),
 OpenAI per-question refusals, and silent truncation of the state past ``truncate_state_tokens``
-tokens (the answer then reads only the head, and only the head is billed). Fault draws and
+tokens (the answer then reads only the head, and only the head is billed). One switchable model flaw
+rides along: ``position_bias=b`` (``--position-bias``, default 0 = off) turns every choice answer
+into ``(1 - b)·p + b·e_first``, boosting the option listed first, so that the ``option_order``
+robustness probe (:mod:`workbench.probe_report`) has a real position bias to find. Fault draws and
 latencies are seeded from (seed, request body, how many times that exact body was seen), so a run
 is reproducible while a retry of the same body gets a fresh draw.
 
 CLI: ``workbench emulator --port 8787 [--host 127.0.0.1] [--latency-ms 100] [--latency-p95-ms ..]
 [--latency-profile published] [--fault-429 0.1] [--fault-quota ..] [--fault-500 ..] [--fault-529 ..]
 [--fault-timeout ..] [--fault-reset ..] [--fault-malformed ..] [--truncate-state-tokens N]
-[--require-token TOKEN] [--answerer lexical|local:minilm-zeroshot] [--seed 0]
+[--position-bias B] [--require-token TOKEN] [--answerer lexical|local:minilm-zeroshot] [--seed 0]
 [--tls-cert cert.pem --tls-key key.pem]``.
 
 Modules: :mod:`~workbench.emulator.server` (routing, faults, admin API on aiohttp's HTTP server,

@@ -112,7 +112,8 @@ class LexicalAnswerer:
         self._lock = threading.Lock()
 
     def _index(self, question: dict) -> tuple[dict[str, np.ndarray], int]:
-        key = json.dumps(question, sort_keys=True, ensure_ascii=False, default=str)
+        # not sort_keys: option order is part of the question (a permuted question is another index)
+        key = json.dumps(question, ensure_ascii=False, default=str)
         with self._lock:
             hit = self._cache.get(key)
         if hit is not None:
@@ -150,6 +151,25 @@ class LexicalAnswerer:
             p = np.exp(z - z.max())
             out[qid] = (p / p.sum()).tolist()
         return out
+
+
+def apply_position_bias(questions_wire: dict, probs: dict[str, np.ndarray], bias: float) -> dict[str, np.ndarray]:
+    """Boost the option listed first of every choice question: ``(1 - bias) * p + bias * e_first``.
+
+    The emulator's documented position-bias knob (``FaultConfig.position_bias``, ``run_emulator(...,
+    position_bias=0.3)``, ``workbench emulator --position-bias 0.3``): a position-sensitive model in
+    miniature, so that the ``option_order`` robustness probe has something real to find. Yes/no and
+    score questions are left alone. ``bias=0`` returns ``probs`` unchanged.
+    """
+    if bias <= 0:
+        return probs
+    out = dict(probs)
+    for qid, q in questions_wire.items():
+        if q.get("type") == "choice" and qid in out:
+            p = (1.0 - bias) * np.asarray(out[qid], dtype=float)
+            p[0] += bias
+            out[qid] = p
+    return out
 
 
 def answerer_from_spec(spec: str) -> Answerer:

@@ -39,6 +39,10 @@ class FaultConfig:
     malformed: float = 0.0  # 200 with a truncated JSON body
     refusal: float = 0.0  # OpenAI dialect: per-question {"type": "refusal"}
     truncate_state_tokens: int | None = None  # silently read only the first N state tokens
+    # Position bias (not a fault, a model flaw, switchable like one): each choice answer becomes
+    # ``(1 - b) * p + b * [1, 0, ..., 0]``, i.e. the option listed first gets share ``b`` of the mass
+    # on top of its own. 0 (default) is position-blind; robustness probes (``option_order``) find it.
+    position_bias: float = 0.0
     force_status: int | None = None  # answer every valid request with this HTTP error status
     force_code: int | None = None  # ... and this vendor code (e.g. 403 / None, 408, 402)
     timeout_sleep_s: float = 30.0
@@ -57,6 +61,8 @@ class FaultConfig:
             raise ValueError("latency_profile must be 'published' or None")
         if self.force_status is not None and not (400 <= int(self.force_status) <= 599):
             raise ValueError("force_status must be an HTTP error status (400-599)")
+        if not (0.0 <= float(self.position_bias) < 1.0):
+            raise ValueError(f"position_bias={self.position_bias} is outside [0, 1)")
         if self.truncate_state_tokens is not None and self.truncate_state_tokens < 0:
             raise ValueError("truncate_state_tokens must be >= 0")
         return self

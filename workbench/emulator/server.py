@@ -34,6 +34,7 @@ from workbench.emulator.answering import (
     FIXED_TOKENS,
     Answerer,
     LexicalAnswerer,
+    apply_position_bias,
     render,
     server_token_count,
     truncate_tokens,
@@ -487,7 +488,7 @@ class EmulatorServer:
             if p.shape != (n,) or not np.all(np.isfinite(p)) or p.min() < 0 or p.sum() <= 0:
                 raise ValueError(f"answerer gave an invalid vector for {qid}")
             out[qid] = p / p.sum()
-        return out
+        return apply_position_bias(questions, out, float(self.faults.position_bias))
 
     # -- rendering ---------------------------------------------------------------------------------
     def _render(

@@ -130,6 +130,17 @@ def run_record(path: str, token: tuple, run_id: str) -> dict:
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
+def robustness(
+    path: str, token: tuple, base_run: str, probe_runs: tuple[str, ...], question: str, split: str, n_boot: int
+) -> dict:
+    """:func:`workbench.probe_report.robustness` of probed runs against their base run (``workbench robustness``)."""
+    from workbench.probe_report import robustness as _robustness
+
+    with read_connection(path) as con:
+        return _robustness(con, base_run, list(probe_runs), question=question, splits=[split], n_boot=n_boot)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
 def run_answers(path: str, token: tuple, run_id: str, question: str, splits: tuple[str, ...] | None = None):
     """:class:`workbench.answers.RunAnswers` of one run and question (arrays, cached per run)."""
     from workbench.store.runs import load_answers

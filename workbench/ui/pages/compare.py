@@ -59,6 +59,50 @@ calibrate = o3.selectbox(
 )
 n_boot = o4.select_slider("Bootstrap replicates", [200, 500, 1000, 2000], value=500, key="cmp_boot")
 
+
+def _robustness_section() -> None:
+    """Robustness: the chosen runs that are probes (experiment ``probes:``) of the baseline's schema."""
+    probed = [
+        r
+        for r in chosen
+        if r != baseline
+        and (state.run_record(path, token, r).get("params") or {}).get("probe")
+        and state.run_record(path, token, r)["schema_hash"] == base_run["schema_hash"]
+    ]
+    if probed:
+        st.subheader("Robustness: probes against the baseline")
+        try:
+            rob = state.robustness(path, token, baseline, tuple(probed), question, split, int(n_boot))
+        except WorkbenchError as exc:
+            state.show_error(exc)
+        else:
+            rows = []
+            for r in rob["probes"]:
+                pb = r["position_bias"] or {}
+                rows.append(
+                    {
+                        "run_id": r["run_id"],
+                        "probe": r["probe"],
+                        "n": r["n"],
+                        "flip rate": r["flip_rate"],
+                        "flip low": r["flip_rate_ci"][0],
+                        "flip high": r["flip_rate_ci"][1],
+                        "Δaccuracy": r["accuracy_change"],
+                        "Δacc low": r["accuracy_change_ci"][0],
+                        "Δacc high": r["accuracy_change_ci"][1],
+                        "first-listed bias": pb.get("first", {}).get("bias"),
+                        "bias low": (pb.get("first", {}).get("bias_ci") or [None])[0],
+                        "bias high": (pb.get("first", {}).get("bias_ci") or [None, None])[1],
+                    }
+                )
+            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="cmp_robustness")
+            st.caption(
+                "Flip rate: share of items whose top option changed under the probe (Wilson 95 %). Δaccuracy: paired, "
+                "bootstrap 95 %. First-listed bias (option_order): how much more often the option listed first wins "
+                "than that same option in the baseline; `workbench robustness` prints the same figures."
+            )
+
+
 try:
     frame, raw = state.comparison(
         path,
@@ -72,6 +116,7 @@ try:
     )
 except WorkbenchError as exc:
     state.show_error(exc)
+    _robustness_section()  # probes need no policy: still shown when the comparison cannot choose one
     st.stop()
 
 st.caption(
@@ -225,6 +270,8 @@ st.dataframe(
         )
     },
 )
+_robustness_section()
+
 st.subheader("All figures")
 st.dataframe(frame.drop(columns=["provider_variant"]), hide_index=True, width="stretch", key="cmp_all")
 st.download_button(
