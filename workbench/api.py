@@ -52,6 +52,7 @@ def import_dataset(
     schema: Any = None,
     annotator_column: str | None = None,
     label_votes: Mapping[str, Mapping[str, str]] | None = None,
+    meta_columns: Sequence[str] | None = None,
     **more: Any,
 ):
     """Import labelled files (CSV, TSV, Parquet, JSON, JSONL) as a new version of dataset ``name``.
@@ -79,6 +80,9 @@ def import_dataset(
     label_votes : mapping, optional
         Wide format: question → {option: column holding how many annotators chose it}
         (``{"spam": {"yes": "n_spam", "no": "n_ham"}}``); the votes are kept, anonymously.
+    meta_columns : list of str, optional
+        Columns kept as item metadata (text per item), part of the version's content; slice reports
+        by them (``wb.report(con, run_id, slices=["language"])``). ``state_length`` is built in.
     **more
         Other :class:`workbench.store.datasets.ImportSpec` fields (``group_column``, ``append`` …).
 
@@ -104,6 +108,7 @@ def import_dataset(
         labels=dict(labels or {}),
         label_votes={q: dict(cols) for q, cols in (label_votes or {}).items()},
         annotator_column=annotator_column,
+        meta_columns=list(meta_columns or []),
         id_column=id_column,
         split_column=split_column,
         split=split,
