@@ -464,6 +464,8 @@ class ThresholdResult:
     chosen_point_per_class: dict | None = None
     needed: dict | None = None  # guarantee objective, nothing certified: calibration_size_needed()
     test_risks: dict | None = None  # with costs/constraints: test cost and critical misroute rates
+    #: the fitted calibrator the rule is applied after (test figures per slice re-apply it)
+    fitted_calibrator: Any = field(default=None, repr=False, compare=False)
 
     @property
     def certified(self) -> bool:
@@ -864,6 +866,7 @@ def _finish(
         per_class_point,
         needed,
         test_risks,
+        prep.calibrator,
     )
 
 
