@@ -17,6 +17,7 @@ these, so a figure on any surface comes from the same code path.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -124,7 +125,17 @@ def report_run(
                 answers,
                 values,
                 order=order,
-                report=lambda a, q=q: _sliced_report(a, q, exclude_items, labels, n_bins, n_boot, seed, level, smooth),
+                report=partial(
+                    _sliced_report,
+                    question=q,
+                    exclude_items=exclude_items,
+                    labels=labels,
+                    n_bins=n_bins,
+                    n_boot=n_boot,
+                    seed=seed,
+                    level=level,
+                    smooth=smooth,
+                ),
             )
             sliced.setdefault(column, SliceReports(column, list(per_slice))).questions[q] = per_slice
     info = {k: run.get(k) for k in _RUN_FIELDS}
@@ -157,6 +168,7 @@ def report_run(
 
 def _sliced_report(
     answers: RunAnswers,
+    *,
     question: str,
     exclude_items: dict[str, Iterable[str]] | None,
     labels: str,
@@ -195,7 +207,7 @@ def slice_values(con: Any, answers: RunAnswers, column: str) -> tuple[np.ndarray
         meta = meta.assign(value=labels)
     else:
         order = []
-    row = pd.Index(meta["item_id"].astype(str)).get_indexer(answers.item_ids.astype(str))
+    row = pd.Index(meta["item_id"].astype(str)).get_indexer(pd.Index(answers.item_ids.astype(str)))
     values = np.full(len(answers.item_ids), None, dtype=object)
     ok = row >= 0
     values[ok] = meta["value"].to_numpy(dtype=object)[row[ok]]
