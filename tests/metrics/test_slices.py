@@ -306,3 +306,36 @@ def test_slice_groups_order_and_missing():
     groups = slice_groups(np.array(["b", None, "a", "b", np.nan], dtype=object), order=["b"])
     assert [g for g, _ in groups] == ["b", "a", MISSING]
     assert [int(m.sum()) for _, m in groups] == [2, 1, 2]
+
+
+def test_compare_slice_pairs_within_each_slice(sms):
+    """compare --slice: per slice, the paired accuracy difference of a calibrated view (isotonic moves
+    some arg-maxes) vs the run equals the difference of scikit-learn accuracies on the slice's items."""
+    view = json.loads(
+        run_cli("calibrate", sms["run_id"], "--method", "isotonic", "--json", db=sms["db"], check=True).stdout
+    )["run_id"]
+    doc = json.loads(
+        run_cli(
+            "compare", sms["run_id"], view, "--baseline", sms["run_id"], "--slice", "channel", "--n-boot", "50",
+            "--no-policy", "--json", db=sms["db"], check=True,
+        ).stdout
+    )  # fmt: skip
+    rows = {r["run_id"]: r for r in doc["rows"]}
+    con = connect(sms["db"], read_only=True)
+    try:
+        a, b = (load_answers(con, r, "spam", ["test"]) for r in (sms["run_id"], view))
+    finally:
+        con.close()
+    by_id = dict(zip(sms["frame"]["id"], sms["frame"]["channel"].replace("", MISSING), strict=True))
+    sl = np.asarray([by_id[i] for i in a.item_ids], dtype=object)
+    assert np.array_equal(a.item_ids, b.item_ids)
+    figures = rows[view]["slices"]["channel"]["slices"]
+    assert list(figures) == ["app", "sms", "web", MISSING]
+    for value, f in figures.items():
+        m = sl == value
+        acc_a = accuracy_score(a.labels[m], a.probs[m].argmax(axis=1))
+        acc_b = accuracy_score(b.labels[m], b.probs[m].argmax(axis=1))
+        assert f["n_labelled"] == f["vs_baseline"]["n_pairs"] == int(m.sum())
+        assert f["metrics"]["accuracy"]["estimate"] == pytest.approx(acc_b, abs=1e-12)
+        assert f["vs_baseline"]["metrics"]["accuracy"]["difference"] == pytest.approx(acc_b - acc_a, abs=1e-12)
+    assert "vs_baseline" not in rows[sms["run_id"]]["slices"]["channel"]["slices"]["app"]
