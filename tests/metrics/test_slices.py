@@ -21,7 +21,7 @@ from workbench.errors import DataImportError, NotFoundError
 from workbench.evaluation import with_votes
 from workbench.metrics.report import question_report
 from workbench.metrics.slices import MISSING, length_buckets, slice_groups
-from workbench.store.datasets import ImportSpec, import_dataset, load_item_meta
+from workbench.store.datasets import ImportSpec, dataset_info, import_dataset, load_item_meta
 from workbench.store.db import connect, table_counts
 from workbench.store.runs import load_answers
 from workbench.thresholds.guarantees import clopper_pearson, wilson
@@ -231,6 +231,7 @@ def test_meta_is_versioned_and_read_back(tmp_path):
     con = connect(tmp_path / "wb.duckdb")
     schema = wb.load_schema(SCHEMA)
     first = import_dataset(con, [_csv(tmp_path, ROWS)], _spec(meta_columns=["lang"], positive={"spam": "spam"}), schema)
+    assert dataset_info(con, "m")["meta_columns"] == ["lang"]
     meta = load_item_meta(con, "m", first.version, "lang")
     assert meta["item_id"].tolist() == ["a", "b", "c", "d"]
     assert meta["value"].tolist()[:3] == ["en", "en", "es"] and pd.isna(meta["value"].iloc[3])

@@ -1094,6 +1094,7 @@ def dataset_info(con: duckdb.DuckDBPyConnection, name: str, version: int | None 
         "splits": {k: int(v) for k, v in splits.items()},
         "labels": per_q,
         "params": json.loads(row[4]) if row[4] else {},
+        "meta_columns": meta_columns(con, name, version),  # for `report --slice` (and state_length)
         "created_at": row[5],
         "versions": history,
     }
