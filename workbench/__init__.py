@@ -11,6 +11,7 @@
     wb.calibrate(con, run_id, "temperature")                    # 6. a recalibrated view of the run
     opts = wb.ThresholdOptions(alpha=0.05, delta=0.1)           # 7. how thresholds are chosen
     result = wb.choose_thresholds(con, run_id, "spam", opts)    # 8. certified (τ, m), judged on test
+    wb.plan_labels(con, run_id, "spam", opts)                   #    how many labels certify (a pilot plan)
     policy = wb.build_policy(con, run_id, "spam", opts, out="policy.json")   # 9. the policy file
     wb.Policy.load("policy.json").decide(response)              # 10. what production loads
     wb.compare(con, [run_a, run_b])                             # 11. paired comparison of runs
@@ -45,6 +46,7 @@ _LAZY = {
     "agreement": "workbench.api",
     "calibrate": "workbench.api",
     "choose_thresholds": "workbench.api",
+    "plan_labels": "workbench.api",
     "ThresholdOptions": "workbench.thresholds.choose",
     "build_policy": "workbench.api",
     "Policy": "workbench.policy",
@@ -92,6 +94,7 @@ __all__ = [
     "calibrate",
     "ThresholdOptions",
     "choose_thresholds",
+    "plan_labels",
     "build_policy",
     "Policy",
     "compare",

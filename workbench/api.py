@@ -337,6 +337,40 @@ def choose_thresholds(con, run_id: str, question: str, options: ThresholdOptions
     return thresholds_for_run(con, run_id, question, options)
 
 
+def plan_labels(
+    con,
+    run_id: str,
+    question: str,
+    options: ThresholdOptions | None = None,
+    **kwargs: Any,
+):
+    """How many calibration labels certify at ``options.alpha`` with probability ≥ 0.8, simulated from
+    a labelled pilot of the run (``workbench plan-labels``).
+
+    ``kwargs``: ``pilot_split`` ("calibration"), ``pilot_size`` (a seeded subset), ``unlabelled_splits``,
+    ``target_coverage``, ``power`` (0.8), ``n_draws`` (200), ``max_labels`` (20000), ``errors``
+    ("logistic" | "observed"), ``seed``, ``reporter``.
+
+    Returns
+    -------
+    LabelPlan
+        ``recommended_labels`` (None when no simulated size reaches ``power``), ``status`` (``ok``,
+        ``pilot_too_small``, ``unreachable``, ``beyond_max_labels``), ``curve``, ``messages``,
+        ``summary()``, ``to_frame()``, ``to_dict()``.
+
+    Examples
+    --------
+    >>> plan = wb.plan_labels(con, run_id, "spam", pilot_size=300, n_draws=50)
+    >>> plan.status, plan.pilot["n_items"], plan.recommended_labels is not None
+    ('ok', 300, True)
+    >>> print(plan.summary())  # doctest: +ELLIPSIS
+    spam: about ... calibration labels to certify at α = 0.05, δ = 0.1 with probability ≥ 0.8 (simulated from a 300-item pilot)
+    """
+    from workbench.workflows import plan_labels_for_run
+
+    return plan_labels_for_run(con, run_id, question, options, **kwargs)
+
+
 def build_policy(
     con,
     run_id: str,

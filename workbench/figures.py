@@ -6,6 +6,7 @@ The drawing lives in :mod:`workbench.metrics.displays`; this module sits on the 
 * :func:`certified_region` — the grid points Learn-then-Test certifies on a surface;
 * :func:`threshold_figures` — surface heat map and risk–coverage of a ``choose_thresholds`` result;
 * :func:`comparison_figure` — risk–coverage overlay of every run of a ``compare_runs`` result;
+* :func:`label_plan_figure` — labels → probability of certifying and expected coverage of a label plan;
 * :func:`write_figures` — one HTML file (and optionally PNG images) from several figures.
 """
 
@@ -127,6 +128,55 @@ def comparison_figure(con: Any, comparison: Any, question: str | None = None):
     return RiskCoverageDisplay.overlay(
         parts, title=f"{q} on {comparison.split}: risk–coverage (★ policy at {settings})"
     ).figure_
+
+
+def label_plan_figure(plan: Any):
+    """Plotly figure of a :class:`~workbench.thresholds.planning.LabelPlan`: calibration labels (log axis)
+    → probability that the guarantee certifies (and reaches the target coverage), and the expected
+    certified coverage; the required probability and the recommended size are marked."""
+    import plotly.graph_objects as go
+
+    rows = plan.curve
+    n = [r["n_labels"] for r in rows]
+    s = plan.settings
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=n, y=[r["p_certify"] for r in rows], mode="lines+markers", name="P(certified)"))
+    if plan.target_coverage is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=n,
+                y=[r["p_target"] for r in rows],
+                mode="lines+markers",
+                name=f"P(certified, coverage ≥ {plan.target_coverage:g})",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=n,
+            y=[r["expected_coverage"] for r in rows],
+            mode="lines+markers",
+            name="expected certified coverage",
+            line={"dash": "dot"},
+        )
+    )
+    fig.add_hline(y=plan.power, line_dash="dash", line_color="grey", annotation_text=f"required {plan.power:g}")
+    if plan.recommended_labels is not None:
+        fig.add_vline(
+            x=plan.recommended_labels,
+            line_dash="dash",
+            line_color="green",
+            annotation_text=f"{plan.recommended_labels} labels",
+        )
+    fig.update_layout(
+        title=(
+            f"{plan.question}: calibration labels needed (α={s['alpha']:g}, δ={s['delta']:g}, recalibration "
+            f"{s['calibrate']}; {plan.n_draws} simulated splits per size from a {plan.pilot['n_items']}-item pilot)"
+        ),
+        xaxis={"title": "calibration labels", "type": "log"},
+        yaxis={"title": "probability / coverage", "range": [0, 1.02]},
+        height=460,
+    )
+    return fig
 
 
 def png_available() -> bool:

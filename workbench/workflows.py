@@ -3,11 +3,17 @@
 ``thresholds_for_run`` is the one "load calibration and test answers, choose thresholds" step behind
 ``workbench thresholds``, ``workbench compare``, the demo, the UI's Thresholds page and
 ``workbench.choose_thresholds``, so the same run, question and :class:`ThresholdOptions` give the same
-rule, coverage and error on every surface. Imports only the store and the thresholds layer.
+rule, coverage and error on every surface. ``plan_labels_for_run`` is the label budget planner behind
+``workbench plan-labels`` and ``workbench.plan_labels``. Imports only the store and the thresholds layer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+
+from workbench.reporting import Reporter
 from workbench.thresholds.choose import ThresholdOptions, ThresholdResult, choose_thresholds
 
 
@@ -43,6 +49,83 @@ def thresholds_for_run(
     calibration = load_answers(con, run_id, question, splits=[calibration_split])
     test = load_answers(con, run_id, question, splits=[test_split]) if test_split else None
     return choose_thresholds(calibration, test, options)
+
+
+def plan_labels_for_run(
+    con,
+    run_id: str,
+    question: str,
+    options: ThresholdOptions | None = None,
+    *,
+    pilot_split: str = "calibration",
+    pilot_size: int | None = None,
+    unlabelled_splits: Sequence[str] = (),
+    target_coverage: float | None = None,
+    power: float = 0.8,
+    n_draws: int = 200,
+    max_labels: int = 20000,
+    sizes: Sequence[int] | None = None,
+    errors: str = "logistic",
+    seed: int = 0,
+    reporter: Reporter | None = None,
+):
+    """How many calibration labels ``question`` of ``run_id`` needs to certify at ``options.alpha``.
+
+    The pilot is the run's labelled items on ``pilot_split`` (answered or failed; with ``pilot_size``,
+    a seeded random subset of that many, listed in ``plan.pilot["item_ids"]``); the model's answers on
+    the unlabelled items of ``pilot_split`` and of ``unlabelled_splits`` widen the simulated
+    population. See :func:`workbench.thresholds.planning.plan_labels_from_pilot` for the simulation.
+
+    Returns
+    -------
+    LabelPlan
+    """
+    from workbench.errors import OptionError
+    from workbench.store.runs import load_answers
+    from workbench.thresholds.planning import plan_labels_from_pilot
+
+    options = options if options is not None else ThresholdOptions()
+    ans = load_answers(con, run_id, question, splits=[pilot_split])
+    labelled = ans.labels >= 0
+    pilot = ans.select(labelled)
+    chosen = None
+    if pilot_size is not None:
+        if pilot_size < 1:
+            raise OptionError(f"pilot_size must be at least 1, got {pilot_size}", parameter="pilot_size")
+        if pilot_size < len(pilot.labels):
+            pick = np.zeros(len(pilot.labels), dtype=bool)
+            pick[np.random.default_rng([seed, 3]).choice(len(pilot.labels), pilot_size, replace=False)] = True
+            pilot = pilot.select(pick)
+            chosen = [str(i) for i in pilot.item_ids]
+    unlabelled = [ans.probs[~labelled & ~ans.failed]]
+    for split in unlabelled_splits:
+        if split == pilot_split:
+            continue
+        other = load_answers(con, run_id, question, splits=[split])
+        unlabelled.append(other.probs[(other.labels < 0) & ~other.failed])
+    extra = np.concatenate(unlabelled) if any(len(u) for u in unlabelled) else None
+    plan = plan_labels_from_pilot(
+        pilot.probs,
+        pilot.labels,
+        ans.qtype,
+        options,
+        question=question,
+        option_ids=list(ans.option_ids),
+        target_coverage=target_coverage,
+        power=power,
+        n_draws=n_draws,
+        max_labels=max_labels,
+        sizes=sizes,
+        seed=seed,
+        unlabelled_probs=extra,
+        errors=errors,
+        reporter=reporter,
+    )
+    plan.pilot["split"] = pilot_split
+    plan.pilot["run_id"] = run_id
+    if chosen is not None:
+        plan.pilot["item_ids"] = chosen
+    return plan
 
 
 def threshold_slices_for_run(

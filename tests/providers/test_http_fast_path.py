@@ -6,11 +6,11 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 
 from workbench.providers.base import DecisionRequest
 from workbench.providers.remote import build_http_provider
-from workbench.runner.transport import StreamTransport
 
 from .conftest import SECRET, run, three_type_schema
 
@@ -95,10 +95,10 @@ def recorder():
     server.server_close()
 
 
-@pytest.mark.parametrize("injected", [False, True], ids=["httpx-pool", "stream-transport"])
+@pytest.mark.parametrize("injected", [False, True], ids=["default-client", "injected-httpx-transport"])
 def test_wire_request_headers_body_and_no_cookie_persistence(recorder, injected):
     base, seen = recorder
-    transport = StreamTransport() if injected else None
+    transport = httpx.AsyncHTTPTransport() if injected else None
     provider = build_http_provider("typesafe:jev-1.13.0", env=_env(base), transport=transport)
     request = DecisionRequest(three_type_schema().subset(["stolen"]), "my card is gone")
 

@@ -6,12 +6,12 @@ import hashlib
 
 import httpx
 import pytest
+from httpx_aiohttp import AiohttpTransport
 
 from workbench.emulator import run_emulator
 from workbench.errors import WorkbenchError
 from workbench.runner import run_experiment
 from workbench.runner.plan import KEY_VERSION, cache_key, plan_slices, request_json
-from workbench.runner.transport import StreamTransport
 from workbench.schema import DecisionSchema
 from workbench.store.db import connect
 from workbench.store.runs import get_run
@@ -67,7 +67,7 @@ class RecordingTransport(httpx.AsyncBaseTransport):
     """Keeps the bytes of every request body, then sends it for real."""
 
     def __init__(self):
-        self.inner = StreamTransport()
+        self.inner = AiohttpTransport()
         self.bodies: list[bytes] = []
 
     async def handle_async_request(self, request):

@@ -5,8 +5,11 @@ plays the gateway's part: it POSTs the mirrored copy and writes the spool file a
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import ROOT
 from workbench.emulator import run_emulator
 from workbench.shadow.collector import CollectorConfig, collect_async
 from workbench.shadow.journal import read_journal
@@ -157,3 +161,123 @@ def test_collector_refuses_bodies_over_its_limit(tmp_path):
     (champ,) = [rec for rec in read_journal(config.journal) if rec["kind"] == "champion"]
     assert (champ["pair"], champ["status"], champ["body"], champ["error"]) == ("d1", 200, None, "too_large")
     assert list(config.spool.iterdir()) == []
+
+
+def _settled(client: httpx.Client, running: Running, n: int) -> dict:
+    """The collector's status once ``n`` mirrored requests are journaled (or after 15 s)."""
+    deadline = time.monotonic() + 15
+    while True:
+        st = client.get(running.url + "/v1/shadow/status").json()
+        if (st["requests"] == n and st["in_progress"] == 0) or time.monotonic() > deadline:
+            return st
+        time.sleep(0.05)
+
+
+def test_collector_journals_bodies_over_the_journal_limit_as_references(tmp_path):
+    """A request and a stored champion answer over ``max_journal_body`` are journaled as sha256 + size
+    (nothing large is written) and ingest loads every pair, the big one without its state."""
+    limit = 4096
+    big = json.dumps({"model": "clef", "state": "s" * 20_000, "questions": QUESTIONS}).encode()
+    small = json.dumps({"model": "clef", "state": "card stolen", "questions": QUESTIONS}).encode()
+    big_answer = json.dumps(
+        {"model": "clef", "answers": {"urgent": {"type": "noul", "noul": 0.8}}, "note": "n" * 10_000}
+    ).encode()
+    answer = b'{"model":"clef","answers":{"urgent":{"type":"noul","noul":0.8}}}'
+    with run_emulator(port=0) as challenger:
+        config = CollectorConfig(
+            challenger=challenger.base_url + "/v1/systemone?model=clef-flash",
+            journal=tmp_path / "c.jsonl",
+            spool=tmp_path / "spool",
+            champion_timeout=5.0,
+            max_journal_body=limit,
+            fsync=False,
+        )
+        running = Running(config)
+        try:
+            _store(config.spool, "big1", big_answer)
+            _store(config.spool, "small1", answer)
+            with httpx.Client(trust_env=False, timeout=5) as client:
+                url = running.url + "/v1/shadow/mirror"
+                assert client.post(url, content=big, headers={"x-request-id": "big1"}).status_code == 204
+                assert client.post(url, content=small, headers={"x-request-id": "small1"}).status_code == 204
+                st = _settled(client, running, 2)
+        finally:
+            running.close()
+    assert st["champion_stored"] == 2 and st["challenger_errors"] == 0, st
+    assert challenger.stats["by_status"] == {"200": 2}  # the challenger got the whole request
+    records = {(r["kind"], r["pair"]): r for r in read_journal(config.journal)}
+    assert len(records) == 4
+    champ = records[("champion", "big1")]
+    assert champ["request"] is None and champ["body"] is None and champ["error"] is None
+    assert (champ["request_sha256"], champ["request_bytes"]) == (hashlib.sha256(big).hexdigest(), len(big))
+    assert (champ["body_sha256"], champ["body_bytes"]) == (hashlib.sha256(big_answer).hexdigest(), len(big_answer))
+    assert records[("champion", "small1")]["request"] == small.decode()
+    assert records[("champion", "small1")]["body"] == answer.decode()
+    assert json.loads(records[("challenger", "big1")]["body"])["model"] == "clef-flash"
+    assert config.journal.stat().st_size < 2 * limit + 2000  # neither big body was written
+
+    con = connect(tmp_path / "wb.duckdb")
+    try:
+        summary = ingest_journal(con, config.journal, shadow="collected")
+        rows = con.execute(
+            "SELECT item_id, state IS NULL, challenger_error FROM shadow_requests WHERE shadow = 'collected'"
+            " ORDER BY item_id"
+        ).fetchall()
+    finally:
+        con.close()
+    assert summary["n_requests"] == 2 and summary["n_challenger_lost"] == 0
+    assert rows == [("big1", True, None), ("small1", False, None)]
+
+
+def test_a_nested_json_body_is_journaled_as_a_challenger_failure_with_its_reason(setup, tmp_path):
+    """The challenger URL's ``?model=`` makes the collector parse the body: 100,000 nested arrays raise
+    RecursionError. The pair is journaled with that failure and its reason, not lost; others still flow."""
+    running, spool, config, challenger = setup
+    nested = json.dumps({"model": "clef", "state": "deep", "questions": QUESTIONS})[:-1]
+    nested += ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    ok = json.dumps({"model": "clef", "state": "card stolen", "questions": QUESTIONS}).encode()
+    answer = b'{"model":"clef","answers":{"urgent":{"type":"noul","noul":0.8}}}'
+    with httpx.Client(trust_env=False, timeout=5) as client:
+        url = running.url + "/v1/shadow/mirror"
+        for rid, content in (("deep1", nested.encode()), ("ok1", ok)):
+            _store(spool, rid, answer)
+            assert client.post(url, content=content, headers={"x-request-id": rid}).status_code == 204
+        st = _settled(client, running, 2)
+    assert (st["challenger_done"], st["challenger_errors"], st["journal_errors"]) == (2, 1, 0), st
+    assert challenger.stats["total"] == 1  # the nested body never reached the challenger
+    records = {(r["kind"], r["pair"]): r for r in read_journal(config.journal)}
+    failed = records[("challenger", "deep1")]
+    assert (failed["status"], failed["body"], failed["error"]) == (None, None, "internal: RecursionError")
+    assert failed["reason"].startswith("RecursionError") and "recursion" in failed["reason"]
+    assert records[("challenger", "ok1")]["status"] == 200
+    assert records[("champion", "deep1")]["request"] == nested  # 200 KB: under the journal limit, kept whole
+
+    con = connect(tmp_path / "wb.duckdb")
+    try:
+        summary = ingest_journal(con, config.journal, shadow="collected")
+        errors = dict(con.execute("SELECT item_id, challenger_error FROM shadow_requests").fetchall())
+    finally:
+        con.close()
+    assert summary["n_requests"] == 2 and summary["n_challenger_lost"] == 0
+    assert errors == {"deep1": "internal: RecursionError", "ok1": None}
+
+
+def test_collect_cli_refuses_a_bad_max_journal_body(tmp_path):
+    cmd = [sys.executable, "-c", "from workbench.cli import main; main()", "--db", str(tmp_path / "wb.duckdb")]
+    cmd += ["shadow", "collect", "--challenger", "http://127.0.0.1:9/v1/systemone", "--spool", str(tmp_path / "s")]
+    proc = subprocess.run([*cmd, "--max-journal-body", "lots"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "--max-journal-body 'lots' is not a size" in proc.stderr and "8MiB" in proc.stderr
+
+
+def test_challenger_answers_over_the_journal_limit_are_measured_in_utf8_bytes():
+    """The challenger half shares the rule: 5,000 'é' are 5,000 characters but 10,000 bytes."""
+    from workbench.shadow.challenger import ChallengerResult, challenger_record
+
+    text = '{"note":"' + "é" * 5000 + '"}'
+    raw = text.encode("utf-8")
+    over = challenger_record("p1", ChallengerResult(200, text, 3.0), max_body=8192)
+    assert (over["body"], over["body_sha256"], over["body_bytes"]) == (None, hashlib.sha256(raw).hexdigest(), 10_011)
+    assert len(raw) == 10_011
+    under = challenger_record("p2", ChallengerResult(200, text, 3.0), max_body=len(raw))
+    assert under["body"] == text and "body_sha256" not in under

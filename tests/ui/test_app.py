@@ -367,3 +367,33 @@ def test_emulated_runs_are_marked_on_runs_and_compare(ui_store):
     provider = dict(zip(figures["run_id"], figures["provider"]))
     assert provider[meta["runs"]["noisy-model"]].endswith("(EMULATED)")
     assert "EMULATED" not in provider[meta["runs"]["sharp-model"]]
+
+
+def test_thresholds_page_plans_labels_like_the_cli(ui_store):
+    """The page's plan-labels section shows the library's recommendation and the batch caption."""
+    path, meta = ui_store
+    at = _app("thresholds")
+    at.selectbox(key="run_id").set_value(meta["runs"]["sharp-model"]).run()
+    at.number_input(key="thr_alpha").set_value(0.2).run()
+    assert any("Next 1000 accepted items" in c.value for c in at.caption)
+    at.button(key="thr_plan_go").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    from workbench.store.db import connect
+    from workbench.thresholds.choose import build_options
+    from workbench.workflows import plan_labels_for_run
+
+    con = connect(path, read_only=True)
+    plan = plan_labels_for_run(
+        con,
+        meta["runs"]["sharp-model"],
+        "intent",
+        build_options(max_error=0.2, delta=0.1, method="fixed-sequence", calibrate="temperature"),
+    )
+    con.close()
+    shown = _texts(at)
+    if plan.recommended_labels is not None:
+        assert f"**{plan.recommended_labels} calibration labels**" in shown
+    else:
+        assert "No simulated size" in shown
+    table = next(d.value for d in at.dataframe if "p_certify" in d.value.columns)
+    assert table["p_certify"].tolist() == [r["p_certify"] for r in plan.curve]

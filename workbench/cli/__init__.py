@@ -51,6 +51,7 @@ AREAS = [
     "emulator",
     "report",
     "thresholds",
+    "plan",
     "policy",
     "compare",
     "shadow",

@@ -16,6 +16,7 @@ FLAGS = {
     "abstain_options": "--abstain-option",
     "api_cost_per_item": "--api-cost",
     "class_error_cost": "--class-error-cost",
+    "n_draws": "--draws",
     "costs": "--cost",
     "costs_file": "--costs",
     "constraints": "--critical",

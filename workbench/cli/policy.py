@@ -13,6 +13,7 @@ from workbench.cli.outputs import FORCE, check_out_path
 from workbench.cli.thresholds import (
     ABSTAIN,
     API_COST,
+    BATCH,
     CAL_FRACTION,
     CALIBRATE,
     CLASS_ERROR_COST,
@@ -193,6 +194,7 @@ def register(app: typer.Typer) -> None:
         calibrator_fraction: float = CAL_FRACTION,
         seed: int = SEED,
         order_fraction: float = ORDER_FRACTION,
+        batch: int = BATCH,
         cost: list[str] | None = COST,
         costs_file: Path | None = COSTS_FILE,
         critical: list[str] | None = CRITICAL,
@@ -239,6 +241,7 @@ def register(app: typer.Typer) -> None:
             calibrator_fraction=calibrator_fraction,
             seed=seed,
             order_fraction=order_fraction,
+            batch=batch,
             cost=cost,
             costs_file=costs_file,
             critical=critical,

@@ -207,11 +207,15 @@ def register(app: typer.Typer) -> None:
             help="UDP port for nginx's JSON access log (access_log syslog:...): champion statuses and latencies.",
         ),
         ingest: bool = typer.Option(True, "--ingest/--no-ingest", help="Load the journal into the store on exit."),
+        max_journal_body: str = typer.Option(
+            "1MiB", "--max-journal-body", help="Bodies above this are journaled as sha256 + size."
+        ),
     ) -> None:
         """Collector behind nginx's `mirror`: call the challenger, pair it with the champion's stored answer.
 
         See docs/shadow-nginx.md for the nginx configuration (mirror + proxy_store + $request_id)."""
         from workbench.shadow.collector import CollectorConfig, collect
+        from workbench.shadow.mirror import parse_size
 
         path = journal or Path(f"shadow-{name}.jsonl")
         config = CollectorConfig(
@@ -225,6 +229,7 @@ def register(app: typer.Typer) -> None:
             challenger_headers=_headers(challenger_header),
             syslog_port=syslog_port,
             max_body_bytes=max_body_bytes,
+            max_journal_body=parse_size(max_journal_body, option="--max-journal-body"),
         )
 
         def _ready(bound: int) -> None:

@@ -68,6 +68,9 @@ CAL_FRACTION = typer.Option(
     0.3, "--calibrator-fraction", help="Share of the calibration split used to fit the calibrator."
 )
 SEED = typer.Option(0, "--seed", help="Seed of the calibrator-fit carve-out.")
+BATCH = typer.Option(
+    1000, "--batch", help="Finite-batch view: chance that the error among the next N accepted items exceeds α."
+)
 
 #: CLI option → its default, checked against ThresholdOptions by the tests (one set of defaults).
 OPTION_DEFAULTS = {
@@ -87,6 +90,7 @@ OPTION_DEFAULTS = {
     "fallback": FALLBACK,
     "calibrator_fraction": CAL_FRACTION,
     "seed": SEED,
+    "batch": BATCH,
 }
 
 
@@ -142,6 +146,20 @@ def _print_result(res: dict) -> None:
             _line(f"  constraint: P(share of true {c['option']} accepted as another option > {c['beta']}) — {cal}")
         if g.get("constraints"):
             _line(f"  jointly: {g.get('joint')}")
+    b = res.get("batch")
+    if b:
+        bg, e = b["guaranteed"], b["estimated"]
+        if bg:
+            _line(
+                f"  next {b['n']} accepted items: P(error > {b['alpha']:g}) <= {bg['p_exceed_at_most']:.3f} guaranteed"
+                f" (δ + binomial tail at α); at most {bg['tolerance_errors']} errors"
+                f" ({100 * bg['tolerance_rate']:.1f}%) with probability >= {bg['tolerance_probability']:.2f}"
+            )
+        _line(
+            f"  next {b['n']} accepted items: estimated P(error > {b['alpha']:g}) = {e['p_exceed']:.3f}"
+            f" (beta-binomial from {e['from']['errors']}/{e['from']['accepted']} calibration errors; an estimate,"
+            " not guaranteed)"
+        )
     c = res["calibration"]
     _line(
         f"  calibration: coverage {_fmt(c['coverage'])}, error {_fmt(c['error_rate'])}"
@@ -231,6 +249,7 @@ def register(app: typer.Typer) -> None:
         cost: list[str] | None = COST,
         costs_file: Path | None = COSTS_FILE,
         critical: list[str] | None = CRITICAL,
+        batch: int = BATCH,
         surface_out: Path | None = typer.Option(
             None, "--surface-out", help="Write the per-grid-point table (CSV) here."
         ),
@@ -275,6 +294,7 @@ def register(app: typer.Typer) -> None:
             cost=cost,
             costs_file=costs_file,
             critical=critical,
+            batch=batch,
         )
         figures: list = []
         with open_store(read_only=True) as con:

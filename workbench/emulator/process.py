@@ -32,6 +32,9 @@ class EmulatorProcess:
     def _admin(self, method: str, path: str, payload: dict | None = None) -> dict:
         import httpx
 
+        # trust_env=False on purpose: this is the admin API of the emulator process we started on
+        # 127.0.0.1. A user's HTTP_PROXY (the proxy tests set one) must not route a loopback call
+        # through a proxy that cannot reach our loopback, and no CA or proxy setting applies to it.
         with httpx.Client(timeout=10, trust_env=False) as client:
             resp = client.request(method, f"{self.base_url}/_emulator/{path}", json=payload)
         if resp.status_code >= 400:

@@ -61,6 +61,8 @@ def _objective(res: ThresholdResult) -> Objective:
         details["target"] = sel.target
     if sel.notes:
         details["notes"] = sel.notes
+    if res.batch:
+        details["batch"] = res.batch  # the finite-batch view (thresholds.batch): population vs next N
     if res.options.objective != "guarantee":
         details["warning"] = "point estimate on the calibration split: NOT certified"
     if "classes" in details:  # option ids rather than indices

@@ -26,7 +26,8 @@ class ErrorKind(StrEnum):
     QUOTA = "quota"  # 429/4006: daily allocation used up; not retried
     SERVER = "server"  # 5xx/529: retried once
     TIMEOUT = "timeout"  # per-call timeout
-    NETWORK = "network"  # connection refused/reset
+    NETWORK = "network"  # connection refused/reset, name not resolved, proxy unreachable
+    CERTIFICATE = "certificate"  # the server's TLS certificate does not verify; not retried (fix the CA settings)
     MALFORMED = "malformed"  # unparsable or inconsistent response body
     REFUSED = "refused"  # the model refused one question (OpenAI `refusal`)
     MISSING = "missing_answer"  # the response lacks a question that was asked

@@ -1,7 +1,9 @@
 """HTTP plumbing shared by every remote dialect: one client builder, one error classifier, one call loop.
 
 * :func:`build_client` is the only place an ``httpx.AsyncClient`` is made (explicit ``Timeout``
-  and ``Limits``; the caller may inject a transport, e.g. a fault-injecting wrapper in tests).
+  and ``Limits``, aiohttp's pool underneath through ``httpx-aiohttp``, proxies from the environment,
+  TLS from :func:`tls_context`; the caller may inject a transport, e.g. a fault-injecting wrapper in tests).
+* :func:`transport_error` names a failed connection ``network``, ``timeout`` or ``certificate``.
 * :func:`classify_http_error` maps (status, vendor code, vendor error type) onto :class:`ErrorKind`
   exactly as providers.md's Cloudflare table and issue 3 say: 401 → authentication; 403 →
   invalid_request; 413 or code 5021 → max_tokens_exceeded; 429 with code 4006 (or a quota type)
@@ -18,17 +20,22 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import socket
 import ssl
 import time
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import httpx
+from httpx_aiohttp import HttpxAiohttpClient
 from pydantic import SecretStr
 
-from workbench.errors import AnswerError
+from workbench.errors import AnswerError, OptionError
 from workbench.providers.base import EMULATOR_HEADER, DecisionRequest, DecisionResult, ErrorKind, ProviderError
 from workbench.providers.prices import cost_usd
 from workbench.schema import DecisionSchema, LimitProfile, normalise_answer, validate_limits
@@ -37,10 +44,9 @@ from workbench.schema import DecisionSchema, LimitProfile, normalise_answer, val
 DEFAULT_TIMEOUT_S = 5.0
 #: Connection pool: enough for the runner's default concurrency with headroom.
 DEFAULT_MAX_CONNECTIONS = 64
-#: httpcore 1.0's pool does O(connections^2) bookkeeping (plus one socket poll per connection) on
-#: every request event: one pool of 32+ busy connections costs ~5 ms CPU per call. A provider
-#: therefore spreads its connections over several small clients of this many connections each.
-POOL_SHARD_SIZE = 8
+#: Set to ``0`` (or ``false``/``no``/``off``) to verify TLS against certifi's Mozilla bundle instead of
+#: the operating system's trust store (``truststore``, the default).
+TRUSTSTORE_ENV = "WORKBENCH_TRUSTSTORE"
 
 _DATA_URL = re.compile(r"^data:(image/(?:png|jpeg|jpg|webp));base64,", re.IGNORECASE)
 _PLAIN_NAME = re.compile(r"^~?[A-Za-z0-9][A-Za-z0-9._:-]*(/[A-Za-z0-9][A-Za-z0-9._:-]*)?$")
@@ -55,12 +61,18 @@ def build_client(
 ) -> httpx.AsyncClient:
     """The one constructor of HTTP clients in the workbench.
 
+    The client is httpx's, on the ``httpx-aiohttp`` transport: aiohttp's connection pool, where
+    httpx's own (httpcore) costs 2-5x the CPU per call at 32 calls in flight (``bench/runner.py``).
+    It honours the process environment as curl and pip do: ``HTTPS_PROXY``/``HTTP_PROXY``/
+    ``ALL_PROXY``/``NO_PROXY`` (http:// proxies; an https URL goes through a ``CONNECT`` tunnel) and
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR`` (see :func:`tls_context`).
+
     Parameters
     ----------
     timeout : float, default=5.0
         Seconds for connect, read, write and pool waits (one ``httpx.Timeout`` for all four).
     transport : httpx.AsyncBaseTransport, optional
-        Injected transport (tests, fault injection); default is httpx's pooled transport.
+        Injected transport (tests, fault injection); it then carries every request, proxies included.
     max_connections : int, default=64
         Pool size; keep-alive connections are capped at the same number.
     headers : mapping, optional
@@ -71,6 +83,8 @@ def build_client(
     limits = httpx.Limits(
         max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=30.0
     )
+    if transport is None:
+        _check_env_proxies()
     # an injected transport does its own TLS: do not load the CA bundle for a pool never made
     return StatelessClient(
         timeout=httpx.Timeout(timeout),
@@ -78,9 +92,25 @@ def build_client(
         transport=transport,
         headers=dict(headers or {}),
         follow_redirects=False,
-        trust_env=False,
-        verify=True if transport is not None else _ssl_context(),
+        trust_env=True,  # proxies from the environment (the TLS context below is explicit)
+        verify=True if transport is not None else tls_context(),
     )
+
+
+def _check_env_proxies() -> None:
+    """Refuse a proxy the transport cannot speak (aiohttp: http:// and https:// proxies, no SOCKS).
+
+    The URL is not repeated (it may carry a password); only the variable and the scheme are named.
+    """
+    for scheme, url in urllib.request.getproxies_environment().items():
+        if scheme == "no" or "://" not in url:
+            continue
+        proxy_scheme = url.split("://", 1)[0].lower()
+        if proxy_scheme not in ("http", "https"):
+            raise OptionError(
+                f"{scheme.upper()}_PROXY: a {proxy_scheme}:// proxy is not supported",
+                hint="point it at an HTTP proxy (http://host:port), or unset it",
+            )
 
 
 class _NoCookies(httpx.Cookies):
@@ -93,8 +123,8 @@ class _NoCookies(httpx.Cookies):
         return None
 
 
-class StatelessClient(httpx.AsyncClient):
-    """``httpx.AsyncClient`` that keeps no cookies between calls.
+class StatelessClient(HttpxAiohttpClient):
+    """``httpx.AsyncClient`` (on aiohttp's transport) that keeps no cookies between calls.
 
     A decision call must not depend on an earlier one (the cache key is the request alone), so
     a ``Set-Cookie`` (e.g. a CDN's bot-management cookie) is never sent back. It also saves
@@ -112,10 +142,50 @@ class StatelessClient(httpx.AsyncClient):
             raise ValueError("StatelessClient keeps no cookies; pass them per request")
 
 
-@functools.lru_cache(maxsize=1)
-def _ssl_context() -> ssl.SSLContext:
-    """One verifying TLS context for every client (loading the CA bundle costs ~50 ms each time)."""
-    return ssl.create_default_context()
+def tls_context(environ: Mapping[str, str] | None = None) -> ssl.SSLContext:
+    """The verifying TLS context of every provider client, chosen from the environment.
+
+    1. ``SSL_CERT_FILE`` and/or ``SSL_CERT_DIR`` set: exactly those CAs (a company bundle; as httpx,
+       requests and curl do, it replaces the default trust).
+    2. otherwise the operating system's trust store through ``truststore`` (macOS Keychain, Windows
+       certificate store, the distribution's bundle on Linux), unless ``WORKBENCH_TRUSTSTORE=0``;
+    3. otherwise (switched off, or truststore unusable here) certifi's Mozilla bundle.
+
+    One context per setting is made and shared (loading a CA bundle costs ~50 ms).
+    """
+    env = os.environ if environ is None else environ
+    cafile = env.get("SSL_CERT_FILE") or None
+    capath = env.get("SSL_CERT_DIR") or None
+    use_truststore = env.get(TRUSTSTORE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return _tls_context(cafile, capath, use_truststore)
+
+
+@functools.lru_cache(maxsize=8)
+def _tls_context(cafile: str | None, capath: str | None, use_truststore: bool) -> ssl.SSLContext:
+    if cafile or capath:
+        for name, path, ok in (("SSL_CERT_FILE", cafile, os.path.isfile), ("SSL_CERT_DIR", capath, os.path.isdir)):
+            if path and not ok(path):
+                raise OptionError(
+                    f"{name}={path!r}: no such {'file' if name == 'SSL_CERT_FILE' else 'directory'}",
+                    hint=f"point {name} at your CA bundle (PEM), or unset it to use the system's trust store",
+                )
+        try:
+            return ssl.create_default_context(cafile=cafile, capath=capath)
+        except ssl.SSLError as exc:
+            raise OptionError(
+                f"SSL_CERT_FILE={cafile!r} / SSL_CERT_DIR={capath!r}: not a usable CA bundle ({exc.reason or exc})",
+                hint="point it at PEM certificates of the certificate authorities to trust",
+            ) from None
+    if use_truststore:
+        try:
+            import truststore
+
+            return truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        except (ImportError, OSError, ssl.SSLError, NotImplementedError):  # no usable OS store here
+            pass
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 # -- error classification -------------------------------------------------------------------------
@@ -192,12 +262,49 @@ def scrub(text: str, secrets: list[str]) -> str:
     return text[:300]
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from (``__cause__``, else ``__context__``), outermost first."""
+    out: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and len(out) < 16 and cur not in out:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
 def transport_error(exc: Exception, secrets: list[str]) -> ProviderError:
-    """Map an httpx exception onto a ``timeout`` or ``network`` :class:`ProviderError`."""
-    detail = scrub(f"{type(exc).__name__}: {exc}", secrets)
-    if isinstance(exc, httpx.TimeoutException):
-        return ProviderError(ErrorKind.TIMEOUT, detail)
-    return ProviderError(ErrorKind.NETWORK, detail)
+    """Map a transport failure onto a ``certificate``, ``timeout`` or ``network`` :class:`ProviderError`.
+
+    The transport (aiohttp) exception the httpx one was raised from decides: httpx-aiohttp maps
+    e.g. a server that hung up mid-response onto ``httpx.ConnectTimeout``, which is no timeout.
+    A certificate that does not verify is named as such, with the settings that fix it.
+    """
+    chain = _chain(exc)
+    cert = next((e for e in chain if isinstance(e, ssl.SSLCertVerificationError)), None)
+    if cert is not None:
+        reason = getattr(cert, "verify_message", None) or getattr(cert, "reason", None) or str(cert)
+        return ProviderError(
+            ErrorKind.CERTIFICATE,
+            scrub(
+                f"the server's TLS certificate is not trusted ({reason}); if a company CA or proxy signs it, "
+                f"set SSL_CERT_FILE to that CA bundle (PEM) or add the CA to the system's trust store",
+                secrets,
+            ),
+        )
+    inner = next((e for e in chain if isinstance(e, aiohttp.ClientError)), None)
+    if inner is not None:
+        timed_out = isinstance(inner, TimeoutError)
+        detail = f"{type(inner).__name__}: {inner}"
+    else:
+        timed_out = isinstance(exc, httpx.TimeoutException)
+        detail = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, httpx.ProxyError) or isinstance(
+        inner, (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError)
+    ):
+        detail = f"{detail} (the proxy set in HTTPS_PROXY/HTTP_PROXY/ALL_PROXY is unreachable or refused the call)"
+    elif any(isinstance(e, socket.gaierror) for e in chain):
+        detail = f"{detail} (the host name does not resolve here; behind a proxy, set HTTPS_PROXY/HTTP_PROXY)"
+    return ProviderError(ErrorKind.TIMEOUT if timed_out else ErrorKind.NETWORK, scrub(detail, secrets))
 
 
 def retry_after_seconds(headers: httpx.Headers) -> float | None:
@@ -294,15 +401,7 @@ class HttpProvider:
         self.max_images = max_images
         self.max_body_bytes = max_body_bytes
         self.window_tokens = window_tokens
-        if transport is not None:  # an injected transport is one seam: keep one client around it
-            n_clients, per_client = 1, max_connections
-        else:
-            n_clients = max(1, -(-max_connections // POOL_SHARD_SIZE))
-            per_client = -(-max_connections // n_clients)
-        self._clients = [
-            build_client(timeout=timeout, transport=transport, max_connections=per_client) for _ in range(n_clients)
-        ]
-        self._next = 0
+        self._client = build_client(timeout=timeout, transport=transport, max_connections=max_connections)
         self._disabled: str | None = None
         # per-call constants, made on the first call (an invalid URL fails there, as before)
         self._prepared: tuple[httpx.URL, list[tuple[bytes, bytes]], dict] | None = None
@@ -415,8 +514,7 @@ class HttpProvider:
             )
         t0 = time.perf_counter()
         try:
-            client = self._clients[self._next % len(self._clients)]
-            self._next += 1
+            client = self._client
             url, head, extensions = self._prepared or self._prepare(client)
             # what client.post() would build (same headers in the same order), without re-parsing
             # the URL or re-merging headers on every call
@@ -496,8 +594,7 @@ class HttpProvider:
         )
 
     async def aclose(self) -> None:
-        for client in self._clients:
-            await client.aclose()
+        await self._client.aclose()
 
 
 def system_one_result(

@@ -33,7 +33,7 @@ from typing import Any
 
 from workbench.errors import AnswerError, WorkbenchError
 from workbench.providers.base import DecisionRequest, DecisionResult, ErrorKind, ProviderError
-from workbench.providers.registry import ProviderContext, get_provider, is_local, public_spec
+from workbench.providers.registry import ProviderContext, get_provider, public_spec
 from workbench.reporting import Reporter, default_reporter
 from workbench.runner.plan import KEY_VERSION, QuestionSlice, WorkUnit, build_units, plan_slices
 from workbench.schema import DecisionSchema
@@ -603,13 +603,9 @@ def build_provider(
 ):
     """The provider named by ``spec``, with what its factory may need (training data, env, timeout).
 
-    HTTP providers get the runner's lean keep-alive transport unless one is injected
-    (:mod:`workbench.runner.transport`: ~10× less CPU per call than httpx's default pool).
+    HTTP providers make their own client (:func:`workbench.providers.http.build_client`: httpx on
+    aiohttp's pool, proxies and CA settings from the environment) unless a transport is injected.
     """
-    if transport is None and not is_local(spec):
-        from workbench.runner.transport import StreamTransport
-
-        transport = StreamTransport()
     return get_provider(
         spec,
         context=ProviderContext(

@@ -34,6 +34,8 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import aiohttp
 
+from workbench.shadow.journal import MAX_JOURNAL_BODY, body_fields
+
 #: Request headers the challenger receives (the caller's credentials belong to the champion).
 CHALLENGER_PASS = frozenset({"content-type", "accept", "x-item-id", "x-request-id"})
 
@@ -75,8 +77,8 @@ class ChallengerResult:
     reason: str | None = None
 
 
-def challenger_record(pair: str, result: ChallengerResult) -> dict[str, Any]:
-    """The journal line of the challenger half of ``pair``."""
+def challenger_record(pair: str, result: ChallengerResult, *, max_body: int = MAX_JOURNAL_BODY) -> dict[str, Any]:
+    """The journal line of the challenger half of ``pair`` (an answer over ``max_body`` bytes as a reference)."""
     record: dict[str, Any] = {
         "kind": "challenger",
         "pair": pair,
@@ -85,6 +87,8 @@ def challenger_record(pair: str, result: ChallengerResult) -> dict[str, Any]:
         "latency_ms": result.latency_ms,
         "error": result.error,
     }
+    if result.body is not None and 4 * len(result.body) > max_body:  # may be over: measure the UTF-8 bytes
+        record.update(body_fields("body", result.body.encode("utf-8"), result.body, max_body=max_body))
     if result.reason is not None:
         record["reason"] = result.reason
     return record
@@ -111,9 +115,14 @@ class ChallengerClient:
         Seconds per call (connection included).
     headers : dict
         Extra headers for a URL challenger (e.g. its own ``Authorization``); never logged.
+    trust_env : bool, default=False
+        Reach a URL challenger through ``HTTPS_PROXY``/``HTTP_PROXY`` (``NO_PROXY`` honoured), as
+        aiohttp reads them. The mirror and the collector both pass ``True``: a challenger is usually a
+        hosted model reached through the team's proxy (``NO_PROXY`` keeps local endpoints direct). The
+        mirror's champion call never uses a proxy: it is the production path.
     """
 
-    def __init__(self, spec: str, *, timeout: float, headers: dict[str, str] | None = None):
+    def __init__(self, spec: str, *, timeout: float, headers: dict[str, str] | None = None, trust_env: bool = False):
         self.spec = spec
         self.timeout = timeout
         self.is_url = is_url(spec)
@@ -122,17 +131,23 @@ class ChallengerClient:
         if self.is_url:
             self.url, self.model = split_model(endpoint_url(spec))
         self._extra_headers = dict(headers or {})
+        self._trust_env = trust_env
         self._session: aiohttp.ClientSession | None = None
         self._provider: Any = None
         self._side_loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
         if self.is_url:
+            from workbench.providers.http import tls_context
+
+            # the same trust as every provider client: SSL_CERT_FILE/SSL_CERT_DIR, else the OS store
+            ssl_ctx = tls_context() if self.url and self.url.startswith("https") else None
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0),
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0, ssl=ssl_ctx if ssl_ctx else True),
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
                 skip_auto_headers=("User-Agent", "Content-Type"),
                 cookie_jar=aiohttp.DummyCookieJar(),
+                trust_env=self._trust_env,
             )
         else:
             self._start_provider()
@@ -197,6 +212,9 @@ class ChallengerClient:
                 return ChallengerResult(response.status, _text(raw), (time.perf_counter() - t0) * 1000.0)
         except TimeoutError as exc:
             return failure("timeout", exc, t0)
+        except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError) as exc:
+            # as the provider clients classify it: the fix is SSL_CERT_FILE, not a retry
+            return failure("certificate", exc, t0)
         except (aiohttp.ClientError, OSError) as exc:
             return failure("network", exc, t0)
 

@@ -16,13 +16,17 @@ For each mirrored request (``POST``, header ``X-Request-Id: $request_id``) the c
 
 1. answers the gateway at once with 204 (nginx holds a client's next keep-alive request until its
    mirror subrequests finish, so a slow collector must never be waited on);
-2. calls the challenger (a System One URL, ``?model=NAME`` rewriting the body's model, or any provider
-   spec — the same challenger forms as ``shadow serve``), bounded in time and in number (excess is
-   *shed* and journaled as such);
+2. calls the challenger with the live mirror's :class:`~workbench.shadow.challenger.ChallengerClient`
+   (a System One URL, ``?model=NAME`` rewriting the body's model, or any provider spec), bounded in
+   time and in number (excess is *shed* and journaled as such); whatever goes wrong — a timeout, a
+   body so deeply nested that parsing it raises ``RecursionError`` — is journaled as a challenger
+   failure with its ``reason``, never lost;
 3. waits up to ``champion_timeout`` for the champion's log line and stored answer (reads and deletes
    the file);
-4. journals both halves under the request id in the :class:`~workbench.shadow.journal.Journal` format
-   of the live mirror, so ``workbench shadow ingest`` / ``shadow report`` read it unchanged.
+4. journals both halves together under the request id, in the
+   :class:`~workbench.shadow.journal.Journal` format of the live mirror (a request or answer over
+   ``max_journal_body`` kept as sha256 + size), so ``workbench shadow ingest`` / ``shadow report``
+   read it unchanged.
 
 Request ids are checked (letters, digits, ``-``, ``_``, ``.``, not starting with a dot; at most 128)
 before they name a file.
@@ -44,13 +48,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from aiohttp import ClientSession, ClientTimeout, web
+from aiohttp import web
 
-from workbench.shadow.journal import Journal
-from workbench.shadow.mirror import _is_url, _schema_of, _split_model, _system_one_body, endpoint_url
+from workbench.shadow.challenger import ChallengerClient, ChallengerResult, challenger_record, failure
+from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, champion_record
 
-#: Request headers the challenger receives (the caller's credentials belong to the champion).
-_CHALLENGER_PASS = ("content-type", "accept", "x-item-id", "x-request-id")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")  # a file name: never "." or ".."
 
 
@@ -81,6 +83,9 @@ class CollectorConfig:
         Seconds between two looks at the spool (one directory scan serves every waiting request).
     syslog_port : int, optional
         UDP port (on the collector's host address) receiving nginx's JSON access log lines.
+    max_journal_body : int, default=1 MiB
+        A request or answer body over this many bytes is journaled as sha256 + size, not whole (so
+        ``shadow ingest`` reads every line; such a pair is ingested without its state).
     """
 
     challenger: str
@@ -95,6 +100,7 @@ class CollectorConfig:
     request_id_header: str = "x-request-id"
     poll_interval: float = 0.005
     syslog_port: int | None = None
+    max_journal_body: int = MAX_JOURNAL_BODY
     fsync: bool = True
 
 
@@ -239,83 +245,6 @@ def _last_number(value: Any) -> float | None:
     return None
 
 
-class Challenger:
-    """Calls the challenger of a shadow session (a System One URL or a provider spec): one answer per call,
-    as ``(status, body text, error)``; never raises."""
-
-    def __init__(self, spec: str, *, timeout: float, headers: dict[str, str]):
-        self.spec = spec
-        self.timeout = timeout
-        self.is_url = _is_url(spec)
-        self.url: str | None = None
-        self.model: str | None = None
-        if self.is_url:
-            self.url, self.model = _split_model(endpoint_url(spec))
-        self.headers = dict(headers)
-        self._session: ClientSession | None = None
-        self._provider: Any = None
-
-    async def start(self) -> None:
-        if self.is_url:
-            # trust_env: a challenger reached through the team's proxy honours HTTPS_PROXY / NO_PROXY
-            self._session = ClientSession(timeout=ClientTimeout(total=self.timeout), trust_env=True)
-        else:
-            from workbench.providers.registry import ProviderContext, get_provider
-
-            context = ProviderContext(env=dict(os.environ), timeout=self.timeout)
-            self._provider = get_provider(self.spec, context=context)
-
-    async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-        if self._provider is not None:
-            await self._provider.aclose()
-
-    async def call(self, body: bytes, headers: Any) -> tuple[int | None, str | None, str | None]:
-        if self.is_url:
-            return await self._call_url(body, headers)
-        return await self._call_provider(body)
-
-    async def _call_url(self, body: bytes, headers: Any) -> tuple[int | None, str | None, str | None]:
-        sent = {k: headers[k] for k in _CHALLENGER_PASS if k in headers}
-        sent.update(self.headers)
-        if self.model is not None:
-            try:
-                doc = json.loads(body)
-                doc["model"] = self.model
-                body = json.dumps(doc, ensure_ascii=False).encode("utf-8")
-            except (ValueError, TypeError):
-                pass  # not JSON: forward as is, the challenger refuses it as the champion did
-        assert self._session is not None and self.url is not None  # set by start()
-        try:
-            async with self._session.post(self.url, data=body, headers=sent) as resp:
-                raw = await resp.read()  # decompressed by aiohttp when the challenger compressed it
-                return resp.status, raw.decode("utf-8", errors="replace"), None
-        except TimeoutError:
-            return None, None, "timeout"
-        except OSError:  # aiohttp's connection errors are OSErrors
-            return None, None, "network"
-        except Exception as exc:  # a protocol error, a bug: logged as a failure with its reason
-            return None, None, f"network: {type(exc).__name__}"
-
-    async def _call_provider(self, body: bytes) -> tuple[int | None, str | None, str | None]:
-        from workbench.providers.base import DecisionRequest, ProviderError
-
-        try:
-            doc = json.loads(body)
-            request = DecisionRequest(
-                schema=_schema_of(doc), state=doc.get("state"), images=tuple(doc.get("images") or ())
-            )
-            result = await asyncio.wait_for(self._provider.decide(request), self.timeout)
-            return 200, json.dumps(_system_one_body(request.schema, result), ensure_ascii=False), None
-        except TimeoutError:
-            return None, None, "timeout"
-        except ProviderError as exc:
-            return None, None, exc.kind.value
-        except Exception as exc:  # unparsable request, provider bug
-            return None, None, f"invalid_request: {type(exc).__name__}"
-
-
 class Collector:
     """The collector's request handling and lifecycle (see the module docstring)."""
 
@@ -324,9 +253,17 @@ class Collector:
             from workbench.errors import WorkbenchError
 
             raise WorkbenchError("shadow collect: timeouts must be > 0 seconds", hint="e.g. --champion-timeout 30")
+        if config.max_journal_body < 0:
+            from workbench.errors import WorkbenchError
+
+            raise WorkbenchError(
+                f"shadow collect: max_journal_body must be >= 0 bytes, got {config.max_journal_body}",
+                hint="e.g. --max-journal-body 1MiB",
+            )
         self.config = config
-        self.challenger = Challenger(
-            config.challenger, timeout=config.challenger_timeout, headers=config.challenger_headers
+        # trust_env: a challenger reached through the team's proxy honours HTTPS_PROXY / NO_PROXY
+        self.challenger = ChallengerClient(
+            config.challenger, timeout=config.challenger_timeout, headers=config.challenger_headers, trust_env=True
         )
         self.spool = Spool(
             Path(config.spool),
@@ -425,33 +362,46 @@ class Collector:
 
     # -- one pair -----------------------------------------------------------------------------
     async def _collect(self, request_id: str, body: bytes, headers: dict, arrived: str, arrived_wall: float) -> None:
+        """Both halves of one mirrored request, journaled together once both are known."""
         headers = {k.lower(): v for k, v in headers.items()}
         item_id = headers.get("x-item-id") or request_id
-        challenger = asyncio.create_task(self._challenger_half(request_id, body, headers))
-        status, text, error, latency_ms = await self._champion_half(request_id, arrived_wall)
-        record = {
-            "kind": "champion",
-            "pair": request_id,
-            "item_id": item_id,
-            "ts": arrived,
-            "shadow": self.config.name,
-            "request": body.decode("utf-8", errors="replace"),
-            "status": status,
-            "body": text,
-            "latency_ms": latency_ms,
-            "error": error,
-            "sampled": True,
-        }
+        challenger = asyncio.create_task(self._challenger_half(body, headers))
+        try:
+            status, raw, error, latency_ms = await self._champion_half(request_id, arrived_wall)
+        except asyncio.CancelledError:
+            challenger.cancel()
+            raise
+        except Exception as exc:  # a bug: the pair is journaled with the champion half failed
+            status, raw, error, latency_ms = None, None, f"internal: {type(exc).__name__}", None
+        try:
+            result = await challenger
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # _challenger_half does not raise; belt and braces, never lost
+            result = failure(f"internal: {type(exc).__name__}", exc)
+        self._count_challenger(result)
+        limit = self.config.max_journal_body
+        champion = champion_record(
+            request_id,
+            item_id=item_id,
+            ts=arrived,
+            shadow=self.config.name,
+            request=body,
+            status=status,
+            body=raw,
+            latency_ms=latency_ms,
+            error=error,
+            max_body=limit,
+        )
         try:
             assert self.journal is not None  # set by startup()
-            await self.journal.append_durable(record)
+            await self.journal.append_pair(champion, challenger_record(request_id, result, max_body=limit))
         except Exception:
             self.stats["journal_errors"] += 1
-        await challenger
 
     async def _champion_half(
         self, request_id: str, arrived_wall: float
-    ) -> tuple[int | None, str | None, str | None, float | None]:
+    ) -> tuple[int | None, bytes | None, str | None, float | None]:
         """(status, body, error, latency ms) of the champion's answer to ``request_id``."""
         timeout = self.config.champion_timeout
         line = await self.access_log.wait(request_id, timeout + 1.0) if self.access_log is not None else None
@@ -475,41 +425,25 @@ class Collector:
             return 200, None, "too_large", latency_ms
         if latency_ms is None:
             latency_ms = max(0.0, (mtime - arrived_wall) * 1000.0)
-        return 200, raw.decode("utf-8", errors="replace"), None, latency_ms
+        return 200, raw, None, latency_ms
 
-    async def _challenger_half(self, pair: str, body: bytes, headers: dict) -> None:
+    async def _challenger_half(self, body: bytes, headers: dict) -> ChallengerResult:
+        """The challenger's answer (or failure, with its reason); shed beyond the in-flight cap."""
         if self._challenger_in_flight >= self.config.max_challenger_in_flight:
             self.stats["challenger_shed"] += 1
-            self._journal_challenger(pair, None, None, "shed", None)
-            return
+            return failure("shed")
         self._challenger_in_flight += 1
-        t0 = time.perf_counter()
         try:
-            status, text, error = await self.challenger.call(body, headers)
-        except Exception as exc:  # never lose a pair: a failure is journaled with its reason
-            status, text, error = None, None, f"internal: {type(exc).__name__}"
+            return await self.challenger.call(body, headers.items())  # never raises (bar cancellation)
         finally:
             self._challenger_in_flight -= 1
-        self.stats["challenger_done"] += 1
-        if error or (status or 0) >= 400:
-            self.stats["challenger_errors"] += 1
-        self._journal_challenger(pair, status, text, error, (time.perf_counter() - t0) * 1000.0)
 
-    def _journal_challenger(self, pair: str, status, text, error, latency_ms) -> None:
-        try:
-            assert self.journal is not None  # set by startup()
-            self.journal.append(
-                {
-                    "kind": "challenger",
-                    "pair": pair,
-                    "status": status,
-                    "body": text,
-                    "latency_ms": latency_ms,
-                    "error": error,
-                }
-            )
-        except Exception:
-            self.stats["journal_errors"] += 1
+    def _count_challenger(self, result: ChallengerResult) -> None:
+        if result.error == "shed":
+            return
+        self.stats["challenger_done"] += 1
+        if result.error or (result.status or 0) >= 400:
+            self.stats["challenger_errors"] += 1
 
 
 async def collect_async(

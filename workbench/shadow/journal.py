@@ -38,11 +38,16 @@ from typing import Any
 MAX_JOURNAL_BODY = 1024 * 1024
 
 
-def body_fields(field: str, raw: bytes, text: str | None = None, *, max_body: int = MAX_JOURNAL_BODY) -> dict[str, Any]:
+def body_fields(
+    field: str, raw: bytes | None, text: str | None = None, *, max_body: int = MAX_JOURNAL_BODY
+) -> dict[str, Any]:
     """``{field: text}``, or ``{field: None, field_sha256: hex, field_bytes: n}`` when ``raw`` is over ``max_body``.
 
-    ``text`` is the body as text when it differs from ``raw`` decoded (a decompressed answer).
+    ``text`` is the body as text when it differs from ``raw`` decoded (a decompressed answer); ``raw``
+    None (no answer at all) gives ``{field: None}``.
     """
+    if raw is None:
+        return {field: None}
     if len(raw) > max_body or (text is not None and len(text) > max_body):
         return {field: None, f"{field}_sha256": hashlib.sha256(raw).hexdigest(), f"{field}_bytes": len(raw)}
     return {field: raw.decode("utf-8", errors="replace") if text is None else text}
@@ -55,8 +60,8 @@ def champion_record(
     ts: str,
     shadow: str,
     request: bytes,
-    status: int,
-    body: bytes,
+    status: int | None,
+    body: bytes | None,
     body_text: str | None = None,
     latency_ms: float | None,
     error: str | None = None,
@@ -65,7 +70,8 @@ def champion_record(
 ) -> dict[str, Any]:
     """The journal line of the champion half of ``pair`` (bodies over ``max_body`` as references).
 
-    ``body_text`` is the answer as text when ``body`` is compressed on the wire.
+    ``body_text`` is the answer as text when ``body`` is compressed on the wire. ``status``/``body`` are
+    None when the front never saw the answer (a collector whose champion answer was not stored).
     """
     return {
         "kind": "champion",

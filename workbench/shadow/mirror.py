@@ -63,7 +63,6 @@ from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDict
 from yarl import URL
 
-from workbench.shadow import challenger as challenger_mod
 from workbench.shadow.challenger import (
     ChallengerClient,
     ChallengerResult,
@@ -71,11 +70,7 @@ from workbench.shadow.challenger import (
     endpoint_url,
     failure,
 )
-from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, body_fields, champion_record
-
-# Names other fronts imported from here before the challenger code moved to shadow/challenger.py.
-_is_url, _split_model = challenger_mod.is_url, challenger_mod.split_model
-_schema_of, _system_one_body = challenger_mod._schema_of, challenger_mod._system_one_body
+from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, champion_record
 
 ITEM_ID_HEADER = "x-item-id"
 MiB = 1024 * 1024
@@ -284,8 +279,9 @@ class MirrorApp:
         self.config = config
         self.champion_url = endpoint_url(config.champion)
         self._champion_target = URL(self.champion_url)
+        # the challenger is usually hosted and reached through the team's proxy (HTTPS_PROXY/NO_PROXY)
         self.challenger = ChallengerClient(
-            config.challenger, timeout=config.challenger_timeout, headers=config.challenger_headers
+            config.challenger, timeout=config.challenger_timeout, headers=config.challenger_headers, trust_env=True
         )
         self.boot_id = uuid.uuid4().hex[:8]
         self._seq = 0
@@ -531,9 +527,7 @@ class MirrorApp:
             self.stats["challenger_done"] += 1
             if result.error or (result.status or 0) >= 400:
                 self.stats["challenger_errors"] += 1
-        record = challenger_record(pair, result)
-        if record["body"] is not None and len(record["body"]) > self.config.max_journal_body:
-            record.update(body_fields("body", record["body"].encode("utf-8"), max_body=self.config.max_journal_body))
+        record = challenger_record(pair, result, max_body=self.config.max_journal_body)
         # written at once (survives a crash of this process), fsynced with the next champion record
         try:
             assert self.journal is not None  # set by startup()

@@ -108,6 +108,7 @@ class ThresholdOptions:
     order_fraction: float = 0.3
     seed: int = 0
     confidence: float = 0.95
+    batch: int = 1000  # the finite-batch view: the next `batch` accepted items (thresholds.batch)
     costs: dict[str, dict[str, float]] | None = None  # misroute cost [true][accepted]; unlisted 1, diagonal 0
     constraints: dict[str, float] | None = None  # critical option -> beta (largest share misrouted)
 
@@ -163,6 +164,10 @@ class ThresholdOptions:
             raise bad("order_fraction", f"must be in [0, 1), got {self.order_fraction}")
         if self.level not in LEVELS:
             raise bad("level", f"{self.level!r} is not one of {', '.join(LEVELS)}")
+        if self.batch < 1:
+            raise bad(
+                "batch", f"must be at least 1, got {self.batch}", "the number of accepted items in a batch, e.g. 1000"
+            )
         if self.n_paths < 1 or self.n_starts < 1:
             raise bad("n_paths" if self.n_paths < 1 else "n_starts", "must be at least 1")
         if self.objective == "coverage" and self.target_coverage is None:
@@ -405,6 +410,7 @@ def build_options(
     calibrator_fraction: float = DEFAULTS.calibrator_fraction,
     seed: int = DEFAULTS.seed,
     order_fraction: float = DEFAULTS.order_fraction,
+    batch: int = DEFAULTS.batch,
     cost: list[str] | None = None,
     costs_file: Path | None = None,
     critical: list[str] | None = None,
@@ -444,6 +450,7 @@ def build_options(
         calibrator_fraction=calibrator_fraction,
         seed=seed,
         order_fraction=order_fraction,
+        batch=batch,
         costs=parse_cost_flags(cost, costs_file),
         constraints=parse_critical_flags(critical),
     )
@@ -463,6 +470,7 @@ class ThresholdResult:
     n_calibrator_fit: int
     chosen_point_per_class: dict | None = None
     needed: dict | None = None  # guarantee objective, nothing certified: calibration_size_needed()
+    batch: dict | None = None  # the finite-batch view of the chosen rule (thresholds.batch.batch_view)
     test_risks: dict | None = None  # with costs/constraints: test cost and critical misroute rates
     #: the fitted calibrator the rule is applied after (test figures per slice re-apply it)
     fitted_calibrator: Any = field(default=None, repr=False, compare=False)
@@ -519,6 +527,7 @@ class ThresholdResult:
             "test": self.test,
             "test_risks": self.test_risks,
             "per_class_at_point": self.chosen_point_per_class,
+            "batch": self.batch,
             "grid": {
                 "points": [len(self.surface.x_grid), len(self.surface.y_grid)],
                 "x": self.surface.x_name,
@@ -852,6 +861,20 @@ def _finish(
             "n_certifying_now": sel.calibration.get("n_items"),
         }
         sel.notes.append(needed_sentence(needed))
+    batch = None
+    acc, err = sel.calibration.get("n_accepted"), sel.calibration.get("n_errors")
+    if sel.feasible and acc and opts.costs is None:  # a batch of 0/1 errors (not a misroute cost)
+        from workbench.thresholds.batch import batch_view
+
+        certified = opts.objective == "guarantee" and sel.certified
+        batch = batch_view(
+            alpha=opts.alpha,
+            delta=opts.delta if certified else None,
+            n_batch=opts.batch,
+            accepted=int(acc),
+            errors=int(err or 0),
+            confidence=opts.confidence,
+        )
     return ThresholdResult(
         calibration.question,
         prep.qtype,
@@ -865,6 +888,7 @@ def _finish(
         prep.n_fit,
         per_class_point,
         needed,
+        batch,
         test_risks,
         prep.calibrator,
     )

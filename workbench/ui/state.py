@@ -536,6 +536,36 @@ def certified_frontier(
     )
 
 
+@st.cache_data(show_spinner="Simulating calibration splits…", max_entries=16)
+def label_plan(
+    path: str,
+    token: tuple,
+    run_id: str,
+    question: str,
+    settings: tuple,
+    pilot_size: int | None = None,
+    target_coverage: float | None = None,
+    power: float = 0.8,
+) -> dict:
+    """``workbench plan-labels`` for the question: :func:`workbench.workflows.plan_labels_for_run` with
+    the options of ``settings``; the plan's ``to_dict()`` plus its figure (``"figure"``)."""
+    from workbench.figures import label_plan_figure
+    from workbench.thresholds.choose import build_options
+    from workbench.workflows import plan_labels_for_run
+
+    with read_connection(path) as con:
+        plan = plan_labels_for_run(
+            con,
+            run_id,
+            question,
+            build_options(**dict(settings)),
+            pilot_size=pilot_size,
+            target_coverage=target_coverage,
+            power=power,
+        )
+    return {**plan.to_dict(), "figure": label_plan_figure(plan)}
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
 def dataset_schema_file(path: str, token: tuple, name: str) -> str | None:
     """The schema stored with dataset ``name`` (``--schema`` at import), written to a temp JSON file."""

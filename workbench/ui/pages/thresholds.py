@@ -298,6 +298,53 @@ if not is_noul and st.toggle(
     st.caption("Export a per-class policy from the section below (objective: guarantee).")
 
 
+batch = certified.get("batch")
+if batch and batch.get("guaranteed"):
+    bg, be = batch["guaranteed"], batch["estimated"]
+    st.caption(
+        f"Next {batch['n']} accepted items (`--batch`): P(error > α) ≤ {bg['p_exceed_at_most']:.3f} guaranteed "
+        f"(δ + binomial tail at α; at most {bg['tolerance_errors']} errors with probability ≥ "
+        f"{bg['tolerance_probability']:.2f}); estimated {be['p_exceed']:.3f} (beta-binomial, not guaranteed). "
+        "The certificate is about the population's error rate, not about every batch."
+    )
+
+with st.expander("How many calibration labels? (plan-labels)", expanded=False):
+    st.caption(
+        "Simulates calibration splits of growing size from this run's labelled calibration items (the pilot) "
+        "and certifies each as above: the probability of certifying at α and the coverage to expect. "
+        f"Same figures as `workbench plan-labels {run_id} -q {question} --max-error {alpha:g} --delta {delta:g}`."
+    )
+    p1, p2, p3 = st.columns(3)
+    pilot_n = p1.number_input("pilot items (0: all)", 0, 100_000, 0, 50, key="thr_plan_pilot")
+    target = p2.number_input("target coverage (0: none)", 0.0, 1.0, 0.0, 0.05, key="thr_plan_target")
+    power = p3.number_input("required probability", 0.5, 0.99, 0.8, 0.05, key="thr_plan_power")
+    if st.button("Plan labels", key="thr_plan_go"):
+        try:
+            plan = state.label_plan(
+                path,
+                token,
+                run_id,
+                question,
+                settings,
+                int(pilot_n) or None,
+                float(target) or None,
+                float(power),
+            )
+        except WorkbenchError as exc:
+            state.show_error(exc)
+        else:
+            rec = plan["recommended_labels"]
+            verdict = plan["status"].replace("_", " ")
+            if rec is not None:
+                st.markdown(f"**{rec} calibration labels** certify with probability ≥ {power:g} ({verdict}).")
+            else:
+                st.markdown(f"**No simulated size** reaches probability {power:g} ({verdict}).")
+            for m in plan["messages"]:
+                st.warning(m)
+            st.plotly_chart(plan["figure"], key="thr_plan_chart")
+            st.dataframe(pd.DataFrame(plan["curve"]), hide_index=True, width="stretch", key="thr_plan_table")
+
+
 def _num(v) -> str:
     return "—" if v is None else f"{v:.4f}"
 

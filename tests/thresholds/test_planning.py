@@ -1,0 +1,216 @@
+"""Label budget planner (issue 15, item 4): the batched certificate equals ``select_guarantee``, the
+logistic error model equals scikit-learn's, the pilot verdicts, and the acceptance on BANKING77.
+
+Acceptance: ``workbench plan-labels`` on a 200-item pilot of BANKING77 answered by the offline tf-idf
+baseline recommends N labels; 200 calibration splits of N items drawn from the run's whole
+calibration + test pool (the pilot left out, so never from the pilot) are certified as
+``workbench thresholds`` certifies them, and at least 80 % of them certify.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import copy_store, run_cli
+from tests.thresholds.synth import choice_data, noul_data
+from workbench.errors import OptionError
+from workbench.thresholds.choose import ThresholdOptions, _fit_calibrator, apply_calibrator, choose_thresholds
+from workbench.thresholds.guarantees import select_guarantee, select_guarantee_split
+from workbench.thresholds.planning import certify_batch, logistic_errors, plan_labels_from_pilot
+from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
+from workbench.thresholds.surface import default_grids, surface_from_coordinates
+
+
+# -- the batched certificate is select_guarantee, draw by draw ---------------------------------------
+@pytest.mark.parametrize(
+    "method, order_fraction, order",
+    [
+        ("fixed-sequence", 0.3, "upper-bound"),
+        ("fixed-sequence", 0.3, "learned-per-alpha"),
+        ("fixed-sequence", 0.0, "upper-bound"),
+        ("holm", 0.0, "upper-bound"),
+    ],
+)
+def test_certify_batch_selects_what_select_guarantee_selects(method, order_fraction, order):
+    rng = np.random.default_rng(1)
+    gx, gy = default_grids("choice", 30)
+    stacks: dict[str, list] = {"acc": [], "err": [], "oacc": [], "oerr": []}
+    expected = []
+    for _ in range(30):
+        n = int(rng.integers(100, 600))
+        probs, labels = choice_data(rng, n, k=5, scale=3.0)
+        c = rule_coordinates("choice", probs)
+        correct = c.predicted == labels
+        hold = rng.random(n) < order_fraction
+        cert = surface_from_coordinates(c.x[~hold], c.y[~hold], correct[~hold], x_grid=gx, y_grid=gy)
+        held = surface_from_coordinates(c.x[hold], c.y[hold], correct[hold], x_grid=gx, y_grid=gy)
+        sel = select_guarantee(
+            cert, alpha=0.15, delta=0.1, method=method, order_surface=held if hold.any() else None, order=order
+        )
+        flat = -1
+        if sel.certified:
+            flat = int(np.searchsorted(gx, sel.x)) * len(gy) + int(np.searchsorted(gy, sel.y))
+        expected.append(flat)
+        for key, arr in zip(stacks, (cert.accepted, cert.errors, held.accepted, held.errors)):
+            stacks[key].append(arr.astype(np.int32))  # the planner's own dtype
+    certified, best = certify_batch(
+        np.array(stacks["acc"]),
+        np.array(stacks["err"]),
+        alpha=0.15,
+        delta=0.1,
+        method=method,
+        order_accepted=np.array(stacks["oacc"]) if order_fraction else None,
+        order_errors=np.array(stacks["oerr"]) if order_fraction else None,
+        order=order,
+    )
+    assert best.tolist() == expected
+    assert certified.tolist() == [e >= 0 for e in expected]
+    assert 5 <= certified.sum() <= 29  # both outcomes are exercised
+
+
+def test_logistic_error_model_matches_scikit_learn():
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(2)
+    D, n_pool, n_pilot = 4, 300, 200
+    p_wrong = rng.uniform(0.01, 0.6, size=(D, n_pool))
+    truth = 1 / (1 + np.exp(-(-0.7 + 1.4 * np.log(p_wrong / (1 - p_wrong)))))  # the shape differs from p_wrong
+    wrong = rng.random((D, n_pilot)) < truth[:, :n_pilot]
+    counts = rng.multinomial(n_pilot, np.full(n_pilot, 1 / n_pilot), size=D)
+    ours = logistic_errors(p_wrong, wrong, counts)
+    z = np.log(p_wrong / (1 - p_wrong))
+    for d in range(D):
+        ref = LogisticRegression(C=1e6, tol=1e-10, max_iter=1000).fit(
+            z[d, :n_pilot, None], wrong[d], sample_weight=counts[d]
+        )
+        np.testing.assert_allclose(ours[d], ref.predict_proba(z[d, :, None])[:, 1], atol=2e-3)
+
+
+# -- what the pilot can and cannot tell -------------------------------------------------------------
+def test_a_tiny_pilot_is_too_small_to_plan_from():
+    probs, labels = choice_data(np.random.default_rng(3), 40, k=5, scale=3.0)
+    plan = plan_labels_from_pilot(probs, labels, "choice", ThresholdOptions(), n_draws=40, max_labels=3000)
+    assert plan.status == "pilot_too_small", plan.messages
+    best = plan.pilot["best_rule_at_alpha"]
+    assert best is None or best["accepted"] < 3 / 0.05  # the documented criterion: fewer than 3/α accepted
+    assert "too small to plan from" in plan.messages[0]
+
+
+def test_a_model_worse_than_alpha_everywhere_is_unreachable():
+    rng = np.random.default_rng(4)
+    probs, _ = choice_data(rng, 400, k=4, scale=3.0)
+    labels = rng.integers(0, 4, size=400)  # labels unrelated to the model: ~75 % error at every rule
+    plan = plan_labels_from_pilot(probs, labels, "choice", ThresholdOptions(alpha=0.1), n_draws=40, max_labels=5000)
+    assert plan.status == "unreachable" and plan.recommended_labels is None
+    assert "even very many labels will not certify" in plan.messages[0]
+    assert plan.curve[-1]["p_certify"] <= 0.05  # and the simulation agrees at 5,000 labels
+
+
+def test_a_reachable_goal_beyond_max_labels_says_so_and_noul_plans():
+    probs, labels = noul_data(np.random.default_rng(5), 600)
+    opts = ThresholdOptions(alpha=0.05)
+    small = plan_labels_from_pilot(probs, labels, "noul", opts, n_draws=60, max_labels=60)
+    assert small.status == "beyond_max_labels" and small.recommended_labels is None
+    plan = plan_labels_from_pilot(probs, labels, "noul", opts, n_draws=60, max_labels=5000)
+    assert plan.status == "ok" and plan.recommended_labels is not None
+    ps = [r["p_certify"] for r in plan.curve]
+    assert ps[0] < 0.8 <= max(ps) and plan.curve[-1]["p_certify"] >= 0.9
+    with pytest.raises(OptionError) as err:
+        plan_labels_from_pilot(probs, labels, "noul", opts, power=1.5)
+    assert err.value.parameter == "power"
+
+
+# -- the acceptance: BANKING77 tf-idf, a 200-item pilot ----------------------------------------------
+def _certify_like_workbench(probs: np.ndarray, labels: np.ndarray, opts: ThresholdOptions, gx, gy):
+    """``choose_thresholds``' guarantee on one calibration split: the calibrator fitted on the seeded
+    carve, the fixed-sequence order learned on the seeded held-apart share; class counts are left out
+    (they do not enter the pooled certificate), which makes a draw ~10× faster."""
+    fit = np.random.default_rng(opts.seed).random(len(labels)) < opts.calibrator_fraction
+    cal = _fit_calibrator(opts.calibrate, probs[fit], labels[fit])
+    coords = rule_coordinates("choice", apply_calibrator(cal, probs[~fit]))
+    correct = coords.predicted == labels[~fit]
+    pooled = RuleCoordinates(np.zeros(len(correct), int), coords.x, coords.y, coords.x_name, coords.y_name)
+    sel, _ = select_guarantee_split(
+        pooled,
+        correct,
+        x_grid=gx,
+        y_grid=gy,
+        n_classes=1,
+        alpha=opts.alpha,
+        delta=opts.delta,
+        order_fraction=opts.order_fraction,
+        rng=np.random.default_rng([opts.seed, 1]),
+    )
+    return sel
+
+
+def test_plan_labels_on_a_200_item_banking77_pilot_certifies_real_draws(tmp_path, b77_tfidf_master):
+    from workbench.store.db import connect
+    from workbench.store.runs import load_answers
+
+    db = copy_store(b77_tfidf_master["db"], tmp_path / "wb.duckdb")
+    run_id = b77_tfidf_master["run_id"]
+    html = tmp_path / "plan.html"
+    r = run_cli(
+        "plan-labels", run_id, "-q", "intent", "--pilot-size", "200", "--json", "--html", str(html), db=db, check=True
+    )
+    plan = json.loads(r.stdout)
+    n_labels = plan["recommended_labels"]
+    assert plan["status"] == "ok" and plan["pilot"]["n_items"] == 200 and len(plan["pilot"]["item_ids"]) == 200
+    assert plan["settings"]["alpha"] == 0.05 and plan["settings"]["delta"] == 0.1 and plan["power"] == 0.8
+    predicted = next(row for row in plan["curve"] if row["n_labels"] == n_labels)
+    assert predicted["p_certify"] >= 0.8 and n_labels is not None
+    assert "plotly" in html.read_text(encoding="utf-8") and f"{n_labels} labels" in html.read_text(encoding="utf-8")
+
+    con = connect(db, read_only=True)
+    pool = load_answers(con, run_id, "intent", splits=["calibration", "test"])
+    con.close()
+    pool = pool.select((pool.labels >= 0) & ~np.isin(pool.item_ids, plan["pilot"]["item_ids"]))
+    opts = ThresholdOptions()
+    gx, gy = default_grids("choice", opts.grid)
+    rng = np.random.default_rng(20261201)
+    certified, coverage = [], []
+    for d in range(200):
+        pick = np.zeros(len(pool.labels), dtype=bool)
+        pick[rng.choice(len(pool.labels), n_labels, replace=False)] = True
+        sel = _certify_like_workbench(pool.probs[pick], pool.labels[pick], opts, gx, gy)
+        if d < 2:  # the fast path is the workbench's own certificate
+            full = choose_thresholds(pool.select(pick), None, opts).selection
+            assert (full.certified, full.x, full.y) == (sel.certified, sel.x, sel.y)
+        certified.append(sel.certified and sel.feasible)
+        coverage.append(sel.guarantee["expected_coverage"] if certified[-1] else 0.0)
+    rate = float(np.mean(certified))
+    print(
+        f"\nplan-labels, 200-item BANKING77 tf-idf pilot: N = {n_labels} labels, predicted P(certified) "
+        f"{predicted['p_certify']:.3f}, expected coverage {predicted['expected_coverage']:.3f}; "
+        f"200 real draws of {n_labels} from {len(pool.labels)} calibration+test items: certified {rate:.3f}, "
+        f"mean certified coverage {np.mean(coverage):.3f}"
+    )
+    assert rate >= 0.8
+
+
+def test_plan_labels_cli_text_and_bad_power(tmp_path, b77_tfidf_master):
+    db = copy_store(b77_tfidf_master["db"], tmp_path / "wb.duckdb")
+    run_id = b77_tfidf_master["run_id"]
+    r = run_cli(
+        "plan-labels", run_id, "-q", "intent", "--pilot-size", "40", "--draws", "20", "--max-labels", "2000", db=db
+    )
+    assert r.returncode == 0, r.stderr
+    assert "PILOT TOO SMALL" in r.stdout and "too small to plan from" in r.stdout
+    assert "α = 0.05, δ = 0.1" in r.stdout and "labels  certifying  P(certified)" in r.stdout
+    bad = run_cli("plan-labels", run_id, "-q", "intent", "--power", "1.5", db=db)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --power must be in (0, 1)"), bad.stderr
+
+
+def test_unlabelled_answers_widen_the_population():
+    rng = np.random.default_rng(6)
+    probs, labels = noul_data(rng, 300)
+    unlabelled, _ = noul_data(rng, 2000)
+    opts = ThresholdOptions(alpha=0.05)
+    plan = plan_labels_from_pilot(probs, labels, "noul", opts, n_draws=60, max_labels=5000, unlabelled_probs=unlabelled)
+    assert plan.pilot["n_unlabelled"] == 2000 and plan.pilot["n_items"] == 300
+    assert any("2000 unlabelled items widen the population" in m for m in plan.messages)
+    assert plan.status == "ok" and plan.curve[-1]["p_certify"] >= 0.9

@@ -1,0 +1,138 @@
+"""`workbench plan-labels RUN -q Q`: how many calibration labels certify at α, simulated from a pilot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from workbench.cli.common import emit_json, open_store, out_console
+from workbench.cli.thresholds import CAL_FRACTION, CALIBRATE, DELTA, GRID, MAX_ERROR, METHOD, ORDER_FRACTION, SEED
+
+
+def _line(text: str) -> None:
+    out_console.print(text, highlight=False, soft_wrap=True)
+
+
+def _pct(v) -> str:
+    return "–" if v is None else f"{100 * v:.1f}%"
+
+
+def print_plan(doc: dict) -> None:
+    """The plan as text: verdict, pilot, messages, then the curve as a table."""
+    s, pilot = doc["settings"], doc["pilot"]
+    rec = doc["recommended_labels"]
+    what = f"certify at α = {s['alpha']:g}, δ = {s['delta']:g}"
+    if doc["target_coverage"] is not None:
+        what += f" with certified coverage ≥ {doc['target_coverage']:g}"
+    status = doc["status"].replace("_", " ").upper()
+    if rec is not None:
+        _line(
+            f"[bold]{doc['question']}[/bold]: {rec} calibration labels to {what} with probability ≥ {doc['power']:g} — {status}"
+        )
+    else:
+        _line(
+            f"[bold]{doc['question']}[/bold]: no simulated size reaches probability {doc['power']:g} to {what} — {status}"
+        )
+    best = pilot.get("best_rule_at_alpha")
+    best_txt = (
+        f"; its best rule at α accepts {best['accepted']} with {best['errors']} errors ({_pct(best['coverage'])} coverage)"
+        if best
+        else "; no rule reaches α on it"
+    )
+    _line(
+        f"  pilot: {pilot['n_items']} labelled items on split {pilot.get('split')} ({pilot['n_errors_top']} top-option errors"
+        f", {pilot['n_unlabelled']} unlabelled answers){best_txt}"
+    )
+    _line(f"  method: {doc['method']}")
+    for m in doc["messages"]:
+        _line(f"  note: {m}")
+    _line(
+        "  labels  certifying  P(certified)"
+        + ("  P(target)" if doc["target_coverage"] is not None else "")
+        + "  expected coverage"
+    )
+    for r in doc["curve"]:
+        mark = " ←" if r["n_labels"] == rec else ""
+        target = f"  {r['p_target']:9.2f}" if doc["target_coverage"] is not None else ""
+        _line(
+            f"  {r['n_labels']:6d}  {r['n_certifying']:10.0f}  {r['p_certify']:12.2f}{target}  {_pct(r['expected_coverage']):>17}{mark}"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan-labels")
+    def plan_labels(
+        run_id: str = typer.Argument(..., help="Run id (or name) whose labelled items are the pilot."),
+        question: str = typer.Option(..., "--question", "-q", help="Question id."),
+        max_error: float = MAX_ERROR,
+        delta: float = DELTA,
+        target_coverage: float | None = typer.Option(
+            None, "--target-coverage", help="Also require the certified coverage to reach this."
+        ),
+        power: float = typer.Option(0.8, "--power", help="Required probability of certifying."),
+        calibrate: str = CALIBRATE,
+        method: str = METHOD,
+        grid: int = GRID,
+        calibrator_fraction: float = CAL_FRACTION,
+        order_fraction: float = ORDER_FRACTION,
+        pilot_split: str = typer.Option(
+            "calibration", "--pilot-split", help="Split whose labelled items are the pilot."
+        ),
+        pilot_size: int | None = typer.Option(
+            None, "--pilot-size", help="Use a seeded random subset of this many pilot items."
+        ),
+        unlabelled_split: list[str] | None = typer.Option(
+            None, "--unlabelled-split", help="Split whose unlabelled answers widen the population (repeatable)."
+        ),
+        draws: int = typer.Option(200, "--draws", help="Simulated calibration splits per size."),
+        max_labels: int = typer.Option(20000, "--max-labels", help="Largest calibration split simulated."),
+        errors: str = typer.Option("logistic", "--errors", help="Error model: logistic | observed."),
+        seed: int = SEED,
+        html: Path | None = typer.Option(None, "--html", help="Write the curve as a plotly chart (HTML)."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """How many calibration labels certify at --max-error with probability ≥ --power (simulated from a pilot)."""
+        from workbench.cli.common import err_console
+        from workbench.cli.thresholds import build_options
+        from workbench.reporting import RichReporter
+        from workbench.store.runs import get_run
+        from workbench.workflows import plan_labels_for_run
+
+        opts = build_options(
+            max_error=max_error,
+            delta=delta,
+            calibrate=calibrate,
+            method=method,
+            grid=grid,
+            calibrator_fraction=calibrator_fraction,
+            order_fraction=order_fraction,
+            seed=seed,
+        )
+        with open_store(read_only=True) as con:
+            resolved = get_run(con, run_id)["run_id"]
+            plan = plan_labels_for_run(
+                con,
+                resolved,
+                question,
+                opts,
+                pilot_split=pilot_split,
+                pilot_size=pilot_size,
+                unlabelled_splits=list(unlabelled_split or []),
+                target_coverage=target_coverage,
+                power=power,
+                n_draws=draws,
+                max_labels=max_labels,
+                errors=errors,
+                seed=seed,
+                reporter=RichReporter(err_console, progress=not as_json),
+            )
+        if html is not None:
+            from workbench.figures import label_plan_figure, write_figures
+
+            write_figures([label_plan_figure(plan)], html=html)
+        doc = {"run_id": resolved, **plan.to_dict()}
+        if as_json:
+            emit_json(doc)
+        else:
+            print_plan(doc)
