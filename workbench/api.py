@@ -52,6 +52,7 @@ def import_dataset(
     schema: Any = None,
     annotator_column: str | None = None,
     label_votes: Mapping[str, Mapping[str, str]] | None = None,
+    meta_columns: Sequence[str] | None = None,
     **more: Any,
 ):
     """Import labelled files (CSV, TSV, Parquet, JSON, JSONL) as a new version of dataset ``name``.
@@ -79,6 +80,9 @@ def import_dataset(
     label_votes : mapping, optional
         Wide format: question → {option: column holding how many annotators chose it}
         (``{"spam": {"yes": "n_spam", "no": "n_ham"}}``); the votes are kept, anonymously.
+    meta_columns : list of str, optional
+        Columns kept as item metadata (text per item), part of the version's content; slice reports
+        by them (``wb.report(con, run_id, slices=["language"])``). ``state_length`` is built in.
     **more
         Other :class:`workbench.store.datasets.ImportSpec` fields (``group_column``, ``append`` …).
 
@@ -104,6 +108,7 @@ def import_dataset(
         labels=dict(labels or {}),
         label_votes={q: dict(cols) for q, cols in (label_votes or {}).items()},
         annotator_column=annotator_column,
+        meta_columns=list(meta_columns or []),
         id_column=id_column,
         split_column=split_column,
         split=split,
@@ -226,7 +231,15 @@ def load_answers(con, run_id: str, question: str, splits: Sequence[str] | None =
     return _load(con, run_id, question, list(splits) if splits is not None else None)
 
 
-def report(con, run_id: str, question: str | None = None, split: str | None = "test", **kwargs: Any):
+def report(
+    con,
+    run_id: str,
+    question: str | None = None,
+    split: str | None = "test",
+    *,
+    slices: str | Sequence[str] | None = None,
+    **kwargs: Any,
+):
     """Calibration and accuracy metrics of a run, with bootstrap intervals (``workbench report``).
 
     ``kwargs``: ``n_bins`` (15), ``n_boot`` (200), ``seed``, ``level`` (0.95), ``smooth``, ``labels``
@@ -235,15 +248,24 @@ def report(con, run_id: str, question: str | None = None, split: str | None = "t
     (question, metric); a question whose items have several votes carries ``.agreement`` (see
     :func:`agreement`).
 
+    ``slices`` (alias ``slice``): metadata columns kept at import (``meta_columns``) or the built-in
+    ``state_length`` (quartile buckets of the state's length); ``.slices[column]`` then holds each
+    slice's report, computed by the same function on the slice's rows (``.to_frame()`` per slice).
+
     Examples
     --------
     >>> frame = wb.report(con, run_id, "spam", n_boot=50).to_frame()
     >>> sorted({"accuracy", "ece_uniform", "brier"} & set(frame["metric"]))
     ['accuracy', 'brier', 'ece_uniform']
+    >>> sliced = wb.report(con, run_id, "spam", n_boot=50, slices="state_length")
+    >>> len(sliced.slices["state_length"].values)
+    4
     """
     from workbench.evaluation import report_run
 
-    return report_run(con, run_id, question, split, **kwargs)
+    if "slice" in kwargs:
+        slices = kwargs.pop("slice")
+    return report_run(con, run_id, question, split, slices=slices, **kwargs)
 
 
 def agreement(con, run_id: str, question: str | None = None, split: str | None = "test") -> dict:

@@ -17,6 +17,7 @@ Runs are named by run id, by experiment name (its latest run of every pair), or 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -357,6 +358,7 @@ def compare_runs(
     seed: int | None = None,
     level: float = 0.95,
     policy: bool = True,
+    slices: Sequence[str] | None = None,
 ) -> Comparison:
     """Compare runs named by id, experiment name or experiment file (see the module docstring).
 
@@ -379,6 +381,10 @@ def compare_runs(
         Bootstrap replicates and seed (defaults: the experiment's, else 1000 and 0).
     policy : bool, default=True
         Choose a policy per run and question (skip for speed).
+    slices : list of str, optional
+        Item metadata columns (``--meta-column`` at import) or ``state_length``: each row then has
+        ``slices[column]``: per slice value, its counts, metrics with intervals and the paired
+        differences against the baseline on the slice's items (the same functions on the slice's rows).
     """
     runs, exp = resolve_runs(con, names)
     settings = exp.compare if exp is not None else None
@@ -460,6 +466,21 @@ def compare_runs(
                 )
             elif q in base_answers:
                 row["vs_baseline"] = {"n_pairs": 0, "note": "options differ from the baseline's: not paired"}
+            paired = "vs_baseline" in row and row["vs_baseline"].get("n_pairs", 0) > 0
+            row["slices"] = {
+                column: _slice_figures(
+                    con,
+                    ans,
+                    column,
+                    base=base_answers[q] if paired else None,
+                    base_rule=base_rules.get(q),
+                    rule=rule,
+                    n_boot=n_boot,
+                    seed=seed,
+                    level=level,
+                )
+                for column in dict.fromkeys(slices or [])
+            }
             rows.append(row)
     return Comparison(
         dataset=base["dataset"],
@@ -470,3 +491,54 @@ def compare_runs(
         rows=rows,
         experiment=exp.name if exp else None,
     )
+
+
+def _slice_figures(
+    con,
+    ans: RunAnswers,
+    column: str,
+    *,
+    base: RunAnswers | None,
+    base_rule,
+    rule,
+    n_boot: int,
+    seed: int,
+    level: float,
+) -> dict:
+    """Per slice of ``column``: counts, metrics with intervals and (``base`` given) the paired differences
+    against the baseline on the slice's items — :func:`_metric_stats` and :func:`_paired` on the slice's rows."""
+    from workbench.evaluation import slice_values
+    from workbench.metrics.slices import slice_groups
+
+    values, order = slice_values(con, ans, column)
+    base_masks = dict(slice_groups(slice_values(con, base, column)[0])) if base is not None else {}
+    out: dict[str, dict] = {}
+    for value, mask in slice_groups(values, order):
+        sel = ans.select(mask)
+        lab = sel.labelled()
+        fig: dict[str, Any] = {
+            "n_items": int(mask.sum()),
+            "n_labelled": int(len(lab.labels)),
+            "n_failed": int(sel.failed.sum()),
+        }
+        if len(lab.labels):
+            ci = bootstrap_many(
+                _metric_stats(lab.probs, lab.labels, len(ans.option_ids), ans.qtype),
+                len(lab.labels),
+                n_boot=n_boot,
+                seed=seed,
+                level=level,
+            )
+            fig["metrics"] = {name: iv.to_dict() for name, iv in ci.items()}
+        if base is not None and value in base_masks:
+            fig["vs_baseline"] = _paired(
+                base.select(base_masks[value]),
+                sel,
+                base_rule=base_rule,
+                other_rule=rule,
+                n_boot=n_boot,
+                seed=seed,
+                level=level,
+            )
+        out[value] = fig
+    return {"values": list(out), "slices": out}

@@ -17,6 +17,7 @@ these, so a figure on any surface comes from the same code path.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -31,8 +32,9 @@ from workbench.metrics.recalibrate import CalibrationFitError, make_calibrator
 from workbench.metrics.reliability import top_label_ece
 from workbench.metrics.report import LABEL_MODES, RunReport, question_report
 from workbench.metrics.scores import log_loss
+from workbench.metrics.slices import SliceReports, length_buckets, slice_reports
 from workbench.schema.answers import entropy, top_two
-from workbench.store.datasets import load_votes
+from workbench.store.datasets import load_item_meta, load_votes
 from workbench.store.db import transaction
 from workbench.store.runs import (
     create_run,
@@ -78,8 +80,14 @@ def report_run(
     with_before: bool = True,
     smooth: bool = True,
     labels: str = "majority",
+    slices: Sequence[str] | str | None = None,
 ) -> RunReport:
     """Load a run's answers (``split=None`` or ``"all"``: every split) and report each question.
+
+    ``slices`` names item metadata columns (kept at import with ``--meta-column``) or the built-in
+    ``state_length``: each question is also reported on each slice's items
+    (:func:`workbench.metrics.slices.slice_reports`, the same report function on
+    ``answers.select(mask)``), in ``RunReport.slices[column]``.
 
     ``exclude_items`` maps a question to item ids left out (suspected label errors). For a
     calibrated view (``kind='calibrated'``) the parent run's report on the same items is attached
@@ -94,6 +102,8 @@ def report_run(
     run = get_run(con, run_id)
     questions = [question] if question else run_questions(con, run["run_id"])
     splits = None if split in (None, "all") else [split]
+    slice_list = [slices] if isinstance(slices, str) else list(dict.fromkeys(slices or []))
+    sliced: dict[str, SliceReports] = {}
     reports = []
     for q in questions:
         answers = with_votes(con, load_answers(con, run["run_id"], q, splits), splits)
@@ -109,6 +119,25 @@ def report_run(
         )
         rep.agreement = agreement_for_answers(answers, splits=splits, con=con)
         reports.append(rep)
+        for column in slice_list:
+            values, order = slice_values(con, answers, column)
+            per_slice = slice_reports(
+                answers,
+                values,
+                order=order,
+                report=partial(
+                    _sliced_report,
+                    question=q,
+                    exclude_items=exclude_items,
+                    labels=labels,
+                    n_bins=n_bins,
+                    n_boot=n_boot,
+                    seed=seed,
+                    level=level,
+                    smooth=smooth,
+                ),
+            )
+            sliced.setdefault(column, SliceReports(column, list(per_slice))).questions[q] = per_slice
     info = {k: run.get(k) for k in _RUN_FIELDS}
     # what the run cost; for an emulated run, what the real service would have billed (nothing was)
     info["cost_usd"] = (run.get("summary") or {}).get("cost_usd")
@@ -130,7 +159,59 @@ def report_run(
             labels=labels,
         )
         calibrators = load_calibrators(con, run["run_id"])
-    return RunReport(info, split, reports, before, calibrators)
+    out = RunReport(info, split, reports, before, calibrators)
+    for sr in sliced.values():  # values in display order over every question
+        sr.values = list(dict.fromkeys(v for per in sr.questions.values() for v in per))
+    out.slices = sliced
+    return out
+
+
+def _sliced_report(
+    answers: RunAnswers,
+    *,
+    question: str,
+    exclude_items: dict[str, Iterable[str]] | None,
+    labels: str,
+    n_bins: int,
+    n_boot: int,
+    seed: int,
+    level: float,
+    smooth: bool,
+):
+    """One slice's report: the report of the filtered answers, as :func:`report_run` makes it."""
+    rep = question_report(
+        answers,
+        exclude_items=(exclude_items or {}).get(question),
+        labels=labels,
+        n_bins=n_bins,
+        n_boot=n_boot,
+        seed=seed,
+        level=level,
+        smooth=smooth,
+    )
+    rep.agreement = agreement_for_answers(answers) if answers.votes is not None else None
+    return rep
+
+
+def slice_values(con: Any, answers: RunAnswers, column: str) -> tuple[np.ndarray, list[str]]:
+    """Slice value of each row of ``answers`` (n,) object (None when missing) and the display order.
+
+    ``column`` is a metadata column of the run's dataset version (``--meta-column`` at import) or
+    ``state_length`` (quartile buckets of the state's length over the whole version,
+    :func:`workbench.metrics.slices.length_buckets`).
+    """
+    run = answers.extra.get("run") or get_run(con, answers.run_id)
+    meta = load_item_meta(con, run["dataset"], int(run["dataset_version"]), column)
+    if column == "state_length":
+        labels, order = length_buckets(meta["value"].to_numpy(dtype=float))
+        meta = meta.assign(value=labels)
+    else:
+        order = []
+    row = pd.Index(meta["item_id"].astype(str)).get_indexer(pd.Index(answers.item_ids.astype(str)))
+    values = np.full(len(answers.item_ids), None, dtype=object)
+    ok = row >= 0
+    values[ok] = meta["value"].to_numpy(dtype=object)[row[ok]]
+    return values, order
 
 
 # -- annotators: votes, soft labels, agreement -------------------------------------------------------

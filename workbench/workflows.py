@@ -126,3 +126,26 @@ def plan_labels_for_run(
     if chosen is not None:
         plan.pilot["item_ids"] = chosen
     return plan
+
+
+def threshold_slices_for_run(
+    con,
+    run_id: str,
+    result: ThresholdResult,
+    column: str,
+    *,
+    test_split: str = "test",
+) -> dict:
+    """Coverage and error of ``result``'s rule per slice of ``column`` on the test split.
+
+    ``column`` is an item metadata column (``datasets import --meta-column``) or ``state_length``;
+    returns :func:`workbench.thresholds.evaluate.evaluate_rule_by_slice`'s report with ``column`` added
+    (a warning names each slice whose error interval lies entirely above α).
+    """
+    from workbench.evaluation import slice_values
+    from workbench.store.runs import load_answers
+    from workbench.thresholds.evaluate import evaluate_rule_by_slice
+
+    test = load_answers(con, run_id, result.question, splits=[test_split])
+    values, order = slice_values(con, test, column)
+    return {"column": column, "split": test_split, **evaluate_rule_by_slice(result, test, values, order=order)}

@@ -59,6 +59,12 @@ def register(app: typer.Typer) -> None:
         ),
         html: Path | None = typer.Option(None, "--html", help="Write the risk–coverage overlay of the runs (HTML)."),
         png: Path | None = typer.Option(None, "--png", help="Write the overlay as PNG (needs the kaleido extra)."),
+        slices: list[str] = typer.Option(
+            None,
+            "--slice",
+            help="Also compare per slice of this item metadata column (--meta-column at import) or 'state_length'"
+            " (repeatable).",
+        ),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Metrics, cost, latency, coverage/error at the chosen policy, and paired tests vs a baseline."""
@@ -84,6 +90,7 @@ def register(app: typer.Typer) -> None:
                 seed=seed,
                 policy=not no_policy,
                 options=options,
+                slices=slices or None,
             )
             if html is not None or png is not None:
                 from workbench.figures import comparison_figure, write_figures
@@ -148,3 +155,28 @@ def register(app: typer.Typer) -> None:
 
         console = out_console if out_console.is_terminal else Console(width=220)  # files/pipes: no wrapping
         console.print(table)
+        for column in dict.fromkeys(slices or []):
+            st = Table(title=f"by {column}: accuracy and paired Δ vs the baseline on the slice's items")
+            for col in ("run", "question", column, "n", "accuracy [95%]", "Δacc vs baseline [95%]", "p McNemar"):
+                st.add_column(col, no_wrap=col in ("run", column))
+            for row in result.rows:
+                for value, fig in row["slices"][column]["slices"].items():
+                    acc = (fig.get("metrics") or {}).get("accuracy") or {}
+                    d = fig.get("vs_baseline") or {}
+                    da = (d.get("metrics") or {}).get("accuracy")
+                    st.add_row(
+                        str(row["run_id"]),
+                        str(row["question"]),
+                        value,
+                        str(fig["n_labelled"]),
+                        f"{_fmt(acc.get('estimate'), True)} [{_fmt(acc.get('low'), True)}, {_fmt(acc.get('high'), True)}]"
+                        if acc
+                        else "–",
+                        "baseline"
+                        if row["is_baseline"]
+                        else f"{_fmt(da['difference'], True)} [{_fmt(da['low'], True)}, {_fmt(da['high'], True)}]"
+                        if da
+                        else "–",
+                        format_p((d.get("mcnemar") or {}).get("p_exact")),
+                    )
+            console.print(st)

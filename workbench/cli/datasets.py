@@ -75,6 +75,11 @@ def register(app: typer.Typer) -> None:
             help="Wide format: QUESTION=OPTION:COUNT_COLUMN,… (or QUESTION=COL,… when columns are named like the"
             " options); each column holds how many annotators chose that option (repeatable).",
         ),
+        meta_column: list[str] = typer.Option(
+            None,
+            "--meta-column",
+            help="Keep this column as item metadata, for `report --slice COL` (repeatable; part of the version).",
+        ),
         schema: Path | None = typer.Option(None, "--schema", help="Check labels against this schema."),
         append: bool = typer.Option(False, "--append", help="Add the rows to the latest version."),
         profile: str = typer.Option("default", "--profile", help="Limit profile the --schema must meet."),
@@ -100,6 +105,7 @@ def register(app: typer.Typer) -> None:
             positive=_pairs(positive, "--positive"),
             annotator_column=annotator_column,
             label_votes=_votes(label_votes),
+            meta_columns=list(meta_column or []),
             append=append,
         )
         sch = load_schema(schema) if schema else None

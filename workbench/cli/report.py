@@ -81,6 +81,34 @@ def _print_run_report(rep, compare=None, compare_title: str = "before") -> None:
             _print_agreement(q.agreement)
 
 
+def _ci3(low: float, high: float) -> str:
+    return f"[{low:.3f}, {high:.3f}]" if math.isfinite(low) and math.isfinite(high) else "—"
+
+
+def _print_slices(sr) -> None:
+    """One table per question: a row per slice with its counts and headline metrics (95% intervals)."""
+    from rich.table import Table
+
+    from workbench.metrics.slices import HEADLINE_METRICS
+
+    for q, per_value in sr.questions.items():
+        reps = list(per_value.values())
+        names = [m for m in HEADLINE_METRICS if any(m in r.metrics for r in reps)][:4]
+        table = Table(show_header=True, header_style="bold", title=f"{q} by {sr.column}", title_justify="left")
+        table.add_column(sr.column, no_wrap=True)
+        table.add_column("n", justify="right")
+        for m in names:
+            table.add_column(f"{m}\n95% CI", justify="right", no_wrap=True)
+        for value, r in per_value.items():
+            row = [value, str(r.counts.get("n_labelled", 0))]
+            for m in names:
+                iv = r.metrics.get(m)
+                row.append(f"{_fmt(iv.estimate, 3)}\n{_ci3(iv.low, iv.high)}" if iv is not None else "—")
+            table.add_row(*row)
+        out_console.print()
+        out_console.print(table)
+
+
 def _print_agreement(ag) -> None:
     """The agreement table of one question: annotators next to the model (the noise floor)."""
     from rich.table import Table
@@ -120,13 +148,29 @@ def register(app: typer.Typer) -> None:
         exclude_label_issues: bool = typer.Option(
             False, "--exclude-label-issues", help="Also report without suspected label errors, side by side."
         ),
+        slices: list[str] = typer.Option(
+            None,
+            "--slice",
+            help="Also report per slice of this item metadata column (kept at import with --meta-column), or "
+            "'state_length' (quartile buckets of the state's length); repeatable.",
+        ),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Every metric per question with 95% bootstrap intervals (before/after for a calibrated view)."""
         from workbench.evaluation import label_issues_for_runs, report_run
 
         with open_store(read_only=True) as con:
-            rep = report_run(con, run_id, question, split, n_bins=n_bins, n_boot=n_boot, seed=seed, labels=labels)
+            rep = report_run(
+                con,
+                run_id,
+                question,
+                split,
+                n_bins=n_bins,
+                n_boot=n_boot,
+                seed=seed,
+                labels=labels,
+                slices=slices or None,
+            )
             clean = None
             if exclude_label_issues:
                 issues = label_issues_for_runs(con, [rep.run["run_id"]], question)
@@ -161,6 +205,8 @@ def register(app: typer.Typer) -> None:
             _print_run_report(rep, rep.before, "before calibration")
         if rep.calibrators:
             out_console.print("\ncalibrators: " + ", ".join(f"{q}={c['type']}" for q, c in rep.calibrators.items()))
+        for sr in rep.slices.values():
+            _print_slices(sr)
 
     @app.command("calibrate")
     def calibrate(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, open_store, out_console
+from workbench.cli.common import emit_json, err_console, open_store, out_console
 from workbench.errors import OptionError  # noqa: F401 - re-exported for `workbench policy export`
 
 
@@ -187,6 +187,38 @@ def _print_result(res: dict) -> None:
         _line(f"  note: {n}")
 
 
+def _print_slices(question: str, sl: dict) -> None:
+    """Test coverage and error of the chosen rule per slice, with their intervals."""
+    from rich.table import Table
+
+    conf = f"{int(round(100 * sl['confidence']))}%"
+    table = Table(
+        show_header=True,
+        header_style="bold",
+        title=f"{question} by {sl['column']} ({sl['split']} split, α = {sl['alpha']:g})",
+        title_justify="left",
+    )
+    for col in (sl["column"], "items", "accepted", "coverage", f"{conf} CI (Wilson)", "error", f"{conf} CI (C–P)"):
+        table.add_column(col, justify="left" if col == sl["column"] else "right", no_wrap=True)
+    for row in sl["slices"]:
+        cov, err = row["coverage"], row["error"]
+        flag = " [red]▲ α[/]" if row["error_above_alpha"] else ""
+        table.add_row(
+            row["slice"],
+            str(row["n_items"]),
+            str(row["n_accepted"]),
+            _pct(cov["value"]),
+            f"[{_pct(cov['low'])}, {_pct(cov['high'])}]",
+            _pct(err["value"]) + flag,
+            f"[{_pct(err['low'])}, {_pct(err['high'])}]",
+        )
+    out_console.print(table)
+
+
+def _pct(v) -> str:
+    return "—" if v is None else f"{100 * v:.1f}%"
+
+
 def register(app: typer.Typer) -> None:
     @app.command("thresholds")
     def thresholds(
@@ -223,11 +255,18 @@ def register(app: typer.Typer) -> None:
         ),
         html: Path | None = typer.Option(None, "--html", help="Write the surface and risk–coverage figures (HTML)."),
         png: Path | None = typer.Option(None, "--png", help="Write the figures as PNG (needs the kaleido extra)."),
+        slices: list[str] = typer.Option(
+            None,
+            "--slice",
+            help="Also give test coverage/error of the chosen rule per slice of this item metadata column "
+            "(--meta-column at import) or 'state_length'; warns when a slice's error interval lies above α "
+            "(repeatable).",
+        ),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Choose routing thresholds for questions of a run and judge them on the test split."""
         from workbench.store.runs import get_run
-        from workbench.workflows import thresholds_for_run
+        from workbench.workflows import threshold_slices_for_run, thresholds_for_run
 
         opts = build_options(
             objective=objective,
@@ -273,6 +312,10 @@ def register(app: typer.Typer) -> None:
                     )
                     pd.DataFrame(res.surface.to_table()).to_csv(target, index=False)
                 results.append(res.to_dict())
+                # one shape whatever the options: the key is always there (empty without --slice)
+                results[-1]["slices"] = {
+                    c: threshold_slices_for_run(con, resolved, res, c) for c in dict.fromkeys(slices or [])
+                }
                 if html is not None or png is not None:
                     from workbench.figures import threshold_figures
 
@@ -292,3 +335,9 @@ def register(app: typer.Typer) -> None:
         else:
             for r in results:
                 _print_result(r)
+                for sl in r["slices"].values():
+                    _print_slices(r["question"], sl)
+        for r in results:
+            for sl in r["slices"].values():
+                for w in sl["warnings"]:
+                    err_console.print(f"[yellow]warning:[/] {w}", highlight=False)

@@ -653,6 +653,8 @@ class RunReport:
     questions: list[QuestionReport]
     before: RunReport | None = None
     calibrators: dict = field(default_factory=dict)
+    #: ``{column: SliceReports}`` (:mod:`workbench.metrics.slices`) when slices were asked for
+    slices: dict = field(default_factory=dict)
 
     def to_frame(self) -> pd.DataFrame:
         frames = [q.to_frame() for q in self.questions]
@@ -675,4 +677,5 @@ class RunReport:
             "questions": {q.question: q.to_dict() for q in self.questions},
             "calibrators": self.calibrators,
             "before": self.before.to_dict() if self.before is not None else None,
+            "slices": {col: sr.to_dict() for col, sr in self.slices.items()},
         }

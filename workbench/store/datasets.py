@@ -85,6 +85,8 @@ class ImportSpec:
     annotator_column: str | None = None
     #: wide format: question -> {option: column holding that option's vote count} (anonymous votes)
     label_votes: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: item metadata kept for slices (``--meta-column``): each column's text per item, in ``items.meta``
+    meta_columns: list[str] = field(default_factory=list)
     append: bool = False
 
 
@@ -108,6 +110,8 @@ SINGLE_ANNOTATOR = "import"
 ANONYMOUS_ANNOTATOR = ""
 #: Largest vote count one --label-votes cell may hold (a sanity check against a wrong column).
 MAX_VOTES_PER_CELL = 10_000
+#: Slice names computed by the workbench (``report --slice state_length``); no metadata column may take them.
+BUILTIN_SLICES = ("state_length",)
 #: Label spellings that mean "no label" (pandas writes NaN this way), unless the schema has such an option.
 _MISSING_LABELS = {"nan", "<na>"}
 
@@ -475,6 +479,17 @@ def _frame_for_file(
             hint="pass --split-column COL, --split train|calibration|test, or --test-fraction F",
         )
 
+    # item metadata (slices): {column: text or null} per row, as JSON text; NULL without --meta-column
+    if spec.meta_columns:
+        texts = [text_of(c, "--meta-column").str.strip() for c in spec.meta_columns]
+        texts = [t.where(~_blank(t), None) for t in texts]
+        items["meta"] = [
+            json.dumps(dict(zip(spec.meta_columns, row, strict=True)), ensure_ascii=False)
+            for row in zip(*(t.tolist() for t in texts), strict=True)
+        ]
+    else:
+        items["meta"] = None
+
     # annotators (long format): one id per row, never blank
     if spec.annotator_column:
         ann = text_of(spec.annotator_column, "--annotator-column")
@@ -637,6 +652,24 @@ def _vote_options(question: str, columns: dict[str, str], schema: DecisionSchema
     return out
 
 
+def _check_meta_columns(columns: Sequence[str]) -> None:
+    """``--meta-column`` names: not blank, not repeated, not a built-in slice name."""
+    seen: set[str] = set()
+    for c in columns:
+        if not c or not c.strip():
+            raise DataImportError(
+                "--meta-column is empty", hint="name a column of the file, e.g. --meta-column language"
+            )
+        if c in BUILTIN_SLICES:
+            raise DataImportError(
+                f"--meta-column {c!r} is the name of a built-in slice",
+                hint=f"rename the column in the file; {c} is computed for every dataset",
+            )
+        if c in seen:
+            raise DataImportError(f"--meta-column {c!r} is given twice", hint="name each metadata column once")
+        seen.add(c)
+
+
 def _plain_json(v: Any) -> Any:
     """Nested values as DuckDB hands them over (numpy arrays, numpy scalars) as plain JSON values."""
     if isinstance(v, np.ndarray):
@@ -706,6 +739,7 @@ def import_dataset(
                 "--annotator-column needs --id-column: the rows of one item are found by its id",
                 hint="pass --id-column COL naming the item id column",
             )
+    _check_meta_columns(spec.meta_columns)
     for f, opt in ((spec.test_fraction, "--test-fraction"), (spec.calibration_fraction, "--calibration-fraction")):
         if f is not None and not (0.0 <= f < 1.0):
             raise DataImportError(f"{opt} {f} is outside [0, 1)", hint="e.g. 0.3")
@@ -788,11 +822,12 @@ def import_dataset(
         "split": spec.split,
         "annotator_column": spec.annotator_column,
         "label_votes": spec.label_votes,
+        "meta_columns": list(spec.meta_columns),
     }
 
     items_tbl = pa.Table.from_pandas(
-        items[["item_id", "state_text", "state_json", "images", "split", "grp"]].astype(
-            {"item_id": object, "split": object}
+        items[["item_id", "state_text", "state_json", "images", "split", "grp", "meta"]].astype(
+            {"item_id": object, "split": object, "meta": object}
         ),
         preserve_index=False,
         schema=pa.schema(
@@ -803,6 +838,7 @@ def import_dataset(
                 ("images", pa.list_(pa.string())),
                 ("split", pa.string()),
                 ("grp", pa.string()),
+                ("meta", pa.string()),
             ]
         ),
     )
@@ -838,8 +874,8 @@ def import_dataset(
                 [spec.name, version, fingerprint, questions, h, len(items), json.dumps(params)],
             )
             con.execute(
-                "INSERT INTO items SELECT $n, $v, item_id, state_text, state_json::JSON, images, split, grp"
-                " FROM _items",
+                "INSERT INTO items (dataset, version, item_id, state_text, state_json, images, split, grp, meta)"
+                " SELECT $n, $v, item_id, state_text, state_json::JSON, images, split, grp, meta::JSON FROM _items",
                 {"n": spec.name, "v": version},
             )
             con.execute(
@@ -863,6 +899,7 @@ _ITEM_FIELDS = {
     "images": "--image-column",
     "split": "--split-column / file split",
     "grp": "--group-column",
+    "meta": "--meta-column",
 }
 
 
@@ -894,7 +931,7 @@ def _merge_annotator_rows(items: pd.DataFrame, spec: ImportSpec) -> pd.DataFrame
         shown = " vs ".join(repr(v if v is None or len(str(v)) <= 60 else str(v)[:57] + "...") for v in values)
         column = {"state_text": spec.text_column, "state_json": spec.state_column, "images": spec.image_column}.get(
             fld
-        ) or {"split": spec.split_column, "grp": spec.group_column}.get(fld)
+        ) or {"split": spec.split_column, "grp": spec.group_column, "meta": ", ".join(spec.meta_columns)}.get(fld)
         what = f"column {column!r}" if column else _ITEM_FIELDS[fld]
         raise DataImportError(
             f"item {item!r}: its annotators' rows disagree on {fld.replace('state_', '')} ({what}): {shown}",
@@ -919,8 +956,8 @@ def _count_shared_ids(con: duckdb.DuckDBPyConnection, name: str, version: int, i
 
 def _version_frames(con: duckdb.DuckDBPyConnection, name: str, version: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     items = con.execute(
-        "SELECT item_id, state_text, CAST(state_json AS VARCHAR) AS state_json, images, split, grp "
-        "FROM items WHERE dataset = ? AND version = ?",
+        "SELECT item_id, state_text, CAST(state_json AS VARCHAR) AS state_json, images, split, grp,"
+        " CAST(meta AS VARCHAR) AS meta FROM items WHERE dataset = ? AND version = ?",
         [name, version],
     ).df()
     items["images"] = items["images"].map(lambda v: list(v) if isinstance(v, (list, tuple, np.ndarray)) else None)
@@ -931,7 +968,11 @@ def _version_frames(con: duckdb.DuckDBPyConnection, name: str, version: int) -> 
 
 
 def _fingerprint(con: duckdb.DuckDBPyConnection, items: pa.Table, labels: pa.Table) -> str:
-    """sha256 over items (id, state, images, split, group) and labels, in a canonical order."""
+    """sha256 over items (id, state, images, split, group, metadata) and labels, in a canonical order.
+
+    Metadata enters only when some item has it, so a dataset imported without ``--meta-column``
+    keeps the fingerprint it had before metadata existed (re-importing it adds no version).
+    """
     con.register("_fi", items)
     con.register("_fl", labels)
     try:
@@ -944,12 +985,16 @@ def _fingerprint(con: duckdb.DuckDBPyConnection, items: pa.Table, labels: pa.Tab
             "SELECT coalesce(sha256(string_agg(concat_ws(chr(31), item_id, question, option_id, annotator),"
             " chr(30) ORDER BY item_id, question, annotator, option_id)), '') FROM _fl"
         ).fetchone()[0]  # type: ignore[index]
+        m = con.execute(
+            "SELECT coalesce(sha256(string_agg(concat_ws(chr(31), item_id, meta), chr(30) ORDER BY item_id)), '')"
+            " FROM _fi WHERE meta IS NOT NULL"
+        ).fetchone()[0]  # type: ignore[index]
     finally:
         con.unregister("_fi")
         con.unregister("_fl")
     import hashlib
 
-    return hashlib.sha256(f"v1|{a}|{b}".encode()).hexdigest()
+    return hashlib.sha256((f"v1|{a}|{b}" + (f"|meta:{m}" if m else "")).encode()).hexdigest()
 
 
 # -- reading back --------------------------------------------------------------------------------
@@ -1049,6 +1094,7 @@ def dataset_info(con: duckdb.DuckDBPyConnection, name: str, version: int | None 
         "splits": {k: int(v) for k, v in splits.items()},
         "labels": per_q,
         "params": json.loads(row[4]) if row[4] else {},
+        "meta_columns": meta_columns(con, name, version),  # for `report --slice` (and state_length)
         "created_at": row[5],
         "versions": history,
     }
@@ -1085,6 +1131,45 @@ def load_items(
         for t, j in zip(df["state_text"], df["state_json"])
     ]
     return df
+
+
+def meta_columns(con: duckdb.DuckDBPyConnection, name: str, version: int) -> list[str]:
+    """The metadata columns stored with a dataset version's items (``--meta-column``), sorted."""
+    rows = con.execute(
+        "SELECT DISTINCT unnest(json_keys(meta)) AS k FROM items WHERE dataset = ? AND version = ? AND meta IS NOT NULL"
+        " ORDER BY k",
+        [name, version],
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def load_item_meta(con: duckdb.DuckDBPyConnection, name: str, version: int, column: str) -> pd.DataFrame:
+    """``item_id``, ``value`` (text, or None when the item has no value) of one metadata column, by item_id.
+
+    ``column`` ``"state_length"`` gives each state's length in characters (the JSON text for JSON
+    states) as ``value``; any other name must be a stored metadata column.
+    """
+    if column == "state_length":
+        return con.execute(
+            "SELECT item_id, length(coalesce(state_text, CAST(state_json AS VARCHAR))) AS value FROM items"
+            " WHERE dataset = ? AND version = ? ORDER BY item_id",
+            [name, version],
+        ).df()
+    known = meta_columns(con, name, version)
+    if column not in known:
+        raise NotFoundError(
+            f"dataset {name!r} v{version} has no metadata column {column!r}",
+            hint=(
+                f"slice by one of: {', '.join([*BUILTIN_SLICES, *known])}; metadata columns are kept at import "
+                "with `workbench datasets import … --meta-column COL`"
+            ),
+        )
+    pointer = "/" + column.replace("~", "~0").replace("/", "~1")  # a JSON pointer: any column name is safe
+    return con.execute(
+        "SELECT item_id, json_extract_string(meta, ?) AS value FROM items WHERE dataset = ? AND version = ?"
+        " ORDER BY item_id",
+        [pointer, name, version],
+    ).df()
 
 
 def load_labels(

@@ -3,7 +3,7 @@
 Tables (schema version 1):
 
 - ``datasets`` — one row per (name, version): fingerprint, question ids, counts, import parameters.
-- ``items`` — (dataset, version, item_id): state as text or JSON, images, split, group.
+- ``items`` — (dataset, version, item_id): state as text or JSON, images, split, group, metadata (``meta``).
 - ``labels`` — (dataset, version, item_id, question, option_id, annotator); several annotators allowed.
 - ``schemas`` — decision schemas by ``schema_hash`` (the file's wire form, as JSON).
 - ``runs`` — one experiment run: dataset version, schema hash, provider spec, model, status, summary.
@@ -200,6 +200,11 @@ _MIGRATIONS: list[str] = [
         recovered_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
         PRIMARY KEY (run_id, cache_key, segment)
     );
+    """,
+    # item metadata kept at import (`datasets import --meta-column COL`): {column: text or null} per
+    # item, NULL when the import named no metadata column; slices (`report --slice COL`) read it
+    """
+    ALTER TABLE items ADD COLUMN meta JSON;
     """,
 ]
 

@@ -472,6 +472,8 @@ class ThresholdResult:
     needed: dict | None = None  # guarantee objective, nothing certified: calibration_size_needed()
     batch: dict | None = None  # the finite-batch view of the chosen rule (thresholds.batch.batch_view)
     test_risks: dict | None = None  # with costs/constraints: test cost and critical misroute rates
+    #: the fitted calibrator the rule is applied after (test figures per slice re-apply it)
+    fitted_calibrator: Any = field(default=None, repr=False, compare=False)
 
     @property
     def certified(self) -> bool:
@@ -888,6 +890,7 @@ def _finish(
         needed,
         batch,
         test_risks,
+        prep.calibrator,
     )
 
 

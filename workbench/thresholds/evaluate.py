@@ -96,3 +96,70 @@ def evaluate_rule(
             "matrix": conf.tolist(),
         },
     }
+
+
+def evaluate_rule_by_slice(
+    result,
+    test,
+    values: np.ndarray,
+    *,
+    order: list[str] | None = None,
+) -> dict:
+    """Test-split figures of a chosen rule on each slice of the items (the same rule, calibrator and
+    :func:`evaluate_rule` as the whole test split, on each slice's rows).
+
+    Parameters
+    ----------
+    result : ThresholdResult
+        From :func:`workbench.thresholds.choose.choose_thresholds` (its rule and fitted calibrator).
+    test : RunAnswers
+        The test answers ``result`` was judged on.
+    values : ndarray of shape (n_items,), object
+        Slice value of each row of ``test`` (None = missing, :data:`workbench.metrics.slices.MISSING`).
+    order : list of str, optional
+        Display order of the values (others follow, sorted).
+
+    Returns
+    -------
+    report : dict
+        ``alpha``, ``slices`` (one dict per slice: ``slice``, ``n_items``, ``n_accepted``, ``n_errors``,
+        ``coverage`` (Wilson) and ``error`` (Clopper–Pearson) intervals, ``error_above_alpha``: the
+        error interval lies entirely above α) and ``warnings`` (one sentence per such slice). With
+        misroute costs α is in cost units, so no error-rate comparison is made (``None``).
+    """
+    from workbench.metrics.slices import slice_groups
+    from workbench.thresholds.choose import apply_calibrator
+
+    labelled = test.labels >= 0  # as the whole-split figures: labelled items, failures never accepted
+    probs = apply_calibrator(result.fitted_calibrator, test.probs[labelled])
+    labels = test.labels[labelled]
+    vals = np.asarray(values, dtype=object)[labelled]
+    opts = result.options
+    alpha = float(opts.alpha)
+    comparable = opts.costs is None
+    rows, warnings = [], []
+    for value, mask in slice_groups(vals, order):
+        fig = evaluate_rule(
+            result.rule, probs[mask], labels[mask], option_ids=result.option_ids, confidence=opts.confidence
+        )
+        low = fig["error"]["low"]
+        above = (low is not None and low > alpha) if comparable else None
+        rows.append(
+            {
+                "slice": value,
+                "n_items": fig["n_items"],
+                "n_accepted": fig["n_accepted"],
+                "n_errors": fig["n_errors"],
+                "n_failed": fig["n_failed"],
+                "coverage": fig["coverage"],
+                "error": fig["error"],
+                "error_above_alpha": above,
+            }
+        )
+        if above:
+            warnings.append(
+                f"{result.question}, slice {value!r}: error among accepted {fig['error']['value']:.1%} "
+                f"({int(100 * opts.confidence)}% interval [{low:.1%}, {fig['error']['high']:.1%}], "
+                f"{fig['n_errors']}/{fig['n_accepted']}) lies entirely above α = {alpha:g}"
+            )
+    return {"alpha": alpha, "confidence": opts.confidence, "slices": rows, "warnings": warnings}

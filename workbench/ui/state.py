@@ -703,3 +703,52 @@ __all__ = [
     "show_error",
     "NotFoundError",
 ]
+
+
+# -- slices (issue 16): item metadata columns and the built-in state_length -----------------------------
+@st.cache_data(show_spinner=False, max_entries=64)
+def slice_columns(path: str, token: tuple, run_id: str) -> list[str]:
+    """Columns a run can be sliced by: ``state_length`` and the metadata kept at import (``--meta-column``)."""
+    from workbench.store.datasets import BUILTIN_SLICES, meta_columns
+    from workbench.store.runs import get_run
+
+    with read_connection(path) as con:
+        run = get_run(con, run_id)
+        return [*BUILTIN_SLICES, *meta_columns(con, run["dataset"], int(run["dataset_version"]))]
+
+
+@st.cache_data(show_spinner="Reporting each slice…", max_entries=32)
+def slice_table(path: str, token: tuple, run_id: str, question: str, split: str, column: str, n_bins: int = 15):
+    """Per-slice report of one question (``workbench report --slice COLUMN``): one row per slice with
+    its labelled count and headline metrics as ``estimate [low, high]``; and the long frame for download."""
+    from workbench.evaluation import report_run
+    from workbench.metrics.slices import HEADLINE_METRICS
+
+    with read_connection(path) as con:
+        rep = report_run(con, run_id, question, split, n_bins=n_bins, slices=[column], with_before=False)
+    sr = rep.slices[column]
+    per_value = sr.questions.get(question, {})
+    names = [m for m in HEADLINE_METRICS if any(m in r.metrics for r in per_value.values())]
+    rows = []
+    for value, r in per_value.items():
+        row: dict = {column: value, "labelled": r.counts.get("n_labelled", 0), "failed": r.counts.get("n_failed", 0)}
+        for m in names:
+            iv = r.metrics.get(m)
+            row[m] = "—" if iv is None else f"{iv.estimate:.4f}  [{iv.low:.4f}, {iv.high:.4f}]"
+        rows.append(row)
+    return pd.DataFrame(rows), sr.to_frame()
+
+
+@st.cache_data(show_spinner="Judging the rule per slice…", max_entries=32)
+def certified_threshold_slices(
+    path: str, token: tuple, run_id: str, question: str, settings: tuple, column: str
+) -> dict:
+    """``workbench thresholds --slice COLUMN --json``'s slice section for the question: test coverage and
+    error of the certified rule per slice, with intervals and warnings."""
+    from workbench.thresholds.choose import build_options
+    from workbench.workflows import threshold_slices_for_run, thresholds_for_run
+
+    opts = build_options(**dict(settings))
+    with read_connection(path) as con:
+        res = thresholds_for_run(con, run_id, question, opts)
+        return threshold_slices_for_run(con, run_id, res, column)

@@ -80,6 +80,24 @@ for name, rep in reports.items():
     table = f if table is None else table.merge(f, on="metric", how="outer")
 st.dataframe(table, hide_index=True, width="stretch", key="cal_metrics")
 
+# -- slices: the same metrics on each segment of the items (`workbench report --slice COLUMN`) ---------------
+slice_by = st.selectbox(
+    "Slice by",
+    ["(none)", *state.slice_columns(path, token, run_id)],
+    key="cal_slice",
+    help="state_length: quartiles of the state's length; other columns: item metadata kept at import "
+    "with `datasets import --meta-column`. Figures as answered (no recalibration).",
+)
+if slice_by != "(none)":
+    try:
+        slice_rows, slice_long = state.slice_table(path, token, run_id, question, split, slice_by, n_bins)
+    except WorkbenchError as exc:
+        state.show_error(exc)
+    else:
+        st.subheader(f"By {slice_by} (95% bootstrap intervals)")
+        st.dataframe(slice_rows, hide_index=True, width="stretch", key="cal_slice_table")
+        st.caption(f"The same figures as `workbench report RUN --split {split} --slice {slice_by}`.")
+
 # -- annotators: agreement among them next to the model's (the noise floor), when items have several votes ----
 agreement, agreement_caption = state.agreement_frame(path, token, run_id, question, split)
 if not agreement.empty:

@@ -199,6 +199,43 @@ except WorkbenchError as exc:
     st.stop()
 st.caption(state.settings_caption(alpha, delta, calibrate, method))
 
+# -- the certified rule per slice (`workbench thresholds --slice COLUMN`) -----------------------------------
+slice_by = st.selectbox(
+    "Test figures of the certified rule by slice",
+    ["(none)", *state.slice_columns(path, token, run_id)],
+    key="thr_slice",
+    help="state_length: quartiles of the state's length; other columns: item metadata kept at import.",
+)
+if slice_by != "(none)":
+    try:
+        by_slice = state.certified_threshold_slices(path, token, run_id, question, settings, slice_by)
+    except WorkbenchError as exc:
+        state.show_error(exc)
+    else:
+        pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        slice_by: r["slice"],
+                        "items": r["n_items"],
+                        "accepted": r["n_accepted"],
+                        "coverage [95% Wilson]": f"{pct(r['coverage']['value'])}  "
+                        f"[{pct(r['coverage']['low'])}, {pct(r['coverage']['high'])}]",
+                        "error [95% Clopper–Pearson]": f"{pct(r['error']['value'])}  "
+                        f"[{pct(r['error']['low'])}, {pct(r['error']['high'])}]",
+                        "error above α": bool(r["error_above_alpha"]),
+                    }
+                    for r in by_slice["slices"]
+                ]
+            ),
+            hide_index=True,
+            width="stretch",
+            key="thr_slice_table",
+        )
+        for w in by_slice["warnings"]:
+            st.warning(w)
+
 # -- figures: the library's displays (the CLI's `--html` writes the same ones) ----------------------------
 cert_rule, cert_g = certified["rule"], certified["guarantee"] or {}
 cert_xy = None
