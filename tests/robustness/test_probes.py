@@ -276,6 +276,20 @@ probes: [yes_no_inversion, irrelevant_context, instruction_paraphrase, {{name: o
             sent = emu.request_count()
             second = run_experiment_file(con, exp, env=env, progress=False)
             assert emu.request_count() == sent == 5 * 60  # base + 4 probes; the rerun is all cache
+            # `run --resume` of a probed run keeps its probe: the 10 answers lost here come back from
+            # the cache of the transformed requests (no new call), identical to the first session's
+            from workbench.runner.execute import resume_run
+
+            inv_id = first["runs"][1]["run_id"]
+            before = load_answers(con, inv_id, "spam").probs
+            con.execute(
+                "DELETE FROM answers WHERE run_id = ? AND item_id IN "
+                "(SELECT item_id FROM answers WHERE run_id = ? ORDER BY item_id LIMIT 10)",
+                [inv_id, inv_id],
+            )
+            resume_run(con, inv_id, env=env, progress=False)
+            assert emu.request_count() == sent
+            np.testing.assert_array_equal(load_answers(con, inv_id, "spam").probs, before)
         variants = [r["variant"] for r in first["runs"]]
         assert variants == [
             "plain",

@@ -678,6 +678,13 @@ def execute_run(
             transport=transport,
             settings=settings,
         )
+        probe = params.get("probe")
+        if probe:
+            # a probed run (experiment `probes:`) resumes with its probe: the transformed request is
+            # sent and the answers mapped back, exactly as its first session did (same cache keys)
+            from workbench.probes import Probe, ProbedProvider
+
+            provider = ProbedProvider(provider, Probe(probe["name"], int(probe.get("seed", 0))))
     model = getattr(provider, "model", None)
     dialect = getattr(provider, "dialect", None)
     limits = getattr(provider, "limits", None)
