@@ -8,7 +8,10 @@ writes it. Regenerate the shipped schema after changing the model: ``python -m w
 from workbench_runtime.model import (
     FALLBACK_ACTIONS,
     FORMAT,
+    CASCADE_FORMAT_VERSION,
     FORMAT_VERSION,
+    CascadeSpec,
+    CascadeStage,
     SCHEMA_FILE,
     UNHASHED,
     CalibratorSpec,
@@ -40,7 +43,10 @@ from workbench_runtime.model import (
 __all__ = [
     "FALLBACK_ACTIONS",
     "FORMAT",
+    "CASCADE_FORMAT_VERSION",
     "FORMAT_VERSION",
+    "CascadeSpec",
+    "CascadeStage",
     "SCHEMA_FILE",
     "CalibratorSpec",
     "ClassConstraint",

@@ -476,3 +476,24 @@ def single_stage_figures(
         "latency_ms_mean": mean_lat,
         "latency_ms_p95": float(np.percentile(lat, 95)) if len(lat) else None,
     }
+
+
+def parse_price_flags(values: Sequence[str] | None) -> dict[str, float]:
+    """``["RUN=USD", …]`` (``--cost-per-call``) → ``{run: usd}``; a malformed entry names itself in the error."""
+    from workbench.errors import OptionError
+
+    out: dict[str, float] = {}
+    for v in values or []:
+        run, sep, usd = v.partition("=")
+        try:
+            price = float(usd)
+        except ValueError:
+            price = float("nan")
+        if not sep or not run.strip() or not np.isfinite(price) or price < 0:
+            raise OptionError(
+                f"--cost-per-call {v!r} is not RUN=USD with a non-negative price",
+                hint="e.g. --cost-per-call run-1234abcd=0.0005",
+                parameter="cost_per_call",
+            )
+        out[run.strip()] = price
+    return out
