@@ -622,6 +622,8 @@ def verify_document(doc: Any, *, source: str = "<policy>", verify_key: Any = Non
         model = PolicyModel.model_validate(doc)
     except ValidationError as exc:
         e = exc.errors()[0]
-        loc = ".".join(str(p) for p in e["loc"])
-        raise PolicyError(f"{source}: invalid policy: {loc[:200]}: {e['msg'][:200]}") from None
+        # keys come from the file: escape control characters so the message stays one line
+        loc = ".".join(str(p) for p in e["loc"]).encode("unicode_escape").decode("ascii")
+        msg = str(e["msg"]).encode("unicode_escape").decode("ascii")
+        raise PolicyError(f"{source}: invalid policy: {loc[:200]}: {msg[:200]}") from None
     return model
