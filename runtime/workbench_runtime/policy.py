@@ -248,7 +248,11 @@ class Policy:
             if (st.rule.fallback == "escalate") != (s < last):
                 raise PolicyError(
                     f"{where}: rule fallback {st.rule.fallback!r} does not fit "
-                    + ("a stage before the last (must be 'escalate')" if s < last else "the last stage (review or hold)")
+                    + (
+                        "a stage before the last (must be 'escalate')"
+                        if s < last
+                        else "the last stage (review or hold)"
+                    )
                 )
             qp = top.model_copy(update={"calibrator": st.calibrator, "rule": st.rule, "enabled_options": None})
             self.stages.append(

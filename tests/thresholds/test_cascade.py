@@ -167,19 +167,23 @@ def test_runtime_applies_the_cascade_policy_stage_by_stage(b77_cascade):
 
     def responses(ans, model):
         order = np.argsort(ans.item_ids.astype(str))
-        return [
-            {
-                "model": model,
-                "answers": {
-                    "intent": {
-                        "type": "choice",
-                        "choice": ans.option_ids[int(np.argmax(p))],
-                        "probabilities": dict(zip(ans.option_ids, map(float, p), strict=True)),
-                    }
-                },
-            }
-            for p in ans.probs[order]
-        ], ans.labels[order], np.asarray(ans.option_ids)
+        return (
+            [
+                {
+                    "model": model,
+                    "answers": {
+                        "intent": {
+                            "type": "choice",
+                            "choice": ans.option_ids[int(np.argmax(p))],
+                            "probabilities": dict(zip(ans.option_ids, map(float, p), strict=True)),
+                        }
+                    },
+                }
+                for p in ans.probs[order]
+            ],
+            ans.labels[order],
+            np.asarray(ans.option_ids),
+        )
 
     r0, labels, opts = responses(answers[0], models[0])
     r1, _, _ = responses(answers[1], models[1])

@@ -346,7 +346,9 @@ def build_cascade_policy(
         m = run.get("model")
         m = None if (m is None or (isinstance(m, float) and np.isnan(m))) else str(m)
         d = run.get("dialect")
-        return Source(run_id=run["run_id"], provider=str(run["provider"]), model=m, dialect=None if d is None else str(d))
+        return Source(
+            run_id=run["run_id"], provider=str(run["provider"]), model=m, dialect=None if d is None else str(d)
+        )
 
     g, cal = result.guarantee, result.calibration
     objective = Objective(

@@ -6,15 +6,15 @@ writes it. Regenerate the shipped schema after changing the model: ``python -m w
 """
 
 from workbench_runtime.model import (
+    CASCADE_FORMAT_VERSION,
     FALLBACK_ACTIONS,
     FORMAT,
-    CASCADE_FORMAT_VERSION,
     FORMAT_VERSION,
-    CascadeSpec,
-    CascadeStage,
     SCHEMA_FILE,
     UNHASHED,
     CalibratorSpec,
+    CascadeSpec,
+    CascadeStage,
     ClassConstraint,
     ClassOverride,
     DatasetSpec,

@@ -212,7 +212,9 @@ def cascade_counts(
 
 def _passes(al: AlignedStages, cands: Sequence[tuple[np.ndarray, np.ndarray]], mask: np.ndarray | None = None):
     sel = slice(None) if mask is None else mask
-    P = [(al.x[s][sel][:, None] >= t[None, :]) & (al.y[s][sel][:, None] >= m[None, :]) for s, (t, m) in enumerate(cands)]
+    P = [
+        (al.x[s][sel][:, None] >= t[None, :]) & (al.y[s][sel][:, None] >= m[None, :]) for s, (t, m) in enumerate(cands)
+    ]
     W = [al.predicted[s][sel] != al.labels[sel] for s in range(len(cands))]
     L = [al.latency_ms[s][sel] for s in range(len(cands))]
     return P, W, L
