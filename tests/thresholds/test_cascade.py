@@ -219,3 +219,10 @@ def test_runtime_applies_the_cascade_policy_stage_by_stage(b77_cascade):
     newer["content_hash"] = content_hash(newer)
     with pytest.raises(PolicyError, match="newer than this runtime reads"):
         Policy.from_dict(newer)
+
+
+def test_cli_refuses_a_malformed_price_with_exit_code_2(tmp_path):
+    proc = run_cli(
+        "cascade", "--stage", "a", "--stage", "b", "--question", "q", "--cost-per-call", "a", db=tmp_path / "wb.duckdb"
+    )
+    assert proc.returncode == 2 and "--cost-per-call 'a' is not RUN=USD" in proc.stderr
