@@ -23,7 +23,14 @@ IDENTITY = {"type": "identity", "params": {}}
 
 
 def _rule(tau: float, fallback: str) -> dict:
-    return {"kind": "top_margin", "tau": tau, "margin": 0.0, "per_class": {}, "abstain_options": [], "fallback": fallback}
+    return {
+        "kind": "top_margin",
+        "tau": tau,
+        "margin": 0.0,
+        "per_class": {},
+        "abstain_options": [],
+        "fallback": fallback,
+    }
 
 
 def cascade_doc() -> dict:
