@@ -557,6 +557,7 @@ def verify_document(doc: Any, *, source: str = "<policy>", verify_key: Any = Non
         model = PolicyModel.model_validate(doc)
     except ValidationError as exc:
         e = exc.errors()[0]
-        loc = ".".join(str(p) for p in e["loc"])
+        # a key may be any string: quote one that is empty or unprintable so the message stays one line
+        loc = ".".join(str(p) if str(p).isprintable() and str(p) else repr(str(p)) for p in e["loc"])
         raise PolicyError(f"{source}: invalid policy: {loc[:200]}: {e['msg'][:200]}") from None
     return model
