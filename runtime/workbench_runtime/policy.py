@@ -626,8 +626,7 @@ def verify_document(doc: Any, *, source: str = "<policy>", verify_key: Any = Non
         model = PolicyModel.model_validate(doc)
     except ValidationError as exc:
         e = exc.errors()[0]
-        # keys come from the file: escape control characters so the message stays one line
-        loc = ".".join(str(p) for p in e["loc"]).encode("unicode_escape").decode("ascii")
-        msg = str(e["msg"]).encode("unicode_escape").decode("ascii")
-        raise PolicyError(f"{source}: invalid policy: {loc[:200]}: {msg[:200]}") from None
+        # a key may be any string: quote one that is empty or unprintable so the message stays one line
+        loc = ".".join(str(p) if str(p).isprintable() and str(p) else repr(str(p)) for p in e["loc"])
+        raise PolicyError(f"{source}: invalid policy: {loc[:200]}: {e['msg'][:200]}") from None
     return model

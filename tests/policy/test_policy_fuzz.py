@@ -17,6 +17,7 @@ import copy
 import json
 import math
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -125,6 +126,17 @@ def test_load_mutated_policy_documents(doc, as_text):
         _expect_load(lambda: Policy.from_text(text, source="fuzz"))
     else:
         _expect_load(lambda: Policy.from_dict(doc, source="fuzz"))
+
+
+@pytest.mark.parametrize("key", ["\n", "", "a\x85b"])
+def test_an_unprintable_extra_key_is_named_on_one_line(key):
+    """Found by the fuzzer: an added key "\n" made the 'Extra inputs' message two lines long."""
+    doc = json.loads(TEXT)
+    doc["questions"]["intent"]["rule"][key] = 1
+    doc["content_hash"] = content_hash(doc)
+    with pytest.raises(PolicyError) as info:
+        Policy.from_dict(doc, source="edited")
+    assert "\n" not in str(info.value) and repr(key) in str(info.value)
 
 
 @FUZZ

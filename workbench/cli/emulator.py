@@ -107,7 +107,9 @@ def register(app: typer.Typer) -> None:
                 hint="fault fractions are in [0, 1] and add up to <= 1; --position-bias is in [0, 1)",
             ) from None
         if host not in ("127.0.0.1", "localhost", "::1"):
-            err_console.print(f"[yellow]warning:[/] binding to {host}: the emulator is meant for loopback")
+            err_console.print(
+                f"[yellow]warning:[/] binding to {host}: the emulator is meant for loopback", soft_wrap=True
+            )
         if tls_key is not None and tls_cert is None:
             raise WorkbenchError("emulator: --tls-key was given without --tls-cert", hint="pass both, or neither")
         try:

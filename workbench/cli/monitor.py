@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         )
         rep = monitor(policy, decisions, outcomes or [], opts)
         for w in rep.warnings:
-            err_console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+            err_console.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
         if markdown is not None:
             markdown.parent.mkdir(parents=True, exist_ok=True)
             markdown.write_text(to_markdown(rep), encoding="utf-8")

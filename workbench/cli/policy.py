@@ -301,7 +301,7 @@ def register(app: typer.Typer) -> None:
                 "guarantees and calibrators (see the file's 'workbench' key)",
             }
             for w in warnings:
-                err_console.print(f"[yellow]warning:[/yellow] {w}")
+                err_console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
         if as_json:
             emit_json(doc)
         else:

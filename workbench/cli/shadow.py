@@ -371,6 +371,12 @@ def register(app: typer.Typer) -> None:
         max_error: float = MAX_ERROR,
         delta: float = DELTA,
         calibrate: str = CALIBRATE,
+        slices: list[str] = typer.Option(
+            None,
+            "--slice",
+            help="Also report per slice of this column: a replayed session's dataset metadata (--meta-column at "
+            "import), or 'state_length' (quartile buckets of the state's length) for any session; repeatable.",
+        ),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Agreement, flips, directional disagreements, review load, error, cost, latency, drift, verdict.
@@ -405,6 +411,7 @@ def register(app: typer.Typer) -> None:
                 seed=seed,
                 period=period,
                 options=build_options(max_error=max_error, delta=delta, calibrate=calibrate),
+                slices=slices or None,
             )
         if as_json:
             emit_json(report.to_dict())

@@ -340,4 +340,4 @@ def register(app: typer.Typer) -> None:
         for r in results:
             for sl in r["slices"].values():
                 for w in sl["warnings"]:
-                    err_console.print(f"[yellow]warning:[/] {w}", highlight=False)
+                    err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)

@@ -56,9 +56,11 @@ def register(app: typer.Typer) -> None:
         """Open the Streamlit UI on a store (reads a snapshot, so runs may write meanwhile)."""
         path = Path(db) if db else state.db_path
         if host not in ("127.0.0.1", "localhost", "::1"):
-            err_console.print(f"[yellow]warning:[/] binding to {host}: anyone who can reach it can read the store")
+            err_console.print(
+                f"[yellow]warning:[/] binding to {host}: anyone who can reach it can read the store", soft_wrap=True
+            )
         cmd = streamlit_command(path, port=port, host=host, headless=not open_browser)
-        err_console.print(f"Decision Workbench UI on http://{host}:{port}  (store {path.resolve()})")
+        err_console.print(f"Decision Workbench UI on http://{host}:{port}  (store {path.resolve()})", soft_wrap=True)
         code = run_child(cmd, env={**os.environ, "WORKBENCH_DB": str(path.resolve())})
         raise typer.Exit(code)
 

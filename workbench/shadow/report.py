@@ -22,7 +22,7 @@ otherwise its policy's; the challenger's are always its policy's (it never acted
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -621,6 +621,7 @@ class ShadowReport:
     gates: list[Gate]
     criteria: Criteria
     policies: dict = field(default_factory=dict)
+    slices: dict[str, ShadowSlices] = field(default_factory=dict)
 
     @property
     def reasons(self) -> list[str]:
@@ -640,6 +641,7 @@ class ShadowReport:
                 "criteria": asdict(self.criteria),
                 "policies": self.policies,
                 "questions": self.questions,
+                "slices": {c: sl.to_dict() for c, sl in self.slices.items()},
             }
         )
 
@@ -696,7 +698,181 @@ class ShadowReport:
                 )
             for f in q["flip_matrix"]["top_flips"][:5]:
                 lines.append(f"[{q['question']}] flip {f['champion']} → {f['challenger']}: {f['count']}")
+        for sl in self.slices.values():
+            lines.append(sl.to_text())
         return "\n".join(lines)
+
+
+@dataclass
+class ShadowSlices:
+    """The shadow report on each slice of one column: ``reports[value]`` is the :class:`ShadowReport` of
+    the session's requests with that value (``values`` in display order), made by
+    :func:`report_from_answers` on those rows only with the same policies, criteria and seed."""
+
+    column: str
+    values: list[str]
+    source: str  # where the values come from: "dataset NAME vN" or "session requests"
+    reports: dict[str, ShadowReport] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "column": self.column,
+            "values": list(self.values),
+            "source": self.source,
+            "reports": {
+                v: {k: d[k] for k in ("verdict", "reasons", "gates", "questions")}
+                for v, d in ((v, r.to_dict()) for v, r in self.reports.items())
+            },
+        }
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per (slice, question): :meth:`ShadowReport.to_frame`'s figures plus the agreement and
+        review-change intervals and the slice's verdict."""
+        frames = []
+        for value, rep in self.reports.items():
+            f = rep.to_frame()
+            if f.empty:
+                continue
+            f.insert(0, "slice", value)
+            f.insert(0, "column", self.column)
+            f["agreement_low"] = [q["agreement"]["low"] for q in rep.questions]
+            f["agreement_high"] = [q["agreement"]["high"] for q in rep.questions]
+            f["review_change_low"] = [(q.get("review_load") or {}).get("low") for q in rep.questions]
+            f["review_change_high"] = [(q.get("review_load") or {}).get("high") for q in rep.questions]
+            f["verdict"] = rep.verdict
+            frames.append(f)
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def to_text(self) -> str:
+        frame = self.to_frame()
+        lines = [f"by {self.column} ({self.source}):"]
+        if frame.empty:
+            return "\n".join([*lines, "  no requests"])
+
+        def pct(x: Any) -> str:
+            return "—" if x is None or pd.isna(x) else f"{x:.1%}"
+
+        def diff(x: Any, lo: Any, hi: Any) -> str:
+            if x is None or pd.isna(x):
+                return "—"
+            return f"{x:+.1%} [{lo:+.1%}, {hi:+.1%}]" if lo is not None and not pd.isna(lo) else f"{x:+.1%}"
+
+        rows = pd.DataFrame(
+            {
+                "question": frame["question"],
+                self.column: frame["slice"],
+                "n": frame["n"],
+                "agreement": [
+                    f"{pct(a)} [{pct(lo)}, {pct(hi)}]"
+                    for a, lo, hi in zip(frame["agreement"], frame["agreement_low"], frame["agreement_high"])
+                ],
+                "review change": [
+                    diff(x, lo, hi)
+                    for x, lo, hi in zip(
+                        frame["review_change"], frame["review_change_low"], frame["review_change_high"]
+                    )
+                ],
+                "known": ["—" if x is None or pd.isna(x) else str(int(x)) for x in frame["n_known"]],
+                "error change (accepted)": [
+                    diff(x, lo, hi)
+                    for x, lo, hi in zip(frame["error_change"], frame["error_change_low"], frame["error_change_high"])
+                ],
+                "verdict": frame["verdict"],
+            }
+        )
+        lines.append(rows.to_string(index=False))
+        return "\n".join(lines)
+
+
+def select_rows(s: ShadowAnswers, mask: np.ndarray) -> ShadowAnswers:
+    """``s`` restricted to the rows where ``mask`` (n,) is true, in the same order."""
+    kw = {}
+    for f in fields(s):
+        v = getattr(s, f.name)
+        kw[f.name] = v[mask] if isinstance(v, np.ndarray) and v.shape[:1] == (s.n,) else v
+    kw["extra"] = dict(s.extra)
+    return ShadowAnswers(**kw)
+
+
+def shadow_slice_values(con, shadow: str, session: dict, column: str) -> tuple[pd.DataFrame, list[str], str]:
+    """``(frame item_id/value, display order, source)``: the slice value of each request of ``shadow``.
+
+    A session replayed from two runs takes its items' metadata from the runs' dataset version
+    (``--meta-column`` at import) and ``state_length`` from that version, exactly as ``workbench report
+    --slice`` buckets it; any other session (imported logs, a mirror or collector journal, a rerun) has
+    only ``state_length``: quartile buckets of its logged requests' state length in characters.
+    """
+    from workbench.errors import NotFoundError
+    from workbench.metrics.slices import length_buckets
+    from workbench.store.datasets import BUILTIN_SLICES, load_item_meta, meta_columns
+    from workbench.store.runs import get_run
+    from workbench.store.shadow import request_state_lengths
+
+    run = None
+    if session.get("source") == "replay" and session.get("champion"):
+        try:
+            run = get_run(con, session["champion"])
+        except NotFoundError:
+            run = None
+    if run is not None:
+        ds, version = str(run["dataset"]), int(run["dataset_version"])
+        source = f"dataset {ds} v{version}"
+        if column not in BUILTIN_SLICES and column not in meta_columns(con, ds, version):
+            known = [*BUILTIN_SLICES, *meta_columns(con, ds, version)]
+            raise NotFoundError(
+                f"slice {column!r}: shadow session {shadow!r} (replayed from dataset {ds} v{version}) has no "
+                f"column {column!r}",
+                hint=f"slice by one of: {', '.join(known)}; metadata columns are kept at import with "
+                "`workbench datasets import … --meta-column COL`",
+            )
+        meta = load_item_meta(con, ds, version, column)
+    else:
+        source = "session requests"
+        if column not in BUILTIN_SLICES:
+            raise NotFoundError(
+                f"slice {column!r}: shadow session {shadow!r} ({session.get('source')}) has no column {column!r}",
+                hint=f"slice by one of: {', '.join(BUILTIN_SLICES)}; logged requests carry no item metadata "
+                "(metadata columns apply to sessions made by `workbench shadow replay` from a dataset imported "
+                "with --meta-column)",
+            )
+        meta = request_state_lengths(con, shadow)
+    order: list[str] = []
+    if column == "state_length":
+        lengths = pd.to_numeric(meta["value"], errors="coerce").to_numpy(dtype=float)
+        known_len = np.isfinite(lengths)
+        labels = np.full(len(lengths), None, dtype=object)
+        labels[known_len], order = length_buckets(lengths[known_len])
+        meta = meta.assign(value=labels)
+    return meta[["item_id", "value"]], order, source
+
+
+def slice_report(
+    answers: list[ShadowAnswers],
+    values: pd.DataFrame,
+    *,
+    column: str,
+    order: list[str] | None = None,
+    source: str = "",
+    **kwargs: Any,
+) -> ShadowSlices:
+    """:func:`report_from_answers` (with ``kwargs``) on each slice's rows of ``answers``: ``values`` maps
+    ``item_id`` to the slice value (missing → ``(missing)``)."""
+    from workbench.metrics.slices import slice_groups
+
+    lookup = pd.Series(values["value"].to_numpy(dtype=object), index=values["item_id"].astype(str).to_numpy())
+    lookup = lookup[~lookup.index.duplicated()]
+    per_q = []
+    for a in answers:
+        v = lookup.reindex(pd.Index(a.item_ids.astype(str))).to_numpy(dtype=object)
+        per_q.append((a, dict(slice_groups(v, order))))
+    names: list[str] = []
+    for _, groups in per_q:
+        names += [g for g in groups if g not in names]
+    out = ShadowSlices(column, names, source)
+    for name in names:
+        subset = [select_rows(a, groups.get(name, np.zeros(a.n, bool))) for a, groups in per_q]
+        out.reports[name] = report_from_answers(subset, **kwargs)
+    return out
 
 
 def report_from_answers(
@@ -803,6 +979,7 @@ def shadow_report(
     seed: int = 0,
     period: str | None = None,
     options: Any = None,
+    slices: list[str] | str | None = None,
 ) -> ShadowReport:
     """Report of stored session ``shadow`` (see the module docstring).
 
@@ -812,6 +989,11 @@ def shadow_report(
     the CLI, the UI and the API judge a session the same way. Each side's policy is applied only to
     requests sent with a schema it accepts (``validity.schema_hashes``) and answered by a model it
     accepts (``validity.models``), as the runtime does.
+
+    ``slices`` (column names) adds ``report.slices[column]``: the same report on each slice's requests
+    (:func:`slice_report`; values from :func:`shadow_slice_values` — a replayed session's dataset
+    metadata columns, or ``state_length`` for any session). An unknown column raises
+    :class:`~workbench.errors.NotFoundError` naming the columns there are.
     """
     from workbench.store.shadow import get_session, load_shadow, session_schema
     from workbench.thresholds.choose import ThresholdOptions
@@ -823,24 +1005,28 @@ def shadow_report(
     sides, notes = _certified_sides(
         con, session, list(ids), {"champion": champion_policy, "challenger": challenger_policy}, options
     )
+    slice_list = [slices] if isinstance(slices, str) else list(dict.fromkeys(slices or []))
+    slice_values = {c: shadow_slice_values(con, shadow, session, c) for c in slice_list}  # fail before work
     hashes = {side: _side_schema_hash(con, session, side) for side in ("champion", "challenger")}
     arrays = [load_shadow(con, shadow, q) for q in ids]
     for a in arrays:
         a.extra["champion_schema_hash"], a.extra["challenger_schema_hash"] = hashes["champion"], hashes["challenger"]
     meta = {k: session[k] for k in ("source", "champion", "challenger")}
     meta["created_at"] = str(session["created_at"])
-    report = report_from_answers(
-        arrays,
-        champion_policy=sides["champion"],
-        challenger_policy=sides["challenger"],
-        criteria=criteria,
-        n_windows=n_windows,
-        n_boot=n_boot,
-        seed=seed,
-        shadow=shadow,
-        session=meta,
-        period=period,
-    )
+    common: dict[str, Any] = {
+        "champion_policy": sides["champion"],
+        "challenger_policy": sides["challenger"],
+        "criteria": criteria,
+        "n_windows": n_windows,
+        "n_boot": n_boot,
+        "seed": seed,
+        "shadow": shadow,
+        "session": meta,
+        "period": period,
+    }
+    report = report_from_answers(arrays, **common)
+    for column, (values, order, source) in slice_values.items():
+        report.slices[column] = slice_report(arrays, values, column=column, order=order, source=source, **common)
     report.policies["settings"] = options.settings()
     report.policies["settings_text"] = options.describe()
     report.policies["notes"] = notes

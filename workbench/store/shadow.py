@@ -862,6 +862,18 @@ def load_shadow(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> S
     )
 
 
+def request_state_lengths(con: duckdb.DuckDBPyConnection, shadow: str) -> pd.DataFrame:
+    """``item_id``, ``value``: each logged request's state length in characters (the text of a string
+    state, the JSON text otherwise, as ``state_length`` on a dataset), None when no state was logged."""
+    get_session(con, shadow)
+    return con.execute(
+        """SELECT item_id, CASE WHEN json_type(state) = 'VARCHAR' THEN length(state->>'$')
+                                ELSE length(CAST(state AS VARCHAR)) END AS value
+           FROM shadow_requests WHERE shadow = ? ORDER BY item_id""",
+        [shadow],
+    ).df()
+
+
 # -- a new challenger over a session's logged states ---------------------------------------------
 def session_states(con: duckdb.DuckDBPyConnection, shadow: str) -> tuple[pd.DataFrame, str]:
     """The states session ``shadow`` logged, as an importable frame, and which column holds them.
