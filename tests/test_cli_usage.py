@@ -39,6 +39,7 @@ def test_help_lists_every_area():
         "policy",
         "compare",
         "robustness",
+        "cascade",
         "shadow",
         "demo",
         "ui",

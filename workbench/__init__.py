@@ -16,6 +16,7 @@
     wb.Policy.load("policy.json").decide(response)              # 10. what production loads
     wb.compare(con, [run_a, run_b])                             # 11. paired comparison of runs
     wb.robustness(con, base_run, [probed_run])                  #     flip rate / position bias of probes
+    wb.cascade(con, [cheap_run, strong_run], "intent")          #     a certified cascade of two models
     wb.replay_shadow(con, "a-vs-b", run_a, run_b)               # 12. a shadow session …
     wb.shadow_report(con, "a-vs-b")                             #     … and its verdict
 
@@ -53,6 +54,7 @@ _LAZY = {
     "Policy": "workbench.policy",
     "compare": "workbench.api",
     "robustness": "workbench.api",
+    "cascade": "workbench.api",
     "replay_shadow": "workbench.api",
     "shadow_report": "workbench.api",
     "ReliabilityDisplay": "workbench.metrics.displays",
@@ -101,6 +103,7 @@ __all__ = [
     "Policy",
     "compare",
     "robustness",
+    "cascade",
     "replay_shadow",
     "shadow_report",
     "ReliabilityDisplay",

@@ -494,6 +494,59 @@ def robustness(
     return _robustness(con, base_run, runs, question=question, splits=splits, n_boot=n_boot, seed=seed)
 
 
+def cascade(
+    con,
+    stages: Sequence[str],
+    question: str,
+    *,
+    alpha: float = 0.05,
+    delta: float = 0.1,
+    prices: Mapping[str, float] | None = None,
+    review_cost: float = 0.05,
+    latency_weight: float = 0.0,
+    method: str = "fixed-sequence",
+    out: str | Path | None = None,
+    **options: Any,
+):
+    """A certified cascade of runs (``workbench cascade``): accept at a stage, escalate, review after the last.
+
+    ``stages`` are run ids (or names) of the same dataset and question, cheapest first. Per-stage
+    bands are chosen on the calibration items every stage answered to minimise expected cost per
+    item (``prices`` USD per call by run, else each run's recorded cost; ``review_cost`` per reviewed
+    item; ``latency_weight`` USD per second) with error among auto-accepted items (all stages
+    together) ≤ ``alpha`` with probability ≥ 1 − ``delta`` (Learn-then-Test over the joint grid).
+    With ``out``, also writes the format-2 policy with its ``cascade`` section.
+
+    Returns
+    -------
+    CascadeResult
+        ``.to_dict()``: stages and rules, guarantee, test figures (coverage, error, share escalated,
+        cost per 1,000 items, p95 latency) and ``singles`` (each run under its own certified rule).
+    """
+    from workbench.store.runs import get_run
+    from workbench.thresholds.cascade import CascadeOptions
+    from workbench.workflows import cascade_for_runs
+
+    ids = [str(get_run(con, r)["run_id"]) for r in stages]
+    by_id = {str(get_run(con, k)["run_id"]): float(v) for k, v in (prices or {}).items()}
+    opts = CascadeOptions(
+        alpha=alpha,
+        delta=delta,
+        method=method,
+        prices=[by_id.get(r) for r in ids],
+        review_cost=review_cost,
+        latency_weight=latency_weight,
+        **options,
+    )
+    result = cascade_for_runs(con, ids, question, opts)
+    if out is not None:
+        from workbench.policy.build import build_cascade_policy
+        from workbench.policy.io import write_policy
+
+        write_policy(build_cascade_policy(con, result), out)
+    return result
+
+
 def replay_shadow(
     con,
     name: str,

@@ -1,4 +1,8 @@
-"""Policy file format v1: what production loads to route decisions.
+"""Policy file format v1/v2: what production loads to route decisions.
+
+Format 2 adds an optional ``cascade`` section (a certified cascade of models: accept at a stage,
+escalate to the next, review after the last); a policy without one is still written as format 1, so
+older runtimes keep loading it, and refuse a cascade policy as "newer than this runtime reads".
 
 A policy is a JSON document validated by the JSON Schema shipped next to this module
 (``policy.schema.json``, generated from :class:`Policy`; ``workbench policy schema`` prints it).
@@ -24,11 +28,13 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: Document type tag and the newest format this code reads.
 FORMAT: Literal["workbench.policy"] = "workbench.policy"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The format version a policy with a ``cascade`` section needs (plain policies stay at 1).
+CASCADE_FORMAT_VERSION = 2
 SCHEMA_FILE = Path(__file__).with_name("policy.schema.json")
 _SEMVER = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"
 
@@ -219,11 +225,38 @@ class Signature(_Strict):
     value: str = Field(min_length=1)
 
 
+class CascadeStage(_Strict):
+    """One stage of a cascade: the model that answers, its price, and the rule that accepts its answer.
+
+    ``rule.fallback`` is ``escalate`` on every stage but the last (the item goes to the next stage)
+    and the final action (``review`` or ``hold``) on the last.
+    """
+
+    source: Source
+    price_per_call_usd: float | None = Field(default=None, ge=0)
+    calibrator: CalibratorSpec
+    rule: RuleSpec
+
+
+class CascadeSpec(_Strict):
+    """A certified cascade of one question (format 2): stage 0 answers first; ``decide(..., stage=s)``.
+
+    ``questions[question]`` holds stage 0's rule (a runtime that ignores stages sees a plain policy
+    whose fallback is ``escalate``); ``objective`` is the joint Learn-then-Test guarantee over all
+    stages; ``expected_test`` the cascade's test figures (coverage, error, escalation, cost, latency).
+    """
+
+    question: str
+    stages: list[CascadeStage] = Field(min_length=2)
+    objective: Objective
+    expected_test: dict[str, Any] | None = None
+
+
 class Policy(_Strict):
-    """Threshold policy, format version 1."""
+    """Threshold policy, format version 1 (2 with a ``cascade`` section)."""
 
     format: Literal["workbench.policy"] = FORMAT
-    format_version: int = FORMAT_VERSION
+    format_version: int = 1
     policy_version: str = Field(default="1.0.0", pattern=_SEMVER)
     content_hash: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
     created_at: str
@@ -237,6 +270,8 @@ class Policy(_Strict):
     #: ``live`` applies the rules; ``shadow`` sends everything to the fallback and records what would have been accepted.
     mode: Literal["live", "shadow"] = "live"
     notes: list[str] = Field(default_factory=list)
+    #: A certified cascade (format 2); ``None`` in plain policies.
+    cascade: CascadeSpec | None = None
     signature: Signature | None = None
 
     @field_validator("format_version")
@@ -246,16 +281,26 @@ class Policy(_Strict):
             raise ValueError(f"format_version {v} is not supported (this workbench reads 1..{FORMAT_VERSION})")
         return v
 
+    @model_validator(mode="after")
+    def _cascade_needs_format_2(self) -> Policy:
+        if self.cascade is not None and self.format_version < CASCADE_FORMAT_VERSION:
+            raise ValueError(f"a cascade section needs format_version {CASCADE_FORMAT_VERSION}")
+        return self
+
     # -- hashing ---------------------------------------------------------------------------------
     def body(self) -> dict:
         """The document as JSON-ready data, without ``content_hash`` and ``signature`` (what the hash covers)."""
-        return self.model_dump(mode="json", exclude=set(UNHASHED))
+        doc = self.model_dump(mode="json", exclude=set(UNHASHED))
+        if doc.get("cascade") is None:  # a plain policy reads exactly as format 1 did
+            doc.pop("cascade", None)
+        return doc
 
     def document(self) -> dict:
         """The whole document as JSON-ready data (``signature`` left out when there is none)."""
         doc = self.model_dump(mode="json")
-        if doc.get("signature") is None:
-            doc.pop("signature", None)
+        for key in ("cascade", "signature"):
+            if doc.get(key) is None:
+                doc.pop(key, None)
         return doc
 
     def compute_hash(self) -> str:
@@ -294,7 +339,7 @@ def json_schema() -> dict:
     schema = Policy.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://decision-workbench.invalid/policy/v1.schema.json"
-    schema["title"] = "Decision Workbench threshold policy, format version 1"
+    schema["title"] = "Decision Workbench threshold policy, format versions 1-2"
     return schema
 
 

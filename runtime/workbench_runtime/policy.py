@@ -228,6 +228,39 @@ class Policy:
             self.questions[qid] = _CompiledQuestion(
                 qid, qp, schema.questions[qid], shadow=model.mode == "shadow", source=source
             )
+        #: compiled cascade stages (format 2), stage 0 first; empty without a cascade section
+        self.stages: list[_CompiledQuestion] = []
+        self._stage_models: list[str | None] = []
+        if model.cascade is not None:
+            self._compile_cascade(model, source)
+
+    def _compile_cascade(self, model: PolicyModel, source: str) -> None:
+        """Each stage as a question of its own (same options, the stage's calibrator and rule), checked."""
+        cas = model.cascade
+        assert cas is not None
+        qid = cas.question
+        if qid not in self.questions:
+            raise PolicyError(f"{source}: the cascade's question {qid!r} is not one of the policy's questions")
+        top = model.questions[qid]
+        last = len(cas.stages) - 1
+        for s, st in enumerate(cas.stages):
+            where = f"{source}: cascade stage {s}"
+            if (st.rule.fallback == "escalate") != (s < last):
+                raise PolicyError(
+                    f"{where}: rule fallback {st.rule.fallback!r} does not fit "
+                    + (
+                        "a stage before the last (must be 'escalate')"
+                        if s < last
+                        else "the last stage (review or hold)"
+                    )
+                )
+            qp = top.model_copy(update={"calibrator": st.calibrator, "rule": st.rule, "enabled_options": None})
+            self.stages.append(
+                _CompiledQuestion(qid, qp, self.schema.questions[qid], shadow=model.mode == "shadow", source=where)
+            )
+            self._stage_models.append(st.source.model)
+        if top.rule != cas.stages[0].rule or top.calibrator != cas.stages[0].calibrator:
+            raise PolicyError(f"{source}: question {qid!r} must carry the cascade's stage 0 rule and calibrator")
 
     # -- loading ----------------------------------------------------------------------------------
     @classmethod
@@ -349,6 +382,7 @@ class Policy:
         state_tokens: int | None = None,
         decision_id: str | None = None,
         log: Any = None,
+        stage: int | None = None,
     ) -> dict[str, QuestionDecision]:
         """Action per policy question for one response; never raises on a bad response.
 
@@ -368,6 +402,11 @@ class Policy:
             The caller's id of this decision (logged; outcomes refer to it). A random id when omitted.
         log : DecisionLog, optional
             Append one line per question decision (errors are counted by the log, never raised).
+        stage : int, optional
+            Cascade policies (format 2): which stage answered ``response``. The cascade's question is
+            decided with that stage's rule — ``accept``, ``escalate`` (ask stage ``stage + 1``) or, at
+            the last stage, ``review`` — and the response's model must be the stage's. Other
+            questions are decided at stage 0 only. ``None``: stage 0 (or a plain policy).
 
         Returns
         -------
@@ -380,6 +419,7 @@ class Policy:
             state_tokens=None if state_tokens is None else [state_tokens],
             decision_ids=None if decision_id is None else [decision_id],
             log=log,
+            stage=stage,
         )[0]
 
     def decide_many(
@@ -391,11 +431,14 @@ class Policy:
         state_tokens: list[int | None] | None = None,
         decision_ids: list[str] | None = None,
         log: Any = None,
+        stage: int | None = None,
     ) -> list[dict[str, QuestionDecision]]:
         """:meth:`decide` over a batch; the rule is applied vectorised per question.
 
-        A bad response only affects its own decisions, never the rest of the batch.
+        A bad response only affects its own decisions, never the rest of the batch. ``stage``: as in
+        :meth:`decide`, for every response of the batch.
         """
+        questions = self._questions_at(stage)
         responses = [_parse_response(r) for r in responses]
         n = len(responses)
         if requests is not None and len(requests) != n:
@@ -417,11 +460,17 @@ class Policy:
         )
         out: list[dict[str, QuestionDecision]] = [{} for _ in range(n)]
         logged: dict[str, np.ndarray] = {}
-        for qid, cq in self.questions.items():
+        for qid, cq in questions.items():
             probs = np.full((n, len(cq.options)), np.nan)
             reasons: list[str | None] = list(refusals)
             if mismatches is not None:
                 reasons = [r if r is not None else mismatches[i].get(qid) for i, r in enumerate(reasons)]
+            if stage is not None and self.stages and qid == self.model.cascade.question:  # type: ignore[union-attr]
+                want = self._stage_models[stage]
+                reasons = [
+                    r if r is not None or want is None else _stage_model_mismatch(responses[i], want, stage)
+                    for i, r in enumerate(reasons)
+                ]
             for i, r in enumerate(responses):
                 if reasons[i] is None:
                     reasons[i] = _guarded(_read_answer, cq, r, probs, i)
@@ -437,6 +486,19 @@ class Policy:
         if log is not None:
             self._log(log, responses, out, logged, schema_hash, decision_ids)
         return out
+
+    def _questions_at(self, stage: int | None) -> dict[str, _CompiledQuestion]:
+        """The compiled questions that decide a response of ``stage`` (see :meth:`decide`)."""
+        if stage is None:
+            return self.questions
+        if not self.stages:
+            raise ValueError("stage= applies to cascade policies only (this policy has no cascade section)")
+        if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < len(self.stages):
+            raise ValueError(f"stage must be an integer in 0..{len(self.stages) - 1}, got {stage!r}")
+        qid = self.model.cascade.question  # type: ignore[union-attr]
+        if stage == 0:
+            return {**self.questions, qid: self.stages[0]}
+        return {qid: self.stages[stage]}
 
     def _log(self, log: Any, responses: list, out: list, probs: dict, schema_hash: str | None, ids: Any) -> None:
         """One decision-log line per question decision; never raises (the log counts its own errors)."""
@@ -454,6 +516,13 @@ class Policy:
                 )
         except Exception:  # a broken log object must not break the caller's decision
             pass
+
+
+def _stage_model_mismatch(response: Any, want: str, stage: int) -> str | None:
+    model = response.get("model") if isinstance(response, Mapping) else None
+    if model == want:
+        return None
+    return f"model mismatch: cascade stage {stage} is {want}, answered by {_describe(model)}"
 
 
 def _parse_response(response: Any) -> Any:

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.policy.conftest import MODEL, OPTIONS, SCHEMA
 from workbench.errors import PolicyError
-from workbench.policy import Policy
+from workbench.policy import FORMAT_VERSION, Policy
 
 
 def _response(meta: dict, i: int) -> dict:
@@ -268,7 +268,7 @@ def test_tampered_corrupt_and_newer_files_fail_closed(exported, tmp_path: Path, 
 
     newer = tmp_path / "newer.json"
     n = json.loads(json.dumps(doc))
-    n["format_version"] = 2
+    n["format_version"] = FORMAT_VERSION + 1
     n["content_hash"] = content_hash(n)  # correctly hashed, but a format this code cannot read
     newer.write_text(json.dumps(n))
     with pytest.raises(PolicyError, match="newer"):

@@ -55,6 +55,7 @@ AREAS = [
     "policy",
     "compare",
     "robustness",
+    "cascade",
     "shadow",
     "gate",
     "monitor",

@@ -306,3 +306,104 @@ def jev_gate_metrics_on_run(con, run_id: str, *, splits: Sequence[str] = ("test"
         }
 
     return measure
+
+
+def build_cascade_policy(
+    con,
+    result,
+    *,
+    policy_version: str = "1.0.0",
+    max_state_tokens: int | None = None,
+    created_by: str | None = None,
+    bind_model: bool = True,
+) -> PolicyModel:
+    """A format-2 policy with a ``cascade`` section from a :class:`~workbench.thresholds.cascade.CascadeResult`.
+
+    ``questions[result.question]`` carries stage 0's rule (fallback ``escalate``), so the file is also
+    a plain policy of the first model; ``cascade.stages`` carry every stage's model, price and rule
+    (identity calibrator: the bands were chosen on raw probabilities). With ``bind_model`` the
+    runtime accepts a stage's answer only from that stage's model.
+    """
+    from workbench.policy.model import CASCADE_FORMAT_VERSION, CascadeSpec, CascadeStage
+    from workbench.store.datasets import dataset_info
+    from workbench.store.runs import get_run, load_stored_schema
+
+    runs = [get_run(con, r) for r in result.run_ids]
+    hashes = {r["schema_hash"] for r in runs}
+    if len(hashes) != 1:
+        raise PolicyError(
+            "the cascade's stage runs used different decision schemas",
+            hint="run every stage with the same schema file so one policy can check every stage's answers",
+        )
+    first = runs[0]
+    schema = load_stored_schema(con, first["schema_hash"])
+    try:
+        info = dataset_info(con, first["dataset"], int(first["dataset_version"]))
+    except NotFoundError:
+        info = {"fingerprint": None, "params": {}}
+
+    def source(run) -> Source:
+        m = run.get("model")
+        m = None if (m is None or (isinstance(m, float) and np.isnan(m))) else str(m)
+        d = run.get("dialect")
+        return Source(
+            run_id=run["run_id"], provider=str(run["provider"]), model=m, dialect=None if d is None else str(d)
+        )
+
+    g, cal = result.guarantee, result.calibration
+    objective = Objective(
+        kind="guarantee",
+        certified=result.certified,
+        feasible=result.certified,
+        risk="error rate among items auto-accepted at any stage of the cascade",
+        alpha=g["alpha"],
+        delta=g["delta"],
+        method=g["method"],
+        n_calibration=cal["n_items"],
+        n_accepted_calibration=g["accepted"],
+        risk_upper_bound=g["risk_upper_bound"],
+        expected_coverage=cal["coverage"],
+        calibration_error=cal["error_rate"],
+        details={"cascade": {k: v for k, v in g.items() if k not in ("alpha", "delta", "method")}, **cal},
+    )
+    identity = CalibratorSpec(type="identity", params={})
+    rules = result.stage_rule_dicts()
+    stages = [
+        CascadeStage(source=source(r), price_per_call_usd=p, calibrator=identity, rule=cast(Any, rule))
+        for r, p, rule in zip(runs, result.prices, rules, strict=True)
+    ]
+    qpolicy = QuestionPolicy(
+        type=cast(Any, result.qtype),
+        options=result.option_ids,
+        calibrator=identity,
+        rule=cast(Any, rules[0]),
+        objective=objective,
+    )
+    models = [s.source.model for s in stages if s.source.model]
+    notes = [f"certified cascade of {len(stages)} stages: decide(response, stage=s) for the answer of stage s"]
+    if not result.certified:
+        notes.append("nothing certified: every item is escalated to review")
+    return PolicyModel(
+        format_version=CASCADE_FORMAT_VERSION,
+        policy_version=policy_version,
+        created_at=datetime.now(UTC).replace(microsecond=0).isoformat(),
+        created_by=created_by,
+        workbench_version=workbench_version,
+        source=stages[0].source,
+        decision_schema=SchemaSpec(hash=schema.hash, name=schema.name, questions=schema.to_wire()),
+        dataset=DatasetSpec(
+            name=str(first["dataset"]),
+            version=int(first["dataset_version"]),
+            fingerprint=info.get("fingerprint"),
+            split_seed=(info.get("params") or {}).get("seed"),
+        ),
+        questions={result.question: qpolicy},
+        validity=Validity(
+            schema_hashes=[schema.hash],
+            # every stage's model, when each has one (a stage without a model is checked by stage only)
+            models=list(dict.fromkeys(models)) if bind_model and len(models) == len(stages) else [],
+            max_state_tokens=max_state_tokens,
+        ),
+        notes=notes,
+        cascade=CascadeSpec(question=result.question, stages=stages, objective=objective, expected_test=result.test),
+    ).with_hash()

@@ -6,12 +6,15 @@ writes it. Regenerate the shipped schema after changing the model: ``python -m w
 """
 
 from workbench_runtime.model import (
+    CASCADE_FORMAT_VERSION,
     FALLBACK_ACTIONS,
     FORMAT,
     FORMAT_VERSION,
     SCHEMA_FILE,
     UNHASHED,
     CalibratorSpec,
+    CascadeSpec,
+    CascadeStage,
     ClassConstraint,
     ClassOverride,
     DatasetSpec,
@@ -40,7 +43,10 @@ from workbench_runtime.model import (
 __all__ = [
     "FALLBACK_ACTIONS",
     "FORMAT",
+    "CASCADE_FORMAT_VERSION",
     "FORMAT_VERSION",
+    "CascadeSpec",
+    "CascadeStage",
     "SCHEMA_FILE",
     "CalibratorSpec",
     "ClassConstraint",
