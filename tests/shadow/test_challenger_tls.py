@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,9 +39,9 @@ def test_ca():
     shutil.rmtree(work, ignore_errors=True)
 
 
-def _call(url: str):
+def _call(url: str, trust_env: bool = True):
     async def go():
-        client = ChallengerClient(url, timeout=10.0, trust_env=True)
+        client = ChallengerClient(url, timeout=10.0, trust_env=trust_env)
         await client.start()
         try:
             return await client.call(json.dumps(BODY).encode(), [("content-type", "application/json")])
@@ -71,3 +72,22 @@ def test_https_challenger_trusts_ssl_cert_file_and_records_a_certificate_failure
         assert answer["answers"]["refund"]["type"] == "noul"
         assert 0.0 <= answer["answers"]["refund"]["noul"] <= 1.0
         assert emu.request_count() == 1
+
+
+def test_url_challenger_goes_through_the_proxy_env_and_no_proxy_keeps_it_direct(monkeypatch):
+    """The proxy is read once per client (HTTP_PROXY with NO_PROXY), as aiohttp's trust_env would."""
+    for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    with socket.socket() as s:  # a port nothing listens on: the "proxy" refuses every connection
+        s.bind(("127.0.0.1", 0))
+        dead_proxy = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with run_emulator(port=0) as emu:
+        url = f"http://127.0.0.1:{emu.port}/v1/systemone"
+        monkeypatch.setenv("HTTP_PROXY", dead_proxy)
+        through_proxy = _call(url)
+        assert through_proxy.error == "network" and emu.request_count() == 0, through_proxy
+        assert _call(url, trust_env=False).status == 200  # trust_env off: the env is not read
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        assert _call(url).status == 200
+        assert emu.request_count() == 2
