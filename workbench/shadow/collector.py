@@ -40,7 +40,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from aiohttp import web
 
 from workbench.shadow.challenger import ChallengerClient, ChallengerResult, challenger_record, failure
 from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, champion_record
+from workbench.shadow.serving import run_until_stopped
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")  # a file name: never "." or ".."
 
@@ -473,20 +473,7 @@ async def collect_async(
         await runner.cleanup()
         await collector.shutdown()
         raise
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):  # not the main thread (tests)
-            pass
-    if ready is not None:
-        ready(runner.addresses[0][1])
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
-        await collector.shutdown()
+    await run_until_stopped(runner, shutdown=collector.shutdown, stop=stop, ready=ready)
     return collector
 
 

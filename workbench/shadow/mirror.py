@@ -47,7 +47,6 @@ import asyncio
 import json
 import random
 import re
-import signal
 import sys
 import time
 import uuid
@@ -71,6 +70,7 @@ from workbench.shadow.challenger import (
     failure,
 )
 from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, champion_record
+from workbench.shadow.serving import run_until_stopped
 
 ITEM_ID_HEADER = "x-item-id"
 MiB = 1024 * 1024
@@ -584,20 +584,8 @@ async def serve_async(
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
     await site.start()
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):  # not the main thread (tests)
-            pass
-    if ready is not None:
-        ready(runner.addresses[0][1])
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()  # stop accepting, answer requests in progress, close idle connections
-        await app.shutdown()
+    # stop accepting, answer requests in progress, close idle connections; then the challenger and journal
+    await run_until_stopped(runner, shutdown=app.shutdown, stop=stop, ready=ready)
     return app
 
 
