@@ -16,7 +16,7 @@ these, so a figure on any surface comes from the same code path.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -107,8 +107,9 @@ def report_run(
     reports = []
     for q in questions:
         answers = with_votes(con, load_answers(con, run["run_id"], q, splits), splits)
-        rep = question_report(
-            answers,
+        # the whole split and each slice go through one report function with the same options
+        report_of = partial(
+            question_report,
             exclude_items=(exclude_items or {}).get(q),
             labels=labels,
             n_bins=n_bins,
@@ -117,26 +118,12 @@ def report_run(
             level=level,
             smooth=smooth,
         )
+        rep = report_of(answers)
         rep.agreement = agreement_for_answers(answers, splits=splits, con=con)
         reports.append(rep)
         for column in slice_list:
             values, order = slice_values(con, answers, column)
-            per_slice = slice_reports(
-                answers,
-                values,
-                order=order,
-                report=partial(
-                    _sliced_report,
-                    question=q,
-                    exclude_items=exclude_items,
-                    labels=labels,
-                    n_bins=n_bins,
-                    n_boot=n_boot,
-                    seed=seed,
-                    level=level,
-                    smooth=smooth,
-                ),
-            )
+            per_slice = slice_reports(answers, values, order=order, report=partial(_sliced_report, report_of))
             sliced.setdefault(column, SliceReports(column, list(per_slice))).questions[q] = per_slice
     info = {k: run.get(k) for k in _RUN_FIELDS}
     # what the run cost; for an emulated run, what the real service would have billed (nothing was)
@@ -166,29 +153,9 @@ def report_run(
     return out
 
 
-def _sliced_report(
-    answers: RunAnswers,
-    *,
-    question: str,
-    exclude_items: dict[str, Iterable[str]] | None,
-    labels: str,
-    n_bins: int,
-    n_boot: int,
-    seed: int,
-    level: float,
-    smooth: bool,
-):
+def _sliced_report(report_of: Callable[[RunAnswers], Any], answers: RunAnswers):
     """One slice's report: the report of the filtered answers, as :func:`report_run` makes it."""
-    rep = question_report(
-        answers,
-        exclude_items=(exclude_items or {}).get(question),
-        labels=labels,
-        n_bins=n_bins,
-        n_boot=n_boot,
-        seed=seed,
-        level=level,
-        smooth=smooth,
-    )
+    rep = report_of(answers)
     rep.agreement = agreement_for_answers(answers) if answers.votes is not None else None
     return rep
 
