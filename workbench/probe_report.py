@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import WorkbenchError
+from workbench.metrics.bootstrap import mcnemar
 
 Z95 = 1.959963984540054
 
@@ -48,14 +49,6 @@ def _paired_bootstrap(diff: np.ndarray, n_boot: int, seed: int, confidence: floa
     a = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(means, [a, 1.0 - a])
     return [float(lo), float(hi)]
-
-
-def _mcnemar_p(b: int, c: int) -> float | None:
-    if b + c == 0:
-        return 1.0
-    from scipy.stats import binomtest
-
-    return float(binomtest(b, b + c, 0.5).pvalue)
 
 
 def _wilson(k: int, n: int) -> list[float | None]:
@@ -111,7 +104,7 @@ def compare_probe(
     out["accuracy_change_ci"] = _paired_bootstrap(cp - cb, n_boot, seed, confidence)
     gained, lost = int(((cp == 1) & (cb == 0)).sum()), int(((cp == 0) & (cb == 1)).sum())
     out["gained"], out["lost"] = gained, lost
-    out["mcnemar_p"] = _mcnemar_p(gained, lost) if n_lab else None
+    out["mcnemar_p"] = mcnemar(cb == 1, cp == 1).p_exact if n_lab else None  # exact binomial, two-sided
     out["position_bias"] = None
     if first is not None and last is not None and n:
         bias: dict[str, Any] = {"uniform": 1.0 / k}

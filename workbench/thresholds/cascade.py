@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 
 from workbench.answers import RunAnswers
+from workbench.thresholds.evaluate import rate_interval
 from workbench.thresholds.guarantees import (
     ThresholdError,
     bound_order,
-    clopper_pearson,
     fixed_sequence_rejections,
     hoeffding_bentkus_p_values,
     hoeffding_bentkus_upper_bound,
@@ -238,19 +238,6 @@ def route(al: AlignedStages, rules: Sequence[tuple[float, float]]) -> np.ndarray
     return out
 
 
-def _interval(k: int, n: int, confidence: float) -> dict:
-    lo, hi = clopper_pearson(k, n, confidence)
-    return {
-        "value": (k / n) if n else None,
-        "low": lo if n else None,
-        "high": hi if n else None,
-        "k": int(k),
-        "n": int(n),
-        "interval": "clopper-pearson",
-        "confidence": confidence,
-    }
-
-
 def evaluate_cascade(
     al: AlignedStages, rules: Sequence[tuple[float, float]], prices: np.ndarray, opts: CascadeOptions
 ) -> dict:
@@ -272,8 +259,8 @@ def evaluate_cascade(
         "n_items": n,
         "n_accepted": k_acc,
         "n_errors": k_err,
-        "coverage": _interval(k_acc, n, opts.confidence),
-        "error": _interval(k_err, k_acc, opts.confidence),
+        "coverage": rate_interval(k_acc, n, "clopper-pearson", opts.confidence),
+        "error": rate_interval(k_err, k_acc, "clopper-pearson", opts.confidence),
         "accepted_at_stage": [float(np.mean(where == s)) if n else 0.0 for s in range(S)],
         "escalated_at_stage": [float(np.mean(where > s)) if n else 0.0 for s in range(S - 1)],
         "review_rate": float(review.mean()) if n else 0.0,

@@ -34,7 +34,8 @@ def confusion_with_review(labels: np.ndarray, accepted: np.ndarray, option: np.n
     return np.bincount(cell, minlength=n_options * (n_options + 1)).reshape(n_options, n_options + 1)
 
 
-def _interval(k: int, n: int, how: str, confidence: float) -> dict:
+def rate_interval(k: int, n: int, how: str, confidence: float) -> dict:
+    """``k / n`` with its ``how`` (``clopper-pearson`` or ``wilson``) interval, as a JSON-ready dict."""
     lo, hi = (clopper_pearson if how == "clopper-pearson" else wilson)(k, n, confidence)
     return {
         "value": (k / n) if n else None,
@@ -87,9 +88,9 @@ def evaluate_rule(
         "n_errors": wrong,
         "n_review": n_total - acc,
         "n_failed": int(n_failed + (~np.isfinite(probs).all(axis=1)).sum()),
-        "error": _interval(wrong, acc, "clopper-pearson", confidence),
-        "coverage": _interval(acc, n_total, "wilson", confidence),
-        "review_rate": _interval(n_total - acc, n_total, "wilson", confidence),
+        "error": rate_interval(wrong, acc, "clopper-pearson", confidence),
+        "coverage": rate_interval(acc, n_total, "wilson", confidence),
+        "review_rate": rate_interval(n_total - acc, n_total, "wilson", confidence),
         "confusion": {
             "labels": list(option_ids or [str(i) for i in range(k)]),
             "columns": list(option_ids or [str(i) for i in range(k)]) + ["review"],
