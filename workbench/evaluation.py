@@ -81,6 +81,7 @@ def report_run(
     smooth: bool = True,
     labels: str = "majority",
     slices: Sequence[str] | str | None = None,
+    stream: bool | None = None,
 ) -> RunReport:
     """Load a run's answers (``split=None`` or ``"all"``: every split) and report each question.
 
@@ -91,7 +92,9 @@ def report_run(
 
     ``exclude_items`` maps a question to item ids left out (suspected label errors). For a
     calibrated view (``kind='calibrated'``) the parent run's report on the same items is attached
-    as ``before``. ``labels``: ``"majority"`` scores against each item's majority label,
+    as ``before``. ``stream``: read the answers in batches (:func:`stream_question_report`) instead
+    of loading the (n, k) matrix; ``None`` streams questions with more than :func:`stream_cells`
+    probabilities. ``labels``: ``"majority"`` scores against each item's majority label,
     ``"soft"`` against its vote distribution (:mod:`workbench.metrics.soft`). A question whose
     items have several votes also gets ``agreement`` (:func:`agreement_for_answers`).
     """
@@ -106,6 +109,29 @@ def report_run(
     sliced: dict[str, SliceReports] = {}
     reports = []
     for q in questions:
+        if _streams(con, run, q, splits, stream):
+            if labels != "majority" or slice_list:
+                raise WorkbenchError(
+                    f"run {run['run_id']} is too large to report {q!r} with "
+                    + ("--labels soft" if labels != "majority" else "--slice")
+                    + " (that needs every probability in memory)",
+                    hint=f"report it without them, or raise WORKBENCH_STREAM_CELLS (now {stream_cells():,})",
+                )
+            reports.append(
+                stream_question_report(
+                    con,
+                    run["run_id"],
+                    q,
+                    splits,
+                    exclude_items=(exclude_items or {}).get(q),
+                    n_bins=n_bins,
+                    n_boot=n_boot,
+                    seed=seed,
+                    level=level,
+                    smooth=smooth,
+                )
+            )
+            continue
         answers = with_votes(con, load_answers(con, run["run_id"], q, splits), splits)
         # the whole split and each slice go through one report function with the same options
         report_of = partial(
@@ -144,6 +170,7 @@ def report_run(
             with_before=False,
             smooth=smooth,
             labels=labels,
+            stream=stream,
         )
         calibrators = load_calibrators(con, run["run_id"])
     out = RunReport(info, split, reports, before, calibrators)
@@ -151,6 +178,98 @@ def report_run(
         sr.values = list(dict.fromkeys(v for per in sr.questions.values() for v in per))
     out.slices = sliced
     return out
+
+
+# -- streamed reports (runs larger than memory) --------------------------------------------------------
+#: Questions with more probabilities than this (n items × k options) are reported from batches.
+STREAM_CELLS = 20_000_000
+
+
+def stream_cells() -> int:
+    """:data:`STREAM_CELLS`, or ``WORKBENCH_STREAM_CELLS`` when set."""
+    import os
+
+    return int(os.environ.get("WORKBENCH_STREAM_CELLS") or STREAM_CELLS)
+
+
+def _streams(con: Any, run: dict, question: str, splits: Sequence[str] | None, stream: bool | None) -> bool:
+    if stream is not None:
+        return stream
+    k = len(load_stored_schema(con, run["schema_hash"]).questions[question].options)
+    return count_answers(con, run["run_id"], question, splits) * max(k, 2) > stream_cells()
+
+
+def stream_question_report(
+    con: Any,
+    run_id: str,
+    question: str,
+    splits: Sequence[str] | None = None,
+    *,
+    exclude_items: Iterable[str] | None = None,
+    **kwargs: Any,
+):
+    """The :func:`~workbench.metrics.report.question_report` of one question, reading the answers in
+    batches (:func:`~workbench.store.runs.iter_answer_batches`) instead of the whole matrix.
+
+    Choice questions keep a few numbers per item (:class:`~workbench.metrics.report.ChoiceItems`)
+    and the (option, bin) sums, so memory is O(n + batch · k); yes/no and score questions (k of 2 to
+    ~10) assemble their small matrix. Rows are placed at their item-id positions, so every figure
+    equals the in-memory report's (the same arrays in the same order, sums up to rounding).
+    """
+    from workbench.metrics.report import (
+        CLASSWISE_BOOT_LIMIT,
+        REPORTERS,
+        ChoiceItems,
+        choice_items,
+        choice_report_from_items,
+        row_counts,
+    )
+
+    n = count_answers(con, run_id, question, splits)
+    failed = np.zeros(n, bool)
+    labels = np.full(n, -1, dtype=np.int64)
+    excluded = np.zeros(n, bool)
+    kinds = np.full(n, None, dtype=object)
+    exclude = np.asarray(list(exclude_items), dtype=str) if exclude_items is not None else None
+    parts, at, kept_rows = [], [], []
+    matrix = None
+    meta = None
+    n_bins = int(kwargs.get("n_bins", 15))
+    for pos, b in iter_answer_batches(con, run_id, question, splits):
+        meta = b
+        failed[pos], labels[pos] = b.failed, b.labels
+        kinds[pos[b.failed]] = b.failure_kind[b.failed]
+        if exclude is not None:
+            excluded[pos] = np.isin(b.item_ids.astype(str), exclude)
+        if b.qtype == "choice":
+            keep_b = ~b.failed & (b.labels >= 0) & ~excluded[pos]
+            parts.append(choice_items(b.probs[keep_b], b.labels[keep_b], n_bins))
+            at.append(pos[keep_b])
+            if n * b.probs.shape[1] <= CLASSWISE_BOOT_LIMIT:  # small: keep the rows for that interval too
+                kept_rows.append(b.probs[keep_b])
+        else:
+            if matrix is None:
+                matrix = np.full((n, b.probs.shape[1]), np.nan)
+            matrix[pos] = b.probs
+    if meta is None:  # no rows: the in-memory path on an empty load gives the same empty report
+        return question_report(load_answers(con, run_id, question, splits), exclude_items=exclude_items, **kwargs)
+    if meta.qtype != "choice":
+        return REPORTERS[meta.qtype](
+            matrix,
+            labels,
+            meta.option_ids,
+            question=question,
+            failure_kinds=kinds,
+            exclude=excluded if exclude is not None else None,
+            **kwargs,
+        )
+    values, n_kind = np.unique(kinds[failed].astype(str), return_counts=True)
+    counts = row_counts(failed, labels, excluded, {str(v): int(c) for v, c in zip(values, n_kind)})
+    keep = ~failed & (labels >= 0) & ~excluded
+    order = np.argsort(np.concatenate(at), kind="stable")
+    items = ChoiceItems.concat(parts, order)
+    probs = np.concatenate(kept_rows)[order] if kept_rows else None
+    return choice_report_from_items(items, keep, counts, meta.option_ids, question=question, probs=probs, **kwargs)
 
 
 def _sliced_report(report_of: Callable[[RunAnswers], Any], answers: RunAnswers):
