@@ -125,3 +125,25 @@ def test_calibrated_view_stores_parameters_and_reads_the_parent_transformed(stor
         report_run(con, view, "intent", stream=False, n_boot=20).to_dict()["questions"]["intent"] | {"agreement": None},
         report_run(con, view, "intent", stream=True, n_boot=20).to_dict()["questions"]["intent"] | {"agreement": None},
     )
+
+
+@pytest.mark.parametrize(
+    "question,kw",
+    [
+        ("intent", {}),
+        ("intent", {"calibrate": "none", "objective": "coverage", "target_coverage": 0.5}),
+        ("urgent", {"alpha": 0.2}),
+        ("severity", {"alpha": 0.3, "calibrate": "none"}),
+    ],
+)
+def test_streamed_thresholds_equal_the_in_memory_thresholds(store, tiny_batches, question, kw):
+    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.workflows import thresholds_for_run
+
+    con, run_id = store
+    opts = ThresholdOptions(**kw)
+    mem = thresholds_for_run(con, run_id, question, opts, stream=False)
+    streamed = thresholds_for_run(con, run_id, question, opts, stream=True)
+    assert mem.test is not None and mem.test["n_items"] > 300
+    _same(mem.to_dict(), streamed.to_dict(), question)
+    assert np.array_equal(mem.surface.accepted, streamed.surface.accepted)

@@ -333,6 +333,49 @@ def load_answers(
     return _answers_from_arrow(tbl, run, question, q.type, opts, _on_read_transform(calibrators, question))
 
 
+def load_answer_keys(
+    con: duckdb.DuckDBPyConnection, run_id: str, question: str, splits: Iterable[str] | None = None
+) -> RunAnswers:
+    """:func:`load_answers` without the probabilities: ``probs`` is (n, 0), ``failed`` says which rows
+    have none. Ids, splits, labels and costs of a run of millions of items, in item-id order, for
+    callers that then stream the probabilities (:func:`iter_answer_batches`)."""
+    run = get_run(con, run_id)
+    q = _question_of(con, run, question)
+    opts = option_ids(q)
+    source, _ = answer_source(con, run)
+    sql = _ANSWERS_SQL.format(extra_cte="", pos="", extra_join="", order="ORDER BY a.item_id").replace(
+        "a.probs,", "a.probs IS NULL AS failed,"
+    )
+    tbl = con.execute(
+        sql,
+        {
+            "ds": run["dataset"],
+            "v": int(run["dataset_version"]),
+            "q": question,
+            "run": source,
+            "opts": opts,
+            "splits": list(splits) if splits else None,
+        },
+    ).fetch_arrow_table()
+    n = tbl.num_rows
+    return RunAnswers(
+        run_id=run["run_id"],
+        question=question,
+        qtype=q.type,
+        option_ids=opts,
+        item_ids=np.asarray(tbl.column("item_id").to_pylist(), dtype=object),
+        splits=np.asarray(tbl.column("split").to_pylist(), dtype=object),
+        probs=np.zeros((n, 0)),
+        labels=np.asarray(tbl.column("label").fill_null(-1).to_numpy(), dtype=np.int64),
+        failed=np.asarray(tbl.column("failed").to_numpy(), dtype=bool),
+        failure_kind=np.asarray(tbl.column("failure_kind").to_pylist(), dtype=object),
+        latency_ms=tbl.column("latency_ms").to_pandas().to_numpy(dtype=float, na_value=np.nan),
+        cost_usd=tbl.column("cost_usd").to_pandas().to_numpy(dtype=float, na_value=np.nan),
+        input_tokens=tbl.column("input_tokens").to_pandas().to_numpy(dtype=float, na_value=np.nan),
+        extra={"run": run, "schema_hash": run["schema_hash"], "keys_only": True},
+    )
+
+
 #: Rows per streamed batch: 100k × 77 options is 62 MB of float64.
 BATCH_ROWS = 100_000
 
