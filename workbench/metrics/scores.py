@@ -126,12 +126,13 @@ class BrierDecomposition:
 
 
 def brier_decomposition(
-    probs: np.ndarray,
+    probs: np.ndarray | None,
     labels: np.ndarray,
     n_bins: int = 15,
     sample_weight: np.ndarray | None = None,
     *,
     bin_sums: tuple | None = None,
+    item_briers: np.ndarray | None = None,
 ) -> BrierDecomposition:
     """Reliability − resolution + uncertainty of the multiclass Brier score (see :class:`BrierDecomposition`).
 
@@ -141,9 +142,13 @@ def brier_decomposition(
     """
     from workbench.metrics.reliability import option_bin_sums, uniform_bin_index
 
-    probs = np.asarray(probs, dtype=float)
     labels = np.asarray(labels, dtype=np.int64)
-    n, k = probs.shape
+    if probs is None:  # the caller passed every sum: nothing reads the matrix
+        assert bin_sums is not None and item_briers is not None and sample_weight is None
+        n, k = labels.shape[0], bin_sums[0].shape[0]
+    else:
+        probs = np.asarray(probs, dtype=float)
+        n, k = probs.shape
     if sample_weight is None:
         w = np.ones(n)
         count, _, hits = bin_sums if bin_sums is not None else option_bin_sums(probs, labels, n_bins)
@@ -160,7 +165,8 @@ def brier_decomposition(
     brier_recal = float(np.sum(count * freq * (1.0 - freq)) / total)
     label_freq = np.bincount(labels, weights=w, minlength=k) / total
     uncertainty = float(np.sum(label_freq * (1.0 - label_freq)))
-    brier = float(np.dot(item_brier(probs, labels), w) / total)
+    briers = item_brier(probs, labels) if item_briers is None else item_briers
+    brier = float(np.dot(briers, w) / total)
     return BrierDecomposition(brier, brier - brier_recal, uncertainty - brier_recal, uncertainty)
 
 

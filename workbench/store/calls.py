@@ -425,7 +425,13 @@ def export_run(con: duckdb.DuckDBPyConnection, run_id: str, fmt: str, out: str |
 
 
 def run_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
-    """Answered / failed by kind, tokens, cost (all and paid by this run), latency p50/p95 of calls."""
+    """Answered / failed by kind, tokens, cost (all and paid by this run), latency p50/p95 of calls.
+
+    A calibrated view that applies its calibrators on read reports its parent's answers.
+    """
+    from workbench.store.runs import answer_source, get_run
+
+    run_id = answer_source(con, get_run(con, run_id))[0]
     row = con.execute(
         "SELECT count(*) FILTER (WHERE probs IS NOT NULL), count(*) FILTER (WHERE probs IS NULL),"
         " sum(input_tokens), sum(cost_usd), sum(cost_usd) FILTER (WHERE NOT coalesce(cached, false)),"
