@@ -195,7 +195,9 @@ def stream_cells() -> int:
 def _streams(con: Any, run: dict, question: str, splits: Sequence[str] | None, stream: bool | None) -> bool:
     if stream is not None:
         return stream
-    k = len(load_stored_schema(con, run["schema_hash"]).questions[question].options)
+    from workbench.schema import option_ids
+
+    k = len(option_ids(load_stored_schema(con, run["schema_hash"]).questions[question]))
     return count_answers(con, run["run_id"], question, splits) * max(k, 2) > stream_cells()
 
 
