@@ -167,8 +167,8 @@ class CompareItems:
 
     def take(self, index: np.ndarray) -> CompareItems:
         """The items at ``index`` (positions or a boolean mask), in that order."""
-        out = {f: (None if getattr(self, f) is None else getattr(self, f)[index]) for f in self._ARRAYS}
-        for f in ("accepted", "option"):
+        out: dict[str, Any] = {}
+        for f in (*self._ARRAYS, "accepted", "option"):
             out[f] = None if getattr(self, f) is None else getattr(self, f)[index]
         return CompareItems(**out)
 
