@@ -13,6 +13,11 @@ For every run and question, on the comparison split (default ``test``):
   and McNemar's test on top-choice correctness (:func:`workbench.metrics.bootstrap.mcnemar`).
 
 Runs are named by run id, by experiment name (its latest run of every pair), or by an experiment file.
+
+Every figure is computed from a few numbers per answered, labelled item (:class:`CompareItems`:
+correctness, confidence, log loss, Brier, RPS, P(yes), the chosen rule's decisions), so a run of
+millions of items is read in batches (:func:`stream_side`) and never held as an (n, k) matrix; the
+items are the same either way, and so are the figures.
 """
 
 from __future__ import annotations
