@@ -429,6 +429,10 @@ def _side_in_memory(con, run_id: str, question: str, split: str, rule) -> _RunSi
     return _RunSide(ans, rows, items)
 
 
+#: Rows of a streamed batch turned into items at a time (bounds the calibrator's and the rule's copies).
+ITEM_ROWS = 20_000
+
+
 def stream_side(con, run_id: str, question: str, split: str, rule=None) -> _RunSide:
     """:class:`_RunSide` of a run read in batches (:func:`~workbench.store.runs.iter_answer_batches`):
     memory is the keys and a few numbers per item plus one batch, never the (n, k) matrix. Rows are
@@ -441,11 +445,12 @@ def stream_side(con, run_id: str, question: str, split: str, rule=None) -> _RunS
     items.item_ids = keys.item_ids[rows]
     items.labels = keys.labels[rows].copy()
     for pos, batch in iter_answer_batches(con, run_id, question, [split]):
-        at = index[pos]
-        keep = at >= 0
-        if keep.any():
-            part = compare_items(batch.probs[keep], batch.labels[keep], batch.qtype, batch.item_ids[keep], rule)
-            items.put(at[keep], part)
+        keep = np.flatnonzero(index[pos] >= 0)
+        # slices of the batch: the calibrator and the rule copy the rows they get a few times
+        for start in range(0, keep.size, ITEM_ROWS):
+            sub = keep[start : start + ITEM_ROWS]
+            part = compare_items(batch.probs[sub], batch.labels[sub], batch.qtype, batch.item_ids[sub], rule)
+            items.put(index[pos[sub]], part)
     return _RunSide(keys, rows, items)
 
 

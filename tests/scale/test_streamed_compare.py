@@ -15,6 +15,7 @@ import pytest
 
 from tests.metrics.conftest import build_store, calibrated_sample
 from tests.scale.test_streamed_equals_in_memory import _same
+from workbench import comparison
 from workbench.comparison import compare_runs, stream_side
 from workbench.evaluation import calibrate_run
 from workbench.metrics.scores import average_precision, roc_auc
@@ -74,6 +75,7 @@ def store(tmp_path_factory):
 def tiny_batches(monkeypatch):
     monkeypatch.setattr(store_runs, "BATCH_ROWS", 37)
     monkeypatch.setitem(iter_answer_batches.__kwdefaults__, "batch_rows", 37)
+    monkeypatch.setattr(comparison, "ITEM_ROWS", 8)  # batches are turned into items in slices
 
 
 def _compare(con, names, stream, **kw):
