@@ -33,6 +33,7 @@ from workbench.metrics.reliability import calibration_error, top_label
 from workbench.metrics.report import LABEL_MODES, RunReport, question_report
 from workbench.metrics.scores import item_log_loss
 from workbench.metrics.slices import SliceReports, length_buckets, slice_reports
+from workbench.schema import option_ids
 from workbench.store.datasets import load_item_meta, load_votes
 from workbench.store.db import transaction
 from workbench.store.runs import (
@@ -195,7 +196,7 @@ def stream_cells() -> int:
 def _streams(con: Any, run: dict, question: str, splits: Sequence[str] | None, stream: bool | None) -> bool:
     if stream is not None:
         return stream
-    k = len(load_stored_schema(con, run["schema_hash"]).questions[question].options)
+    k = len(option_ids(load_stored_schema(con, run["schema_hash"]).questions[question]))
     return count_answers(con, run["run_id"], question, splits) * max(k, 2) > stream_cells()
 
 

@@ -147,3 +147,24 @@ def test_streamed_thresholds_equal_the_in_memory_thresholds(store, tiny_batches,
     assert mem.test is not None and mem.test["n_items"] > 300
     _same(mem.to_dict(), streamed.to_dict(), question)
     assert np.array_equal(mem.surface.accepted, streamed.surface.accepted)
+
+
+def test_large_questions_stream_by_default(store, monkeypatch):
+    """Above WORKBENCH_STREAM_CELLS probabilities the default (stream=None) reads in batches."""
+    from workbench import evaluation
+    from workbench.workflows import thresholds_for_run
+
+    con, run_id = store
+    calls = []
+    real = evaluation.stream_question_report
+    monkeypatch.setattr(evaluation, "stream_question_report", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    monkeypatch.setenv("WORKBENCH_STREAM_CELLS", "100")
+    report_run(con, run_id, "intent", n_boot=0)
+    assert calls == ["intent"]
+    monkeypatch.setenv("WORKBENCH_STREAM_CELLS", str(10**9))
+    report_run(con, run_id, "intent", n_boot=0)
+    assert calls == ["intent"]
+    monkeypatch.setenv("WORKBENCH_STREAM_CELLS", "100")
+    with pytest.raises(evaluation.WorkbenchError, match="too large"):
+        report_run(con, run_id, "intent", labels="soft")
+    assert thresholds_for_run(con, run_id, "intent").test is not None
