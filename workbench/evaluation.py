@@ -39,8 +39,10 @@ from workbench.store.db import transaction
 from workbench.store.runs import (
     count_answers,
     create_run,
+    gather_answer_rows,
     get_run,
     iter_answer_batches,
+    load_answer_keys,
     load_answers,
     load_calibrators,
     load_stored_schema,
@@ -369,27 +371,18 @@ FIT_ROWS_MAX = 200_000
 def _fit_sample(con: Any, run_id: str, question: str, split: str, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
     """(probs, labels) of the answered, labelled rows of ``split`` in item-id order, and how many there were.
 
-    One streamed pass; when the split has more than :data:`FIT_ROWS_MAX` rows, a seeded sample of
-    that many row positions is kept (so memory is bounded by the sample, not the run).
+    One read without probabilities (labels, failures) and one streamed pass; when there are more than
+    :data:`FIT_ROWS_MAX` such rows, a seeded sample of that many is kept (so memory is bounded by
+    the sample, not the run).
     """
-    n = count_answers(con, run_id, question, [split])
-    chosen = None
-    if n > FIT_ROWS_MAX:
-        chosen = np.zeros(n, bool)
-        chosen[np.random.default_rng(seed).choice(n, FIT_ROWS_MAX, replace=False)] = True
-    parts, available = [], 0
-    for pos, batch in iter_answer_batches(con, run_id, question, [split]):
-        usable = ~batch.failed & (batch.labels >= 0)
-        available += int(usable.sum())
-        keep = usable if chosen is None else usable & chosen[pos]
-        if keep.any():
-            parts.append((pos[keep], batch.probs[keep], batch.labels[keep]))
-    if not parts:
-        return np.zeros((0, 0)), np.zeros(0, int), available
-    pos = np.concatenate([p for p, _, _ in parts])
-    order = np.argsort(pos, kind="stable")  # item-id order, as the in-memory path fits
-    probs = np.concatenate([p for _, p, _ in parts])[order]
-    labels = np.concatenate([y for _, _, y in parts])[order]
+    keys = load_answer_keys(con, run_id, question, [split])
+    usable = ~keys.failed & (keys.labels >= 0)
+    available = int(usable.sum())
+    rows = usable
+    if available > FIT_ROWS_MAX:
+        rows = np.zeros(len(usable), bool)
+        rows[np.random.default_rng(seed).choice(np.flatnonzero(usable), FIT_ROWS_MAX, replace=False)] = True
+    probs, labels = gather_answer_rows(con, run_id, question, split, rows)
     return probs, labels, available
 
 

@@ -87,7 +87,7 @@ def streamed_thresholds(
     (:func:`~workbench.thresholds.evaluate.rule_counts`). With a carve of at most
     :data:`FIT_ROWS_MAX` rows every figure equals the in-memory path's.
     """
-    from workbench.store.runs import iter_answer_batches, load_answer_keys
+    from workbench.store.runs import gather_answer_rows, iter_answer_batches, load_answer_keys
     from workbench.thresholds.choose import (
         _finish,
         _fit_calibrator,
@@ -121,17 +121,9 @@ def streamed_thresholds(
                 f"the calibrator was fitted on a seeded sample of {FIT_ROWS_MAX:,} of the {n_fit:,} rows "
                 "of its carve (the run is streamed)"
             )
-        parts = [
-            (pos[fit_rows[pos]], b.probs[fit_rows[pos]], b.labels[fit_rows[pos]])
-            for pos, b in iter_answer_batches(con, run_id, question, [calibration_split])
-        ]
-        order = np.argsort(np.concatenate([p for p, _, _ in parts]), kind="stable")
-        calibrator = _fit_calibrator(
-            options.calibrate,
-            np.concatenate([x for _, x, _ in parts])[order],
-            np.concatenate([y for _, _, y in parts])[order],
-        )
-        del parts
+        probs, labels = gather_answer_rows(con, run_id, question, calibration_split, fit_rows)
+        calibrator = _fit_calibrator(options.calibrate, probs, labels)
+        del probs, labels
     else:
         calibrator = _fit_calibrator("none", np.zeros((0, k)), np.zeros(0, int))
     certify = np.flatnonzero(role == 0)

@@ -376,8 +376,9 @@ def load_answer_keys(
     )
 
 
-#: Rows per streamed batch: 100k × 77 options is 62 MB of float64.
-BATCH_ROWS = 100_000
+#: Rows per streamed batch: 32k × 77 options is 20 MB of float64, so the handful of temporary
+#: copies a calibrator and the rule coordinates make of a batch stay small next to DuckDB's pool.
+BATCH_ROWS = 32_768
 
 
 def count_answers(
@@ -446,6 +447,20 @@ def iter_answer_batches(
             continue
         pos = np.asarray(batch.column("pos").to_numpy(zero_copy_only=False), dtype=np.int64)
         yield pos, _answers_from_arrow(batch, run, question, q.type, opts, transform)
+
+
+def gather_answer_rows(
+    con: duckdb.DuckDBPyConnection, run_id: str, question: str, split: str, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(probs (m, k), labels (m,)) of the rows at positions ``rows`` ((n,) bool over ``split`` in
+    item-id order), in that order: one streamed pass filling one preallocated matrix."""
+    k = len(option_ids(_question_of(con, get_run(con, run_id), question)))
+    slot = np.cumsum(rows) - 1  # position -> row of the output
+    probs, labels = np.empty((int(rows.sum()), k)), np.empty(int(rows.sum()), dtype=np.int64)
+    for pos, b in iter_answer_batches(con, run_id, question, [split]):
+        take = rows[pos]
+        probs[slot[pos[take]]], labels[slot[pos[take]]] = b.probs[take], b.labels[take]
+    return probs, labels
 
 
 # -- calibrators of calibrated views (written by `workbench calibrate`) ---------------------------
