@@ -204,7 +204,7 @@ class _Layout:
 
 
 def _layout(src: _Source, schema: DecisionSchema) -> _Layout:
-    names = set(src.names)
+    names = {n for n in src.names if not n.startswith("__index_level_")}  # a pandas index written by to_parquet
     where = src.label()
     if "item_id" not in names:
         raise DataImportError(
