@@ -312,6 +312,8 @@ def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckd
         raise _open_error(path, exc) from None
     try:
         con.execute("SET python_enable_replacements = false")
+        # DuckDB draws a progress bar on stdout for queries over ~2 s: stdout carries only results (`--json`)
+        con.execute("SET enable_progress_bar = false")
         if not read_only:
             migrate(con)
         else:

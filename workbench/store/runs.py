@@ -75,32 +75,74 @@ def create_run(
     emulated: bool = False,
 ) -> str:
     """Insert a run row and return its id. ``emulated``: answered by ``workbench emulator`` (cost not billed)."""
-    run_id = run_id or new_run_id()
     with transaction(con):
-        h = save_schema(con, schema)
-        con.execute(
-            "INSERT INTO runs (run_id, name, kind, parent_run_id, dataset, dataset_version, schema_hash, provider,"
-            " model, dialect, splits, status, params, experiment, variant, emulated)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [
-                run_id,
-                name,
-                kind,
-                parent_run_id,
-                dataset,
-                dataset_version,
-                h,
-                provider,
-                model,
-                dialect,
-                splits,
-                status,
-                json.dumps(params or {}),
-                experiment,
-                variant,
-                bool(emulated),
-            ],
+        return insert_run(
+            con,
+            dataset=dataset,
+            dataset_version=dataset_version,
+            schema=schema,
+            provider=provider,
+            splits=splits,
+            run_id=run_id,
+            name=name,
+            model=model,
+            dialect=dialect,
+            params=params,
+            kind=kind,
+            parent_run_id=parent_run_id,
+            experiment=experiment,
+            variant=variant,
+            status=status,
+            emulated=emulated,
         )
+
+
+def insert_run(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    dataset: str,
+    dataset_version: int,
+    schema: DecisionSchema,
+    provider: str,
+    splits: list[str],
+    run_id: str | None = None,
+    name: str | None = None,
+    model: str | None = None,
+    dialect: str | None = None,
+    params: dict | None = None,
+    kind: str = "raw",
+    parent_run_id: str | None = None,
+    experiment: str | None = None,
+    variant: str | None = None,
+    status: str = "running",
+    emulated: bool = False,
+) -> str:
+    """:func:`create_run` inside the caller's transaction (``runs import`` writes the run and its answers in one)."""
+    run_id = run_id or new_run_id()
+    h = save_schema(con, schema)
+    con.execute(
+        "INSERT INTO runs (run_id, name, kind, parent_run_id, dataset, dataset_version, schema_hash, provider,"
+        " model, dialect, splits, status, params, experiment, variant, emulated)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        [
+            run_id,
+            name,
+            kind,
+            parent_run_id,
+            dataset,
+            dataset_version,
+            h,
+            provider,
+            model,
+            dialect,
+            splits,
+            status,
+            json.dumps(params or {}),
+            experiment,
+            variant,
+            bool(emulated),
+        ],
+    )
     return run_id
 
 
