@@ -21,7 +21,8 @@ then runs, each in a fresh subprocess under ``/usr/bin/time -v``:
 
 and prints items, seconds and peak RSS per command. ``--old PATH`` runs the same commands with the
 code of another checkout (``PYTHONPATH=PATH:PATH/runtime``, e.g. a worktree of the base commit) and
-prints its figures side by side. A watchdog kills a command whose RSS passes ``--rss-cap-gb``
+prints its figures side by side. ``cpu s`` is user + system time (steadier than wall time on a
+busy machine; the 10M extrapolation uses it). A watchdog kills a command whose RSS passes ``--rss-cap-gb``
 (default 4) and reports it as killed. Wall times are noisy on a shared machine; RSS is not.
 """
 
@@ -329,9 +330,7 @@ def measure(code_root: Path, args: list[str], out_path: Path, cap_gb: float) -> 
     cmd = ["/usr/bin/time", "-v", sys.executable, "-c", "from workbench.cli import main; main()", *args]
     t0 = time.perf_counter()
     with open(out_path, "wb") as out:
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.PIPE, env=env, cwd=code_root, start_new_session=True
-        )
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env, cwd=code_root, start_new_session=True)
         killed = threading.Event()
 
         def watch() -> None:
@@ -348,9 +347,10 @@ def measure(code_root: Path, args: list[str], out_path: Path, cap_gb: float) -> 
     text = err.decode(errors="replace")
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
     rss = int(m.group(1)) / 1024 / 1024 if m else float("nan")
+    cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([0-9.]+)", text)) or float("nan")
     status = "killed" if killed.is_set() else str(proc.returncode)
     tail = "" if proc.returncode in (0, 1) else text.strip().splitlines()[-12:]
-    return {"seconds": secs, "rss_gb": rss, "exit": status, "tail": tail}
+    return {"seconds": secs, "cpu_seconds": cpu, "rss_gb": rss, "exit": status, "tail": tail}
 
 
 def main() -> None:
@@ -364,32 +364,32 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the rows as one JSON document too")
     args = ap.parse_args()
     rows = []
-    print(f"{'command':8} {'items':>10} {'seconds':>8} {'peak RSS GB':>11} {'exit':>6}", end="")
-    print(f" | {'old s':>8} {'old GB':>7} {'old exit':>8}" if args.old else "")
+    print(f"{'command':8} {'items':>10} {'seconds':>8} {'cpu s':>7} {'peak RSS GB':>11} {'exit':>6}", end="")
+    print(f" | {'old s':>8} {'old cpu':>7} {'old GB':>7} {'old exit':>8}" if args.old else "")
     for n in args.n:
         files = prepare(args.workdir, n, args.k, args.commands)
         for name in args.commands:
             out = args.workdir / f"n{n}_k{args.k}" / f"{name}.new.json"
             new = measure(ROOT, command(name, files), out, args.rss_cap_gb)
             row = {"command": name, "items": n, "new": new}
-            line = f"{name:8} {n:>10} {new['seconds']:>8.1f} {new['rss_gb']:>11.2f} {new['exit']:>6}"
+            line = f"{name:8} {n:>10} {new['seconds']:>8.1f} {new['cpu_seconds']:>7.1f} {new['rss_gb']:>11.2f} {new['exit']:>6}"
             if args.old:
                 out_old = out.with_name(f"{name}.old.json")
                 old = measure(args.old.resolve(), command(name, files), out_old, args.rss_cap_gb)
                 row["old"] = old
-                line += f" | {old['seconds']:>8.1f} {old['rss_gb']:>7.2f} {old['exit']:>8}"
+                line += f" | {old['seconds']:>8.1f} {old['cpu_seconds']:>7.1f} {old['rss_gb']:>7.2f} {old['exit']:>8}"
             print(line, flush=True)
             for r in (row.get("new"), row.get("old")):
                 if r and r["tail"]:
                     print("   " + "\n   ".join(r["tail"]), file=sys.stderr)
             rows.append(row)
     for name in args.commands:
-        pts = [(r["items"], r["new"]["seconds"], r["new"]["rss_gb"]) for r in rows if r["command"] == name]
+        pts = [(r["items"], r["new"]["cpu_seconds"], r["new"]["rss_gb"]) for r in rows if r["command"] == name]
         if len(pts) >= 2 and pts[-1][0] != pts[0][0]:
             (n0, s0, g0), (n1, s1, g1) = pts[0], pts[-1]
             slope_s, slope_g = (s1 - s0) / (n1 - n0), (g1 - g0) / (n1 - n0)
             print(
-                f"# {name}: linear extrapolation to 10M: {s0 + slope_s * (10_000_000 - n0):.0f} s, "
+                f"# {name}: linear extrapolation to 10M: {s0 + slope_s * (10_000_000 - n0):.0f} CPU s, "
                 f"{g0 + slope_g * (10_000_000 - n0):.2f} GB peak RSS"
             )
     if args.json:
