@@ -385,7 +385,7 @@ class _QuestionAccumulator:
             "counts": flips.tolist(),
             "top_flips": [{"champion": a, "challenger": b, "count": c} for c, a, b in off[:10]],
         }
-        sources = []
+        sources: list[str | None] = []
         for decides, logged in zip(self.decides, self.has_log):
             if not decides and not logged:
                 sources.append(None)
@@ -1196,7 +1196,7 @@ def _stream_sections(
                 side: list(p.valid_models) if p is not None and p.has_rule(question) else []
                 for side, p in policies.items()
             },
-            n_windows=None if period else n_windows,
+            window_starts=None if period else (lambda n: [a for a, _ in window_bounds(n, n_windows)]),
             period_us=_period_us(period) if period else None,
             groups=groups,
         )
@@ -1314,7 +1314,8 @@ def _stream_slices(
             for q in ids
         }
     present = np.asarray(sorted({v for secs in per_q.values() for v in secs}), dtype=object)
-    names = [v for v, _ in slice_groups(np.where(present == MISSING, None, present), order)] if present.size else []
+    shown = np.asarray([None if v == MISSING else v for v in present], dtype=object)
+    names = [v for v, _ in slice_groups(shown, order)] if present.size else []
     out = ShadowSlices(column, names, source)
     crit = common["criteria"]
     for v in names:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1010,7 +1010,7 @@ def shadow_pair_aggregates(
     tables: dict[str, str],
     *,
     valid_models: dict[str, list[str]],
-    n_windows: int | None,
+    window_starts: Callable[[int], list[int]] | None,
     period_us: int | None,
     groups: str | None = None,
 ) -> dict:
@@ -1018,13 +1018,12 @@ def shadow_pair_aggregates(
 
     A request without a row of a side is a failure of that side (``missing_answer``). A side with
     ``valid_models`` accepts nothing answered by another model (its top choice stands as the option),
-    unless a logged action decided the row. Windows are ``n_windows`` equal-count windows of the arrival
-    order (per group) or calendar periods of ``period_us`` microseconds since the epoch.
+    unless a logged action decided the row. Windows of the arrival order (per group) start at the
+    positions ``window_starts(n)`` gives for a group of n requests, or are calendar periods of
+    ``period_us`` microseconds since the epoch.
 
     Returns ``{group: {...counts...}}`` (group None without ``groups``): see the keys below.
     """
-    from workbench.shadow.drift import window_bounds
-
     _, _, opts = _question_of(con, shadow, question)
     part = "PARTITION BY g.value " if groups else ""
     join = f" LEFT JOIN {groups} g ON g.item_id = r.item_id" if groups else ""
@@ -1115,8 +1114,8 @@ def shadow_pair_aggregates(
             win = f"CASE WHEN ts IS NOT NULL THEN (epoch_us(ts) // {int(period_us)}) * {int(period_us)} END"
             wsrc = f"(SELECT *, {win} AS win FROM {pair})"
         else:
-            edges = {g: window_bounds(v["n"], n_windows or 1) for g, v in out.items()}
-            lists = [(g, [a for a, _ in b]) for g, b in edges.items() if b]
+            assert window_starts is not None
+            lists = [(g, starts) for g, starts in ((g, window_starts(v["n"])) for g, v in out.items()) if starts]
             starts_tbl = pa.table(
                 {"g": pa.array([g for g, _ in lists], pa.string()), "starts": pa.array([s for _, s in lists])}
             )
