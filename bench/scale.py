@@ -38,7 +38,10 @@ FILED = {
 
 
 def run_measured(cmd: list[str], env: dict) -> tuple[float, float, int, str, str]:
-    """(seconds, peak RSS in GB, exit code, stderr tail, stdout) of one child process."""
+    """(seconds, peak RSS in GB, exit code, stderr tail, stdout) of one child process.
+
+    The peak comes from ``wait4`` of that child; this parent stays small, since a forked child's peak
+    starts at the parent's resident size."""
     t = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
@@ -66,7 +69,7 @@ def commands(run_id: str, out_dir: Path) -> dict[str, list[str]]:
         "report": [*wb, "report", run_id, "--split", "test", "--json"],
         "thresholds": [*wb, "thresholds", run_id, "--question", "intent", "--json"],
         "calibrate": [*wb, "calibrate", run_id, "--method", "temperature", "--json"],
-        "export": [*wb, "runs", "export", run_id, "--out", str(out_dir / "export.parquet"), "--force"],
+        "export": [*wb, "export", run_id, "--format", "parquet", "--out", str(out_dir / "export.parquet"), "--force"],
         "compare": [*wb, "compare", run_id, "{view}", "--json"],
     }
 
@@ -83,8 +86,6 @@ def main(argv: list[str] | None = None) -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if args.full and 10_000_000 not in sizes:
         sizes.append(10_000_000)
-    from bench.scale_data import make_scale_store
-
     work = args.workdir or Path(tempfile.mkdtemp(prefix="wb-scale-"))
     rows = []
     try:
@@ -94,8 +95,18 @@ def main(argv: list[str] | None = None) -> None:
             d.mkdir(parents=True)
             db = d / "wb.duckdb"
             print(f"== {n:,} items × 77 options: building the store", flush=True)
+            # built in a child: a command forked from a large parent would inherit its peak RSS
             t = time.perf_counter()
-            _, run_id = make_scale_store(db, n, workdir=d / "files")
+            built = subprocess.run(
+                [sys.executable, str(ROOT / "bench" / "scale_data.py"), "--items", str(n), "--db", str(db)]
+                + ["--workdir", str(d / "files")],
+                env=env_for(ROOT, db),
+                check=True,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            print(built.stdout, end="", flush=True)
+            run_id = json.loads(built.stdout.strip().splitlines()[-1])["run_id"]
             build = time.perf_counter() - t
             size0 = db.stat().st_size
             shutil.rmtree(d / "files", ignore_errors=True)
