@@ -112,6 +112,8 @@ def report_run(
     sliced: dict[str, SliceReports] = {}
     reports = []
     for q in questions:
+        options: dict[str, Any] = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level, "smooth": smooth}
+        excluded = (exclude_items or {}).get(q)
         if _streams(con, run, q, splits, stream):
             if labels != "majority" or slice_list:
                 raise WorkbenchError(
@@ -120,33 +122,11 @@ def report_run(
                     + " (that needs every probability in memory)",
                     hint=f"report it without them, or raise WORKBENCH_STREAM_CELLS (now {stream_cells():,})",
                 )
-            reports.append(
-                stream_question_report(
-                    con,
-                    run["run_id"],
-                    q,
-                    splits,
-                    exclude_items=(exclude_items or {}).get(q),
-                    n_bins=n_bins,
-                    n_boot=n_boot,
-                    seed=seed,
-                    level=level,
-                    smooth=smooth,
-                )
-            )
+            reports.append(stream_question_report(con, run["run_id"], q, splits, exclude_items=excluded, **options))
             continue
         answers = with_votes(con, load_answers(con, run["run_id"], q, splits), splits)
         # the whole split and each slice go through one report function with the same options
-        report_of = partial(
-            question_report,
-            exclude_items=(exclude_items or {}).get(q),
-            labels=labels,
-            n_bins=n_bins,
-            n_boot=n_boot,
-            seed=seed,
-            level=level,
-            smooth=smooth,
-        )
+        report_of = partial(question_report, exclude_items=excluded, labels=labels, **options)
         rep = report_of(answers)
         rep.agreement = agreement_for_answers(answers, splits=splits, con=con)
         reports.append(rep)

@@ -415,7 +415,15 @@ def export_run(
     source, calibrators = answer_source(con, run)
     probs_sql, top_sql, margin_sql = "a.probs", "a.p_top", "a.margin"
     if calibrators is not None:  # a calibrated view: its calibrators apply to the parent's rows as DuckDB streams them
-        con.create_function("_wb_on_read", _on_read_udf(calibrators), ["VARCHAR", "DOUBLE[]"], "DOUBLE[]", type="arrow")
+        from duckdb import func, sqltypes
+
+        con.create_function(
+            "_wb_on_read",
+            _on_read_udf(calibrators),
+            [sqltypes.VARCHAR, duckdb.list_type(sqltypes.DOUBLE)],
+            duckdb.list_type(sqltypes.DOUBLE),
+            type=func.PythonUDFType.ARROW,
+        )
         probs_sql = "_wb_on_read(a.question, a.probs)"
         top_sql = "list_max(c.p)"
         margin_sql = "list_max(c.p) - coalesce(list_sort(c.p, 'DESC')[2], 0)"

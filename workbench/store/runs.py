@@ -54,47 +54,10 @@ def default_run_splits(con: duckdb.DuckDBPyConnection, dataset: str, version: in
     return [r[0] for r in rows]
 
 
-def create_run(
-    con: duckdb.DuckDBPyConnection,
-    *,
-    dataset: str,
-    dataset_version: int,
-    schema: DecisionSchema,
-    provider: str,
-    splits: list[str],
-    run_id: str | None = None,
-    name: str | None = None,
-    model: str | None = None,
-    dialect: str | None = None,
-    params: dict | None = None,
-    kind: str = "raw",
-    parent_run_id: str | None = None,
-    experiment: str | None = None,
-    variant: str | None = None,
-    status: str = "running",
-    emulated: bool = False,
-) -> str:
-    """Insert a run row and return its id. ``emulated``: answered by ``workbench emulator`` (cost not billed)."""
+def create_run(con: duckdb.DuckDBPyConnection, **fields: Any) -> str:
+    """Insert a run row in its own transaction and return its id (keyword arguments: :func:`insert_run`'s)."""
     with transaction(con):
-        return insert_run(
-            con,
-            dataset=dataset,
-            dataset_version=dataset_version,
-            schema=schema,
-            provider=provider,
-            splits=splits,
-            run_id=run_id,
-            name=name,
-            model=model,
-            dialect=dialect,
-            params=params,
-            kind=kind,
-            parent_run_id=parent_run_id,
-            experiment=experiment,
-            variant=variant,
-            status=status,
-            emulated=emulated,
-        )
+        return insert_run(con, **fields)
 
 
 def insert_run(
@@ -117,7 +80,8 @@ def insert_run(
     status: str = "running",
     emulated: bool = False,
 ) -> str:
-    """:func:`create_run` inside the caller's transaction (``runs import`` writes the run and its answers in one)."""
+    """Insert a run row inside the caller's transaction and return its id (``runs import`` writes the run and
+    its answers in one). ``emulated``: answered by ``workbench emulator`` (cost not billed)."""
     run_id = run_id or new_run_id()
     h = save_schema(con, schema)
     con.execute(
