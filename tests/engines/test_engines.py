@@ -244,3 +244,66 @@ def test_spark_local_mode_gives_the_duckdb_figures(data, duck, spark):
         np.testing.assert_array_equal(s.confusion, d.confusion)
         np.testing.assert_array_equal(s.surface.accepted, d.surface.accepted)
         np.testing.assert_array_equal(s.surface.errors, d.surface.errors)
+
+
+# -- monitoring windows -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def mon(tmp_path_factory):
+    """A policy replayed through the runtime with a decision log and outcomes (tests/monitor's scenario)."""
+    from tests.monitor.conftest import shift_scenario
+    from workbench.policy.runtime import Policy
+
+    s = shift_scenario(tmp_path_factory.mktemp("mon"))
+    pol = Policy.load(s["policy"])
+    s["kwargs"] = {
+        "policy_hash": pol.content_hash,
+        "options": {q: list(pol.model.questions[q].options) for q in pol.model.questions},
+        "models": list(pol.model.validity.models),
+        "schema_hashes": list(pol.model.validity.schema_hashes),
+    }
+    return s
+
+
+WINDOW_FIELDS = (
+    "window",
+    "start",
+    "end",
+    "first_decision",
+    "last_decision",
+    "traffic",
+    "n_accepted",
+    "review_load",
+    "n_override_known",
+    "n_overrides",
+    "n_known",
+    "n_errors",
+)
+
+
+@pytest.mark.parametrize("window", ["500", "6h"])
+def test_duckdb_monitor_windows_equal_workbench_monitor(mon, window):
+    from workbench.engines.monitoring import window_aggregates
+    from workbench.monitor.report import MonitorOptions, monitor
+
+    dec, out = [mon["tmp"] / "decisions.jsonl"], [mon["tmp"] / "shifted.jsonl"]
+    ref = monitor(mon["policy"], dec, out, MonitorOptions(window=window)).to_dict()["windows"]
+    got = window_aggregates(dec, out, window=window, **mon["kwargs"])["intent"]
+    assert len(got["windows"]) == len(ref) > 3
+    assert sum(w["n_errors"] for w in ref) > 0 and sum(w["n_overrides"] for w in ref) > 0
+    for g, r, p, m, o in zip(got["windows"], ref, got["p_bins"], got["m_bins"], got["options"]):
+        assert {k: g[k] for k in WINDOW_FIELDS} == {k: r[k] for k in WINDOW_FIELDS}
+        assert g["n_model_mismatch"] / g["traffic"] == r["model_mismatch_share"]
+        assert p.sum() == r["drift"]["p_top"]["n"] and m.sum() == r["drift"]["margin"]["n"]
+        assert o.sum() == r["drift"]["option"]["n"]
+
+
+def test_spark_monitor_windows_equal_duckdb(mon, spark):
+    from workbench.engines.monitoring import window_aggregates
+
+    dec, out = [mon["tmp"] / "decisions.jsonl"], [mon["tmp"] / "shifted.parquet"]
+    for window in ("500", "6h"):
+        d = window_aggregates(dec, out, window=window, **mon["kwargs"])["intent"]
+        s = window_aggregates(dec, out, window=window, engine=spark, **mon["kwargs"])["intent"]
+        assert s["windows"] == d["windows"] and len(d["windows"]) > 3
+        for key in ("p_bins", "m_bins", "options"):
+            np.testing.assert_array_equal(s[key], d[key])

@@ -80,6 +80,10 @@ class Engine:
 
         return tree(0, len(vals))
 
+    def int_div(self, a: str, b: str) -> str:
+        """Integer division of non-negative integers (``a // b``)."""
+        raise NotImplementedError
+
     def list_position(self, a: str, v: str) -> str:
         """1-based position of the first element equal to ``v`` (first maximum = numpy's argmax + 1)."""
         return f"array_position({a}, {v})"
@@ -141,6 +145,9 @@ class DuckDBEngine(Engine):
 
     def list_position(self, a: str, v: str) -> str:
         return f"list_position({a}, {v})"
+
+    def int_div(self, a: str, b: str) -> str:
+        return f"(({a}) // ({b}))"
 
     def read_parquet(self, view: str, paths: Sequence[str]) -> list[str]:
         files: list[str] = []
@@ -244,6 +251,9 @@ class SparkEngine(Engine):
     def list_second(self, a: str, pos: str) -> str:
         return f"array_max(concat(slice({a}, 1, ({pos}) - 1), slice({a}, ({pos}) + 1, size({a}))))"
 
+    def int_div(self, a: str, b: str) -> str:
+        return f"(({a}) div ({b}))"
+
     def list_sumsq(self, a: str) -> str:
         return f"aggregate({a}, CAST(0 AS DOUBLE), (acc, v) -> acc + v * v)"
 
@@ -259,7 +269,7 @@ class SparkEngine(Engine):
                 raise OptionError(f"{s}: no such file or directory", hint="give Parquet files, a directory or a glob")
             names += hits
         try:
-            df = self.spark.read.option("mergeSchema", "true").parquet(*names)
+            df = self.spark.read.parquet(*names)
         except Exception as exc:
             raise OptionError(
                 f"{', '.join(names)}: Spark cannot read them as Parquet ({str(exc).splitlines()[0]})",
@@ -269,9 +279,22 @@ class SparkEngine(Engine):
         return list(df.columns)
 
     def register_rows(self, view: str, columns: Sequence[tuple[str, str]], rows: Sequence[tuple]) -> None:
-        types = {"string": "string", "int": "bigint", "double": "double"}
-        ddl = ", ".join(f"{n} {types[t]}" for n, t in columns)
-        self.spark.createDataFrame(list(rows), schema=ddl).createOrReplaceTempView(view)
+        # an inline VALUES table: createDataFrame from Python rows would start Python workers (~20 s here)
+        types = {"string": "STRING", "int": "BIGINT", "double": "DOUBLE"}
+
+        def lit(v: Any, t: str) -> str:
+            if v is None:
+                return f"CAST(NULL AS {types[t]})"
+            return f"'{_q(v)}'" if t == "string" else (_lit(v) if t == "double" else str(int(v)))
+
+        names = ", ".join(n for n, _ in columns)
+        if not rows:
+            nulls = ", ".join(f"{lit(None, t)} AS {n}" for n, t in columns)
+            self.spark.sql(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT {nulls} WHERE false")
+            return
+        values = ", ".join("(" + ", ".join(lit(v, t) for v, (_, t) in zip(r, columns)) + ")" for r in rows)
+        casts = ", ".join(f"CAST({n} AS {types[t]}) AS {n}" for n, t in columns)
+        self.spark.sql(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT {casts} FROM VALUES {values} AS t({names})")
 
     def query(self, sql: str) -> list[tuple]:
         return [tuple(r) for r in self.spark.sql(sql).collect()]
