@@ -307,3 +307,26 @@ def test_spark_monitor_windows_equal_duckdb(mon, spark):
         assert s["windows"] == d["windows"] and len(d["windows"]) > 3
         for key in ("p_bins", "m_bins", "options"):
             np.testing.assert_array_equal(s[key], d[key])
+
+
+def test_workbench_export_then_aggregate_equals_workbench_report(mon, tmp_path):
+    """End to end: a stored run exported by `workbench export`, aggregated by DuckDB = `report_run` on the test split."""
+    from workbench.evaluation import report_run
+    from workbench.store.db import connect
+
+    out = tmp_path / "run-sim.parquet"
+    run_cli("export", "run-sim", "--format", "parquet", "--out", str(out), db=mon["db"], check=True)
+    con = connect(mon["db"], read_only=True)
+    try:
+        rep = report_run(con, "run-sim", "intent", split="test", n_boot=0, smooth=False, with_before=False)
+        from workbench.store.runs import get_run, load_stored_schema
+
+        schema = load_stored_schema(con, get_run(con, "run-sim")["schema_hash"])
+    finally:
+        con.close()
+    q = rep.questions[0]
+    agg = aggregate_answers(out, schema, splits=["test"]).questions["intent"]
+    assert agg.n_labelled == q.counts["n_labelled"] > 1000 and agg.n_failed == q.counts["n_failed"]
+    for name, ours in (("accuracy", agg.accuracy), ("brier", agg.brier), ("log_loss", agg.log_loss)):
+        assert ours == pytest.approx(q.metrics[name].estimate, abs=1e-9), name
+    assert agg.ece == pytest.approx(q.metrics["ece_uniform"].estimate, abs=1e-9)
