@@ -86,9 +86,12 @@ def data(tmp_path_factory):
         zero = N_ITEMS // 2
         probs[zero, labels[zero]] = 0.0  # p(label) = 0: log loss clipped to eps
         failed = rng.random(N_ITEMS) < 0.04
+        nan_rows = np.flatnonzero(~failed)[[3, 7]]
+        probs[nan_rows, -1] = np.nan  # stored as a list holding NaN: a failure too
         unlabelled = rng.random(N_ITEMS) < 0.05
         lab = np.where(unlabelled, -1, labels)
         arrays[q] = {"probs": np.where(failed[:, None], np.nan, probs), "labels": lab, "options": opts}
+        assert np.isnan(arrays[q]["probs"][nan_rows]).any(axis=1).all()
         tables.append(
             pa.table(
                 {

@@ -2,8 +2,8 @@
 
 Input: Parquet in the **long** layout of ``workbench export`` (one row per item × question with
 ``question``, ``label`` (the gold option id, NULL when unlabelled) and ``probs`` (probabilities in
-schema option order, NULL when the provider failed); other columns are ignored; ``split`` filters when
-asked). A directory is read recursively, with hive partitions (``split=test/part-0.parquet``).
+schema option order, NULL when the provider failed; a row holding NaN or inf counts as failed, as in
+the in-memory path); other columns are ignored; ``split`` filters when asked). A directory is read recursively, with hive partitions (``split=test/part-0.parquet``).
 
 One ``GROUP BY GROUPING SETS`` query (one scan of the data) returns, per question:
 
@@ -165,7 +165,11 @@ WITH src AS (
 ), f0 AS (
     SELECT question, probs, label, y, {e.list_position("probs", e.list_max("probs"))} AS pos FROM src
 ), f AS (
-    SELECT question, probs IS NULL AS failed, label IS NOT NULL AND y IS NULL AS unknown, y,
+    SELECT question,
+           -- a failure: NULL probabilities, or a NaN/inf among them (NaN sorts above every number in both
+           -- engines, so it must not reach the comparisons; numpy's rule is ~isfinite(row).all())
+           probs IS NULL OR NOT coalesce({e.list_sumsq("probs")} <= CAST(1e300 AS DOUBLE), false) AS failed,
+           label IS NOT NULL AND y IS NULL AS unknown, y,
            pos - 1 AS pred,
            {e.list_max("probs")} AS p1,
            CASE WHEN {e.list_len("probs")} >= 2 THEN {e.list_second("probs", "pos")} ELSE CAST(0 AS DOUBLE) END AS p2,
