@@ -21,6 +21,7 @@
     wb.cascade(con, [cheap_run, strong_run], "intent")          #     a certified cascade of two models
     wb.replay_shadow(con, "a-vs-b", run_a, run_b)               # 12. a shadow session …
     wb.shadow_report(con, "a-vs-b")                             #     … and its verdict
+    wb.aggregate_answers("exports/", schema, engine="spark")    # 13. the same metrics where the logs live
 
 Plots: ``wb.ReliabilityDisplay``, ``wb.ConfusionDisplay``, ``wb.RiskCoverageDisplay``,
 ``wb.ThresholdSurfaceDisplay`` (``from_…(...)`` constructors, the plotly figure in ``.figure_``).
@@ -61,6 +62,7 @@ _LAZY = {
     "cascade": "workbench.api",
     "replay_shadow": "workbench.api",
     "shadow_report": "workbench.api",
+    "aggregate_answers": "workbench.api",
     "ReliabilityDisplay": "workbench.metrics.displays",
     "ConfusionDisplay": "workbench.metrics.displays",
     "RiskCoverageDisplay": "workbench.metrics.displays",
@@ -112,6 +114,7 @@ __all__ = [
     "cascade",
     "replay_shadow",
     "shadow_report",
+    "aggregate_answers",
     "ReliabilityDisplay",
     "ConfusionDisplay",
     "RiskCoverageDisplay",

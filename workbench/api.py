@@ -680,6 +680,46 @@ def shadow_report(
     )
 
 
+def aggregate_answers(
+    paths: Any,
+    schema: Any,
+    *,
+    questions: Sequence[str] | None = None,
+    splits: Sequence[str] = (),
+    engine: str = "duckdb",
+    spark_master: str | None = None,
+    n_bins: int = 15,
+    grid: int = 100,
+):
+    """Metrics and threshold-surface counts of exported answer files, computed where they live (``workbench aggregate``).
+
+    ``paths`` are Parquet files, directories or globs in the long layout of ``workbench export``
+    (``s3://``/``hdfs://`` URLs go to the engine as they are). ``engine="duckdb"`` (default) runs on
+    this machine in bounded memory; ``engine="spark"`` runs the same SQL on ``spark_master``
+    (``local[2]`` by default, ``spark://host:7077``, ``yarn``, ``k8s://…``; see ``docs/scale.md``).
+    Returns an :class:`~workbench.engines.answers.AggregateReport`: per question accuracy, Brier, log
+    loss, ECE/MCE with their reliability bins, the confusion counts and the threshold surface, equal
+    to the in-memory metrics on the same answers.
+
+    Example (not run here)::
+
+        agg = wb.aggregate_answers("exports/run-1/", "schema.yaml", engine="spark", spark_master="yarn")
+        agg.questions["intent"].ece, agg.questions["intent"].surface.coverage
+    """
+    from workbench.engines.answers import aggregate_answers as _aggregate
+
+    return _aggregate(
+        paths,
+        schema,
+        questions=questions,
+        splits=splits,
+        engine=engine,
+        spark_master=spark_master,
+        n_bins=n_bins,
+        grid=grid,
+    )
+
+
 def _side(policy: Any):
     """A side policy from a SidePolicy, a policy file path, or rule text (``"tau=0.9,margin=0.1"``)."""
     if policy is None or hasattr(policy, "decide"):
