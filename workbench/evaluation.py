@@ -126,7 +126,7 @@ def report_run(
             continue
         answers = with_votes(con, load_answers(con, run["run_id"], q, splits), splits)
         # the whole split and each slice go through one report function with the same options
-        report_of = partial(question_report, exclude_items=excluded, labels=labels, **options)
+        report_of = partial(_question_report, options | {"exclude_items": excluded, "labels": labels})
         rep = report_of(answers)
         rep.agreement = agreement_for_answers(answers, splits=splits, con=con)
         reports.append(rep)
@@ -253,6 +253,11 @@ def stream_question_report(
     items = ChoiceItems.concat(parts, order)
     probs = np.concatenate(kept_rows)[order] if kept_rows else None
     return choice_report_from_items(items, keep, counts, meta.option_ids, question=question, probs=probs, **kwargs)
+
+
+def _question_report(options: dict[str, Any], answers: RunAnswers):
+    """:func:`question_report` of ``answers`` with keyword ``options``."""
+    return question_report(answers, **options)
 
 
 def _sliced_report(report_of: Callable[[RunAnswers], Any], answers: RunAnswers):
