@@ -132,6 +132,16 @@ def get_run(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     return row
 
 
+def failure_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """Provider failures of one run per (question, failure_kind), counted in DuckDB:
+    columns ``question``, ``failure_kind``, ``count`` (most frequent first)."""
+    return con.execute(
+        "SELECT question, failure_kind, count(*) AS count FROM answers "
+        "WHERE run_id = ? AND failure_kind IS NOT NULL GROUP BY ALL ORDER BY question, count DESC, failure_kind",
+        [get_run(con, run_id)["run_id"]],
+    ).df()
+
+
 def list_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """One row per run with answer/failure counts, cost, median latency and ``emulated`` (bool)."""
     return con.execute(

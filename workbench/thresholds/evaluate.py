@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.thresholds.guarantees import clopper_pearson, wilson
-from workbench.thresholds.rules import Rule
+from workbench.thresholds.rules import ChoiceRule, NoulRule, Rule, RuleCoordinates
 
 
 def confusion_with_review(labels: np.ndarray, accepted: np.ndarray, option: np.ndarray, n_options: int) -> np.ndarray:
@@ -75,19 +75,61 @@ def evaluate_rule(
         ``confusion`` (K × (K+1), last column = review) and counts.
     """
     probs = np.atleast_2d(np.asarray(probs, dtype=float))
-    labels = np.asarray(labels).astype(int)
     dec = rule.decide(probs)
-    n_total = probs.shape[0] + int(n_failed)
-    acc = int(dec.accepted.sum())
-    wrong = int((dec.accepted & (dec.option != labels)).sum())
-    k = probs.shape[1]
-    conf = confusion_with_review(labels, dec.accepted, dec.option, k)
+    n_bad = int(n_failed + (~np.isfinite(probs).all(axis=1)).sum())
+    return _figures(dec.accepted, dec.option, labels, probs.shape[1], n_failed, n_bad, option_ids, confidence)
+
+
+def accepted_at(rule: Rule, coords: RuleCoordinates) -> np.ndarray:
+    """``rule.decide(probs).accepted`` from the :func:`~workbench.thresholds.rules.rule_coordinates`
+    of those ``probs`` (the same comparisons; per-class overrides looked up by the predicted option),
+    so a page can keep three small arrays per item instead of the probability matrix."""
+    if isinstance(rule, NoulRule):
+        return (coords.x >= rule.tau_yes) & (coords.y >= -rule.tau_no)
+    top = np.maximum(np.asarray(coords.predicted), 0)  # failures: x = y = -inf, never accepted
+    n_options = max(int(top.max(initial=0)), *(int(k) for k in rule.per_class), 0) + 1
+    tau, margin = ChoiceRule(rule.tau, rule.margin, rule.per_class).thresholds_for(top, n_options)
+    return (coords.x >= tau) & (coords.y >= margin)
+
+
+def evaluate_rule_at(
+    rule: Rule,
+    coords: RuleCoordinates,
+    labels: np.ndarray,
+    *,
+    n_options: int,
+    option_ids: list[str] | None = None,
+    confidence: float = 0.95,
+) -> dict:
+    """:func:`evaluate_rule` from per-item coordinates instead of probabilities: the same dict,
+    figure for figure (``coords`` = :func:`~workbench.thresholds.rules.rule_coordinates` of the
+    probabilities ``evaluate_rule`` would get; failures have ``predicted == -1``)."""
+    accepted = accepted_at(rule, coords)
+    n_bad = int((np.asarray(coords.predicted) < 0).sum())
+    return _figures(accepted, coords.predicted, labels, n_options, 0, n_bad, option_ids, confidence)
+
+
+def _figures(
+    accepted: np.ndarray,
+    option: np.ndarray,
+    labels: np.ndarray,
+    k: int,
+    n_failed: int,
+    n_bad: int,
+    option_ids: list[str] | None,
+    confidence: float,
+) -> dict:
+    labels = np.asarray(labels).astype(int)
+    n_total = len(labels) + int(n_failed)
+    acc = int(accepted.sum())
+    wrong = int((accepted & (option != labels)).sum())
+    conf = confusion_with_review(labels, accepted, option, k)
     return {
         "n_items": n_total,
         "n_accepted": acc,
         "n_errors": wrong,
         "n_review": n_total - acc,
-        "n_failed": int(n_failed + (~np.isfinite(probs).all(axis=1)).sum()),
+        "n_failed": n_bad,
         "error": rate_interval(wrong, acc, "clopper-pearson", confidence),
         "coverage": rate_interval(acc, n_total, "wilson", confidence),
         "review_rate": rate_interval(n_total - acc, n_total, "wilson", confidence),
