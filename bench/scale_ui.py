@@ -189,12 +189,25 @@ def first_load(tree: Path, db: Path, page: str, timeout_s: float = 900, limit_gb
             t0 = time.perf_counter()
             try:
                 tab.goto(f"{url}/{page}")
-                tab.wait_for_selector('[data-testid="stMain"] h1', timeout=timeout_s * 1000)
+
+                def wait(js: str) -> None:  # in short slices, so that a server killed at the limit ends the wait
+                    end = time.perf_counter() + timeout_s
+                    while True:
+                        if killed or proc.poll() is not None:
+                            raise OSError("the server is gone")
+                        try:
+                            tab.wait_for_function(js, timeout=5000)
+                            return
+                        except PlaywrightError:
+                            if time.perf_counter() > end:
+                                raise
+
+                wait("() => !!document.querySelector('[data-testid=\"stMain\"] h1')")
                 for _ in range(2):
-                    tab.wait_for_function(IDLE, timeout=timeout_s * 1000)
+                    wait(IDLE)
                     tab.wait_for_timeout(400)
                     peak = _peak_rss_gb(proc.pid)
-                tab.wait_for_function(IDLE, timeout=timeout_s * 1000)
+                wait(IDLE)
                 peak = _peak_rss_gb(proc.pid)
                 seconds: float | None = time.perf_counter() - t0 - 0.8  # the two 400 ms settling pauses
                 errors = tab.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').count()
