@@ -6,6 +6,8 @@
     wb.import_dataset(con, **wb.bundled_dataset("sms_spam"))    # 2. labelled data, seeded splits
     run_id = wb.run(con, "sms_spam", schema, "baseline:tfidf-logreg")   # 3. run a provider
     answers = wb.load_answers(con, run_id, "spam", ["test"])    # 4. answers as arrays
+    wb.import_answers(con, "answers.parquet", dataset="sms_spam", schema=schema, name="offline")   # answers from elsewhere
+    wb.export_run(con, run_id, "parquet", "answers.parquet")    #    … and out again (streamed)
     wb.report(con, run_id)                                      # 5. calibration metrics (ECE, Brier …)
     wb.agreement(con, run_id)                                   #    annotators' agreement next to the model's
     wb.calibrate(con, run_id, "temperature")                    # 6. a recalibrated view of the run
@@ -44,6 +46,8 @@ _LAZY = {
     "import_dataset": "workbench.api",
     "run": "workbench.api",
     "load_answers": "workbench.api",
+    "import_answers": "workbench.api",
+    "export_run": "workbench.api",
     "report": "workbench.api",
     "agreement": "workbench.api",
     "calibrate": "workbench.api",
@@ -93,6 +97,8 @@ __all__ = [
     "import_dataset",
     "run",
     "load_answers",
+    "import_answers",
+    "export_run",
     "report",
     "agreement",
     "calibrate",

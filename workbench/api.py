@@ -213,6 +213,62 @@ def run(
     return run_id
 
 
+def import_answers(
+    con,
+    path: str | Path,
+    *,
+    dataset: str,
+    schema: Any,
+    name: str,
+    version: int | None = None,
+    model: str | None = None,
+    provider_label: str | None = None,
+) -> str:
+    """Create a run from answers computed elsewhere (``workbench runs import``); returns its run id.
+
+    ``path``: a Parquet or JSONL file, a directory of part files or a glob, in the **wide** layout (one
+    row per item: ``item_id`` and a ``list<double>`` column per question, NULL for a failed call) or the
+    **long** layout ``workbench export`` writes. Every vector is checked like a provider's answer (one
+    value per option, in [0, 1], sum within 0.02 of 1, then re-normalised); unknown or repeated ids and
+    missing questions raise one ``WorkbenchError`` and nothing is written. See docs/answer-files.md.
+
+    Examples
+    --------
+    >>> _ = wb.export_run(con, run_id, "parquet", tmp / "answers.parquet")
+    >>> again = wb.import_answers(con, tmp / "answers.parquet", dataset="sms_spam", schema=schema, name="again")
+    >>> bool((wb.load_answers(con, again, "spam").probs == wb.load_answers(con, run_id, "spam").probs).all())
+    True
+    """
+    from workbench.store.answer_import import import_answers as _import
+
+    return _import(
+        con,
+        path,
+        dataset=dataset,
+        schema=_as_schema(schema),
+        name=name,
+        version=version,
+        model=model,
+        provider_label=provider_label,
+    )
+
+
+def export_run(con, run_id: str, fmt: str, out: str | Path) -> int:
+    """Write a run's answers, one row per item × question (``workbench export``); returns the row count.
+
+    ``fmt``: ``parquet`` (option ids once, in the file's metadata key ``workbench.option_ids``), ``jsonl``
+    or ``csv`` (option ids in the side-car ``OUT.options.json``). Streamed: bounded memory at any size.
+
+    Examples
+    --------
+    >>> wb.export_run(con, run_id, "jsonl", tmp / "answers.jsonl") == len(wb.load_answers(con, run_id, "spam").probs)
+    True
+    """
+    from workbench.store.calls import export_run as _export
+
+    return _export(con, run_id, fmt, out)
+
+
 def load_answers(con, run_id: str, question: str, splits: Sequence[str] | None = None):
     """A run's answers to one question as arrays (:class:`RunAnswers`).
 

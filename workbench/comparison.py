@@ -32,7 +32,7 @@ from workbench.metrics.confusion import macro_f1
 from workbench.metrics.reliability import top_label_ece
 from workbench.metrics.scores import accuracy, brier_score, log_loss
 from workbench.schema import option_ids
-from workbench.store.runs import get_run, load_answers, load_stored_schema
+from workbench.store.runs import answer_source, get_run, load_answers, load_stored_schema
 from workbench.thresholds.choose import ThresholdOptions
 
 
@@ -180,7 +180,7 @@ def _run_costs(con, run: dict, split: str) -> dict:
                   (SELECT quantile_cont(latency_ms, 0.5) FROM calls),
                   (SELECT quantile_cont(latency_ms, 0.95) FROM calls),
                   (SELECT count(*) FROM calls)""",
-        {"ds": run["dataset"], "v": int(run["dataset_version"]), "run": run["run_id"], "split": split},
+        {"ds": run["dataset"], "v": int(run["dataset_version"]), "run": answer_source(con, run)[0], "split": split},
     ).fetchone()
     n_items, cost, n_unpriced, p50, p95, n_calls = row
     known = n_items and cost is not None and n_unpriced == 0

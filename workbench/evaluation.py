@@ -29,23 +29,26 @@ from workbench.metrics.agreement import AgreementReport, agreement_report, named
 from workbench.metrics.displays import ConfusionDisplay, ReliabilityDisplay
 from workbench.metrics.label_issues import LabelIssues, consensus_probs, find_label_issues
 from workbench.metrics.recalibrate import CalibrationFitError, make_calibrator
-from workbench.metrics.reliability import top_label_ece
+from workbench.metrics.reliability import calibration_error, top_label
 from workbench.metrics.report import LABEL_MODES, RunReport, question_report
-from workbench.metrics.scores import log_loss
+from workbench.metrics.scores import item_log_loss
 from workbench.metrics.slices import SliceReports, length_buckets, slice_reports
-from workbench.schema.answers import entropy, top_two
+from workbench.schema import option_ids
 from workbench.store.datasets import load_item_meta, load_votes
 from workbench.store.db import transaction
 from workbench.store.runs import (
+    count_answers,
     create_run,
+    gather_answer_rows,
     get_run,
+    iter_answer_batches,
+    load_answer_keys,
     load_answers,
     load_calibrators,
     load_stored_schema,
     run_questions,
     save_calibrator,
     update_run,
-    write_answers,
 )
 
 # -- reports ----------------------------------------------------------------------------------------
@@ -81,6 +84,7 @@ def report_run(
     smooth: bool = True,
     labels: str = "majority",
     slices: Sequence[str] | str | None = None,
+    stream: bool | None = None,
 ) -> RunReport:
     """Load a run's answers (``split=None`` or ``"all"``: every split) and report each question.
 
@@ -91,7 +95,9 @@ def report_run(
 
     ``exclude_items`` maps a question to item ids left out (suspected label errors). For a
     calibrated view (``kind='calibrated'``) the parent run's report on the same items is attached
-    as ``before``. ``labels``: ``"majority"`` scores against each item's majority label,
+    as ``before``. ``stream``: read the answers in batches (:func:`stream_question_report`) instead
+    of loading the (n, k) matrix; ``None`` streams questions with more than :func:`stream_cells`
+    probabilities. ``labels``: ``"majority"`` scores against each item's majority label,
     ``"soft"`` against its vote distribution (:mod:`workbench.metrics.soft`). A question whose
     items have several votes also gets ``agreement`` (:func:`agreement_for_answers`).
     """
@@ -106,6 +112,29 @@ def report_run(
     sliced: dict[str, SliceReports] = {}
     reports = []
     for q in questions:
+        if _streams(con, run, q, splits, stream):
+            if labels != "majority" or slice_list:
+                raise WorkbenchError(
+                    f"run {run['run_id']} is too large to report {q!r} with "
+                    + ("--labels soft" if labels != "majority" else "--slice")
+                    + " (that needs every probability in memory)",
+                    hint=f"report it without them, or raise WORKBENCH_STREAM_CELLS (now {stream_cells():,})",
+                )
+            reports.append(
+                stream_question_report(
+                    con,
+                    run["run_id"],
+                    q,
+                    splits,
+                    exclude_items=(exclude_items or {}).get(q),
+                    n_bins=n_bins,
+                    n_boot=n_boot,
+                    seed=seed,
+                    level=level,
+                    smooth=smooth,
+                )
+            )
+            continue
         answers = with_votes(con, load_answers(con, run["run_id"], q, splits), splits)
         # the whole split and each slice go through one report function with the same options
         report_of = partial(
@@ -144,6 +173,7 @@ def report_run(
             with_before=False,
             smooth=smooth,
             labels=labels,
+            stream=stream,
         )
         calibrators = load_calibrators(con, run["run_id"])
     out = RunReport(info, split, reports, before, calibrators)
@@ -151,6 +181,98 @@ def report_run(
         sr.values = list(dict.fromkeys(v for per in sr.questions.values() for v in per))
     out.slices = sliced
     return out
+
+
+# -- streamed reports (runs larger than memory) --------------------------------------------------------
+#: Questions with more probabilities than this (n items × k options) are reported from batches.
+STREAM_CELLS = 20_000_000
+
+
+def stream_cells() -> int:
+    """:data:`STREAM_CELLS`, or ``WORKBENCH_STREAM_CELLS`` when set."""
+    import os
+
+    return int(os.environ.get("WORKBENCH_STREAM_CELLS") or STREAM_CELLS)
+
+
+def _streams(con: Any, run: dict, question: str, splits: Sequence[str] | None, stream: bool | None) -> bool:
+    if stream is not None:
+        return stream
+    k = len(option_ids(load_stored_schema(con, run["schema_hash"]).questions[question]))
+    return count_answers(con, run["run_id"], question, splits) * max(k, 2) > stream_cells()
+
+
+def stream_question_report(
+    con: Any,
+    run_id: str,
+    question: str,
+    splits: Sequence[str] | None = None,
+    *,
+    exclude_items: Iterable[str] | None = None,
+    **kwargs: Any,
+):
+    """The :func:`~workbench.metrics.report.question_report` of one question, reading the answers in
+    batches (:func:`~workbench.store.runs.iter_answer_batches`) instead of the whole matrix.
+
+    Choice questions keep a few numbers per item (:class:`~workbench.metrics.report.ChoiceItems`)
+    and the (option, bin) sums, so memory is O(n + batch · k); yes/no and score questions (k of 2 to
+    ~10) assemble their small matrix. Rows are placed at their item-id positions, so every figure
+    equals the in-memory report's (the same arrays in the same order, sums up to rounding).
+    """
+    from workbench.metrics.report import (
+        CLASSWISE_BOOT_LIMIT,
+        REPORTERS,
+        ChoiceItems,
+        choice_items,
+        choice_report_from_items,
+        row_counts,
+    )
+
+    n = count_answers(con, run_id, question, splits)
+    failed = np.zeros(n, bool)
+    labels = np.full(n, -1, dtype=np.int64)
+    excluded = np.zeros(n, bool)
+    kinds = np.full(n, None, dtype=object)
+    exclude = np.asarray(list(exclude_items), dtype=str) if exclude_items is not None else None
+    parts, at, kept_rows = [], [], []
+    matrix = None
+    meta = None
+    n_bins = int(kwargs.get("n_bins", 15))
+    for pos, b in iter_answer_batches(con, run_id, question, splits):
+        meta = b
+        failed[pos], labels[pos] = b.failed, b.labels
+        kinds[pos[b.failed]] = b.failure_kind[b.failed]
+        if exclude is not None:
+            excluded[pos] = np.isin(b.item_ids.astype(str), exclude)
+        if b.qtype == "choice":
+            keep_b = ~b.failed & (b.labels >= 0) & ~excluded[pos]
+            parts.append(choice_items(b.probs[keep_b], b.labels[keep_b], n_bins))
+            at.append(pos[keep_b])
+            if n * b.probs.shape[1] <= CLASSWISE_BOOT_LIMIT:  # small: keep the rows for that interval too
+                kept_rows.append(b.probs[keep_b])
+        else:
+            if matrix is None:
+                matrix = np.full((n, b.probs.shape[1]), np.nan)
+            matrix[pos] = b.probs
+    if meta is None:  # no rows: the in-memory path on an empty load gives the same empty report
+        return question_report(load_answers(con, run_id, question, splits), exclude_items=exclude_items, **kwargs)
+    if meta.qtype != "choice":
+        return REPORTERS[meta.qtype](
+            matrix,
+            labels,
+            meta.option_ids,
+            question=question,
+            failure_kinds=kinds,
+            exclude=excluded if exclude is not None else None,
+            **kwargs,
+        )
+    values, n_kind = np.unique(kinds[failed].astype(str), return_counts=True)
+    counts = row_counts(failed, labels, excluded, {str(v): int(c) for v, c in zip(values, n_kind)})
+    keep = ~failed & (labels >= 0) & ~excluded
+    order = np.argsort(np.concatenate(at), kind="stable")
+    items = ChoiceItems.concat(parts, order)
+    probs = np.concatenate(kept_rows)[order] if kept_rows else None
+    return choice_report_from_items(items, keep, counts, meta.option_ids, question=question, probs=probs, **kwargs)
 
 
 def _sliced_report(report_of: Callable[[RunAnswers], Any], answers: RunAnswers):
@@ -248,15 +370,46 @@ def agreement_for_run(
 
 
 # -- calibrated views of stored runs ------------------------------------------------------------
-def _probs_column(probs: np.ndarray):
-    """(n, k) float with NaN rows -> Arrow list<double> column with nulls for the NaN rows."""
-    import pyarrow as pa
+#: At most this many rows fit a calibrator; a larger fit split is subsampled (seeded, said in the summary).
+FIT_ROWS_MAX = 200_000
 
-    n, k = probs.shape
-    failed = ~np.isfinite(probs).all(axis=1)
-    values = pa.array(np.where(failed[:, None], 0.0, probs).ravel())
-    offsets = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, values, mask=pa.array(failed))
+
+def _fit_sample(con: Any, run_id: str, question: str, split: str, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(probs, labels) of the answered, labelled rows of ``split`` in item-id order, and how many there were.
+
+    One read without probabilities (labels, failures) and one streamed pass; when there are more than
+    :data:`FIT_ROWS_MAX` such rows, a seeded sample of that many is kept (so memory is bounded by
+    the sample, not the run).
+    """
+    keys = load_answer_keys(con, run_id, question, [split])
+    usable = ~keys.failed & (keys.labels >= 0)
+    available = int(usable.sum())
+    rows = usable
+    if available > FIT_ROWS_MAX:
+        rows = np.zeros(len(usable), bool)
+        rows[np.random.default_rng(seed).choice(np.flatnonzero(usable), FIT_ROWS_MAX, replace=False)] = True
+    probs, labels = gather_answer_rows(con, run_id, question, split, rows)
+    return probs, labels, available
+
+
+def _top_label_items(con: Any, run_id: str, question: str, split: str, transform) -> dict[str, np.ndarray]:
+    """Per-item confidence, correctness and log loss of the answered, labelled rows of ``split`` in
+    item-id order, before and after ``transform``: what the ECE / log loss before-after figures need
+    (six numbers per item instead of the (n, k) matrix)."""
+    n = count_answers(con, run_id, question, [split])
+    out = {k: np.full(n, np.nan) for k in ("conf0", "ok0", "ll0", "conf1", "ok1", "ll1")}
+    use = np.zeros(n, bool)
+    for pos, batch in iter_answer_batches(con, run_id, question, [split]):
+        keep = ~batch.failed & (batch.labels >= 0)
+        if not keep.any():
+            continue
+        p, y, at = batch.probs[keep], batch.labels[keep], pos[keep]
+        use[at] = True
+        for tag, q in (("0", p), ("1", transform(p))):
+            conf, ok = top_label(q, y)
+            out["conf" + tag][at], out["ok" + tag][at] = conf, ok
+            out["ll" + tag][at] = item_log_loss(q, y)
+    return {k: v[use] for k, v in out.items()}
 
 
 def calibrate_run(
@@ -268,17 +421,20 @@ def calibrate_run(
     fit_split: str = "calibration",
     eval_split: str = "test",
     name: str | None = None,
+    seed: int = 0,
 ) -> dict:
     """Fit ``method`` per question on ``fit_split`` and store a calibrated view of the run.
 
     The view is a new run (``kind='calibrated'``, ``parent_run_id=run_id``) whose answers are the
-    parent's answers on every split, transformed by the question's calibrator (failures stay
-    failures); the calibrators go to the ``calibrators`` table. Returns a summary with the new run id,
-    the calibrators and the top-label ECE (15 equal-width bins) and log loss on ``eval_split``
-    before and after.
+    parent's answers on every split transformed by the question's calibrator (failures stay
+    failures). Only the calibrators are stored (``calibrators`` table, ``params["on_read"]``):
+    readers apply them when they load the view (:func:`workbench.store.runs.answer_source`), so a
+    view costs kilobytes, not a second copy of the run. The fit and the figures stream the run in
+    batches; a fit split larger than :data:`FIT_ROWS_MAX` rows is fitted on a seeded sample of that
+    many rows (``n_fit`` / ``n_fit_available`` / ``fit_subsampled`` in the summary). Returns a
+    summary with the new run id, the calibrators and the top-label ECE (15 equal-width bins) and
+    log loss on ``eval_split`` before and after.
     """
-    import pyarrow as pa
-
     run = get_run(con, run_id)
     schema = load_stored_schema(con, run["schema_hash"])
     qs = questions or schema.question_ids
@@ -289,53 +445,38 @@ def calibrate_run(
                 f"Platt scaling is for yes/no questions; {', '.join(not_binary)} are not",
                 hint="pass --question for the yes/no questions, or use --method temperature",
             )
-    fitted, tables, summary = {}, [], {}
+    fitted, summary = {}, {}
     for q in qs:
-        ans = load_answers(con, run["run_id"], q)
-        fit_rows = (ans.splits == fit_split) & ~ans.failed & (ans.labels >= 0)
-        if fit_rows.sum() < 2:
+        probs, labels, available = _fit_sample(con, run["run_id"], q, fit_split, seed)
+        if len(labels) < 2:
             raise CalibrationFitError(
-                f"run {run['run_id']} has {int(fit_rows.sum())} answered, labelled items on "
+                f"run {run['run_id']} has {len(labels)} answered, labelled items on "
                 f"split {fit_split!r} for question {q!r}",
                 hint="run the provider on the calibration split first",
             )
-        cal = make_calibrator(method).fit(ans.probs[fit_rows], ans.labels[fit_rows])
+        cal = make_calibrator(method).fit(probs, labels)
+        del probs, labels
         fitted[q] = cal
-        new = cal.transform(ans.probs)
-        ok = ~ans.failed
-        top, p1, p2 = top_two(np.where(ok[:, None], new, 0.0))
-        ev = (ans.splits == eval_split) & ok & (ans.labels >= 0)
-        summary[q] = {"calibrator": cal.to_dict()["type"], "n_fit": int(fit_rows.sum()), "n_eval": int(ev.sum())}
-        if ev.any():
+        items = _top_label_items(con, run["run_id"], q, eval_split, cal.transform)
+        n_fit = min(available, FIT_ROWS_MAX)
+        summary[q] = {
+            "calibrator": cal.to_dict()["type"],
+            "n_fit": n_fit,
+            "n_fit_available": available,
+            "fit_subsampled": available > n_fit,
+            "n_eval": int(items["ok0"].size),
+        }
+        if items["ok0"].size:
             summary[q].update(
                 {
-                    "ece_before": top_label_ece(ans.probs[ev], ans.labels[ev]),
-                    "ece_after": top_label_ece(new[ev], ans.labels[ev]),
-                    "log_loss_before": log_loss(ans.probs[ev], ans.labels[ev]),
-                    "log_loss_after": log_loss(new[ev], ans.labels[ev]),
+                    "ece_before": calibration_error(items["ok0"], items["conf0"], 15, "uniform", "l1"),
+                    "ece_after": calibration_error(items["ok1"], items["conf1"], 15, "uniform", "l1"),
+                    "log_loss_before": float(items["ll0"].mean()),
+                    "log_loss_after": float(items["ll1"].mean()),
                 }
             )
         if method == "temperature":
             summary[q]["temperature"] = cal.temperature
-        n = len(ans.item_ids)
-        tables.append(
-            pa.table(
-                {
-                    "item_id": pa.array(ans.item_ids.astype(str)),
-                    "question": pa.array([q] * n),
-                    "probs": _probs_column(new),
-                    "p_top": pa.array(np.where(ok, p1, np.nan), from_pandas=True),
-                    "margin": pa.array(np.where(ok, p1 - p2, np.nan), from_pandas=True),
-                    "entropy": pa.array(
-                        np.where(ok, entropy(np.where(ok[:, None], new, 0.0)), np.nan), from_pandas=True
-                    ),
-                    "failure_kind": pa.array(list(ans.failure_kind), type=pa.string()),
-                    "model": pa.array([run.get("model")] * n, type=pa.string()),
-                    "latency_ms": pa.array(ans.latency_ms, from_pandas=True),
-                    "cost_usd": pa.array(ans.cost_usd, from_pandas=True),
-                }
-            )
-        )
     new_id = create_run(
         con,
         dataset=run["dataset"],
@@ -348,16 +489,13 @@ def calibrate_run(
         dialect=run.get("dialect"),
         kind="calibrated",
         parent_run_id=run["run_id"],
-        params={"calibrated_from": run["run_id"], "method": method, "fit_split": fit_split},
+        params={"calibrated_from": run["run_id"], "method": method, "fit_split": fit_split, "on_read": True},
         experiment=run.get("experiment"),
         variant=run.get("variant"),
         status="running",
         emulated=bool(run.get("emulated")),  # a view of an emulated run is emulated too
     )
     try:
-        table = pa.concat_tables(tables)
-        table = table.append_column("run_id", pa.array([new_id] * table.num_rows))
-        write_answers(con, table, replace=False)
         with transaction(con):
             for q, cal in fitted.items():
                 save_calibrator(con, new_id, q, cal.kind, cal.to_dict())

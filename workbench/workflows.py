@@ -25,8 +25,12 @@ def thresholds_for_run(
     *,
     calibration_split: str = "calibration",
     test_split: str | None = "test",
+    stream: bool | None = None,
 ) -> ThresholdResult:
     """Choose thresholds for ``question`` of ``run_id`` on its calibration split; judge them on test.
+
+    ``stream``: read the answers in batches (:func:`streamed_thresholds`); ``None`` streams questions
+    with more probabilities than ``workbench.evaluation.stream_cells()``.
 
     Parameters
     ----------
@@ -46,9 +50,117 @@ def thresholds_for_run(
     from workbench.store.runs import load_answers
 
     options = options if options is not None else ThresholdOptions()
+    if _streams(con, run_id, question, [calibration_split, *([test_split] if test_split else [])], stream):
+        return streamed_thresholds(con, run_id, question, options, calibration_split, test_split)
     calibration = load_answers(con, run_id, question, splits=[calibration_split])
     test = load_answers(con, run_id, question, splits=[test_split]) if test_split else None
     return choose_thresholds(calibration, test, options)
+
+
+#: Questions with more probabilities than this (n items × k options) are streamed (see ``evaluation``).
+def _streams(con, run_id: str, question: str, splits: list[str], stream: bool | None) -> bool:
+    from workbench.evaluation import _streams as report_streams
+    from workbench.store.runs import get_run
+
+    return report_streams(con, get_run(con, run_id), question, splits, stream)
+
+
+#: At most this many rows fit the calibrator of a streamed run (a seeded sample of the fit carve).
+FIT_ROWS_MAX = 200_000
+
+
+def streamed_thresholds(
+    con,
+    run_id: str,
+    question: str,
+    options: ThresholdOptions,
+    calibration_split: str = "calibration",
+    test_split: str | None = "test",
+) -> ThresholdResult:
+    """:func:`~workbench.thresholds.choose.choose_thresholds` on a run read in batches.
+
+    Memory is O(n) small numbers (ids, labels, the rule coordinates of the certifying rows), never
+    the (n, k) matrix: the item-id order, labels and the calibrator carve come from a read without
+    probabilities; one streamed pass gathers the carve's rows and fits the calibrator (at most
+    :data:`FIT_ROWS_MAX` of them, a seeded sample beyond, said in the selection's notes); a second
+    pass computes the certifying rows' rule coordinates; the test split is judged batch by batch
+    (:func:`~workbench.thresholds.evaluate.rule_counts`). With a carve of at most
+    :data:`FIT_ROWS_MAX` rows every figure equals the in-memory path's.
+    """
+    from workbench.store.runs import gather_answer_rows, iter_answer_batches, load_answer_keys
+    from workbench.thresholds.choose import (
+        _finish,
+        _fit_calibrator,
+        _test_risks,
+        apply_calibrator,
+        calibrator_carve,
+        check_question,
+        prepare_from_coordinates,
+        select_prepared,
+    )
+    from workbench.thresholds.evaluate import add_rule_counts, rule_counts, rule_report_from_counts
+    from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
+
+    keys = load_answer_keys(con, run_id, question, [calibration_split])
+    opt_ids, qtype, k = list(keys.option_ids), keys.qtype, len(keys.option_ids)
+    labelled = np.flatnonzero(keys.labels >= 0)  # positions of the rows the in-memory path keeps
+    abstain_idx = check_question(question, qtype, opt_ids, labelled.size, options)
+    carve = calibrator_carve(labelled.size, options)
+    role = np.full(len(keys.labels), -1, dtype=np.int8)  # -1 unlabelled, 0 certifies, 1 fits
+    role[labelled] = 0
+    n_fit, note = 0, None
+    if carve is not None:
+        role[labelled[carve]] = 1
+        n_fit = int(carve.sum())
+        fit_rows = role == 1
+        if n_fit > FIT_ROWS_MAX:
+            rng = np.random.default_rng(options.seed + 1)
+            fit_rows = np.zeros(len(role), bool)
+            fit_rows[rng.choice(labelled[carve], FIT_ROWS_MAX, replace=False)] = True
+            note = (
+                f"the calibrator was fitted on a seeded sample of {FIT_ROWS_MAX:,} of the {n_fit:,} rows "
+                "of its carve (the run is streamed)"
+            )
+        probs, labels = gather_answer_rows(con, run_id, question, calibration_split, fit_rows)
+        calibrator = _fit_calibrator(options.calibrate, probs, labels)
+        del probs, labels
+    else:
+        calibrator = _fit_calibrator("none", np.zeros((0, k)), np.zeros(0, int))
+    certify = np.flatnonzero(role == 0)
+    index = np.full(len(role), -1)
+    index[certify] = np.arange(certify.size)
+    x, y = np.full(certify.size, np.nan), np.full(certify.size, np.nan)
+    predicted = np.full(certify.size, -1, dtype=np.int64)
+    names = ("x", "y")
+    for pos, b in iter_answer_batches(con, run_id, question, [calibration_split]):
+        rows = role[pos] == 0
+        if not rows.any():
+            continue
+        c = rule_coordinates(
+            qtype, apply_calibrator(calibrator, b.probs[rows]), abstain_options=abstain_idx, level=options.level
+        )
+        at = index[pos[rows]]
+        x[at], y[at], predicted[at] = c.x, c.y, c.predicted
+        names = (c.x_name, c.y_name)
+    coords = RuleCoordinates(predicted, x, y, *names)
+    prep = prepare_from_coordinates(
+        question, qtype, opt_ids, abstain_idx, calibrator, n_fit, coords, keys.labels[certify], options
+    )
+    sel = select_prepared(prep, options, keys)
+    if note:
+        sel.notes.append(note)
+    result = _finish(prep, sel, options, keys, None)
+    if test_split:
+        counts = None
+        for _, b in iter_answer_batches(con, run_id, question, [test_split]):
+            rows = b.labels >= 0
+            if rows.any():
+                probs = apply_calibrator(calibrator, b.probs[rows])
+                counts = add_rule_counts(counts, rule_counts(result.rule, probs, b.labels[rows]))
+        if counts is not None:
+            result.test = rule_report_from_counts(counts, option_ids=opt_ids, confidence=options.confidence)
+            result.test_risks = _test_risks(result.test, options, opt_ids)
+    return result
 
 
 def plan_labels_for_run(

@@ -315,19 +315,21 @@ def top_label_reliability_curve(
 
 
 def classwise_stats(
-    probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, strategy: str = "uniform", sums: tuple | None = None
+    probs: np.ndarray | None, labels: np.ndarray, n_bins: int = 15, strategy: str = "uniform", sums: tuple | None = None
 ) -> list[BinStats]:
     """One :class:`BinStats` per option (one-vs-rest).
 
     Equal-width bins come from one chunked pass (:func:`option_bin_sums`, or ``sums`` already
     computed by it); equal-mass bins need per-column quantiles, so they loop over the k columns.
     """
-    probs = np.asarray(probs, dtype=float)
     labels = np.asarray(labels)
     if strategy == "uniform":  # one chunked pass over the matrix instead of k column scans
         edges = np.linspace(0.0, 1.0, n_bins + 1)
-        count, sum_score, sum_true = sums if sums is not None else option_bin_sums(probs, labels, n_bins)
-        return [BinStats(edges, count[j], sum_score[j], sum_true[j]) for j in range(probs.shape[1])]
+        if sums is None:
+            sums = option_bin_sums(np.asarray(probs, dtype=float), labels, n_bins)
+        count, sum_score, sum_true = sums  # with ``sums`` given, ``probs`` may be None
+        return [BinStats(edges, count[j], sum_score[j], sum_true[j]) for j in range(count.shape[0])]
+    probs = np.asarray(probs, dtype=float)
     return [bin_stats((labels == j), probs[:, j], n_bins, strategy) for j in range(probs.shape[1])]
 
 

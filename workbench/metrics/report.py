@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -278,8 +278,14 @@ def _split_rows(
         kinds = {str(v): int(c) for v, c in zip(values, n_kind)}
     elif failed.any():
         kinds = {"unknown": int(failed.sum())}
+    return keep, row_counts(failed, labels, excluded, kinds)
+
+
+def row_counts(failed: np.ndarray, labels: np.ndarray, excluded: np.ndarray, kinds: dict[str, int]) -> dict:
+    """The counts that explain which rows enter metrics (all arrays (n,); ``kinds``: failures by kind)."""
+    keep = ~failed & (labels >= 0) & ~excluded
     n = len(labels)
-    counts = {
+    return {
         "n_attempted": n,
         "n_answered": int((~failed).sum()),
         "n_failed": int(failed.sum()),
@@ -289,7 +295,6 @@ def _split_rows(
         "coverage": float((~failed).mean()) if n else float("nan"),
         "failures_by_kind": kinds,
     }
-    return keep, counts
 
 
 def _intervals(stats: Callable, n: int, n_boot: int, seed: int, level: float) -> dict[str, Interval]:
@@ -343,24 +348,104 @@ def choice_report(
     probs = np.asarray(probs, dtype=float)
     labels = np.asarray(labels).astype(np.int64)
     k = probs.shape[1]
-    opts = option_ids or [str(j) for j in range(k)]
     keep, counts = _split_rows(probs, labels, failure_kinds, exclude)
+    p = _take_rows(probs, keep)
+    items = choice_items(p, labels[keep], n_bins)
+    return choice_report_from_items(
+        items,
+        keep,
+        counts,
+        option_ids or [str(j) for j in range(k)],
+        question=question,
+        n_bins=n_bins,
+        n_boot=n_boot,
+        seed=seed,
+        level=level,
+        accept=accept,
+        smooth=smooth,
+        qtype=qtype,
+        probs=p,
+    )
+
+
+@dataclass
+class ChoiceItems:
+    """What every choice metric needs from the (n, k) matrix of the kept rows: per-item figures (n,)
+    and the (option, equal-width bin) sums (k, n_bins) of :func:`~workbench.metrics.reliability.option_bin_sums`.
+
+    :func:`choice_items` builds it from a matrix; a streamed report builds one per batch of rows and
+    joins them (:meth:`concat`), so the report never holds the whole matrix.
+    """
+
+    labels: np.ndarray  # (n,) int64 gold option
+    pred: np.ndarray  # (n,) int64 arg-max option (ties: first)
+    conf: np.ndarray  # (n,) probability of pred
+    log_loss: np.ndarray  # (n,) -log p(label), floored
+    brier: np.ndarray  # (n,) Σ_j (p_j - 1[label = j])²
+    rank: np.ndarray  # (n,) int16 0-based rank of the label
+    bin_sums: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+    FIELDS = ("labels", "pred", "conf", "log_loss", "brier", "rank")
+
+    @classmethod
+    def concat(cls, parts: list[ChoiceItems], order: np.ndarray | None = None) -> ChoiceItems:
+        """Rows of ``parts`` one after the other (then permuted by ``order`` when given); sums added."""
+        k, nb = parts[0].bin_sums[0].shape
+        arrays = {}
+        for f in cls.FIELDS:
+            a = np.concatenate([getattr(x, f) for x in parts])
+            arrays[f] = a if order is None else a[order]
+        sums = tuple(np.sum([x.bin_sums[i] for x in parts], axis=0) for i in range(3))
+        return cls(**arrays, bin_sums=cast(tuple[np.ndarray, np.ndarray, np.ndarray], sums))
+
+
+def choice_items(p: np.ndarray, y: np.ndarray, n_bins: int = 15) -> ChoiceItems:
+    """:class:`ChoiceItems` of answered, labelled rows ``p`` (n, k) with labels ``y`` (n,)."""
+    y = np.asarray(y).astype(np.int64)
+    pred = p.argmax(axis=1)
+    return ChoiceItems(
+        labels=y,
+        pred=pred,
+        conf=p[np.arange(len(y)), pred],
+        log_loss=sc.item_log_loss(p, y),
+        brier=sc.item_brier(p, y),
+        rank=_label_rank(p, y).astype(np.int16),
+        bin_sums=rel.option_bin_sums(p, y, n_bins),
+    )
+
+
+def choice_report_from_items(
+    items: ChoiceItems,
+    keep: np.ndarray,
+    counts: dict,
+    option_ids: list[str],
+    *,
+    question: str = "",
+    n_bins: int = 15,
+    n_boot: int = 200,
+    seed: int = 0,
+    level: float = 0.95,
+    accept: np.ndarray | None = None,
+    smooth: bool = True,
+    qtype: str = "choice",
+    probs: np.ndarray | None = None,
+) -> QuestionReport:
+    """The choice report of :func:`choice_report` from its :class:`ChoiceItems` (``keep`` and ``counts``
+    as :func:`_split_rows` gives them). ``probs`` (the kept rows' matrix) only adds the bootstrap
+    interval of the class-wise ECE on small questions (n·k ≤ ``CLASSWISE_BOOT_LIMIT``)."""
+    opts = list(option_ids)
+    k = len(opts)
     params = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level}
-    report = QuestionReport(question, qtype, list(opts), counts, params=params)
-    p, y = _take_rows(probs, keep), labels[keep]
+    report = QuestionReport(question, qtype, opts, counts, params=params)
+    y, pred, conf = items.labels, items.pred, items.conf
     n = len(y)
     if n == 0:
         return report
-    pred = p.argmax(axis=1)
-    conf = p[np.arange(n), pred]
     correct = (pred == y).astype(float)
-    ll = sc.item_log_loss(p, y)
-    ib = sc.item_brier(p, y)
-    rank = _label_rank(p, y)
-    in_top2, in_top3 = (rank < 2).astype(float), (rank < 3).astype(float)
+    ll, ib = items.log_loss, items.brier
+    in_top2, in_top3 = (items.rank < 2).astype(float), (items.rank < 3).astype(float)
     top = _Bins(correct, conf, n_bins)
     cm_cell = y * k + pred
-    del rank
 
     def stats(w: np.ndarray | None) -> dict[str, float]:
         su, sq = top.stats(w)
@@ -390,11 +475,11 @@ def choice_report(
         report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
             correct.astype(float), conf, n_boot, seed, level, "top-label"
         )
-    sums = rel.option_bin_sums(p, y, n_bins)  # shared by class-wise ECE and the Brier decomposition
-    cw = rel.classwise_stats(p, y, n_bins, "uniform", sums=sums)
+    sums = items.bin_sums  # shared by class-wise ECE and the Brier decomposition
+    cw = rel.classwise_stats(None, y, n_bins, "uniform", sums=sums)
     report.metrics["classwise_ece"] = Interval(float(np.mean([rel.ece_from_stats(s) for s in cw])), level=level)
-    if n * k <= CLASSWISE_BOOT_LIMIT and n_boot:
-        col_bins = [_Bins((y == j), p[:, j], n_bins, ("uniform",)) for j in range(k)]
+    if probs is not None and n * k <= CLASSWISE_BOOT_LIMIT and n_boot:
+        col_bins = [_Bins((y == j), probs[:, j], n_bins, ("uniform",)) for j in range(k)]
         iv = _intervals(
             lambda w: {"classwise_ece": float(np.mean([rel.ece_from_stats(b.stats(w)[0]) for b in col_bins]))},
             n,
@@ -409,9 +494,9 @@ def choice_report(
         "top_label_quantile": rel.curve_from_stats(sq, "quantile", "top-label"),
     }
     report.classwise = [rel.curve_from_stats(s, "uniform", opts[j]) for j, s in enumerate(cw)]
-    report.decomposition = sc.brier_decomposition(p, y, n_bins, bin_sums=sums)
+    report.decomposition = sc.brier_decomposition(None, y, n_bins, bin_sums=sums, item_briers=ib)
     acc = None if accept is None else np.asarray(accept, bool)[keep]
-    report.confusion = confusion_result(y, pred, list(opts), acc)
+    report.confusion = confusion_result(y, pred, opts, acc)
     return report
 
 

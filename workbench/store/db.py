@@ -223,6 +223,24 @@ CONNECTION_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "autoinstall_known_extensions": False,
 }
 
+#: DuckDB's buffer pool (cached blocks, sorts, hash tables) of a store connection. DuckDB's default
+#: is 80% of RAM, and a scan of a run larger than memory keeps every block it read cached up to that
+#: limit; sorts and joins spill to a temporary directory beyond it. ``WORKBENCH_DUCKDB_MEMORY``
+#: (a DuckDB size such as ``4GB``) overrides it.
+DEFAULT_MEMORY_LIMIT = "1GB"
+
+
+def store_config(read_only: bool) -> dict[str, str | bool | int | float | list[str]]:
+    """:data:`CONNECTION_CONFIG` plus the memory limit and (read-only stores) a writable spill directory."""
+    import tempfile
+
+    config = dict(CONNECTION_CONFIG)
+    config["memory_limit"] = os.environ.get("WORKBENCH_DUCKDB_MEMORY") or DEFAULT_MEMORY_LIMIT
+    if read_only:  # DuckDB's default spill directory sits beside the database file, which may not be ours
+        config["temp_directory"] = str(Path(tempfile.gettempdir()) / f"workbench-duckdb-{os.getpid()}")
+    return config
+
+
 _LOCK_MESSAGE = re.compile(r"could not set lock|conflicting lock|\block(ed)?\b", re.IGNORECASE)
 _CORRUPT_MESSAGE = re.compile(
     r"corrupt|checksum|not a valid duckdb database|invalid database|serializ|"
@@ -295,7 +313,7 @@ def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
     try:
         while True:
             try:
-                return duckdb.connect(path, read_only=read_only, config=dict(CONNECTION_CONFIG))
+                return duckdb.connect(path, read_only=read_only, config=store_config(read_only))
             except duckdb.Error as exc:
                 held_by_reader = _HELD_BY_READER in " ".join(str(exc).split()).lower()
                 if read_only or not held_by_reader or time.monotonic() >= deadline:
@@ -339,6 +357,8 @@ def connect(
     con = _open(path, read_only)
     try:
         con.execute("SET python_enable_replacements = false")
+        # DuckDB draws a progress bar on stdout for queries over ~2 s: stdout carries only results (`--json`)
+        con.execute("SET enable_progress_bar = false")
         if not read_only:
             migrate(con)
         else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import duckdb
@@ -75,32 +75,74 @@ def create_run(
     emulated: bool = False,
 ) -> str:
     """Insert a run row and return its id. ``emulated``: answered by ``workbench emulator`` (cost not billed)."""
-    run_id = run_id or new_run_id()
     with transaction(con):
-        h = save_schema(con, schema)
-        con.execute(
-            "INSERT INTO runs (run_id, name, kind, parent_run_id, dataset, dataset_version, schema_hash, provider,"
-            " model, dialect, splits, status, params, experiment, variant, emulated)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [
-                run_id,
-                name,
-                kind,
-                parent_run_id,
-                dataset,
-                dataset_version,
-                h,
-                provider,
-                model,
-                dialect,
-                splits,
-                status,
-                json.dumps(params or {}),
-                experiment,
-                variant,
-                bool(emulated),
-            ],
+        return insert_run(
+            con,
+            dataset=dataset,
+            dataset_version=dataset_version,
+            schema=schema,
+            provider=provider,
+            splits=splits,
+            run_id=run_id,
+            name=name,
+            model=model,
+            dialect=dialect,
+            params=params,
+            kind=kind,
+            parent_run_id=parent_run_id,
+            experiment=experiment,
+            variant=variant,
+            status=status,
+            emulated=emulated,
         )
+
+
+def insert_run(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    dataset: str,
+    dataset_version: int,
+    schema: DecisionSchema,
+    provider: str,
+    splits: list[str],
+    run_id: str | None = None,
+    name: str | None = None,
+    model: str | None = None,
+    dialect: str | None = None,
+    params: dict | None = None,
+    kind: str = "raw",
+    parent_run_id: str | None = None,
+    experiment: str | None = None,
+    variant: str | None = None,
+    status: str = "running",
+    emulated: bool = False,
+) -> str:
+    """:func:`create_run` inside the caller's transaction (``runs import`` writes the run and its answers in one)."""
+    run_id = run_id or new_run_id()
+    h = save_schema(con, schema)
+    con.execute(
+        "INSERT INTO runs (run_id, name, kind, parent_run_id, dataset, dataset_version, schema_hash, provider,"
+        " model, dialect, splits, status, params, experiment, variant, emulated)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        [
+            run_id,
+            name,
+            kind,
+            parent_run_id,
+            dataset,
+            dataset_version,
+            h,
+            provider,
+            model,
+            dialect,
+            splits,
+            status,
+            json.dumps(params or {}),
+            experiment,
+            variant,
+            bool(emulated),
+        ],
+    )
     return run_id
 
 
@@ -132,13 +174,22 @@ def get_run(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     return row
 
 
+#: SQL expression of the run whose ``answers`` rows a run ``{r}`` reads (see :func:`answer_source`).
+SOURCE_RUN_SQL = (
+    "(CASE WHEN {r}.kind = 'calibrated' AND coalesce(json_extract({r}.params, '$.on_read')::BOOLEAN, false)"
+    " THEN {r}.parent_run_id ELSE {r}.run_id END)"
+)
+
+
 def failure_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     """Provider failures of one run per (question, failure_kind), counted in DuckDB:
-    columns ``question``, ``failure_kind``, ``count`` (most frequent first)."""
+    columns ``question``, ``failure_kind``, ``count`` (most frequent first). A calibrated view read
+    on the fly counts its parent's rows (:func:`answer_source`): the same answers, the same failures."""
+    source, _ = answer_source(con, get_run(con, run_id))
     return con.execute(
         "SELECT question, failure_kind, count(*) AS count FROM answers "
         "WHERE run_id = ? AND failure_kind IS NOT NULL GROUP BY ALL ORDER BY question, count DESC, failure_kind",
-        [get_run(con, run_id)["run_id"]],
+        [source],
     ).df()
 
 
@@ -150,7 +201,7 @@ def list_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         " left(r.schema_hash, 12) AS schema, r.experiment, r.variant, r.created_at,"
         " count(a.item_id) AS n_answers, count(a.failure_kind) AS n_failed,"
         " sum(a.cost_usd) AS cost_usd, quantile_cont(a.latency_ms, 0.5) AS latency_p50_ms"
-        " FROM runs r LEFT JOIN answers a USING (run_id)"
+        " FROM runs r LEFT JOIN answers a ON a.run_id = " + SOURCE_RUN_SQL.format(r="r") + ""
         " GROUP BY ALL ORDER BY r.created_at"
     ).df()
 
@@ -204,22 +255,40 @@ def run_questions(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return schema.question_ids
 
 
-def load_answers(
-    con: duckdb.DuckDBPyConnection, run_id: str, question: str, splits: Iterable[str] | None = None
-) -> RunAnswers:
-    """Answers of ``run_id`` for ``question`` joined with items (split) and gold labels."""
-    run = get_run(con, run_id)
-    run_id = run["run_id"]
-    schema = load_stored_schema(con, run["schema_hash"])
-    if question not in schema.questions:
-        raise NotFoundError(
-            f"run {run_id} has no question {question!r}", hint=f"questions: {', '.join(schema.question_ids)}"
-        )
-    q = schema.questions[question]
-    opts = option_ids(q)
-    split_list = list(splits) if splits else None
-    rel = con.execute(
-        """
+# -- calibrated views whose probabilities are computed on read -------------------------------------
+def answer_source(con: duckdb.DuckDBPyConnection, run: dict) -> tuple[str, dict[str, dict] | None]:
+    """(run whose ``answers`` rows hold the probabilities, {question: calibrator dict} to apply on read).
+
+    A calibrated view written by ``workbench calibrate`` stores only its calibrators
+    (``params["on_read"]``): its probabilities are the parent's, transformed when read, so a view
+    adds kilobytes to the store instead of a second copy of the run. Older views (rows stored) and
+    raw runs read their own rows with nothing applied.
+    """
+    params = run.get("params") or {}
+    if run.get("kind") == "calibrated" and params.get("on_read") and run.get("parent_run_id"):
+        return str(run["parent_run_id"]), load_calibrators(con, run["run_id"])
+    return str(run["run_id"]), None
+
+
+def _on_read_transform(calibrators: dict[str, dict] | None, question: str):
+    """The stored calibrator of ``question`` as a function (n, k) -> (n, k), or None (nothing to apply)."""
+    if calibrators is None or question not in calibrators:
+        return None
+    from workbench_runtime.calibrators import calibrator_from_dict
+
+    cal = calibrator_from_dict(calibrators[question])
+
+    def transform(probs: np.ndarray) -> np.ndarray:
+        out = np.full_like(probs, np.nan, dtype=float)
+        ok = np.isfinite(probs).all(axis=1)
+        if ok.any():
+            out[ok] = cal.transform(probs[ok])
+        return out
+
+    return transform
+
+
+_ANSWERS_SQL = """
         WITH gold AS (
             SELECT item_id, option_id, count(*) AS votes
             FROM labels WHERE dataset = $ds AND version = $v AND question = $q
@@ -228,53 +297,60 @@ def load_answers(
             SELECT item_id, arg_max(option_id, votes * 1000000 - coalesce(list_position($opts, option_id), 999999))
                    AS gold
             FROM gold GROUP BY item_id
-        )
-        SELECT a.item_id, i.split, a.probs, b.gold, a.failure_kind,
+        ){extra_cte}
+        SELECT {pos}a.item_id, i.split, a.probs, list_position($opts, b.gold) - 1 AS label, a.failure_kind,
                a.latency_ms, a.cost_usd, a.input_tokens
         FROM answers a
         JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
-        LEFT JOIN best b ON b.item_id = a.item_id
+        LEFT JOIN best b ON b.item_id = a.item_id{extra_join}
         WHERE a.run_id = $run AND a.question = $q
           AND ($splits IS NULL OR list_contains($splits, i.split))
-        ORDER BY a.item_id
-        """,
-        {
-            "ds": run["dataset"],
-            "v": int(run["dataset_version"]),
-            "q": question,
-            "run": run_id,
-            "opts": opts,
-            "splits": split_list,
-        },
-    )
-    tbl = rel.fetch_arrow_table()
+        {order}
+"""
+
+
+def _question_of(con: duckdb.DuckDBPyConnection, run: dict, question: str):
+    schema = load_stored_schema(con, run["schema_hash"])
+    if question not in schema.questions:
+        raise NotFoundError(
+            f"run {run['run_id']} has no question {question!r}", hint=f"questions: {', '.join(schema.question_ids)}"
+        )
+    return schema.questions[question]
+
+
+def _answers_from_arrow(
+    tbl: pa.Table | pa.RecordBatch, run: dict, question: str, qtype: str, opts: list[str], transform
+) -> RunAnswers:
+    """A :class:`RunAnswers` from rows of :data:`_ANSWERS_SQL` (a whole run or one batch of it)."""
     n, k = tbl.num_rows, len(opts)
     probs_col = tbl.column("probs")
     failed = np.asarray(probs_col.is_null().to_numpy(zero_copy_only=False), dtype=bool) if n else np.zeros(0, bool)
     probs = np.full((n, k), np.nan)
     if n and (~failed).any():
-        flat = (
-            pa.concat_arrays([c.flatten() for c in probs_col.drop_null().chunks])
-            if probs_col.null_count
-            else pa.concat_arrays([c.flatten() for c in probs_col.chunks])
-        )
+        chunks = probs_col.chunks if isinstance(probs_col, pa.ChunkedArray) else [probs_col]
+        flat = pa.concat_arrays([c.drop_null().flatten() if c.null_count else c.flatten() for c in chunks])
         probs[~failed] = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=float).reshape(-1, k)
-    gold = tbl.column("gold").to_pandas()
-    index = {o: i for i, o in enumerate(opts)}
-    labels = gold.map(index).fillna(-1).astype(int).to_numpy() if n else np.zeros(0, int)
+    if transform is not None:
+        probs = transform(probs)
+    label = tbl.column("label")
+    labels = (
+        np.asarray(pa.array(label).fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        if isinstance(label, pa.Array)
+        else np.asarray(label.fill_null(-1).to_numpy(), dtype=np.int64)
+    )
 
     def num(name: str) -> np.ndarray:
         return tbl.column(name).to_pandas().to_numpy(dtype=float, na_value=np.nan) if n else np.zeros(0)
 
     return RunAnswers(
-        run_id=run_id,
+        run_id=run["run_id"],
         question=question,
-        qtype=q.type,
+        qtype=qtype,
         option_ids=opts,
         item_ids=np.asarray(tbl.column("item_id").to_pylist(), dtype=object),
         splits=np.asarray(tbl.column("split").to_pylist(), dtype=object),
         probs=probs,
-        labels=labels,
+        labels=labels if n else np.zeros(0, int),
         failed=failed,
         failure_kind=np.asarray(tbl.column("failure_kind").to_pylist(), dtype=object),
         latency_ms=num("latency_ms"),
@@ -282,6 +358,163 @@ def load_answers(
         input_tokens=num("input_tokens"),
         extra={"run": run, "schema_hash": run["schema_hash"]},
     )
+
+
+def load_answers(
+    con: duckdb.DuckDBPyConnection, run_id: str, question: str, splits: Iterable[str] | None = None
+) -> RunAnswers:
+    """Answers of ``run_id`` for ``question`` joined with items (split) and gold labels, in item id order.
+
+    The whole (n, k) matrix is held in memory; :func:`iter_answer_batches` streams it instead.
+    """
+    run = get_run(con, run_id)
+    q = _question_of(con, run, question)
+    opts = option_ids(q)
+    source, calibrators = answer_source(con, run)
+    split_list = list(splits) if splits else None
+    rel = con.execute(
+        _ANSWERS_SQL.format(extra_cte="", pos="", extra_join="", order="ORDER BY a.item_id"),
+        {
+            "ds": run["dataset"],
+            "v": int(run["dataset_version"]),
+            "q": question,
+            "run": source,
+            "opts": opts,
+            "splits": split_list,
+        },
+    )
+    tbl = rel.fetch_arrow_table()
+    return _answers_from_arrow(tbl, run, question, q.type, opts, _on_read_transform(calibrators, question))
+
+
+def load_answer_keys(
+    con: duckdb.DuckDBPyConnection, run_id: str, question: str, splits: Iterable[str] | None = None
+) -> RunAnswers:
+    """:func:`load_answers` without the probabilities: ``probs`` is (n, 0), ``failed`` says which rows
+    have none. Ids, splits, labels and costs of a run of millions of items, in item-id order, for
+    callers that then stream the probabilities (:func:`iter_answer_batches`)."""
+    run = get_run(con, run_id)
+    q = _question_of(con, run, question)
+    opts = option_ids(q)
+    source, _ = answer_source(con, run)
+    sql = _ANSWERS_SQL.format(extra_cte="", pos="", extra_join="", order="ORDER BY a.item_id").replace(
+        "a.probs,", "a.probs IS NULL AS failed,"
+    )
+    tbl = con.execute(
+        sql,
+        {
+            "ds": run["dataset"],
+            "v": int(run["dataset_version"]),
+            "q": question,
+            "run": source,
+            "opts": opts,
+            "splits": list(splits) if splits else None,
+        },
+    ).fetch_arrow_table()
+    n = tbl.num_rows
+    return RunAnswers(
+        run_id=run["run_id"],
+        question=question,
+        qtype=q.type,
+        option_ids=opts,
+        item_ids=np.asarray(tbl.column("item_id").to_pylist(), dtype=object),
+        splits=np.asarray(tbl.column("split").to_pylist(), dtype=object),
+        probs=np.zeros((n, 0)),
+        labels=np.asarray(tbl.column("label").fill_null(-1).to_numpy(), dtype=np.int64),
+        failed=np.asarray(tbl.column("failed").to_numpy(), dtype=bool),
+        failure_kind=np.asarray(tbl.column("failure_kind").to_pylist(), dtype=object),
+        latency_ms=tbl.column("latency_ms").to_pandas().to_numpy(dtype=float, na_value=np.nan),
+        cost_usd=tbl.column("cost_usd").to_pandas().to_numpy(dtype=float, na_value=np.nan),
+        input_tokens=tbl.column("input_tokens").to_pandas().to_numpy(dtype=float, na_value=np.nan),
+        extra={"run": run, "schema_hash": run["schema_hash"], "keys_only": True},
+    )
+
+
+#: Rows per streamed batch: 32k × 77 options is 20 MB of float64, so the handful of temporary
+#: copies a calibrator and the rule coordinates make of a batch stay small next to DuckDB's pool.
+BATCH_ROWS = 32_768
+
+
+def count_answers(
+    con: duckdb.DuckDBPyConnection, run_id: str, question: str, splits: Iterable[str] | None = None
+) -> int:
+    """How many answer rows (answered or failed) ``run_id`` has for ``question`` on ``splits``."""
+    run = get_run(con, run_id)
+    source, _ = answer_source(con, run)
+    row = con.execute(
+        "SELECT count(*) FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id"
+        " WHERE a.run_id = $run AND a.question = $q AND ($splits IS NULL OR list_contains($splits, i.split))",
+        {
+            "ds": run["dataset"],
+            "v": int(run["dataset_version"]),
+            "run": source,
+            "q": question,
+            "splits": list(splits) if splits else None,
+        },
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def iter_answer_batches(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    question: str,
+    splits: Iterable[str] | None = None,
+    *,
+    batch_rows: int = BATCH_ROWS,
+) -> Iterator[tuple[np.ndarray, RunAnswers]]:
+    """Stream the answers :func:`load_answers` returns, ``batch_rows`` rows at a time, in no fixed order.
+
+    Yields ``(pos, batch)``: ``pos`` (m,) int64 is each row's position in :func:`load_answers`'
+    item-id order, so a caller that writes per-row figures at ``pos`` gets exactly the arrays the
+    in-memory path gets, whatever order DuckDB's parallel scan delivers. Memory is one batch plus
+    DuckDB's own buffers (bounded by the connection's ``memory_limit``).
+    """
+    run = get_run(con, run_id)
+    q = _question_of(con, run, question)
+    opts = option_ids(q)
+    source, calibrators = answer_source(con, run)
+    transform = _on_read_transform(calibrators, question)
+    split_list = list(splits) if splits else None
+    # positions rank only the keys (item ids), so the sort never carries the probability lists
+    extra_cte = """, keys AS (
+            SELECT a.item_id, (row_number() OVER (ORDER BY a.item_id) - 1)::BIGINT AS pos
+            FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
+            WHERE a.run_id = $run AND a.question = $q AND ($splits IS NULL OR list_contains($splits, i.split))
+        )"""
+    sql = _ANSWERS_SQL.format(
+        extra_cte=extra_cte, pos="k.pos, ", extra_join="\n        JOIN keys k ON k.item_id = a.item_id", order=""
+    )
+    reader = con.execute(
+        sql,
+        {
+            "ds": run["dataset"],
+            "v": int(run["dataset_version"]),
+            "q": question,
+            "run": source,
+            "opts": opts,
+            "splits": split_list,
+        },
+    ).to_arrow_reader(batch_rows)
+    for batch in reader:
+        if batch.num_rows == 0:
+            continue
+        pos = np.asarray(batch.column("pos").to_numpy(zero_copy_only=False), dtype=np.int64)
+        yield pos, _answers_from_arrow(batch, run, question, q.type, opts, transform)
+
+
+def gather_answer_rows(
+    con: duckdb.DuckDBPyConnection, run_id: str, question: str, split: str, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(probs (m, k), labels (m,)) of the rows at positions ``rows`` ((n,) bool over ``split`` in
+    item-id order), in that order: one streamed pass filling one preallocated matrix."""
+    k = len(option_ids(_question_of(con, get_run(con, run_id), question)))
+    slot = np.cumsum(rows) - 1  # position -> row of the output
+    probs, labels = np.empty((int(rows.sum()), k)), np.empty(int(rows.sum()), dtype=np.int64)
+    for pos, b in iter_answer_batches(con, run_id, question, [split]):
+        take = rows[pos]
+        probs[slot[pos[take]]], labels[slot[pos[take]]] = b.probs[take], b.labels[take]
+    return probs, labels
 
 
 # -- calibrators of calibrated views (written by `workbench calibrate`) ---------------------------

@@ -641,16 +641,48 @@ def selection_to_rule(
 @dataclass
 class PreparedQuestion:
     """What every selection of one question starts from: the calibrator, the items it did not see and
-    their risk–coverage surface (with per-item coordinates). Shapes: ``probs`` (n, k), ``labels`` (n,)."""
+    their risk–coverage surface (with per-item coordinates). Shapes: ``probs`` (n, k) (``None`` when
+    the coordinates were computed from a streamed run), ``labels`` (n,)."""
 
     qtype: str
     option_ids: list[str]
     abstain_idx: list[int]
     calibrator: Any  # a fitted calibrator (workbench.metrics.recalibrate)
     n_fit: int
-    probs: np.ndarray
+    probs: np.ndarray | None
     labels: np.ndarray
     surface: Surface
+
+
+def check_question(question: str, qtype: str, opt_ids: list[str], n_labelled: int, opts: ThresholdOptions) -> list[int]:
+    """Check the options against the question; return the abstain options' indices."""
+    if opts.objective not in OBJECTIVES:
+        raise ThresholdError(f"unknown objective {opts.objective!r}", hint=f"use one of {', '.join(OBJECTIVES)}")
+    if opts.fallback == "accept":
+        raise ThresholdError("the fallback action cannot be 'accept'", hint="use review (default) or escalate")
+    if n_labelled == 0:
+        raise ThresholdError(
+            f"question {question!r} has no labelled calibration items",
+            hint="import the dataset with --calibration-fraction or a calibration split",
+        )
+    unknown = [o for o in opts.abstain_options if o not in opt_ids]
+    if unknown:
+        raise ThresholdError(
+            f"abstain option {unknown[0]!r} is not an option of {question!r}",
+            hint=f"options: {', '.join(opt_ids[:20])}",
+        )
+    if opts.abstain_options and qtype != "choice":
+        raise ThresholdError("--abstain-option applies to choice questions only")
+    return [opt_ids.index(o) for o in opts.abstain_options]
+
+
+def calibrator_carve(n_labelled: int, opts: ThresholdOptions) -> np.ndarray | None:
+    """(n_labelled,) bool: the labelled calibration rows (in item-id order) that fit the calibrator;
+    the others certify. ``None`` when no calibrator is fitted."""
+    if opts.calibrate in ("none", "identity"):
+        return None
+    rng = np.random.default_rng(opts.seed)
+    return rng.random(n_labelled) < opts.calibrator_fraction
 
 
 def prepare_question(calibration: RunAnswers, opts: ThresholdOptions) -> PreparedQuestion:
@@ -659,49 +691,49 @@ def prepare_question(calibration: RunAnswers, opts: ThresholdOptions) -> Prepare
     The surface depends on the calibration, grid, abstain options, level and (cost objective) error
     costs, never on α/δ, so one prepared question serves every α of a frontier.
     """
-    if opts.objective not in OBJECTIVES:
-        raise ThresholdError(f"unknown objective {opts.objective!r}", hint=f"use one of {', '.join(OBJECTIVES)}")
-    if opts.fallback == "accept":
-        raise ThresholdError("the fallback action cannot be 'accept'", hint="use review (default) or escalate")
     cal = _labelled(calibration)
-    if len(cal.labels) == 0:
-        raise ThresholdError(
-            f"question {calibration.question!r} has no labelled calibration items",
-            hint="import the dataset with --calibration-fraction or a calibration split",
-        )
     qtype, opt_ids = calibration.qtype, list(calibration.option_ids)
-    k = len(opt_ids)
-    unknown = [o for o in opts.abstain_options if o not in opt_ids]
-    if unknown:
-        raise ThresholdError(
-            f"abstain option {unknown[0]!r} is not an option of {calibration.question!r}",
-            hint=f"options: {', '.join(opt_ids[:20])}",
-        )
-    if opts.abstain_options and qtype != "choice":
-        raise ThresholdError("--abstain-option applies to choice questions only")
-    abstain_idx = [opt_ids.index(o) for o in opts.abstain_options]
-
+    abstain_idx = check_question(calibration.question, qtype, opt_ids, len(cal.labels), opts)
     probs, labels = cal.probs, cal.labels
     n_fit = 0
-    if opts.calibrate not in ("none", "identity"):
-        rng = np.random.default_rng(opts.seed)
-        fit_mask = rng.random(len(labels)) < opts.calibrator_fraction
+    fit_mask = calibrator_carve(len(labels), opts)
+    if fit_mask is not None:
         n_fit = int(fit_mask.sum())
         calibrator = _fit_calibrator(opts.calibrate, probs[fit_mask], labels[fit_mask])
         probs, labels = probs[~fit_mask], labels[~fit_mask]
     else:
         calibrator = _fit_calibrator("none", probs, labels)
     probs = apply_calibrator(calibrator, probs)
+    from workbench.thresholds.rules import rule_coordinates
 
+    coords = rule_coordinates(qtype, probs, abstain_options=abstain_idx, level=opts.level)
+    prep = prepare_from_coordinates(
+        calibration.question, qtype, opt_ids, abstain_idx, calibrator, n_fit, coords, labels, opts
+    )
+    prep.probs = probs
+    return prep
+
+
+def prepare_from_coordinates(
+    question: str,
+    qtype: str,
+    opt_ids: list[str],
+    abstain_idx: list[int],
+    calibrator: Any,
+    n_fit: int,
+    coords: Any,
+    labels: np.ndarray,
+    opts: ThresholdOptions,
+) -> PreparedQuestion:
+    """The :class:`PreparedQuestion` of the certifying rows' rule coordinates (``coords``, a
+    :class:`~workbench.thresholds.rules.RuleCoordinates` of the calibrated probabilities) and labels."""
     from workbench.thresholds.risks import cost_matrix
 
+    k = len(opt_ids)
     matrix = cost_matrix(opts.costs, opt_ids)
     critical = [opt_ids.index(o) for o in _critical_options(opts, opt_ids)]
     weights = None
     if opts.objective == "cost":
-        from workbench.thresholds.rules import rule_coordinates
-
-        coords_pred = rule_coordinates(qtype, probs, abstain_options=abstain_idx, level=opts.level).predicted
         ec: Any = opts.error_cost
         if isinstance(ec, dict):
             bad = [o for o in ec if o not in opt_ids]
@@ -710,19 +742,21 @@ def prepare_question(calibration: RunAnswers, opts: ThresholdOptions) -> Prepare
             ec = {opt_ids.index(o): v for o, v in ec.items()}
         if matrix is not None:  # error_cost is a number here (ThresholdOptions checks it)
             ec = float(cast(float, ec)) * matrix
-        weights = error_cost_weights(labels, coords_pred, k, cast(Any, ec))  # a list is a [true][accepted] matrix
+        weights = error_cost_weights(labels, coords.predicted, k, cast(Any, ec))  # a list is a [true][accepted] matrix
     guarantee_costs = None
     if matrix is not None and opts.objective == "guarantee":
         if not opts.alpha < matrix.max():
             raise ThresholdError(
-                f"alpha {opts.alpha:g} is not below the largest misroute cost {matrix.max():g} of {calibration.question!r}",
+                f"alpha {opts.alpha:g} is not below the largest misroute cost {matrix.max():g} of {question!r}",
                 hint="with costs, alpha is the largest expected misroute cost per auto-accepted item",
             )
         guarantee_costs = matrix
     surface = risk_coverage_surface(
         qtype,
-        probs,
+        None,
         labels,
+        coordinates=coords,
+        n_options=k,
         grid=opts.grid,
         abstain_options=abstain_idx,
         level=opts.level,
@@ -731,7 +765,7 @@ def prepare_question(calibration: RunAnswers, opts: ThresholdOptions) -> Prepare
         cost_matrix=guarantee_costs,
         critical=critical,
     )
-    return PreparedQuestion(qtype, opt_ids, abstain_idx, calibrator, n_fit, probs, labels, surface)
+    return PreparedQuestion(qtype, opt_ids, abstain_idx, calibrator, n_fit, None, labels, surface)
 
 
 def _critical_options(opts: ThresholdOptions, opt_ids: list[str]) -> list[str]:

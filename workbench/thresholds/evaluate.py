@@ -74,10 +74,28 @@ def evaluate_rule(
         ``error`` (Clopper–Pearson), ``coverage`` and ``review_rate`` (Wilson) with intervals,
         ``confusion`` (K × (K+1), last column = review) and counts.
     """
+    counts = rule_counts(rule, probs, labels)
+    return rule_report_from_counts(counts, n_failed=n_failed, option_ids=option_ids, confidence=confidence)
+
+
+def rule_counts(rule: Rule, probs: np.ndarray, labels: np.ndarray) -> dict:
+    """What :func:`evaluate_rule` reports, as sums over rows: ``confusion`` (K, K+1) int, ``n_items``
+    and ``n_failed``. Counts of row batches add up (:func:`add_rule_counts`), so a streamed test
+    split gives the same report as the whole matrix."""
     probs = np.atleast_2d(np.asarray(probs, dtype=float))
     dec = rule.decide(probs)
-    n_bad = int(n_failed + (~np.isfinite(probs).all(axis=1)).sum())
-    return _figures(dec.accepted, dec.option, labels, probs.shape[1], n_failed, n_bad, option_ids, confidence)
+    return {
+        "confusion": confusion_with_review(labels, dec.accepted, dec.option, probs.shape[1]),
+        "n_items": int(probs.shape[0]),
+        "n_failed": int((~np.isfinite(probs).all(axis=1)).sum()),
+    }
+
+
+def add_rule_counts(a: dict | None, b: dict) -> dict:
+    """The :func:`rule_counts` of two row sets together (``a`` may be None)."""
+    if a is None:
+        return b
+    return {key: a[key] + b[key] for key in ("confusion", "n_items", "n_failed")}
 
 
 def accepted_at(rule: Rule, coords: RuleCoordinates) -> np.ndarray:
@@ -104,32 +122,31 @@ def evaluate_rule_at(
     """:func:`evaluate_rule` from per-item coordinates instead of probabilities: the same dict,
     figure for figure (``coords`` = :func:`~workbench.thresholds.rules.rule_coordinates` of the
     probabilities ``evaluate_rule`` would get; failures have ``predicted == -1``)."""
-    accepted = accepted_at(rule, coords)
-    n_bad = int((np.asarray(coords.predicted) < 0).sum())
-    return _figures(accepted, coords.predicted, labels, n_options, 0, n_bad, option_ids, confidence)
-
-
-def _figures(
-    accepted: np.ndarray,
-    option: np.ndarray,
-    labels: np.ndarray,
-    k: int,
-    n_failed: int,
-    n_bad: int,
-    option_ids: list[str] | None,
-    confidence: float,
-) -> dict:
     labels = np.asarray(labels).astype(int)
-    n_total = len(labels) + int(n_failed)
-    acc = int(accepted.sum())
-    wrong = int((accepted & (option != labels)).sum())
-    conf = confusion_with_review(labels, accepted, option, k)
+    predicted = np.asarray(coords.predicted)
+    counts = {
+        "confusion": confusion_with_review(labels, accepted_at(rule, coords), predicted, n_options),
+        "n_items": int(len(labels)),
+        "n_failed": int((predicted < 0).sum()),
+    }
+    return rule_report_from_counts(counts, option_ids=option_ids, confidence=confidence)
+
+
+def rule_report_from_counts(
+    counts: dict, *, n_failed: int = 0, option_ids: list[str] | None = None, confidence: float = 0.95
+) -> dict:
+    """:func:`evaluate_rule`'s report from :func:`rule_counts`."""
+    conf = np.asarray(counts["confusion"])
+    k = conf.shape[0]
+    n_total = int(counts["n_items"]) + int(n_failed)
+    acc = int(conf[:, :k].sum())
+    wrong = acc - int(np.trace(conf[:, :k]))
     return {
         "n_items": n_total,
         "n_accepted": acc,
         "n_errors": wrong,
         "n_review": n_total - acc,
-        "n_failed": n_bad,
+        "n_failed": int(n_failed + counts["n_failed"]),
         "error": rate_interval(wrong, acc, "clopper-pearson", confidence),
         "coverage": rate_interval(acc, n_total, "wilson", confidence),
         "review_rate": rate_interval(n_total - acc, n_total, "wilson", confidence),

@@ -266,9 +266,11 @@ def default_grids(qtype: str, n: int = 100, *, spacing: str = "mixed") -> tuple[
 
 def risk_coverage_surface(
     qtype: str,
-    probs: np.ndarray,
+    probs: np.ndarray | None,
     labels: np.ndarray,
     *,
+    coordinates: RuleCoordinates | None = None,
+    n_options: int | None = None,
     grid: int = 100,
     x_grid: np.ndarray | None = None,
     y_grid: np.ndarray | None = None,
@@ -298,6 +300,9 @@ def risk_coverage_surface(
         bounded loss ``cost / max cost`` of accepted items (``Surface.loss``, ``loss_scale``).
     critical : sequence of int
         Critical options whose misroutes (accepted as another option) are counted per grid point.
+    coordinates, n_options : RuleCoordinates and int, optional
+        The rule coordinates of the rows (:func:`rule_coordinates`) and the number of options,
+        instead of ``probs`` (``None``): a caller that streams a run computes them batch by batch.
 
     Returns
     -------
@@ -305,14 +310,19 @@ def risk_coverage_surface(
         With ``extra["coordinates"]`` holding the :class:`RuleCoordinates` used, ``extra["correct"]``,
         and, with ``cost_matrix`` or ``critical``, ``extra["loss"]`` and ``extra["labels"]``.
     """
-    probs = np.atleast_2d(np.asarray(probs, dtype=float))
     labels = np.asarray(labels).astype(int)
-    if probs.shape[0] != labels.shape[0]:
-        raise ValueError(f"{probs.shape[0]} probability rows but {labels.shape[0]} labels")
+    if coordinates is None:
+        probs = np.atleast_2d(np.asarray(probs, dtype=float))
+        n_options = probs.shape[1]
+        coords: RuleCoordinates = rule_coordinates(qtype, probs, abstain_options=abstain_options, level=level)
+    else:
+        coords = coordinates
+    assert n_options is not None  # given with ``coordinates``
+    if coords.x.shape[0] != labels.shape[0]:
+        raise ValueError(f"{coords.x.shape[0]} probability rows but {labels.shape[0]} labels")
     gx, gy = default_grids(qtype, grid)
     gx = gx if x_grid is None else np.asarray(x_grid, dtype=float)
     gy = gy if y_grid is None else np.asarray(y_grid, dtype=float)
-    coords: RuleCoordinates = rule_coordinates(qtype, probs, abstain_options=abstain_options, level=level)
     correct = coords.predicted == labels
     loss, scale = None, 1.0
     if cost_matrix is not None:
@@ -330,9 +340,9 @@ def risk_coverage_surface(
         x_grid=gx,
         y_grid=gy,
         predicted=np.maximum(coords.predicted, 0) if per_class else None,
-        n_classes=probs.shape[1] if per_class else None,
+        n_classes=n_options if per_class else None,
         weights=weights,
-        n_total=probs.shape[0] + int(n_failed),
+        n_total=labels.shape[0] + int(n_failed),
         x_name=coords.x_name,
         y_name=coords.y_name,
         loss=loss,

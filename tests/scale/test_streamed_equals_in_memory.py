@@ -1,0 +1,194 @@
+"""Streamed reads (batches of rows in DuckDB's scan order) give the in-memory figures.
+
+The streamed paths place every row at its item-id position, so their arrays are the in-memory
+arrays: point estimates and bootstrap intervals agree to 1e-9 (sums may differ in the last bit).
+Batches are made tiny here so that every question spans many of them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tests.metrics.conftest import build_store, calibrated_sample
+from workbench.evaluation import calibrate_run, report_run
+from workbench.store import runs as store_runs
+from workbench.store.runs import get_run, iter_answer_batches, load_answers
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    n = 700
+    probs, labels = calibrated_sample(n, 12, seed=7, temperature=0.6)
+    labels = labels.copy()
+    labels[::29] = -1
+    yes = np.clip(np.random.default_rng(3).beta(2, 2, n), 0.01, 0.99)
+    noul_labels = np.where(np.random.default_rng(4).random(n) < yes**2, 0, 1)
+    s_probs, s_labels = calibrated_sample(n, 5, seed=5)
+    con, run_id, *_ = build_store(
+        tmp_path_factory.mktemp("stream") / "wb.duckdb",
+        {
+            "intent": ("choice", [f"o{j}" for j in range(12)], probs, labels),
+            "urgent": ("noul", ["yes", "no"], np.stack([yes, 1 - yes], axis=1), noul_labels),
+            "severity": ("score", ["0", "1", "2", "3", "4"], s_probs, s_labels),
+        },
+        n,
+        fail_every=13,
+    )
+    yield con, run_id
+    con.close()
+
+
+@pytest.fixture
+def tiny_batches(monkeypatch):
+    monkeypatch.setattr(store_runs, "BATCH_ROWS", 37)
+    defaults = iter_answer_batches.__kwdefaults__
+    monkeypatch.setitem(defaults, "batch_rows", 37)
+
+
+def _same(a, b, path=""):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-9 * max(1.0, abs(a)), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+def test_batches_cover_every_row_once_at_its_item_id_position(store, tiny_batches):
+    con, run_id = store
+    whole = load_answers(con, run_id, "intent", ["test"])
+    probs = np.full_like(whole.probs, -7.0)
+    seen = np.zeros(len(whole.labels), int)
+    n_batches = 0
+    for pos, b in iter_answer_batches(con, run_id, "intent", ["test"]):
+        n_batches += 1
+        probs[pos] = b.probs
+        seen[pos] += 1
+        assert list(b.item_ids) == list(whole.item_ids[pos])
+        assert np.array_equal(b.labels, whole.labels[pos])
+    assert n_batches > 5 and (seen == 1).all()
+    assert np.array_equal(np.isnan(probs), np.isnan(whole.probs))
+    assert np.array_equal(probs[~whole.failed], whole.probs[~whole.failed])
+
+
+@pytest.mark.parametrize("split", ["test", "all"])
+def test_streamed_report_equals_the_in_memory_report(store, tiny_batches, split):
+    con, run_id = store
+    exclude = {"intent": ["i00004", "i00010", "i00100"]}
+    kw = dict(n_boot=40, seed=3, exclude_items=exclude)
+    mem = report_run(con, run_id, split=split, stream=False, **kw).to_dict()
+    streamed = report_run(con, run_id, split=split, stream=True, **kw).to_dict()
+    assert list(mem["questions"]) == ["intent", "urgent", "severity"]
+    for q in mem["questions"]:
+        q_mem, q_str = mem["questions"][q], streamed["questions"][q]
+        q_mem.pop("agreement"), q_str.pop("agreement")  # annotator agreement is in-memory only
+        _same(q_mem, q_str, q)
+
+
+def test_calibrated_view_stores_parameters_and_reads_the_parent_transformed(store, tiny_batches):
+    con, run_id = store
+    before = con.execute("SELECT count(*) FROM answers").fetchone()[0]
+    out = calibrate_run(con, run_id, "temperature", questions=["intent"])
+    view = out["run_id"]
+    assert con.execute("SELECT count(*) FROM answers").fetchone()[0] == before  # no second copy
+    assert get_run(con, view)["params"]["on_read"] is True
+    parent = load_answers(con, run_id, "intent")
+    mine = load_answers(con, view, "intent")
+    t = out["calibrators"]["intent"]["params"]["temperature"]
+    z = np.log(np.clip(parent.probs[~parent.failed], 1e-12, 1)) / t
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    assert np.allclose(mine.probs[~mine.failed], z / z.sum(axis=1, keepdims=True), atol=1e-12)
+    assert np.array_equal(mine.failed, parent.failed) and mine.run_id == view
+    # the figures of calibrate equal the in-memory top-label ECE / log loss of the same arrays
+    from workbench.metrics.reliability import top_label_ece
+    from workbench.metrics.scores import log_loss
+
+    test_mem = load_answers(con, run_id, "intent", ["test"])
+    ok = ~test_mem.failed & (test_mem.labels >= 0)
+    q = out["questions"]["intent"]
+    assert q["ece_before"] == pytest.approx(top_label_ece(test_mem.probs[ok], test_mem.labels[ok]), abs=1e-12)
+    assert q["log_loss_before"] == pytest.approx(log_loss(test_mem.probs[ok], test_mem.labels[ok]), abs=1e-12)
+    after = load_answers(con, view, "intent", ["test"])
+    assert q["ece_after"] == pytest.approx(top_label_ece(after.probs[ok], after.labels[ok]), abs=1e-12)
+    assert not q["fit_subsampled"] and q["n_fit"] == q["n_fit_available"]
+    # the streamed report of the view equals its in-memory report
+    _same(
+        report_run(con, view, "intent", stream=False, n_boot=20).to_dict()["questions"]["intent"] | {"agreement": None},
+        report_run(con, view, "intent", stream=True, n_boot=20).to_dict()["questions"]["intent"] | {"agreement": None},
+    )
+
+
+@pytest.mark.parametrize(
+    "question,kw",
+    [
+        ("intent", {}),
+        ("intent", {"calibrate": "none", "objective": "coverage", "target_coverage": 0.5}),
+        ("urgent", {"alpha": 0.2}),
+        ("severity", {"alpha": 0.3, "calibrate": "none"}),
+    ],
+)
+def test_streamed_thresholds_equal_the_in_memory_thresholds(store, tiny_batches, question, kw):
+    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.workflows import thresholds_for_run
+
+    con, run_id = store
+    opts = ThresholdOptions(**kw)
+    mem = thresholds_for_run(con, run_id, question, opts, stream=False)
+    streamed = thresholds_for_run(con, run_id, question, opts, stream=True)
+    assert mem.test is not None and mem.test["n_items"] > 300
+    _same(mem.to_dict(), streamed.to_dict(), question)
+    assert np.array_equal(mem.surface.accepted, streamed.surface.accepted)
+
+
+def test_large_questions_stream_by_default(store, monkeypatch):
+    """Above WORKBENCH_STREAM_CELLS probabilities the default (stream=None) reads in batches."""
+    from workbench import evaluation
+    from workbench.workflows import thresholds_for_run
+
+    con, run_id = store
+    calls = []
+    real = evaluation.stream_question_report
+    monkeypatch.setattr(evaluation, "stream_question_report", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    monkeypatch.setenv("WORKBENCH_STREAM_CELLS", "100")
+    report_run(con, run_id, "intent", n_boot=0)
+    assert calls == ["intent"]
+    monkeypatch.setenv("WORKBENCH_STREAM_CELLS", str(10**9))
+    report_run(con, run_id, "intent", n_boot=0)
+    assert calls == ["intent"]
+    monkeypatch.setenv("WORKBENCH_STREAM_CELLS", "100")
+    with pytest.raises(evaluation.WorkbenchError, match="too large"):
+        report_run(con, run_id, "intent", labels="soft")
+    assert thresholds_for_run(con, run_id, "intent").test is not None
+
+
+def test_export_of_a_calibrated_view_writes_its_calibrated_probabilities(store, tmp_path):
+    import pyarrow.parquet as pq
+
+    from workbench.store.calls import export_run
+
+    con, run_id = store
+    view = calibrate_run(con, run_id, "temperature", questions=["intent"], name="view-for-export")["run_id"]
+    out = tmp_path / "view.parquet"
+    n = export_run(con, view, "parquet", out)
+    tbl = pq.read_table(out).to_pandas()
+    assert n == len(tbl) == 3 * 700 and set(tbl["run_id"]) == {view}
+    mine = load_answers(con, view, "intent")
+    rows = tbl[tbl["question"] == "intent"].set_index("item_id").loc[list(mine.item_ids)]
+    ok = ~mine.failed
+    got = np.stack(rows["probs"].to_numpy()[ok])
+    assert np.allclose(got, mine.probs[ok], rtol=0, atol=1e-15)
+    assert np.allclose(rows["p_top"].to_numpy()[ok], mine.probs[ok].max(axis=1), atol=1e-15)
+    assert rows["probs"].isna().to_numpy()[~ok].all()
+    # the other questions have no calibrator in this view: the parent's probabilities, untouched
+    parent = load_answers(con, run_id, "urgent")
+    urgent = tbl[tbl["question"] == "urgent"].set_index("item_id").loc[list(parent.item_ids)]
+    assert np.array_equal(np.stack(urgent["probs"].to_numpy()[~parent.failed]), parent.probs[~parent.failed])
