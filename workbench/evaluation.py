@@ -340,11 +340,17 @@ def agreement_for_run(
     con: Any, run_id: str, question: str | None = None, split: str | None = "test"
 ) -> dict[str, AgreementReport | None]:
     """{question: agreement among annotators and of the run with them} on ``split`` (``"all"``: every split)."""
+    from workbench.store.datasets import has_repeated_votes
+
     run = get_run(con, run_id)
     questions = [question] if question else run_questions(con, run["run_id"])
     splits = None if split in (None, "all") else [split]
-    return {
-        q: agreement_for_answers(load_answers(con, run["run_id"], q, splits), splits=splits, con=con) for q in questions
+    ds, version = run["dataset"], int(run["dataset_version"])
+    return {  # no item with two votes: no agreement, and no need to load the run's answers
+        q: agreement_for_answers(load_answers(con, run["run_id"], q, splits), splits=splits, con=con)
+        if has_repeated_votes(con, ds, version, q, splits)
+        else None
+        for q in questions
     }
 
 

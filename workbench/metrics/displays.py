@@ -214,11 +214,28 @@ class ConfusionDisplay:
     ) -> ConfusionDisplay:
         """``accept`` (n,) bool routes rejected items to ``review``; ``normalize``: None | "true" | "all"."""
         probs = np.asarray(probs, dtype=float)
-        labels = np.asarray(labels)
-        keep = np.isfinite(probs).all(axis=1) & (labels >= 0)
+        finite = np.isfinite(probs).all(axis=1)
+        predicted = np.where(finite, np.nan_to_num(probs).argmax(axis=1), -1)
         opts = list(option_ids or [str(j) for j in range(probs.shape[1])])
+        return cls.from_decisions(labels, predicted, opts, accept=accept, normalize=normalize, title=title)
+
+    @classmethod
+    def from_decisions(
+        cls,
+        labels: np.ndarray,
+        predicted: np.ndarray,
+        option_ids: Sequence[str],
+        *,
+        accept: np.ndarray | None = None,
+        normalize: str | None = None,
+        title: str | None = None,
+    ) -> ConfusionDisplay:
+        """From each item's predicted option index (−1 = provider failure, left out, as are
+        unlabelled items ``labels == -1``); ``accept`` (n,) bool routes rejected items to ``review``."""
+        labels, predicted = np.asarray(labels), np.asarray(predicted)
+        keep = (predicted >= 0) & (labels >= 0)
         acc = None if accept is None else np.asarray(accept, bool)[keep]
-        res = confusion_result(labels[keep], probs[keep].argmax(axis=1), opts, acc)
+        res = confusion_result(labels[keep], predicted[keep], list(option_ids), acc)
         d = cls(res, normalize, title or "Confusion matrix")
         d.plot()
         return d

@@ -1381,6 +1381,20 @@ def load_labels(
     ).df()
 
 
+def has_repeated_votes(
+    con: duckdb.DuckDBPyConnection, name: str, version: int, question: str, splits: Sequence[str] | None = None
+) -> bool:
+    """True when some item of ``splits`` has two or more stored votes for ``question`` (counted in
+    DuckDB, so callers can skip loading a run's answers when there is no agreement to measure)."""
+    row = con.execute(
+        "SELECT 1 FROM labels l JOIN items i ON i.dataset = l.dataset AND i.version = l.version AND i.item_id = l.item_id"
+        " WHERE l.dataset = $n AND l.version = $v AND l.question = $q AND ($s IS NULL OR list_contains($s, i.split))"
+        " GROUP BY l.item_id HAVING count(*) > 1 LIMIT 1",
+        {"n": name, "v": version, "q": question, "s": list(splits) if splits else None},
+    ).fetchone()
+    return row is not None
+
+
 def load_votes(
     con: duckdb.DuckDBPyConnection,
     name: str,

@@ -145,6 +145,18 @@ SOURCE_RUN_SQL = (
 )
 
 
+def failure_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """Provider failures of one run per (question, failure_kind), counted in DuckDB:
+    columns ``question``, ``failure_kind``, ``count`` (most frequent first). A calibrated view read
+    on the fly counts its parent's rows (:func:`answer_source`): the same answers, the same failures."""
+    source, _ = answer_source(con, get_run(con, run_id))
+    return con.execute(
+        "SELECT question, failure_kind, count(*) AS count FROM answers "
+        "WHERE run_id = ? AND failure_kind IS NOT NULL GROUP BY ALL ORDER BY question, count DESC, failure_kind",
+        [source],
+    ).df()
+
+
 def list_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """One row per run with answer/failure counts, cost, median latency and ``emulated`` (bool)."""
     return con.execute(
