@@ -182,6 +182,12 @@ def _streams(con: Any, run: dict, question: str, splits: Sequence[str] | None, s
     return count_answers(con, run["run_id"], question, splits) * max(k, 2) > stream_cells()
 
 
+def is_large(con: Any, run_id: str, question: str, splits: Sequence[str] | None) -> bool:
+    """True when ``question`` of ``run_id`` on ``splits`` has more probabilities than :func:`stream_cells`
+    (the size above which every store-backed figure is computed from batches)."""
+    return _streams(con, get_run(con, run_id), question, splits, None)
+
+
 def stream_question_report(
     con: Any,
     run_id: str,
@@ -189,10 +195,12 @@ def stream_question_report(
     splits: Sequence[str] | None = None,
     *,
     exclude_items: Iterable[str] | None = None,
+    transform: Callable[[np.ndarray], np.ndarray] | None = None,
     **kwargs: Any,
 ):
     """The :func:`~workbench.metrics.report.question_report` of one question, reading the answers in
-    batches (:func:`~workbench.store.runs.iter_answer_batches`) instead of the whole matrix.
+    batches (each batch's probabilities passed through ``transform`` (m, k) -> (m, k) when given,
+    e.g. a recalibration) (:func:`~workbench.store.runs.iter_answer_batches`) instead of the whole matrix.
 
     Choice questions keep a few numbers per item (:class:`~workbench.metrics.report.ChoiceItems`)
     and the (option, bin) sums, so memory is O(n + batch · k); yes/no and score questions (k of 2 to
@@ -220,6 +228,8 @@ def stream_question_report(
     n_bins = int(kwargs.get("n_bins", 15))
     for pos, b in iter_answer_batches(con, run_id, question, splits):
         meta = b
+        if transform is not None:
+            b.probs = transform(b.probs)
         failed[pos], labels[pos] = b.failed, b.labels
         kinds[pos[b.failed]] = b.failure_kind[b.failed]
         if exclude is not None:

@@ -73,6 +73,26 @@ class ReliabilityDisplay:
     ) -> ReliabilityDisplay:
         """``labels`` (n,) option indices (−1 unlabelled), ``probs`` (n, k) (NaN rows = failures, skipped)."""
         y, s, x_title = _binary_problem(probs, labels, kind, option)
+        return cls.from_scores(
+            y, s, n_bins=n_bins, strategy=strategy, smooth=smooth, name=name, title=title, x_title=x_title
+        )
+
+    @classmethod
+    def from_scores(
+        cls,
+        y_true: np.ndarray,
+        y_score: np.ndarray,
+        *,
+        n_bins: int = 15,
+        strategy: str = "uniform",
+        smooth: bool = True,
+        name: str = "model",
+        title: str | None = None,
+        x_title: str = "top-label confidence",
+    ) -> ReliabilityDisplay:
+        """From a binary problem: ``y_true`` (n,) 0/1 (e.g. top option correct) and ``y_score`` (n,)
+        in [0, 1] (e.g. its probability) — what a streamed run keeps per item instead of the matrix."""
+        y, s = np.asarray(y_true, dtype=float), np.asarray(y_score, dtype=float)
         curve = rel.reliability_curve(y, s, n_bins, strategy, label=name)
         sm = rel.smooth_reliability_curve(y, s, label=name) if smooth and len(y) else None
         d = cls([(name, curve, sm)], title or f"Reliability ({x_title}, {strategy} bins)", x_title)

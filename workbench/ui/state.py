@@ -238,6 +238,28 @@ def question_arrays(
     return QuestionArrays(ans.qtype, tuple(ans.option_ids), probs, labels, cal_dict)
 
 
+def is_large(path: str, token: tuple, run_id: str, question: str, split: str) -> bool:
+    """The split is read in batches (:func:`workbench.evaluation.is_large`): pages get aggregates and
+    per-item figures from the streamed library functions, never the matrix."""
+    from workbench.evaluation import is_large as _is_large
+
+    with read_connection(path) as con:
+        return _is_large(con, run_id, question, [split])
+
+
+def labelled_items(
+    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, option: int | None = None
+):
+    """:func:`workbench.workflows.labelled_items` of a large split (recalibrated with a calibrator fitted
+    on the calibration split, as :func:`question_arrays` does)."""
+    from workbench.workflows import labelled_items as _items
+    from workbench.workflows import split_calibrator
+
+    with read_connection(path) as con:
+        cal = split_calibrator(con, run_id, question, recalibrate) if recalibrate else None
+        return _items(con, run_id, question, split, calibrator=cal, option=option)
+
+
 @dataclass(frozen=True)
 class RulePoints:
     """What the Thresholds page needs per item to judge any (τ, m) rule: the labelled items' rule
@@ -260,8 +282,13 @@ def rule_points(
     """
     from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
 
-    arr = question_arrays(path, token, run_id, question, split, recalibrate)
-    c = rule_coordinates(arr.qtype, arr.probs)
+    if is_large(path, token, run_id, question, split):
+        items = labelled_items(path, token, run_id, question, split, recalibrate)
+        arr: Any = QuestionArrays(items.qtype, tuple(items.option_ids), None, items.labels, None)
+        c = items.coords
+    else:
+        arr = question_arrays(path, token, run_id, question, split, recalibrate)
+        c = rule_coordinates(arr.qtype, arr.probs)
     small = np.int16 if len(arr.option_ids) < 2**15 else np.int32
     coords = RuleCoordinates(c.predicted.astype(small), c.x, c.y, c.x_name, c.y_name)
     labels = arr.labels.astype(small)
@@ -290,17 +317,25 @@ def threshold_surface(
     With ``error_cost`` the surface also carries the wrong-accept cost per grid point (for the
     cost objective). Per-item coordinates are dropped so the cached value stays small.
     """
+    from workbench.thresholds.guarantees import error_cost_weights
     from workbench.thresholds.surface import risk_coverage_surface
 
-    arr = question_arrays(path, token, run_id, question, split, recalibrate)
+    points = rule_points(path, token, run_id, question, split, recalibrate)
+    labels = np.asarray(points.labels, dtype=np.int64)
+    coords = points.coords
     weights = None
     if error_cost is not None:
-        from workbench.thresholds.guarantees import error_cost_weights
-        from workbench.thresholds.rules import rule_coordinates
-
-        coords = rule_coordinates(arr.qtype, arr.probs)
-        weights = error_cost_weights(arr.labels, coords.predicted, len(arr.option_ids), error_cost)
-    surf = risk_coverage_surface(arr.qtype, arr.probs, arr.labels, grid=GRID_POINTS, weights=weights)
+        predicted = np.asarray(coords.predicted, dtype=np.int64)
+        weights = error_cost_weights(labels, predicted, len(points.option_ids), error_cost)
+    surf = risk_coverage_surface(
+        points.qtype,
+        None,
+        labels,
+        coordinates=replace(coords, predicted=np.asarray(coords.predicted, dtype=np.int64)),
+        n_options=len(points.option_ids),
+        grid=GRID_POINTS,
+        weights=weights,
+    )
     surf.extra.pop("coordinates", None)
     return surf
 
@@ -358,6 +393,24 @@ def question_report(
     """:mod:`workbench.metrics.report` of one question on one split (metrics with bootstrap intervals)."""
     from workbench.metrics.report import REPORTERS
 
+    if is_large(path, token, run_id, question, split):
+        from workbench.evaluation import stream_question_report
+        from workbench.thresholds.choose import apply_calibrator
+        from workbench.workflows import split_calibrator
+
+        with read_connection(path) as con:
+            cal = split_calibrator(con, run_id, question, recalibrate) if recalibrate else None
+            rep = stream_question_report(
+                con,
+                run_id,
+                question,
+                [split],
+                transform=None if cal is None else (lambda p: apply_calibrator(cal, p)),
+                n_bins=n_bins,
+                n_boot=n_boot,
+                smooth=True,
+            )
+        return replace(rep, replicate=None)
     arr = question_arrays(path, token, run_id, question, split, recalibrate)
     rep = REPORTERS[arr.qtype](
         arr.probs, arr.labels, list(arr.option_ids), question=question, n_bins=n_bins, n_boot=n_boot, smooth=True
@@ -401,7 +454,20 @@ def reliability_display(
 
     kind = "top-label" if option is None else "option"
     parts = []
+    large = is_large(path, token, run_id, question, split)
     for name, method in [("as answered", None)] + ([(recalibrate, recalibrate)] if recalibrate else []):
+        if large:  # per-item figures read in batches, never the matrix
+            items = labelled_items(path, token, run_id, question, split, method, option)
+            ok = np.isfinite(items.top)
+            if not ok.any():
+                return None
+            if option is None:
+                y, s, x_t = (items.coords.predicted == items.labels)[ok], items.top[ok], "top-label confidence"
+            else:
+                assert items.column is not None
+                y, s, x_t = (items.labels == option)[ok], items.column[ok], f"P(option {option})"
+            parts.append(ReliabilityDisplay.from_scores(y, s, n_bins=n_bins, strategy=strategy, name=name, x_title=x_t))
+            continue
         arr = question_arrays(path, token, run_id, question, split, method)
         if not np.isfinite(arr.probs).all(axis=1).any():
             return None
@@ -410,11 +476,7 @@ def reliability_display(
                 arr.labels, arr.probs, n_bins=n_bins, strategy=strategy, kind=kind, option=option, name=name
             )
         )
-    x_title = (
-        parts[0].x_title
-        if option is None
-        else f"P({question_arrays(path, token, run_id, question, split).option_ids[option]})"
-    )
+    x_title = parts[0].x_title if option is None else f"P({option_names(path, token, run_id, question)[option]})"
     d = ReliabilityDisplay(
         [c for part in parts for c in part.curves],
         f"{question} on {split}: reliability of {'the top label' if option is None else x_title} ({strategy} bins)",
@@ -429,10 +491,21 @@ def confusion_display(path: str, token: tuple, run_id: str, question: str, split
     """:class:`~workbench.metrics.displays.ConfusionDisplay` of the top option (no routing)."""
     from workbench.metrics.displays import ConfusionDisplay
 
+    title = f"{question} on {split}: top option vs gold"
+    if is_large(path, token, run_id, question, split):
+        items = labelled_items(path, token, run_id, question, split, recalibrate)
+        return ConfusionDisplay.from_decisions(items.labels, items.coords.predicted, items.option_ids, title=title)
     arr = question_arrays(path, token, run_id, question, split, recalibrate)
-    return ConfusionDisplay.from_predictions(
-        arr.labels, arr.probs, list(arr.option_ids), title=f"{question} on {split}: top option vs gold"
-    )
+    return ConfusionDisplay.from_predictions(arr.labels, arr.probs, list(arr.option_ids), title=title)
+
+
+def option_names(path: str, token: tuple, run_id: str, question: str) -> list[str]:
+    """The question's option ids, in schema order (from the run's stored schema)."""
+    from workbench.schema import option_ids
+    from workbench.store.runs import get_run, load_stored_schema
+
+    with read_connection(path) as con:
+        return option_ids(load_stored_schema(con, get_run(con, run_id)["schema_hash"]).questions[question])
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -591,12 +664,12 @@ def certified_thresholds(path: str, token: tuple, run_id: str, question: str, se
     ``settings`` comes from :func:`threshold_settings`. Only the small result dict is cached (not
     the surface), so a cache hit on every slider move stays cheap.
     """
-    from workbench.thresholds.choose import build_options, choose_thresholds
+    from workbench.thresholds.choose import build_options
+    from workbench.workflows import thresholds_for_run
 
     opts = build_options(**dict(settings))
-    cal = run_answers(path, token, run_id, question, ("calibration",))
-    test = run_answers(path, token, run_id, question, ("test",))
-    return choose_thresholds(cal, test, opts).to_dict()
+    with read_connection(path) as con:
+        return thresholds_for_run(con, run_id, question, opts).to_dict()
 
 
 @st.cache_data(show_spinner="Certifying the frontier…", max_entries=32)
@@ -607,11 +680,11 @@ def certified_frontier(
     :func:`workbench.thresholds.choose.certified_frontier`: each point is the selection
     ``choose_thresholds`` makes at that α (0 where nothing is certified)."""
     from workbench.thresholds.choose import build_options
-    from workbench.thresholds.choose import certified_frontier as _frontier
+    from workbench.workflows import frontier_for_run
 
     opts = build_options(**dict(settings))
-    cal = run_answers(path, token, run_id, question, ("calibration",))
-    sels = _frontier(cal, opts, [float(a) for a in alphas])
+    with read_connection(path) as con:
+        sels = frontier_for_run(con, run_id, question, opts, [float(a) for a in alphas])
     return pd.DataFrame(
         {"alpha": list(alphas), "certified coverage": [s.calibration["coverage"] if s.feasible else 0.0 for s in sels]}
     )
