@@ -46,6 +46,7 @@ FLOORS: dict[str, int] = {
     "shadow": 7,
     "gate": 7,
     "monitor": 7,
+    "engines": 7,
     "figures": 7,
     # 8: the Python front door and the demo
     "api": 8,

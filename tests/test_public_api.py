@@ -47,6 +47,8 @@ DOCTESTED = [
     "connect",
     "import_dataset",
     "run",
+    "export_run",
+    "import_answers",
     "load_answers",
     "report",
     "agreement",

@@ -6,6 +6,8 @@
     wb.import_dataset(con, **wb.bundled_dataset("sms_spam"))    # 2. labelled data, seeded splits
     run_id = wb.run(con, "sms_spam", schema, "baseline:tfidf-logreg")   # 3. run a provider
     answers = wb.load_answers(con, run_id, "spam", ["test"])    # 4. answers as arrays
+    wb.import_answers(con, "answers.parquet", dataset="sms_spam", schema=schema, name="offline")   # answers from elsewhere
+    wb.export_run(con, run_id, "parquet", "answers.parquet")    #    … and out again (streamed)
     wb.report(con, run_id)                                      # 5. calibration metrics (ECE, Brier …)
     wb.agreement(con, run_id)                                   #    annotators' agreement next to the model's
     wb.calibrate(con, run_id, "temperature")                    # 6. a recalibrated view of the run
@@ -19,6 +21,7 @@
     wb.cascade(con, [cheap_run, strong_run], "intent")          #     a certified cascade of two models
     wb.replay_shadow(con, "a-vs-b", run_a, run_b)               # 12. a shadow session …
     wb.shadow_report(con, "a-vs-b")                             #     … and its verdict
+    wb.aggregate_answers("exports/", schema, engine="spark")    # 13. the same metrics where the logs live
 
 Plots: ``wb.ReliabilityDisplay``, ``wb.ConfusionDisplay``, ``wb.RiskCoverageDisplay``,
 ``wb.ThresholdSurfaceDisplay`` (``from_…(...)`` constructors, the plotly figure in ``.figure_``).
@@ -44,6 +47,8 @@ _LAZY = {
     "import_dataset": "workbench.api",
     "run": "workbench.api",
     "load_answers": "workbench.api",
+    "import_answers": "workbench.api",
+    "export_run": "workbench.api",
     "report": "workbench.api",
     "agreement": "workbench.api",
     "calibrate": "workbench.api",
@@ -57,6 +62,7 @@ _LAZY = {
     "cascade": "workbench.api",
     "replay_shadow": "workbench.api",
     "shadow_report": "workbench.api",
+    "aggregate_answers": "workbench.api",
     "ReliabilityDisplay": "workbench.metrics.displays",
     "ConfusionDisplay": "workbench.metrics.displays",
     "RiskCoverageDisplay": "workbench.metrics.displays",
@@ -93,6 +99,8 @@ __all__ = [
     "import_dataset",
     "run",
     "load_answers",
+    "import_answers",
+    "export_run",
     "report",
     "agreement",
     "calibrate",
@@ -106,6 +114,7 @@ __all__ = [
     "cascade",
     "replay_shadow",
     "shadow_report",
+    "aggregate_answers",
     "ReliabilityDisplay",
     "ConfusionDisplay",
     "RiskCoverageDisplay",

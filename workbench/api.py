@@ -213,6 +213,62 @@ def run(
     return run_id
 
 
+def import_answers(
+    con,
+    path: str | Path,
+    *,
+    dataset: str,
+    schema: Any,
+    name: str,
+    version: int | None = None,
+    model: str | None = None,
+    provider_label: str | None = None,
+) -> str:
+    """Create a run from answers computed elsewhere (``workbench runs import``); returns its run id.
+
+    ``path``: a Parquet or JSONL file, a directory of part files or a glob, in the **wide** layout (one
+    row per item: ``item_id`` and a ``list<double>`` column per question, NULL for a failed call) or the
+    **long** layout ``workbench export`` writes. Every vector is checked like a provider's answer (one
+    value per option, in [0, 1], sum within 0.02 of 1, then re-normalised); unknown or repeated ids and
+    missing questions raise one ``WorkbenchError`` and nothing is written. See docs/answer-files.md.
+
+    Examples
+    --------
+    >>> _ = wb.export_run(con, run_id, "parquet", tmp / "answers.parquet")
+    >>> again = wb.import_answers(con, tmp / "answers.parquet", dataset="sms_spam", schema=schema, name="again")
+    >>> bool((wb.load_answers(con, again, "spam").probs == wb.load_answers(con, run_id, "spam").probs).all())
+    True
+    """
+    from workbench.store.answer_import import import_answers as _import
+
+    return _import(
+        con,
+        path,
+        dataset=dataset,
+        schema=_as_schema(schema),
+        name=name,
+        version=version,
+        model=model,
+        provider_label=provider_label,
+    )
+
+
+def export_run(con, run_id: str, fmt: str, out: str | Path) -> int:
+    """Write a run's answers, one row per item × question (``workbench export``); returns the row count.
+
+    ``fmt``: ``parquet`` (option ids once, in the file's metadata key ``workbench.option_ids``), ``jsonl``
+    or ``csv`` (option ids in the side-car ``OUT.options.json``). Streamed: bounded memory at any size.
+
+    Examples
+    --------
+    >>> wb.export_run(con, run_id, "jsonl", tmp / "answers.jsonl") == len(wb.load_answers(con, run_id, "spam").probs)
+    True
+    """
+    from workbench.store.calls import export_run as _export
+
+    return _export(con, run_id, fmt, out)
+
+
 def load_answers(con, run_id: str, question: str, splits: Sequence[str] | None = None):
     """A run's answers to one question as arrays (:class:`RunAnswers`).
 
@@ -621,6 +677,46 @@ def shadow_report(
         questions=list(questions) if questions else None,
         n_boot=n_boot,
         **kwargs,
+    )
+
+
+def aggregate_answers(
+    paths: Any,
+    schema: Any,
+    *,
+    questions: Sequence[str] | None = None,
+    splits: Sequence[str] = (),
+    engine: str = "duckdb",
+    spark_master: str | None = None,
+    n_bins: int = 15,
+    grid: int = 100,
+):
+    """Metrics and threshold-surface counts of exported answer files, computed where they live (``workbench aggregate``).
+
+    ``paths`` are Parquet files, directories or globs in the long layout of ``workbench export``
+    (``s3://``/``hdfs://`` URLs go to the engine as they are). ``engine="duckdb"`` (default) runs on
+    this machine in bounded memory; ``engine="spark"`` runs the same SQL on ``spark_master``
+    (``local[2]`` by default, ``spark://host:7077``, ``yarn``, ``k8s://…``; see ``docs/scale.md``).
+    Returns an :class:`~workbench.engines.answers.AggregateReport`: per question accuracy, Brier, log
+    loss, ECE/MCE with their reliability bins, the confusion counts and the threshold surface, equal
+    to the in-memory metrics on the same answers.
+
+    Example (not run here)::
+
+        agg = wb.aggregate_answers("exports/run-1/", "schema.yaml", engine="spark", spark_master="yarn")
+        agg.questions["intent"].ece, agg.questions["intent"].surface.coverage
+    """
+    from workbench.engines.answers import aggregate_answers as _aggregate
+
+    return _aggregate(
+        paths,
+        schema,
+        questions=questions,
+        splits=splits,
+        engine=engine,
+        spark_master=spark_master,
+        n_bins=n_bins,
+        grid=grid,
     )
 
 

@@ -33,13 +33,16 @@ from workbench.metrics.reliability import calibration_error, top_label
 from workbench.metrics.report import LABEL_MODES, RunReport, question_report
 from workbench.metrics.scores import item_log_loss
 from workbench.metrics.slices import SliceReports, length_buckets, slice_reports
+from workbench.schema import option_ids
 from workbench.store.datasets import load_item_meta, load_votes
 from workbench.store.db import transaction
 from workbench.store.runs import (
     count_answers,
     create_run,
+    gather_answer_rows,
     get_run,
     iter_answer_batches,
+    load_answer_keys,
     load_answers,
     load_calibrators,
     load_stored_schema,
@@ -109,6 +112,8 @@ def report_run(
     sliced: dict[str, SliceReports] = {}
     reports = []
     for q in questions:
+        options: dict[str, Any] = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level, "smooth": smooth}
+        excluded = (exclude_items or {}).get(q)
         if _streams(con, run, q, splits, stream):
             if labels != "majority" or slice_list:
                 raise WorkbenchError(
@@ -117,33 +122,11 @@ def report_run(
                     + " (that needs every probability in memory)",
                     hint=f"report it without them, or raise WORKBENCH_STREAM_CELLS (now {stream_cells():,})",
                 )
-            reports.append(
-                stream_question_report(
-                    con,
-                    run["run_id"],
-                    q,
-                    splits,
-                    exclude_items=(exclude_items or {}).get(q),
-                    n_bins=n_bins,
-                    n_boot=n_boot,
-                    seed=seed,
-                    level=level,
-                    smooth=smooth,
-                )
-            )
+            reports.append(stream_question_report(con, run["run_id"], q, splits, exclude_items=excluded, **options))
             continue
         answers = with_votes(con, load_answers(con, run["run_id"], q, splits), splits)
         # the whole split and each slice go through one report function with the same options
-        report_of = partial(
-            question_report,
-            exclude_items=(exclude_items or {}).get(q),
-            labels=labels,
-            n_bins=n_bins,
-            n_boot=n_boot,
-            seed=seed,
-            level=level,
-            smooth=smooth,
-        )
+        report_of = partial(_question_report, options | {"exclude_items": excluded, "labels": labels})
         rep = report_of(answers)
         rep.agreement = agreement_for_answers(answers, splits=splits, con=con)
         reports.append(rep)
@@ -195,10 +178,14 @@ def stream_cells() -> int:
 def _streams(con: Any, run: dict, question: str, splits: Sequence[str] | None, stream: bool | None) -> bool:
     if stream is not None:
         return stream
-    from workbench.schema import option_ids
-
     k = len(option_ids(load_stored_schema(con, run["schema_hash"]).questions[question]))
     return count_answers(con, run["run_id"], question, splits) * max(k, 2) > stream_cells()
+
+
+def is_large(con: Any, run_id: str, question: str, splits: Sequence[str] | None) -> bool:
+    """True when ``question`` of ``run_id`` on ``splits`` has more probabilities than :func:`stream_cells`
+    (the size above which every store-backed figure is computed from batches)."""
+    return _streams(con, get_run(con, run_id), question, splits, None)
 
 
 def stream_question_report(
@@ -208,10 +195,12 @@ def stream_question_report(
     splits: Sequence[str] | None = None,
     *,
     exclude_items: Iterable[str] | None = None,
+    transform: Callable[[np.ndarray], np.ndarray] | None = None,
     **kwargs: Any,
 ):
     """The :func:`~workbench.metrics.report.question_report` of one question, reading the answers in
-    batches (:func:`~workbench.store.runs.iter_answer_batches`) instead of the whole matrix.
+    batches (each batch's probabilities passed through ``transform`` (m, k) -> (m, k) when given,
+    e.g. a recalibration) (:func:`~workbench.store.runs.iter_answer_batches`) instead of the whole matrix.
 
     Choice questions keep a few numbers per item (:class:`~workbench.metrics.report.ChoiceItems`)
     and the (option, bin) sums, so memory is O(n + batch · k); yes/no and score questions (k of 2 to
@@ -239,6 +228,8 @@ def stream_question_report(
     n_bins = int(kwargs.get("n_bins", 15))
     for pos, b in iter_answer_batches(con, run_id, question, splits):
         meta = b
+        if transform is not None:
+            b.probs = transform(b.probs)
         failed[pos], labels[pos] = b.failed, b.labels
         kinds[pos[b.failed]] = b.failure_kind[b.failed]
         if exclude is not None:
@@ -272,6 +263,11 @@ def stream_question_report(
     items = ChoiceItems.concat(parts, order)
     probs = np.concatenate(kept_rows)[order] if kept_rows else None
     return choice_report_from_items(items, keep, counts, meta.option_ids, question=question, probs=probs, **kwargs)
+
+
+def _question_report(options: dict[str, Any], answers: RunAnswers):
+    """:func:`question_report` of ``answers`` with keyword ``options``."""
+    return question_report(answers, **options)
 
 
 def _sliced_report(report_of: Callable[[RunAnswers], Any], answers: RunAnswers):
@@ -354,11 +350,17 @@ def agreement_for_run(
     con: Any, run_id: str, question: str | None = None, split: str | None = "test"
 ) -> dict[str, AgreementReport | None]:
     """{question: agreement among annotators and of the run with them} on ``split`` (``"all"``: every split)."""
+    from workbench.store.datasets import has_repeated_votes
+
     run = get_run(con, run_id)
     questions = [question] if question else run_questions(con, run["run_id"])
     splits = None if split in (None, "all") else [split]
-    return {
-        q: agreement_for_answers(load_answers(con, run["run_id"], q, splits), splits=splits, con=con) for q in questions
+    ds, version = run["dataset"], int(run["dataset_version"])
+    return {  # no item with two votes: no agreement, and no need to load the run's answers
+        q: agreement_for_answers(load_answers(con, run["run_id"], q, splits), splits=splits, con=con)
+        if has_repeated_votes(con, ds, version, q, splits)
+        else None
+        for q in questions
     }
 
 
@@ -370,27 +372,18 @@ FIT_ROWS_MAX = 200_000
 def _fit_sample(con: Any, run_id: str, question: str, split: str, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
     """(probs, labels) of the answered, labelled rows of ``split`` in item-id order, and how many there were.
 
-    One streamed pass; when the split has more than :data:`FIT_ROWS_MAX` rows, a seeded sample of
-    that many row positions is kept (so memory is bounded by the sample, not the run).
+    One read without probabilities (labels, failures) and one streamed pass; when there are more than
+    :data:`FIT_ROWS_MAX` such rows, a seeded sample of that many is kept (so memory is bounded by
+    the sample, not the run).
     """
-    n = count_answers(con, run_id, question, [split])
-    chosen = None
-    if n > FIT_ROWS_MAX:
-        chosen = np.zeros(n, bool)
-        chosen[np.random.default_rng(seed).choice(n, FIT_ROWS_MAX, replace=False)] = True
-    parts, available = [], 0
-    for pos, batch in iter_answer_batches(con, run_id, question, [split]):
-        usable = ~batch.failed & (batch.labels >= 0)
-        available += int(usable.sum())
-        keep = usable if chosen is None else usable & chosen[pos]
-        if keep.any():
-            parts.append((pos[keep], batch.probs[keep], batch.labels[keep]))
-    if not parts:
-        return np.zeros((0, 0)), np.zeros(0, int), available
-    pos = np.concatenate([p for p, _, _ in parts])
-    order = np.argsort(pos, kind="stable")  # item-id order, as the in-memory path fits
-    probs = np.concatenate([p for _, p, _ in parts])[order]
-    labels = np.concatenate([y for _, _, y in parts])[order]
+    keys = load_answer_keys(con, run_id, question, [split])
+    usable = ~keys.failed & (keys.labels >= 0)
+    available = int(usable.sum())
+    rows = usable
+    if available > FIT_ROWS_MAX:
+        rows = np.zeros(len(usable), bool)
+        rows[np.random.default_rng(seed).choice(np.flatnonzero(usable), FIT_ROWS_MAX, replace=False)] = True
+    probs, labels = gather_answer_rows(con, run_id, question, split, rows)
     return probs, labels, available
 
 

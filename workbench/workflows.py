@@ -10,6 +10,8 @@ rule, coverage and error on every surface. ``plan_labels_for_run`` is the label 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -69,36 +71,20 @@ def _streams(con, run_id: str, question: str, splits: list[str], stream: bool | 
 FIT_ROWS_MAX = 200_000
 
 
-def streamed_thresholds(
-    con,
-    run_id: str,
-    question: str,
-    options: ThresholdOptions,
-    calibration_split: str = "calibration",
-    test_split: str | None = "test",
-) -> ThresholdResult:
-    """:func:`~workbench.thresholds.choose.choose_thresholds` on a run read in batches.
-
-    Memory is O(n) small numbers (ids, labels, the rule coordinates of the certifying rows), never
-    the (n, k) matrix: the item-id order, labels and the calibrator carve come from a read without
-    probabilities; one streamed pass gathers the carve's rows and fits the calibrator (at most
-    :data:`FIT_ROWS_MAX` of them, a seeded sample beyond, said in the selection's notes); a second
-    pass computes the certifying rows' rule coordinates; the test split is judged batch by batch
-    (:func:`~workbench.thresholds.evaluate.rule_counts`). With a carve of at most
-    :data:`FIT_ROWS_MAX` rows every figure equals the in-memory path's.
-    """
-    from workbench.store.runs import iter_answer_batches, load_answer_keys
+def streamed_prepare(
+    con, run_id: str, question: str, options: ThresholdOptions, calibration_split: str = "calibration"
+):
+    """``(prepared question, keys-only calibration answers, note or None)``: what
+    :func:`~workbench.thresholds.choose.prepare_question` builds, from a run read in batches
+    (see :func:`streamed_thresholds`)."""
+    from workbench.store.runs import gather_answer_rows, iter_answer_batches, load_answer_keys
     from workbench.thresholds.choose import (
-        _finish,
         _fit_calibrator,
-        _test_risks,
         apply_calibrator,
         calibrator_carve,
         check_question,
         prepare_from_coordinates,
-        select_prepared,
     )
-    from workbench.thresholds.evaluate import add_rule_counts, rule_counts, rule_report_from_counts
     from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
 
     keys = load_answer_keys(con, run_id, question, [calibration_split])
@@ -121,17 +107,9 @@ def streamed_thresholds(
                 f"the calibrator was fitted on a seeded sample of {FIT_ROWS_MAX:,} of the {n_fit:,} rows "
                 "of its carve (the run is streamed)"
             )
-        parts = [
-            (pos[fit_rows[pos]], b.probs[fit_rows[pos]], b.labels[fit_rows[pos]])
-            for pos, b in iter_answer_batches(con, run_id, question, [calibration_split])
-        ]
-        order = np.argsort(np.concatenate([p for p, _, _ in parts]), kind="stable")
-        calibrator = _fit_calibrator(
-            options.calibrate,
-            np.concatenate([x for _, x, _ in parts])[order],
-            np.concatenate([y for _, _, y in parts])[order],
-        )
-        del parts
+        probs, labels = gather_answer_rows(con, run_id, question, calibration_split, fit_rows)
+        calibrator = _fit_calibrator(options.calibrate, probs, labels)
+        del probs, labels
     else:
         calibrator = _fit_calibrator("none", np.zeros((0, k)), np.zeros(0, int))
     certify = np.flatnonzero(role == 0)
@@ -154,6 +132,33 @@ def streamed_thresholds(
     prep = prepare_from_coordinates(
         question, qtype, opt_ids, abstain_idx, calibrator, n_fit, coords, keys.labels[certify], options
     )
+    return prep, keys, note
+
+
+def streamed_thresholds(
+    con,
+    run_id: str,
+    question: str,
+    options: ThresholdOptions,
+    calibration_split: str = "calibration",
+    test_split: str | None = "test",
+) -> ThresholdResult:
+    """:func:`~workbench.thresholds.choose.choose_thresholds` on a run read in batches.
+
+    Memory is O(n) small numbers (ids, labels, the rule coordinates of the certifying rows), never
+    the (n, k) matrix: the item-id order, labels and the calibrator carve come from a read without
+    probabilities; one streamed pass gathers the carve's rows and fits the calibrator (at most
+    :data:`FIT_ROWS_MAX` of them, a seeded sample beyond, said in the selection's notes); a second
+    pass computes the certifying rows' rule coordinates; the test split is judged batch by batch
+    (:func:`~workbench.thresholds.evaluate.rule_counts`). With a carve of at most
+    :data:`FIT_ROWS_MAX` rows every figure equals the in-memory path's.
+    """
+    from workbench.store.runs import iter_answer_batches
+    from workbench.thresholds.choose import _finish, _test_risks, apply_calibrator, select_prepared
+    from workbench.thresholds.evaluate import add_rule_counts, rule_counts, rule_report_from_counts
+
+    prep, keys, note = streamed_prepare(con, run_id, question, options, calibration_split)
+    calibrator, opt_ids = prep.calibrator, prep.option_ids
     sel = select_prepared(prep, options, keys)
     if note:
         sel.notes.append(note)
@@ -169,6 +174,87 @@ def streamed_thresholds(
             result.test = rule_report_from_counts(counts, option_ids=opt_ids, confidence=options.confidence)
             result.test_risks = _test_risks(result.test, options, opt_ids)
     return result
+
+
+def split_calibrator(con, run_id: str, question: str, method: str, *, seed: int = 0):
+    """A ``method`` calibrator fitted on the answered, labelled rows of the run's calibration split
+    (at most ``evaluation.FIT_ROWS_MAX`` of them, a seeded sample beyond), read in batches."""
+    from workbench.evaluation import _fit_sample
+    from workbench.metrics.recalibrate import make_calibrator
+
+    probs, labels, _ = _fit_sample(con, run_id, question, "calibration", seed)
+    return make_calibrator(method).fit(probs, labels)
+
+
+@dataclass
+class LabelledItems:
+    """Per-item figures of a split's labelled rows (failed ones included), in item-id order, read in
+    batches: what a page or a figure needs instead of the (n, k) matrix (about 40 bytes per item).
+
+    ``coords`` are the rows' :class:`~workbench.thresholds.rules.RuleCoordinates` (failures at
+    −inf, predicted −1); ``top`` the top option's probability (NaN on failures); ``column`` the
+    probability of option ``option`` when one was asked for."""
+
+    qtype: str
+    option_ids: list[str]
+    labels: np.ndarray
+    coords: Any
+    top: np.ndarray
+    column: np.ndarray | None = None
+
+
+def labelled_items(
+    con, run_id: str, question: str, split: str, *, calibrator: Any = None, option: int | None = None
+) -> LabelledItems:
+    """:class:`LabelledItems` of ``split`` (probabilities passed through ``calibrator`` when given)."""
+    from workbench.store.runs import iter_answer_batches, load_answer_keys
+    from workbench.thresholds.choose import apply_calibrator
+    from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
+
+    keys = load_answer_keys(con, run_id, question, [split])
+    keep = keys.labels >= 0
+    slot = np.cumsum(keep) - 1
+    m = int(keep.sum())
+    x, y, top = np.full(m, -np.inf), np.full(m, -np.inf), np.full(m, np.nan)
+    predicted = np.full(m, -1, dtype=np.int64)
+    column = np.full(m, np.nan) if option is not None else None
+    names = ("x", "y")
+    for pos, b in iter_answer_batches(con, run_id, question, [split]):
+        rows = keep[pos]
+        if not rows.any():
+            continue
+        p = b.probs[rows] if calibrator is None else apply_calibrator(calibrator, b.probs[rows])
+        c = rule_coordinates(keys.qtype, p)
+        at = slot[pos[rows]]
+        x[at], y[at], predicted[at], names = c.x, c.y, c.predicted, (c.x_name, c.y_name)
+        top[at] = np.max(p, axis=1)  # NaN rows stay NaN
+        if column is not None:
+            column[at] = p[:, option]
+    return LabelledItems(
+        keys.qtype,
+        list(keys.option_ids),
+        keys.labels[keep],
+        RuleCoordinates(predicted, x, y, *names),
+        top,
+        column,
+    )
+
+
+def frontier_for_run(
+    con, run_id: str, question: str, options: ThresholdOptions, alphas, *, stream: bool | None = None
+) -> list:
+    """:func:`~workbench.thresholds.choose.certified_frontier` of a stored run's calibration split:
+    the guarantee selection at each α, prepared once (streamed for large runs, like ``thresholds_for_run``)."""
+    from dataclasses import replace
+
+    from workbench.store.runs import load_answers
+    from workbench.thresholds.choose import certified_frontier, select_prepared
+
+    if not _streams(con, run_id, question, ["calibration"], stream):
+        return certified_frontier(load_answers(con, run_id, question, ["calibration"]), options, alphas)
+    opts = replace(options, objective="guarantee")
+    prep, keys, _ = streamed_prepare(con, run_id, question, opts)
+    return [select_prepared(prep, replace(opts, alpha=float(a)), keys) for a in alphas]
 
 
 def plan_labels_for_run(

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -79,8 +80,13 @@ def test_local_providers_answer_every_item_and_export_round_trips(tmp_path, bank
         df = {"parquet": pd.read_parquet, "csv": pd.read_csv, "jsonl": lambda p: pd.read_json(p, lines=True)}[fmt](out)
         if fmt == "csv":
             df["probs"] = df["probs"].map(json.loads)
-            df["option_ids"] = df["option_ids"].map(json.loads)
         frames[fmt] = df.sort_values("item_id").reset_index(drop=True)
+        stored = (
+            pq.read_schema(out).metadata[b"workbench.option_ids"]
+            if fmt == "parquet"
+            else json.dumps(json.loads((tmp_path / f"export.{fmt}.options.json").read_text())["workbench.option_ids"])
+        )
+        assert json.loads(stored) == {"intent": list(banking_schema().questions["intent"].criteria)}
     con = connect(db, read_only=True)
     ra = load_answers(con, run_id, "intent")
     for df in frames.values():
@@ -88,7 +94,6 @@ def test_local_providers_answer_every_item_and_export_round_trips(tmp_path, bank
             "item_id",
             "split",
             "label",
-            "option_ids",
             "probs",
             "provider",
             "model",
@@ -98,7 +103,7 @@ def test_local_providers_answer_every_item_and_export_round_trips(tmp_path, bank
             "failure_kind",
         }
         np.testing.assert_allclose(np.vstack(df["probs"].to_numpy()), ra.probs, atol=1e-12)
-        assert list(df["option_ids"].iloc[0]) == list(banking_schema().questions["intent"].criteria)
+        assert "option_ids" not in df.columns  # stored once: Parquet metadata, or the side-car of CSV/JSONL
         # the exported label is the imported category, item by item (ids follow file order)
         assert sorted(df["label"].tolist()) == sorted(gold["category"].tolist())
         assert (df["provider"] == "baseline:tfidf-logreg").all() and df["failure_kind"].isna().all()

@@ -147,3 +147,48 @@ def test_streamed_thresholds_equal_the_in_memory_thresholds(store, tiny_batches,
     assert mem.test is not None and mem.test["n_items"] > 300
     _same(mem.to_dict(), streamed.to_dict(), question)
     assert np.array_equal(mem.surface.accepted, streamed.surface.accepted)
+
+
+def test_large_questions_stream_by_default(store, monkeypatch):
+    """Above WORKBENCH_STREAM_CELLS probabilities the default (stream=None) reads in batches."""
+    from workbench import evaluation
+    from workbench.workflows import thresholds_for_run
+
+    con, run_id = store
+    calls = []
+    real = evaluation.stream_question_report
+    monkeypatch.setattr(evaluation, "stream_question_report", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    monkeypatch.setenv("WORKBENCH_STREAM_CELLS", "100")
+    report_run(con, run_id, "intent", n_boot=0)
+    assert calls == ["intent"]
+    monkeypatch.setenv("WORKBENCH_STREAM_CELLS", str(10**9))
+    report_run(con, run_id, "intent", n_boot=0)
+    assert calls == ["intent"]
+    monkeypatch.setenv("WORKBENCH_STREAM_CELLS", "100")
+    with pytest.raises(evaluation.WorkbenchError, match="too large"):
+        report_run(con, run_id, "intent", labels="soft")
+    assert thresholds_for_run(con, run_id, "intent").test is not None
+
+
+def test_export_of_a_calibrated_view_writes_its_calibrated_probabilities(store, tmp_path):
+    import pyarrow.parquet as pq
+
+    from workbench.store.calls import export_run
+
+    con, run_id = store
+    view = calibrate_run(con, run_id, "temperature", questions=["intent"], name="view-for-export")["run_id"]
+    out = tmp_path / "view.parquet"
+    n = export_run(con, view, "parquet", out)
+    tbl = pq.read_table(out).to_pandas()
+    assert n == len(tbl) == 3 * 700 and set(tbl["run_id"]) == {view}
+    mine = load_answers(con, view, "intent")
+    rows = tbl[tbl["question"] == "intent"].set_index("item_id").loc[list(mine.item_ids)]
+    ok = ~mine.failed
+    got = np.stack(rows["probs"].to_numpy()[ok])
+    assert np.allclose(got, mine.probs[ok], rtol=0, atol=1e-15)
+    assert np.allclose(rows["p_top"].to_numpy()[ok], mine.probs[ok].max(axis=1), atol=1e-15)
+    assert rows["probs"].isna().to_numpy()[~ok].all()
+    # the other questions have no calibrator in this view: the parent's probabilities, untouched
+    parent = load_answers(con, run_id, "urgent")
+    urgent = tbl[tbl["question"] == "urgent"].set_index("item_id").loc[list(parent.item_ids)]
+    assert np.array_equal(np.stack(urgent["probs"].to_numpy()[~parent.failed]), parent.probs[~parent.failed])

@@ -59,6 +59,7 @@ AREAS = [
     "shadow",
     "gate",
     "monitor",
+    "aggregate",
     "demo",
     "ui",
 ]

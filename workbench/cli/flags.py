@@ -20,6 +20,8 @@ FLAGS = {
     "costs": "--cost",
     "costs_file": "--costs",
     "constraints": "--critical",
+    "questions": "--question",
+    "splits": "--split",
 }
 
 

@@ -257,8 +257,53 @@ def register(app: typer.Typer) -> None:
                 summaries = [get_run(con, r)["summary"] for r in run_ids]
         _emit_runs(summaries, as_json)
 
-    runs = typer.Typer(help="List experiment runs.", no_args_is_help=True)
+    runs = typer.Typer(help="List experiment runs; import answers computed elsewhere.", no_args_is_help=True)
     app.add_typer(runs, name="runs")
+
+    @runs.command("import")
+    def runs_import(
+        answers: str = typer.Argument(
+            ..., help="Parquet or JSONL answers: a file, a directory of part files, or a quoted glob."
+        ),
+        dataset: str = typer.Option(..., "--dataset", help="Dataset the answers are for."),
+        version: int | None = typer.Option(None, "--version", help="Dataset version (default: the latest)."),
+        schema: Path = typer.Option(..., "--schema", help="Decision schema file (option order of the vectors)."),
+        name: str = typer.Option(..., "--name", help="Name of the new run."),
+        model: str | None = typer.Option(None, "--model", help="Model that produced the answers."),
+        provider_label: str | None = typer.Option(
+            None, "--provider-label", help="Provider shown for the run (default: imported)."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print the run summary as JSON."),
+    ) -> None:
+        """Create a run from answers computed elsewhere (wide: a list<double> column per question; or the
+        long layout `workbench export` writes). Checked like provider answers; all or nothing."""
+        from workbench.api import import_answers
+        from workbench.schema import load_schema
+        from workbench.store.runs import get_run
+
+        sch = load_schema(schema)
+        with open_store() as con:
+            run_id = import_answers(
+                con,
+                answers,
+                dataset=dataset,
+                version=version,
+                schema=sch,
+                name=name,
+                model=model,
+                provider_label=provider_label,
+            )
+            summary = get_run(con, run_id)["summary"]
+        imp = summary.get("imported", {})
+        err_console.print(
+            f"[bold]{run_id}[/] {summary['provider']} · imported {imp.get('rows', 0):,} {imp.get('layout')} rows"
+            f" ({imp.get('format')}) · answered {summary.get('answered', 0):,} · failed {summary.get('failed', 0):,}"
+            f" · {imp.get('seconds', 0):.1f} s"
+        )
+        if as_json:
+            emit_json(summary)
+        else:
+            print_id(run_id)
 
     @runs.command("list")
     def runs_list(as_json: bool = typer.Option(False, "--json")) -> None:
@@ -324,9 +369,14 @@ def register(app: typer.Typer) -> None:
         from workbench.store.calls import export_run
 
         check_out_path(out, force=force)
+        side = out.with_name(out.name + ".options.json") if fmt in ("csv", "jsonl") else None
+        if side is not None:
+            check_out_path(side, force=force)
         with open_store(read_only=True) as con:
             n = export_run(con, run_id, fmt, out)
         if as_json:
-            emit_json({"run_id": run_id, "format": fmt, "out": str(out), "rows": n})
+            emit_json(
+                {"run_id": run_id, "format": fmt, "out": str(out), "rows": n, "option_ids_file": side and str(side)}
+            )
         else:
-            err_console.print(f"wrote {n:,} rows to {out}")
+            err_console.print(f"wrote {n:,} rows to {out}" + (f" (option ids in {side})" if side else ""))

@@ -200,12 +200,15 @@ def mcnemar(correct_a: np.ndarray, correct_b: np.ndarray) -> McNemarResult:
     min(b01, b10) ~ Binomial(b01 + b10, 1/2). Exact p = min(1, 2·P(X ≤ min)); mid-p subtracts
     the point probability P(X = min) (Fagerland et al. 2013), which is less conservative.
     """
-    from scipy.stats import binom
-
     a = np.asarray(correct_a, dtype=bool)
     b = np.asarray(correct_b, dtype=bool)
-    b01 = int(np.sum(~a & b))
-    b10 = int(np.sum(a & ~b))
+    return mcnemar_counts(int(np.sum(~a & b)), int(np.sum(a & ~b)))
+
+
+def mcnemar_counts(b01: int, b10: int) -> McNemarResult:
+    """:func:`mcnemar` from the discordant counts (``b01`` = a wrong & b right, ``b10`` = a right & b wrong)."""
+    from scipy.stats import binom
+
     m = b01 + b10
     if m == 0:
         return McNemarResult(b01, b10, 1.0, 1.0)

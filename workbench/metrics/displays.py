@@ -73,6 +73,26 @@ class ReliabilityDisplay:
     ) -> ReliabilityDisplay:
         """``labels`` (n,) option indices (−1 unlabelled), ``probs`` (n, k) (NaN rows = failures, skipped)."""
         y, s, x_title = _binary_problem(probs, labels, kind, option)
+        return cls.from_scores(
+            y, s, n_bins=n_bins, strategy=strategy, smooth=smooth, name=name, title=title, x_title=x_title
+        )
+
+    @classmethod
+    def from_scores(
+        cls,
+        y_true: np.ndarray,
+        y_score: np.ndarray,
+        *,
+        n_bins: int = 15,
+        strategy: str = "uniform",
+        smooth: bool = True,
+        name: str = "model",
+        title: str | None = None,
+        x_title: str = "top-label confidence",
+    ) -> ReliabilityDisplay:
+        """From a binary problem: ``y_true`` (n,) 0/1 (e.g. top option correct) and ``y_score`` (n,)
+        in [0, 1] (e.g. its probability) — what a streamed run keeps per item instead of the matrix."""
+        y, s = np.asarray(y_true, dtype=float), np.asarray(y_score, dtype=float)
         curve = rel.reliability_curve(y, s, n_bins, strategy, label=name)
         sm = rel.smooth_reliability_curve(y, s, label=name) if smooth and len(y) else None
         d = cls([(name, curve, sm)], title or f"Reliability ({x_title}, {strategy} bins)", x_title)
@@ -214,11 +234,28 @@ class ConfusionDisplay:
     ) -> ConfusionDisplay:
         """``accept`` (n,) bool routes rejected items to ``review``; ``normalize``: None | "true" | "all"."""
         probs = np.asarray(probs, dtype=float)
-        labels = np.asarray(labels)
-        keep = np.isfinite(probs).all(axis=1) & (labels >= 0)
+        finite = np.isfinite(probs).all(axis=1)
+        predicted = np.where(finite, np.nan_to_num(probs).argmax(axis=1), -1)
         opts = list(option_ids or [str(j) for j in range(probs.shape[1])])
+        return cls.from_decisions(labels, predicted, opts, accept=accept, normalize=normalize, title=title)
+
+    @classmethod
+    def from_decisions(
+        cls,
+        labels: np.ndarray,
+        predicted: np.ndarray,
+        option_ids: Sequence[str],
+        *,
+        accept: np.ndarray | None = None,
+        normalize: str | None = None,
+        title: str | None = None,
+    ) -> ConfusionDisplay:
+        """From each item's predicted option index (−1 = provider failure, left out, as are
+        unlabelled items ``labels == -1``); ``accept`` (n,) bool routes rejected items to ``review``."""
+        labels, predicted = np.asarray(labels), np.asarray(predicted)
+        keep = (predicted >= 0) & (labels >= 0)
         acc = None if accept is None else np.asarray(accept, bool)[keep]
-        res = confusion_result(labels[keep], probs[keep].argmax(axis=1), opts, acc)
+        res = confusion_result(labels[keep], predicted[keep], list(option_ids), acc)
         d = cls(res, normalize, title or "Confusion matrix")
         d.plot()
         return d

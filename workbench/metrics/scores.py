@@ -146,9 +146,10 @@ def brier_decomposition(
     if probs is None:  # the caller passed every sum: nothing reads the matrix
         assert bin_sums is not None and item_briers is not None and sample_weight is None
         n, k = labels.shape[0], bin_sums[0].shape[0]
-    else:
-        probs = np.asarray(probs, dtype=float)
-        n, k = probs.shape
+        count, _, hits = bin_sums
+        return _decomposition(count.ravel(), hits.ravel(), labels, np.ones(n), k, item_briers)
+    probs = np.asarray(probs, dtype=float)
+    n, k = probs.shape
     if sample_weight is None:
         w = np.ones(n)
         count, _, hits = bin_sums if bin_sums is not None else option_bin_sums(probs, labels, n_bins)
@@ -159,13 +160,19 @@ def brier_decomposition(
         count = np.bincount(cells, weights=np.repeat(w, k), minlength=k * n_bins)
         hit_cells = uniform_bin_index(_true_prob(probs, labels), n_bins) + n_bins * labels
         hits = np.bincount(hit_cells, weights=w, minlength=k * n_bins)
+    return _decomposition(count, hits, labels, w, k, item_brier(probs, labels) if item_briers is None else item_briers)
+
+
+def _decomposition(
+    count: np.ndarray, hits: np.ndarray, labels: np.ndarray, w: np.ndarray, k: int, briers: np.ndarray
+) -> BrierDecomposition:
+    """The decomposition from (option, bin) counts and hits (flat), labels, weights and item Briers."""
     total = w.sum()
     with np.errstate(invalid="ignore", divide="ignore"):
         freq = np.where(count > 0, hits / count, 0.0)
     brier_recal = float(np.sum(count * freq * (1.0 - freq)) / total)
     label_freq = np.bincount(labels, weights=w, minlength=k) / total
     uncertainty = float(np.sum(label_freq * (1.0 - label_freq)))
-    briers = item_brier(probs, labels) if item_briers is None else item_briers
     brier = float(np.dot(briers, w) / total)
     return BrierDecomposition(brier, brier - brier_recal, uncertainty - brier_recal, uncertainty)
 

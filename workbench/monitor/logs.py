@@ -32,21 +32,36 @@ from typing import Any
 
 from workbench.errors import OptionError
 
-#: Columns of a parsed decision record and how each is read from the JSON line.
+#: Fields of a decision record as DuckDB's JSON reader reads them (one parse per line; scalars as text,
+#: ``probs`` as its JSON text), and how each becomes a column.
+_READ = {
+    "decision_id": "VARCHAR",
+    "time": "VARCHAR",
+    "policy_hash": "VARCHAR",
+    "policy_version": "VARCHAR",
+    "model": "VARCHAR",
+    "schema_hash": "VARCHAR",
+    "question": "VARCHAR",
+    "action": "VARCHAR",
+    "option": "VARCHAR",
+    "p_top": "VARCHAR",
+    "margin": "VARCHAR",
+    "probs": "JSON",
+}
 _FIELDS = {
-    "decision_id": "line->>'decision_id'",
-    "time": "CAST(timezone('UTC', TRY_CAST(line->>'time' AS TIMESTAMPTZ)) AS TIMESTAMP)",
-    "time_text": "line->>'time'",
-    "policy_hash": "line->>'policy_hash'",
-    "policy_version": "line->>'policy_version'",
-    "model": "line->>'model'",
-    "schema_hash": "line->>'schema_hash'",
-    "question": "line->>'question'",
-    "action": "line->>'action'",
-    "option": "line->>'option'",
-    "p_top": "TRY_CAST(line->>'p_top' AS DOUBLE)",
-    "margin": "TRY_CAST(line->>'margin' AS DOUBLE)",
-    "probs": "TRY_CAST(line->'probs' AS DOUBLE[])",
+    "decision_id": "decision_id",
+    "time": "CAST(timezone('UTC', TRY_CAST(\"time\" AS TIMESTAMPTZ)) AS TIMESTAMP)",
+    "time_text": '"time"',
+    "policy_hash": "policy_hash",
+    "policy_version": "policy_version",
+    "model": "model",
+    "schema_hash": "schema_hash",
+    "question": "question",
+    "action": "action",
+    "option": '"option"',
+    "p_top": "TRY_CAST(p_top AS DOUBLE)",
+    "margin": "TRY_CAST(margin AS DOUBLE)",
+    "probs": "TRY_CAST(probs AS DOUBLE[])",
 }
 _REQUIRED = ("decision_id", "question", "action")
 
@@ -120,26 +135,32 @@ class MonitorStore:
 
     # -- decisions --------------------------------------------------------------------------------
     def load_decisions(self, files: Sequence[str]) -> LoadSummary:
-        """Parse the decision logs into table ``decisions``; count and skip lines that are not JSON."""
+        """Parse the decision logs into table ``decisions``; count and skip lines that are not JSON objects.
+
+        Each line is parsed once, by DuckDB's JSON reader (``ignore_errors``): a line it cannot read as
+        an object (a torn last line, an array, a bare value) comes back without any field and counts as
+        skipped, as does an object with none of the record's fields (``{}``).
+        """
         con = self.con
-        src = (
-            f"read_csv({_sql_list(files)}, columns={{'line': 'VARCHAR'}}, header=false, delim=chr(1), "
-            "quote='', escape='', auto_detect=false, filename=true)"
-        )
-        con.execute(f"CREATE TEMP VIEW lines AS SELECT line, filename FROM {src} WHERE trim(coalesce(line, '')) <> ''")
-        bad = con.execute(
-            "SELECT filename, count(*) FROM lines WHERE NOT json_valid(line) OR json_type(line) <> 'OBJECT' "
-            "GROUP BY filename ORDER BY filename"
-        ).fetchall()
+        spec = "{" + ", ".join(f"'{n}': '{t}'" for n, t in _READ.items()) + "}"
         cols = ", ".join(f"{expr} AS {name}" for name, expr in _FIELDS.items())
+        empty = " AND ".join(f'"{n}" IS NULL' for n in _READ)
         con.execute(
-            f"CREATE TABLE decisions AS SELECT {cols} FROM lines WHERE json_valid(line) AND json_type(line) = 'OBJECT'"
+            f"CREATE TABLE decisions AS SELECT {cols}, {empty} AS unreadable, filename FROM read_json("
+            f"{_sql_list(files)}, format='newline_delimited', columns={spec}, ignore_errors=true, filename=true)"
         )
+        counts = con.execute(
+            "SELECT filename, count(*), count(*) FILTER (WHERE unreadable) FROM decisions GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+        con.execute("DELETE FROM decisions WHERE unreadable")
+        con.execute("ALTER TABLE decisions DROP COLUMN unreadable")
+        con.execute("ALTER TABLE decisions DROP COLUMN filename")
         summary = LoadSummary(list(files))
-        summary.n_lines = int(con.execute("SELECT count(*) FROM lines").fetchone()[0])  # type: ignore[index]
-        summary.skipped = {str(f): int(n) for f, n in bad}
+        summary.n_lines = sum(int(n) for _, n, _ in counts)
+        summary.skipped = {str(f): int(bad) for f, _, bad in counts if bad}
         missing = " OR ".join(f"{c} IS NULL" for c in _REQUIRED)
-        summary.incomplete = int(con.execute(f"SELECT count(*) FROM decisions WHERE {missing}").fetchone()[0])  # type: ignore[index]
+        n_missing = int(con.execute(f"SELECT count(*) FROM decisions WHERE {missing}").fetchone()[0])  # type: ignore[index]
+        summary.incomplete = n_missing
         con.execute(f"DELETE FROM decisions WHERE {missing}")
         summary.n_records = int(con.execute("SELECT count(*) FROM decisions").fetchone()[0])  # type: ignore[index]
         for f, n in summary.skipped.items():
@@ -236,27 +257,43 @@ class MonitorStore:
         (``"1D"``, ``"6h"``, ``"15min"``, ``"1W"``).
         """
         con = self.con
-        opt_cases = " ".join(f"WHEN '{_q(q)}' THEN {_sql_list(o)}" for q, o in options.items())
+        opt_rows = [(q, i, o) for q, opts in options.items() for i, o in enumerate(opts)]
+        import pyarrow as pa
+
+        con.register(
+            "_options",
+            pa.table(
+                {
+                    "question": pa.array([r[0] for r in opt_rows], pa.string()),
+                    "idx": pa.array([r[1] for r in opt_rows], pa.int64()),
+                    "opt": pa.array([r[2] for r in opt_rows], pa.string()),
+                    "n_opts": pa.array([len(options[r[0]]) for r in opt_rows], pa.int64()),
+                }
+            ),
+        )
         model_bad = f"(model IS NOT NULL AND NOT list_contains({_sql_list(models)}, model))" if models else "false"
         schema_bad = f"(schema_hash IS NOT NULL AND NOT list_contains({_sql_list(schema_hashes)}, schema_hash))"
         period = parse_window(window)
-        order = "time NULLS LAST, decision_id"
+        order = "x.time NULLS LAST, x.decision_id"
         if isinstance(period, int):
-            wkey = f"(row_number() OVER (PARTITION BY question ORDER BY {order}) - 1) // {period}"
+            wkey = f"(row_number() OVER (PARTITION BY x.question ORDER BY {order}) - 1) // {period}"
         else:
-            wkey = f"time_bucket(INTERVAL '{period}', time)"
+            wkey = f"time_bucket(INTERVAL '{period}', x.time)"
+        # no probability vectors (nor option lists) per row: the predicted option and the outcome's index
+        # come from a join with the small option table; the recertification reads the vectors by ``drow``
         con.execute(
             f"""
             CREATE TABLE d AS
             WITH x AS (
-                SELECT dec.*, o.outcome, o.override,
-                       CASE dec.question {opt_cases} END AS options
+                SELECT dec.* EXCLUDE (probs), dec.rowid AS drow, o.outcome, o.override,
+                       dec.probs IS NOT NULL AS has_probs,
+                       list_position(dec.probs, list_max(dec.probs)) - 1 AS pidx, len(dec.probs) AS plen
                 FROM decisions dec LEFT JOIN outcomes o
                   ON o.decision_id = dec.decision_id AND o.question = dec.question
                 WHERE dec.policy_hash = '{_q(policy_hash)}' AND dec.question IN (SELECT unnest({_sql_list(list(options))}))
             )
-            SELECT *,
-                   row_number() OVER (PARTITION BY question ORDER BY {order}) - 1 AS idx,
+            SELECT x.* EXCLUDE (pidx, plen),
+                   row_number() OVER (PARTITION BY x.question ORDER BY {order}) - 1 AS idx,
                    {wkey} AS win,
                    action = 'accept' AS accepted,
                    action = 'accept' AND (outcome IS NOT NULL OR override IS NOT NULL) AS known,
@@ -265,12 +302,14 @@ class MonitorStore:
                    {schema_bad} AS schema_mismatch,
                    least(floor(p_top * {n_bins}), {n_bins - 1})::INTEGER AS p_bin,
                    least(floor(greatest(margin, 0) * {n_bins}), {n_bins - 1})::INTEGER AS m_bin,
-                   CASE WHEN probs IS NOT NULL AND len(probs) = len(options)
-                        THEN options[list_position(probs, list_max(probs))] END AS predicted,
-                   CASE WHEN outcome IS NOT NULL THEN list_position(options, outcome) - 1 END AS label
+                   CASE WHEN x.plen = p.n_opts THEN p.opt END AS predicted,
+                   CASE WHEN outcome IS NOT NULL THEN l.idx END AS label
             FROM x
+            LEFT JOIN _options p ON p.question = x.question AND p.idx = x.pidx
+            LEFT JOIN _options l ON l.question = x.question AND l.opt = x.outcome
             """
         )
+        con.unregister("_options")
 
     def other_policies(self, policy_hash: str) -> list[tuple[str, int]]:
         return [

@@ -115,9 +115,7 @@ def _recertify(con: Any, policy: Any, question: str, alpha: float, delta: float,
     from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
 
     n = int(
-        con.execute(
-            "SELECT count(*) FROM d WHERE question = ? AND label >= 0 AND probs IS NOT NULL", [question]
-        ).fetchone()[0]
+        con.execute("SELECT count(*) FROM d WHERE question = ? AND label >= 0 AND has_probs", [question]).fetchone()[0]
     )
     current = policy.model.questions[question].rule.model_dump()
     if n < opts.recertify_min:
@@ -129,8 +127,8 @@ def _recertify(con: Any, policy: Any, question: str, alpha: float, delta: float,
             "message": f"{n} decisions with a known outcome; {opts.recertify_min} needed to recertify",
         }
     rows = con.execute(
-        "SELECT probs, label FROM (SELECT probs, label, idx FROM d WHERE question = ? AND label >= 0 "
-        "AND probs IS NOT NULL ORDER BY idx DESC LIMIT ?) ORDER BY idx",
+        "SELECT dec.probs, t.label FROM (SELECT drow, label, idx FROM d WHERE question = ? AND label >= 0 "
+        "AND has_probs ORDER BY idx DESC LIMIT ?) t JOIN decisions dec ON dec.rowid = t.drow ORDER BY t.idx",
         [question, opts.recertify_max],
     ).fetchnumpy()
     probs = np.asarray(np.stack(list(rows["probs"])), dtype=float)

@@ -27,11 +27,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from workbench.metrics.bootstrap import mcnemar, paired_bootstrap
-from workbench.metrics.confusion import confusion_matrix
+from workbench.metrics.bootstrap import mcnemar_counts
+from workbench.metrics.poisson_bootstrap import paired_cell_bootstrap
 from workbench.metrics.reliability import wilson_interval
-from workbench.shadow.drift import histogram, js_divergence, psi, time_window_bounds, window_bounds
+from workbench.shadow.drift import js_divergence, psi, window_bounds
 from workbench.shadow.policies import SidePolicy, is_accept
 from workbench.store.shadow import ShadowAnswers
 from workbench.thresholds.rules import top_two_fast
@@ -97,35 +98,6 @@ def _top_choice(probs: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(probs).all(axis=1), top, -1) if len(probs) else np.zeros(0, int)
 
 
-def _side_decisions(
-    policy: SidePolicy | None,
-    s: ShadowAnswers,
-    probs: np.ndarray,
-    failed: np.ndarray,
-    logged: np.ndarray | None,
-    models: np.ndarray | None,
-    schema_hash: str | None = None,
-) -> tuple[np.ndarray, np.ndarray, str] | None:
-    """(accepted (n,), option (n,), source) or None when the side has neither a policy nor a log.
-
-    ``schema_hash`` is the hash of the schema this side's requests were sent with: a policy restricted
-    to other schemas accepts none of them (as the runtime refuses them)."""
-    top = _top_choice(probs)
-    has_log = None if logged is None else pd.notna(np.asarray(logged, dtype=object))
-    decided = policy.decide(s.question, s.qtype, probs, models, schema_hash) if policy is not None else None
-    if decided is None and (has_log is None or not has_log.any()):
-        return None
-    if decided is not None:
-        accepted, option = decided.accepted.copy(), np.where(decided.option >= 0, decided.option, top)
-    else:
-        accepted, option = np.zeros(s.n, bool), top
-    source = "policy" if has_log is None or not has_log.any() else ("log" if decided is None else "log+policy")
-    if has_log is not None and has_log.any() and logged is not None:
-        accepted = np.where(has_log, is_accept(logged), accepted)
-        option = np.where(has_log, top, option)
-    return accepted & ~failed, option, source
-
-
 def _quantiles(x: np.ndarray) -> dict:
     x = x[np.isfinite(x)]
     if x.size == 0:
@@ -138,37 +110,415 @@ def _quantiles(x: np.ndarray) -> dict:
     }
 
 
-def _per_1000(cost: np.ndarray) -> float | None:
-    known = np.isfinite(cost)
-    if not known.any():
-        return None
-    return float(np.mean(cost[known]) * 1000.0)
+def _mean_or_none(x: np.ndarray) -> float | None:
+    known = np.isfinite(x)
+    return float(np.mean(x[known])) if known.any() else None
 
 
-def _wmean(x: np.ndarray, w: np.ndarray | None) -> float:
-    if w is None:
-        return float(np.mean(x)) if x.size else float("nan")
-    total = w.sum()
-    return float(w @ x / total) if total > 0 else float("nan")
+def request_figures(s: ShadowAnswers) -> dict:
+    """Latency quantiles and mean cost per side of the rows of ``s`` (the in-memory counterpart of
+    :func:`workbench.store.shadow.shadow_request_figures`)."""
+    return {
+        "n": s.n,
+        **{
+            side: {"latency": _quantiles(lat), "cost_mean": _mean_or_none(cost)}
+            for side, lat, cost in (
+                ("champion", s.champion_latency_ms, s.champion_cost_usd),
+                ("challenger", s.challenger_latency_ms, s.challenger_cost_usd),
+            )
+        },
+    }
 
 
-def _rate_stats(accepted: np.ndarray, wrong: np.ndarray, top_correct: np.ndarray):
-    """Bootstrap statistics of one side on known-outcome requests (weights = resample counts)."""
-    acc = accepted.astype(float)
-    err = (accepted & wrong).astype(float)
-    top = top_correct.astype(float)
+#: Cells of one side on a request with a known outcome: accepted (a), accepted and wrong (e), top
+#: choice right (t); cell = a + e + 3·t (a=0,e=0 → 0; a=1,e=0 → 1; a=1,e=1 → 2; +3 when t).
+_SIDE_CELLS = 6
 
-    def stats(w: np.ndarray | None) -> dict[str, float]:
-        n_acc = acc.sum() if w is None else w @ acc
-        n_err = err.sum() if w is None else w @ err
-        return {
-            "error_among_accepted": float(n_err / n_acc) if n_acc > 0 else 0.0,
-            "errors_per_request": _wmean(err, w),
-            "coverage": _wmean(acc, w),
-            "top_accuracy": _wmean(top, w),
-        }
+
+def _side_cell_stats(side: int):
+    """Bootstrap statistics of one side from weights over the 36 joint cells (champion cell × 6 + challenger cell)."""
+
+    def stats(w: np.ndarray) -> dict[str, np.ndarray]:
+        per = w.reshape(len(w), _SIDE_CELLS, _SIDE_CELLS).sum(axis=2 - side)  # (r, 6) weights of this side's cells
+        total = per.sum(axis=1)
+        n_acc = per[:, 1] + per[:, 2] + per[:, 4] + per[:, 5]
+        n_err = per[:, 2] + per[:, 5]
+        n_top = per[:, 3:].sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return {
+                "error_among_accepted": np.where(n_acc > 0, n_err / np.where(n_acc > 0, n_acc, 1.0), 0.0),
+                "errors_per_request": np.where(total > 0, n_err / total, np.nan),
+                "coverage": np.where(total > 0, n_acc / total, np.nan),
+                "top_accuracy": np.where(total > 0, n_top / total, np.nan),
+            }
 
     return stats
+
+
+def _coverage_stats(side: int):
+    """Coverage of one side from weights over the 4 cells (champion accepted × 2 + challenger accepted)."""
+
+    def stats(w: np.ndarray) -> dict[str, np.ndarray]:
+        per = w.reshape(len(w), 2, 2).sum(axis=2 - side)
+        total = per.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return {"coverage": np.where(total > 0, per[:, 1] / total, np.nan)}
+
+    return stats
+
+
+def _window_keys(s: ShadowAnswers, pos: np.ndarray, edges: np.ndarray | None, period: str | None) -> np.ndarray:
+    """Window key per row (int64; -1 = in no window): the equal-count window of ``pos``, or the
+    calendar-period floor of the row's time (ns since the epoch), as :func:`time_window_bounds` cuts them."""
+    if period:
+        out = np.full(s.n, -1, dtype=np.int64)
+        known = ~np.isnat(s.ts)
+        if known.any():
+            out[known] = pd.DatetimeIndex(s.ts[known]).floor(period).asi8
+        return out
+    assert edges is not None
+    return np.searchsorted(edges, pos, side="right").astype(np.int64) - 1
+
+
+class _QuestionAccumulator:
+    """Everything the per-question report needs, accumulated chunk by chunk (memory independent of n).
+
+    Counts (failures by kind, agreement, flips, directional decisions, the bootstrap cells) and per-window
+    p_top histograms are sums over rows, so the report of a session streamed in chunks equals the report
+    of the same rows in one array (:func:`_question_report`), whatever the chunking or order.
+    """
+
+    def __init__(
+        self,
+        question: str,
+        qtype: str,
+        option_ids: list[str],
+        n_total: int,
+        champion: SidePolicy | None,
+        challenger: SidePolicy | None,
+        *,
+        hashes: tuple[str | None, str | None],
+        n_windows: int,
+        period: str | None,
+    ):
+        from collections import Counter
+
+        self.question, self.qtype, self.option_ids = question, qtype, option_ids
+        k = len(option_ids)
+        self.k = k
+        self.champion, self.challenger = champion, challenger
+        self.decides = [p is not None and p.has_rule(question) for p in (champion, challenger)]
+        self.hashes = hashes
+        self.period = period
+        self.n = 0
+        self.n_both = 0
+        self.kinds: tuple[Counter, Counter] = (Counter(), Counter())
+        self.n_failed = [0, 0]
+        self.agree = 0
+        self.flips = np.zeros(k * k, dtype=np.int64)
+        self.has_log = [False, False]
+        self.directional = np.zeros(5, dtype=np.int64)
+        self.load_cells = np.zeros(4, dtype=np.int64)
+        self.error_cells = np.zeros(_SIDE_CELLS * _SIDE_CELLS, dtype=np.int64)
+        self.n_known = 0
+        self.edges = None if period else self._edges(n_total, n_windows)
+        self.windows: dict[int, dict] = {}
+
+    @staticmethod
+    def _edges(n: int, n_windows: int) -> np.ndarray:
+        bounds = window_bounds(n, n_windows)
+        return np.asarray([a for a, _ in bounds] + ([bounds[-1][1]] if bounds else []), dtype=np.int64)
+
+    def _decisions(self, policy: SidePolicy | None, s: ShadowAnswers, probs, failed, logged, models, schema_hash, top):
+        """(accepted, option, has_log) of one side on the rows of ``s``: the logged action where the
+        log has one, else the policy's decision (nothing accepted without a policy)."""
+        decided = policy.decide(s.question, s.qtype, probs, models, schema_hash) if policy is not None else None
+        if decided is not None:
+            accepted, option = decided.accepted.copy(), np.where(decided.option >= 0, decided.option, top)
+        else:
+            accepted, option = np.zeros(s.n, bool), top
+        has_log = pd.notna(np.asarray(logged, dtype=object)) if logged is not None else np.zeros(s.n, bool)
+        if has_log.any():
+            accepted = np.where(has_log, is_accept(logged), accepted)
+            option = np.where(has_log, top, option)
+        return accepted & ~failed, option, bool(has_log.any())
+
+    def add(self, s: ShadowAnswers, pos: np.ndarray) -> None:
+        n, k = s.n, self.k
+        if n == 0:
+            return
+        self.n += n
+        cf = pd.notna(np.asarray(s.champion_failure, dtype=object))
+        df = pd.notna(np.asarray(s.challenger_failure, dtype=object))
+        for i, (fail, kinds) in enumerate(((cf, s.champion_failure), (df, s.challenger_failure))):
+            self.n_failed[i] += int(fail.sum())
+            if fail.any():
+                names, counts = np.unique(kinds[fail].astype(str), return_counts=True)
+                self.kinds[i].update(dict(zip(map(str, names), map(int, counts))))
+        top_c, top_d = _top_choice(s.champion_probs), _top_choice(s.challenger_probs)
+        both = ~cf & ~df
+        self.n_both += int(both.sum())
+        self.agree += int((top_c[both] == top_d[both]).sum())
+        self.flips += np.bincount(top_c[both] * k + top_d[both], minlength=k * k)
+        hash_c, hash_d = self.hashes
+        acc_c, opt_c, log_c = self._decisions(
+            self.champion, s, s.champion_probs, cf, s.champion_logged, s.champion_model, hash_c, top_c
+        )
+        acc_d, opt_d, log_d = self._decisions(
+            self.challenger, s, s.challenger_probs, df, None, s.challenger_model, hash_d, top_d
+        )
+        self.has_log[0] |= log_c
+        self.has_log[1] |= log_d
+        self.directional += [
+            int((acc_d & ~acc_c).sum()),
+            int((acc_c & ~acc_d).sum()),
+            int((acc_c & acc_d & (opt_c == opt_d)).sum()),
+            int((acc_c & acc_d & (opt_c != opt_d)).sum()),
+            int((~acc_c & ~acc_d).sum()),
+        ]
+        self.load_cells += np.bincount(acc_c.astype(np.int64) * 2 + acc_d, minlength=4)
+        known = s.outcome >= 0
+        if known.any():
+            y = s.outcome[known]
+            cells = []
+            for acc, opt, top in ((acc_c, opt_c, top_c), (acc_d, opt_d, top_d)):
+                a = acc[known].astype(np.int64)
+                cells.append(a + (a & (opt[known] != y)) + 3 * (top[known] == y))
+            self.n_known += int(known.sum())
+            self.error_cells += np.bincount(cells[0] * _SIDE_CELLS + cells[1], minlength=_SIDE_CELLS**2)
+        self._add_windows(s, pos)
+
+    def _add_windows(self, s: ShadowAnswers, pos: np.ndarray) -> None:
+        ptop = [top_two_fast(p)[1] for p in (s.champion_probs, s.challenger_probs)]
+        keys = _window_keys(s, pos, self.edges, self.period)
+        inside = keys >= 0
+        if not inside.any():
+            return
+        uniq, inv = np.unique(keys[inside], return_inverse=True)
+        m = len(uniq)
+        pos_in, seq_in, ts_in = pos[inside], s.seq[inside], s.ts[inside]
+        count = np.bincount(inv, minlength=m)
+        order = np.lexsort((pos_in, inv))  # rows by window, then arrival position
+        first_row = order[np.r_[0, np.cumsum(count)[:-1]]]
+        ts_known = ~np.isnat(ts_in)
+        ts_int = ts_in.astype("datetime64[us]").astype(np.int64)
+        lo = np.full(m, np.iinfo(np.int64).max)
+        hi = np.full(m, np.iinfo(np.int64).min)
+        np.minimum.at(lo, inv[ts_known], ts_int[ts_known])
+        np.maximum.at(hi, inv[ts_known], ts_int[ts_known])
+        side_figs = []
+        for p in ptop:
+            p = p[inside]
+            fin = np.isfinite(p)
+            b = np.minimum((np.clip(np.where(fin, p, 0.0), 0.0, 1.0) * 10).astype(int), 9)
+            hist = np.bincount(inv[fin] * 10 + b[fin], minlength=m * 10).reshape(m, 10)
+            side_figs.append((hist, np.bincount(inv[fin], weights=p[fin], minlength=m)))
+        for j, key in enumerate(uniq.tolist()):
+            w = self.windows.get(key)
+            if w is None:
+                w = self.windows[key] = {
+                    "n": 0,
+                    "first_pos": np.iinfo(np.int64).max,
+                    "first_seq": 0,
+                    "ts_lo": np.iinfo(np.int64).max,
+                    "ts_hi": np.iinfo(np.int64).min,
+                    "hist": [np.zeros(10, np.int64), np.zeros(10, np.int64)],
+                    "psum": [0.0, 0.0],
+                }
+            w["n"] += int(count[j])
+            r = first_row[j]
+            if pos_in[r] < w["first_pos"]:
+                w["first_pos"], w["first_seq"] = int(pos_in[r]), int(seq_in[r])
+            w["ts_lo"], w["ts_hi"] = min(w["ts_lo"], int(lo[j])), max(w["ts_hi"], int(hi[j]))
+            for i, (hist, psum) in enumerate(side_figs):
+                w["hist"][i] += hist[j]
+                w["psum"][i] += float(psum[j])
+
+    def load_counts(self, state: dict) -> None:
+        """Take the counts that :func:`~workbench.store.shadow.shadow_pair_aggregates` computed in SQL."""
+        k = self.k
+        self.n, self.n_both, self.agree, self.n_known = state["n"], state["n_both"], state["agree"], state["n_known"]
+        self.n_failed = list(state["n_failed"])
+        for i in range(2):
+            self.kinds[i].update(state["kinds"][i])
+        self.has_log = list(state["has_log"])
+        self.directional = np.asarray(state["directional"], dtype=np.int64)
+        for tc, td, n in state["flips"]:
+            self.flips[tc * k + td] += n
+        for cell, n in state["load_cells"]:
+            self.load_cells[cell] += n
+        for cc, cd, n in state["error_cells"]:
+            self.error_cells[cc * _SIDE_CELLS + cd] += n
+        self.windows = dict(state["windows"])
+
+    # -- the report section ------------------------------------------------------------------------
+    def finish(self, requests: dict, *, criteria: Criteria, n_boot: int, seed: int) -> dict:
+        n, k, opts = self.n, self.k, self.option_ids
+        out: dict[str, Any] = {
+            "question": self.question,
+            "type": self.qtype,
+            "options": opts,
+            "n_requests": n,
+            "n_both_answered": self.n_both,
+        }
+        out["failures"] = {
+            side: {
+                "rate": self.n_failed[i] / n if n else None,
+                "by_kind": dict(sorted(self.kinds[i].items())),
+            }
+            for i, side in enumerate(("champion", "challenger"))
+        }
+        lo, hi = wilson_interval(np.array([self.agree]), np.array([self.n_both]))
+        out["agreement"] = {
+            "rate": self.agree / self.n_both if self.n_both else None,
+            "n": self.n_both,
+            "low": float(lo[0]),
+            "high": float(hi[0]),
+        }
+        flips = self.flips.reshape(k, k)
+        off = [(int(flips[i, j]), opts[i], opts[j]) for i, j in zip(*np.nonzero(flips)) if i != j]
+        off.sort(key=lambda t: -t[0])
+        out["flip_matrix"] = {
+            "rows": "champion",
+            "columns": "challenger",
+            "options": opts,
+            "counts": flips.tolist(),
+            "top_flips": [{"champion": a, "challenger": b, "count": c} for c, a, b in off[:10]],
+        }
+        sources: list[str | None] = []
+        for decides, logged in zip(self.decides, self.has_log):
+            if not decides and not logged:
+                sources.append(None)
+            else:
+                sources.append("policy" if not logged else ("log" if not decides else "log+policy"))
+        out["decisions"] = {"champion": sources[0], "challenger": sources[1]}
+        refusals = {
+            side: pol.schema_refusal(h)
+            for side, pol, h in (
+                ("champion", self.champion, self.hashes[0]),
+                ("challenger", self.challenger, self.hashes[1]),
+            )
+            if pol is not None and pol.schema_refusal(h) is not None
+        }
+        if refusals:
+            out["schema_refusals"] = refusals
+        if sources[0] is None or sources[1] is None or n == 0:
+            out["directional"] = out["review_load"] = out["error"] = None
+            out["notes"] = [
+                "no policy (or logged actions) for "
+                + " and ".join(side for side, d in zip(("champion", "challenger"), sources) if d is None)
+                + ": directional, review-load and error sections need both"
+            ]
+        else:
+            names = (
+                "challenger_accepts_where_champion_reviews",
+                "champion_accepts_where_challenger_reviews",
+                "both_accept_same_answer",
+                "both_accept_different_answer",
+                "both_review",
+            )
+            out["directional"] = {**{m: int(v) for m, v in zip(names, self.directional)}, "n": n}
+            load = paired_cell_bootstrap(
+                self.load_cells, _coverage_stats(0), _coverage_stats(1), n_boot=n_boot, seed=seed, level=criteria.level
+            )["coverage"]
+            out["review_load"] = {
+                "champion": 1.0 - load.a,
+                "challenger": 1.0 - load.b,
+                "change": -load.difference,
+                "low": -load.high,
+                "high": -load.low,
+                "coverage_gain": load.difference,
+                "coverage_gain_low": load.low,
+                "coverage_gain_high": load.high,
+                "p_value": load.p_value,
+            }
+            cells = self.error_cells.reshape(_SIDE_CELLS, _SIDE_CELLS)
+            acc_c = int(cells[[1, 2, 4, 5], :].sum())
+            acc_d = int(cells[:, [1, 2, 4, 5]].sum())
+            err: dict[str, Any] = {
+                "n_known": self.n_known,
+                "n_known_accepted_by_champion": acc_c,
+                "n_known_accepted_by_challenger": acc_d,
+            }
+            if self.n_known:
+                diffs = paired_cell_bootstrap(
+                    self.error_cells,
+                    _side_cell_stats(0),
+                    _side_cell_stats(1),
+                    n_boot=n_boot,
+                    seed=seed + 1,
+                    level=criteria.level,
+                )
+                err.update({name: d.to_dict() for name, d in diffs.items()})
+                b01 = int(cells[:3, 3:].sum())  # champion's top choice wrong, challenger's right
+                b10 = int(cells[3:, :3].sum())
+                err["mcnemar_top_accuracy"] = mcnemar_counts(b01, b10).to_dict()
+            out["error"] = err
+
+        # -- cost and latency (per request, from the requests table or the rows' arrays) ------------
+        cost_c, cost_d = (
+            None if requests[side]["cost_mean"] is None else float(requests[side]["cost_mean"]) * 1000.0
+            for side in ("champion", "challenger")
+        )
+        out["cost_per_1000"] = {
+            "champion": cost_c,
+            "challenger": cost_d,
+            "change": None if cost_c is None or cost_d is None else cost_d - cost_c,
+        }
+        lat_c, lat_d = requests["champion"]["latency"], requests["challenger"]["latency"]
+        out["latency_ms"] = {
+            "champion": lat_c,
+            "challenger": lat_d,
+            "p50_change": None if lat_c["p50"] is None or lat_d["p50"] is None else lat_d["p50"] - lat_c["p50"],
+            "p95_change": None if lat_c["p95"] is None or lat_d["p95"] is None else lat_d["p95"] - lat_c["p95"],
+        }
+        out["drift"] = self._drift()
+        return out
+
+    def _drift(self) -> dict:
+        keys = sorted(self.windows)
+        rows: list[dict[str, Any]] = []
+        ref: list[np.ndarray] = []
+
+        def share(h: np.ndarray) -> np.ndarray:
+            return h / h.sum() if h.sum() else np.full(10, np.nan)
+
+        def when(t: int, empty: int) -> str | None:
+            return None if t == empty else str(np.datetime64(t, "us"))
+
+        for key in keys:
+            w = self.windows[key]
+            hc, hd = share(w["hist"][0]), share(w["hist"][1])
+            if not ref:
+                ref = [hc, hd]
+            nc, nd = int(w["hist"][0].sum()), int(w["hist"][1].sum())
+            rows.append(
+                {
+                    "start": when(w["ts_lo"], np.iinfo(np.int64).max),
+                    "end": when(w["ts_hi"], np.iinfo(np.int64).min),
+                    "first_seq": w["first_seq"],
+                    "n": w["n"],
+                    "mean_p_top_champion": w["psum"][0] / nc if nc else None,
+                    "mean_p_top_challenger": w["psum"][1] / nd if nd else None,
+                    "psi_champion": psi(ref[0], hc),
+                    "psi_challenger": psi(ref[1], hd),
+                    "js_champion": js_divergence(ref[0], hc),
+                    "js_challenger": js_divergence(ref[1], hd),
+                    "js_between_sides": js_divergence(hc, hd),
+                }
+            )
+        finite = [r["psi_challenger"] for r in rows if np.isfinite(r["psi_challenger"])]
+        return {
+            "score": "p_top",
+            "bins": 10,
+            "reference": "first window",
+            "windows_by": f"period {self.period}"
+            if self.period
+            else f"{len(rows)} equal-count windows in arrival order",
+            "windows": rows,
+            "max_psi_challenger": max(finite) if finite else None,
+            "max_psi_champion": max([r["psi_champion"] for r in rows if np.isfinite(r["psi_champion"])], default=None),
+        }
 
 
 def _question_report(
@@ -182,188 +532,20 @@ def _question_report(
     seed: int,
     period: str | None = None,
 ) -> dict:
-    n, k = s.n, len(s.option_ids)
-    cf = pd.notna(np.asarray(s.champion_failure, dtype=object)) if n else np.zeros(0, bool)
-    df = pd.notna(np.asarray(s.challenger_failure, dtype=object)) if n else np.zeros(0, bool)
-    top_c, top_d = _top_choice(s.champion_probs), _top_choice(s.challenger_probs)
-    both = ~cf & ~df
-    out: dict[str, Any] = {
-        "question": s.question,
-        "type": s.qtype,
-        "options": s.option_ids,
-        "n_requests": n,
-        "n_both_answered": int(both.sum()),
-    }
-    kinds_c: Any
-    kinds_d: Any
-    counts_c: Any
-    counts_d: Any
-    kinds_c, counts_c = np.unique(s.champion_failure[cf].astype(str), return_counts=True) if cf.any() else ([], [])
-    kinds_d, counts_d = np.unique(s.challenger_failure[df].astype(str), return_counts=True) if df.any() else ([], [])
-    out["failures"] = {
-        "champion": {
-            "rate": float(cf.mean()) if n else None,
-            "by_kind": dict(zip(map(str, kinds_c), map(int, counts_c))),
-        },
-        "challenger": {
-            "rate": float(df.mean()) if n else None,
-            "by_kind": dict(zip(map(str, kinds_d), map(int, counts_d))),
-        },
-    }
-
-    # -- agreement and flips (answers, before any policy) -----------------------------------------
-    agree = top_c[both] == top_d[both]
-    lo, hi = wilson_interval(np.array([agree.sum()]), np.array([agree.size]))
-    out["agreement"] = {
-        "rate": float(agree.mean()) if agree.size else None,
-        "n": int(agree.size),
-        "low": float(lo[0]),
-        "high": float(hi[0]),
-    }
-    flips = confusion_matrix(top_c[both], top_d[both], k)[:, :k] if both.any() else np.zeros((k, k), int)
-    off = [(int(flips[i, j]), s.option_ids[i], s.option_ids[j]) for i, j in zip(*np.nonzero(flips)) if i != j]
-    off.sort(key=lambda t: -t[0])
-    out["flip_matrix"] = {
-        "rows": "champion",
-        "columns": "challenger",
-        "options": s.option_ids,
-        "counts": flips.tolist(),
-        "top_flips": [{"champion": a, "challenger": b, "count": c} for c, a, b in off[:10]],
-    }
-
-    # -- decisions under each side's policy ---------------------------------------------------------
-    hash_c, hash_d = s.extra.get("champion_schema_hash"), s.extra.get("challenger_schema_hash")
-    dec_c = _side_decisions(champion, s, s.champion_probs, cf, s.champion_logged, s.champion_model, hash_c)
-    dec_d = _side_decisions(challenger, s, s.challenger_probs, df, None, s.challenger_model, hash_d)
-    out["decisions"] = {"champion": dec_c[2] if dec_c else None, "challenger": dec_d[2] if dec_d else None}
-    refusals = {
-        side: pol.schema_refusal(h)
-        for side, pol, h in (("champion", champion, hash_c), ("challenger", challenger, hash_d))
-        if pol is not None and pol.schema_refusal(h) is not None
-    }
-    if refusals:
-        out["schema_refusals"] = refusals
-    if dec_c is None or dec_d is None or n == 0:
-        out["directional"] = out["review_load"] = out["error"] = None
-        out["notes"] = [
-            "no policy (or logged actions) for "
-            + " and ".join(side for side, d in (("champion", dec_c), ("challenger", dec_d)) if d is None)
-            + ": directional, review-load and error sections need both"
-        ]
-    else:
-        acc_c, opt_c, _ = dec_c
-        acc_d, opt_d, _ = dec_d
-        out["directional"] = {
-            "challenger_accepts_where_champion_reviews": int((acc_d & ~acc_c).sum()),
-            "champion_accepts_where_challenger_reviews": int((acc_c & ~acc_d).sum()),
-            "both_accept_same_answer": int((acc_c & acc_d & (opt_c == opt_d)).sum()),
-            "both_accept_different_answer": int((acc_c & acc_d & (opt_c != opt_d)).sum()),
-            "both_review": int((~acc_c & ~acc_d).sum()),
-            "n": n,
-        }
-        one = np.ones(n, bool)
-        ones = np.zeros(n, bool)
-        load = paired_bootstrap(
-            _rate_stats(acc_c, ones, one),
-            _rate_stats(acc_d, ones, one),
-            n,
-            n_boot=n_boot,
-            seed=seed,
-            level=criteria.level,
-        )["coverage"]
-        out["review_load"] = {
-            "champion": 1.0 - load.a,
-            "challenger": 1.0 - load.b,
-            "change": -load.difference,
-            "low": -load.high,
-            "high": -load.low,
-            "coverage_gain": load.difference,
-            "coverage_gain_low": load.low,
-            "coverage_gain_high": load.high,
-            "p_value": load.p_value,
-        }
-        known = s.outcome >= 0
-        nk = int(known.sum())
-        err: dict[str, Any] = {
-            "n_known": nk,
-            "n_known_accepted_by_champion": int((known & acc_c).sum()),
-            "n_known_accepted_by_challenger": int((known & acc_d).sum()),
-        }
-        if nk:
-            y = s.outcome[known]
-            wrong_c, wrong_d = opt_c[known] != y, opt_d[known] != y
-            top_ok_c, top_ok_d = top_c[known] == y, top_d[known] == y
-            diffs = paired_bootstrap(
-                _rate_stats(acc_c[known], wrong_c, top_ok_c),
-                _rate_stats(acc_d[known], wrong_d, top_ok_d),
-                nk,
-                n_boot=n_boot,
-                seed=seed + 1,
-                level=criteria.level,
-            )
-            err.update({name: d.to_dict() for name, d in diffs.items()})
-            err["mcnemar_top_accuracy"] = mcnemar(top_ok_c, top_ok_d).to_dict()
-        out["error"] = err
-
-    # -- cost and latency -------------------------------------------------------------------------
-    cost_c, cost_d = _per_1000(s.champion_cost_usd), _per_1000(s.challenger_cost_usd)
-    out["cost_per_1000"] = {
-        "champion": cost_c,
-        "challenger": cost_d,
-        "change": None if cost_c is None or cost_d is None else cost_d - cost_c,
-    }
-    lat_c, lat_d = _quantiles(s.champion_latency_ms), _quantiles(s.challenger_latency_ms)
-    out["latency_ms"] = {
-        "champion": lat_c,
-        "challenger": lat_d,
-        "p50_change": None if lat_c["p50"] is None or lat_d["p50"] is None else lat_d["p50"] - lat_c["p50"],
-        "p95_change": None if lat_c["p95"] is None or lat_d["p95"] is None else lat_d["p95"] - lat_c["p95"],
-    }
-
-    # -- drift of p_top over time windows -----------------------------------------------------------
-    out["drift"] = _drift(s, n_windows, period)
-    return out
-
-
-def _drift(s: ShadowAnswers, n_windows: int, period: str | None = None) -> dict:
-    ptop_c = top_two_fast(s.champion_probs)[1] if s.n else np.zeros(0)
-    ptop_d = top_two_fast(s.challenger_probs)[1] if s.n else np.zeros(0)
-    bounds = time_window_bounds(s.ts, period) if period else window_bounds(s.n, n_windows)
-    rows: list[dict[str, Any]] = []
-    ref_c = histogram(ptop_c[bounds[0][0] : bounds[0][1]]) if bounds and s.n else None
-    ref_d = histogram(ptop_d[bounds[0][0] : bounds[0][1]]) if bounds and s.n else None
-    for a, b in bounds:
-        if b <= a:
-            continue
-        assert ref_c is not None and ref_d is not None  # bounds exist, so the first window does
-        hc, hd = histogram(ptop_c[a:b]), histogram(ptop_d[a:b])
-        ts = s.ts[a:b]
-        known_ts = ts[~np.isnat(ts)]
-        rows.append(
-            {
-                "start": str(known_ts.min()) if known_ts.size else None,
-                "end": str(known_ts.max()) if known_ts.size else None,
-                "first_seq": int(s.seq[a]),
-                "n": int(b - a),
-                "mean_p_top_champion": float(np.nanmean(ptop_c[a:b])) if np.isfinite(ptop_c[a:b]).any() else None,
-                "mean_p_top_challenger": float(np.nanmean(ptop_d[a:b])) if np.isfinite(ptop_d[a:b]).any() else None,
-                "psi_champion": psi(ref_c, hc),
-                "psi_challenger": psi(ref_d, hd),
-                "js_champion": js_divergence(ref_c, hc),
-                "js_challenger": js_divergence(ref_d, hd),
-                "js_between_sides": js_divergence(hc, hd),
-            }
-        )
-    finite = [r["psi_challenger"] for r in rows if np.isfinite(r["psi_challenger"])]
-    return {
-        "score": "p_top",
-        "bins": 10,
-        "reference": "first window",
-        "windows_by": f"period {period}" if period else f"{len(rows)} equal-count windows in arrival order",
-        "windows": rows,
-        "max_psi_challenger": max(finite) if finite else None,
-        "max_psi_champion": max([r["psi_champion"] for r in rows if np.isfinite(r["psi_champion"])], default=None),
-    }
+    """The report section of one question from its rows in memory, in arrival order."""
+    acc = _QuestionAccumulator(
+        s.question,
+        s.qtype,
+        s.option_ids,
+        s.n,
+        champion,
+        challenger,
+        hashes=(s.extra.get("champion_schema_hash"), s.extra.get("challenger_schema_hash")),
+        n_windows=n_windows,
+        period=period,
+    )
+    acc.add(s, np.arange(s.n, dtype=np.int64))
+    return acc.finish(request_figures(s), criteria=criteria, n_boot=n_boot, seed=seed)
 
 
 # -- verdict ---------------------------------------------------------------------------------------
@@ -907,12 +1089,152 @@ def report_from_answers(
         )
         for s in answers
     ]
+    return _assemble(questions, champion_policy, challenger_policy, criteria, shadow, session)
+
+
+def _assemble(
+    questions: list[dict],
+    champion_policy: SidePolicy | None,
+    challenger_policy: SidePolicy | None,
+    criteria: Criteria,
+    shadow: str,
+    session: dict | None,
+) -> ShadowReport:
     verdict, gates = judge(questions, criteria)
     policies = {
         "champion": champion_policy.describe() if champion_policy else None,
         "challenger": challenger_policy.describe() if challenger_policy else None,
     }
     return ShadowReport(shadow, session or {}, questions, verdict, gates, criteria, policies)
+
+
+#: Rows per chunk the streaming report reads (two 77-option matrices of float64: ~60 MB).
+BATCH_ROWS = 50_000
+#: DuckDB's buffer pool while the streaming report joins and orders a session (it spills beyond).
+MEMORY_LIMIT = "512MB"
+
+
+def _side_rows(policy: SidePolicy | None, question: str, qtype: str, chunk: dict, schema_hash: str | None) -> pa.Table:
+    """Per-row results of one side on a chunk of its answers (see ``SIDE_ROWS_COLUMNS`` in the store):
+    the policy decides without the model check, which the pairing applies in SQL."""
+    probs = chunk["probs"]
+    m = len(probs)
+    failed = ~np.isfinite(probs).all(axis=1)
+    kinds = np.where(pd.isna(chunk["failure_kind"]), "missing_answer", chunk["failure_kind"]).astype(object)
+    kinds[~failed] = None
+    top = _top_choice(probs)
+    ptop = top_two_fast(probs)[1]
+    decided = policy.decide(question, qtype, probs, None, schema_hash) if policy is not None else None
+    if decided is not None:
+        acc, opt = decided.accepted & ~failed, np.where(decided.option >= 0, decided.option, top)
+    else:
+        acc, opt = np.zeros(m, bool), top
+    logged = chunk["logged"]
+    has_log = pd.notna(logged)
+    return pa.table(
+        {
+            "item_id": chunk["item_id"],
+            "top": pa.array(top.astype(np.int32)),
+            "ptop": pa.array(np.asarray(ptop, dtype=float), from_pandas=True),
+            "acc_policy": pa.array(acc),
+            "opt_policy": pa.array(opt.astype(np.int32)),
+            "has_log": pa.array(has_log),
+            "log_accept": pa.array(is_accept(logged) if has_log.any() else np.zeros(m, bool)),
+            "failed": pa.array(failed),
+            "kind": pa.array(kinds.tolist(), pa.string()),
+        }
+    )
+
+
+def _stream_sections(
+    con,
+    shadow: str,
+    question: str,
+    *,
+    champion_policy: SidePolicy | None,
+    challenger_policy: SidePolicy | None,
+    hashes: dict[str, str | None],
+    criteria: Criteria,
+    n_windows: int,
+    n_boot: int,
+    seed: int,
+    period: str | None,
+    groups: str | None = None,
+) -> dict[Any, dict]:
+    """Report sections of ``question`` per group value (``None`` = the whole session), from the store
+    without holding the session in memory.
+
+    Each side's answers are scanned in chunks (no join): the top choice, p_top and the policy's decision
+    of every row go to a small temporary table; DuckDB then pairs both sides with the requests and
+    outcomes and computes every count (:func:`~workbench.store.shadow.shadow_pair_aggregates`), and the
+    section is finished from those counts exactly as :func:`_question_report` finishes it from arrays.
+    """
+    from workbench.schema import option_ids
+    from workbench.store.shadow import (
+        iter_side_answers,
+        session_schema,
+        shadow_pair_aggregates,
+        shadow_request_figures,
+        side_rows_tables,
+    )
+
+    q = session_schema(con, shadow).questions[question]
+    qtype, opts = q.type, option_ids(q)
+    policies = {"champion": champion_policy, "challenger": challenger_policy}
+    figures = shadow_request_figures(con, shadow, groups)
+    with side_rows_tables(con, policies) as (append, tables):
+        for side, policy in policies.items():
+            decides = policy is not None and policy.has_rule(question)
+            for chunk in iter_side_answers(con, shadow, question, side, batch_rows=BATCH_ROWS):
+                append[side](_side_rows(policy if decides else None, question, qtype, chunk, hashes[side]))
+        agg = shadow_pair_aggregates(
+            con,
+            shadow,
+            question,
+            tables,
+            valid_models={
+                side: list(p.valid_models) if p is not None and p.has_rule(question) else []
+                for side, p in policies.items()
+            },
+            window_starts=None if period else (lambda n: [a for a, _ in window_bounds(n, n_windows)]),
+            period_us=_period_us(period) if period else None,
+            groups=groups,
+        )
+    if not agg:
+        agg = {None: None}
+    out = {}
+    for key, state in agg.items():
+        acc = _QuestionAccumulator(
+            question,
+            qtype,
+            opts,
+            0 if state is None else state["n"],
+            champion_policy,
+            challenger_policy,
+            hashes=(hashes["champion"], hashes["challenger"]),
+            n_windows=n_windows,
+            period=period,
+        )
+        if state is not None:
+            acc.load_counts(state)
+        fig = figures.get(key) or {
+            "n": 0,
+            **{side: {"latency": _quantiles(np.zeros(0)), "cost_mean": None} for side in ("champion", "challenger")},
+        }
+        out[key] = acc.finish(fig, criteria=criteria, n_boot=n_boot, seed=seed)
+    return out
+
+
+def _period_us(period: str) -> int:
+    """Length of a fixed calendar period (``"1h"``, ``"1D"``, ``"15min"``) in microseconds, as pandas floors it."""
+    from pandas.tseries.frequencies import to_offset
+
+    try:
+        return int(to_offset(period).nanos) // 1000
+    except ValueError as exc:
+        from workbench.errors import OptionError
+
+        raise OptionError(f"--period {period!r}: {exc}", hint="a fixed period such as 15min, 1h or 1D") from None
 
 
 def _side_schema_hash(con, session: dict, side: str) -> str | None:
@@ -966,6 +1288,42 @@ def _certified_sides(
     return out, notes
 
 
+def _stream_slices(
+    con,
+    shadow: str,
+    ids: list[str],
+    values: pd.DataFrame,
+    *,
+    column: str,
+    order: list[str] | None,
+    source: str,
+    meta: dict,
+    **common: Any,
+) -> ShadowSlices:
+    """:func:`slice_report` streamed from the store: the slice value of each request joins the rows in
+    DuckDB, and one pass per question accumulates every slice (positions count within the slice)."""
+    from workbench.metrics.slices import MISSING, slice_groups
+    from workbench.store.shadow import register_slice_values
+
+    with register_slice_values(con, values) as name:
+        per_q = {
+            q: {
+                (MISSING if k is None else str(k)): sec
+                for k, sec in _stream_sections(con, shadow, q, groups=name, **common).items()
+            }
+            for q in ids
+        }
+    present = np.asarray(sorted({v for secs in per_q.values() for v in secs}), dtype=object)
+    shown = np.asarray([None if v == MISSING else v for v in present], dtype=object)
+    names = [v for v, _ in slice_groups(shown, order)] if present.size else []
+    out = ShadowSlices(column, names, source)
+    crit = common["criteria"]
+    for v in names:
+        sections = [per_q[q][v] for q in ids if v in per_q[q]]
+        out.reports[v] = _assemble(sections, common["champion_policy"], common["challenger_policy"], crit, shadow, meta)
+    return out
+
+
 def shadow_report(
     con,
     shadow: str,
@@ -995,7 +1353,7 @@ def shadow_report(
     metadata columns, or ``state_length`` for any session). An unknown column raises
     :class:`~workbench.errors.NotFoundError` naming the columns there are.
     """
-    from workbench.store.shadow import get_session, load_shadow, session_schema
+    from workbench.store.shadow import bounded_memory, get_session, session_schema
     from workbench.thresholds.choose import ThresholdOptions
 
     options = options if options is not None else ThresholdOptions()
@@ -1008,25 +1366,26 @@ def shadow_report(
     slice_list = [slices] if isinstance(slices, str) else list(dict.fromkeys(slices or []))
     slice_values = {c: shadow_slice_values(con, shadow, session, c) for c in slice_list}  # fail before work
     hashes = {side: _side_schema_hash(con, session, side) for side in ("champion", "challenger")}
-    arrays = [load_shadow(con, shadow, q) for q in ids]
-    for a in arrays:
-        a.extra["champion_schema_hash"], a.extra["challenger_schema_hash"] = hashes["champion"], hashes["challenger"]
     meta = {k: session[k] for k in ("source", "champion", "challenger")}
     meta["created_at"] = str(session["created_at"])
+    criteria = criteria or Criteria()
     common: dict[str, Any] = {
         "champion_policy": sides["champion"],
         "challenger_policy": sides["challenger"],
+        "hashes": hashes,
         "criteria": criteria,
         "n_windows": n_windows,
         "n_boot": n_boot,
         "seed": seed,
-        "shadow": shadow,
-        "session": meta,
         "period": period,
     }
-    report = report_from_answers(arrays, **common)
-    for column, (values, order, source) in slice_values.items():
-        report.slices[column] = slice_report(arrays, values, column=column, order=order, source=source, **common)
+    with bounded_memory(con, MEMORY_LIMIT):
+        sections = [_stream_sections(con, shadow, q, **common)[None] for q in ids]
+        report = _assemble(sections, sides["champion"], sides["challenger"], criteria, shadow, meta)
+        for column, (values, order, source) in slice_values.items():
+            report.slices[column] = _stream_slices(
+                con, shadow, list(ids), values, column=column, order=order, source=source, meta=meta, **common
+            )
     report.policies["settings"] = options.settings()
     report.policies["settings_text"] = options.describe()
     report.policies["notes"] = notes

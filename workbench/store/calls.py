@@ -353,75 +353,154 @@ def recover_journal(con: duckdb.DuckDBPyConnection) -> int:
 EXPORT_FORMATS = ("parquet", "csv", "jsonl")
 
 
-def export_run(con: duckdb.DuckDBPyConnection, run_id: str, fmt: str, out: str | Path) -> int:
+#: DuckDB memory limit while exporting (its buffer pool counts in RSS; the sort spills to the temp directory).
+EXPORT_MEMORY_LIMIT = "1GB"
+
+
+def export_run(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    fmt: str,
+    out: str | Path,
+    *,
+    memory_limit: str | None = EXPORT_MEMORY_LIMIT,
+) -> int:
     """Write one row per item × question of ``run_id`` to ``out``; return the row count.
 
-    Columns: run_id, item_id, split, question, label (majority gold option or NULL), option_ids,
-    probs (NULL when failed), p_top, margin, provider, model, latency_ms, input_tokens, cost_usd,
-    cached, failure_kind, failure_message. In CSV the two list columns are JSON text.
+    Columns: run_id, item_id, split, question, label (majority gold option or NULL), probs (NULL when
+    failed, in schema option order), p_top, margin, provider, model, latency_ms, input_tokens, cost_usd,
+    cached, failure_kind, failure_message; rows ordered by item_id, then the schema's question order.
+    The option ids are stored once, not per row: in the Parquet file's key-value metadata under
+    ``workbench.option_ids`` (JSON ``{question: [option ids in order]}``), and for CSV/JSONL in a side-car
+    file ``OUT.options.json`` holding ``{"workbench.option_ids": {...}}``. In CSV ``probs`` is JSON text.
+
+    Streamed by DuckDB's ``COPY … TO`` (the sort spills to disk past ``memory_limit``; the limit is
+    restored afterwards), so the export never holds the run in memory.
     """
     from workbench.schema import option_ids
+    from workbench.store.answer_import import OPTION_IDS_KEY
     from workbench.store.runs import get_run, load_stored_schema
 
     if fmt not in EXPORT_FORMATS:
         raise WorkbenchError(f"unknown export format {fmt!r}", hint=f"use one of {', '.join(EXPORT_FORMATS)}")
     run = get_run(con, run_id)
     schema = load_stored_schema(con, run["schema_hash"])
-    opts = pa.table(
+    opts = {q: option_ids(schema.questions[q]) for q in schema.question_ids}
+    order = pa.table(
         {
-            "question": pa.array(list(schema.questions), type=pa.string()),
-            "qpos": pa.array(range(len(schema.questions)), type=pa.int32()),
-            "option_ids": pa.array([option_ids(q) for q in schema.questions.values()], type=pa.list_(pa.string())),
+            "question": pa.array(list(opts), type=pa.string()),
+            "qpos": pa.array(range(len(opts)), type=pa.int32()),
+            "option_ids": pa.array(list(opts.values()), type=pa.list_(pa.string())),
         }
     )
-    con.register("_export_options", opts)
-    try:
-        rel = con.execute(
-            """
-            WITH votes AS (
-                SELECT item_id, question, option_id, count(*) AS n FROM labels
-                WHERE dataset = $ds AND version = $v GROUP BY ALL
-            ), gold AS (
-                SELECT v.item_id, v.question,
-                       arg_max(v.option_id, v.n * 1000000 - coalesce(list_position(o.option_ids, v.option_id), 999999))
-                       AS label
-                FROM votes v JOIN _export_options o USING (question) GROUP BY ALL
-            )
-            SELECT a.run_id, a.item_id, i.split, a.question, g.label, o.option_ids, a.probs, a.p_top, a.margin,
-                   r.provider, a.model, a.latency_ms, a.input_tokens, a.cost_usd, a.cached,
-                   a.failure_kind, a.failure_message
-            FROM answers a
-            JOIN runs r ON r.run_id = a.run_id
-            JOIN _export_options o ON o.question = a.question
-            LEFT JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
-            LEFT JOIN gold g ON g.item_id = a.item_id AND g.question = a.question
-            WHERE a.run_id = $run
-            ORDER BY a.item_id, o.qpos
-            """,
-            {"ds": run["dataset"], "v": int(run["dataset_version"]), "run": run["run_id"]},
-        )
-        tbl = rel.fetch_arrow_table()
-    finally:
-        con.unregister("_export_options")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    meta = json.dumps(opts, ensure_ascii=False)
     if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        pq.write_table(tbl, out)
+        literal = meta.replace("'", "''")
+        options = f"FORMAT parquet, KV_METADATA {{'{OPTION_IDS_KEY}': '{literal}'}}"
     elif fmt == "jsonl":
-        # json.dumps writes floats with their shortest exact repr (pandas' to_json rounds to 10 digits)
-        with out.open("w", encoding="utf-8") as fh:
-            for row in tbl.to_pylist():
-                fh.write(json.dumps(row, ensure_ascii=False, allow_nan=False, default=str) + "\n")
+        options = "FORMAT json"
     else:
-        df = tbl.to_pandas()
-        for col in ("option_ids", "probs"):
-            df[col] = [
-                None if v is None else json.dumps([x.item() if hasattr(x, "item") else x for x in v]) for v in df[col]
-            ]
-        df.to_csv(out, index=False)
-    return tbl.num_rows
+        options = "FORMAT csv, HEADER true"
+    saved: dict[str, Any] = {}
+    if memory_limit:
+        for name in ("memory_limit", "preserve_insertion_order"):
+            row = con.execute("SELECT current_setting(?)", [name]).fetchone()
+            saved[name] = row[0] if row else None
+        con.execute(f"SET memory_limit = '{memory_limit}'")
+        con.execute("SET preserve_insertion_order = true")  # COPY keeps the ORDER BY order
+    from workbench.store.runs import answer_source
+
+    source, calibrators = answer_source(con, run)
+    probs_sql, top_sql, margin_sql = "a.probs", "a.p_top", "a.margin"
+    if calibrators is not None:  # a calibrated view: its calibrators apply to the parent's rows as DuckDB streams them
+        from duckdb import func, sqltypes
+
+        con.create_function(
+            "_wb_on_read",
+            _on_read_udf(calibrators),
+            [sqltypes.VARCHAR, duckdb.list_type(sqltypes.DOUBLE)],
+            duckdb.list_type(sqltypes.DOUBLE),
+            type=func.PythonUDFType.ARROW,
+        )
+        probs_sql = "_wb_on_read(a.question, a.probs)"
+        top_sql = "list_max(c.p)"
+        margin_sql = "list_max(c.p) - coalesce(list_sort(c.p, 'DESC')[2], 0)"
+    con.register("_export_options", order)
+    tmp = out.with_name(out.name + ".partial")
+    try:
+        row = con.execute(
+            f"""
+            COPY (
+                WITH votes AS (
+                    SELECT item_id, question, option_id, count(*) AS n FROM labels
+                    WHERE dataset = $ds AND version = $v GROUP BY ALL
+                ), gold AS (
+                    SELECT v.item_id, v.question,
+                           arg_max(v.option_id,
+                                   v.n * 1000000 - coalesce(list_position(o.option_ids, v.option_id), 999999)) AS label
+                    FROM votes v JOIN _export_options o USING (question) GROUP BY ALL
+                )
+                SELECT $run AS run_id, a.item_id, i.split, a.question, g.label, c.p AS probs, {top_sql} AS p_top,
+                       {margin_sql} AS margin, $provider AS provider, a.model, a.latency_ms, a.input_tokens,
+                       a.cost_usd, a.cached, a.failure_kind, a.failure_message
+                FROM answers a
+                CROSS JOIN LATERAL (SELECT {probs_sql} AS p) c
+                JOIN _export_options o ON o.question = a.question
+                LEFT JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
+                LEFT JOIN gold g ON g.item_id = a.item_id AND g.question = a.question
+                WHERE a.run_id = $source
+                ORDER BY a.item_id, o.qpos
+            ) TO '{str(tmp).replace("'", "''")}' ({options})
+            """,
+            {
+                "ds": run["dataset"],
+                "v": int(run["dataset_version"]),
+                "run": run["run_id"],
+                "source": source,
+                "provider": run["provider"],
+            },
+        ).fetchone()
+        if fmt != "parquet":
+            side = out.with_name(out.name + ".options.json")
+            side.write_text(json.dumps({OPTION_IDS_KEY: opts}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        tmp.replace(out)
+    finally:
+        con.unregister("_export_options")
+        if calibrators is not None:
+            con.remove_function("_wb_on_read")
+        tmp.unlink(missing_ok=True)
+        for name, value in saved.items():
+            con.execute(f"SET {name} = '{value}'" if isinstance(value, str) else f"SET {name} = {str(value).lower()}")
+    return int(row[0]) if row else 0
+
+
+def _on_read_udf(calibrators: dict[str, dict]):
+    """A DuckDB Arrow function (question, probs) -> calibrated probs applying each question's stored calibrator."""
+    from workbench_runtime.calibrators import calibrator_from_dict
+
+    fitted = {q: calibrator_from_dict(d) for q, d in calibrators.items()}
+
+    def apply(questions: pa.Array, probs: pa.ListArray | pa.ChunkedArray) -> pa.Array:
+        # one DuckDB vector (≤ 2,048 rows): lengths never change, so the calibrated rows are written
+        # into a copy of the values buffer at each row's offsets
+        if isinstance(probs, pa.ChunkedArray):
+            probs = probs.combine_chunks()
+        qs = np.asarray(questions.to_numpy(zero_copy_only=False), dtype=object)
+        valid = ~np.asarray(probs.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        offsets = np.asarray(probs.offsets.to_numpy(), dtype=np.int64)
+        values = np.array(probs.values.to_numpy(zero_copy_only=False), dtype=float)
+        for q, cal in fitted.items():
+            rows = np.flatnonzero((qs == q) & valid)
+            if rows.size == 0:
+                continue
+            k = int(offsets[rows[0] + 1] - offsets[rows[0]])
+            at = offsets[rows][:, None] + np.arange(k)[None, :]
+            values[at] = cal.transform(values[at])
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values), mask=probs.is_null())
+
+    return apply
 
 
 def run_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:

@@ -746,6 +746,9 @@ def import_dataset(
     files = [Path(p) for p in paths]
     if not files:
         raise DataImportError("no file given", hint="workbench datasets import PATH --name NAME ...")
+    fast = _fast_plain_parquet(con, files, spec, schema)
+    if fast is not None:
+        return fast
     frames = [_frame_for_file(p, spec, schema, len(files)) for p in files]
     items = pd.concat([fr[0] for fr in frames], ignore_index=True)
     labels = pd.concat([fr[1] for fr in frames], ignore_index=True)
@@ -809,21 +812,7 @@ def import_dataset(
         | set(spec.label_votes)
         | (set(previous[2]) if (spec.append and previous) else set())
     )
-    params = {
-        "seed": spec.seed,
-        "test_fraction": spec.test_fraction,
-        "calibration_fraction": spec.calibration_fraction,
-        "files": [str(p) for p in files],
-        "text_column": spec.text_column,
-        "state_column": spec.state_column,
-        "labels": spec.labels,
-        "group_column": spec.group_column,
-        "split_column": spec.split_column,
-        "split": spec.split,
-        "annotator_column": spec.annotator_column,
-        "label_votes": spec.label_votes,
-        "meta_columns": list(spec.meta_columns),
-    }
+    params = _import_params(spec, files)
 
     items_tbl = pa.Table.from_pandas(
         items[["item_id", "state_text", "state_json", "images", "split", "grp", "meta"]].astype(
@@ -903,6 +892,191 @@ _ITEM_FIELDS = {
 }
 
 
+def _import_params(spec: ImportSpec, files: Sequence[Path]) -> dict[str, Any]:
+    return {
+        "seed": spec.seed,
+        "test_fraction": spec.test_fraction,
+        "calibration_fraction": spec.calibration_fraction,
+        "files": [str(p) for p in files],
+        "text_column": spec.text_column,
+        "state_column": spec.state_column,
+        "labels": spec.labels,
+        "group_column": spec.group_column,
+        "split_column": spec.split_column,
+        "split": spec.split,
+        "annotator_column": spec.annotator_column,
+        "label_votes": spec.label_votes,
+        "meta_columns": list(spec.meta_columns),
+    }
+
+
+#: Plain printable-ASCII text whose first and last characters are visible: trimming and NFC leave it as is.
+_PLAIN_ID = "[!-~]([ -~]*[!-~])?"
+#: Rows per file above which ``import_dataset`` tries the DuckDB-only path (small files keep the pandas path).
+FAST_PATH_MIN_ROWS = 200_000
+#: DuckDB memory limit while the fast path runs (restored afterwards).
+FAST_PATH_MEMORY_LIMIT = "1GB"
+
+
+def _fast_plain_parquet(
+    con: duckdb.DuckDBPyConnection, files: list[Path], spec: ImportSpec, schema: DecisionSchema | None
+) -> DatasetInfo | None:
+    """The import of large, plain Parquet files entirely in DuckDB (streamed, bounded memory), or None.
+
+    Taken only when the pandas path would provably store the same rows: an id, a text and a split
+    column (or ``--split``), single-annotator ``--label`` columns of choice questions of ``schema``,
+    every id printable ASCII with visible first and last characters (so trimming and NFC change
+    nothing), unique, every text holding a visible character, every label exactly an option, every
+    split value a known split spelling. Anything else (and every error) goes the pandas path, which
+    names the offending row. The fingerprint is computed by the same SQL (:func:`_fingerprint`).
+    """
+    import pyarrow.parquet as pq
+
+    if (
+        schema is None
+        or not spec.id_column
+        or not spec.text_column
+        or not spec.labels
+        or not (spec.split_column or spec.split)
+        or spec.state_column
+        or spec.image_column
+        or spec.group_column
+        or spec.annotator_column
+        or spec.label_votes
+        or spec.meta_columns
+        or spec.positive
+        or spec.append
+        or spec.test_fraction is not None
+        or spec.calibration_fraction
+        or any(_READERS.get(f.suffix.lower()) != "parquet" for f in files)
+        or any(q not in schema.questions or schema.questions[q].type != "choice" for q in spec.labels)
+    ):
+        return None
+    cols = [
+        spec.id_column,
+        spec.text_column,
+        *spec.labels.values(),
+        *([spec.split_column] if spec.split_column else []),
+    ]
+    try:
+        for f in files:
+            _check_regular_file(f)
+            meta = pq.read_metadata(f)
+            schema_f = meta.schema.to_arrow_schema()
+            _check_header(schema_f.names, f)
+            if any(c not in schema_f.names or not pa.types.is_string(schema_f.field(c).type) for c in cols):
+                return None
+        if sum(pq.read_metadata(f).num_rows for f in files) < FAST_PATH_MIN_ROWS:
+            return None
+    except (DataImportError, pa.ArrowException, OSError):
+        return None  # the pandas path names the problem
+    src = "read_parquet($files)"
+    q = {"files": [str(f) for f in files]}
+
+    def col(c: str) -> str:
+        return '"' + c.replace('"', '""') + '"'
+
+    def lit(v: str) -> str:
+        return "'" + v.replace("'", "''") + "'"
+
+    idc, textc = col(spec.id_column), col(spec.text_column)
+    checks = con.execute(
+        f"SELECT count(*), count(DISTINCT {idc}),"
+        f" count(*) FILTER (WHERE {idc} IS NULL OR NOT regexp_full_match({idc}, '{_PLAIN_ID}')),"
+        f" count(*) FILTER (WHERE {textc} IS NULL OR NOT regexp_matches({textc}, '[!-~]'))"
+        f" FROM {src}",
+        q,
+    ).fetchone()
+    assert checks is not None
+    n, n_distinct, bad_ids, bad_text = (int(v) for v in checks)
+    if n == 0 or n != n_distinct or bad_ids or bad_text:
+        return None
+    for question, c in spec.labels.items():
+        allowed = set(option_ids(schema.questions[question]))
+        values = [r[0] for r in con.execute(f"SELECT DISTINCT {col(c)} FROM {src}", q).fetchall()]
+        if any(v is None or v not in allowed for v in values):
+            return None
+    if spec.split_column:
+        raw = [r[0] for r in con.execute(f"SELECT DISTINCT {col(spec.split_column)} FROM {src}", q).fetchall()]
+        mapping = {v: SPLIT_ALIASES.get((v or "").strip().lower()) for v in raw}
+        if any(m is None for m in mapping.values()):
+            return None
+        split_sql = (
+            "CASE "
+            + " ".join(
+                f"WHEN {col(spec.split_column)} = {lit(k)} THEN {lit(v)}"
+                for k, v in mapping.items()
+                if k is not None and v is not None
+            )
+            + " END"
+        )
+    else:
+        assert spec.split is not None
+        fixed = SPLIT_ALIASES.get(spec.split.lower(), spec.split)
+        if fixed not in SPLITS:
+            return None
+        split_sql = lit(fixed)
+    files_sql = "read_parquet([" + ", ".join(lit(f) for f in q["files"]) + "])"
+    items_sql = (
+        f"SELECT {idc} AS item_id, {textc} AS state_text, NULL::VARCHAR AS state_json, NULL::VARCHAR[] AS images,"
+        f" {split_sql} AS split, NULL::VARCHAR AS grp, NULL::VARCHAR AS meta FROM {files_sql}"
+    )
+    labels_sql = " UNION ALL ".join(
+        f"SELECT {idc} AS item_id, {lit(question)} AS question, {col(c)} AS option_id,"
+        f" {lit(SINGLE_ANNOTATOR)} AS annotator FROM {files_sql}"
+        for question, c in spec.labels.items()
+    )
+    con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_items AS {items_sql}")
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    con.execute(f"SET memory_limit = '{FAST_PATH_MEMORY_LIMIT}'")  # DuckDB's buffer pool counts in RSS
+    con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_labels AS {labels_sql}")
+    try:
+        fingerprint = _fingerprint_of(con, "_fast_items", "_fast_labels")
+        previous = con.execute(
+            "SELECT version, fingerprint FROM datasets WHERE name = ? ORDER BY version DESC LIMIT 1", [spec.name]
+        ).fetchone()
+        shared = None
+        if previous is not None:
+            shared = int(
+                con.execute(
+                    "SELECT count(DISTINCT n.item_id) FROM _fast_items n JOIN items i"
+                    " ON i.dataset = ? AND i.version = ? AND i.item_id = n.item_id",
+                    [spec.name, int(previous[0])],
+                ).fetchone()[0]  # type: ignore[index]
+            )
+        questions = sorted(spec.labels)
+        extra: dict[str, Any] = {"shared_ids": shared, "unlabelled": {}, "ids_normalised": 0, "notices": []}
+        if previous is not None and previous[1] == fingerprint:
+            return DatasetInfo(spec.name, int(previous[0]), fingerprint, False, n, questions, **extra)
+        version = int(previous[0]) + 1 if previous else 1
+        with transaction(con):
+            h = save_schema(con, schema)
+            con.execute(
+                "INSERT INTO datasets (name, version, fingerprint, questions, schema_hash, n_items, params)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [spec.name, version, fingerprint, questions, h, n, json.dumps(_import_params(spec, files))],
+            )
+            con.execute(
+                "INSERT INTO items (dataset, version, item_id, state_text, state_json, images, split, grp, meta)"
+                " SELECT ?, ?, item_id, state_text, state_json::JSON, images, split, grp, meta::JSON FROM _fast_items",
+                [spec.name, version],
+            )
+            con.execute(
+                "INSERT INTO labels SELECT ?, ?, item_id, question, option_id, annotator FROM _fast_labels",
+                [spec.name, version],
+            )
+    except duckdb.Error as exc:  # rolled back: nothing was written
+        raise DataImportError(
+            f"dataset {spec.name!r}: the store refused the rows: {_first_line(exc)}", hint="fix the input named above"
+        ) from None
+    finally:
+        con.execute("DROP VIEW IF EXISTS _fast_items")
+        con.execute("DROP VIEW IF EXISTS _fast_labels")
+        if limit is not None:
+            con.execute(f"SET memory_limit = '{limit[0]}'")
+    return DatasetInfo(spec.name, version, fingerprint, True, n, questions, **extra)
+
+
 def _merge_annotator_rows(items: pd.DataFrame, spec: ImportSpec) -> pd.DataFrame:
     """Long format: one row per (item, annotator) becomes one item; its fields must agree across rows.
 
@@ -976,22 +1150,27 @@ def _fingerprint(con: duckdb.DuckDBPyConnection, items: pa.Table, labels: pa.Tab
     con.register("_fi", items)
     con.register("_fl", labels)
     try:
-        a = con.execute(
-            "SELECT coalesce(sha256(string_agg(concat_ws(chr(31), item_id, coalesce(state_text, ''),"
-            " coalesce(state_json, ''), coalesce(array_to_string(images, ';'), ''), split, coalesce(grp, '')),"
-            " chr(30) ORDER BY item_id)), '') FROM _fi"
-        ).fetchone()[0]  # type: ignore[index]  # an aggregate returns one row
-        b = con.execute(
-            "SELECT coalesce(sha256(string_agg(concat_ws(chr(31), item_id, question, option_id, annotator),"
-            " chr(30) ORDER BY item_id, question, annotator, option_id)), '') FROM _fl"
-        ).fetchone()[0]  # type: ignore[index]
-        m = con.execute(
-            "SELECT coalesce(sha256(string_agg(concat_ws(chr(31), item_id, meta), chr(30) ORDER BY item_id)), '')"
-            " FROM _fi WHERE meta IS NOT NULL"
-        ).fetchone()[0]  # type: ignore[index]
+        return _fingerprint_of(con, "_fi", "_fl")
     finally:
         con.unregister("_fi")
         con.unregister("_fl")
+
+
+def _fingerprint_of(con: duckdb.DuckDBPyConnection, items: str, labels: str) -> str:
+    """:func:`_fingerprint` of the relations named ``items`` and ``labels`` (registered tables or views)."""
+    a = con.execute(
+        "SELECT coalesce(sha256(string_agg(concat_ws(chr(31), item_id, coalesce(state_text, ''),"
+        " coalesce(state_json, ''), coalesce(array_to_string(images, ';'), ''), split, coalesce(grp, '')),"
+        f" chr(30) ORDER BY item_id)), '') FROM {items}"
+    ).fetchone()[0]  # type: ignore[index]  # an aggregate returns one row
+    b = con.execute(
+        "SELECT coalesce(sha256(string_agg(concat_ws(chr(31), item_id, question, option_id, annotator),"
+        f" chr(30) ORDER BY item_id, question, annotator, option_id)), '') FROM {labels}"
+    ).fetchone()[0]  # type: ignore[index]
+    m = con.execute(
+        "SELECT coalesce(sha256(string_agg(concat_ws(chr(31), item_id, meta), chr(30) ORDER BY item_id)), '')"
+        f" FROM {items} WHERE meta IS NOT NULL"
+    ).fetchone()[0]  # type: ignore[index]
     import hashlib
 
     return hashlib.sha256((f"v1|{a}|{b}" + (f"|meta:{m}" if m else "")).encode()).hexdigest()
@@ -1200,6 +1379,20 @@ def load_labels(
         " ORDER BY r.item_id, r.question",
         {"n": name, "v": version, "q": question, "s": list(splits) if splits else None, "order": order},
     ).df()
+
+
+def has_repeated_votes(
+    con: duckdb.DuckDBPyConnection, name: str, version: int, question: str, splits: Sequence[str] | None = None
+) -> bool:
+    """True when some item of ``splits`` has two or more stored votes for ``question`` (counted in
+    DuckDB, so callers can skip loading a run's answers when there is no agreement to measure)."""
+    row = con.execute(
+        "SELECT 1 FROM labels l JOIN items i ON i.dataset = l.dataset AND i.version = l.version AND i.item_id = l.item_id"
+        " WHERE l.dataset = $n AND l.version = $v AND l.question = $q AND ($s IS NULL OR list_contains($s, i.split))"
+        " GROUP BY l.item_id HAVING count(*) > 1 LIMIT 1",
+        {"n": name, "v": version, "q": question, "s": list(splits) if splits else None},
+    ).fetchone()
+    return row is not None
 
 
 def load_votes(

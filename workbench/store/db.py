@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -290,8 +291,55 @@ def _head(path: Path, n: int = 16) -> bytes:
         return b""
 
 
-def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open (and migrate) the store at ``path``; ``":memory:"`` works for tests."""
+#: Seconds a read-write open waits while the file is held by *readers* (the UI reads the live file
+#: read-only, one read at a time: :mod:`workbench.store.snapshot`). A writer holding it fails at once.
+READER_WAIT_S = float(os.environ.get("WORKBENCH_READER_WAIT_S", "30"))
+#: DuckDB's lock message names a reader holder this way (a writer holder: without this sentence).
+_HELD_BY_READER = "you would be able to open this database in read-only mode"
+
+
+def writer_waiting_marker(path: str) -> Path:
+    """File a read-write open creates while readers hold ``path``: new readers then read a snapshot
+    instead of the live file (:mod:`workbench.store.snapshot`), so a stream of reads cannot starve it."""
+    return Path(path + ".writer-waiting")
+
+
+def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """``duckdb.connect``; a read-write open retries (with backoff) while only readers hold the file,
+    flagging itself with :func:`writer_waiting_marker` meanwhile."""
+    deadline = time.monotonic() + READER_WAIT_S
+    pause = 0.01
+    marker: Path | None = None
+    try:
+        while True:
+            try:
+                return duckdb.connect(path, read_only=read_only, config=store_config(read_only))
+            except duckdb.Error as exc:
+                held_by_reader = _HELD_BY_READER in " ".join(str(exc).split()).lower()
+                if read_only or not held_by_reader or time.monotonic() >= deadline:
+                    raise _open_error(path, exc) from None
+            if marker is None:
+                marker = writer_waiting_marker(path)
+                try:
+                    marker.write_text(str(os.getpid()))
+                except OSError:  # a read-only directory: wait without the flag
+                    pass
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+    finally:
+        if marker is not None:
+            marker.unlink(missing_ok=True)
+
+
+def connect(
+    path: str | Path | None = None, *, read_only: bool = False, sniff: bool = True
+) -> duckdb.DuckDBPyConnection:
+    """Open (and migrate) the store at ``path``; ``":memory:"`` works for tests.
+
+    ``sniff=False`` skips reading the file's first bytes (the SQLite check): closing any descriptor
+    of a file drops every POSIX lock this process holds on it, DuckDB's included, so a process that
+    may hold the store open elsewhere (the UI's live reads, :mod:`workbench.store.snapshot`) must not.
+    """
     path = str(path if path is not None else default_db_path())
     if path != ":memory:":
         p = Path(path)
@@ -301,17 +349,16 @@ def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckd
             )
         if p.exists() and not p.is_file():
             raise StoreError(f"{path}: not a regular file", hint="pass --db with the path of a .duckdb file")
-        if p.is_file() and _head(p).startswith(b"SQLite format 3\x00"):
+        if sniff and p.is_file() and _head(p).startswith(b"SQLite format 3\x00"):
             raise StoreError(
                 f"{path}: is a SQLite database, not a workbench (DuckDB) store",
                 hint="pass --db with a .duckdb file, or a new path to create one",
             )
-    try:
-        con = duckdb.connect(path, read_only=read_only, config=store_config(read_only))
-    except duckdb.Error as exc:
-        raise _open_error(path, exc) from None
+    con = _open(path, read_only)
     try:
         con.execute("SET python_enable_replacements = false")
+        # DuckDB draws a progress bar on stdout for queries over ~2 s: stdout carries only results (`--json`)
+        con.execute("SET enable_progress_bar = false")
         if not read_only:
             migrate(con)
         else:

@@ -54,7 +54,13 @@ def default_run_splits(con: duckdb.DuckDBPyConnection, dataset: str, version: in
     return [r[0] for r in rows]
 
 
-def create_run(
+def create_run(con: duckdb.DuckDBPyConnection, **fields: Any) -> str:
+    """Insert a run row in its own transaction and return its id (keyword arguments: :func:`insert_run`'s)."""
+    with transaction(con):
+        return insert_run(con, **fields)
+
+
+def insert_run(
     con: duckdb.DuckDBPyConnection,
     *,
     dataset: str,
@@ -74,33 +80,33 @@ def create_run(
     status: str = "running",
     emulated: bool = False,
 ) -> str:
-    """Insert a run row and return its id. ``emulated``: answered by ``workbench emulator`` (cost not billed)."""
+    """Insert a run row inside the caller's transaction and return its id (``runs import`` writes the run and
+    its answers in one). ``emulated``: answered by ``workbench emulator`` (cost not billed)."""
     run_id = run_id or new_run_id()
-    with transaction(con):
-        h = save_schema(con, schema)
-        con.execute(
-            "INSERT INTO runs (run_id, name, kind, parent_run_id, dataset, dataset_version, schema_hash, provider,"
-            " model, dialect, splits, status, params, experiment, variant, emulated)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [
-                run_id,
-                name,
-                kind,
-                parent_run_id,
-                dataset,
-                dataset_version,
-                h,
-                provider,
-                model,
-                dialect,
-                splits,
-                status,
-                json.dumps(params or {}),
-                experiment,
-                variant,
-                bool(emulated),
-            ],
-        )
+    h = save_schema(con, schema)
+    con.execute(
+        "INSERT INTO runs (run_id, name, kind, parent_run_id, dataset, dataset_version, schema_hash, provider,"
+        " model, dialect, splits, status, params, experiment, variant, emulated)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        [
+            run_id,
+            name,
+            kind,
+            parent_run_id,
+            dataset,
+            dataset_version,
+            h,
+            provider,
+            model,
+            dialect,
+            splits,
+            status,
+            json.dumps(params or {}),
+            experiment,
+            variant,
+            bool(emulated),
+        ],
+    )
     return run_id
 
 
@@ -137,6 +143,18 @@ SOURCE_RUN_SQL = (
     "(CASE WHEN {r}.kind = 'calibrated' AND coalesce(json_extract({r}.params, '$.on_read')::BOOLEAN, false)"
     " THEN {r}.parent_run_id ELSE {r}.run_id END)"
 )
+
+
+def failure_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """Provider failures of one run per (question, failure_kind), counted in DuckDB:
+    columns ``question``, ``failure_kind``, ``count`` (most frequent first). A calibrated view read
+    on the fly counts its parent's rows (:func:`answer_source`): the same answers, the same failures."""
+    source, _ = answer_source(con, get_run(con, run_id))
+    return con.execute(
+        "SELECT question, failure_kind, count(*) AS count FROM answers "
+        "WHERE run_id = ? AND failure_kind IS NOT NULL GROUP BY ALL ORDER BY question, count DESC, failure_kind",
+        [source],
+    ).df()
 
 
 def list_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
@@ -376,8 +394,9 @@ def load_answer_keys(
     )
 
 
-#: Rows per streamed batch: 100k × 77 options is 62 MB of float64.
-BATCH_ROWS = 100_000
+#: Rows per streamed batch: 32k × 77 options is 20 MB of float64, so the handful of temporary
+#: copies a calibrator and the rule coordinates make of a batch stay small next to DuckDB's pool.
+BATCH_ROWS = 32_768
 
 
 def count_answers(
@@ -446,6 +465,20 @@ def iter_answer_batches(
             continue
         pos = np.asarray(batch.column("pos").to_numpy(zero_copy_only=False), dtype=np.int64)
         yield pos, _answers_from_arrow(batch, run, question, q.type, opts, transform)
+
+
+def gather_answer_rows(
+    con: duckdb.DuckDBPyConnection, run_id: str, question: str, split: str, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(probs (m, k), labels (m,)) of the rows at positions ``rows`` ((n,) bool over ``split`` in
+    item-id order), in that order: one streamed pass filling one preallocated matrix."""
+    k = len(option_ids(_question_of(con, get_run(con, run_id), question)))
+    slot = np.cumsum(rows) - 1  # position -> row of the output
+    probs, labels = np.empty((int(rows.sum()), k)), np.empty(int(rows.sum()), dtype=np.int64)
+    for pos, b in iter_answer_batches(con, run_id, question, [split]):
+        take = rows[pos]
+        probs[slot[pos[take]]], labels[slot[pos[take]]] = b.probs[take], b.labels[take]
+    return probs, labels
 
 
 # -- calibrators of calibrated views (written by `workbench calibrate`) ---------------------------

@@ -27,7 +27,9 @@ session by item id.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -798,8 +800,7 @@ def _matrix(column: pa.ChunkedArray, n: int, k: int) -> np.ndarray:
     return out
 
 
-def load_shadow(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> ShadowAnswers:
-    """Arrays of ``question`` in session ``shadow`` for the report."""
+def _question_of(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> tuple[dict, DecisionSchema, list[str]]:
     session = get_session(con, shadow)
     schema = load_stored_schema(con, session["schema_hash"])
     if question not in schema.questions:
@@ -807,41 +808,57 @@ def load_shadow(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> S
             f"shadow session {shadow!r} has no question {question!r}",
             hint=f"questions: {', '.join(schema.question_ids)}",
         )
-    q = schema.questions[question]
-    opts = option_ids(q)
-    tbl = con.execute(
-        """SELECT r.item_id, r.ts, r.seq, c.probs AS cp, d.probs AS dp, c.failure_kind AS cf, d.failure_kind AS df,
+    return session, schema, option_ids(schema.questions[question])
+
+
+#: Arrival order of a session's requests (the report's windows and the ``pos`` of streamed chunks).
+_ORDER = "r.ts NULLS LAST, r.seq, r.item_id"
+
+_ROWS_SQL = """SELECT r.item_id, r.ts, r.seq, c.probs AS cp, d.probs AS dp, c.failure_kind AS cf, d.failure_kind AS df,
                   c.logged_action, list_position($opts, o.outcome) - 1 AS outcome_idx,
                   r.champion_latency_ms, r.challenger_latency_ms, r.champion_cost_usd, r.challenger_cost_usd,
-                  r.champion_model, r.challenger_model
-           FROM shadow_requests r
+                  r.champion_model, r.challenger_model{extra}
+           FROM {requests} r
            LEFT JOIN shadow_answers c ON c.shadow = r.shadow AND c.item_id = r.item_id AND c.question = $q
                 AND c.side = 'champion'
            LEFT JOIN shadow_answers d ON d.shadow = r.shadow AND d.item_id = r.item_id AND d.question = $q
                 AND d.side = 'challenger'
            LEFT JOIN shadow_outcomes o ON o.shadow = r.shadow AND o.item_id = r.item_id AND o.question = $q
-           WHERE r.shadow = $shadow
-           ORDER BY r.ts NULLS LAST, r.seq, r.item_id""",
-        {"opts": opts, "q": question, "shadow": shadow},
-    ).fetch_arrow_table()
+           WHERE r.shadow = $shadow"""
+
+
+def _answers_from_table(
+    tbl: pa.Table | pa.RecordBatch, shadow: str, question: str, qtype: str, opts: list[str], session: dict
+) -> ShadowAnswers:
+    """A :class:`ShadowAnswers` from rows of :data:`_ROWS_SQL` (extra columns go to ``extra``)."""
     n, k = tbl.num_rows, len(opts)
 
+    def col(name: str) -> pa.ChunkedArray:
+        c = tbl.column(name)
+        return c if isinstance(c, pa.ChunkedArray) else pa.chunked_array([c])
+
     def num(name: str) -> np.ndarray:
-        return tbl.column(name).to_pandas().to_numpy(dtype=float, na_value=np.nan) if n else np.zeros(0)
+        return col(name).to_pandas().to_numpy(dtype=float, na_value=np.nan) if n else np.zeros(0)
 
     def obj(name: str) -> np.ndarray:
-        return np.asarray(tbl.column(name).to_pylist(), dtype=object)
+        return np.asarray(col(name).to_pylist(), dtype=object)
 
-    outcome = tbl.column("outcome_idx").to_pandas().fillna(-1).to_numpy(dtype=int) if n else np.zeros(0, int)
-    ts = tbl.column("ts").to_pandas().to_numpy(dtype="datetime64[us]") if n else np.zeros(0, "datetime64[us]")
+    outcome = col("outcome_idx").to_pandas().fillna(-1).to_numpy(dtype=int) if n else np.zeros(0, int)
+    ts = col("ts").to_pandas().to_numpy(dtype="datetime64[us]") if n else np.zeros(0, "datetime64[us]")
     cf, df = obj("cf"), obj("df")
-    cp, dp = _matrix(tbl.column("cp"), n, k), _matrix(tbl.column("dp"), n, k)
+    cp, dp = _matrix(col("cp"), n, k), _matrix(col("dp"), n, k)
     # a row without probabilities is a failure even when no kind was recorded: never a silent gap
     cf, df = _failure_kinds(cf, cp), _failure_kinds(df, dp)
+    extra: dict = {"session": session}
+    for name in tbl.schema.names:
+        if name == "pos":
+            extra["pos"] = col(name).to_numpy().astype(np.int64)
+        elif name == "grp":
+            extra["group"] = obj(name)
     return ShadowAnswers(
         shadow=shadow,
         question=question,
-        qtype=q.type,
+        qtype=qtype,
         option_ids=opts,
         item_ids=obj("item_id"),
         ts=ts,
@@ -858,8 +875,333 @@ def load_shadow(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> S
         challenger_cost_usd=num("challenger_cost_usd"),
         champion_model=obj("champion_model"),
         challenger_model=obj("challenger_model"),
-        extra={"session": session},
+        extra=extra,
     )
+
+
+def load_shadow(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> ShadowAnswers:
+    """Arrays of ``question`` in session ``shadow`` for the report (all rows in memory: small sessions,
+    notebooks; :func:`iter_shadow_chunks` streams them)."""
+    session, schema, opts = _question_of(con, shadow, question)
+    tbl = con.execute(
+        _ROWS_SQL.format(extra="", requests="shadow_requests") + f" ORDER BY {_ORDER}",
+        {"opts": opts, "q": question, "shadow": shadow},
+    ).fetch_arrow_table()
+    return _answers_from_table(tbl, shadow, question, schema.questions[question].type, opts, session)
+
+
+_SPILL_DIR: str | None = None
+
+
+def _spill_dir() -> str:
+    """One spill directory per process (DuckDB cannot switch it once used), removed at exit."""
+    global _SPILL_DIR
+    if _SPILL_DIR is None:
+        import atexit
+        import shutil
+
+        _SPILL_DIR = tempfile.mkdtemp(prefix="workbench-spill-")
+        atexit.register(shutil.rmtree, _SPILL_DIR, True)
+    return _SPILL_DIR
+
+
+@contextmanager
+def bounded_memory(con: duckdb.DuckDBPyConnection, memory_limit: str = "1GB"):
+    """Run a streaming read with DuckDB's buffer pool capped (``memory_limit``), spilling to a temporary
+    directory, insertion order not preserved and no progress bar; the settings are restored afterwards
+    (except a spill directory already in use, which DuckDB cannot switch)."""
+    names = ("memory_limit", "preserve_insertion_order", "enable_progress_bar")
+    before = {n: con.execute("SELECT current_setting(?)", [n]).fetchone()[0] for n in names}  # type: ignore[index]
+    con.execute(f"SET memory_limit = '{memory_limit}'")
+    try:
+        con.execute(f"SET temp_directory = '{_spill_dir()}'")
+    except duckdb.NotImplementedException:  # the connection already spilled somewhere: keep that directory
+        pass
+    con.execute("SET preserve_insertion_order = false")
+    con.execute("SET enable_progress_bar = false")  # stdout may carry a JSON document
+    try:
+        yield con
+    finally:
+        for n in names:
+            v = before[n]
+            con.execute(
+                f"SET {n} = " + (str(v).lower() if isinstance(v, bool) else "'" + str(v).replace("'", "''") + "'")
+            )
+
+
+def iter_side_answers(
+    con: duckdb.DuckDBPyConnection, shadow: str, question: str, side: str, *, batch_rows: int = 50_000
+) -> Iterator[dict]:
+    """One side's stored answers of ``question`` in chunks (a plain scan, no join, any order):
+    ``{"item_id": pa.Array, "probs": (m, k) NaN when failed, "failure_kind": (m,) object, "logged": (m,) object}``.
+
+    Read through a cursor of its own, so the caller may write its per-row results through ``con``
+    (:func:`side_rows_writer`) while the scan streams.
+    """
+    _, _, opts = _question_of(con, shadow, question)
+    k = len(opts)
+    cur = con.cursor()
+    try:
+        reader = cur.execute(
+            "SELECT item_id, probs, failure_kind, logged_action FROM shadow_answers"
+            " WHERE shadow = ? AND question = ? AND side = ?",
+            [shadow, question, side],
+        ).fetch_record_batch(batch_rows)
+        for batch in reader:
+            if not batch.num_rows:
+                continue
+            probs = batch.column(1)
+            yield {
+                "item_id": batch.column(0),
+                "probs": _matrix(pa.chunked_array([probs]), batch.num_rows, k),
+                "failure_kind": np.asarray(batch.column(2).to_pylist(), dtype=object),
+                "logged": np.asarray(batch.column(3).to_pylist(), dtype=object),
+            }
+    finally:
+        cur.close()
+
+
+#: Per-row results of one side that :func:`shadow_pair_aggregates` pairs: the top choice and p_top of
+#: the raw answer, the policy's decision before the model check, the logged action, the failure.
+SIDE_ROWS_COLUMNS = {
+    "item_id": "VARCHAR",
+    "top": "INTEGER",
+    "ptop": "DOUBLE",
+    "acc_policy": "BOOLEAN",
+    "opt_policy": "INTEGER",
+    "has_log": "BOOLEAN",
+    "log_accept": "BOOLEAN",
+    "failed": "BOOLEAN",
+    "kind": "VARCHAR",
+}
+
+
+@contextmanager
+def side_rows_tables(con: duckdb.DuckDBPyConnection, sides: Iterable[str]):
+    """Temporary tables (one per side, :data:`SIDE_ROWS_COLUMNS`) for per-row results; yields
+    ``{side: append(pa.Table)}`` and ``{side: table name}``; dropped afterwards."""
+    names = {side: f"_shadow_rows_{side}_{id(con):x}" for side in sides}
+    cols = ", ".join(f"{c} {t}" for c, t in SIDE_ROWS_COLUMNS.items())
+    for name in names.values():
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} ({cols})")
+
+    def appender(name: str):
+        def append(table: pa.Table) -> None:
+            view = f"{name}_in"
+            con.register(view, table)
+            try:
+                con.execute(f"INSERT INTO {name} SELECT {', '.join(SIDE_ROWS_COLUMNS)} FROM {view}")
+            finally:
+                con.unregister(view)
+
+        return append
+
+    try:
+        yield {side: appender(n) for side, n in names.items()}, names
+    finally:
+        for name in names.values():
+            con.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+def shadow_pair_aggregates(
+    con: duckdb.DuckDBPyConnection,
+    shadow: str,
+    question: str,
+    tables: dict[str, str],
+    *,
+    valid_models: dict[str, list[str]],
+    window_starts: Callable[[int], list[int]] | None,
+    period_us: int | None,
+    groups: str | None = None,
+) -> dict:
+    """Pair both sides' per-row results with the session's requests and outcomes, and aggregate in SQL.
+
+    A request without a row of a side is a failure of that side (``missing_answer``). A side with
+    ``valid_models`` accepts nothing answered by another model (its top choice stands as the option),
+    unless a logged action decided the row. Windows of the arrival order (per group) start at the
+    positions ``window_starts(n)`` gives for a group of n requests, or are calendar periods of
+    ``period_us`` microseconds since the epoch.
+
+    Returns ``{group: {...counts...}}`` (group None without ``groups``): see the keys below.
+    """
+    _, _, opts = _question_of(con, shadow, question)
+    part = "PARTITION BY g.value " if groups else ""
+    join = f" LEFT JOIN {groups} g ON g.item_id = r.item_id" if groups else ""
+    grp = "g.value" if groups else "NULL::VARCHAR"
+    ok = {
+        side: (f"coalesce(list_contains($models_{side}, r.{side}_model), false)" if valid_models.get(side) else "true")
+        for side in SIDES
+    }
+    pair = f"_shadow_pair_{id(con):x}"
+    c, d = tables["champion"], tables["challenger"]
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE {pair} AS
+        WITH r AS (
+            SELECT r.item_id, r.ts, r.seq, r.champion_model, r.challenger_model, {grp} AS grp,
+                   row_number() OVER ({part}ORDER BY {_ORDER}) - 1 AS pos
+            FROM shadow_requests r{join} WHERE r.shadow = $shadow
+        )
+        SELECT r.grp, r.pos, r.seq, r.ts,
+               coalesce(c.failed, true) AS fc, coalesce(d.failed, true) AS fd,
+               CASE WHEN coalesce(c.failed, true) THEN coalesce(c.kind, 'missing_answer') END AS kc,
+               CASE WHEN coalesce(d.failed, true) THEN coalesce(d.kind, 'missing_answer') END AS kd,
+               coalesce(c.top, -1) AS tc, coalesce(d.top, -1) AS td, c.ptop AS pc, d.ptop AS pd,
+               coalesce(c.has_log, false) AS lc, coalesce(d.has_log, false) AS ld,
+               CASE WHEN coalesce(c.has_log, false) THEN c.log_accept
+                    ELSE coalesce(c.acc_policy, false) AND {ok["champion"]} END
+                   AND NOT coalesce(c.failed, true) AS ac,
+               CASE WHEN coalesce(d.has_log, false) THEN d.log_accept
+                    ELSE coalesce(d.acc_policy, false) AND {ok["challenger"]} END
+                   AND NOT coalesce(d.failed, true) AS ad,
+               coalesce(CASE WHEN coalesce(c.has_log, false) OR NOT {ok["champion"]} THEN c.top ELSE c.opt_policy END, -1)
+                   AS oc,
+               coalesce(CASE WHEN coalesce(d.has_log, false) OR NOT {ok["challenger"]} THEN d.top ELSE d.opt_policy END, -1)
+                   AS od,
+               coalesce(list_position($opts, o.outcome) - 1, -1) AS y
+        FROM r LEFT JOIN {c} c ON c.item_id = r.item_id LEFT JOIN {d} d ON d.item_id = r.item_id
+        LEFT JOIN shadow_outcomes o ON o.shadow = $shadow AND o.item_id = r.item_id AND o.question = $q""",
+        {
+            "shadow": shadow,
+            "q": question,
+            "opts": opts,
+            **{f"models_{side}": list(valid_models[side]) for side in SIDES if valid_models.get(side)},
+        },
+    )
+    try:
+        out: dict = {}
+        for row in con.execute(
+            f"""SELECT grp, count(*), count(*) FILTER (WHERE fc), count(*) FILTER (WHERE fd),
+                       count(*) FILTER (WHERE NOT fc AND NOT fd), count(*) FILTER (WHERE NOT fc AND NOT fd AND tc = td),
+                       bool_or(lc), bool_or(ld),
+                       count(*) FILTER (WHERE ad AND NOT ac), count(*) FILTER (WHERE ac AND NOT ad),
+                       count(*) FILTER (WHERE ac AND ad AND oc = od), count(*) FILTER (WHERE ac AND ad AND oc <> od),
+                       count(*) FILTER (WHERE NOT ac AND NOT ad), count(*) FILTER (WHERE y >= 0)
+                FROM {pair} GROUP BY grp"""
+        ).fetchall():
+            out[row[0]] = {
+                "n": row[1],
+                "n_failed": [row[2], row[3]],
+                "n_both": row[4],
+                "agree": row[5],
+                "has_log": [bool(row[6]), bool(row[7])],
+                "directional": list(row[8:13]),
+                "n_known": row[13],
+                "kinds": [{}, {}],
+                "flips": [],
+                "load_cells": [],
+                "error_cells": [],
+                "windows": {},
+            }
+
+        def rows(sql: str) -> list:
+            return con.execute(sql).fetchall()
+
+        for i, (f, kcol) in enumerate((("fc", "kc"), ("fd", "kd"))):
+            for g, kind, n in rows(f"SELECT grp, {kcol}, count(*) FROM {pair} WHERE {f} GROUP BY ALL"):
+                out[g]["kinds"][i][str(kind)] = int(n)
+        for g, tc, td, n in rows(f"SELECT grp, tc, td, count(*) FROM {pair} WHERE NOT fc AND NOT fd GROUP BY ALL"):
+            out[g]["flips"].append((int(tc), int(td), int(n)))
+        for g, ac, ad, n in rows(f"SELECT grp, ac, ad, count(*) FROM {pair} GROUP BY ALL"):
+            out[g]["load_cells"].append((int(ac) * 2 + int(ad), int(n)))
+        cell = "({a}::INTEGER + ({a} AND {o} <> y)::INTEGER + 3 * ({t} = y)::INTEGER)"
+        for g, cc, cd, n in rows(
+            f"SELECT grp, {cell.format(a='ac', o='oc', t='tc')}, {cell.format(a='ad', o='od', t='td')}, count(*)"
+            f" FROM {pair} WHERE y >= 0 GROUP BY ALL"
+        ):
+            out[g]["error_cells"].append((int(cc), int(cd), int(n)))
+        # windows: equal-count (edges of each group's arrival order) or calendar periods
+        if period_us is not None:
+            win = f"CASE WHEN ts IS NOT NULL THEN (epoch_us(ts) // {int(period_us)}) * {int(period_us)} END"
+            wsrc = f"(SELECT *, {win} AS win FROM {pair})"
+        else:
+            assert window_starts is not None
+            lists = [(g, starts) for g, starts in ((g, window_starts(v["n"])) for g, v in out.items()) if starts]
+            starts_tbl = pa.table(
+                {"g": pa.array([g for g, _ in lists], pa.string()), "starts": pa.array([s for _, s in lists])}
+            )
+            con.register(f"{pair}_starts", starts_tbl)
+            wsrc = (
+                f"(SELECT p.*, list_count(list_filter(s.starts, e -> e <= p.pos)) - 1 AS win FROM {pair} p"
+                f" JOIN {pair}_starts s ON s.g IS NOT DISTINCT FROM p.grp)"
+            )
+        try:
+            for g, w, n, first_pos, first_seq, lo, hi in rows(
+                f"SELECT grp, win, count(*), min(pos), arg_min(seq, pos), epoch_us(min(ts)), epoch_us(max(ts))"
+                f" FROM {wsrc} WHERE win IS NOT NULL GROUP BY ALL"
+            ):
+                out[g]["windows"][int(w)] = {
+                    "n": int(n),
+                    "first_pos": int(first_pos),
+                    "first_seq": int(first_seq),
+                    "ts_lo": np.iinfo(np.int64).max if lo is None else int(lo),
+                    "ts_hi": np.iinfo(np.int64).min if hi is None else int(hi),
+                    "hist": [np.zeros(10, np.int64), np.zeros(10, np.int64)],
+                    "psum": [0.0, 0.0],
+                }
+            for i, p in enumerate(("pc", "pd")):
+                for g, w, b, n, total in rows(
+                    f"SELECT grp, win, least(floor(least(greatest({p}, 0.0), 1.0) * 10), 9)::INTEGER, count(*), sum({p})"
+                    f" FROM {wsrc} WHERE win IS NOT NULL AND isfinite({p}) GROUP BY ALL"
+                ):
+                    entry = out[g]["windows"][int(w)]
+                    entry["hist"][i][int(b)] += int(n)
+                    entry["psum"][i] += float(total)
+        finally:
+            if period_us is None:
+                con.unregister(f"{pair}_starts")
+        return out
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {pair}")
+
+
+@contextmanager
+def register_slice_values(con: duckdb.DuckDBPyConnection, values: pd.DataFrame):
+    """Register ``values`` (``item_id``, ``value``; the first value of an item wins, values as text) as a
+    relation for :func:`iter_shadow_chunks`'s ``groups``; yields its name, unregisters it afterwards."""
+    frame = values[["item_id", "value"]].drop_duplicates("item_id", keep="first")
+    v = frame["value"].to_numpy(dtype=object)
+    missing = pd.isna(pd.Series(v, dtype=object)).to_numpy()
+    table = pa.table(
+        {
+            "item_id": pa.array(frame["item_id"].astype(str).tolist(), pa.string()),
+            "value": pa.array([None if m else str(x) for m, x in zip(missing, v)], pa.string()),
+        }
+    )
+    name = f"_shadow_slice_{id(table):x}"
+    con.register(name, table)
+    try:
+        yield name
+    finally:
+        con.unregister(name)
+
+
+def shadow_request_figures(con: duckdb.DuckDBPyConnection, shadow: str, groups: str | None = None) -> dict:
+    """Per group (``None`` = the whole session): request count, latency p50/p95/mean and count per side
+    (linear interpolation, as numpy's percentile), mean cost per side (finite values only)."""
+    join = f" LEFT JOIN {groups} g ON g.item_id = r.item_id" if groups else ""
+    key = "g.value" if groups else "NULL"
+    sides = []
+    for side in SIDES:
+        lat = f"CASE WHEN isfinite(r.{side}_latency_ms) THEN r.{side}_latency_ms END"
+        cost = f"CASE WHEN isfinite(r.{side}_cost_usd) THEN r.{side}_cost_usd END"
+        sides.append(f"count({lat}), quantile_cont({lat}, 0.5), quantile_cont({lat}, 0.95), avg({lat}), avg({cost})")
+    rows = con.execute(
+        f"SELECT {key}, count(*), {', '.join(sides)} FROM shadow_requests r{join} WHERE r.shadow = ? GROUP BY 1",
+        [shadow],
+    ).fetchall()
+    out = {}
+    for row in rows:
+        fig: dict = {"n": int(row[1])}
+        for i, side in enumerate(SIDES):
+            n_lat, p50, p95, mean, cost = row[2 + 5 * i : 7 + 5 * i]
+            fig[side] = {
+                "latency": {"n": int(n_lat), "p50": p50, "p95": p95, "mean": mean}
+                if n_lat
+                else {"n": 0, "p50": None, "p95": None, "mean": None},
+                "cost_mean": cost,
+            }
+        out[row[0]] = fig
+    return out
 
 
 def request_state_lengths(con: duckdb.DuckDBPyConnection, shadow: str) -> pd.DataFrame:

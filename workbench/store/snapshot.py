@@ -1,10 +1,26 @@
-"""Lock-free reads of a store that another process may be writing: file snapshots.
+"""Reads of a store that another process may be writing: the live file when free, else a snapshot.
 
-DuckDB lets one process write *or* several read a file, so a long-lived reader (the UI) would stop
-``workbench run`` from opening the store, and a running ``workbench run`` would stop the reader.
-Readers therefore open a *snapshot*: a copy of the database file and its write-ahead log, taken
-when the store changed and opened read-only. DuckDB drops a torn WAL tail on replay, so a copy taken
-mid-write shows exactly the committed transactions.
+DuckDB lets one process write *or* several read a file (a file lock; measured with the pinned DuckDB
+1.5: a read-only open, or ``ATTACH ... (READ_ONLY)``, of a file another process holds read-write is
+refused with "Could not set lock", and a read-write open of a file a reader holds is refused too).
+:func:`read_connection` therefore:
+
+1. opens the **live file read-only** when no writer holds it, for the duration of one read only
+   (no copy, whatever the store's size). A writer that starts meanwhile waits for that read:
+   :func:`workbench.store.db.connect` retries a read-write open for up to
+   :data:`workbench.store.db.READER_WAIT_S` seconds while the holder is a reader, and flags itself
+   (:func:`workbench.store.db.writer_waiting_marker`) so that new reads go to a snapshot until it
+   is in: a stream of reads cannot starve it; it waits for the reads in flight at most.
+2. falls back to a **snapshot** only when a writer holds the file: a copy of the database file and
+   its write-ahead log, taken when the store changed and opened read-only. DuckDB drops a torn WAL
+   tail on replay, so a copy taken mid-write shows exactly the committed transactions.
+
+Either way a reader sees only committed transactions (a read-only connection never sees a half
+transaction; a snapshot is retried until the store's token did not move while copying) and never
+holds the store for longer than one read. Reflink copies are not an option here (ext4:
+``cp --reflink=always`` fails with "Operation not supported") and hard links share the pages the
+writer rewrites in place, so the copy in step 2 is a real copy: a UI opened on a store that a long
+``workbench run`` is writing copies it once per committed batch it looks at.
 
 A snapshot is keyed by the store's *token* (modification time and size of the file and its WAL):
 it is reused until a write lands. Snapshots live in a per-process temporary directory removed at exit.
@@ -31,6 +47,14 @@ from workbench.errors import StoreError
 #: Per-process directory of snapshot files (and other small derived files readers write).
 SNAPSHOT_DIR = Path(tempfile.gettempdir()) / f"workbench-snapshots-{os.getpid()}"
 _SNAP_LOCK = threading.Lock()
+#: Live read-only connections of this process per store path, and the condition guarding them.
+#: POSIX drops *all* of a process's locks on a file when it closes *any* descriptor of it, so a
+#: snapshot copy (which opens and closes the live file) waits until no live read of this process is
+#: in flight, and no live read opens while a copy runs: otherwise a waiting writer would get in under
+#: a live reader's feet.
+_LIVE = threading.Condition()
+_live_count: dict[str, int] = {}
+_mine = threading.local()  # live reads of the current thread per path (a nested read joins them)
 _COPY_ATTEMPTS = 8
 
 
@@ -93,11 +117,13 @@ def snapshot(path: str) -> Snapshot:
             stem = hashlib.sha1(f"{path}|{token}".encode()).hexdigest()[:16]
             target = SNAPSHOT_DIR / f"{stem}.duckdb"
             try:
-                shutil.copyfile(path, target)
-                if os.path.exists(path + ".wal"):
-                    shutil.copyfile(path + ".wal", str(target) + ".wal")
-                elif os.path.exists(str(target) + ".wal"):
-                    os.remove(str(target) + ".wal")
+                with _LIVE:  # see _LIVE: no live read of this process may hold the file while it is copied
+                    _LIVE.wait_for(lambda: not _live_count.get(path))
+                    shutil.copyfile(path, target)
+                    if os.path.exists(path + ".wal"):
+                        shutil.copyfile(path + ".wal", str(target) + ".wal")
+                    elif os.path.exists(str(target) + ".wal"):
+                        os.remove(str(target) + ".wal")
             except FileNotFoundError:  # the WAL was checkpointed away while copying
                 time.sleep(0.02 * (attempt + 1))
                 continue
@@ -120,16 +146,85 @@ def forget(path: str) -> None:
         _snapshots.pop(path, None)
 
 
+def _is_held_by_writer(exc: Exception) -> bool:
+    """True when opening read-only failed because another connection holds the file read-write
+    (another process's lock, or this process's own read-write connection to the same file)."""
+    msg = " ".join(str(exc).split()).lower()
+    return "lock" in msg or "different configuration" in msg
+
+
+def _writer_waiting(path: str) -> bool:
+    """True while a live process waits to open ``path`` read-write (its marker names its pid)."""
+    from workbench.store.db import writer_waiting_marker
+
+    try:
+        pid = int(writer_waiting_marker(path).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:  # a stale marker of a writer that died: ignore it
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
+def open_live(path: str) -> duckdb.DuckDBPyConnection | None:
+    """A read-only connection to the live file ``path``, or None when a writer holds it or waits for it.
+
+    Internal to :func:`read_connection`, which counts it as a live read until it closes it."""
+    from workbench.store.db import connect
+
+    held = getattr(_mine, "paths", None)
+    if held is None:
+        held = _mine.paths = {}
+    with _LIVE:
+        # a read nested in this thread's own live read joins it (a snapshot would wait for it forever)
+        if not held.get(path) and _writer_waiting(path):
+            return None
+        try:
+            con = connect(path, read_only=True, sniff=False)
+        except (StoreError, duckdb.Error) as exc:
+            if _is_held_by_writer(exc):
+                return None
+            raise
+        _live_count[path] = _live_count.get(path, 0) + 1
+        held[path] = held.get(path, 0) + 1
+        return con
+
+
+def _close_live(path: str, con: duckdb.DuckDBPyConnection) -> None:
+    with _LIVE:
+        con.close()
+        _live_count[path] -= 1
+        _mine.paths[path] -= 1
+        _LIVE.notify_all()
+
+
 @contextmanager
 def read_connection(path: str) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only connection to a fresh snapshot of the store at ``path``, closed on exit.
+    """A read-only connection to the store at ``path``, closed on exit: the live file when no
+    writer holds it, else a fresh snapshot (see the module docstring for the guarantees).
 
-    Retries a few times when the snapshot cannot be opened (e.g. the copy raced a checkpoint).
+    Keep the ``with`` block to one read: a writer waits for it to end.
+    Retries a few times when a snapshot cannot be opened (e.g. the copy raced a checkpoint).
     """
     from workbench.store.db import connect
 
+    if not Path(path).exists():
+        raise StoreError(
+            f"{path}: no workbench database here", hint="run `workbench demo` or import a dataset, then pass --db PATH"
+        )
     last: Exception | None = None
     for attempt in range(4):
+        con = open_live(path)
+        if con is not None:
+            try:
+                yield con
+            finally:
+                _close_live(path, con)
+            return
         snap = snapshot(path)
         try:
             con = connect(snap.path, read_only=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.thresholds.guarantees import clopper_pearson, wilson
-from workbench.thresholds.rules import Rule
+from workbench.thresholds.rules import ChoiceRule, NoulRule, Rule, RuleCoordinates
 
 
 def confusion_with_review(labels: np.ndarray, accepted: np.ndarray, option: np.ndarray, n_options: int) -> np.ndarray:
@@ -83,7 +83,6 @@ def rule_counts(rule: Rule, probs: np.ndarray, labels: np.ndarray) -> dict:
     and ``n_failed``. Counts of row batches add up (:func:`add_rule_counts`), so a streamed test
     split gives the same report as the whole matrix."""
     probs = np.atleast_2d(np.asarray(probs, dtype=float))
-    labels = np.asarray(labels).astype(int)
     dec = rule.decide(probs)
     return {
         "confusion": confusion_with_review(labels, dec.accepted, dec.option, probs.shape[1]),
@@ -97,6 +96,40 @@ def add_rule_counts(a: dict | None, b: dict) -> dict:
     if a is None:
         return b
     return {key: a[key] + b[key] for key in ("confusion", "n_items", "n_failed")}
+
+
+def accepted_at(rule: Rule, coords: RuleCoordinates) -> np.ndarray:
+    """``rule.decide(probs).accepted`` from the :func:`~workbench.thresholds.rules.rule_coordinates`
+    of those ``probs`` (the same comparisons; per-class overrides looked up by the predicted option),
+    so a page can keep three small arrays per item instead of the probability matrix."""
+    if isinstance(rule, NoulRule):
+        return (coords.x >= rule.tau_yes) & (coords.y >= -rule.tau_no)
+    top = np.maximum(np.asarray(coords.predicted), 0)  # failures: x = y = -inf, never accepted
+    n_options = max(int(top.max(initial=0)), *(int(k) for k in rule.per_class), 0) + 1
+    tau, margin = ChoiceRule(rule.tau, rule.margin, rule.per_class).thresholds_for(top, n_options)
+    return (coords.x >= tau) & (coords.y >= margin)
+
+
+def evaluate_rule_at(
+    rule: Rule,
+    coords: RuleCoordinates,
+    labels: np.ndarray,
+    *,
+    n_options: int,
+    option_ids: list[str] | None = None,
+    confidence: float = 0.95,
+) -> dict:
+    """:func:`evaluate_rule` from per-item coordinates instead of probabilities: the same dict,
+    figure for figure (``coords`` = :func:`~workbench.thresholds.rules.rule_coordinates` of the
+    probabilities ``evaluate_rule`` would get; failures have ``predicted == -1``)."""
+    labels = np.asarray(labels).astype(int)
+    predicted = np.asarray(coords.predicted)
+    counts = {
+        "confusion": confusion_with_review(labels, accepted_at(rule, coords), predicted, n_options),
+        "n_items": int(len(labels)),
+        "n_failed": int((predicted < 0).sum()),
+    }
+    return rule_report_from_counts(counts, option_ids=option_ids, confidence=confidence)
 
 
 def rule_report_from_counts(

@@ -225,6 +225,32 @@ def surface_from_coordinates(
     return surf
 
 
+def surface_from_cell_counts(
+    cell_accepted: np.ndarray,
+    cell_errors: np.ndarray,
+    *,
+    x_grid: np.ndarray,
+    y_grid: np.ndarray,
+    n_total: int,
+    x_name: str = "tau",
+    y_name: str = "margin",
+) -> Surface:
+    """The surface from per-cell counts computed elsewhere (e.g. a GROUP BY in DuckDB or Spark).
+
+    ``cell_accepted[i, j]`` / ``cell_errors[i, j]`` count the items (and the wrong ones) whose cell is
+    ``(i, j)`` (see the module doc); the reverse cumulative sums are those of
+    :func:`surface_from_coordinates`, so the same items give the same surface.
+    """
+    x_grid = np.asarray(x_grid, dtype=float)
+    y_grid = np.asarray(y_grid, dtype=float)
+    shape = (len(x_grid), len(y_grid))
+    acc = np.asarray(cell_accepted, dtype=np.int64).reshape(shape)
+    err = np.asarray(cell_errors, dtype=np.int64).reshape(shape)
+    return Surface(
+        x_grid, y_grid, _reverse_cumsum_2d(acc), _reverse_cumsum_2d(err), int(n_total), x_name=x_name, y_name=y_name
+    )
+
+
 def _mixed_axis(lo: float, hi: float, n: int, decades: float = 3.0) -> np.ndarray:
     """``n`` thresholds from ``lo`` to just below ``hi``: linear up to 90% of the range, then
     geometrically closer to ``hi`` (down to ``10**-decades`` of the range from it).

@@ -1,7 +1,15 @@
 """Thin Streamlit loaders over the library: which store, cached reads, session keys, widgets.
 
-Reads go through :mod:`workbench.store.snapshot` (a read-only copy of the store taken when it
-changed), so the UI never holds a lock on the store a run is writing.
+Reads go through :mod:`workbench.store.snapshot` (the live file read-only for one read when no
+writer holds it, else a read-only copy taken when the store changed), so the UI never holds a lock
+on the store a run is writing, and never copies a large store that nobody is writing.
+
+Cached values stay small whatever the run's size: reports, binned reliability, confusion counts,
+threshold surfaces without per-item coordinates, and at most three small arrays per item for the
+Thresholds page (:func:`rule_points`). The n × k probability matrix is never cached by Streamlit
+(``st.cache_data`` pickles a copy per entry and unpickles one per hit): it is loaded when an
+aggregate is computed, through a process-wide memo bounded in bytes (:data:`ARRAY_MEMO_BYTES`) so
+that one page's aggregates share one load.
 
 Loaders are ``st.cache_data`` functions whose keys are small hashable ids: the store path, its
 *token* (:func:`workbench.store.snapshot.store_token`, so a write invalidates the cache) and ids
@@ -13,7 +21,10 @@ the same calls.
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -72,6 +83,9 @@ def read_connection(path: str | None = None) -> Iterator[duckdb.DuckDBPyConnecti
 def refresh() -> None:
     """Forget cached reads (the sidebar's Refresh button)."""
     st.cache_data.clear()
+    rule_points.clear()
+    with _memo_lock:
+        _memo.clear()
 
 
 # -- cached loaders (keys: path, token, ids) ---------------------------------------------------------
@@ -140,29 +154,51 @@ def robustness(
         return _robustness(con, base_run, list(probe_runs), question=question, splits=[split], n_boot=n_boot)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+#: Bytes of loaded answer arrays kept between calls (process-wide, least recently used first out);
+#: an array set larger than this is not kept at all. ``WORKBENCH_UI_ARRAY_MEMO_MB`` overrides it.
+ARRAY_MEMO_BYTES = int(float(os.environ.get("WORKBENCH_UI_ARRAY_MEMO_MB", "700")) * 1024**2)
+_memo: OrderedDict[tuple, Any] = OrderedDict()
+_memo_lock = threading.Lock()
+
+
+def _nbytes(ans) -> int:
+    return sum(int(getattr(v, "nbytes", 0)) for v in vars(ans).values())
+
+
 def run_answers(path: str, token: tuple, run_id: str, question: str, splits: tuple[str, ...] | None = None):
-    """:class:`workbench.answers.RunAnswers` of one run and question (arrays, cached per run)."""
+    """:class:`workbench.answers.RunAnswers` of one run and question (n × k arrays).
+
+    Not a Streamlit cache: kept in a process-wide memo bounded by :data:`ARRAY_MEMO_BYTES`, so a
+    page's aggregates share one load and a run of any size costs at most one load's memory.
+    Callers compute an aggregate from it and cache that, never the arrays.
+    """
     from workbench.store.runs import load_answers
 
+    key = (path, token, run_id, question, tuple(splits) if splits else None)
+    with _memo_lock:
+        if key in _memo:
+            _memo.move_to_end(key)
+            return _memo[key]
     with read_connection(path) as con:
-        return load_answers(con, run_id, question, list(splits) if splits else None)
+        ans = load_answers(con, run_id, question, list(splits) if splits else None)
+    size = _nbytes(ans)
+    with _memo_lock:
+        for old in [k for k in _memo if k[:2] != (path, token)]:  # the store changed: older loads are stale
+            del _memo[old]
+        while _memo and sum(_nbytes(v) for v in _memo.values()) + size > ARRAY_MEMO_BYTES:
+            _memo.popitem(last=False)
+        if size <= ARRAY_MEMO_BYTES:
+            _memo[key] = ans
+    return ans
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def failures_by_kind(path: str, token: tuple, run_id: str) -> pd.DataFrame:
-    """Failure counts per (question, kind) of one run (counted by the store's loader arrays)."""
-    run = run_record(path, token, run_id)
-    frames = []
-    for q in run["questions"]:
-        ans = run_answers(path, token, run["run_id"], q)
-        kinds = pd.Series(ans.failure_kind[ans.failed], dtype=object)
-        if len(kinds):
-            vc = kinds.value_counts()
-            frames.append(pd.DataFrame({"question": q, "failure_kind": vc.index, "count": vc.to_numpy()}))
-    if not frames:
-        return pd.DataFrame(columns=["question", "failure_kind", "count"])
-    return pd.concat(frames, ignore_index=True)
+    """Failure counts per (question, kind) of one run (:func:`workbench.store.runs.failure_counts`)."""
+    from workbench.store.runs import failure_counts
+
+    with read_connection(path) as con:
+        return failure_counts(con, run_id)
 
 
 @dataclass(frozen=True)
@@ -180,24 +216,85 @@ class QuestionArrays:
     calibrator: dict | None = None
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
 def question_arrays(
     path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None = None
 ) -> QuestionArrays:
     """Probabilities and labels of one split; optionally recalibrated with a calibrator fitted on
-    the run's *calibration* split (``recalibrate`` = ``temperature``, ``isotonic`` or ``platt``)."""
-    ans = run_answers(path, token, run_id, question)
-    keep = (ans.splits == split) & (ans.labels >= 0)
+    the run's *calibration* split (``recalibrate`` = ``temperature``, ``isotonic`` or ``platt``).
+
+    Not cached (n × k floats): callers cache what they compute from it."""
+    ans = run_answers(path, token, run_id, question, (split,))
+    keep = ans.labels >= 0
     probs, labels = ans.probs[keep], ans.labels[keep]
     cal_dict = None
     if recalibrate:
         from workbench.metrics.recalibrate import make_calibrator
 
-        fit = (ans.splits == "calibration") & (ans.labels >= 0)
-        cal = make_calibrator(recalibrate).fit(ans.probs[fit], ans.labels[fit])
+        fit_on = ans if split == "calibration" else run_answers(path, token, run_id, question, ("calibration",))
+        fit = fit_on.labels >= 0
+        cal = make_calibrator(recalibrate).fit(fit_on.probs[fit], fit_on.labels[fit])
         probs = cal.transform(probs)
         cal_dict = cal.to_dict()
     return QuestionArrays(ans.qtype, tuple(ans.option_ids), probs, labels, cal_dict)
+
+
+def is_large(path: str, token: tuple, run_id: str, question: str, split: str) -> bool:
+    """The split is read in batches (:func:`workbench.evaluation.is_large`): pages get aggregates and
+    per-item figures from the streamed library functions, never the matrix."""
+    from workbench.evaluation import is_large as _is_large
+
+    with read_connection(path) as con:
+        return _is_large(con, run_id, question, [split])
+
+
+def labelled_items(
+    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, option: int | None = None
+):
+    """:func:`workbench.workflows.labelled_items` of a large split (recalibrated with a calibrator fitted
+    on the calibration split, as :func:`question_arrays` does)."""
+    from workbench.workflows import labelled_items as _items
+    from workbench.workflows import split_calibrator
+
+    with read_connection(path) as con:
+        cal = split_calibrator(con, run_id, question, recalibrate) if recalibrate else None
+        return _items(con, run_id, question, split, calibrator=cal, option=option)
+
+
+@dataclass(frozen=True)
+class RulePoints:
+    """What the Thresholds page needs per item to judge any (τ, m) rule: the labelled items' rule
+    coordinates (:func:`workbench.thresholds.rules.rule_coordinates`: predicted option, x, y) and
+    labels — about 20 bytes per item instead of 8 k."""
+
+    qtype: str
+    option_ids: tuple[str, ...]
+    coords: Any
+    labels: Any
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def rule_points(
+    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None = None
+) -> RulePoints:
+    """:class:`RulePoints` of one split (optionally recalibrated as in :func:`question_arrays`).
+
+    ``st.cache_resource``: one shared read-only copy, not a pickled copy per session and per rerun.
+    """
+    from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
+
+    if is_large(path, token, run_id, question, split):
+        items = labelled_items(path, token, run_id, question, split, recalibrate)
+        arr: Any = QuestionArrays(items.qtype, tuple(items.option_ids), None, items.labels, None)
+        c = items.coords
+    else:
+        arr = question_arrays(path, token, run_id, question, split, recalibrate)
+        c = rule_coordinates(arr.qtype, arr.probs)
+    small = np.int16 if len(arr.option_ids) < 2**15 else np.int32
+    coords = RuleCoordinates(c.predicted.astype(small), c.x, c.y, c.x_name, c.y_name)
+    labels = arr.labels.astype(small)
+    for a in (coords.predicted, coords.x, coords.y, labels):
+        a.setflags(write=False)
+    return RulePoints(arr.qtype, arr.option_ids, coords, labels)
 
 
 #: Points per axis of the threshold grid the sliders move over: the CLI's default ``--grid``
@@ -220,17 +317,25 @@ def threshold_surface(
     With ``error_cost`` the surface also carries the wrong-accept cost per grid point (for the
     cost objective). Per-item coordinates are dropped so the cached value stays small.
     """
+    from workbench.thresholds.guarantees import error_cost_weights
     from workbench.thresholds.surface import risk_coverage_surface
 
-    arr = question_arrays(path, token, run_id, question, split, recalibrate)
+    points = rule_points(path, token, run_id, question, split, recalibrate)
+    labels = np.asarray(points.labels, dtype=np.int64)
+    coords = points.coords
     weights = None
     if error_cost is not None:
-        from workbench.thresholds.guarantees import error_cost_weights
-        from workbench.thresholds.rules import rule_coordinates
-
-        coords = rule_coordinates(arr.qtype, arr.probs)
-        weights = error_cost_weights(arr.labels, coords.predicted, len(arr.option_ids), error_cost)
-    surf = risk_coverage_surface(arr.qtype, arr.probs, arr.labels, grid=GRID_POINTS, weights=weights)
+        predicted = np.asarray(coords.predicted, dtype=np.int64)
+        weights = error_cost_weights(labels, predicted, len(points.option_ids), error_cost)
+    surf = risk_coverage_surface(
+        points.qtype,
+        None,
+        labels,
+        coordinates=replace(coords, predicted=np.asarray(coords.predicted, dtype=np.int64)),
+        n_options=len(points.option_ids),
+        grid=GRID_POINTS,
+        weights=weights,
+    )
     surf.extra.pop("coordinates", None)
     return surf
 
@@ -288,6 +393,24 @@ def question_report(
     """:mod:`workbench.metrics.report` of one question on one split (metrics with bootstrap intervals)."""
     from workbench.metrics.report import REPORTERS
 
+    if is_large(path, token, run_id, question, split):
+        from workbench.evaluation import stream_question_report
+        from workbench.thresholds.choose import apply_calibrator
+        from workbench.workflows import split_calibrator
+
+        with read_connection(path) as con:
+            cal = split_calibrator(con, run_id, question, recalibrate) if recalibrate else None
+            rep = stream_question_report(
+                con,
+                run_id,
+                question,
+                [split],
+                transform=None if cal is None else (lambda p: apply_calibrator(cal, p)),
+                n_bins=n_bins,
+                n_boot=n_boot,
+                smooth=True,
+            )
+        return replace(rep, replicate=None)
     arr = question_arrays(path, token, run_id, question, split, recalibrate)
     rep = REPORTERS[arr.qtype](
         arr.probs, arr.labels, list(arr.option_ids), question=question, n_bins=n_bins, n_boot=n_boot, smooth=True
@@ -331,7 +454,20 @@ def reliability_display(
 
     kind = "top-label" if option is None else "option"
     parts = []
+    large = is_large(path, token, run_id, question, split)
     for name, method in [("as answered", None)] + ([(recalibrate, recalibrate)] if recalibrate else []):
+        if large:  # per-item figures read in batches, never the matrix
+            items = labelled_items(path, token, run_id, question, split, method, option)
+            ok = np.isfinite(items.top)
+            if not ok.any():
+                return None
+            if option is None:
+                y, s, x_t = (items.coords.predicted == items.labels)[ok], items.top[ok], "top-label confidence"
+            else:
+                assert items.column is not None
+                y, s, x_t = (items.labels == option)[ok], items.column[ok], f"P(option {option})"
+            parts.append(ReliabilityDisplay.from_scores(y, s, n_bins=n_bins, strategy=strategy, name=name, x_title=x_t))
+            continue
         arr = question_arrays(path, token, run_id, question, split, method)
         if not np.isfinite(arr.probs).all(axis=1).any():
             return None
@@ -340,11 +476,7 @@ def reliability_display(
                 arr.labels, arr.probs, n_bins=n_bins, strategy=strategy, kind=kind, option=option, name=name
             )
         )
-    x_title = (
-        parts[0].x_title
-        if option is None
-        else f"P({question_arrays(path, token, run_id, question, split).option_ids[option]})"
-    )
+    x_title = parts[0].x_title if option is None else f"P({option_names(path, token, run_id, question)[option]})"
     d = ReliabilityDisplay(
         [c for part in parts for c in part.curves],
         f"{question} on {split}: reliability of {'the top label' if option is None else x_title} ({strategy} bins)",
@@ -359,10 +491,21 @@ def confusion_display(path: str, token: tuple, run_id: str, question: str, split
     """:class:`~workbench.metrics.displays.ConfusionDisplay` of the top option (no routing)."""
     from workbench.metrics.displays import ConfusionDisplay
 
+    title = f"{question} on {split}: top option vs gold"
+    if is_large(path, token, run_id, question, split):
+        items = labelled_items(path, token, run_id, question, split, recalibrate)
+        return ConfusionDisplay.from_decisions(items.labels, items.coords.predicted, items.option_ids, title=title)
     arr = question_arrays(path, token, run_id, question, split, recalibrate)
-    return ConfusionDisplay.from_predictions(
-        arr.labels, arr.probs, list(arr.option_ids), title=f"{question} on {split}: top option vs gold"
-    )
+    return ConfusionDisplay.from_predictions(arr.labels, arr.probs, list(arr.option_ids), title=title)
+
+
+def option_names(path: str, token: tuple, run_id: str, question: str) -> list[str]:
+    """The question's option ids, in schema order (from the run's stored schema)."""
+    from workbench.schema import option_ids
+    from workbench.store.runs import get_run, load_stored_schema
+
+    with read_connection(path) as con:
+        return option_ids(load_stored_schema(con, get_run(con, run_id)["schema_hash"]).questions[question])
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -521,12 +664,12 @@ def certified_thresholds(path: str, token: tuple, run_id: str, question: str, se
     ``settings`` comes from :func:`threshold_settings`. Only the small result dict is cached (not
     the surface), so a cache hit on every slider move stays cheap.
     """
-    from workbench.thresholds.choose import build_options, choose_thresholds
+    from workbench.thresholds.choose import build_options
+    from workbench.workflows import thresholds_for_run
 
     opts = build_options(**dict(settings))
-    cal = run_answers(path, token, run_id, question, ("calibration",))
-    test = run_answers(path, token, run_id, question, ("test",))
-    return choose_thresholds(cal, test, opts).to_dict()
+    with read_connection(path) as con:
+        return thresholds_for_run(con, run_id, question, opts).to_dict()
 
 
 @st.cache_data(show_spinner="Certifying the frontier…", max_entries=32)
@@ -537,11 +680,11 @@ def certified_frontier(
     :func:`workbench.thresholds.choose.certified_frontier`: each point is the selection
     ``choose_thresholds`` makes at that α (0 where nothing is certified)."""
     from workbench.thresholds.choose import build_options
-    from workbench.thresholds.choose import certified_frontier as _frontier
+    from workbench.workflows import frontier_for_run
 
     opts = build_options(**dict(settings))
-    cal = run_answers(path, token, run_id, question, ("calibration",))
-    sels = _frontier(cal, opts, [float(a) for a in alphas])
+    with read_connection(path) as con:
+        sels = frontier_for_run(con, run_id, question, opts, [float(a) for a in alphas])
     return pd.DataFrame(
         {"alpha": list(alphas), "certified coverage": [s.calibration["coverage"] if s.feasible else 0.0 for s in sels]}
     )
@@ -689,6 +832,7 @@ __all__ = [
     "is_emulated",
     "failures_by_kind",
     "question_arrays",
+    "rule_points",
     "threshold_defaults",
     "settings_caption",
     "threshold_surface",

@@ -53,7 +53,7 @@ recal_method = None if recal == "as answered" else recal
 
 try:
     surface = state.threshold_surface(path, token, run_id, question, "calibration", recal_method)
-    test = state.question_arrays(path, token, run_id, question, "test", recal_method)
+    test = state.rule_points(path, token, run_id, question, "test", recal_method)
 except WorkbenchError as exc:
     state.show_error(exc)
     st.stop()
@@ -124,11 +124,13 @@ if not is_noul:
                     float(y_thr) if pd.isna(row["margin"]) else float(row["margin"]),
                 )
 
-from workbench.thresholds.evaluate import evaluate_rule  # noqa: E402
+from workbench.thresholds.evaluate import accepted_at, evaluate_rule_at  # noqa: E402
 from workbench.thresholds.rules import make_rule  # noqa: E402
 
 rule = make_rule(qtype, float(surface.x_grid[i]), float(surface.y_grid[j]), per_class=per_class or None)
-test_report = evaluate_rule(rule, test.probs, test.labels, option_ids=list(test.option_ids))
+test_report = evaluate_rule_at(
+    rule, test.coords, test.labels, n_options=len(test.option_ids), option_ids=list(test.option_ids)
+)
 
 
 def _pct(v: float | None) -> str:
@@ -420,11 +422,11 @@ st.subheader("Confusion matrix on test, with the review column")
 conf = test_report["confusion"]
 matrix = pd.DataFrame(conf["matrix"], index=conf["labels"], columns=conf["columns"])
 if len(conf["labels"]) <= 30:
-    decided = ConfusionDisplay.from_predictions(
+    decided = ConfusionDisplay.from_decisions(
         test.labels,
-        test.probs,
+        test.coords.predicted,
         list(test.option_ids),
-        accept=rule.decide(test.probs).accepted,
+        accept=accepted_at(rule, test.coords),
         title="Test: decision at these thresholds",
     )
     st.plotly_chart(decided.figure_, key="thr_confusion_chart")

@@ -1,0 +1,177 @@
+"""Scale: seconds and peak RSS of every command on a synthetic run of N items × 77 options.
+
+For each size, builds a store with ``bench/scale_data.py`` (a dataset and a run imported with
+``workbench runs import``), then runs each command as its own process (``workbench …`` with this
+checkout on ``PYTHONPATH``) and reads that process's peak RSS from ``wait4``. With ``--old PATH``
+(a checkout of an older commit, e.g. ``git worktree add /tmp/wb-old <commit>``) the same commands
+also run with that code on the same store, side by side, for sizes up to ``--old-max`` (the old code
+needs several times the memory; beyond it the figures measured when issue 11 was filed are shown).
+
+    python bench/scale.py                      # 1M and 3M
+    python bench/scale.py --full               # 1M, 3M and 10M
+    python bench/scale.py --sizes 200000 --old /tmp/wb-old
+
+Prints one table: items, command, seconds, peak RSS (GB), old seconds/RSS and the ratios, plus
+the store size before and after ``calibrate`` (a calibrated view stores its calibrator only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: Peak RSS of the old code measured when issue 11 was filed (GB): {items: {command: GB}}.
+FILED = {
+    1_000_000: {"thresholds": 3.96, "calibrate": 5.31},
+    5_000_000: {"thresholds": 15.3, "export": 19.4, "calibrate": float("inf")},  # calibrate: out of memory
+}
+
+
+def run_measured(cmd: list[str], env: dict) -> tuple[float, float, int, str, str]:
+    """(seconds, peak RSS in GB, exit code, stderr tail, stdout) of one child process.
+
+    The peak comes from ``wait4`` of that child; this parent stays small, since a forked child's peak
+    starts at the parent's resident size."""
+    t = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - t
+        err.seek(0)
+        tail = err.read().decode(errors="replace")[-600:]
+        out.seek(0)
+        stdout = out.read().decode(errors="replace")
+    return seconds, usage.ru_maxrss / 1024**2, proc.returncode, tail, stdout
+
+
+def env_for(code: Path, db: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = f"{code}{os.pathsep}{code / 'runtime'}"
+    env["WORKBENCH_DB"] = str(db)
+    env["COLUMNS"] = "200"
+    return env
+
+
+def commands(run_id: str, out_dir: Path) -> dict[str, list[str]]:
+    wb = [sys.executable, "-c", "from workbench.cli import main; main()"]
+    return {
+        "report": [*wb, "report", run_id, "--split", "test", "--json"],
+        "thresholds": [*wb, "thresholds", run_id, "--question", "intent", "--json"],
+        "calibrate": [*wb, "calibrate", run_id, "--method", "temperature", "--json"],
+        "export": [*wb, "export", run_id, "--format", "parquet", "--out", str(out_dir / "export.parquet"), "--force"],
+        "compare": [*wb, "compare", run_id, "{view}", "--json"],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="1000000,3000000", help="comma-separated item counts")
+    ap.add_argument("--full", action="store_true", help="add 10,000,000 items")
+    ap.add_argument("--old", type=Path, default=None, help="checkout of the old code to run side by side")
+    ap.add_argument("--old-max", type=int, default=1_000_000, help="largest size the old code runs at")
+    ap.add_argument("--only", default=None, help="comma-separated commands (default: all)")
+    ap.add_argument("--workdir", type=Path, default=None, help="keep stores here (default: a temp dir)")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.full and 10_000_000 not in sizes:
+        sizes.append(10_000_000)
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="wb-scale-"))
+    rows = []
+    try:
+        for n in sizes:
+            d = work / f"n{n}"
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+            db = d / "wb.duckdb"
+            print(f"== {n:,} items × 77 options: building the store", flush=True)
+            # built in a child: a command forked from a large parent would inherit its peak RSS
+            t = time.perf_counter()
+            built = subprocess.run(
+                [sys.executable, str(ROOT / "bench" / "scale_data.py"), "--items", str(n), "--db", str(db)]
+                + ["--workdir", str(d / "files")],
+                env=env_for(ROOT, db),
+                check=True,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            print(built.stdout, end="", flush=True)
+            run_id = json.loads(built.stdout.strip().splitlines()[-1])["run_id"]
+            build = time.perf_counter() - t
+            size0 = db.stat().st_size
+            shutil.rmtree(d / "files", ignore_errors=True)
+            rows.append({"items": n, "command": "build (datasets + runs import)", "seconds": build})
+            cmds = commands(run_id, d)
+            names = args.only.split(",") if args.only else list(cmds)
+            size1 = size0
+            view = old_view = None
+            old_db = None
+            if args.old is not None and n <= args.old_max:
+                old_db = d / "old.duckdb"  # the old code works on its own copy (it writes its own view)
+                shutil.copy(db, old_db)
+            for name in names:
+                cmd = [view if c == "{view}" else c for c in cmds[name]]
+                if "{view}" in cmds[name] and view is None:
+                    print(f"   {name}: skipped (needs the calibrated view of calibrate)")
+                    continue
+                sec, rss, code, tail, stdout = run_measured(cmd, env_for(ROOT, db))
+                row = {"items": n, "command": name, "seconds": sec, "rss_gb": rss, "ok": code == 0}
+                if code != 0:
+                    print(f"   {name} failed ({code}): {tail}", flush=True)
+                if name == "calibrate":
+                    size1 = db.stat().st_size
+                    view = json.loads(stdout)["run_id"] if code == 0 else None
+                if old_db is not None:
+                    o_cmd = [old_view if c == "{view}" else c for c in cmds[name]]
+                    o_sec, o_rss, o_code, _, o_out = run_measured(o_cmd, env_for(args.old, old_db))
+                    row |= {"old_seconds": o_sec, "old_rss_gb": o_rss, "old_ok": o_code == 0}
+                    if name == "calibrate":
+                        row["old_store_growth"] = old_db.stat().st_size / size0 - 1
+                        old_view = json.loads(o_out)["run_id"] if o_code == 0 else "missing"
+                elif n in FILED and name in FILED[n]:
+                    row["old_rss_gb"] = FILED[n][name]
+                    row["old_note"] = "filed"
+                print(f"   {name:<11} {sec:8.1f} s  {rss:6.2f} GB  {'ok' if code == 0 else 'FAILED'}", flush=True)
+                rows.append(row)
+            rows.append({"items": n, "command": "store size (GB)", "size_gb": size0 / 1e9, "growth": size1 / size0 - 1})
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print()
+    print(f"{'items':>11}  {'command':<31} {'seconds':>8} {'peak GB':>8} {'old s':>8} {'old GB':>8} {'RSS ratio':>9}")
+    for r in rows:
+        if "size_gb" in r:
+            print(
+                f"{r['items']:>11,}  {r['command']:<31} {r['size_gb']:>8.2f} GB;"
+                f" calibrate added {100 * r['growth']:.2f}%"
+            )
+            continue
+        rss, old = r.get("rss_gb"), r.get("old_rss_gb")
+        cells = [
+            f"{r['seconds']:>8.1f}",
+            f"{rss:>8.2f}" if rss is not None else f"{'':>8}",
+            f"{r['old_seconds']:>8.1f}" if "old_seconds" in r else f"{'':>8}",
+            (f"{old:>8.2f}" if old != float("inf") else f"{'OOM':>8}") if old is not None else f"{'':>8}",
+            f"{old / rss:>8.1f}x" if old and rss and old != float("inf") else f"{'':>9}",
+        ]
+        note = " (old: figure filed with issue 11)" if r.get("old_note") else ""
+        if "old_store_growth" in r:
+            note += f" (old calibrate grew the store {100 * r['old_store_growth']:.0f}%)"
+        if r.get("ok") is False or r.get("old_ok") is False:
+            note += " FAILED" if r.get("ok") is False else " old FAILED"
+        print(f"{r['items']:>11,}  {r['command']:<31} {' '.join(cells)}{note}")
+    print(json.dumps(rows), file=open(work.parent / "scale-last.json", "w") if args.workdir else sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

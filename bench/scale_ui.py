@@ -1,0 +1,273 @@
+"""First load of the Calibration and Thresholds pages on a store of millions of items × 77 options.
+
+Builds (once, kept under ``--dir``) a synthetic store: a dataset of N items (half calibration, half
+test, one gold label each), one choice question of 77 options, and one run whose answers are written
+with :func:`workbench.store.runs.write_answers` in Arrow batches of 200,000 rows. Then, for each
+checkout given with ``--tree`` (e.g. this worktree and an old one), starts the real Streamlit server
+on the store, opens each page in Chromium (playwright, ``/usr/bin/chromium``), waits until Streamlit's
+status widget is gone, and prints the seconds of each page's first load and the server's peak RSS
+(``VmHWM`` of the server process, read from ``/proc``; the server is started fresh per page so the
+peak is that page's own). A server whose RSS passes ``--limit-gb`` (default 4) is killed and its row
+says so: the machine is shared.
+
+    python bench/scale_ui.py --items 1000000 2000000 --tree new=. --tree old=/tmp/wb-old-ui
+
+Wall times are noisy on a shared 2-core machine; RSS is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH = 200_000
+PAGES = {"Calibration": "calibration", "Thresholds": "thresholds"}
+
+
+def build(db: Path, n: int, k: int = 77, seed: int = 0) -> str:
+    """A store with one dataset of ``n`` items and one run answering all of them; returns the run id."""
+    import pandas as pd
+
+    from workbench.schema import DecisionSchema
+    from workbench.store.datasets import ImportSpec, import_dataset
+    from workbench.store.db import connect
+    from workbench.store.runs import create_run, update_run, write_answers
+
+    rng = np.random.default_rng(seed)
+    opts = [f"intent_{j:02d}" for j in range(k)]
+    labels = rng.integers(0, k, size=n)
+    ids = np.array([f"x{i:08d}" for i in range(n)], dtype=object)
+    parquet = db.parent / f"items-{n}.parquet"
+    pd.DataFrame(
+        {
+            "id": ids,
+            "text": "message",
+            "label": np.array(opts, dtype=object)[labels],
+            "split": np.where(np.arange(n) % 2 == 0, "calibration", "test"),
+        }
+    ).to_parquet(parquet)
+    schema = DecisionSchema.from_dict(
+        {"questions": {"intent": {"type": "choice", "instructions": "Intent?", "criteria": {o: None for o in opts}}}}
+    )
+    con = connect(db)
+    con.execute("SET memory_limit = '2GB'")
+    con.execute("SET preserve_insertion_order = false")
+    info = import_dataset(
+        con,
+        [parquet],
+        ImportSpec(name="big", text_column="text", id_column="id", labels={"intent": "label"}, split_column="split"),
+        schema,
+    )
+    parquet.unlink()
+    run_id = create_run(
+        con,
+        dataset="big",
+        dataset_version=info.version,
+        schema=schema,
+        provider="synthetic:big",
+        splits=["calibration", "test"],
+        name="big",
+    )
+    for start in range(0, n, BATCH):
+        y = labels[start : start + BATCH]
+        m = len(y)
+        logits = rng.normal(size=(m, k))
+        logits[np.arange(m), y] += rng.uniform(0, 6, size=m)
+        probs = np.exp(logits - logits.max(1, keepdims=True))
+        probs /= probs.sum(1, keepdims=True)
+        srt = np.sort(probs, axis=1)
+        flat = pa.array(probs.ravel())
+        table = pa.table(
+            {
+                "run_id": pa.array([run_id] * m),
+                "item_id": pa.array(ids[start : start + m]),
+                "question": pa.array(["intent"] * m),
+                "probs": pa.ListArray.from_arrays(pa.array(np.arange(0, m * k + 1, k, dtype=np.int32)), flat),
+                "p_top": pa.array(srt[:, -1]),
+                "margin": pa.array(srt[:, -1] - srt[:, -2]),
+            }
+        )
+        write_answers(con, table, replace=False)
+        del logits, probs, srt, flat, table
+    update_run(con, run_id, status="done")
+    con.execute("CHECKPOINT")
+    con.close()
+    return run_id
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+IDLE = (
+    "() => { const app = document.querySelector('[data-testid=\"stApp\"]');"
+    " const state = app ? app.getAttribute('data-test-script-state') : 'initial';"
+    " const widget = document.querySelector('[data-testid=\"stStatusWidget\"]');"
+    " return state !== 'running' && state !== 'initial'"
+    " && !(widget && widget.innerText.includes('Running'))"
+    " && !document.querySelector('[data-testid=\"stSkeleton\"]'); }"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _peak_rss_gb(pid: int) -> float:
+    """``VmHWM`` (peak resident set) of a live process, in GB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024**2
+    return float("nan")
+
+
+def _rss_gb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024**2
+    return 0.0
+
+
+def _watch(proc: subprocess.Popen, limit_gb: float, killed: list) -> None:
+    """Kill the server when its RSS passes ``limit_gb`` (the machine is shared)."""
+    while proc.poll() is None:
+        try:
+            if _rss_gb(proc.pid) > limit_gb:
+                killed.append(True)
+                proc.kill()
+                return
+        except OSError:
+            return
+        time.sleep(0.1)
+
+
+def first_load(tree: Path, db: Path, page: str, timeout_s: float = 900, limit_gb: float = 4.0) -> dict:
+    """Start Streamlit from ``tree`` on ``db``, open ``page`` once; seconds until idle and peak RSS.
+
+    The server is killed when its RSS passes ``limit_gb``: the row then says so instead of a time.
+    """
+    import threading
+
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_DB"}
+    env["PYTHONPATH"] = f"{tree}:{tree / 'runtime'}"
+    log = open(db.parent / f"streamlit-{page}.log", "wb")
+    cmd = [sys.executable, "-m", "streamlit", "run", str(tree / "streamlit_app.py"), "--server.headless", "true"]
+    cmd += ["--server.port", str(port), "--browser.gatherUsageStats", "false", "--", "--db", str(db)]
+    proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        import urllib.request
+
+        while time.time() < deadline:
+            try:
+                if urllib.request.urlopen(url + "/_stcore/health", timeout=1).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.3)
+        base_rss = _peak_rss_gb(proc.pid)
+        killed: list = []
+        threading.Thread(target=_watch, args=(proc, limit_gb, killed), daemon=True).start()
+        peak = base_rss
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+            t0 = time.perf_counter()
+            try:
+                tab.goto(f"{url}/{page}")
+
+                def wait(js: str) -> None:  # in short slices, so that a server killed at the limit ends the wait
+                    end = time.perf_counter() + timeout_s
+                    while True:
+                        if killed or proc.poll() is not None:
+                            raise OSError("the server is gone")
+                        try:
+                            tab.wait_for_function(js, timeout=5000)
+                            return
+                        except PlaywrightError:
+                            if time.perf_counter() > end:
+                                raise
+
+                wait("() => !!document.querySelector('[data-testid=\"stMain\"] h1')")
+                for _ in range(2):
+                    wait(IDLE)
+                    tab.wait_for_timeout(400)
+                    peak = _peak_rss_gb(proc.pid)
+                wait(IDLE)
+                peak = _peak_rss_gb(proc.pid)
+                seconds: float | None = time.perf_counter() - t0 - 0.8  # the two 400 ms settling pauses
+                errors = tab.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').count()
+            except (PlaywrightError, OSError):
+                if not killed:
+                    raise
+                seconds, errors, peak = None, 0, limit_gb
+            browser.close()
+        if killed:
+            return {"seconds": None, "peak_rss_gb": f"> {limit_gb:g} (killed)", "idle_rss_gb": round(base_rss, 2)}
+        return {
+            "seconds": None if seconds is None else round(seconds, 1),
+            "peak_rss_gb": round(peak, 2),
+            "idle_rss_gb": round(base_rss, 2),
+            "errors": errors,
+        }
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--items", type=int, nargs="+", default=[1_000_000, 2_000_000])
+    ap.add_argument("--options", type=int, default=77)
+    ap.add_argument("--dir", default="/tmp/wb-scale-ui", help="where the stores are built (and kept)")
+    ap.add_argument("--tree", action="append", default=None, help="NAME=PATH of a checkout to serve (repeatable)")
+    ap.add_argument("--pages", nargs="+", default=list(PAGES))
+    ap.add_argument("--limit-gb", type=float, default=4.0, help="kill a server whose RSS passes this")
+    args = ap.parse_args()
+    trees = [t.split("=", 1) for t in (args.tree or [f"new={ROOT}"])]
+    out = Path(args.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for n in args.items:
+        db = out / f"scale-{n}x{args.options}.duckdb"
+        if not db.exists():
+            t0 = time.perf_counter()
+            build(db, n, args.options)
+            print(f"built {db} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        for name, tree in trees:
+            for title in args.pages:
+                r = first_load(Path(tree).resolve(), db, PAGES[title], limit_gb=args.limit_gb)
+                rows.append(
+                    {"items": n, "tree": name, "page": title, **r, "store_gb": round(db.stat().st_size / 1e9, 2)}
+                )
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    print(f"{'items':>10} {'tree':>5} {'page':>12} {'first load s':>13} {'peak RSS GB':>16} {'store GB':>9}")
+    for r in rows:
+        secs = "—" if r["seconds"] is None else f"{r['seconds']:.1f}"
+        print(
+            f"{r['items']:>10,} {r['tree']:>5} {r['page']:>12} {secs:>13} {r['peak_rss_gb']!s:>16} "
+            f"{r['store_gb']:>9.2f}" + (f"  ({r['errors']} errors on the page)" if r.get("errors") else "")
+        )
+    print(json.dumps({"load_average": os.getloadavg()[0], "rows": rows}))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,385 @@
+"""`workbench runs import` and the streamed `export`: wide and long layouts, Parquet and JSONL, every bad
+input refused in one error with nothing written, and export → import round trips bit for bit.
+
+Real components: a real DuckDB file per test (copied from one module store), files written with pyarrow,
+the real CLI in a subprocess where the exit code and output matter. Figures are checked against numpy
+and the runtime's own ``normalise_answer`` / ``top_two`` / ``entropy`` (what provider answers go through).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tests.conftest import copy_store, run_cli
+from workbench.errors import DataImportError
+from workbench.schema import DecisionSchema, option_ids
+from workbench.schema.answers import SUM_TOLERANCE, entropy, normalise_answer, top_two
+from workbench.store.answer_import import OPTION_IDS_KEY, import_answers
+from workbench.store.calls import export_run
+from workbench.store.datasets import ImportSpec, import_dataset
+from workbench.store.db import connect, table_counts
+from workbench.store.runs import get_run, load_answers
+
+N = 400
+K = 5
+TOPICS = [f"t{i}" for i in range(K)]
+SCHEMA = {
+    "name": "imp",
+    "questions": {
+        "topic": {"type": "choice", "instructions": "Which topic?", "criteria": {t: f"topic {t}" for t in TOPICS}},
+        "spam": {"type": "noul", "instructions": "Is it spam?"},
+    },
+}
+IDS = [f"m{i:04d}" for i in range(N)]
+
+
+def schema() -> DecisionSchema:
+    return DecisionSchema.from_dict(SCHEMA, source="test")
+
+
+@pytest.fixture(scope="module")
+def master(tmp_path_factory) -> dict:
+    """A dataset of N items (half calibration, half test) with two questions, and rounded answers."""
+    d = tmp_path_factory.mktemp("answer_import")
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, K, N)
+    pd.DataFrame(
+        {
+            "id": IDS,
+            "text": [f"message {i}" for i in IDS],
+            "topic": [TOPICS[j] for j in labels],
+            "spam": rng.choice(["yes", "no"], N),
+            "split": np.where(np.arange(N) % 2 == 0, "calibration", "test"),
+        }
+    ).to_csv(d / "ds.csv", index=False)
+    (d / "schema.yaml").write_text(yaml.safe_dump(SCHEMA, sort_keys=False))
+    db = d / "wb.duckdb"
+    con = connect(db)
+    spec = ImportSpec(
+        name="msgs", text_column="text", id_column="id", split_column="split", labels={"topic": "topic", "spam": "spam"}
+    )
+    import_dataset(con, [d / "ds.csv"], spec, schema())
+    con.close()
+    topic = rng.dirichlet(np.ones(K), N).round(4)  # like Clef: 4 decimals, sums off by up to ~2.5e-4
+    p_yes = rng.random(N).round(4)
+    failed = np.zeros(N, bool)
+    failed[::40] = True  # 10 failures of the topic question
+    return {"dir": d, "db": db, "topic": topic, "p_yes": p_yes, "failed": failed, "schema": d / "schema.yaml"}
+
+
+@pytest.fixture
+def store(master, tmp_path) -> Path:
+    return copy_store(master["db"], tmp_path / "wb.duckdb")
+
+
+def wide_table(master, *, fixed: bool = False, kinds: bool = True) -> pa.Table:
+    topic, failed = master["topic"], master["failed"]
+    vec_type = pa.list_(pa.float64(), K) if fixed else pa.list_(pa.float64())
+    cols = {
+        "item_id": pa.array(IDS),
+        "topic": pa.array([None if f else list(v) for f, v in zip(failed, topic)], type=vec_type),
+        "spam": pa.array([[y, round(1 - y, 4)] for y in master["p_yes"]], type=pa.list_(pa.float64())),
+    }
+    if kinds:
+        cols["topic__failure_kind"] = pa.array(
+            [("timeout" if i % 80 == 0 else None) if f else None for i, f in enumerate(failed)], type=pa.string()
+        )
+    return pa.table(cols)
+
+
+def write_wide(master, path: Path, **kw) -> Path:
+    pq.write_table(wide_table(master, **kw), path)
+    return path
+
+
+def expected_topic(master) -> np.ndarray:
+    """The stored vectors, from the runtime's normalise_answer (the providers' path)."""
+    q = schema().questions["topic"]
+    out = np.full((N, K), np.nan)
+    for i, (f, v) in enumerate(zip(master["failed"], master["topic"])):
+        if not f:
+            out[i] = normalise_answer(
+                q, {"type": "choice", "probabilities": dict(zip(TOPICS, v.tolist()))}, question_id="topic"
+            ).probs
+    return out
+
+
+def test_wide_parquet_through_the_cli_stores_normalised_vectors_and_summaries(master, store, tmp_path):
+    path = write_wide(master, tmp_path / "answers.parquet")
+    proc = run_cli(
+        "runs", "import", str(path), "--dataset", "msgs", "--schema", str(master["schema"]), "--name", "offline",
+        "--model", "m-1", "--json", db=store,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    run_id = summary["run_id"]
+    assert (summary["answered"], summary["failed"]) == (2 * N - 10, 10)
+    assert summary["failed_by_kind"] == {"unknown": 5, "timeout": 5}  # NULL without a kind fails as unknown
+    assert summary["imported"]["layout"] == "wide" and summary["imported"]["rows"] == N
+    con = connect(store, read_only=True)
+    run = get_run(con, run_id)
+    assert (run["provider"], run["kind"], run["status"], run["model"]) == ("imported", "raw", "done", "m-1")
+    assert run["splits"] == ["calibration", "test"]
+    ra = load_answers(con, run_id, "topic")
+    want = expected_topic(master)
+    order = np.argsort(IDS)
+    # normalise_answer divides by the sum: the stored vectors are those bits, except exact-sum rows (1e-12)
+    np.testing.assert_allclose(ra.probs, want[order], rtol=0, atol=2e-16)
+    assert (ra.failed == master["failed"][order]).all()
+    rows = con.execute(
+        "SELECT probs, p_top, margin, entropy, deviation FROM answers WHERE run_id = ? AND question = 'topic'"
+        " AND probs IS NOT NULL ORDER BY item_id",
+        [run_id],
+    ).fetch_arrow_table()
+    m = np.vstack(rows.column("probs").to_pylist())
+    _, p1, p2 = top_two(m)
+    np.testing.assert_array_equal(rows.column("p_top").to_numpy(), p1)
+    np.testing.assert_array_equal(rows.column("margin").to_numpy(), p1 - p2)
+    np.testing.assert_allclose(rows.column("entropy").to_numpy(), entropy(m), atol=1e-14)
+    dev = master["topic"][~master["failed"]].sum(axis=1) - 1
+    np.testing.assert_allclose(np.sort(rows.column("deviation").to_numpy()), np.sort(dev), atol=1e-15)
+    spam = load_answers(con, run_id, "spam")
+    np.testing.assert_allclose(spam.probs[:, 0], (master["p_yes"] / (master["p_yes"] + (1 - master["p_yes"]).round(4)))[order], atol=2e-16)  # fmt: skip
+    con.close()
+
+
+def test_fixed_size_lists_jsonl_and_part_directories_give_the_same_run(master, store, tmp_path):
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    table = wide_table(master, fixed=True)
+    pq.write_table(table.slice(0, 150), parts / "part-0.parquet")
+    pq.write_table(table.slice(150), parts / "part-1.parquet")
+    (parts / "_SUCCESS").write_text("")
+    jsonl = tmp_path / "answers.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in wide_table(master).to_pylist()))
+    con = connect(store)
+    runs = {
+        "parts": import_answers(con, parts, dataset="msgs", schema=schema(), name="p", provider_label="spark"),
+        "glob": import_answers(con, str(parts / "*.parquet"), dataset="msgs", schema=schema(), name="g"),
+        "jsonl": import_answers(con, jsonl, dataset="msgs", schema=schema(), name="j"),
+    }
+    assert get_run(con, runs["parts"])["provider"] == "spark"
+    ref = load_answers(con, runs["parts"], "topic")
+    np.testing.assert_allclose(ref.probs, expected_topic(master)[np.argsort(IDS)], atol=2e-16)
+    for r in runs.values():
+        other = load_answers(con, r, "topic")
+        np.testing.assert_array_equal(other.probs, ref.probs)
+        assert list(other.failure_kind) == list(ref.failure_kind)
+    con.close()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_export_then_import_round_trips_bit_for_bit(master, store, tmp_path, fmt):
+    con = connect(store)
+    run_id = import_answers(con, write_wide(master, tmp_path / "a.parquet"), dataset="msgs", schema=schema(), name="a")
+    out = tmp_path / f"export.{fmt}"
+    assert export_run(con, run_id, fmt, out) == 2 * N
+    con.close()
+    proc = run_cli(
+        "runs", "import", str(out), "--dataset", "msgs", "--schema", str(master["schema"]), "--name", "again",
+        db=store,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    again = proc.stdout.strip()
+    assert again.startswith("run-") and again != run_id
+    con = connect(store, read_only=True)
+    for q in ("topic", "spam"):
+        a, b = load_answers(con, run_id, q), load_answers(con, again, q)
+        np.testing.assert_array_equal(a.probs, b.probs)  # NaN rows (failures) compare equal too
+        assert list(a.failure_kind) == list(b.failure_kind)
+    same = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE a.probs = b.probs AND a.p_top = b.p_top AND a.margin = b.margin"
+        " AND a.entropy = b.entropy) FROM answers a JOIN answers b USING (item_id, question)"
+        " WHERE a.run_id = ? AND b.run_id = ? AND a.probs IS NOT NULL",
+        [run_id, again],
+    ).fetchone()
+    assert same == (2 * N - 10, 2 * N - 10)
+    con.close()
+
+
+def test_export_stores_option_ids_once_and_keeps_item_then_question_order(master, store, tmp_path):
+    con = connect(store)
+    run_id = import_answers(con, write_wide(master, tmp_path / "a.parquet"), dataset="msgs", schema=schema(), name="a")
+    for fmt in ("parquet", "jsonl", "csv"):
+        export_run(con, run_id, fmt, tmp_path / f"e.{fmt}")
+    con.close()
+    want = {"topic": TOPICS, "spam": ["yes", "no"]}
+    pf = pq.read_table(tmp_path / "e.parquet")
+    assert json.loads(pf.schema.metadata[OPTION_IDS_KEY.encode()]) == want
+    assert "option_ids" not in pf.column_names
+    for fmt in ("jsonl", "csv"):
+        assert json.loads((tmp_path / f"e.{fmt}.options.json").read_text())[OPTION_IDS_KEY] == want
+    df = pf.to_pandas()
+    assert list(df["item_id"]) == [i for i in sorted(IDS) for _ in range(2)]
+    assert list(df["question"]) == ["topic", "spam"] * N  # the schema's question order within an item
+    js = pd.read_json(tmp_path / "e.jsonl", lines=True)
+    cs = pd.read_csv(tmp_path / "e.csv")
+    assert "option_ids" not in js.columns and "option_ids" not in cs.columns
+    assert list(js["item_id"]) == list(df["item_id"]) == list(cs["item_id"])
+    for q in ("topic", "spam"):
+        got = np.vstack([json.loads(v) for v in cs.loc[cs["question"] == q, "probs"].dropna()])
+        want = np.vstack(df.loc[df["question"] == q, "probs"].dropna().to_list())
+        np.testing.assert_array_equal(got, want)  # CSV keeps every digit (JSON text)
+
+
+# -- bad input: one error, nothing written -------------------------------------------------------
+def _refused(store: Path, path, *, match: str, **kw) -> str:
+    con = connect(store)
+    before = table_counts(con)
+    with pytest.raises(DataImportError, match=match) as err:
+        import_answers(con, path, dataset="msgs", schema=kw.pop("schema", schema()), name="bad", **kw)
+    assert table_counts(con) == before
+    con.close()
+    return str(err.value)
+
+
+def _with(master, tmp_path, name: str, **columns) -> Path:
+    t = wide_table(master)
+    for col, arr in columns.items():
+        t = (
+            t.set_column(t.schema.get_field_index(col), col, arr)
+            if col in t.column_names
+            else t.append_column(col, arr)
+        )
+    path = tmp_path / name
+    pq.write_table(t, path)
+    return path
+
+
+def _topic(master, edit) -> pa.Array:
+    rows = [None if f else list(v) for f, v in zip(master["failed"], master["topic"])]
+    edit(rows)
+    return pa.array(rows, type=pa.list_(pa.float64()))
+
+
+def test_wrong_length_names_the_first_item_and_counts_the_rows(master, store, tmp_path):
+    def edit(rows):
+        rows[3] = rows[3][:4]
+        rows[7] = rows[7] + [0.0]
+
+    msg = _refused(store, _with(master, tmp_path, "a.parquet", topic=_topic(master, edit)), match="row 4: item 'm0003'")
+    assert "question 'topic': 4 probabilities, the schema has 5 options" in msg and "2 bad rows: 2 length" in msg
+    assert "one probability per schema option" in msg
+
+
+@pytest.mark.parametrize(
+    ("value", "what"), [(1.5, "1.5 at option 2"), (float("nan"), "nan at option 2"), (-0.01, "-0.01 at option 2")]
+)
+def test_values_outside_zero_one_or_not_finite_are_refused(master, store, tmp_path, value, what):
+    def edit(rows):
+        rows[5][1] = value
+
+    msg = _refused(store, _with(master, tmp_path, "a.parquet", topic=_topic(master, edit)), match="item 'm0005'")
+    assert f"probability {what}" in msg and "1 bad row: 1 value" in msg
+
+
+def test_a_sum_beyond_the_providers_tolerance_is_refused_and_within_it_renormalised(master, store, tmp_path):
+    def edit(rows):
+        rows[1] = [0.5, 0.2, 0.2, 0.05, 0.0]  # 0.95
+        rows[2] = [0.5, 0.2, 0.2, 0.09, 0.0]  # 0.99: within 0.02, stored re-normalised
+
+    msg = _refused(store, _with(master, tmp_path, "a.parquet", topic=_topic(master, edit)), match="item 'm0001'")
+    assert f"sum to 0.9500, more than {SUM_TOLERANCE} from 1" in msg and "1 bad row" in msg
+
+    def ok(rows):
+        rows[2] = [0.5, 0.2, 0.2, 0.09, 0.0]
+
+    con = connect(store)
+    run_id = import_answers(con, _with(master, tmp_path, "b.parquet", topic=_topic(master, ok)), dataset="msgs", schema=schema(), name="ok")  # fmt: skip
+    row = con.execute("SELECT probs, deviation FROM answers WHERE run_id = ? AND item_id = 'm0002' AND question = 'topic'", [run_id]).fetchone()  # fmt: skip
+    con.close()
+    np.testing.assert_allclose(row[0], np.array([0.5, 0.2, 0.2, 0.09, 0.0]) / 0.99, atol=1e-16)
+    assert row[1] == pytest.approx(-0.01, abs=1e-12)
+
+
+def test_unknown_and_duplicate_ids_are_refused(master, store, tmp_path):
+    ids = list(IDS)
+    ids[10], ids[20] = "ghost-1", "ghost-2"
+    msg = _refused(store, _with(master, tmp_path, "a.parquet", item_id=pa.array(ids)), match="item 'ghost-1' is not")
+    assert "dataset 'msgs' v1 (2 rows name unknown items" in msg
+    ids = list(IDS)
+    ids[11] = ids[12] = ids[13] = "m0010"
+    msg = _refused(
+        store, _with(master, tmp_path, "b.parquet", item_id=pa.array(ids)), match="item 'm0010' appears more"
+    )
+    assert "1 duplicated key over 4 rows" in msg
+
+
+def test_missing_questions_unknown_columns_and_wrong_types_are_refused(master, store, tmp_path):
+    t = wide_table(master).drop_columns(["spam"])
+    pq.write_table(t, tmp_path / "a.parquet")
+    _refused(store, tmp_path / "a.parquet", match="no column for question 'spam' \\(1 of 2 questions missing\\)")
+    _refused(
+        store,
+        _with(master, tmp_path, "b.parquet", spma=pa.array([None] * N, pa.string())),
+        match="column 'spma' is neither",
+    )
+    _refused(store, _with(master, tmp_path, "c.parquet", spam=pa.array(["0.5"] * N)), match="column 'spam' is string, not a list")  # fmt: skip
+    strings = pa.array([["a", "b"]] * N, type=pa.list_(pa.string()))
+    _refused(store, _with(master, tmp_path, "d.parquet", spam=strings), match="not a list of probabilities")
+    kinds = wide_table(master).column("topic__failure_kind").to_pylist()
+    kinds[1] = "server"  # item 1 has a vector
+    msg = _refused(
+        store, _with(master, tmp_path, "e.parquet", topic__failure_kind=pa.array(kinds)), match="item 'm0001'"
+    )
+    assert "a probability vector and failure kind 'server'" in msg
+
+
+def test_long_layout_checks_questions_and_completeness(master, store, tmp_path):
+    con = connect(store)
+    run_id = import_answers(con, write_wide(master, tmp_path / "a.parquet"), dataset="msgs", schema=schema(), name="a")
+    export_run(con, run_id, "parquet", tmp_path / "long.parquet")
+    con.close()
+    long = pq.read_table(tmp_path / "long.parquet")
+    questions = long.column("question").to_pylist()
+    questions[6] = "topc"
+    bad = long.set_column(long.schema.get_field_index("question"), "question", pa.array(questions))
+    pq.write_table(bad, tmp_path / "q.parquet")
+    msg = _refused(store, tmp_path / "q.parquet", match="row 7: question 'topc' is not in schema 'imp'")
+    assert "1 bad row: 1 question" in msg
+    pq.write_table(long.slice(0, 2 * N - 1), tmp_path / "short.parquet")  # the last item lacks 'spam'
+    _refused(
+        store,
+        tmp_path / "short.parquet",
+        match=f"item '{sorted(IDS)[-1]}' has no row for question 'spam' \\(1 item lacks",
+    )
+    pq.write_table(pa.concat_tables([long, long.slice(4, 1)]), tmp_path / "dup.parquet")
+    _refused(store, tmp_path / "dup.parquet", match=f"item '{sorted(IDS)[2]}', question 'topic' appears more than once")
+
+
+def test_an_export_read_with_another_option_order_is_refused(master, store, tmp_path):
+    con = connect(store)
+    run_id = import_answers(con, write_wide(master, tmp_path / "a.parquet"), dataset="msgs", schema=schema(), name="a")
+    export_run(con, run_id, "parquet", tmp_path / "long.parquet")
+    con.close()
+    swapped = json.loads(json.dumps(SCHEMA))
+    crit = swapped["questions"]["topic"]["criteria"]
+    swapped["questions"]["topic"]["criteria"] = {t: crit[t] for t in [TOPICS[1], TOPICS[0], *TOPICS[2:]]}
+    other = DecisionSchema.from_dict(swapped, source="swapped")
+    assert option_ids(other.questions["topic"])[:2] == ["t1", "t0"]
+    _refused(store, tmp_path / "long.parquet", schema=other, match="position 1: 't0' vs 't1'")
+
+
+def test_cli_refusal_exits_2_with_one_line_and_writes_nothing(master, store, tmp_path):
+    ids = list(IDS)
+    ids[0] = "nobody"
+    path = _with(master, tmp_path, "a.parquet", item_id=pa.array(ids))
+    con = connect(store, read_only=True)
+    before = table_counts(con)
+    con.close()
+    proc = run_cli(
+        "runs", "import", str(path), "--dataset", "msgs", "--schema", str(master["schema"]), "--name", "x", db=store
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "item 'nobody' is not an item of dataset 'msgs' v1" in proc.stderr
+    con = connect(store, read_only=True)
+    assert table_counts(con) == before
+    con.close()
