@@ -13,6 +13,11 @@ For every run and question, on the comparison split (default ``test``):
   and McNemar's test on top-choice correctness (:func:`workbench.metrics.bootstrap.mcnemar`).
 
 Runs are named by run id, by experiment name (its latest run of every pair), or by an experiment file.
+
+Every figure is computed from a few numbers per answered, labelled item (:class:`CompareItems`:
+correctness, confidence, log loss, Brier, RPS, P(yes), the chosen rule's decisions), so a run of
+millions of items is read in batches (:func:`stream_side`) and never held as an (n, k) matrix; the
+items are the same either way, and so are the figures.
 """
 
 from __future__ import annotations
@@ -29,10 +34,17 @@ from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError, WorkbenchError
 from workbench.metrics.bootstrap import bootstrap_many, mcnemar, paired_bootstrap
 from workbench.metrics.confusion import macro_f1
-from workbench.metrics.reliability import top_label_ece
-from workbench.metrics.scores import accuracy, brier_score, log_loss
+from workbench.metrics.reliability import calibration_error, top_label
+from workbench.metrics.scores import _wmean, expected_level, item_brier, item_log_loss, item_rps
 from workbench.schema import option_ids
-from workbench.store.runs import answer_source, get_run, load_answers, load_stored_schema
+from workbench.store.runs import (
+    answer_source,
+    get_run,
+    iter_answer_batches,
+    load_answer_keys,
+    load_answers,
+    load_stored_schema,
+)
 from workbench.thresholds.choose import ThresholdOptions
 
 
@@ -135,36 +147,132 @@ def _pick_baseline(runs: list[dict], baseline: str | None, experiment: Any) -> d
 
 
 # -- per-run figures -------------------------------------------------------------------------------
-def _metric_stats(probs: np.ndarray, labels: np.ndarray, k: int, qtype: str = "choice"):
-    """Bootstrap-able headline metrics (weights = resampling counts); ordinal ones for ``score``."""
-    from workbench.metrics.scores import mae_expected_level, ranked_probability_score
+@dataclass
+class CompareItems:
+    """Per-item figures of one run's answered, labelled rows (item-id order): all compare's metrics read.
 
-    pred = probs.argmax(axis=1)
+    Built from a probability matrix (:func:`compare_items`) or batch by batch from a streamed run
+    (:func:`stream_compare_items`, rows written at their positions), so both paths give the same arrays.
+    ``accepted``/``option`` are the decisions of the run's chosen rule (after its calibrator), when any.
+    """
+
+    item_ids: np.ndarray  # (m,) object
+    labels: np.ndarray  # (m,) int
+    pred: np.ndarray  # (m,) int, arg-max option
+    conf: np.ndarray  # (m,) float, top-label confidence
+    log_loss: np.ndarray  # (m,) float
+    brier: np.ndarray  # (m,) float
+    rps: np.ndarray | None = None  # score questions
+    abs_level_error: np.ndarray | None = None  # score questions: |E[level] − label|
+    p_yes: np.ndarray | None = None  # yes/no questions: P(option 0)
+    accepted: np.ndarray | None = None  # (m,) bool
+    option: np.ndarray | None = None  # (m,) int
+
+    _ARRAYS = ("item_ids", "labels", "pred", "conf", "log_loss", "brier", "rps", "abs_level_error", "p_yes")
+
+    def take(self, index: np.ndarray) -> CompareItems:
+        """The items at ``index`` (positions or a boolean mask), in that order."""
+        out: dict[str, Any] = {}
+        for f in (*self._ARRAYS, "accepted", "option"):
+            out[f] = None if getattr(self, f) is None else getattr(self, f)[index]
+        return CompareItems(**out)
+
+    @classmethod
+    def empty(cls, m: int, qtype: str, with_rule: bool) -> CompareItems:
+        def f():
+            return np.full(m, np.nan)
+
+        return cls(
+            item_ids=np.full(m, None, dtype=object),
+            labels=np.full(m, -1, dtype=np.int64),
+            pred=np.full(m, -1, dtype=np.int64),
+            conf=f(),
+            log_loss=f(),
+            brier=f(),
+            rps=f() if qtype == "score" else None,
+            abs_level_error=f() if qtype == "score" else None,
+            p_yes=f() if qtype == "noul" else None,
+            accepted=np.zeros(m, bool) if with_rule else None,
+            option=np.full(m, -1, dtype=np.int64) if with_rule else None,
+        )
+
+    def put(self, at: np.ndarray, part: CompareItems) -> None:
+        """Write ``part``'s rows at positions ``at``."""
+        for f in (*self._ARRAYS, "accepted", "option"):
+            mine = getattr(self, f)
+            if mine is not None:
+                mine[at] = getattr(part, f)
+
+
+def compare_items(
+    probs: np.ndarray, labels: np.ndarray, qtype: str, item_ids: np.ndarray | None = None, rule=None
+) -> CompareItems:
+    """:class:`CompareItems` of answered, labelled rows ``probs`` (m, k), ``labels`` (m,); ``rule``:
+    ``(rule, calibrator dict or None)`` whose decisions are kept (:func:`_decide`)."""
+    conf, _ = top_label(probs, labels)
+    out = CompareItems(
+        item_ids=np.full(len(labels), None, dtype=object) if item_ids is None else item_ids,
+        labels=np.asarray(labels, dtype=np.int64),
+        pred=probs.argmax(axis=1),
+        conf=conf,
+        log_loss=item_log_loss(probs, labels),
+        brier=item_brier(probs, labels),
+    )
+    if qtype == "score":
+        out.rps = item_rps(probs, labels)
+        out.abs_level_error = np.abs(expected_level(probs) - np.asarray(labels))
+    if qtype == "noul":
+        out.p_yes = np.asarray(probs[:, 0], dtype=float)
+    if rule is not None:
+        dec = _decide(rule, probs)
+        out.accepted, out.option = np.asarray(dec.accepted, dtype=bool), np.asarray(dec.option, dtype=np.int64)
+    return out
+
+
+def _item_stats(items: CompareItems, k: int, qtype: str = "choice"):
+    """Bootstrap-able headline metrics of ``items`` (weights = resampling counts); ordinal ones for ``score``.
+
+    The same sums as :func:`workbench.metrics.scores.accuracy`, ``log_loss``, ``brier_score``, … on
+    the matrix the items came from."""
+    correct = (items.pred == items.labels).astype(float)
 
     def stats(w: np.ndarray | None) -> dict[str, float]:
         out = {
-            "accuracy": accuracy(probs, labels, w),
-            "macro_f1": macro_f1(labels, pred, k, w),
-            "log_loss": log_loss(probs, labels, w),
-            "brier": brier_score(probs, labels, w),
+            "accuracy": _wmean(correct, w),
+            "macro_f1": macro_f1(items.labels, items.pred, k, w),
+            "log_loss": _wmean(items.log_loss, w),
+            "brier": _wmean(items.brier, w),
         }
         if qtype == "score":
-            out["rps"] = ranked_probability_score(probs, labels, w)
-            out["mae_expected_level"] = mae_expected_level(probs, labels, w)
+            assert items.rps is not None and items.abs_level_error is not None
+            out["rps"] = _wmean(items.rps, w)
+            out["mae_expected_level"] = _wmean(items.abs_level_error, w)
         return out
 
     return stats
 
 
-def _point_metrics(probs: np.ndarray, labels: np.ndarray, qtype: str) -> dict[str, float]:
-    """Metrics without weights support: ECE for all; ROC-AUC and average precision of P(yes) for noul."""
+def _metric_stats(probs: np.ndarray, labels: np.ndarray, k: int, qtype: str = "choice"):
+    """Bootstrap-able headline metrics (weights = resampling counts); ordinal ones for ``score``."""
+    return _item_stats(compare_items(probs, labels, qtype), k, qtype)
+
+
+def _item_point_metrics(items: CompareItems, qtype: str) -> dict[str, float]:
+    """Metrics without weights support: top-label ECE (15 equal-width bins) for all; ROC-AUC and
+    average precision of P(yes) for noul."""
     from workbench.metrics.scores import average_precision, roc_auc
 
-    out = {"ece": top_label_ece(probs, labels)}
+    out = {"ece": calibration_error((items.pred == items.labels).astype(float), items.conf, 15, "uniform", "l1")}
     if qtype == "noul":
-        out["roc_auc"] = roc_auc(labels == 0, probs[:, 0])
-        out["average_precision"] = average_precision(labels == 0, probs[:, 0])
+        assert items.p_yes is not None
+        out["roc_auc"] = roc_auc(items.labels == 0, items.p_yes)
+        out["average_precision"] = average_precision(items.labels == 0, items.p_yes)
     return out
+
+
+def _point_metrics(probs: np.ndarray, labels: np.ndarray, qtype: str) -> dict[str, float]:
+    """Metrics without weights support: ECE for all; ROC-AUC and average precision of P(yes) for noul."""
+    return _item_point_metrics(compare_items(probs, labels, qtype), qtype)
 
 
 def _run_costs(con, run: dict, split: str) -> dict:
@@ -194,7 +302,9 @@ def _run_costs(con, run: dict, split: str) -> dict:
     }
 
 
-def _policy_at_options(con, run_id: str, question: str, options: ThresholdOptions, calibration_split: str) -> dict:
+def _policy_at_options(
+    con, run_id: str, question: str, options: ThresholdOptions, calibration_split: str, stream: bool | None = None
+) -> dict:
     """Coverage and error on the comparison split at the rule ``options`` choose on the calibration split.
 
     The same call as ``workbench thresholds`` (:func:`workbench.workflows.thresholds_for_run`), so
@@ -203,7 +313,7 @@ def _policy_at_options(con, run_id: str, question: str, options: ThresholdOption
     from workbench.workflows import thresholds_for_run
 
     try:
-        result = thresholds_for_run(con, run_id, question, options, calibration_split=calibration_split)
+        result = thresholds_for_run(con, run_id, question, options, calibration_split=calibration_split, stream=stream)
     except WorkbenchError as exc:
         return {"not_chosen": str(exc)}
     t = result.test or {}
@@ -235,32 +345,41 @@ def _decide(rule_and_calibrator: tuple, probs: np.ndarray):
 
 
 def _paired(
-    base: RunAnswers, other: RunAnswers, *, base_rule, other_rule, n_boot: int, seed: int, level: float
+    base: CompareItems,
+    other: CompareItems,
+    *,
+    k: int,
+    qtypes: tuple[str, str],
+    n_boot: int,
+    seed: int,
+    level: float,
 ) -> dict:
-    """Paired differences other − base on items both answered and labelled."""
-    a, b = base.labelled(), other.labelled()
-    common, ia, ib = np.intersect1d(a.item_ids.astype(str), b.item_ids.astype(str), return_indices=True)
+    """Paired differences other − base on items both answered and labelled (paired by item id).
+
+    ``base``/``other``: the runs' :class:`CompareItems` (``qtypes``: their question types); the
+    policy differences need both runs' rule decisions."""
+    common, ia, ib = np.intersect1d(base.item_ids.astype(str), other.item_ids.astype(str), return_indices=True)
     out: dict[str, Any] = {"n_pairs": int(common.size)}
     if common.size == 0:
         return out
-    pa, pb, y = a.probs[ia], b.probs[ib], a.labels[ia]
-    k = pa.shape[1]
+    a, b = base.take(ia), other.take(ib)
+    y = a.labels
+    b.labels = y  # one dataset version: the same gold labels
     diffs = paired_bootstrap(
-        _metric_stats(pa, y, k, a.qtype),
-        _metric_stats(pb, y, k, b.qtype),
+        _item_stats(a, k, qtypes[0]),
+        _item_stats(b, k, qtypes[1]),
         common.size,
         n_boot=n_boot,
         seed=seed,
         level=level,
     )
     out["metrics"] = {name: d.to_dict() for name, d in diffs.items()}
-    out["mcnemar"] = mcnemar(pa.argmax(axis=1) == y, pb.argmax(axis=1) == y).to_dict()
-    if base_rule is not None and other_rule is not None:
-        da, db = _decide(base_rule, pa), _decide(other_rule, pb)
+    out["mcnemar"] = mcnemar(a.pred == y, b.pred == y).to_dict()
+    if a.accepted is not None and b.accepted is not None:
 
-        def policy_stats(dec):
-            acc = dec.accepted.astype(float)
-            err = (dec.accepted & (dec.option != y)).astype(float)
+        def policy_stats(accepted: np.ndarray, option: np.ndarray):
+            acc = accepted.astype(float)
+            err = (accepted & (option != y)).astype(float)
 
             def stats(w):
                 ww = np.ones_like(acc) if w is None else w
@@ -272,11 +391,67 @@ def _paired(
 
             return stats
 
+        assert a.option is not None and b.option is not None
         pol = paired_bootstrap(
-            policy_stats(da), policy_stats(db), common.size, n_boot=n_boot, seed=seed + 1, level=level
+            policy_stats(a.accepted, a.option),
+            policy_stats(b.accepted, b.option),
+            common.size,
+            n_boot=n_boot,
+            seed=seed + 1,
+            level=level,
         )
         out["policy"] = {name: d.to_dict() for name, d in pol.items()}
     return out
+
+
+@dataclass
+class _RunSide:
+    """One run and question on the comparison split: every row's keys (ids, labels, failures — with or
+    without probabilities), the positions of its answered, labelled rows, and their :class:`CompareItems`."""
+
+    keys: RunAnswers
+    labelled: np.ndarray  # (m,) positions in keys of the rows in items
+    items: CompareItems
+
+
+def _labelled_rows(keys: RunAnswers) -> np.ndarray:
+    return np.flatnonzero(~keys.failed & (keys.labels >= 0))
+
+
+def _side_in_memory(con, run_id: str, question: str, split: str, rule) -> _RunSide:
+    ans = load_answers(con, run_id, question, [split])
+    rows = _labelled_rows(ans)
+    if rows.size == 0:
+        items = CompareItems.empty(0, ans.qtype, rule is not None)
+    else:
+        items = compare_items(ans.probs[rows], ans.labels[rows], ans.qtype, ans.item_ids[rows], rule)
+    ans.probs = np.zeros((len(ans.labels), 0))  # the items hold what the comparison needs
+    return _RunSide(ans, rows, items)
+
+
+#: Rows of a streamed batch turned into items at a time (bounds the calibrator's and the rule's copies).
+ITEM_ROWS = 20_000
+
+
+def stream_side(con, run_id: str, question: str, split: str, rule=None) -> _RunSide:
+    """:class:`_RunSide` of a run read in batches (:func:`~workbench.store.runs.iter_answer_batches`):
+    memory is the keys and a few numbers per item plus one batch, never the (n, k) matrix. Rows are
+    written at their item-id positions, so the items equal the in-memory ones."""
+    keys = load_answer_keys(con, run_id, question, [split])
+    rows = _labelled_rows(keys)
+    index = np.full(len(keys.labels), -1, dtype=np.int64)
+    index[rows] = np.arange(rows.size)
+    items = CompareItems.empty(rows.size, keys.qtype, rule is not None)
+    items.item_ids = keys.item_ids[rows]
+    items.labels = keys.labels[rows].copy()
+    for pos, batch in iter_answer_batches(con, run_id, question, [split]):
+        keep = np.flatnonzero(index[pos] >= 0)
+        # slices of the batch: the calibrator and the rule copy the rows they get a few times
+        for start in range(0, keep.size, ITEM_ROWS):
+            sub = keep[start : start + ITEM_ROWS]
+            part = compare_items(batch.probs[sub], batch.labels[sub], batch.qtype, batch.item_ids[sub], rule)
+            items.put(index[pos[sub]], part)
+    return _RunSide(keys, rows, items)
 
 
 @dataclass
@@ -359,6 +534,7 @@ def compare_runs(
     level: float = 0.95,
     policy: bool = True,
     slices: Sequence[str] | None = None,
+    stream: bool | None = None,
 ) -> Comparison:
     """Compare runs named by id, experiment name or experiment file (see the module docstring).
 
@@ -385,6 +561,10 @@ def compare_runs(
         Item metadata columns (``--meta-column`` at import) or ``state_length``: each row then has
         ``slices[column]``: per slice value, its counts, metrics with intervals and the paired
         differences against the baseline on the slice's items (the same functions on the slice's rows).
+    stream : bool, optional
+        Read each run's answers in batches (:func:`stream_side`) instead of loading the (n, k)
+        matrix; ``None`` streams questions with more than ``workbench.evaluation.stream_cells()``
+        probabilities (as ``report_run``). The figures are the same either way.
     """
     runs, exp = resolve_runs(con, names)
     settings = exp.compare if exp is not None else None
@@ -404,10 +584,11 @@ def compare_runs(
         raise NotFoundError(
             f"the baseline run has no question {unknown[0]!r}", hint=f"questions: {', '.join(base_schema.question_ids)}"
         )
-    # baseline first, so its rule is known when the others are paired with it
+    from workbench.evaluation import _streams
+
+    # baseline first, so its items are known when the others are paired with it
     ordered = [base] + [r for r in runs if r["run_id"] != base["run_id"]]
-    base_answers: dict[str, RunAnswers] = {}
-    base_rules: dict[str, Any] = {}
+    base_sides: dict[str, _RunSide] = {}
     rows = []
     for run in ordered:
         schema = load_stored_schema(con, run["schema_hash"])
@@ -415,9 +596,20 @@ def compare_runs(
         for q in qids:
             if q not in schema.questions:
                 continue
-            ans = load_answers(con, run["run_id"], q, [split])
-            lab = ans.labelled()
-            k = len(ans.option_ids)
+            qtype = schema.questions[q].type
+            k = len(option_ids(schema.questions[q]))
+            # the policy first: its rule's decisions are gathered in the same pass as the metrics
+            rule, pol = None, None
+            if policy:
+                pol = _policy_at_options(con, run["run_id"], q, options, calibration_split, stream)
+                rule = pol.pop("_rule", None)
+                calibrator = pol.pop("_calibrator", None)
+                rule = None if rule is None else (rule, calibrator)
+            if _streams(con, run, q, [split], stream):
+                side = stream_side(con, run["run_id"], q, split, rule)
+            else:
+                side = _side_in_memory(con, run["run_id"], q, split, rule)
+            keys, items = side.keys, side.items
             row: dict[str, Any] = {
                 "run_id": run["run_id"],
                 "provider": run["provider"],
@@ -428,53 +620,43 @@ def compare_runs(
                 "model": run.get("model"),
                 "schema_hash": run["schema_hash"],
                 "is_baseline": run["run_id"] == base["run_id"],
-                "n_items": int(len(ans.item_ids)),
-                "n_labelled": int(len(lab.labels)),
-                "n_failed": int(ans.failed.sum()),
+                "n_items": int(len(keys.item_ids)),
+                "n_labelled": int(side.labelled.size),
+                "n_failed": int(keys.failed.sum()),
                 "cost": costs,
             }
-            if len(lab.labels):
+            if side.labelled.size:
                 ci = bootstrap_many(
-                    _metric_stats(lab.probs, lab.labels, k, ans.qtype),
-                    len(lab.labels),
-                    n_boot=n_boot,
-                    seed=seed,
-                    level=level,
+                    _item_stats(items, k, qtype), side.labelled.size, n_boot=n_boot, seed=seed, level=level
                 )
                 row["metrics"] = {name: iv.to_dict() for name, iv in ci.items()}
-                point = _point_metrics(lab.probs, lab.labels, ans.qtype)
+                point = _item_point_metrics(items, qtype)
                 row["ece"] = point.pop("ece")
                 row["point_metrics"] = point
-            rule = None
-            if policy:
-                pol = _policy_at_options(con, run["run_id"], q, options, calibration_split)
-                rule = pol.pop("_rule", None)
-                calibrator = pol.pop("_calibrator", None)
-                rule = None if rule is None else (rule, calibrator)
+            if pol is not None:
                 row["policy"] = pol
+            base_side = base_sides.get(q)
             if run["run_id"] == base["run_id"]:
-                base_answers[q], base_rules[q] = ans, rule
-            elif q in base_answers and option_ids(schema.questions[q]) == base_answers[q].option_ids:
+                base_sides[q] = side
+            elif base_side is not None and option_ids(schema.questions[q]) == base_side.keys.option_ids:
                 row["vs_baseline"] = _paired(
-                    base_answers[q],
-                    ans,
-                    base_rule=base_rules.get(q),
-                    other_rule=rule,
+                    base_side.items,
+                    items,
+                    k=k,
+                    qtypes=(base_side.keys.qtype, qtype),
                     n_boot=n_boot,
                     seed=seed,
                     level=level,
                 )
-            elif q in base_answers:
+            elif base_side is not None:
                 row["vs_baseline"] = {"n_pairs": 0, "note": "options differ from the baseline's: not paired"}
             paired = "vs_baseline" in row and row["vs_baseline"].get("n_pairs", 0) > 0
             row["slices"] = {
                 column: _slice_figures(
                     con,
-                    ans,
+                    side,
                     column,
-                    base=base_answers[q] if paired else None,
-                    base_rule=base_rules.get(q),
-                    rule=rule,
+                    base=base_side if paired else None,
                     n_boot=n_boot,
                     seed=seed,
                     level=level,
@@ -495,47 +677,42 @@ def compare_runs(
 
 def _slice_figures(
     con,
-    ans: RunAnswers,
+    side: _RunSide,
     column: str,
     *,
-    base: RunAnswers | None,
-    base_rule,
-    rule,
+    base: _RunSide | None,
     n_boot: int,
     seed: int,
     level: float,
 ) -> dict:
     """Per slice of ``column``: counts, metrics with intervals and (``base`` given) the paired differences
-    against the baseline on the slice's items — :func:`_metric_stats` and :func:`_paired` on the slice's rows."""
+    against the baseline on the slice's items — :func:`_item_stats` and :func:`_paired` on the slice's rows.
+
+    Reads only the runs' keys and items, so it works on streamed runs too."""
     from workbench.evaluation import slice_values
     from workbench.metrics.slices import slice_groups
 
-    values, order = slice_values(con, ans, column)
-    base_masks = dict(slice_groups(slice_values(con, base, column)[0])) if base is not None else {}
+    keys = side.keys
+    k, qtype = len(keys.option_ids), keys.qtype
+    values, order = slice_values(con, keys, column)
+    base_masks = dict(slice_groups(slice_values(con, base.keys, column)[0])) if base is not None else {}
     out: dict[str, dict] = {}
     for value, mask in slice_groups(values, order):
-        sel = ans.select(mask)
-        lab = sel.labelled()
+        items = side.items.take(np.flatnonzero(mask[side.labelled]))
         fig: dict[str, Any] = {
             "n_items": int(mask.sum()),
-            "n_labelled": int(len(lab.labels)),
-            "n_failed": int(sel.failed.sum()),
+            "n_labelled": int(len(items.labels)),
+            "n_failed": int(keys.failed[mask].sum()),
         }
-        if len(lab.labels):
-            ci = bootstrap_many(
-                _metric_stats(lab.probs, lab.labels, len(ans.option_ids), ans.qtype),
-                len(lab.labels),
-                n_boot=n_boot,
-                seed=seed,
-                level=level,
-            )
+        if len(items.labels):
+            ci = bootstrap_many(_item_stats(items, k, qtype), len(items.labels), n_boot=n_boot, seed=seed, level=level)
             fig["metrics"] = {name: iv.to_dict() for name, iv in ci.items()}
         if base is not None and value in base_masks:
             fig["vs_baseline"] = _paired(
-                base.select(base_masks[value]),
-                sel,
-                base_rule=base_rule,
-                other_rule=rule,
+                base.items.take(np.flatnonzero(base_masks[value][base.labelled])),
+                items,
+                k=k,
+                qtypes=(base.keys.qtype, qtype),
                 n_boot=n_boot,
                 seed=seed,
                 level=level,
