@@ -67,16 +67,13 @@ def _streams(con, run_id: str, question: str, splits: list[str], stream: bool | 
     return report_streams(con, get_run(con, run_id), question, splits, stream)
 
 
-#: At most this many rows fit the calibrator of a streamed run (a seeded sample of the fit carve).
-FIT_ROWS_MAX = 200_000
-
-
 def streamed_prepare(
     con, run_id: str, question: str, options: ThresholdOptions, calibration_split: str = "calibration"
 ):
     """``(prepared question, keys-only calibration answers, note or None)``: what
     :func:`~workbench.thresholds.choose.prepare_question` builds, from a run read in batches
     (see :func:`streamed_thresholds`)."""
+    from workbench.evaluation import FIT_ROWS_MAX
     from workbench.store.runs import gather_answer_rows, iter_answer_batches, load_answer_keys
     from workbench.thresholds.choose import (
         _fit_calibrator,
@@ -148,10 +145,10 @@ def streamed_thresholds(
     Memory is O(n) small numbers (ids, labels, the rule coordinates of the certifying rows), never
     the (n, k) matrix: the item-id order, labels and the calibrator carve come from a read without
     probabilities; one streamed pass gathers the carve's rows and fits the calibrator (at most
-    :data:`FIT_ROWS_MAX` of them, a seeded sample beyond, said in the selection's notes); a second
+    :data:`workbench.evaluation.FIT_ROWS_MAX` of them, a seeded sample beyond, said in the selection's notes); a second
     pass computes the certifying rows' rule coordinates; the test split is judged batch by batch
     (:func:`~workbench.thresholds.evaluate.rule_counts`). With a carve of at most
-    :data:`FIT_ROWS_MAX` rows every figure equals the in-memory path's.
+    :data:`workbench.evaluation.FIT_ROWS_MAX` rows every figure equals the in-memory path's.
     """
     from workbench.store.runs import iter_answer_batches
     from workbench.thresholds.choose import _finish, _test_risks, apply_calibrator, select_prepared

@@ -192,3 +192,19 @@ def test_export_of_a_calibrated_view_writes_its_calibrated_probabilities(store, 
     parent = load_answers(con, run_id, "urgent")
     urgent = tbl[tbl["question"] == "urgent"].set_index("item_id").loc[list(parent.item_ids)]
     assert np.array_equal(np.stack(urgent["probs"].to_numpy()[~parent.failed]), parent.probs[~parent.failed])
+
+
+def test_a_fit_set_over_the_cap_is_a_seeded_sample_and_says_so(store, monkeypatch):
+    from workbench import evaluation
+
+    con, run_id = store
+    full = calibrate_run(con, run_id, "temperature", questions=["intent"], name="full")["questions"]["intent"]
+    monkeypatch.setattr(evaluation, "FIT_ROWS_MAX", 150)
+    a = calibrate_run(con, run_id, "temperature", questions=["intent"], name="a")["questions"]["intent"]
+    b = calibrate_run(con, run_id, "temperature", questions=["intent"], name="b")["questions"]["intent"]
+    assert not full["fit_subsampled"] and full["n_fit"] == full["n_fit_available"] > 150
+    assert a["fit_subsampled"] and a["n_fit"] == 150 and a["n_fit_available"] == full["n_fit_available"]
+    assert a["temperature"] == b["temperature"]  # the sample is seeded
+    # one parameter from 150 of ~300 rows: close to the full fit, not equal
+    assert a["temperature"] != full["temperature"]
+    assert abs(np.log(a["temperature"] / full["temperature"])) < 0.25

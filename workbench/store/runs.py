@@ -355,7 +355,7 @@ def load_answer_keys(
     con: duckdb.DuckDBPyConnection, run_id: str, question: str, splits: Iterable[str] | None = None
 ) -> RunAnswers:
     """:func:`load_answers` without the probabilities: ``probs`` is (n, 0), ``failed`` says which rows
-    have none. Ids, splits, labels and costs of a run of millions of items, in item-id order, for
+    have none, latency and tokens are not read (NaN). Ids, splits, labels and costs of a run of millions of items, in item-id order, for
     callers that then stream the probabilities (:func:`iter_answer_batches`)."""
     run = get_run(con, run_id)
     q = _question_of(con, run, question)
@@ -376,20 +376,28 @@ def load_answer_keys(
         },
     ).fetch_arrow_table()
     n = tbl.num_rows
+    unread = np.broadcast_to(np.nan, (n,))  # latency and tokens are not read: a read-only view, no memory
+
+    def objects(name: str) -> np.ndarray:  # repeated values (splits, failure kinds) share one str object
+        coded = tbl.column(name).combine_chunks().dictionary_encode()
+        values = np.asarray([*coded.dictionary.to_pylist(), None], dtype=object)
+        codes = coded.indices.fill_null(len(coded.dictionary)).to_numpy(zero_copy_only=False)
+        return values[codes]
+
     return RunAnswers(
         run_id=run["run_id"],
         question=question,
         qtype=q.type,
         option_ids=opts,
-        item_ids=np.asarray(tbl.column("item_id").to_pylist(), dtype=object),
-        splits=np.asarray(tbl.column("split").to_pylist(), dtype=object),
+        item_ids=np.asarray(tbl.column("item_id").to_numpy(zero_copy_only=False), dtype=object),
+        splits=objects("split"),
         probs=np.zeros((n, 0)),
         labels=np.asarray(tbl.column("label").fill_null(-1).to_numpy(), dtype=np.int64),
         failed=np.asarray(tbl.column("failed").to_numpy(), dtype=bool),
-        failure_kind=np.asarray(tbl.column("failure_kind").to_pylist(), dtype=object),
-        latency_ms=tbl.column("latency_ms").to_pandas().to_numpy(dtype=float, na_value=np.nan),
+        failure_kind=objects("failure_kind"),
+        latency_ms=unread,
         cost_usd=tbl.column("cost_usd").to_pandas().to_numpy(dtype=float, na_value=np.nan),
-        input_tokens=tbl.column("input_tokens").to_pandas().to_numpy(dtype=float, na_value=np.nan),
+        input_tokens=unread,
         extra={"run": run, "schema_hash": run["schema_hash"], "keys_only": True},
     )
 
