@@ -44,7 +44,10 @@ def run_measured(cmd: list[str], env: dict) -> tuple[float, float, int, str, str
     starts at the parent's resident size."""
     t = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        # run from the checkout itself: `python -c` puts the working directory first on sys.path
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=env["PYTHONPATH"].split(os.pathsep)[0]
+        )
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         seconds = time.perf_counter() - t
