@@ -178,7 +178,10 @@ def stream_cells() -> int:
 def _streams(con: Any, run: dict, question: str, splits: Sequence[str] | None, stream: bool | None) -> bool:
     if stream is not None:
         return stream
-    k = len(option_ids(load_stored_schema(con, run["schema_hash"]).questions[question]))
+    questions = load_stored_schema(con, run["schema_hash"]).questions
+    if question not in questions:  # the loader names the question and the run's questions
+        return False
+    k = len(option_ids(questions[question]))
     return count_answers(con, run["run_id"], question, splits) * max(k, 2) > stream_cells()
 
 

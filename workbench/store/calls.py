@@ -410,26 +410,13 @@ def export_run(
             saved[name] = row[0] if row else None
         con.execute(f"SET memory_limit = '{memory_limit}'")
         con.execute("SET preserve_insertion_order = true")  # COPY keeps the ORDER BY order
-    from workbench.store.runs import answer_source
+    from workbench.store.runs import answers_relation
 
-    source, calibrators = answer_source(con, run)
-    probs_sql, top_sql, margin_sql = "a.probs", "a.p_top", "a.margin"
-    if calibrators is not None:  # a calibrated view: its calibrators apply to the parent's rows as DuckDB streams them
-        from duckdb import func, sqltypes
-
-        con.create_function(
-            "_wb_on_read",
-            _on_read_udf(calibrators),
-            [sqltypes.VARCHAR, duckdb.list_type(sqltypes.DOUBLE)],
-            duckdb.list_type(sqltypes.DOUBLE),
-            type=func.PythonUDFType.ARROW,
-        )
-        probs_sql = "_wb_on_read(a.question, a.probs)"
-        top_sql = "list_max(c.p)"
-        margin_sql = "list_max(c.p) - coalesce(list_sort(c.p, 'DESC')[2], 0)"
     con.register("_export_options", order)
     tmp = out.with_name(out.name + ".partial")
+    relation = answers_relation(con, [run["run_id"]])
     try:
+        answers = relation.__enter__()  # a calibrated view's rows: its parent's, calibrated as DuckDB streams them
         row = con.execute(
             f"""
             COPY (
@@ -442,15 +429,14 @@ def export_run(
                                    v.n * 1000000 - coalesce(list_position(o.option_ids, v.option_id), 999999)) AS label
                     FROM votes v JOIN _export_options o USING (question) GROUP BY ALL
                 )
-                SELECT $run AS run_id, a.item_id, i.split, a.question, g.label, c.p AS probs, {top_sql} AS p_top,
-                       {margin_sql} AS margin, $provider AS provider, a.model, a.latency_ms, a.input_tokens,
+                SELECT a.run_id, a.item_id, i.split, a.question, g.label, a.probs, a.p_top, a.margin,
+                       $provider AS provider, a.model, a.latency_ms, a.input_tokens,
                        a.cost_usd, a.cached, a.failure_kind, a.failure_message
-                FROM answers a
-                CROSS JOIN LATERAL (SELECT {probs_sql} AS p) c
+                FROM {answers} a
                 JOIN _export_options o ON o.question = a.question
                 LEFT JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
                 LEFT JOIN gold g ON g.item_id = a.item_id AND g.question = a.question
-                WHERE a.run_id = $source
+                WHERE a.run_id = $run
                 ORDER BY a.item_id, o.qpos
             ) TO '{str(tmp).replace("'", "''")}' ({options})
             """,
@@ -458,7 +444,6 @@ def export_run(
                 "ds": run["dataset"],
                 "v": int(run["dataset_version"]),
                 "run": run["run_id"],
-                "source": source,
                 "provider": run["provider"],
             },
         ).fetchone()
@@ -467,40 +452,12 @@ def export_run(
             side.write_text(json.dumps({OPTION_IDS_KEY: opts}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         tmp.replace(out)
     finally:
+        relation.__exit__(None, None, None)
         con.unregister("_export_options")
-        if calibrators is not None:
-            con.remove_function("_wb_on_read")
         tmp.unlink(missing_ok=True)
         for name, value in saved.items():
             con.execute(f"SET {name} = '{value}'" if isinstance(value, str) else f"SET {name} = {str(value).lower()}")
     return int(row[0]) if row else 0
-
-
-def _on_read_udf(calibrators: dict[str, dict]):
-    """A DuckDB Arrow function (question, probs) -> calibrated probs applying each question's stored calibrator."""
-    from workbench_runtime.calibrators import calibrator_from_dict
-
-    fitted = {q: calibrator_from_dict(d) for q, d in calibrators.items()}
-
-    def apply(questions: pa.Array, probs: pa.ListArray | pa.ChunkedArray) -> pa.Array:
-        # one DuckDB vector (≤ 2,048 rows): lengths never change, so the calibrated rows are written
-        # into a copy of the values buffer at each row's offsets
-        if isinstance(probs, pa.ChunkedArray):
-            probs = probs.combine_chunks()
-        qs = np.asarray(questions.to_numpy(zero_copy_only=False), dtype=object)
-        valid = ~np.asarray(probs.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        offsets = np.asarray(probs.offsets.to_numpy(), dtype=np.int64)
-        values = np.array(probs.values.to_numpy(zero_copy_only=False), dtype=float)
-        for q, cal in fitted.items():
-            rows = np.flatnonzero((qs == q) & valid)
-            if rows.size == 0:
-                continue
-            k = int(offsets[rows[0] + 1] - offsets[rows[0]])
-            at = offsets[rows][:, None] + np.arange(k)[None, :]
-            values[at] = cal.transform(values[at])
-        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values), mask=probs.is_null())
-
-    return apply
 
 
 def run_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:

@@ -358,7 +358,10 @@ def connect(
     try:
         con.execute("SET python_enable_replacements = false")
         # DuckDB draws a progress bar on stdout for queries over ~2 s: stdout carries only results (`--json`)
-        con.execute("SET enable_progress_bar = false")
+        try:
+            con.execute("SET enable_progress_bar = false")
+        except duckdb.Error:  # in Jupyter without ipywidgets DuckDB refuses to touch the setting: no bar there
+            pass
         if not read_only:
             migrate(con)
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import duckdb
@@ -487,6 +488,88 @@ def gather_answer_rows(
         take = rows[pos]
         probs[slot[pos[take]]], labels[slot[pos[take]]] = b.probs[take], b.labels[take]
     return probs, labels
+
+
+def _on_read_udf(calibrators: dict[str, dict]):
+    """A DuckDB Arrow function (question, probs) -> calibrated probs applying each question's stored calibrator."""
+    from workbench_runtime.calibrators import calibrator_from_dict
+
+    fitted = {q: calibrator_from_dict(d) for q, d in calibrators.items()}
+
+    def apply(questions: pa.Array, probs: pa.ListArray | pa.ChunkedArray) -> pa.Array:
+        # one DuckDB vector (≤ 2,048 rows): lengths never change, so the calibrated rows are written
+        # into a copy of the values buffer at each row's offsets
+        if isinstance(probs, pa.ChunkedArray):
+            probs = probs.combine_chunks()
+        qs = np.asarray(questions.to_numpy(zero_copy_only=False), dtype=object)
+        valid = ~np.asarray(probs.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        offsets = np.asarray(probs.offsets.to_numpy(), dtype=np.int64)
+        values = np.array(probs.values.to_numpy(zero_copy_only=False), dtype=float)
+        for q, cal in fitted.items():
+            rows = np.flatnonzero((qs == q) & valid)
+            if rows.size == 0:
+                continue
+            k = int(offsets[rows[0] + 1] - offsets[rows[0]])
+            at = offsets[rows][:, None] + np.arange(k)[None, :]
+            values[at] = cal.transform(values[at])
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values), mask=probs.is_null())
+
+    return apply
+
+
+@contextmanager
+def answers_relation(con: duckdb.DuckDBPyConnection, run_ids: Iterable[str]) -> Iterator[str]:
+    """The name of a temporary view with the ``answers`` rows of ``run_ids`` as each run reads them.
+
+    A raw run (or an older calibrated view) is its own rows; a calibrated view that applies its
+    calibrators on read (:func:`answer_source`) is its parent's rows under its own ``run_id``, with
+    the probabilities calibrated by a DuckDB Arrow function as the query streams (``p_top`` and
+    ``margin`` recomputed). SQL that aggregates answers (export, shadow replay) reads this view
+    instead of the table, so it sees what :func:`load_answers` sees.
+    """
+    from duckdb import func, sqltypes
+
+    tag = uuid.uuid4().hex[:10]
+    view, parts, functions = f"_answers_{tag}", [], []
+    for i, rid in enumerate(dict.fromkeys(run_ids)):
+        run = get_run(con, rid)
+        source, calibrators = answer_source(con, run)
+        me, src = run["run_id"].replace("'", "''"), source.replace("'", "''")
+        if calibrators is None:
+            parts.append(f"SELECT * FROM answers WHERE run_id = '{me}'")
+            continue
+        name = f"_wb_on_read_{tag}_{i}"
+        con.create_function(
+            name,
+            _on_read_udf(calibrators),
+            [sqltypes.VARCHAR, duckdb.list_type(sqltypes.DOUBLE)],
+            duckdb.list_type(sqltypes.DOUBLE),
+            type=func.PythonUDFType.ARROW,
+        )
+        functions.append(name)
+        parts.append(
+            f"SELECT * REPLACE ('{me}' AS run_id, p AS probs, list_max(p) AS p_top,"
+            " list_max(p) - coalesce(list_sort(p, 'DESC')[2], 0) AS margin)"
+            f" FROM (SELECT *, {name}(question, probs) AS p FROM answers WHERE run_id = '{src}')"
+        )
+    # `SELECT * REPLACE` of the calibrated parts keeps the helper column p: list the table's columns
+    columns = [
+        r[0]
+        for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'answers' ORDER BY ordinal_position"
+        ).fetchall()
+    ]
+    body = (
+        " UNION ALL ".join(f"SELECT {', '.join(columns)} FROM ({p})" for p in parts)
+        or "SELECT * FROM answers WHERE false"
+    )
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {body}")
+    try:
+        yield view
+    finally:
+        con.execute(f"DROP VIEW IF EXISTS {view}")
+        for name in functions:
+            con.remove_function(name)
 
 
 # -- calibrators of calibrated views (written by `workbench calibrate`) ---------------------------

@@ -41,7 +41,7 @@ import pyarrow as pa
 from workbench.errors import DataImportError, NotFoundError, WorkbenchError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.store.db import fetch_scalar, transaction
-from workbench.store.runs import get_run, load_answers, load_stored_schema, save_schema
+from workbench.store.runs import answers_relation, get_run, load_answers, load_stored_schema, save_schema
 
 SIDES = ("champion", "challenger")
 #: |sum(p) - 1| beyond which a probability vector is malformed (as in schema.answers).
@@ -487,13 +487,22 @@ def ingest_journal(
     the session's schema. Outcomes already imported for the session are kept.
     """
     path = Path(path)
-    con.execute(
-        f"""CREATE OR REPLACE TEMP TABLE _journal AS
-                    SELECT * FROM read_json(?, format='newline_delimited', columns={_JOURNAL_COLUMNS},
-                                            ignore_errors=true, maximum_object_size={_MAX_JOURNAL_LINE})
-                    WHERE kind IN ('champion', 'challenger') AND pair IS NOT NULL""",
-        [str(path)],
-    )
+    # DuckDB reserves twice the largest JSON line for its read buffer (2 GiB for a 1 GiB line),
+    # beyond the store's buffer-pool cap: lift the cap for this read only (the pages a small journal
+    # never touches are never resident)
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    con.execute(f"SET memory_limit = '{max(4 * _MAX_JOURNAL_LINE, 1 << 32) >> 20}MB'")
+    try:
+        con.execute(
+            f"""CREATE OR REPLACE TEMP TABLE _journal AS
+                        SELECT * FROM read_json(?, format='newline_delimited', columns={_JOURNAL_COLUMNS},
+                                                ignore_errors=true, maximum_object_size={_MAX_JOURNAL_LINE})
+                        WHERE kind IN ('champion', 'challenger') AND pair IS NOT NULL""",
+            [str(path)],
+        )
+    finally:
+        if limit:
+            con.execute(f"SET memory_limit = '{limit[0]}'")
     try:
         if schema is None:
             # only the question map is parsed in Python: a request can be anything a caller sent
@@ -616,7 +625,7 @@ def replay_runs(
         )
     schema = schema_a.subset(shared)
     split_list = list(splits) if splits else None
-    with transaction(con):
+    with transaction(con), answers_relation(con, [a["run_id"], b["run_id"]]) as answers:
         _create_session(
             con,
             shadow,
@@ -628,7 +637,7 @@ def replay_runs(
             replace=replace,
         )
         con.execute(
-            """INSERT INTO shadow_requests (shadow, item_id, seq, ts, state,
+            f"""INSERT INTO shadow_requests (shadow, item_id, seq, ts, state,
                    champion_latency_ms, champion_cost_usd, champion_model,
                    challenger_latency_ms, challenger_cost_usd, challenger_model)
                WITH per AS (
@@ -637,7 +646,7 @@ def replay_runs(
                           any_value(model) FILTER (WHERE run_id = $a) AS ma,
                           max(latency_ms) FILTER (WHERE run_id = $b) AS lb, sum(cost_usd) FILTER (WHERE run_id = $b) AS cb,
                           any_value(model) FILTER (WHERE run_id = $b) AS mb
-                   FROM answers WHERE run_id IN ($a, $b) AND list_contains($qs, question) GROUP BY item_id
+                   FROM {answers} WHERE run_id IN ($a, $b) AND list_contains($qs, question) GROUP BY item_id
                )
                SELECT $shadow, per.item_id, row_number() OVER (ORDER BY md5(per.item_id), per.item_id), NULL,
                       coalesce(i.state_json, to_json(i.state_text)), la, ca, ma, lb, cb, mb
@@ -654,10 +663,10 @@ def replay_runs(
             },
         )
         con.execute(
-            """INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind)
+            f"""INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind)
                SELECT $shadow, a.item_id, a.question, CASE WHEN a.run_id = $a THEN 'champion' ELSE 'challenger' END,
                       a.probs, CASE WHEN a.probs IS NULL THEN coalesce(a.failure_kind, 'failed') END
-               FROM answers a JOIN shadow_requests r ON r.shadow = $shadow AND r.item_id = a.item_id
+               FROM {answers} a JOIN shadow_requests r ON r.shadow = $shadow AND r.item_id = a.item_id
                WHERE a.run_id IN ($a, $b) AND list_contains($qs, a.question)""",
             {"a": a["run_id"], "b": b["run_id"], "qs": shared, "shadow": shadow},
         )
