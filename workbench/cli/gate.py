@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.store.db import no_progress_bar
 
 
 def register(app: typer.Typer) -> None:
@@ -34,7 +35,7 @@ def register(app: typer.Typer) -> None:
             raise RequirementsError(f"--max-drop {max_drop} is negative", hint="give the tolerated drop, e.g. 0.01")
         reqs = load_requirements(requirements)
         with open_store(read_only=True) as con:
-            con.execute("SET enable_progress_bar = false")  # stdout carries only the verdict
+            no_progress_bar(con)  # stdout carries results only
             result = evaluate_gate(
                 con, run_id, reqs, base_dir=requirements.resolve().parent, baseline=baseline, max_drop=max_drop
             )

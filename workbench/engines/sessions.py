@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import OptionError, WorkbenchError
+from workbench.store.db import no_progress_bar
 
 ENGINES = ("duckdb", "spark")
 
@@ -124,7 +125,7 @@ class DuckDBEngine(Engine):
         self.con.execute(f"SET memory_limit = '{memory_limit}'")
         self.con.execute(f"SET temp_directory = '{_q(str(Path(self._tmp.name) / 'spill'))}'")
         self.con.execute("SET preserve_insertion_order = false")
-        self.con.execute("SET enable_progress_bar = false")
+        no_progress_bar(self.con)  # stdout carries results only
         if threads:
             self.con.execute(f"SET threads = {int(threads)}")
 

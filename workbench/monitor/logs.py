@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import OptionError
+from workbench.store.db import no_progress_bar
 
 #: Fields of a decision record as DuckDB's JSON reader reads them (one parse per line; scalars as text,
 #: ``probs`` as its JSON text), and how each becomes a column.
@@ -121,7 +122,7 @@ class MonitorStore:
         self.con.execute(f"SET temp_directory = '{Path(self._tmp.name) / 'spill'}'")
         self.con.execute("SET preserve_insertion_order = true")
         self.con.execute("SET TimeZone = 'UTC'")
-        self.con.execute("SET enable_progress_bar = false")  # stdout carries only the JSON document
+        no_progress_bar(self.con)  # stdout carries results only
 
     def close(self) -> None:
         self.con.close()

@@ -358,10 +358,7 @@ def connect(
     try:
         con.execute("SET python_enable_replacements = false")
         # DuckDB draws a progress bar on stdout for queries over ~2 s: stdout carries only results (`--json`)
-        try:
-            con.execute("SET enable_progress_bar = false")
-        except duckdb.Error:  # in Jupyter without ipywidgets DuckDB refuses to touch the setting: no bar there
-            pass
+        no_progress_bar(con)
         if not read_only:
             migrate(con)
         else:
@@ -399,6 +396,17 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
             con.execute(_MIGRATIONS[version - 1])
             con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
     return SCHEMA_VERSION
+
+
+def no_progress_bar(con: duckdb.DuckDBPyConnection) -> None:
+    """Turn DuckDB's progress bar off (it draws on stdout, which carries ``--json`` documents).
+
+    In Jupyter without ipywidgets DuckDB refuses to touch the setting at all; there is no bar to
+    turn off then, so the refusal is ignored."""
+    try:
+        con.execute("SET enable_progress_bar = false")
+    except duckdb.Error:
+        pass
 
 
 @contextmanager

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from workbench.errors import DataImportError, NotFoundError, WorkbenchError
 from workbench.schema import DecisionSchema, option_ids
-from workbench.store.db import fetch_scalar, transaction
+from workbench.store.db import fetch_scalar, no_progress_bar, transaction
 from workbench.store.runs import answers_relation, get_run, load_answers, load_stored_schema, save_schema
 
 SIDES = ("champion", "challenger")
@@ -487,11 +487,12 @@ def ingest_journal(
     the session's schema. Outcomes already imported for the session are kept.
     """
     path = Path(path)
-    # DuckDB reserves twice the largest JSON line for its read buffer (2 GiB for a 1 GiB line),
+    # DuckDB reserves twice the largest JSON line per reading thread (2 GiB for a 1 GiB line),
     # beyond the store's buffer-pool cap: lift the cap for this read only (the pages a small journal
     # never touches are never resident)
     limit = con.execute("SELECT current_setting('memory_limit')").fetchone()
-    con.execute(f"SET memory_limit = '{max(4 * _MAX_JOURNAL_LINE, 1 << 32) >> 20}MB'")
+    threads = int(fetch_scalar(con, "SELECT current_setting('threads')") or 1)
+    con.execute(f"SET memory_limit = '{((2 * threads + 1) * _MAX_JOURNAL_LINE) >> 20}MB'")
     try:
         con.execute(
             f"""CREATE OR REPLACE TEMP TABLE _journal AS
@@ -919,7 +920,7 @@ def bounded_memory(con: duckdb.DuckDBPyConnection, memory_limit: str = "1GB"):
     """Run a streaming read with DuckDB's buffer pool capped (``memory_limit``), spilling to a temporary
     directory, insertion order not preserved and no progress bar; the settings are restored afterwards
     (except a spill directory already in use, which DuckDB cannot switch)."""
-    names = ("memory_limit", "preserve_insertion_order", "enable_progress_bar")
+    names = ("memory_limit", "preserve_insertion_order")
     before = {n: con.execute("SELECT current_setting(?)", [n]).fetchone()[0] for n in names}  # type: ignore[index]
     con.execute(f"SET memory_limit = '{memory_limit}'")
     try:
@@ -927,7 +928,7 @@ def bounded_memory(con: duckdb.DuckDBPyConnection, memory_limit: str = "1GB"):
     except duckdb.NotImplementedException:  # the connection already spilled somewhere: keep that directory
         pass
     con.execute("SET preserve_insertion_order = false")
-    con.execute("SET enable_progress_bar = false")  # stdout may carry a JSON document
+    no_progress_bar(con)  # stdout may carry a JSON document
     try:
         yield con
     finally:
