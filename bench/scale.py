@@ -58,6 +58,15 @@ def run_measured(cmd: list[str], env: dict) -> tuple[float, float, int, str, str
     return seconds, usage.ru_maxrss / 1024**2, proc.returncode, tail, stdout
 
 
+def _run_id(stdout: str) -> str | None:
+    """The calibrated view's id in ``calibrate --json`` output (older versions let DuckDB's progress
+    bar onto stdout, so the document is found rather than parsed whole)."""
+    import re
+
+    m = re.search(r'"run_id":\s*"([^"]+)"', stdout)
+    return m.group(1) if m else None
+
+
 def env_for(code: Path, db: Path) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = f"{code}{os.pathsep}{code / 'runtime'}"
@@ -133,14 +142,14 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"   {name} failed ({code}): {tail}", flush=True)
                 if name == "calibrate":
                     size1 = db.stat().st_size
-                    view = json.loads(stdout)["run_id"] if code == 0 else None
+                    view = _run_id(stdout) if code == 0 else None
                 if old_db is not None:
                     o_cmd = [old_view if c == "{view}" else c for c in cmds[name]]
                     o_sec, o_rss, o_code, _, o_out = run_measured(o_cmd, env_for(args.old, old_db))
                     row |= {"old_seconds": o_sec, "old_rss_gb": o_rss, "old_ok": o_code == 0}
                     if name == "calibrate":
                         row["old_store_growth"] = old_db.stat().st_size / size0 - 1
-                        old_view = json.loads(o_out)["run_id"] if o_code == 0 else "missing"
+                        old_view = _run_id(o_out) if o_code == 0 else "missing"
                 elif n in FILED and name in FILED[n]:
                     row["old_rss_gb"] = FILED[n][name]
                     row["old_note"] = "filed"
