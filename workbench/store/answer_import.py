@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 from workbench.errors import DataImportError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.schema.answers import SUM_TOLERANCE, top_two
+from workbench.store.calls import _ANSWER_SCHEMA
 from workbench.store.db import fetch_scalar, memory_connection, transaction
 
 #: Rows per Arrow batch (65,536 × 77 doubles ≈ 40 MB per temporary).
@@ -70,24 +71,9 @@ _LONG_EXTRAS = {
 }
 #: Long-layout columns written by `workbench export` that the import ignores (it recomputes summaries).
 _LONG_IGNORED = {"run_id", "split", "label", "p_top", "margin", "entropy", "provider", "option_ids", "deviation"}
-_OUT_SCHEMA = pa.schema(
-    [
-        ("item_id", pa.string()),
-        ("question", pa.string()),
-        ("probs", pa.list_(pa.float64())),
-        ("p_top", pa.float64()),
-        ("margin", pa.float64()),
-        ("entropy", pa.float64()),
-        ("deviation", pa.float64()),
-        ("failure_kind", pa.string()),
-        ("failure_message", pa.string()),
-        ("model", pa.string()),
-        ("latency_ms", pa.float64()),
-        ("input_tokens", pa.int64()),
-        ("cost_usd", pa.float64()),
-        ("cached", pa.bool_()),
-    ]
-)
+#: The answers columns an import writes (the run id is a parameter; no vendor figure, cache key): the
+#: store's own answer schema (:mod:`workbench.store.calls`) without those.
+_OUT_SCHEMA = pa.schema([f for f in _ANSWER_SCHEMA if f.name not in ("run_id", "vendor_confidence", "cache_key")])
 _OUT_COLUMNS = [f.name for f in _OUT_SCHEMA]
 
 

@@ -253,6 +253,18 @@ def _on_read_transform(calibrators: dict[str, dict] | None, question: str):
     return transform
 
 
+def _answers_params(run: dict, question: str, source: str, opts: list[str], splits) -> dict:
+    """The parameters of :data:`_ANSWERS_SQL` (``source``: the run whose rows are read)."""
+    return {
+        "ds": run["dataset"],
+        "v": int(run["dataset_version"]),
+        "q": question,
+        "run": source,
+        "opts": opts,
+        "splits": list(splits) if splits else None,
+    }
+
+
 _ANSWERS_SQL = """
         WITH gold AS (
             SELECT item_id, option_id, count(*) AS votes
@@ -339,14 +351,7 @@ def load_answers(
     split_list = list(splits) if splits else None
     rel = con.execute(
         _ANSWERS_SQL.format(extra_cte="", pos="", extra_join="", order="ORDER BY a.item_id"),
-        {
-            "ds": run["dataset"],
-            "v": int(run["dataset_version"]),
-            "q": question,
-            "run": source,
-            "opts": opts,
-            "splits": split_list,
-        },
+        _answers_params(run, question, source, opts, split_list),
     )
     tbl = rel.fetch_arrow_table()
     return _answers_from_arrow(tbl, run, question, q.type, opts, _on_read_transform(calibrators, question))
@@ -367,14 +372,7 @@ def load_answer_keys(
     )
     tbl = con.execute(
         sql,
-        {
-            "ds": run["dataset"],
-            "v": int(run["dataset_version"]),
-            "q": question,
-            "run": source,
-            "opts": opts,
-            "splits": list(splits) if splits else None,
-        },
+        _answers_params(run, question, source, opts, list(splits) if splits else None),
     ).fetch_arrow_table()
     n = tbl.num_rows
     unread = np.broadcast_to(np.nan, (n,))  # latency and tokens are not read: a read-only view, no memory
@@ -460,14 +458,7 @@ def iter_answer_batches(
     )
     reader = con.execute(
         sql,
-        {
-            "ds": run["dataset"],
-            "v": int(run["dataset_version"]),
-            "q": question,
-            "run": source,
-            "opts": opts,
-            "splits": split_list,
-        },
+        _answers_params(run, question, source, opts, split_list),
     ).to_arrow_reader(batch_rows)
     for batch in reader:
         if batch.num_rows == 0:
