@@ -10,6 +10,7 @@ needs several times the memory; beyond it the figures measured when issue 11 was
     python bench/scale.py                      # 1M and 3M
     python bench/scale.py --full               # 1M, 3M and 10M
     python bench/scale.py --sizes 200000 --old /tmp/wb-old
+    python bench/scale.py --full --workdir /data/wb-scale --reuse   # build each size once, then reuse it
 
 Prints one table: items, command, seconds, peak RSS (GB), old seconds/RSS and the ratios, plus
 the store size before and after ``calibrate`` (a calibrated view stores its calibrator only).
@@ -94,6 +95,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--old-max", type=int, default=1_000_000, help="largest size the old code runs at")
     ap.add_argument("--only", default=None, help="comma-separated commands (default: all)")
     ap.add_argument("--workdir", type=Path, default=None, help="keep stores here (default: a temp dir)")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --workdir: keep a pristine copy of each built store and start from it next time (no rebuild)",
+    )
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if args.full and 10_000_000 not in sizes:
@@ -103,25 +109,38 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for n in sizes:
             d = work / f"n{n}"
-            shutil.rmtree(d, ignore_errors=True)
-            d.mkdir(parents=True)
             db = d / "wb.duckdb"
-            print(f"== {n:,} items × 77 options: building the store", flush=True)
-            # built in a child: a command forked from a large parent would inherit its peak RSS
-            t = time.perf_counter()
-            built = subprocess.run(
-                [sys.executable, str(ROOT / "bench" / "scale_data.py"), "--items", str(n), "--db", str(db)]
-                + ["--workdir", str(d / "files")],
-                env=env_for(ROOT, db),
-                check=True,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            print(built.stdout, end="", flush=True)
-            run_id = json.loads(built.stdout.strip().splitlines()[-1])["run_id"]
-            build = time.perf_counter() - t
+            pristine, built_json = d / "pristine.duckdb", d / "built.json"
+            if args.reuse and args.workdir and pristine.exists() and built_json.exists():
+                print(f"== {n:,} items × 77 options: reusing {pristine}", flush=True)
+                for stale in d.glob("*"):
+                    if stale not in (pristine, built_json):
+                        shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+                shutil.copy(pristine, db)
+                kept = json.loads(built_json.read_text())
+                run_id, build = kept["run_id"], kept["seconds"]
+            else:
+                shutil.rmtree(d, ignore_errors=True)
+                d.mkdir(parents=True)
+                print(f"== {n:,} items × 77 options: building the store", flush=True)
+                # built in a child: a command forked from a large parent would inherit its peak RSS
+                t = time.perf_counter()
+                built = subprocess.run(
+                    [sys.executable, str(ROOT / "bench" / "scale_data.py"), "--items", str(n), "--db", str(db)]
+                    + ["--workdir", str(d / "files")],
+                    env=env_for(ROOT, db),
+                    check=True,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                print(built.stdout, end="", flush=True)
+                run_id = json.loads(built.stdout.strip().splitlines()[-1])["run_id"]
+                build = time.perf_counter() - t
+                shutil.rmtree(d / "files", ignore_errors=True)
+                if args.reuse and args.workdir:
+                    shutil.copy(db, pristine)
+                    built_json.write_text(json.dumps({"run_id": run_id, "seconds": build}))
             size0 = db.stat().st_size
-            shutil.rmtree(d / "files", ignore_errors=True)
             rows.append({"items": n, "command": "build (datasets + runs import)", "seconds": build})
             cmds = commands(run_id, d)
             names = args.only.split(",") if args.only else list(cmds)
