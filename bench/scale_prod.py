@@ -18,6 +18,7 @@ then runs, each in a fresh subprocess under ``/usr/bin/time -v``:
 - ``workbench --db STORE shadow report bench --champion-rule tau=0.5,margin=0.1 --challenger-rule
   tau=0.6,margin=0.05 --json``
 - ``workbench monitor --policy POLICY --decisions LOG --outcomes OUTCOMES --window 1D --json``
+  (``--monitor-engine spark`` adds ``--engine spark``: local mode; the RSS then includes the JVM's)
 
 and prints items, seconds and peak RSS per command. ``--old PATH`` runs the same commands with the
 code of another checkout (``PYTHONPATH=PATH:PATH/runtime``, e.g. a worktree of the base commit) and
@@ -279,7 +280,7 @@ def prepare(workdir: Path, n: int, k: int, commands: list[str]) -> dict:
     return files
 
 
-def command(name: str, files: dict) -> list[str]:
+def command(name: str, files: dict, engine: str = "duckdb") -> list[str]:
     if name == "shadow":
         return [
             "--db",
@@ -304,6 +305,7 @@ def command(name: str, files: dict) -> list[str]:
         "--window",
         "1D",
         "--json",
+        *(["--engine", engine] if engine != "duckdb" else []),
     ]
 
 
@@ -362,6 +364,12 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/wb-scale-prod"))
     ap.add_argument("--rss-cap-gb", type=float, default=4.0)
     ap.add_argument("--json", action="store_true", help="print the rows as one JSON document too")
+    ap.add_argument(
+        "--monitor-engine",
+        default="duckdb",
+        choices=["duckdb", "spark"],
+        help="`workbench monitor --engine` (new code)",
+    )
     args = ap.parse_args()
     rows = []
     print(f"{'command':8} {'items':>10} {'seconds':>8} {'cpu s':>7} {'peak RSS GB':>11} {'exit':>6}", end="")
@@ -370,7 +378,7 @@ def main() -> None:
         files = prepare(args.workdir, n, args.k, args.commands)
         for name in args.commands:
             out = args.workdir / f"n{n}_k{args.k}" / f"{name}.new.json"
-            new = measure(ROOT, command(name, files), out, args.rss_cap_gb)
+            new = measure(ROOT, command(name, files, args.monitor_engine), out, args.rss_cap_gb)
             row = {"command": name, "items": n, "new": new}
             line = f"{name:8} {n:>10} {new['seconds']:>8.1f} {new['cpu_seconds']:>7.1f} {new['rss_gb']:>11.2f} {new['exit']:>6}"
             if args.old:

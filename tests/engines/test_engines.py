@@ -333,3 +333,124 @@ def test_workbench_export_then_aggregate_equals_workbench_report(mon, tmp_path):
     for name, ours in (("accuracy", agg.accuracy), ("brier", agg.brier), ("log_loss", agg.log_loss)):
         assert ours == pytest.approx(q.metrics[name].estimate, abs=1e-9), name
     assert agg.ece == pytest.approx(q.metrics["ece_uniform"].estimate, abs=1e-9)
+
+
+# -- the whole `workbench monitor` report on an engine --------------------------------------------------
+@pytest.fixture(scope="module")
+def mon_logs(mon, tmp_path_factory):
+    """The scenario's log as a hive-partitioned Parquet directory (one partition per day), and outcomes with
+    repeated reports: within one file (a later row overrides an earlier one) and across files (a later file
+    wins). A MAX of the reports would differ from the last one for the rewritten decisions."""
+    import duckdb
+
+    from tests.monitor.conftest import write_outcomes
+
+    tmp = tmp_path_factory.mktemp("mon_logs")
+    con = duckdb.connect()
+    cols = "{" + ", ".join(f"'{n}': '{t}'" for n, t in (*_LOG_COLS, ("probs", "DOUBLE[]"))) + "}"
+    con.execute(
+        f"COPY (SELECT *, substr(time, 1, 10) AS day FROM read_json('{mon['tmp'] / 'decisions.jsonl'}', "
+        f"format = 'newline_delimited', columns = {cols})) TO '{tmp / 'log'}' (FORMAT parquet, PARTITION_BY (day))"
+    )
+    con.close()
+    rows = [json.loads(line) for line in (mon["tmp"] / "shifted.jsonl").read_text().splitlines()]
+    opts = mon["kwargs"]["options"]["intent"]
+    # first report of 300 decisions: an option on the far side of the alphabet from the later, true report
+    early = [
+        {**r, "outcome": opts[-1] if (r["outcome"] or "") < opts[len(opts) // 2] else opts[0]}
+        for r in rows[:300]
+        if r["outcome"] is not None
+    ]
+    write_outcomes(tmp / "repeated.parquet", early + rows)
+    # a later file that says only "overridden" for 50 decisions (their outcome stays the earlier file's)
+    late = [{"decision_id": r["decision_id"], "question": "intent", "override": True} for r in rows[1000:1050]]
+    write_outcomes(tmp / "late.parquet", late)
+    return {"log": tmp / "log", "outcomes": [tmp / "repeated.parquet", tmp / "late.parquet"]}
+
+
+_LOG_COLS = (
+    ("decision_id", "VARCHAR"),
+    ("time", "VARCHAR"),
+    ("policy_hash", "VARCHAR"),
+    ("policy_version", "VARCHAR"),
+    ("model", "VARCHAR"),
+    ("schema_hash", "VARCHAR"),
+    ("question", "VARCHAR"),
+    ("action", "VARCHAR"),
+    ("option", "VARCHAR"),
+    ("p_top", "DOUBLE"),
+    ("margin", "DOUBLE"),
+)
+
+
+def _assert_same_report(got: dict, ref: dict) -> None:
+    """Equal figures (floats to 1e-9; in practice identical), inputs' counts equal."""
+    for key in ("alarm", "first_alarm_at", "reasons", "options", "policy"):
+        assert got[key] == ref[key], key
+    for key in ("n_records", "n_outcomes", "n_outcomes_unmatched", "n_lines"):
+        assert got["inputs"][key] == ref["inputs"][key], key
+    assert len(got["windows"]) == len(ref["windows"]) > 3
+    assert json.loads(json.dumps(got["windows"]), parse_float=float) == pytest.approx(ref["windows"], abs=1e-9)
+    for q, r in ref["questions"].items():
+        g = got["questions"][q]
+        assert g["overall"] == pytest.approx(r["overall"], abs=1e-9)
+        assert g["recertification"] == r["recertification"]
+        seq_g, seq_r = g["sequence"], r["sequence"]
+        assert {k: v for k, v in seq_g.items() if k != "curve"} == {k: v for k, v in seq_r.items() if k != "curve"}
+        for name, curve in seq_r["curve"].items():
+            np.testing.assert_allclose(seq_g["curve"][name], curve, atol=1e-9, rtol=0)
+
+
+def _monitor_pair(mon, mon_logs, window: str, engine):
+    from workbench.engines.monitoring import monitor_on_engine
+    from workbench.monitor.report import MonitorOptions, monitor
+
+    opts = MonitorOptions(window=window, recertify_min=500)
+    ref = monitor(mon["policy"], [mon["tmp"] / "decisions.jsonl"], mon_logs["outcomes"], opts).to_dict()
+    got = monitor_on_engine(mon["policy"], [mon_logs["log"]], mon_logs["outcomes"], opts, engine=engine).to_dict()
+    return got, ref
+
+
+@pytest.mark.parametrize("window", ["500", "6h"])
+def test_duckdb_engine_monitor_report_equals_workbench_monitor(mon, mon_logs, window):
+    got, ref = _monitor_pair(mon, mon_logs, window, "duckdb")
+    _assert_same_report(got, ref)
+    q = ref["questions"]["intent"]
+    assert ref["alarm"] and q["recertification"]["available"] and q["sequence"]["n_outcomes"] > 1000
+    # the repeated reports: the later one counts (not the largest)
+    n_err = q["overall"]["n_errors"]
+    assert sum(w["n_errors"] for w in ref["windows"]) == n_err == _last_report_errors(mon, mon_logs)
+    assert _last_report_errors(mon, mon_logs, "max") != n_err
+
+
+def _last_report_errors(mon, mon_logs, how: str = "last") -> int:
+    """Errors among accepted decisions with a known outcome when the last (or largest) report of each counts."""
+    import pandas as pd
+
+    out = pd.concat([pd.read_parquet(p) for p in mon_logs["outcomes"]], ignore_index=True)
+    last_o = out.dropna(subset=["outcome"]).groupby("decision_id")["outcome"].agg(how)
+    last_v = out.dropna(subset=["override"]).groupby("decision_id")["override"].agg(how)
+    dec = pd.read_json(mon["tmp"] / "decisions.jsonl", lines=True).set_index("decision_id")
+    acc = dec[dec["action"] == "accept"]
+    o, v = last_o.reindex(acc.index), last_v.reindex(acc.index)
+    wrong = np.where(o.notna(), o.to_numpy() != acc["option"].to_numpy(), v.fillna(False).astype(bool).to_numpy())
+    return int(wrong[(o.notna() | v.notna()).to_numpy()].sum())
+
+
+def test_spark_monitor_report_equals_workbench_monitor(mon, mon_logs, spark):
+    """`workbench monitor`'s whole report from a partitioned Parquet log on Spark (local mode) = the DuckDB path."""
+    got, ref = _monitor_pair(mon, mon_logs, "6h", spark)
+    _assert_same_report(got, ref)
+
+
+def test_cli_monitor_engine_flags(mon, mon_logs, tmp_path):
+    dec = str(mon["tmp"] / "decisions.jsonl")
+    outs = [a for p in mon_logs["outcomes"] for a in ("--outcomes", str(p))]
+    base = ["monitor", "--policy", str(mon["policy"]), "--decisions", dec, *outs, "--window", "500", "--json"]
+    ref = run_cli(*base)
+    got = run_cli(*base, "--engine", "duckdb", "--spark-master", "local[1]")
+    assert got.returncode == 2 and "--spark-master needs --engine spark" in got.stderr
+    bad = run_cli(*base, "--engine", "flink")
+    assert bad.returncode == 2 and "flink" in bad.stderr
+    assert ref.returncode == 1  # the alarm
+    assert json.loads(ref.stdout)["questions"]["intent"]["overall"]["n_errors"] == _last_report_errors(mon, mon_logs)

@@ -15,7 +15,10 @@ def register(app: typer.Typer) -> None:
     def monitor_cmd(
         policy: Path = typer.Option(..., "--policy", help="The policy file the decisions were made with."),
         decisions: list[str] = typer.Option(
-            ..., "--decisions", help="Decision log file(s), JSON Lines (repeatable; globs allowed)."
+            ...,
+            "--decisions",
+            help="Decision log file(s), JSON Lines (repeatable; globs allowed); with --engine spark also Parquet "
+            "files or directories, s3a:// …",
         ),
         outcomes: list[str] | None = typer.Option(
             None, "--outcomes", help="Outcome file(s): JSONL, CSV or Parquet (repeatable)."
@@ -31,6 +34,12 @@ def register(app: typer.Typer) -> None:
         recertify_min: int = typer.Option(
             1000, "--recertify-min", help="Fresh outcomes needed before a recertification hint is computed."
         ),
+        engine: str = typer.Option(
+            "duckdb", "--engine", help="Where the aggregations run: duckdb (this machine) or spark (where logs live)."
+        ),
+        spark_master: str | None = typer.Option(
+            None, "--spark-master", help="Spark master URL (local[2], spark://host:7077, yarn, k8s://…)."
+        ),
         markdown: Path | None = typer.Option(None, "--markdown", help="Write a Markdown summary to this file."),
         as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON document."),
     ) -> None:
@@ -45,7 +54,12 @@ def register(app: typer.Typer) -> None:
         opts = MonitorOptions(
             window=window, alpha=alpha, delta=delta, drift_alarm_psi=drift_alarm, recertify_min=recertify_min
         )
-        rep = monitor(policy, decisions, outcomes or [], opts)
+        if engine == "duckdb" and spark_master is None:
+            rep = monitor(policy, decisions, outcomes or [], opts)
+        else:
+            from workbench.engines.monitoring import monitor_on_engine
+
+            rep = monitor_on_engine(policy, decisions, outcomes or [], opts, engine=engine, spark_master=spark_master)
         for w in rep.warnings:
             err_console.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
         if markdown is not None:

@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from workbench.errors import OptionError
 from workbench.monitor.logs import LoadSummary, MonitorStore, expand_paths
-from workbench.monitor.sequential import Alarm, error_rate_alarm
+from workbench.monitor.sequential import AlarmStream, AlarmSummary
 
 #: PSI above this is a "large shift" (the usual rule of thumb).
 PSI_LARGE = 0.25
@@ -55,7 +55,7 @@ class MonitorReport:
     inputs: LoadSummary
     windows: list[dict]
     questions: dict[str, dict]
-    alarms: dict[str, Alarm]
+    alarms: dict[str, AlarmSummary]
     reasons: list[str]
     first_alarm_at: dict | None
     warnings: list[str] = field(default_factory=list)
@@ -96,27 +96,129 @@ def _drift(ref: dict | None, cur: np.ndarray, names: list) -> dict:
     return {"psi": psi(rs, cs), "js": js_divergence(rs, cs), "n": int(cur.sum())}
 
 
-def _counts(con: Any, question: str, col: str, n_win: int, keys: list, win_index: dict) -> np.ndarray:
-    """(n_windows, len(keys)) counts of ``col`` per window from table ``d``."""
-    out = np.zeros((n_win, len(keys)))
-    pos = {k: j for j, k in enumerate(keys)}
-    rows = con.execute(
-        f"SELECT win, {col}, count(*) FROM d WHERE question = ? AND {col} IS NOT NULL GROUP BY 1, 2", [question]
-    ).fetchall()
-    for w, k, n in rows:
-        if k in pos and w in win_index:
-            out[win_index[w], pos[k]] = n
-    return out
+#: Known outcomes per chunk the alarm reads (memory of the alarm is independent of the stream's length).
+OUTCOME_BATCH = 100_000
 
 
-def _recertify(con: Any, policy: Any, question: str, alpha: float, delta: float, opts: MonitorOptions) -> dict:
+class MonitorSource(Protocol):
+    """Where :func:`report_from_source` reads the figures of one policy's decisions: the scratch DuckDB
+    database of :func:`monitor` (:class:`StoreSource`) or an engine over the log files
+    (:func:`workbench.engines.monitoring.monitor_on_engine`). Decision index ``idx`` is the 0-based
+    position of a decision in its question's order (time, then decision id; no time last)."""
+
+    def windows(self, question: str) -> list[tuple]:
+        """Per window, in order (the window without a time last): (label, first time text, last time text,
+        first idx, last idx, traffic, accepted, reviewed, accepted with override information, overrides,
+        accepted with a known outcome, errors among them, model mismatches, schema mismatches)."""
+        ...
+
+    def histograms(self, question: str, options: list[str], n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(n_windows, n_bins) counts of p_top bins and margin bins and (n_windows, k) of predicted
+        options, rows in the order of :meth:`windows`."""
+        ...
+
+    def outcome_batches(self, question: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(wrong 0/1, idx) of the accepted decisions with a known outcome, in idx order, in chunks."""
+        ...
+
+    def recertification_count(self, question: str) -> int:
+        """Decisions with probabilities and an outcome among the policy's options."""
+        ...
+
+    def recertification_rows(self, question: str, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        """The last ``limit`` of those (probs (m, k), label index (m,)), in idx order."""
+        ...
+
+    def decision_at(self, question: str, idx: int) -> tuple[str | None, str | None]:
+        """(decision id, time as ``%Y-%m-%dT%H:%M:%S.%fZ``) of decision ``idx``."""
+        ...
+
+
+class StoreSource:
+    """:class:`MonitorSource` over table ``d`` of a :class:`MonitorStore` (after ``build_view``)."""
+
+    def __init__(self, con: Any):
+        self.con = con
+        self._keys: dict[str, dict] = {}
+
+    def windows(self, question: str) -> list[tuple]:
+        rows = self.con.execute(
+            """
+            SELECT win, strftime(min(time), '%Y-%m-%dT%H:%M:%SZ'), strftime(max(time), '%Y-%m-%dT%H:%M:%SZ'), min(idx), max(idx), count(*),
+                   count(*) FILTER (WHERE accepted),
+                   count(*) FILTER (WHERE NOT accepted),
+                   count(*) FILTER (WHERE accepted AND override IS NOT NULL),
+                   count(*) FILTER (WHERE accepted AND override),
+                   count(*) FILTER (WHERE known),
+                   count(*) FILTER (WHERE known AND wrong),
+                   count(*) FILTER (WHERE model_mismatch),
+                   count(*) FILTER (WHERE schema_mismatch)
+            FROM d WHERE question = ? GROUP BY win ORDER BY win NULLS LAST
+            """,
+            [question],
+        ).fetchall()
+        self._keys[question] = {r[0]: i for i, r in enumerate(rows)}
+        return [(w if isinstance(w, int) or w is None else w.strftime("%Y-%m-%dT%H:%M:%SZ"), *r) for w, *r in rows]
+
+    def _counts(self, question: str, col: str, keys: list) -> np.ndarray:
+        win_index = self._keys[question]
+        out = np.zeros((len(win_index), len(keys)))
+        pos = {k: j for j, k in enumerate(keys)}
+        rows = self.con.execute(
+            f"SELECT win, {col}, count(*) FROM d WHERE question = ? AND {col} IS NOT NULL GROUP BY 1, 2", [question]
+        ).fetchall()
+        for w, k, n in rows:
+            if k in pos and w in win_index:
+                out[win_index[w], pos[k]] = n
+        return out
+
+    def histograms(self, question: str, options: list[str], n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        bins = list(range(n_bins))
+        return (
+            self._counts(question, "p_bin", bins),
+            self._counts(question, "m_bin", bins),
+            self._counts(question, "predicted", options),
+        )
+
+    def outcome_batches(self, question: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        reader = self.con.execute(
+            "SELECT coalesce(wrong, false)::TINYINT AS e, idx FROM d WHERE question = ? AND known ORDER BY idx",
+            [question],
+        ).fetch_record_batch(OUTCOME_BATCH)
+        for b in reader:
+            yield b.column(0).to_numpy(), b.column(1).to_numpy()
+
+    def recertification_count(self, question: str) -> int:
+        return int(
+            self.con.execute(
+                "SELECT count(*) FROM d WHERE question = ? AND label >= 0 AND has_probs", [question]
+            ).fetchone()[0]
+        )
+
+    def recertification_rows(self, question: str, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = self.con.execute(
+            "SELECT dec.probs, t.label FROM (SELECT drow, label, idx FROM d WHERE question = ? AND label >= 0 "
+            "AND has_probs ORDER BY idx DESC LIMIT ?) t JOIN decisions dec ON dec.rowid = t.drow ORDER BY t.idx",
+            [question, limit],
+        ).fetchnumpy()
+        return np.asarray(np.stack(list(rows["probs"])), dtype=float), np.asarray(rows["label"], dtype=np.int64)
+
+    def decision_at(self, question: str, idx: int) -> tuple[str | None, str | None]:
+        row = self.con.execute(
+            "SELECT decision_id, strftime(time, '%Y-%m-%dT%H:%M:%S.%fZ') FROM d WHERE question = ? AND idx = ?",
+            [question, idx],
+        ).fetchone()
+        return (row[0], row[1]) if row else (None, None)
+
+
+def _recertify(
+    source: MonitorSource, policy: Any, question: str, alpha: float, delta: float, opts: MonitorOptions
+) -> dict:
     """The thresholds that fresh outcomes would certify today (``choose_thresholds``, as ``workbench thresholds``)."""
     from workbench.answers import RunAnswers
     from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
 
-    n = int(
-        con.execute("SELECT count(*) FROM d WHERE question = ? AND label >= 0 AND has_probs", [question]).fetchone()[0]
-    )
+    n = source.recertification_count(question)
     current = policy.model.questions[question].rule.model_dump()
     if n < opts.recertify_min:
         return {
@@ -126,13 +228,7 @@ def _recertify(con: Any, policy: Any, question: str, alpha: float, delta: float,
             "current_rule": current,
             "message": f"{n} decisions with a known outcome; {opts.recertify_min} needed to recertify",
         }
-    rows = con.execute(
-        "SELECT dec.probs, t.label FROM (SELECT drow, label, idx FROM d WHERE question = ? AND label >= 0 "
-        "AND has_probs ORDER BY idx DESC LIMIT ?) t JOIN decisions dec ON dec.rowid = t.drow ORDER BY t.idx",
-        [question, opts.recertify_max],
-    ).fetchnumpy()
-    probs = np.asarray(np.stack(list(rows["probs"])), dtype=float)
-    labels = np.asarray(rows["label"], dtype=np.int64)
+    probs, labels = source.recertification_rows(question, opts.recertify_max)
     m = len(labels)
     qp = policy.model.questions[question]
     cal_type = qp.calibrator.type
@@ -192,8 +288,10 @@ def monitor(
     Returns
     -------
     MonitorReport
+
+    The figures are computed with DuckDB on this machine; :func:`workbench.engines.monitoring.monitor_on_engine`
+    computes the same report on Spark (``workbench monitor --engine spark``).
     """
-    from workbench.metrics.reliability import wilson_interval
     from workbench.policy.runtime import Policy
 
     opts = opts or MonitorOptions()
@@ -202,12 +300,9 @@ def monitor(
     dec_files = expand_paths(decisions, "--decisions")
     out_files = expand_paths(outcomes, "--outcomes") if outcomes else []
     qids = list(model.questions)
-    warnings: list[str] = []
     with MonitorStore() as store:
-        con = store.con
         summary = store.load_decisions(dec_files)
         store.load_outcomes(out_files, summary, default_question=qids[0] if len(qids) == 1 else None)
-        warnings += summary.warnings
         store.build_view(
             policy_hash=policy.content_hash,
             options={q: list(model.questions[q].options) for q in qids},
@@ -217,166 +312,162 @@ def monitor(
             n_bins=opts.n_bins,
         )
         others = store.other_policies(policy.content_hash)
-        if others:
-            warnings.append(
-                "left out decisions of other policies: " + ", ".join(f"{h[:19]}… ({n})" for h, n in others[:5])
-            )
-        n_mine = int(con.execute("SELECT count(*) FROM d").fetchone()[0])  # type: ignore[index]
-        if n_mine == 0:
+        return report_from_source(policy, policy_path, opts, summary, StoreSource(store.con), others, dec_files)
+
+
+def report_from_source(
+    policy: Any,
+    policy_path: str | Path,
+    opts: MonitorOptions,
+    summary: LoadSummary,
+    source: MonitorSource,
+    others: list[tuple[str, int]],
+    dec_files: Sequence[str],
+) -> MonitorReport:
+    """The :class:`MonitorReport` of ``policy`` from the aggregates of ``source``; ``others`` are
+    (policy hash, decisions) of other policies in the logs (left out, named in a warning)."""
+    from workbench.metrics.reliability import wilson_interval
+
+    model = policy.model
+    qids = list(model.questions)
+    warnings: list[str] = list(summary.warnings)
+    if others:
+        warnings.append("left out decisions of other policies: " + ", ".join(f"{h[:19]}… ({n})" for h, n in others[:5]))
+    per_q = {q: source.windows(q) for q in qids}
+    if not any(r[5] for rows in per_q.values() for r in rows):
+        raise OptionError(
+            f"no decision in {', '.join(dec_files)} was made by policy {policy.content_hash[:19]}…",
+            hint="give the policy file the decisions were logged with",
+        )
+    windows: list[dict] = []
+    questions: dict[str, dict] = {}
+    alarms: dict[str, AlarmSummary] = {}
+    reasons: list[str] = []
+    first: list[dict] = []
+    for q in qids:
+        qp = model.questions[q]
+        alpha = opts.alpha if opts.alpha is not None else qp.objective.alpha
+        delta = opts.delta if opts.delta is not None else (qp.objective.delta or 0.05)
+        if alpha is None:
             raise OptionError(
-                f"no decision in {', '.join(dec_files)} was made by policy {policy.content_hash[:19]}…",
-                hint="give the policy file the decisions were logged with",
+                f"policy question {q!r} has no promised error rate (objective {qp.objective.kind})",
+                hint="pass --alpha",
             )
-        windows: list[dict] = []
-        questions: dict[str, dict] = {}
-        alarms: dict[str, Alarm] = {}
-        reasons: list[str] = []
-        first: list[dict] = []
-        for q in qids:
-            qp = model.questions[q]
-            alpha = opts.alpha if opts.alpha is not None else qp.objective.alpha
-            delta = opts.delta if opts.delta is not None else (qp.objective.delta or 0.05)
-            if alpha is None:
-                raise OptionError(
-                    f"policy question {q!r} has no promised error rate (objective {qp.objective.kind})",
-                    hint="pass --alpha",
-                )
-            agg = con.execute(
-                """
-                SELECT win, strftime(min(time), '%Y-%m-%dT%H:%M:%SZ'), strftime(max(time), '%Y-%m-%dT%H:%M:%SZ'), min(idx), max(idx), count(*),
-                       count(*) FILTER (WHERE accepted),
-                       count(*) FILTER (WHERE NOT accepted),
-                       count(*) FILTER (WHERE accepted AND override IS NOT NULL),
-                       count(*) FILTER (WHERE accepted AND override),
-                       count(*) FILTER (WHERE known),
-                       count(*) FILTER (WHERE known AND wrong),
-                       count(*) FILTER (WHERE model_mismatch),
-                       count(*) FILTER (WHERE schema_mismatch)
-                FROM d WHERE question = ? GROUP BY win ORDER BY win NULLS LAST
-                """,
-                [q],
-            ).fetchall()
-            win_index = {r[0]: i for i, r in enumerate(agg)}
-            n_win = len(agg)
-            ref = qp.reference or None
-            bins = list(range(opts.n_bins))
-            p_counts = _counts(con, q, "p_bin", n_win, bins, win_index)
-            m_counts = _counts(con, q, "m_bin", n_win, bins, win_index)
-            o_counts = _counts(con, q, "predicted", n_win, list(qp.options), win_index)
-            # the alarm: errors of accepted decisions with a known outcome, in decision order
-            seq = con.execute(
-                "SELECT wrong::TINYINT AS e, idx, win FROM d WHERE question = ? AND known ORDER BY idx", [q]
-            ).fetchnumpy()
-            errors = np.asarray(seq["e"], dtype=float)
-            alarm = error_rate_alarm(errors, float(alpha), float(delta), half_life=opts.half_life)
-            alarms[q] = alarm
-            idx_of_outcome = np.asarray(seq["idx"], dtype=np.int64)
-            fired_idx = None if alarm.first_alarm is None else int(idx_of_outcome[alarm.first_alarm])
-            # windows' position of the last outcome, for the per-window running alarm state
-            k_err, n_known = np.array([r[11] for r in agg], float), np.array([r[10] for r in agg], float)
-            lo, hi = wilson_interval(k_err, n_known)
-            for i, r in enumerate(agg):
-                win, t0, t1, i0, i1, n, n_acc, n_rev, n_ovk, n_ov, n_k, n_e, n_model, n_schema = r
-                if n_k:
-                    last = int(np.searchsorted(seq["idx"], i1, side="right")) - 1
-                else:
-                    last = -1
-                windows.append(
-                    {
-                        "question": q,
-                        "window": win if isinstance(win, int) or win is None else win.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                        "start": t0,
-                        "end": t1,
-                        "first_decision": int(i0),
-                        "last_decision": int(i1),
-                        "traffic": int(n),
-                        "n_accepted": int(n_acc),
-                        "coverage": _share(n_acc, n),
-                        "review_load": int(n_rev),
-                        "review_rate": _share(n_rev, n),
-                        "n_override_known": int(n_ovk),
-                        "n_overrides": int(n_ov),
-                        "override_rate": _share(n_ov, n_ovk),
-                        "n_known": int(n_k),
-                        "n_errors": int(n_e),
-                        "error": _share(n_e, n_k),
-                        "error_low": None if not n_k else float(lo[i]),
-                        "error_high": None if not n_k else float(hi[i]),
-                        "model_mismatch_share": _share(n_model, n),
-                        "schema_mismatch_share": _share(n_schema, n),
-                        "drift": {
-                            "p_top": _drift(ref.get("p_top") if ref else None, p_counts[i], bins),
-                            "margin": _drift(ref.get("margin") if ref else None, m_counts[i], bins),
-                            "option": _drift(ref.get("option") if ref else None, o_counts[i], list(qp.options)),
-                        },
-                        "e_value": None if last < 0 else float(math.exp(min(alarm.log_e[last], 700.0))),
-                        "lower_bound": None if last < 0 else float(alarm.lower[last]),
-                        "alarm": alarm.first_alarm is not None and fired_idx is not None and fired_idx <= i1,
-                    }
-                )
-            tot = con.execute(
-                "SELECT count(*), count(*) FILTER (WHERE accepted), count(*) FILTER (WHERE known), "
-                "count(*) FILTER (WHERE known AND wrong), count(*) FILTER (WHERE accepted AND override), "
-                "count(*) FILTER (WHERE accepted AND override IS NOT NULL) FROM d WHERE question = ?",
-                [q],
-            ).fetchone()
-            n, n_acc, n_k, n_e, n_ov, n_ovk = (int(v) for v in tot)  # type: ignore[union-attr]
-            elo, ehi = wilson_interval(np.array([n_e]), np.array([n_k]))
-            if ref is None:
-                warnings.append(f"{q}: the policy carries no calibration-time reference; drift is not measured")
-            questions[q] = {
-                "alpha": float(alpha),
-                "delta": float(delta),
-                "overall": {
-                    "traffic": n,
-                    "n_accepted": n_acc,
+        agg = per_q[q]
+        ref = qp.reference or None
+        bins = list(range(opts.n_bins))
+        p_counts, m_counts, o_counts = source.histograms(q, list(qp.options), opts.n_bins)
+        # the alarm: errors of accepted decisions with a known outcome, in decision order, streamed in chunks;
+        # windows are contiguous runs of decisions, so a window's last outcome is the running count of outcomes
+        k_err, n_known = np.array([r[11] for r in agg], float), np.array([r[10] for r in agg], float)
+        last_outcome = np.cumsum(n_known).astype(np.int64) - 1
+        stream = AlarmStream(
+            float(alpha),
+            float(delta),
+            int(n_known.sum()),
+            keep=last_outcome[n_known > 0],
+            half_life=opts.half_life,
+        )
+        fired_idx: int | None = None
+        for e, idx in source.outcome_batches(q):
+            t0 = stream.t
+            stream.add(e)
+            if fired_idx is None and stream.first_alarm is not None:
+                fired_idx = int(idx[stream.first_alarm - t0])
+        alarm = stream.finish()
+        alarms[q] = alarm
+        lo, hi = wilson_interval(k_err, n_known)
+        for i, r in enumerate(agg):
+            win, t0s, t1s, i0, i1, n, n_acc, n_rev, n_ovk, n_ov, n_k, n_e, n_model, n_schema = r
+            at = alarm.at(int(last_outcome[i])) if n_k else None
+            windows.append(
+                {
+                    "question": q,
+                    "window": win,
+                    "start": t0s,
+                    "end": t1s,
+                    "first_decision": int(i0),
+                    "last_decision": int(i1),
+                    "traffic": int(n),
+                    "n_accepted": int(n_acc),
                     "coverage": _share(n_acc, n),
-                    "review_load": n - n_acc,
-                    "n_known": n_k,
-                    "n_errors": n_e,
-                    "error": _share(n_e, n_k),
-                    "error_low": float(elo[0]) if n_k else None,
-                    "error_high": float(ehi[0]) if n_k else None,
+                    "review_load": int(n_rev),
+                    "review_rate": _share(n_rev, n),
+                    "n_override_known": int(n_ovk),
+                    "n_overrides": int(n_ov),
                     "override_rate": _share(n_ov, n_ovk),
-                },
-                "sequence": alarm.to_dict(),
-                "has_reference": ref is not None,
-                "recertification": _recertify(con, policy, q, float(alpha), float(delta), opts),
-            }
-            if alarm.first_alarm is not None:
-                recent = alarm.recent if alarm.recent is not None else alarm.estimate
-                row = con.execute(
-                    "SELECT decision_id, strftime(time, '%Y-%m-%dT%H:%M:%S.%fZ') FROM d WHERE question = ? AND idx = ?",
-                    [q, fired_idx],
-                ).fetchone()
-                at = {
+                    "n_known": int(n_k),
+                    "n_errors": int(n_e),
+                    "error": _share(n_e, n_k),
+                    "error_low": None if not n_k else float(lo[i]),
+                    "error_high": None if not n_k else float(hi[i]),
+                    "model_mismatch_share": _share(n_model, n),
+                    "schema_mismatch_share": _share(n_schema, n),
+                    "drift": {
+                        "p_top": _drift(ref.get("p_top") if ref else None, p_counts[i], bins),
+                        "margin": _drift(ref.get("margin") if ref else None, m_counts[i], bins),
+                        "option": _drift(ref.get("option") if ref else None, o_counts[i], list(qp.options)),
+                    },
+                    "e_value": None if at is None else float(math.exp(min(at[0], 700.0))),
+                    "lower_bound": None if at is None else at[1],
+                    "alarm": alarm.first_alarm is not None and fired_idx is not None and fired_idx <= i1,
+                }
+            )
+        n, n_acc, n_k, n_e, n_ov, n_ovk = (int(sum(r[j] for r in agg)) for j in (5, 6, 10, 11, 9, 8))
+        elo, ehi = wilson_interval(np.array([n_e]), np.array([n_k]))
+        if ref is None:
+            warnings.append(f"{q}: the policy carries no calibration-time reference; drift is not measured")
+        questions[q] = {
+            "alpha": float(alpha),
+            "delta": float(delta),
+            "overall": {
+                "traffic": n,
+                "n_accepted": n_acc,
+                "coverage": _share(n_acc, n),
+                "review_load": n - n_acc,
+                "n_known": n_k,
+                "n_errors": n_e,
+                "error": _share(n_e, n_k),
+                "error_low": float(elo[0]) if n_k else None,
+                "error_high": float(ehi[0]) if n_k else None,
+                "override_rate": _share(n_ov, n_ovk),
+            },
+            "sequence": alarm.to_dict(),
+            "has_reference": ref is not None,
+            "recertification": _recertify(source, policy, q, float(alpha), float(delta), opts),
+        }
+        if alarm.first_alarm is not None and fired_idx is not None:
+            _, lower_end, estimate_end, recent_end = alarm.at(alarm.n - 1)
+            decision_id, when = source.decision_at(q, fired_idx)
+            first.append(
+                {
                     "question": q,
                     "decision_index": fired_idx,
                     "outcome_index": alarm.first_alarm,
-                    "decision_id": row[0] if row else None,
-                    "time": row[1] if row else None,
+                    "decision_id": decision_id,
+                    "time": when,
                 }
-                first.append(at)
-                reasons.append(
-                    f"{q}: error rate among accepted decisions is above α={alpha:g} with confidence 1−δ={1 - delta:g} "
-                    f"(e-value {math.exp(min(alarm.log_e.max(), 700.0)):.3g} ≥ 1/δ={1 / delta:g} at decision "
-                    f"{fired_idx}, after {alarm.first_alarm + 1} outcomes; recent error {recent[-1]:.4f}, overall "
-                    f"{alarm.estimate[-1]:.4f}, lower confidence bound {alarm.lower[-1]:.4f})"
-                )
-            if opts.drift_alarm_psi is not None:
-                for w in (w for w in windows if w["question"] == q):
-                    big = {
-                        k: v["psi"]
-                        for k, v in w["drift"].items()
-                        if v["psi"] is not None and v["psi"] > opts.drift_alarm_psi
-                    }
-                    if big:
-                        reasons.append(
-                            f"{q}: drift in window {w['window']}: "
-                            + ", ".join(f"PSI of {k} {v:.3f}" for k, v in big.items())
-                            + f" > {opts.drift_alarm_psi:g}"
-                        )
-                        break
+            )
+            reasons.append(
+                f"{q}: error rate among accepted decisions is above α={alpha:g} with confidence 1−δ={1 - delta:g} "
+                f"(e-value {math.exp(min(alarm.max_log_e, 700.0)):.3g} ≥ 1/δ={1 / delta:g} at decision "
+                f"{fired_idx}, after {alarm.first_alarm + 1} outcomes; recent error {recent_end:.4f}, overall "
+                f"{estimate_end:.4f}, lower confidence bound {lower_end:.4f})"
+            )
+        if opts.drift_alarm_psi is not None:
+            for w in (w for w in windows if w["question"] == q):
+                big = {
+                    k: v["psi"]
+                    for k, v in w["drift"].items()
+                    if v["psi"] is not None and v["psi"] > opts.drift_alarm_psi
+                }
+                if big:
+                    reasons.append(
+                        f"{q}: drift in window {w['window']}: "
+                        + ", ".join(f"PSI of {k} {v:.3f}" for k, v in big.items())
+                        + f" > {opts.drift_alarm_psi:g}"
+                    )
+                    break
     first.sort(key=lambda a: (a["time"] is None, str(a["time"]), a["decision_index"]))
     policy_info = {
         "path": str(policy_path),
