@@ -282,6 +282,15 @@ def labelled_items(
 
 
 # -- aggregates kept between sessions (large runs) -------------------------------------------------------
+@st.cache_data(show_spinner=False, max_entries=64)
+def _run_state(path: str, token: tuple, run_id: str, question: str) -> tuple:
+    """:func:`workbench.store.aggregate_cache.run_state`, read once per store token (a count over the run's answers)."""
+    from workbench.store import aggregate_cache as ac
+
+    with read_connection(path) as con:
+        return ac.run_state(con, run_id, question)
+
+
 def kept(
     path: str,
     token: tuple,
@@ -303,8 +312,7 @@ def kept(
 
     from workbench.store import aggregate_cache as ac
 
-    with read_connection(path) as con:
-        key = ac.aggregate_key(ac.run_state(con, run_id, question), *description)
+    key = ac.aggregate_key(_run_state(path, token, run_id, question), *description)
     raw = ac.load(path, key)
     if raw is not None:
         try:
