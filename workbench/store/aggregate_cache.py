@@ -99,11 +99,15 @@ def aggregate_key(state: tuple, *description: object) -> str:
 
 
 def load(store_path: str | Path, key: str) -> bytes | None:
-    """The bytes kept under ``key`` for the store at ``store_path``, or None (none kept, or the cache is off)."""
+    """The bytes kept under ``key`` for the store at ``store_path``, or None (none kept, the cache is off, or
+    the file belongs to another user: callers unpickle it, so only this user's own files are read)."""
     if not enabled():
         return None
+    f = cache_dir(store_path) / key
     try:
-        return (cache_dir(store_path) / key).read_bytes()
+        if f.stat().st_uid != os.getuid():  # the UI unpickles it: only a file this user wrote is read
+            return None
+        return f.read_bytes()
     except OSError:
         return None
 
