@@ -248,10 +248,23 @@ def is_large(path: str, token: tuple, run_id: str, question: str, split: str) ->
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _is_large(path: str, token: tuple, run_id: str, question: str, split: str, cells: int) -> bool:
+    """The library's answer (a count joined with the items: seconds on millions of answers), after a
+    bound from the run's own answer count (:func:`_run_state`): a run whose answers on *every* split
+    fit is small; for a larger one the answer is kept between sessions like the page's aggregates."""
     from workbench.evaluation import is_large as _large
 
-    with read_connection(path) as con:
-        return _large(con, run_id, question, [split])
+    def exact() -> bool:
+        with read_connection(path) as con:
+            return bool(_large(con, run_id, question, [split]))
+
+    answers = _run_state(path, token, run_id, question)[4]  # ((run, count, latest), ...) of the run (and parent)
+    try:
+        n_options = max(len(option_names(path, token, run_id, question)), 2)
+    except KeyError:  # not a question of the run's schema: the library's answer (it names the questions)
+        return exact()
+    if max((int(c) for _, c, _ in answers), default=0) * n_options <= cells:
+        return False
+    return bool(kept(path, token, run_id, question, ("is_large", split, cells), exact))
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
