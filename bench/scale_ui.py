@@ -10,6 +10,12 @@ status widget is gone, and prints the seconds of each page's first load and the 
 peak is that page's own). A server whose RSS passes ``--limit-gb`` (default 4) is killed and its row
 says so: the machine is shared.
 
+The UI keeps a large run's aggregates next to the store (``<store>.aggregates/``,
+:mod:`workbench.store.aggregate_cache`), so each page is measured twice: ``cold`` (that directory
+removed first: the first session ever on this run computes everything) and ``warm`` (a new server on
+the same store: a later session reads what the first one kept). ``--cold-only`` skips the second.
+``--shots DIR`` saves a screenshot of each page after its last load (1400 px wide, whole page).
+
     python bench/scale_ui.py --items 1000000 2000000 --tree new=. --tree old=/tmp/wb-old-ui
 
 Wall times are noisy on a shared 2-core machine; RSS is not.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -151,7 +158,9 @@ def _watch(proc: subprocess.Popen, limit_gb: float, killed: list) -> None:
         time.sleep(0.1)
 
 
-def first_load(tree: Path, db: Path, page: str, timeout_s: float = 900, limit_gb: float = 4.0) -> dict:
+def first_load(
+    tree: Path, db: Path, page: str, timeout_s: float = 900, limit_gb: float = 4.0, shot: Path | None = None
+) -> dict:
     """Start Streamlit from ``tree`` on ``db``, open ``page`` once; seconds until idle and peak RSS.
 
     The server is killed when its RSS passes ``limit_gb``: the row then says so instead of a time.
@@ -211,6 +220,12 @@ def first_load(tree: Path, db: Path, page: str, timeout_s: float = 900, limit_gb
                 peak = _peak_rss_gb(proc.pid)
                 seconds: float | None = time.perf_counter() - t0 - 0.8  # the two 400 ms settling pauses
                 errors = tab.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').count()
+                if shot is not None:
+                    shot.parent.mkdir(parents=True, exist_ok=True)
+                    tab.set_viewport_size({"width": 1400, "height": 5000})  # Streamlit scrolls inside its main block
+                    tab.wait_for_timeout(1500)
+                    wait(IDLE)
+                    tab.screenshot(path=str(shot), full_page=True)
             except (PlaywrightError, OSError):
                 if not killed:
                     raise
@@ -241,6 +256,8 @@ def main() -> None:
     ap.add_argument("--tree", action="append", default=None, help="NAME=PATH of a checkout to serve (repeatable)")
     ap.add_argument("--pages", nargs="+", default=list(PAGES))
     ap.add_argument("--limit-gb", type=float, default=4.0, help="kill a server whose RSS passes this")
+    ap.add_argument("--cold-only", action="store_true", help="measure only the first session (no kept aggregates)")
+    ap.add_argument("--shots", default=None, help="directory for a screenshot of each page")
     args = ap.parse_args()
     trees = [t.split("=", 1) for t in (args.tree or [f"new={ROOT}"])]
     out = Path(args.dir)
@@ -254,16 +271,32 @@ def main() -> None:
             print(f"built {db} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         for name, tree in trees:
             for title in args.pages:
-                r = first_load(Path(tree).resolve(), db, PAGES[title], limit_gb=args.limit_gb)
-                rows.append(
-                    {"items": n, "tree": name, "page": title, **r, "store_gb": round(db.stat().st_size / 1e9, 2)}
-                )
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print(f"{'items':>10} {'tree':>5} {'page':>12} {'first load s':>13} {'peak RSS GB':>16} {'store GB':>9}")
+                kept = db.with_name(db.name + ".aggregates")
+                for cache in ["cold"] + ([] if args.cold_only else ["warm"]):
+                    if cache == "cold" and kept.is_dir():
+                        shutil.rmtree(kept)
+                    shot = None
+                    if args.shots and cache == ("cold" if args.cold_only else "warm"):
+                        shot = Path(args.shots) / f"{title.lower()}-{n}-{name}.png"
+                    r = first_load(Path(tree).resolve(), db, PAGES[title], limit_gb=args.limit_gb, shot=shot)
+                    rows.append(
+                        {
+                            "items": n,
+                            "tree": name,
+                            "page": title,
+                            "cache": cache,
+                            **r,
+                            "store_gb": round(db.stat().st_size / 1e9, 2),
+                        }
+                    )
+                    print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    print(
+        f"{'items':>10} {'tree':>5} {'page':>12} {'session':>8} {'first load s':>13} {'peak RSS GB':>16} {'store GB':>9}"
+    )
     for r in rows:
         secs = "—" if r["seconds"] is None else f"{r['seconds']:.1f}"
         print(
-            f"{r['items']:>10,} {r['tree']:>5} {r['page']:>12} {secs:>13} {r['peak_rss_gb']!s:>16} "
+            f"{r['items']:>10,} {r['tree']:>5} {r['page']:>12} {r['cache']:>8} {secs:>13} {r['peak_rss_gb']!s:>16} "
             f"{r['store_gb']:>9.2f}" + (f"  ({r['errors']} errors on the page)" if r.get("errors") else "")
         )
     print(json.dumps({"load_average": os.getloadavg()[0], "rows": rows}))

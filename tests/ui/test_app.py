@@ -397,3 +397,54 @@ def test_thresholds_page_plans_labels_like_the_cli(ui_store):
         assert "No simulated size" in shown
     table = next(d.value for d in at.dataframe if "p_certify" in d.value.columns)
     assert table["p_certify"].tolist() == [r["p_certify"] for r in plan.curve]
+
+
+def test_large_run_pages_show_point_estimates_first_then_intervals_and_frontier_on_request(ui_store, monkeypatch):
+    """A large run (``WORKBENCH_STREAM_CELLS=1`` makes every run large): point estimates at once; the
+    bootstrap intervals and the certified frontier on a button, with the CLI's figures; all of it kept
+    next to the store for later sessions."""
+    from workbench.evaluation import report_run
+    from workbench.store import aggregate_cache
+    from workbench.store.db import connect
+
+    path, meta = ui_store
+    run_id = meta["runs"]["noisy-model"]
+    monkeypatch.setenv("WORKBENCH_STREAM_CELLS", "1")
+    con = connect(path, read_only=True)
+    cli = report_run(con, run_id, "intent", "test").questions[0].metrics  # `workbench report RUN` (200 replicates)
+    con.close()
+
+    at = _app("calibration")
+    at.selectbox(key="run_id").set_value(run_id).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(h.value == "Metrics (point estimates)" for h in at.subheader)
+    metrics = next(d.value for d in at.dataframe if "metric" in d.value.columns)
+    shown = metrics.set_index("metric")["as answered"]
+    assert shown["accuracy"] == f"{cli['accuracy'].estimate:.4f}"  # a point estimate, no interval yet
+    at.button(key="cal_boot_go").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(h.value == "Metrics (95% bootstrap intervals)" for h in at.subheader)
+    shown = next(d.value for d in at.dataframe if "metric" in d.value.columns).set_index("metric")["as answered"]
+    for name in ("accuracy", "ece_uniform", "brier"):
+        iv = cli[name]
+        assert shown[name] == f"{iv.estimate:.4f}  [{iv.low:.4f}, {iv.high:.4f}]"
+
+    at = _app("thresholds")
+    at.selectbox(key="run_id").set_value(run_id).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(b.key == "thr_front_go" for b in at.button)
+    at.button(key="thr_front_go").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not any(b.key == "thr_front_go" for b in at.button)  # drawn: no button left
+    # a new session (fresh caches) finds the intervals and the frontier kept: no button on either page
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    at = _app("thresholds")
+    at.selectbox(key="run_id").set_value(run_id).run()
+    assert not any(b.key == "thr_front_go" for b in at.button)
+    at = _app("calibration")
+    at.selectbox(key="run_id").set_value(run_id).run()
+    assert not any(b.key == "cal_boot_go" for b in at.button)
+    assert any(aggregate_cache.cache_dir(path).iterdir())

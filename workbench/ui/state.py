@@ -241,23 +241,102 @@ def question_arrays(
 def is_large(path: str, token: tuple, run_id: str, question: str, split: str) -> bool:
     """The split is read in batches (:func:`workbench.evaluation.is_large`): pages get aggregates and
     per-item figures from the streamed library functions, never the matrix."""
-    from workbench.evaluation import is_large as _is_large
+    from workbench.evaluation import stream_cells
+
+    return _is_large(path, token, run_id, question, split, stream_cells())
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _is_large(path: str, token: tuple, run_id: str, question: str, split: str, cells: int) -> bool:
+    """The library's answer (a count joined with the items: seconds on millions of answers), after a
+    bound from the run's own answer count (:func:`_run_state`): a run whose answers on *every* split
+    fit is small; for a larger one the answer is kept between sessions like the page's aggregates."""
+    from workbench.evaluation import is_large as _large
+
+    def exact() -> bool:
+        with read_connection(path) as con:
+            return bool(_large(con, run_id, question, [split]))
+
+    answers = _run_state(path, token, run_id, question)[4]  # ((run, count, latest), ...) of the run (and parent)
+    try:
+        n_options = max(len(option_names(path, token, run_id, question)), 2)
+    except KeyError:  # not a question of the run's schema: the library's answer (it names the questions)
+        return exact()
+    if max((int(c) for _, c, _ in answers), default=0) * n_options <= cells:
+        return False
+    return bool(kept(path, token, run_id, question, ("is_large", split, cells), exact))
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def split_calibrator(path: str, token: tuple, run_id: str, question: str, method: str):
+    """:func:`workbench.workflows.split_calibrator` of a large run, fitted once per (run, question, method)
+    and shared by every figure of every session that needs it (one streamed pass instead of one per figure)."""
+    from workbench.workflows import split_calibrator as _fit
 
     with read_connection(path) as con:
-        return _is_large(con, run_id, question, [split])
+        return _fit(con, run_id, question, method)
 
 
+@st.cache_resource(show_spinner=False, max_entries=2)
 def labelled_items(
     path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, option: int | None = None
 ):
     """:func:`workbench.workflows.labelled_items` of a large split (recalibrated with a calibrator fitted
-    on the calibration split, as :func:`question_arrays` does)."""
+    on the calibration split, as :func:`question_arrays` does).
+
+    ``st.cache_resource`` with two entries: the figures of one page that need the same items (the
+    top-label reliability and the confusion matrix) share one streamed pass, and no more than two
+    item sets (about 40 bytes per item each) stay in memory."""
     from workbench.workflows import labelled_items as _items
-    from workbench.workflows import split_calibrator
+
+    cal = split_calibrator(path, token, run_id, question, recalibrate) if recalibrate else None
+    with read_connection(path) as con:
+        return _items(con, run_id, question, split, calibrator=cal, option=option)
+
+
+# -- aggregates kept between sessions (large runs) -------------------------------------------------------
+@st.cache_data(show_spinner=False, max_entries=64)
+def _run_state(path: str, token: tuple, run_id: str, question: str) -> tuple:
+    """:func:`workbench.store.aggregate_cache.run_state`, read once per store token (a count over the run's answers)."""
+    from workbench.store import aggregate_cache as ac
 
     with read_connection(path) as con:
-        cal = split_calibrator(con, run_id, question, recalibrate) if recalibrate else None
-        return _items(con, run_id, question, split, calibrator=cal, option=option)
+        return ac.run_state(con, run_id, question)
+
+
+def kept(
+    path: str,
+    token: tuple,
+    run_id: str,
+    question: str,
+    description: tuple,
+    compute: Any = None,
+) -> Any:
+    """The aggregate ``compute()`` returns, kept in the store's aggregate directory
+    (:mod:`workbench.store.aggregate_cache`) under a key of the run's inputs, the code version and
+    ``description`` (the loader's name and arguments): a later session, or another server, reads it
+    back instead of streaming the run again. With ``compute=None`` only a kept value is returned
+    (None when there is none): for figures a page computes on demand.
+
+    Only what a library call returned is kept (a report, a surface, a display, a selection's dict);
+    a value that cannot be read back (another pickle format) is computed again.
+    """
+    import pickle
+
+    from workbench.store import aggregate_cache as ac
+
+    key = ac.aggregate_key(_run_state(path, token, run_id, question), *description)
+    raw = ac.load(path, key)
+    if raw is not None:
+        try:
+            return pickle.loads(raw)  # noqa: S301 - written by this code next to the user's own store
+        except Exception:  # noqa: BLE001 - an unreadable entry is recomputed (and rewritten)
+            pass
+    if compute is None:
+        return None
+    value = compute()
+    ac.save(path, key, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+    return value
 
 
 @dataclass(frozen=True)
@@ -279,10 +358,31 @@ def rule_points(
     """:class:`RulePoints` of one split (optionally recalibrated as in :func:`question_arrays`).
 
     ``st.cache_resource``: one shared read-only copy, not a pickled copy per session and per rerun.
+    Of a large run, kept between sessions (:func:`kept`): about 20 bytes per item, read back instead
+    of streaming the split again.
     """
+    if is_large(path, token, run_id, question, split):
+        points = kept(
+            path,
+            token,
+            run_id,
+            question,
+            ("rule_points", split, recalibrate),
+            lambda: _rule_points(path, token, run_id, question, split, recalibrate, large=True),
+        )
+    else:
+        points = _rule_points(path, token, run_id, question, split, recalibrate, large=False)
+    for a in (points.coords.predicted, points.coords.x, points.coords.y, points.labels):
+        a.setflags(write=False)
+    return points
+
+
+def _rule_points(
+    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, *, large: bool
+) -> RulePoints:
     from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
 
-    if is_large(path, token, run_id, question, split):
+    if large:
         items = labelled_items(path, token, run_id, question, split, recalibrate)
         arr: Any = QuestionArrays(items.qtype, tuple(items.option_ids), None, items.labels, None)
         c = items.coords
@@ -292,8 +392,6 @@ def rule_points(
     small = np.int16 if len(arr.option_ids) < 2**15 else np.int32
     coords = RuleCoordinates(c.predicted.astype(small), c.x, c.y, c.x_name, c.y_name)
     labels = arr.labels.astype(small)
-    for a in (coords.predicted, coords.x, coords.y, labels):
-        a.setflags(write=False)
     return RulePoints(arr.qtype, arr.option_ids, coords, labels)
 
 
@@ -315,8 +413,24 @@ def threshold_surface(
     """Risk–coverage surface of one split (``workbench.thresholds.surface``), cached per run.
 
     With ``error_cost`` the surface also carries the wrong-accept cost per grid point (for the
-    cost objective). Per-item coordinates are dropped so the cached value stays small.
+    cost objective). Per-item coordinates are dropped so the cached value stays small. Of a large
+    run, kept between sessions (:func:`kept`).
     """
+    if is_large(path, token, run_id, question, split):
+        return kept(
+            path,
+            token,
+            run_id,
+            question,
+            ("threshold_surface", split, recalibrate, error_cost, GRID_POINTS),
+            lambda: _threshold_surface(path, token, run_id, question, split, recalibrate, error_cost),
+        )
+    return _threshold_surface(path, token, run_id, question, split, recalibrate, error_cost)
+
+
+def _threshold_surface(
+    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, error_cost: float | None
+):
     from workbench.thresholds.guarantees import error_cost_weights
     from workbench.thresholds.surface import risk_coverage_surface
 
@@ -374,9 +488,15 @@ def certified_region(
     :func:`workbench.figures.certified_region` (the region ``workbench thresholds --html`` draws)."""
     from workbench.figures import certified_region as _region
 
-    surf = threshold_surface(path, token, run_id, question, "calibration", recalibrate)
-    d = threshold_defaults()
-    return _region(surf, alpha=alpha, delta=delta, method=method, n_paths=d.n_paths, n_starts=d.n_starts)
+    def region() -> np.ndarray:
+        surf = threshold_surface(path, token, run_id, question, "calibration", recalibrate)
+        d = threshold_defaults()
+        return _region(surf, alpha=alpha, delta=delta, method=method, n_paths=d.n_paths, n_starts=d.n_starts)
+
+    if is_large(path, token, run_id, question, "calibration"):
+        description = ("certified_region", recalibrate, alpha, delta, method, GRID_POINTS)
+        return kept(path, token, run_id, question, description, region)
+    return region()
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -390,32 +510,61 @@ def question_report(
     n_bins: int = 15,
     n_boot: int = 200,
 ):
-    """:mod:`workbench.metrics.report` of one question on one split (metrics with bootstrap intervals)."""
+    """:mod:`workbench.metrics.report` of one question on one split (metrics with bootstrap intervals).
+
+    Of a large run, kept between sessions (:func:`kept`); see :func:`kept_question_report` for a
+    lookup that computes nothing."""
     from workbench.metrics.report import REPORTERS
 
     if is_large(path, token, run_id, question, split):
-        from workbench.evaluation import stream_question_report
-        from workbench.thresholds.choose import apply_calibrator
-        from workbench.workflows import split_calibrator
-
-        with read_connection(path) as con:
-            cal = split_calibrator(con, run_id, question, recalibrate) if recalibrate else None
-            rep = stream_question_report(
-                con,
-                run_id,
-                question,
-                [split],
-                transform=None if cal is None else (lambda p: apply_calibrator(cal, p)),
-                n_bins=n_bins,
-                n_boot=n_boot,
-                smooth=True,
-            )
-        return replace(rep, replicate=None)
+        return kept(
+            path,
+            token,
+            run_id,
+            question,
+            ("question_report", split, recalibrate, n_bins, n_boot),
+            lambda: _streamed_report(path, token, run_id, question, split, recalibrate, n_bins, n_boot),
+        )
     arr = question_arrays(path, token, run_id, question, split, recalibrate)
     rep = REPORTERS[arr.qtype](
         arr.probs, arr.labels, list(arr.option_ids), question=question, n_bins=n_bins, n_boot=n_boot, smooth=True
     )
     return replace(rep, replicate=None)  # the replicate closure (for paired comparisons) cannot be cached
+
+
+def kept_question_report(
+    path: str,
+    token: tuple,
+    run_id: str,
+    question: str,
+    split: str,
+    recalibrate: str | None = None,
+    n_bins: int = 15,
+    n_boot: int = 200,
+):
+    """The :func:`question_report` of a large run if a session already computed it, else None (nothing is computed)."""
+    return kept(path, token, run_id, question, ("question_report", split, recalibrate, n_bins, n_boot))
+
+
+def _streamed_report(
+    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, n_bins: int, n_boot: int
+):
+    from workbench.evaluation import stream_question_report
+    from workbench.thresholds.choose import apply_calibrator
+
+    cal = split_calibrator(path, token, run_id, question, recalibrate) if recalibrate else None
+    with read_connection(path) as con:
+        rep = stream_question_report(
+            con,
+            run_id,
+            question,
+            [split],
+            transform=None if cal is None else (lambda p: apply_calibrator(cal, p)),
+            n_bins=n_bins,
+            n_boot=n_boot,
+            smooth=True,
+        )
+    return replace(rep, replicate=None)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -449,12 +598,38 @@ def reliability_display(
 ):
     """:class:`~workbench.metrics.displays.ReliabilityDisplay` of the answers as given and, with
     ``recalibrate``, after recalibration (one figure). ``option`` = None: top label; else the
-    one-vs-rest column of that option. None when no answered labelled item is left."""
+    one-vs-rest column of that option. None when no answered labelled item is left. Of a large run,
+    kept between sessions (:func:`kept`)."""
+    if is_large(path, token, run_id, question, split):
+        return kept(
+            path,
+            token,
+            run_id,
+            question,
+            ("reliability_display", split, recalibrate, n_bins, strategy, option),
+            lambda: _reliability_display(
+                path, token, run_id, question, split, recalibrate, n_bins, strategy, option, True
+            ),
+        )
+    return _reliability_display(path, token, run_id, question, split, recalibrate, n_bins, strategy, option, False)
+
+
+def _reliability_display(
+    path: str,
+    token: tuple,
+    run_id: str,
+    question: str,
+    split: str,
+    recalibrate: str | None,
+    n_bins: int,
+    strategy: str,
+    option: int | None,
+    large: bool,
+):
     from workbench.metrics.displays import ReliabilityDisplay
 
     kind = "top-label" if option is None else "option"
     parts = []
-    large = is_large(path, token, run_id, question, split)
     for name, method in [("as answered", None)] + ([(recalibrate, recalibrate)] if recalibrate else []):
         if large:  # per-item figures read in batches, never the matrix
             items = labelled_items(path, token, run_id, question, split, method, option)
@@ -493,8 +668,12 @@ def confusion_display(path: str, token: tuple, run_id: str, question: str, split
 
     title = f"{question} on {split}: top option vs gold"
     if is_large(path, token, run_id, question, split):
-        items = labelled_items(path, token, run_id, question, split, recalibrate)
-        return ConfusionDisplay.from_decisions(items.labels, items.coords.predicted, items.option_ids, title=title)
+
+        def confusion():
+            items = labelled_items(path, token, run_id, question, split, recalibrate)
+            return ConfusionDisplay.from_decisions(items.labels, items.coords.predicted, items.option_ids, title=title)
+
+        return kept(path, token, run_id, question, ("confusion_display", split, recalibrate), confusion)
     arr = question_arrays(path, token, run_id, question, split, recalibrate)
     return ConfusionDisplay.from_predictions(arr.labels, arr.probs, list(arr.option_ids), title=title)
 
@@ -667,9 +846,13 @@ def certified_thresholds(path: str, token: tuple, run_id: str, question: str, se
     from workbench.thresholds.choose import build_options
     from workbench.workflows import thresholds_for_run
 
-    opts = build_options(**dict(settings))
-    with read_connection(path) as con:
-        return thresholds_for_run(con, run_id, question, opts).to_dict()
+    def certify() -> dict:
+        with read_connection(path) as con:
+            return thresholds_for_run(con, run_id, question, build_options(**dict(settings))).to_dict()
+
+    if is_large(path, token, run_id, question, "calibration"):  # kept between sessions
+        return kept(path, token, run_id, question, ("certified_thresholds", settings), certify)
+    return certify()
 
 
 @st.cache_data(show_spinner="Certifying the frontier…", max_entries=32)
@@ -678,16 +861,28 @@ def certified_frontier(
 ) -> pd.DataFrame:
     """Certified calibration coverage for each α (others as ``settings``), from
     :func:`workbench.thresholds.choose.certified_frontier`: each point is the selection
-    ``choose_thresholds`` makes at that α (0 where nothing is certified)."""
+    ``choose_thresholds`` makes at that α (0 where nothing is certified). Of a large run, kept between
+    sessions (:func:`kept`; :func:`kept_frontier` looks it up without computing)."""
     from workbench.thresholds.choose import build_options
     from workbench.workflows import frontier_for_run
 
-    opts = build_options(**dict(settings))
-    with read_connection(path) as con:
-        sels = frontier_for_run(con, run_id, question, opts, [float(a) for a in alphas])
-    return pd.DataFrame(
-        {"alpha": list(alphas), "certified coverage": [s.calibration["coverage"] if s.feasible else 0.0 for s in sels]}
-    )
+    def frontier() -> pd.DataFrame:
+        opts = build_options(**dict(settings))
+        with read_connection(path) as con:
+            sels = frontier_for_run(con, run_id, question, opts, [float(a) for a in alphas])
+        coverage = [s.calibration["coverage"] if s.feasible else 0.0 for s in sels]
+        return pd.DataFrame({"alpha": list(alphas), "certified coverage": coverage})
+
+    if is_large(path, token, run_id, question, "calibration"):
+        return kept(path, token, run_id, question, ("certified_frontier", settings, alphas), frontier)
+    return frontier()
+
+
+def kept_frontier(
+    path: str, token: tuple, run_id: str, question: str, settings: tuple, alphas: tuple[float, ...]
+) -> pd.DataFrame | None:
+    """The :func:`certified_frontier` of a large run if a session already computed it, else None."""
+    return kept(path, token, run_id, question, ("certified_frontier", settings, alphas))
 
 
 @st.cache_data(show_spinner="Simulating calibration splits…", max_entries=16)

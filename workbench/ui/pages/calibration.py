@@ -45,11 +45,24 @@ after_method = None if after == "none" else after
 if after_method and split == "calibration":
     st.caption("The recalibration is fitted on this split: judge it on `test`.")
 
+#: Bootstrap replicates of the metric intervals: those of ``workbench report`` (its ``--n-boot`` default).
+N_BOOT = 200
 try:
     variants = {"as answered": None} | ({after: after_method} if after_method else {})
-    reports = {
-        name: state.question_report(path, token, run_id, question, split, m, n_bins) for name, m in variants.items()
-    }
+    # a large run streams its answers for each figure: the point estimates come first, the bootstrap
+    # intervals (the same 200 replicates as `workbench report`) on request, or at once when a session kept them
+    large = state.is_large(path, token, run_id, question, split)
+    boot_key = f"cal_boot|{run_id}|{question}|{split}|{after}|{n_bins}"
+    reports = {}
+    for name, m in variants.items():
+        rep = None
+        if large and not st.session_state.get(boot_key):
+            rep = state.kept_question_report(path, token, run_id, question, split, m, n_bins, N_BOOT)
+            if rep is None:
+                rep = state.question_report(path, token, run_id, question, split, m, n_bins, n_boot=0)
+        if rep is None:
+            rep = state.question_report(path, token, run_id, question, split, m, n_bins, n_boot=N_BOOT)
+        reports[name] = rep
     top = state.reliability_display(path, token, run_id, question, split, after_method, n_bins, strategy)
 except WorkbenchError as exc:
     state.show_error(exc)
@@ -68,7 +81,17 @@ st.caption(
 )
 
 # -- metric table: estimate [low, high] per variant -------------------------------------------------------
-st.subheader("Metrics (95% bootstrap intervals)")
+with_intervals = all(int(r.params.get("n_boot") or 0) > 0 for r in reports.values())
+st.subheader("Metrics (95% bootstrap intervals)" if with_intervals else "Metrics (point estimates)")
+if not with_intervals:
+    st.caption(
+        f"{cnt.get('n_labelled', 0):,} items: the point estimates are shown first. The 95% bootstrap intervals "
+        f"({N_BOOT} replicates, the same figures as `workbench report {run_id} --split {split}`) take another "
+        "pass over the run; once computed they are kept for every later session."
+    )
+    if st.button(f"Compute the bootstrap intervals ({N_BOOT} replicates)", key="cal_boot_go"):
+        st.session_state[boot_key] = True
+        st.rerun()
 table = None
 for name, rep in reports.items():
     f = rep.to_frame()[["metric", "estimate", "low", "high"]]

@@ -191,11 +191,17 @@ st.caption(
 from workbench.thresholds.guarantees import select_cost  # noqa: E402
 
 settings = state.threshold_settings(max_error=float(alpha), delta=float(delta), method=method, calibrate=calibrate)
+alphas = tuple(np.round(np.linspace(0.01, 0.3, 30), 3).tolist())
+# a large run is streamed for its frontier (one more pass, then a selection per α): drawn on request, or at
+# once when a session already kept it
+large = state.is_large(path, token, run_id, question, "calibration")
+front_key = f"thr_front|{run_id}|{question}|{settings}"
 try:
     certified = state.certified_thresholds(path, token, run_id, question, settings)
-    front = state.certified_frontier(
-        path, token, run_id, question, settings, tuple(np.round(np.linspace(0.01, 0.3, 30), 3).tolist())
-    )
+    if large and not st.session_state.get(front_key):
+        front = state.kept_frontier(path, token, run_id, question, settings, alphas)
+    else:
+        front = state.certified_frontier(path, token, run_id, question, settings, alphas)
 except WorkbenchError as exc:
     state.show_error(exc)
     st.stop()
@@ -254,17 +260,21 @@ surface_fig = ThresholdSurfaceDisplay.from_surface(
 grid_curve = RiskCoverageDisplay.from_surface(
     surface, name="best grid rule", point=(cal_point["coverage"], cal_point["error_rate"] or 0.0)
 )
-certified_pts = front.loc[front["certified coverage"] > 0]  # α where something is certified
-frontier = RiskCoverageDisplay(
-    [
-        (
-            f"certified frontier (δ={delta:g})",
-            certified_pts["certified coverage"].to_numpy(),
-            certified_pts["alpha"].to_numpy(),
+curves = [grid_curve]
+if front is not None:
+    certified_pts = front.loc[front["certified coverage"] > 0]  # α where something is certified
+    curves.append(
+        RiskCoverageDisplay(
+            [
+                (
+                    f"certified frontier (δ={delta:g})",
+                    certified_pts["certified coverage"].to_numpy(),
+                    certified_pts["alpha"].to_numpy(),
+                )
+            ]
         )
-    ]
-)
-curve_fig = RiskCoverageDisplay.overlay([grid_curve, frontier], title="Calibration: risk–coverage").figure_
+    )
+curve_fig = RiskCoverageDisplay.overlay(curves, title="Calibration: risk–coverage").figure_
 pc1, pc2 = st.columns(2)
 pc1.plotly_chart(surface_fig, key="thr_surface_chart")
 pc2.plotly_chart(curve_fig, key="thr_curve_chart")
@@ -274,6 +284,15 @@ st.caption(
     "its own carve of the calibration split). Right: lowest calibration error per coverage over the grid "
     "(exploration) and the certified coverage at each α."
 )
+if front is None:
+    st.caption(
+        f"The certified frontier (the selection `workbench thresholds` makes at each of {len(alphas)} α from "
+        f"{alphas[0]:g} to {alphas[-1]:g}) takes another pass over this run's calibration split: drawn on request, "
+        "then kept for every later session."
+    )
+    if st.button("Certify the frontier", key="thr_front_go"):
+        st.session_state[front_key] = True
+        st.rerun()
 
 if not is_noul and st.toggle(
     "Per-class guarantees (one certified (τ, m) per option, Bonferroni over options)", key="thr_per_class"
