@@ -467,13 +467,24 @@ def iter_answer_batches(
     transform = _on_read_transform(calibrators, question)
     split_list = list(splits) if splits else None
     # positions rank only the keys (item ids), so the sort never carries the probability lists
-    extra_cte = """, keys AS (
-            SELECT a.item_id, (row_number() OVER (ORDER BY a.item_id) - 1)::BIGINT AS pos
-            FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
+    # The keys (item id, position, split, label) are ranked and labelled without the probability
+    # lists, so the scan that carries the probabilities joins one table of n keys instead of three
+    # (items, gold labels, positions): DuckDB's join memory is a third of what it was.
+    head = _ANSWERS_SQL[: _ANSWERS_SQL.index("{extra_cte}")]
+    sql = (
+        head
+        + """, keys AS (
+            SELECT a.item_id, (row_number() OVER (ORDER BY a.item_id) - 1)::BIGINT AS pos, i.split,
+                   list_position($opts, b.gold) - 1 AS label
+            FROM answers a
+            JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
+            LEFT JOIN best b ON b.item_id = a.item_id
             WHERE a.run_id = $run AND a.question = $q AND ($splits IS NULL OR list_contains($splits, i.split))
-        )"""
-    sql = _ANSWERS_SQL.format(
-        extra_cte=extra_cte, pos="k.pos, ", extra_join="\n        JOIN keys k ON k.item_id = a.item_id", order=""
+        )
+        SELECT k.pos, a.item_id, k.split, a.probs, k.label, a.failure_kind, a.latency_ms, a.cost_usd, a.input_tokens
+        FROM answers a JOIN keys k ON k.item_id = a.item_id
+        WHERE a.run_id = $run AND a.question = $q
+"""
     )
     # DuckDB keeps its join tables, not the blocks it has read, and hands all back after the pass
     # (db.stream_memory): the caller's numpy work after a pass does not sit on top of DuckDB's cache
