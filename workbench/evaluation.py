@@ -220,10 +220,15 @@ def stream_question_report(
     )
 
     n = count_answers(con, run_id, question, splits)
+    choice = _question_type(con, run_id, question) == "choice"
+    # per item: 3 bytes for a choice question (failed, labelled, excluded); the failure kinds are
+    # counted per batch. Other types keep their labels and kinds (their (n, k) matrix dwarfs them).
     failed = np.zeros(n, bool)
-    labels = np.full(n, -1, dtype=np.int64)
+    labels = np.full(n if not choice else 0, -1, dtype=np.int64)
+    labelled = np.zeros(n, bool)
     excluded = np.zeros(n, bool)
-    kinds = np.full(n, None, dtype=object)
+    kinds = np.full(n if not choice else 0, None, dtype=object)
+    kind_counts: dict[str, int] = {}
     exclude = np.asarray(list(exclude_items), dtype=str) if exclude_items is not None else None
     parts, at, kept_rows = [], [], []
     matrix = None
@@ -233,8 +238,13 @@ def stream_question_report(
         meta = b
         if transform is not None:
             b.probs = transform(b.probs)
-        failed[pos], labels[pos] = b.failed, b.labels
-        kinds[pos[b.failed]] = b.failure_kind[b.failed]
+        failed[pos], labelled[pos] = b.failed, b.labels >= 0
+        if choice:
+            for kind in b.failure_kind[b.failed]:
+                kind_counts[str(kind)] = kind_counts.get(str(kind), 0) + 1
+        else:
+            labels[pos] = b.labels
+            kinds[pos[b.failed]] = b.failure_kind[b.failed]
         if exclude is not None:
             excluded[pos] = np.isin(b.item_ids.astype(str), exclude)
         if b.qtype == "choice":
@@ -259,13 +269,22 @@ def stream_question_report(
             exclude=excluded if exclude is not None else None,
             **kwargs,
         )
-    values, n_kind = np.unique(kinds[failed].astype(str), return_counts=True)
-    counts = row_counts(failed, labels, excluded, {str(v): int(c) for v, c in zip(values, n_kind)})
-    keep = ~failed & (labels >= 0) & ~excluded
+    counts = row_counts(failed, np.where(labelled, 0, -1).astype(np.int8), excluded, dict(sorted(kind_counts.items())))
+    keep = ~failed & labelled & ~excluded
+    del failed, labelled, excluded
     order = np.argsort(np.concatenate(at), kind="stable")
+    at.clear()
     items = ChoiceItems.concat(parts, order)
+    parts.clear()
     probs = np.concatenate(kept_rows)[order] if kept_rows else None
+    del order
     return choice_report_from_items(items, keep, counts, meta.option_ids, question=question, probs=probs, **kwargs)
+
+
+def _question_type(con: Any, run_id: str, question: str) -> str | None:
+    """The type of ``question`` in ``run_id``'s schema (None when the schema has no such question)."""
+    q = load_stored_schema(con, get_run(con, run_id)["schema_hash"]).questions.get(question)
+    return q.type if q is not None else None
 
 
 def _question_report(options: dict[str, Any], answers: RunAnswers):
@@ -381,7 +400,7 @@ def _fit_sample(con: Any, run_id: str, question: str, split: str, seed: int) -> 
     :data:`FIT_ROWS_MAX` such rows, a seeded sample of that many is kept (so memory is bounded by
     the sample, not the run).
     """
-    keys = load_answer_keys(con, run_id, question, [split])
+    keys = load_answer_keys(con, run_id, question, [split], ids=False)
     usable = ~keys.failed & (keys.labels >= 0)
     available = int(usable.sum())
     rows = usable
@@ -397,7 +416,8 @@ def _top_label_items(con: Any, run_id: str, question: str, split: str, transform
     item-id order, before and after ``transform``: what the ECE / log loss before-after figures need
     (six numbers per item instead of the (n, k) matrix)."""
     n = count_answers(con, run_id, question, [split])
-    out = {k: np.full(n, np.nan) for k in ("conf0", "ok0", "ll0", "conf1", "ok1", "ll1")}
+    # correctness as bool (1 byte, not 8, per item); floats again once the used rows are taken
+    out = {k: np.full(n, False) if k.startswith("ok") else np.full(n, np.nan) for k in _TOP_LABEL_FIELDS}
     use = np.zeros(n, bool)
     for pos, batch in iter_answer_batches(con, run_id, question, [split]):
         keep = ~batch.failed & (batch.labels >= 0)
@@ -409,7 +429,11 @@ def _top_label_items(con: Any, run_id: str, question: str, split: str, transform
             conf, ok = top_label(q, y)
             out["conf" + tag][at], out["ok" + tag][at] = conf, ok
             out["ll" + tag][at] = item_log_loss(q, y)
-    return {k: v[use] for k, v in out.items()}
+    # one field at a time, so no more than one full-length array is copied at once
+    return {k: (out.pop(k)[use]).astype(float) for k in _TOP_LABEL_FIELDS}
+
+
+_TOP_LABEL_FIELDS = ("conf0", "ok0", "ll0", "conf1", "ok1", "ll1")
 
 
 def calibrate_run(

@@ -84,7 +84,7 @@ def streamed_prepare(
     )
     from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
 
-    keys = load_answer_keys(con, run_id, question, [calibration_split])
+    keys = load_answer_keys(con, run_id, question, [calibration_split], ids=False)
     opt_ids, qtype, k = list(keys.option_ids), keys.qtype, len(keys.option_ids)
     labelled = np.flatnonzero(keys.labels >= 0)  # positions of the rows the in-memory path keeps
     abstain_idx = check_question(question, qtype, opt_ids, labelled.size, options)
@@ -109,11 +109,15 @@ def streamed_prepare(
         del probs, labels
     else:
         calibrator = _fit_calibrator("none", np.zeros((0, k)), np.zeros(0, int))
+        fit_rows = None
+    del labelled, carve, fit_rows
     certify = np.flatnonzero(role == 0)
-    index = np.full(len(role), -1)
+    index = np.full(len(role), -1, dtype=np.int32)  # int32 positions and options: 4 bytes less per item each
     index[certify] = np.arange(certify.size)
-    x, y = np.full(certify.size, np.nan), np.full(certify.size, np.nan)
-    predicted = np.full(certify.size, -1, dtype=np.int64)
+    certify_labels = keys.labels[certify]
+    del certify
+    x, y = np.full(certify_labels.size, np.nan), np.full(certify_labels.size, np.nan)
+    predicted = np.full(certify_labels.size, -1, dtype=np.int32)
     names = ("x", "y")
     for pos, b in iter_answer_batches(con, run_id, question, [calibration_split]):
         rows = role[pos] == 0
@@ -127,7 +131,7 @@ def streamed_prepare(
         names = (c.x_name, c.y_name)
     coords = RuleCoordinates(predicted, x, y, *names)
     prep = prepare_from_coordinates(
-        question, qtype, opt_ids, abstain_idx, calibrator, n_fit, coords, keys.labels[certify], options
+        question, qtype, opt_ids, abstain_idx, calibrator, n_fit, coords, certify_labels, options
     )
     return prep, keys, note
 
@@ -208,7 +212,7 @@ def labelled_items(
     from workbench.thresholds.choose import apply_calibrator
     from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
 
-    keys = load_answer_keys(con, run_id, question, [split])
+    keys = load_answer_keys(con, run_id, question, [split], ids=False)
     keep = keys.labels >= 0
     slot = np.cumsum(keep) - 1
     m = int(keep.sum())

@@ -208,3 +208,50 @@ def test_a_fit_set_over_the_cap_is_a_seeded_sample_and_says_so(store, monkeypatc
     # one parameter from 150 of ~300 rows: close to the full fit, not equal
     assert a["temperature"] != full["temperature"]
     assert abs(np.log(a["temperature"] / full["temperature"])) < 0.25
+
+
+def test_keys_without_ids_are_the_keys_with_ids_less_the_ids(store):
+    """``load_answer_keys(ids=False)`` (what the streamed report, thresholds and calibrate read) has the
+    same rows in the same order as the full key read, and holds no Python string per item."""
+    con, run_id = store
+    full = store_runs.load_answer_keys(con, run_id, "intent", ["calibration"])
+    light = store_runs.load_answer_keys(con, run_id, "intent", ["calibration"], ids=False)
+    assert len(full.labels) == len(light.labels) > 100
+    for f in ("labels", "failed"):
+        assert np.array_equal(getattr(full, f), getattr(light, f))
+    assert np.array_equal(full.cost_usd, light.cost_usd, equal_nan=True)
+    assert list(full.failure_kind) == list(light.failure_kind)
+    # ids stay in DuckDB; the one split is a view of its name: neither costs memory per item
+    assert light.item_ids.strides == (0,) and set(light.item_ids) == {None}
+    assert light.splits.strides == (0,) and set(light.splits) == {"calibration"} == set(full.splits)
+
+
+def test_a_streamed_pass_lowers_duckdbs_memory_limit_and_puts_it_back(store, monkeypatch):
+    """Inside a pass DuckDB's pool is capped at WORKBENCH_STREAM_MEMORY; after it (finished or
+    abandoned) the store's own limit is back, and a limit already lower is never raised."""
+    from workbench.store.db import _size_bytes, stream_memory
+
+    con, run_id = store
+
+    def limit() -> float:
+        return _size_bytes(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+
+    before = limit()
+    monkeypatch.setenv("WORKBENCH_STREAM_MEMORY", "300MB")
+    seen = []
+    for _ in iter_answer_batches(con, run_id, "intent", ["test"]):
+        seen.append(limit())
+    assert seen and all(abs(s - 300e6) < 1e6 for s in seen)
+    assert abs(limit() - before) < 1e6
+    batches = iter_answer_batches(con, run_id, "intent", ["test"])
+    next(batches)
+    batches.close()  # a caller that stops early
+    assert abs(limit() - before) < 1e6
+    con.execute("SET memory_limit = '100MB'")
+    try:
+        with stream_memory(con):
+            assert abs(limit() - 100e6) < 1e6
+        assert abs(limit() - 100e6) < 1e6
+    finally:
+        con.execute(f"SET memory_limit = '{int(before)}B'")
+    assert abs(limit() - before) < 1e6

@@ -377,8 +377,8 @@ class ChoiceItems:
     joins them (:meth:`concat`), so the report never holds the whole matrix.
     """
 
-    labels: np.ndarray  # (n,) int64 gold option
-    pred: np.ndarray  # (n,) int64 arg-max option (ties: first)
+    labels: np.ndarray  # (n,) int32 gold option
+    pred: np.ndarray  # (n,) int32 arg-max option (ties: first)
     conf: np.ndarray  # (n,) probability of pred
     log_loss: np.ndarray  # (n,) -log p(label), floored
     brier: np.ndarray  # (n,) Σ_j (p_j - 1[label = j])²
@@ -403,9 +403,9 @@ def choice_items(p: np.ndarray, y: np.ndarray, n_bins: int = 15) -> ChoiceItems:
     """:class:`ChoiceItems` of answered, labelled rows ``p`` (n, k) with labels ``y`` (n,)."""
     y = np.asarray(y).astype(np.int64)
     pred = p.argmax(axis=1)
-    return ChoiceItems(
-        labels=y,
-        pred=pred,
+    return ChoiceItems(  # option indices as int32: 8 bytes less per item each (a streamed run keeps them)
+        labels=y.astype(np.int32),
+        pred=pred.astype(np.int32),
         conf=p[np.arange(len(y)), pred],
         log_loss=sc.item_log_loss(p, y),
         brier=sc.item_brier(p, y),
@@ -443,9 +443,10 @@ def choice_report_from_items(
         return report
     correct = (pred == y).astype(float)
     ll, ib = items.log_loss, items.brier
-    in_top2, in_top3 = (items.rank < 2).astype(float), (items.rank < 3).astype(float)
+    # bool, not float: 7 bytes less per item each; a weighted mean casts them back (the same sums)
+    in_top2, in_top3 = items.rank < 2, items.rank < 3
     top = _Bins(correct, conf, n_bins)
-    cm_cell = y * k + pred
+    cm_cell = y.astype(np.int64) * k + pred
 
     def stats(w: np.ndarray | None) -> dict[str, float]:
         su, sq = top.stats(w)

@@ -891,7 +891,7 @@ def _finish(
     if opts.objective == "guarantee" and not (sel.certified and sel.feasible):
         needed = {
             **calibration_size_needed(opts, k),
-            "n_calibration_now": int(len(_labelled(calibration).labels)),
+            "n_calibration_now": int(np.count_nonzero(calibration.labels >= 0)),
             "n_certifying_now": sel.calibration.get("n_items"),
         }
         sel.notes.append(needed_sentence(needed))
