@@ -23,7 +23,7 @@ items are the same either way, and so are the figures.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,13 @@ import pandas as pd
 from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError, WorkbenchError
 from workbench.metrics.bootstrap import bootstrap_many, mcnemar, paired_bootstrap
-from workbench.metrics.confusion import macro_f1
+from workbench.metrics.confusion import macro_f1_from_matrix
 from workbench.metrics.reliability import calibration_error, top_label
 from workbench.metrics.scores import _wmean, expected_level, item_brier, item_log_loss, item_rps
 from workbench.schema import option_ids
-from workbench.store.runs import (
+from workbench.store.runs import (  # the SQL of the readers: compare ranks and pairs ids in DuckDB
+    _ANSWERS_SQL,
+    _answers_params,
     answer_source,
     get_run,
     iter_answer_batches,
@@ -152,13 +154,15 @@ class CompareItems:
     """Per-item figures of one run's answered, labelled rows (item-id order): all compare's metrics read.
 
     Built from a probability matrix (:func:`compare_items`) or batch by batch from a streamed run
-    (:func:`stream_compare_items`, rows written at their positions), so both paths give the same arrays.
+    (:func:`stream_side`, rows written at their positions), so both paths give the same arrays.
     ``accepted``/``option`` are the decisions of the run's chosen rule (after its calibrator), when any.
+    Options are int32 (every figure counts them; none needs 64 bits); a streamed run's items hold no
+    ids (``item_ids`` None: they stay in DuckDB, which pairs runs by position, :func:`_pairs`).
     """
 
-    item_ids: np.ndarray  # (m,) object
-    labels: np.ndarray  # (m,) int
-    pred: np.ndarray  # (m,) int, arg-max option
+    item_ids: np.ndarray | None  # (m,) object, or None (streamed)
+    labels: np.ndarray  # (m,) int32
+    pred: np.ndarray  # (m,) int32, arg-max option
     conf: np.ndarray  # (m,) float, top-label confidence
     log_loss: np.ndarray  # (m,) float
     brier: np.ndarray  # (m,) float
@@ -166,7 +170,7 @@ class CompareItems:
     abs_level_error: np.ndarray | None = None  # score questions: |E[level] − label|
     p_yes: np.ndarray | None = None  # yes/no questions: P(option 0)
     accepted: np.ndarray | None = None  # (m,) bool
-    option: np.ndarray | None = None  # (m,) int
+    option: np.ndarray | None = None  # (m,) int32
 
     _ARRAYS = ("item_ids", "labels", "pred", "conf", "log_loss", "brier", "rps", "abs_level_error", "p_yes")
 
@@ -177,15 +181,18 @@ class CompareItems:
             out[f] = None if getattr(self, f) is None else getattr(self, f)[index]
         return CompareItems(**out)
 
+    def __len__(self) -> int:
+        return len(self.labels)
+
     @classmethod
     def empty(cls, m: int, qtype: str, with_rule: bool) -> CompareItems:
         def f():
             return np.full(m, np.nan)
 
         return cls(
-            item_ids=np.full(m, None, dtype=object),
-            labels=np.full(m, -1, dtype=np.int64),
-            pred=np.full(m, -1, dtype=np.int64),
+            item_ids=None,
+            labels=np.full(m, -1, dtype=np.int32),
+            pred=np.full(m, -1, dtype=np.int32),
             conf=f(),
             log_loss=f(),
             brier=f(),
@@ -193,14 +200,14 @@ class CompareItems:
             abs_level_error=f() if qtype == "score" else None,
             p_yes=f() if qtype == "noul" else None,
             accepted=np.zeros(m, bool) if with_rule else None,
-            option=np.full(m, -1, dtype=np.int64) if with_rule else None,
+            option=np.full(m, -1, dtype=np.int32) if with_rule else None,
         )
 
     def put(self, at: np.ndarray, part: CompareItems) -> None:
         """Write ``part``'s rows at positions ``at``."""
         for f in (*self._ARRAYS, "accepted", "option"):
             mine = getattr(self, f)
-            if mine is not None:
+            if mine is not None and f != "item_ids":
                 mine[at] = getattr(part, f)
 
 
@@ -211,9 +218,9 @@ def compare_items(
     ``(rule, calibrator dict or None)`` whose decisions are kept (:func:`_decide`)."""
     conf, _ = top_label(probs, labels)
     out = CompareItems(
-        item_ids=np.full(len(labels), None, dtype=object) if item_ids is None else item_ids,
-        labels=np.asarray(labels, dtype=np.int64),
-        pred=probs.argmax(axis=1),
+        item_ids=item_ids,
+        labels=np.asarray(labels, dtype=np.int32),
+        pred=probs.argmax(axis=1).astype(np.int32),
         conf=conf,
         log_loss=item_log_loss(probs, labels),
         brier=item_brier(probs, labels),
@@ -225,7 +232,7 @@ def compare_items(
         out.p_yes = np.asarray(probs[:, 0], dtype=float)
     if rule is not None:
         dec = _decide(rule, probs)
-        out.accepted, out.option = np.asarray(dec.accepted, dtype=bool), np.asarray(dec.option, dtype=np.int64)
+        out.accepted, out.option = np.asarray(dec.accepted, dtype=bool), np.asarray(dec.option, dtype=np.int32)
     return out
 
 
@@ -235,11 +242,15 @@ def _item_stats(items: CompareItems, k: int, qtype: str = "choice"):
     The same sums as :func:`workbench.metrics.scores.accuracy`, ``log_loss``, ``brier_score``, … on
     the matrix the items came from."""
     correct = (items.pred == items.labels).astype(float)
+    # confusion cell of each item (as :func:`~workbench.metrics.confusion.confusion_matrix` numbers
+    # them): one bincount per replicate, no per-replicate casts of the int32 labels and predictions
+    cell = items.labels.astype(np.int64) * (k + 1) + items.pred
 
     def stats(w: np.ndarray | None) -> dict[str, float]:
+        counts = np.bincount(cell, weights=w, minlength=k * (k + 1)).reshape(k, k + 1)[:, :k]
         out = {
             "accuracy": _wmean(correct, w),
-            "macro_f1": macro_f1(items.labels, items.pred, k, w),
+            "macro_f1": macro_f1_from_matrix(counts.astype(float)),
             "log_loss": _wmean(items.log_loss, w),
             "brier": _wmean(items.brier, w),
         }
@@ -354,21 +365,21 @@ def _paired(
     seed: int,
     level: float,
 ) -> dict:
-    """Paired differences other − base on items both answered and labelled (paired by item id).
+    """Paired differences other − base on items both answered and labelled.
 
-    ``base``/``other``: the runs' :class:`CompareItems` (``qtypes``: their question types); the
-    policy differences need both runs' rule decisions."""
-    common, ia, ib = np.intersect1d(base.item_ids.astype(str), other.item_ids.astype(str), return_indices=True)
-    out: dict[str, Any] = {"n_pairs": int(common.size)}
-    if common.size == 0:
+    ``base``/``other``: the runs' :class:`CompareItems` of the same items in the same order (the
+    pairs of :func:`_pairs`; ``qtypes``: their question types); the policy differences need both
+    runs' rule decisions."""
+    out: dict[str, Any] = {"n_pairs": len(base)}
+    if len(base) == 0:
         return out
-    a, b = base.take(ia), other.take(ib)
+    a, b = base, other
     y = a.labels
-    b.labels = y  # one dataset version: the same gold labels
+    b = replace(b, labels=y)  # one dataset version: the same gold labels
     diffs = paired_bootstrap(
         _item_stats(a, k, qtypes[0]),
         _item_stats(b, k, qtypes[1]),
-        common.size,
+        len(a),
         n_boot=n_boot,
         seed=seed,
         level=level,
@@ -395,7 +406,7 @@ def _paired(
         pol = paired_bootstrap(
             policy_stats(a.accepted, a.option),
             policy_stats(b.accepted, b.option),
-            common.size,
+            len(a),
             n_boot=n_boot,
             seed=seed + 1,
             level=level,
@@ -406,52 +417,168 @@ def _paired(
 
 @dataclass
 class _RunSide:
-    """One run and question on the comparison split: every row's keys (ids, labels, failures — with or
-    without probabilities), the positions of its answered, labelled rows, and their :class:`CompareItems`."""
+    """One run and question on the comparison split: counts of every row (answered or failed), the
+    positions (item-id order) of its answered, labelled rows and their :class:`CompareItems`.
 
-    keys: RunAnswers
-    labelled: np.ndarray  # (m,) positions in keys of the rows in items
+    ``keys`` (ids, splits, failures of every row) is held by the in-memory path; a streamed side
+    reads it only when slices ask for it (:meth:`get_keys`)."""
+
+    run_id: str
+    question: str
+    split: str
+    qtype: str
+    option_ids: list[str]
+    n_items: int  # rows, answered or failed
+    n_failed: int
+    n_gold: int  # rows with a label, answered or failed (the risk–coverage curve's denominator)
+    labelled: np.ndarray  # (m,) int64 positions (item-id order) of the rows in items
     items: CompareItems
+    keys: RunAnswers | None = None
 
+    def get_keys(self, con) -> RunAnswers:
+        if self.keys is None:
+            self.keys = load_answer_keys(con, self.run_id, self.question, [self.split])
+        return self.keys
 
-def _labelled_rows(keys: RunAnswers) -> np.ndarray:
-    return np.flatnonzero(~keys.failed & (keys.labels >= 0))
+    def curve(self):
+        """Risk–coverage curve of the top probability (:func:`~workbench.metrics.selective.risk_coverage_curve`
+        of the run's matrix), from the items."""
+        from workbench.metrics.selective import risk_coverage_from_top
+
+        return risk_coverage_from_top(self.items.conf, self.items.pred != self.items.labels, self.n_gold)
 
 
 def _side_in_memory(con, run_id: str, question: str, split: str, rule) -> _RunSide:
     ans = load_answers(con, run_id, question, [split])
-    rows = _labelled_rows(ans)
+    rows = np.flatnonzero(~ans.failed & (ans.labels >= 0))
     if rows.size == 0:
         items = CompareItems.empty(0, ans.qtype, rule is not None)
+        items.item_ids = ans.item_ids[rows]
     else:
         items = compare_items(ans.probs[rows], ans.labels[rows], ans.qtype, ans.item_ids[rows], rule)
     ans.probs = np.zeros((len(ans.labels), 0))  # the items hold what the comparison needs
-    return _RunSide(ans, rows, items)
+    return _RunSide(
+        run_id,
+        question,
+        split,
+        ans.qtype,
+        list(ans.option_ids),
+        n_items=len(ans.labels),
+        n_failed=int(ans.failed.sum()),
+        n_gold=int((ans.labels >= 0).sum()),
+        labelled=rows,
+        items=items,
+        keys=ans,
+    )
 
 
 #: Rows of a streamed batch turned into items at a time (bounds the calibrator's and the rule's copies).
 ITEM_ROWS = 20_000
 
 
+def _row_keys(con, run: dict, question: str, opts: list[str], split: str) -> tuple[np.ndarray, np.ndarray]:
+    """(label (n,) int32, -1 without one; failed (n,) bool) of every row, in item-id order: the
+    rows and labels :func:`~workbench.store.runs.load_answer_keys` reads, without their ids."""
+    source, _ = answer_source(con, run)
+    sql = _ANSWERS_SQL.format(extra_cte="", pos="", extra_join="", order="").replace(
+        "a.probs,", "a.probs IS NULL AS failed,"
+    )
+    tbl = con.execute(
+        f"SELECT label::INTEGER AS label, failed FROM ({sql}) ORDER BY item_id",
+        _answers_params(run, question, source, opts, [split]),
+    ).fetch_arrow_table()
+    labels = np.asarray(tbl.column("label").fill_null(-1).to_numpy(), dtype=np.int32)
+    return labels, np.asarray(tbl.column("failed").to_numpy(), dtype=bool)
+
+
 def stream_side(con, run_id: str, question: str, split: str, rule=None) -> _RunSide:
     """:class:`_RunSide` of a run read in batches (:func:`~workbench.store.runs.iter_answer_batches`):
-    memory is the keys and a few numbers per item plus one batch, never the (n, k) matrix. Rows are
-    written at their item-id positions, so the items equal the in-memory ones."""
-    keys = load_answer_keys(con, run_id, question, [split])
-    rows = _labelled_rows(keys)
-    index = np.full(len(keys.labels), -1, dtype=np.int64)
-    index[rows] = np.arange(rows.size)
-    items = CompareItems.empty(rows.size, keys.qtype, rule is not None)
-    items.item_ids = keys.item_ids[rows]
-    items.labels = keys.labels[rows].copy()
+    memory is a few compact numbers per item plus one batch, never the (n, k) matrix nor the ids
+    (they stay in DuckDB). Rows are written at their item-id positions, so the items equal the
+    in-memory ones."""
+    run = get_run(con, run_id)
+    q = load_stored_schema(con, run["schema_hash"]).questions.get(question)
+    if q is None:  # the reader names the question and the run's questions
+        load_answer_keys(con, run_id, question, [split])
+    assert q is not None
+    opts = option_ids(q)
+    labels, failed = _row_keys(con, run, question, opts, split)
+    ok = ~failed & (labels >= 0)
+    rows = np.flatnonzero(ok)
+    index = np.cumsum(ok, dtype=np.int64) - 1  # position -> slot in items (valid where ok)
+    items = CompareItems.empty(rows.size, q.type, rule is not None)
+    items.labels = labels[rows]
+    n_items, n_failed, n_gold = len(labels), int(failed.sum()), int((labels >= 0).sum())
+    del labels, failed
     for pos, batch in iter_answer_batches(con, run_id, question, [split]):
-        keep = np.flatnonzero(index[pos] >= 0)
+        keep = np.flatnonzero(ok[pos])
         # slices of the batch: the calibrator and the rule copy the rows they get a few times
         for start in range(0, keep.size, ITEM_ROWS):
             sub = keep[start : start + ITEM_ROWS]
-            part = compare_items(batch.probs[sub], batch.labels[sub], batch.qtype, batch.item_ids[sub], rule)
+            part = compare_items(batch.probs[sub], batch.labels[sub], batch.qtype, None, rule)
             items.put(index[pos[sub]], part)
-    return _RunSide(keys, rows, items)
+    return _RunSide(run_id, question, split, q.type, opts, n_items, n_failed, n_gold, rows, items)
+
+
+_PAIR_SQL = """
+    WITH ka AS (
+        SELECT a.item_id, (row_number() OVER (ORDER BY a.item_id) - 1)::BIGINT AS pos
+        FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
+        WHERE a.run_id = $ra AND a.question = $q AND i.split = $split
+    ), kb AS (
+        SELECT a.item_id, (row_number() OVER (ORDER BY a.item_id) - 1)::BIGINT AS pos
+        FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
+        WHERE a.run_id = $rb AND a.question = $q AND i.split = $split
+    )
+    SELECT ka.pos AS pa, kb.pos AS pb FROM ka JOIN kb ON ka.item_id = kb.item_id ORDER BY ka.pos
+"""
+
+
+def _pairs(con, base: _RunSide, other: _RunSide) -> tuple[np.ndarray, np.ndarray]:
+    """(ia, ib): slots in ``base.items`` and ``other.items`` of the items both answered and labelled,
+    in item-id order. With both runs' ids in memory, :func:`numpy.intersect1d`; otherwise DuckDB joins
+    the runs' item ids and returns each pair's row positions (the positions of
+    :func:`~workbench.store.runs.iter_answer_batches`), so no id reaches Python."""
+    if base.items.item_ids is not None and other.items.item_ids is not None:
+        _, ia, ib = np.intersect1d(
+            base.items.item_ids.astype(str), other.items.item_ids.astype(str), return_indices=True
+        )
+        return ia, ib
+    run_a, run_b = get_run(con, base.run_id), get_run(con, other.run_id)
+    tbl = con.execute(
+        _PAIR_SQL,
+        {
+            "ds": run_a["dataset"],
+            "v": int(run_a["dataset_version"]),
+            "q": base.question,
+            "split": base.split,
+            "ra": answer_source(con, run_a)[0],
+            "rb": answer_source(con, run_b)[0],
+        },
+    ).fetch_arrow_table()
+    pa_, pb_ = (np.asarray(tbl.column(c).to_numpy(), dtype=np.int64) for c in ("pa", "pb"))
+    del tbl
+
+    def slots(labelled: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        at = np.searchsorted(labelled, pos)
+        hit = at < labelled.size
+        hit[hit] = labelled[at[hit]] == pos[hit]
+        return at, hit
+
+    sa, ha = slots(base.labelled, pa_)
+    sb, hb = slots(other.labelled, pb_)
+    both = ha & hb
+    return sa[both], sb[both]
+
+
+def _aligned(
+    base: CompareItems, other: CompareItems, ia: np.ndarray, ib: np.ndarray
+) -> tuple[CompareItems, CompareItems]:
+    """The two runs' items at the pairs ``(ia, ib)``; no copy when every item of both is paired."""
+    every = np.arange(len(ia))
+    if len(ia) == len(base) == len(other) and np.array_equal(ia, every) and np.array_equal(ib, every):
+        return base, other
+    return base.take(ia), other.take(ib)
 
 
 @dataclass
@@ -465,6 +592,8 @@ class Comparison:
     rows: list[dict] = field(default_factory=list)
     experiment: str | None = None
     settings_text: str = ""  # ThresholdOptions.describe(): printed next to coverage/error
+    #: (run id, question) -> RiskCoverageCurve, with ``compare_runs(curves=True)`` (not serialised)
+    curves: dict = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
         return {
@@ -535,6 +664,7 @@ def compare_runs(
     policy: bool = True,
     slices: Sequence[str] | None = None,
     stream: bool | None = None,
+    curves: bool = False,
 ) -> Comparison:
     """Compare runs named by id, experiment name or experiment file (see the module docstring).
 
@@ -565,6 +695,14 @@ def compare_runs(
         Read each run's answers in batches (:func:`stream_side`) instead of loading the (n, k)
         matrix; ``None`` streams questions with more than ``workbench.evaluation.stream_cells()``
         probabilities (as ``report_run``). The figures are the same either way.
+    curves : bool, default=False
+        Keep each (run, question)'s risk–coverage curve in ``Comparison.curves`` (what
+        :func:`workbench.figures.comparison_figure` draws), computed from the items: the figure then
+        needs no probability matrix.
+
+    Memory: every run's policy is chosen first (its own streamed pass); then the runs are read one
+    after the other, holding the baseline's items and one other run's (a few compact numbers per
+    item: :class:`CompareItems`); runs are paired by DuckDB on their item ids (:func:`_pairs`).
     """
     runs, exp = resolve_runs(con, names)
     settings = exp.compare if exp is not None else None
@@ -588,28 +726,35 @@ def compare_runs(
 
     # baseline first, so its items are known when the others are paired with it
     ordered = [base] + [r for r in runs if r["run_id"] != base["run_id"]]
+    schemas = {r["run_id"]: load_stored_schema(con, r["schema_hash"]) for r in ordered}
+    # the policies first: each streams its run on its own, before any run's items are held
+    policies: dict[tuple[str, str], tuple[Any, Any]] = {}
+    if policy:
+        for run in ordered:
+            for q in (q for q in qids if q in schemas[run["run_id"]].questions):
+                pol = _policy_at_options(con, run["run_id"], q, options, calibration_split, stream)
+                rule = pol.pop("_rule", None)
+                calibrator = pol.pop("_calibrator", None)
+                policies[(run["run_id"], q)] = (None if rule is None else (rule, calibrator), pol)
     base_sides: dict[str, _RunSide] = {}
     rows = []
+    curve_of: dict[tuple[str, str], Any] = {}
     for run in ordered:
-        schema = load_stored_schema(con, run["schema_hash"])
+        schema = schemas[run["run_id"]]
         costs = _run_costs(con, run, split)
         for q in qids:
             if q not in schema.questions:
                 continue
             qtype = schema.questions[q].type
             k = len(option_ids(schema.questions[q]))
-            # the policy first: its rule's decisions are gathered in the same pass as the metrics
-            rule, pol = None, None
-            if policy:
-                pol = _policy_at_options(con, run["run_id"], q, options, calibration_split, stream)
-                rule = pol.pop("_rule", None)
-                calibrator = pol.pop("_calibrator", None)
-                rule = None if rule is None else (rule, calibrator)
+            # the rule's decisions are gathered in the same pass as the metrics
+            rule, pol = policies.get((run["run_id"], q), (None, None))
             if _streams(con, run, q, [split], stream):
                 side = stream_side(con, run["run_id"], q, split, rule)
             else:
                 side = _side_in_memory(con, run["run_id"], q, split, rule)
-            keys, items = side.keys, side.items
+            items = side.items
+            n_lab = side.labelled.size
             row: dict[str, Any] = {
                 "run_id": run["run_id"],
                 "provider": run["provider"],
@@ -620,43 +765,45 @@ def compare_runs(
                 "model": run.get("model"),
                 "schema_hash": run["schema_hash"],
                 "is_baseline": run["run_id"] == base["run_id"],
-                "n_items": int(len(keys.item_ids)),
-                "n_labelled": int(side.labelled.size),
-                "n_failed": int(keys.failed.sum()),
+                "n_items": side.n_items,
+                "n_labelled": int(n_lab),
+                "n_failed": side.n_failed,
                 "cost": costs,
             }
-            if side.labelled.size:
-                ci = bootstrap_many(
-                    _item_stats(items, k, qtype), side.labelled.size, n_boot=n_boot, seed=seed, level=level
-                )
+            if n_lab:
+                ci = bootstrap_many(_item_stats(items, k, qtype), n_lab, n_boot=n_boot, seed=seed, level=level)
                 row["metrics"] = {name: iv.to_dict() for name, iv in ci.items()}
                 point = _item_point_metrics(items, qtype)
                 row["ece"] = point.pop("ece")
                 row["point_metrics"] = point
             if pol is not None:
                 row["policy"] = pol
+            if curves:
+                curve_of[(run["run_id"], q)] = side.curve()
             base_side = base_sides.get(q)
+            pairs = None
             if run["run_id"] == base["run_id"]:
                 base_sides[q] = side
-            elif base_side is not None and option_ids(schema.questions[q]) == base_side.keys.option_ids:
+            elif base_side is not None and option_ids(schema.questions[q]) == base_side.option_ids:
+                pairs = _pairs(con, base_side, side)
                 row["vs_baseline"] = _paired(
-                    base_side.items,
-                    items,
+                    *_aligned(base_side.items, items, *pairs),
                     k=k,
-                    qtypes=(base_side.keys.qtype, qtype),
+                    qtypes=(base_side.qtype, qtype),
                     n_boot=n_boot,
                     seed=seed,
                     level=level,
                 )
             elif base_side is not None:
                 row["vs_baseline"] = {"n_pairs": 0, "note": "options differ from the baseline's: not paired"}
-            paired = "vs_baseline" in row and row["vs_baseline"].get("n_pairs", 0) > 0
+            paired = pairs is not None and len(pairs[0]) > 0
             row["slices"] = {
                 column: _slice_figures(
                     con,
                     side,
                     column,
                     base=base_side if paired else None,
+                    pairs=pairs if paired else None,
                     n_boot=n_boot,
                     seed=seed,
                     level=level,
@@ -664,6 +811,7 @@ def compare_runs(
                 for column in dict.fromkeys(slices or [])
             }
             rows.append(row)
+            del side, items, pairs  # one other run's items at a time
     return Comparison(
         dataset=base["dataset"],
         split=split,
@@ -672,6 +820,7 @@ def compare_runs(
         settings_text=options.describe(),
         rows=rows,
         experiment=exp.name if exp else None,
+        curves=curve_of,
     )
 
 
@@ -681,6 +830,7 @@ def _slice_figures(
     column: str,
     *,
     base: _RunSide | None,
+    pairs: tuple[np.ndarray, np.ndarray] | None,
     n_boot: int,
     seed: int,
     level: float,
@@ -688,14 +838,16 @@ def _slice_figures(
     """Per slice of ``column``: counts, metrics with intervals and (``base`` given) the paired differences
     against the baseline on the slice's items — :func:`_item_stats` and :func:`_paired` on the slice's rows.
 
-    Reads only the runs' keys and items, so it works on streamed runs too."""
+    ``pairs``: the runs' pairs (:func:`_pairs`); a slice's pairs are those of its items (an item's
+    slice value is the same in both runs). Reads the runs' keys (ids) for the slice values: a
+    streamed side reads them now."""
     from workbench.evaluation import slice_values
     from workbench.metrics.slices import slice_groups
 
-    keys = side.keys
-    k, qtype = len(keys.option_ids), keys.qtype
+    keys = side.get_keys(con)
+    k, qtype = len(side.option_ids), side.qtype
     values, order = slice_values(con, keys, column)
-    base_masks = dict(slice_groups(slice_values(con, base.keys, column)[0])) if base is not None else {}
+    base_masks = dict(slice_groups(slice_values(con, base.get_keys(con), column)[0])) if base is not None else {}
     out: dict[str, dict] = {}
     for value, mask in slice_groups(values, order):
         items = side.items.take(np.flatnonzero(mask[side.labelled]))
@@ -707,12 +859,14 @@ def _slice_figures(
         if len(items.labels):
             ci = bootstrap_many(_item_stats(items, k, qtype), len(items.labels), n_boot=n_boot, seed=seed, level=level)
             fig["metrics"] = {name: iv.to_dict() for name, iv in ci.items()}
-        if base is not None and value in base_masks:
+        if base is not None and pairs is not None and value in base_masks:
+            ia, ib = pairs
+            in_slice = mask[side.labelled][ib]
             fig["vs_baseline"] = _paired(
-                base.items.take(np.flatnonzero(base_masks[value][base.labelled])),
-                items,
+                base.items.take(ia[in_slice]),
+                side.items.take(ib[in_slice]),
                 k=k,
-                qtypes=(base.keys.qtype, qtype),
+                qtypes=(base.qtype, qtype),
                 n_boot=n_boot,
                 seed=seed,
                 level=level,

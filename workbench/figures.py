@@ -98,7 +98,10 @@ def threshold_figures(result: Any) -> list:
 
 def comparison_figure(con: Any, comparison: Any, question: str | None = None):
     """Risk–coverage overlay of the runs of a :class:`~workbench.comparison.Comparison` on its split
-    (one curve per run, its policy's coverage/error starred); ``question`` defaults to the first."""
+    (one curve per run, its policy's coverage/error starred); ``question`` defaults to the first.
+
+    A comparison made with ``compare_runs(curves=True)`` carries the curves (computed from a few
+    numbers per item): nothing is read. Otherwise each run's answers are loaded (the (n, k) matrix)."""
     from workbench.metrics.displays import RiskCoverageDisplay
     from workbench.store.runs import load_answers
 
@@ -107,18 +110,16 @@ def comparison_figure(con: Any, comparison: Any, question: str | None = None):
         raise OptionError(f"no compared run has question {question!r}", hint="pick one of the compared questions")
     q = rows[0]["question"]
     parts = []
+    curves = getattr(comparison, "curves", None) or {}
     for r in (r for r in rows if r["question"] == q):
-        ans = load_answers(con, r["run_id"], q, [comparison.split])
         pol = r.get("policy") or {}
         cov, err = (pol.get("coverage") or {}).get("value"), (pol.get("error") or {}).get("value")
-        parts.append(
-            RiskCoverageDisplay.from_predictions(
-                ans.labels,
-                ans.probs,
-                name=f"{r['label']} · {r['run_id']}",
-                point=(cov, err) if cov is not None and err is not None else None,
-            )
-        )
+        name, point = f"{r['label']} · {r['run_id']}", (cov, err) if cov is not None and err is not None else None
+        if (r["run_id"], q) in curves:
+            parts.append(RiskCoverageDisplay.from_curve(curves[(r["run_id"], q)], name=name, point=point))
+            continue
+        ans = load_answers(con, r["run_id"], q, [comparison.split])
+        parts.append(RiskCoverageDisplay.from_predictions(ans.labels, ans.probs, name=name, point=point))
     obj = comparison.objective or {}
     settings = ", ".join(
         f"{k} {obj[k]:g}" if isinstance(obj.get(k), float) else f"{k} {obj[k]}"

@@ -135,7 +135,41 @@ def test_streamed_items_are_the_in_memory_items(store, tiny_batches):
     side = stream_side(con, view, "intent", "test")
     ans = load_answers(con, view, "intent", ["test"])
     ok = ~ans.failed & (ans.labels >= 0)
-    assert list(side.items.item_ids) == list(ans.item_ids[ok])
+    assert side.items.item_ids is None  # the ids stay in DuckDB
+    assert np.array_equal(side.labelled, np.flatnonzero(ok)) and side.n_items == len(ans.labels)
+    assert side.n_failed == int(ans.failed.sum()) and side.items.labels.dtype == np.int32
+    assert np.array_equal(side.items.labels, ans.labels[ok])
     assert np.array_equal(side.items.pred, ans.probs[ok].argmax(axis=1))
     p_true = ans.probs[ok][np.arange(ok.sum()), ans.labels[ok]]
     assert np.allclose(side.items.log_loss, -np.log(p_true), atol=1e-12)
+
+
+def test_the_risk_coverage_figure_from_the_items_is_the_figure_from_the_matrices(store, tiny_batches):
+    """`compare --html/--png` draws the curves kept from the streamed items (``curves=True``): no
+    matrix is read (the figure is built without a connection), and every trace equals the one drawn
+    from the loaded matrices (the in-memory path), for every question type."""
+    from workbench.figures import comparison_figure
+
+    con, run_id, view, other = store
+    kw = dict(questions=QUESTIONS, n_boot=5, seed=4, options=ThresholdOptions(alpha=0.3, calibrate="none"))
+    streamed = compare_runs(con, [run_id, view, other], stream=True, curves=True, **kw)
+    mem = compare_runs(con, [run_id, view, other], stream=False, **kw)
+    assert not mem.curves and len(streamed.curves) == 9
+    for q in QUESTIONS:
+        got = comparison_figure(None, streamed, q)  # no store: the curves are all it reads
+        want = comparison_figure(con, mem, q)
+        assert len(got.data) == len(want.data) >= 4  # a curve per run, a star per chosen policy
+        for g, w in zip(got.data, want.data, strict=True):
+            assert g.name == w.name and g.mode == w.mode
+            assert len(g.x) == len(w.x) > 0
+            np.testing.assert_allclose(np.asarray(g.x, float), np.asarray(w.x, float), rtol=0, atol=1e-12)
+            np.testing.assert_allclose(np.asarray(g.y, float), np.asarray(w.y, float), rtol=0, atol=1e-12)
+    # the curve against the reference definition on the matrix (failures count, never accepted)
+    from workbench.metrics.selective import risk_coverage_curve
+
+    ans = load_answers(con, other, "intent", ["test"])
+    ref = risk_coverage_curve(ans.probs, ans.labels)
+    got_curve = streamed.curves[(other, "intent")]
+    assert got_curve.n_total == int((ans.labels >= 0).sum()) > int((~ans.failed & (ans.labels >= 0)).sum())
+    assert np.array_equal(got_curve.coverage, ref.coverage) and np.array_equal(got_curve.risk, ref.risk)
+    assert got_curve.aurc == pytest.approx(ref.aurc, abs=1e-12)

@@ -91,6 +91,7 @@ def register(app: typer.Typer) -> None:
                 policy=not no_policy,
                 options=options,
                 slices=slices or None,
+                curves=html is not None or png is not None,  # the figure from the items, not the matrices
             )
             if html is not None or png is not None:
                 from workbench.figures import comparison_figure, write_figures

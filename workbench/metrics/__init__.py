@@ -10,7 +10,7 @@ Modules::
     report        choice_report, noul_report, score_report, question_report, RunReport
     label_issues  confident-learning label-issue queue
     displays      plotly ReliabilityDisplay, ConfusionDisplay, RiskCoverageDisplay, ThresholdSurfaceDisplay
-    selective     risk_coverage_curve (error among accepted vs coverage of the top probability)
+    selective     risk_coverage_curve, risk_coverage_from_top (error among accepted vs coverage of the top probability)
     soft          scores against the annotators' vote distribution: soft log loss, Brier, ECE, accuracy
     agreement     Krippendorff's α, Fleiss' κ, Cohen's / quadratic-weighted κ; the model next to the annotators
 
@@ -65,6 +65,7 @@ _LAZY = {
     "krippendorff_alpha": "agreement",
     "fleiss_kappa": "agreement",
     "risk_coverage_curve": "selective",
+    "risk_coverage_from_top": "selective",
     "RiskCoverageCurve": "selective",
 }
 

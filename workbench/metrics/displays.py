@@ -376,9 +376,21 @@ class RiskCoverageDisplay:
         ``probs`` (n, k) (NaN rows = failures, never accepted). ``point`` = (coverage, error) to mark."""
         from workbench.metrics.selective import risk_coverage_curve
 
-        c = risk_coverage_curve(probs, labels)
-        label = f"{name} (AURC {c.aurc:.3f})" if np.isfinite(c.aurc) else name
-        d = cls([(label, c.coverage, c.risk)], [(label, *point)] if point else [], title or "Risk–coverage")
+        return cls.from_curve(risk_coverage_curve(probs, labels), name=name, point=point, title=title)
+
+    @classmethod
+    def from_curve(
+        cls,
+        curve: Any,
+        *,
+        name: str = "model",
+        point: tuple[float, float] | None = None,
+        title: str | None = None,
+    ) -> RiskCoverageDisplay:
+        """The display of a computed :class:`~workbench.metrics.selective.RiskCoverageCurve` (e.g. from
+        :func:`~workbench.metrics.selective.risk_coverage_from_top`, without the matrix)."""
+        label = f"{name} (AURC {curve.aurc:.3f})" if np.isfinite(curve.aurc) else name
+        d = cls([(label, curve.coverage, curve.risk)], [(label, *point)] if point else [], title or "Risk–coverage")
         d.plot()
         return d
 

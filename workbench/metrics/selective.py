@@ -69,10 +69,20 @@ def risk_coverage_curve(probs: np.ndarray, labels: np.ndarray) -> RiskCoverageCu
     answered = np.isfinite(probs).all(axis=1) if n_total else np.zeros(0, bool)
     p, y = probs[answered], labels[answered]
     if len(y) == 0:
+        return risk_coverage_from_top(np.zeros(0), np.zeros(0, bool), n_total)
+    return risk_coverage_from_top(p.max(axis=1), p.argmax(axis=1) != y, n_total)
+
+
+def risk_coverage_from_top(conf: np.ndarray, wrong: np.ndarray, n_total: int) -> RiskCoverageCurve:
+    """:func:`risk_coverage_curve` from the answered, labelled items' top probability ``conf`` (m,)
+    and whether their arg-max is wrong ``wrong`` (m,) bool; ``n_total`` counts the labelled items
+    including failures (never accepted). A few numbers per item instead of the (n, k) matrix
+    (``workbench compare`` keeps them), the same curve.
+    """
+    conf, wrong = np.asarray(conf, dtype=float), np.asarray(wrong, dtype=bool)
+    if len(conf) == 0:
         empty = np.zeros(0)
         return RiskCoverageCurve(empty, empty, empty, n_total, float("nan"))
-    conf = p.max(axis=1)
-    wrong = p.argmax(axis=1) != y
     order = np.argsort(-conf, kind="stable")
     conf, wrong = conf[order], wrong[order]
     accepted = np.arange(1, len(conf) + 1)
