@@ -20,17 +20,23 @@ bit for bit). Ids must be items of the dataset version, once per question; in th
 item needs every question. Any violation raises one :class:`DataImportError` naming the first
 offending row (file order), how many rows are bad and the fix; nothing is written (one transaction).
 
-Vectorised: Arrow record batches of :data:`BATCH_ROWS` rows are checked and summarised with numpy and
-streamed into DuckDB as one ``INSERT … SELECT`` over an Arrow reader, so memory stays bounded by a few
-batches plus DuckDB's ``memory_limit``.
+Vectorised: Arrow record batches of :data:`BATCH_ROWS` rows are checked and summarised with numpy by
+:data:`WORKERS` threads (numpy releases the GIL) while DuckDB inserts the previous batches, one
+``INSERT … SELECT`` per batch inside the import's one transaction, so memory stays bounded by a few
+batches plus DuckDB's ``memory_limit`` (one ``INSERT`` over a Python Arrow stream made DuckDB hold
+~0.5 GB per million rows until the statement ended; a statement per batch releases each batch).
 """
 
 from __future__ import annotations
 
 import glob
 import json
+import os
+import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +48,7 @@ import pyarrow.compute as pc
 
 from workbench.errors import DataImportError
 from workbench.schema import DecisionSchema, option_ids
-from workbench.schema.answers import SUM_TOLERANCE, top_two
+from workbench.schema.answers import SUM_TOLERANCE
 from workbench.store.calls import _ANSWER_SCHEMA
 from workbench.store.db import fetch_scalar, memory_connection, transaction
 
@@ -56,6 +62,8 @@ RANGE_SLACK = 1e-9
 UNKNOWN_FAILURE = "unknown"
 #: Parquet schema metadata key (and JSONL/CSV side-car key) holding {question: [option ids in order]}.
 OPTION_IDS_KEY = "workbench.option_ids"
+#: Threads checking batches ahead of DuckDB's insert (the machine's cores, at most 4: the insert needs some).
+WORKERS = max(1, min(4, (os.cpu_count() or 2)))
 #: DuckDB memory limit while importing (its buffer pool counts in the process's RSS).
 DEFAULT_MEMORY_LIMIT = "1GB"
 
@@ -353,6 +361,13 @@ class _Problems:
         if self.first is None or row < self.first[0]:
             self.first = (row, check, describe(int(rows[0])))
 
+    def merge(self, other: _Problems) -> None:
+        """Fold in the problems another batch found (counts add; the earliest row stays first)."""
+        for check, n in other.counts.items():
+            self.counts[check] = self.counts.get(check, 0) + n
+        if other.first is not None and (self.first is None or other.first[0] < self.first[0]):
+            self.first = other.first
+
     def __bool__(self) -> bool:
         return bool(self.counts)
 
@@ -460,8 +475,8 @@ def _vectors(
         p = m.copy()
         p[need] /= s[need, None]
     else:
-        p = m
-    _, p1, p2 = top_two(p)
+        p = m.copy() if not m.flags.writeable else m
+    p1, p2 = _top_two(p)
     ent = _entropy(p)
 
     def full(x: np.ndarray) -> pa.Array:
@@ -491,11 +506,34 @@ def _vectors(
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:
-    """Shannon entropy in nats per row, as :func:`workbench_runtime.answers.entropy` (to ~1e-16), faster:
-    the logarithm is taken of the positive entries only and the row sums are one ``einsum``."""
-    logs = np.zeros_like(p)
-    np.log(p, out=logs, where=p > 0)
+    """Shannon entropy in nats per row, as :func:`workbench_runtime.answers.entropy` (to ~1e-16), faster.
+
+    ``p`` holds checked probabilities (in [0, 1]): a zero entry's logarithm is taken of the smallest
+    normal double instead (finite, and multiplied by 0 it adds nothing), so ``log`` runs its unmasked
+    SIMD loop (``where=`` would not), and the row sums are one ``einsum``: the same figures as taking the
+    logarithm of the positive entries only, bit for bit.
+    """
+    logs = np.maximum(p, np.finfo(np.float64).tiny)
+    np.log(logs, out=logs)
     return -np.einsum("ij,ij->i", p, logs)
+
+
+def _top_two(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Top and runner-up probability per row of finite ``p`` (modified, then restored exactly).
+
+    The values :func:`workbench.schema.answers.top_two` returns, in two passes over ``p`` instead of four
+    (no NaN check: the rows are checked; no copy: the top entry is masked in place and put back).
+    """
+    n, k = p.shape
+    rows = np.arange(n)
+    top = p.argmax(axis=1)
+    p1 = p[rows, top]
+    if k < 2:
+        return p1, np.zeros(n)
+    p[rows, top] = -np.inf
+    p2 = p.max(axis=1)
+    p[rows, top] = p1
+    return p1, p2
 
 
 class _Stream:
@@ -507,26 +545,50 @@ class _Stream:
         self.rows = 0
         self.k = {q: len(option_ids(schema.questions[q])) for q in schema.question_ids}
 
-    def reader(self) -> pa.RecordBatchReader:
-        return pa.RecordBatchReader.from_batches(_OUT_SCHEMA, self._generate())
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Batches checked by :data:`WORKERS` threads (numpy and Arrow release the GIL), yielded in file order.
 
-    def _generate(self) -> Iterator[pa.RecordBatch]:
+        At most ``WORKERS + 1`` batches are in flight, so memory stays bounded; DuckDB inserts one batch
+        while the next ones are checked.
+        """
+        pending: deque[tuple[Future, _Problems, int]] = deque()
+        submitted = 0
         try:
-            for batch in _batches(self.src, self.layout):
-                for out in self._one(batch, self.rows):
+            with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="answer-import") as pool:
+                batches = _batches(self.src, self.layout)
+                exhausted = False
+                while True:
+                    while not exhausted and len(pending) <= WORKERS:
+                        batch = next(batches, None)
+                        if batch is None:
+                            exhausted = True
+                            break
+                        found = _Problems()
+                        pending.append((pool.submit(self._checked, batch, submitted, found), found, batch.num_rows))
+                        submitted += batch.num_rows
+                    if not pending:
+                        break
+                    future, found, n = pending.popleft()
+                    outs = future.result()
+                    self.problems.merge(found)
+                    self.rows += n
                     if not self.problems:  # after the first bad row: keep counting, stop writing
-                        yield out
-                self.rows += batch.num_rows
+                        yield from outs
         except (pa.ArrowException, duckdb.Error, OSError) as exc:
+            for future, _, _ in pending:
+                future.cancel()
             self.problems.counts["unreadable"] = 1
             self.problems.first = (self.rows, "read", f"cannot read: {_first_line(exc)}")
 
-    def _one(self, batch: pa.RecordBatch, base: int) -> Iterator[pa.RecordBatch]:
+    def _checked(self, batch: pa.RecordBatch, base: int, problems: _Problems) -> list[pa.RecordBatch]:
+        return list(self._one(batch, base, problems))
+
+    def _one(self, batch: pa.RecordBatch, base: int, problems: _Problems) -> Iterator[pa.RecordBatch]:
         n = batch.num_rows
         names = batch.schema.names
         ids = _text(batch.column("item_id"), n)
         null_ids = np.flatnonzero(~ids.is_valid().to_numpy(zero_copy_only=False))
-        self.problems.add("item_id", null_ids, base, lambda p: "item_id is empty")
+        problems.add("item_id", null_ids, base, lambda p: "item_id is empty")
         model = pa.array(np.full(n, self.model, dtype=object), type=pa.string()) if self.model else None
         rows = np.arange(n)
         if self.layout.kind == "wide":
@@ -534,14 +596,14 @@ class _Stream:
             for q in self.schema.question_ids:
                 kinds = _text(batch.column(f"{q}__failure_kind") if f"{q}__failure_kind" in names else None, n)
                 msgs = _text(batch.column(f"{q}__failure_message") if f"{q}__failure_message" in names else None, n)
-                out = _vectors(q, self.k[q], ids, batch.column(q), kinds, msgs, extras, rows, base, self.problems)
+                out = _vectors(q, self.k[q], ids, batch.column(q), kinds, msgs, extras, rows, base, problems)
                 if out is not None:
                     yield out
             return
         questions = _text(batch.column("question"), n)
         known = pc.is_in(questions, value_set=pa.array(self.schema.question_ids, type=pa.string()))
         unknown = np.flatnonzero(~pc.fill_null(known, False).to_numpy(zero_copy_only=False))
-        self.problems.add(
+        problems.add(
             "question",
             unknown,
             base,
@@ -569,7 +631,7 @@ class _Stream:
                 {c: a.take(take) for c, a in extras.items()},
                 rows[sel],
                 base,
-                self.problems,
+                problems,
             )
             if out is not None:
                 yield out
@@ -621,15 +683,17 @@ def import_answers(
     if memory_limit:
         con.execute(f"SET memory_limit = '{memory_limit}'")
         con.execute("SET preserve_insertion_order = false")
-    reader = stream.reader()
-    con.register("_answer_stream", reader)
+    staged = _staging_path(con)
     try:
+        _stage(stream, staged)
+        if stream.problems:
+            raise stream.problems.error(where)
         with transaction(con):
             try:
                 con.execute(
                     f"INSERT INTO answers (run_id, {', '.join(_OUT_COLUMNS)})"
-                    f" SELECT $run, {', '.join(_OUT_COLUMNS)} FROM _answer_stream",
-                    {"run": run_id},
+                    f" SELECT $run, {', '.join(_OUT_COLUMNS)} FROM read_parquet($staged)",
+                    {"run": run_id, "staged": str(staged)},
                 )
             except duckdb.ConstraintException:
                 if stream.problems:
@@ -683,10 +747,38 @@ def import_answers(
                 [json.dumps(summary), run_id],
             )
     finally:
-        con.unregister("_answer_stream")
+        staged.unlink(missing_ok=True)
         for s, v in saved.items():
             con.execute(f"SET {s} = '{v}'" if isinstance(v, str) else f"SET {s} = {str(v).lower()}")
     return run_id
+
+
+def _staging_path(con: duckdb.DuckDBPyConnection) -> Path:
+    """A new hidden file next to the store (the system's temp directory for an in-memory store)."""
+    from workbench.store.calls import database_path
+
+    db = database_path(con)
+    fd, name = tempfile.mkstemp(
+        prefix=f".{db.name if db else 'workbench'}.import-", suffix=".parquet", dir=db.parent if db else None
+    )
+    os.close(fd)
+    return Path(name)
+
+
+def _stage(stream: _Stream, path: Path) -> None:
+    """Write the checked rows to ``path`` (uncompressed Parquet, a row group per batch); stop writing at the
+    first bad row but keep counting (the error reports every check's count)."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(
+        path,
+        _OUT_SCHEMA,
+        compression="none",
+        use_dictionary=["question", "model", "failure_kind"],
+        write_statistics=False,
+    ) as writer:
+        for out in stream.batches():
+            writer.write_batch(out)
 
 
 def _mode_model(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
