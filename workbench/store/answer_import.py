@@ -688,6 +688,10 @@ def import_answers(
         _stage(stream, staged)
         if stream.problems:
             raise stream.problems.error(where)
+        if stream.rows == 0:
+            raise DataImportError(f"{where}: no rows", hint="the file holds no answers")
+        # before the insert: joined with a transaction's 10M uncommitted rows this ran out of DuckDB's memory
+        splits = _check_items(con, staged, dataset, version, schema, layout, where)
         with transaction(con):
             try:
                 con.execute(
@@ -705,9 +709,8 @@ def import_answers(
                 raise DataImportError(f"{where}: cannot import: {_first_line(exc)}", hint="fix the file") from None
             if stream.problems:
                 raise stream.problems.error(where)
-            if stream.rows == 0:
-                raise DataImportError(f"{where}: no rows", hint="the file holds no answers")
-            splits = _check_items(con, run_id, dataset, version, schema, layout, where)
+            if layout.kind == "long":
+                _check_complete(con, run_id, schema, where)
             run_model = model or _mode_model(con, run_id)
             insert_run(
                 con,
@@ -788,32 +791,40 @@ def _mode_model(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
 
 def _check_items(
     con: duckdb.DuckDBPyConnection,
-    run_id: str,
+    staged: Path,
     dataset: str,
     version: int,
     schema: DecisionSchema,
     layout: _Layout,
     where: str,
 ) -> list[str]:
-    """Ids must be items of the version and (long layout) answer every question; returns the splits covered."""
-    questions = schema.question_ids
+    """Ids of the staged rows must be items of the version; returns the splits covered."""
     one_q = layout.kind == "wide"  # every question has a row per file row: look at one
     row = con.execute(
         "SELECT count(*) FILTER (WHERE i.item_id IS NULL), min(a.item_id) FILTER (WHERE i.item_id IS NULL),"
-        " list(DISTINCT i.split) FILTER (WHERE i.split IS NOT NULL), count(DISTINCT a.item_id), count(*)"
-        " FROM answers a LEFT JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id"
-        " WHERE a.run_id = $run AND ($q IS NULL OR a.question = $q)",
-        {"ds": dataset, "v": int(version), "run": run_id, "q": questions[0] if one_q else None},
+        " list(DISTINCT i.split) FILTER (WHERE i.split IS NOT NULL)"
+        " FROM read_parquet($staged) a"
+        " LEFT JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id"
+        " WHERE $q IS NULL OR a.question = $q",
+        {"ds": dataset, "v": int(version), "staged": str(staged), "q": schema.question_ids[0] if one_q else None},
     ).fetchone()
     assert row is not None
-    n_unknown, example, splits, n_items, n_rows = int(row[0]), row[1], sorted(row[2] or []), int(row[3]), int(row[4])
+    n_unknown, example, splits = int(row[0]), row[1], sorted(row[2] or [])
     if n_unknown:
         raise DataImportError(
             f"{where}: item {example!r} is not an item of dataset {dataset!r} v{version} ({n_unknown:,} row"
             f"{'s' if n_unknown != 1 else ''} name unknown items; nothing was imported)",
             hint="import the answers against the dataset version they answer (--dataset/--version), or drop those rows",
         )
-    if not one_q and n_rows != n_items * len(questions):
+    return splits
+
+
+def _check_complete(con: duckdb.DuckDBPyConnection, run_id: str, schema: DecisionSchema, where: str) -> None:
+    """Long layout: every item answers every question (after the insert: the key has refused duplicates)."""
+    questions = schema.question_ids
+    row = con.execute("SELECT count(DISTINCT item_id), count(*) FROM answers WHERE run_id = ?", [run_id]).fetchone()
+    assert row is not None
+    if int(row[1]) != int(row[0]) * len(questions):
         short = con.execute(
             "SELECT item_id, list(question) FROM answers WHERE run_id = ? GROUP BY item_id HAVING count(*) < ?"
             " ORDER BY item_id LIMIT 1",
@@ -830,7 +841,6 @@ def _check_items(
             f"{'s lack' if n_short != 1 else ' lacks'} a question; nothing was imported)",
             hint="every item needs a row per schema question (probs NULL with a failure_kind for a failure)",
         )
-    return splits
 
 
 def _duplicates(src: _Source, layout: _Layout, where: str) -> DataImportError:
