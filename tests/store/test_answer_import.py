@@ -408,8 +408,14 @@ def test_small_batches_checked_in_parallel_give_the_same_run_and_the_earliest_ba
         " FROM answers a JOIN answers b USING (item_id, question) WHERE a.run_id = ? AND b.run_id = ?",
         [one, many],
     ).fetchone()
+    from workbench.store.calls import run_summary
+
+    stored = get_run(con, many)["summary"]
+    recomputed = run_summary(con, many)  # the store's own summary, from the committed answers
     con.close()
     assert diff == (2 * N, 2 * N)  # every row of both questions, bit for bit
+    assert {k: stored[k] for k in recomputed} == recomputed
+    assert recomputed["failed"] == master["failed"].sum() and recomputed["items"] == N
     assert _staged_files(store) == []
 
     def edit(rows):

@@ -662,7 +662,6 @@ def import_answers(
     splits those of the items it answers. ``memory_limit`` caps DuckDB's buffer pool for the import
     (restored afterwards; None leaves it). Raises :class:`DataImportError` (nothing written) on bad input.
     """
-    from workbench.store.calls import run_summary
     from workbench.store.datasets import latest_version
     from workbench.store.runs import insert_run, new_run_id
 
@@ -711,7 +710,7 @@ def import_answers(
                 raise stream.problems.error(where)
             if layout.kind == "long":
                 _check_complete(con, run_id, schema, where)
-            run_model = model or _mode_model(con, run_id)
+            run_model = model or _mode_model(con, staged)
             insert_run(
                 con,
                 run_id=run_id,
@@ -736,7 +735,7 @@ def import_answers(
                 "status": "done",
                 "emulated": False,
                 "model": run_model,
-                **run_summary(con, run_id),
+                **_staged_summary(con, staged),
                 "imported": {
                     "rows": stream.rows,
                     "format": fmt,
@@ -784,9 +783,47 @@ def _stage(stream: _Stream, path: Path) -> None:
             writer.write_batch(out)
 
 
-def _mode_model(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
-    row = con.execute("SELECT mode(model) FROM answers WHERE run_id = ? AND model IS NOT NULL", [run_id]).fetchone()
+def _mode_model(con: duckdb.DuckDBPyConnection, staged: Path) -> str | None:
+    row = con.execute("SELECT mode(model) FROM read_parquet(?) WHERE model IS NOT NULL", [str(staged)]).fetchone()
     return row[0] if row and row[0] else None
+
+
+def _staged_summary(con: duckdb.DuckDBPyConnection, staged: Path) -> dict[str, Any]:
+    """:func:`workbench.store.calls.run_summary` of the new run, read from the staged file.
+
+    Read inside the transaction, from ``answers``, at 10M rows those figures ran out of DuckDB's memory
+    (the uncommitted rows hold the buffer pool). An import pays no call (no cache key, nothing billed
+    unanswered), so the latency quantiles are None and the billed-unanswered figures 0, as there.
+    """
+    row = con.execute(
+        "SELECT count(*) FILTER (WHERE probs IS NOT NULL), count(*) FILTER (WHERE probs IS NULL),"
+        " sum(input_tokens), sum(cost_usd), sum(cost_usd) FILTER (WHERE NOT coalesce(cached, false)),"
+        " count(*) FILTER (WHERE cost_usd IS NULL AND probs IS NOT NULL), count(DISTINCT item_id)"
+        " FROM read_parquet(?)",
+        [str(staged)],
+    ).fetchone()
+    assert row is not None
+    kinds = con.execute(
+        "SELECT failure_kind, count(*) FROM read_parquet(?) WHERE probs IS NULL GROUP BY 1 ORDER BY 2 DESC",
+        [str(staged)],
+    ).fetchall()
+    paid = float(row[4]) if row[4] is not None else None
+    return {
+        "billed_unanswered_calls": 0,
+        "billed_unanswered_cost_usd": 0.0,
+        "billed_unanswered_unknown_cost": 0,
+        "cost_billed_usd": paid,
+        "items": int(row[6] or 0),
+        "answered": int(row[0] or 0),
+        "failed": int(row[1] or 0),
+        "failed_by_kind": {str(k): int(v) for k, v in kinds},
+        "input_tokens": int(row[2]) if row[2] is not None else 0,
+        "cost_usd": float(row[3]) if row[3] is not None else None,
+        "cost_paid_usd": paid,
+        "answers_with_unknown_cost": int(row[5] or 0),
+        "latency_p50_ms": None,
+        "latency_p95_ms": None,
+    }
 
 
 def _check_items(
