@@ -65,7 +65,7 @@ OPTION_IDS_KEY = "workbench.option_ids"
 #: Threads checking batches ahead of DuckDB's insert (the machine's cores, at most 4: the insert needs some).
 WORKERS = max(1, min(4, (os.cpu_count() or 2)))
 #: DuckDB memory limit while importing (its buffer pool counts in the process's RSS).
-DEFAULT_MEMORY_LIMIT = "1GB"
+DEFAULT_MEMORY_LIMIT = "2GB"
 
 _PARQUET = {".parquet", ".pq"}
 _JSONL = {".jsonl", ".ndjson", ".json"}
@@ -691,6 +691,9 @@ def import_answers(
             raise DataImportError(f"{where}: no rows", hint="the file holds no answers")
         # before the insert: joined with a transaction's 10M uncommitted rows this ran out of DuckDB's memory
         splits = _check_items(con, staged, dataset, version, schema, layout, where)
+        # before the insert too: at 10M rows the transaction's primary-key index fills DuckDB's memory
+        figures = _staged_summary(con, staged)
+        run_model = model or _mode_model(con, staged)
         with transaction(con):
             try:
                 con.execute(
@@ -710,7 +713,6 @@ def import_answers(
                 raise stream.problems.error(where)
             if layout.kind == "long":
                 _check_complete(con, run_id, schema, where)
-            run_model = model or _mode_model(con, staged)
             insert_run(
                 con,
                 run_id=run_id,
@@ -735,7 +737,7 @@ def import_answers(
                 "status": "done",
                 "emulated": False,
                 "model": run_model,
-                **_staged_summary(con, staged),
+                **figures,
                 "imported": {
                     "rows": stream.rows,
                     "format": fmt,
@@ -791,7 +793,7 @@ def _mode_model(con: duckdb.DuckDBPyConnection, staged: Path) -> str | None:
 def _staged_summary(con: duckdb.DuckDBPyConnection, staged: Path) -> dict[str, Any]:
     """:func:`workbench.store.calls.run_summary` of the new run, read from the staged file.
 
-    Read inside the transaction, from ``answers``, at 10M rows those figures ran out of DuckDB's memory
+    Read from ``answers`` inside the transaction, at 10M rows those figures ran out of DuckDB's memory
     (the uncommitted rows hold the buffer pool). An import pays no call (no cache key, nothing billed
     unanswered), so the latency quantiles are None and the billed-unanswered figures 0, as there.
     """
