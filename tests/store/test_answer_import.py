@@ -383,3 +383,71 @@ def test_cli_refusal_exits_2_with_one_line_and_writes_nothing(master, store, tmp
     con = connect(store, read_only=True)
     assert table_counts(con) == before
     con.close()
+
+
+def _staged_files(store: Path) -> list[Path]:
+    return sorted(store.parent.glob(f".{store.name}.import-*.parquet"))
+
+
+def test_small_batches_checked_in_parallel_give_the_same_run_and_the_earliest_bad_row(
+    master, store, tmp_path, monkeypatch
+):
+    """Batches of 64 rows checked by the worker threads: the same stored figures as one batch, the staged
+    file is removed, and an error names the earliest bad row in file order whichever batch finished first."""
+    from workbench.store import answer_import
+
+    path = write_wide(master, tmp_path / "a.parquet")
+    con = connect(store)
+    one = import_answers(con, path, dataset="msgs", schema=schema(), name="one")
+    monkeypatch.setattr(answer_import, "BATCH_ROWS", 64)  # 400 rows: 7 batches, 3 in flight
+    many = import_answers(con, path, dataset="msgs", schema=schema(), name="many")
+    diff = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE a.probs IS NOT DISTINCT FROM b.probs"
+        " AND a.p_top IS NOT DISTINCT FROM b.p_top AND a.margin IS NOT DISTINCT FROM b.margin"
+        " AND a.entropy IS NOT DISTINCT FROM b.entropy AND a.failure_kind IS NOT DISTINCT FROM b.failure_kind)"
+        " FROM answers a JOIN answers b USING (item_id, question) WHERE a.run_id = ? AND b.run_id = ?",
+        [one, many],
+    ).fetchone()
+    from workbench.store.calls import run_summary
+
+    stored = get_run(con, many)["summary"]
+    recomputed = run_summary(con, many)  # the store's own summary, from the committed answers
+    con.close()
+    assert diff == (2 * N, 2 * N)  # every row of both questions, bit for bit
+    assert {k: stored[k] for k in recomputed} == recomputed
+    assert recomputed["failed"] == master["failed"].sum() and recomputed["items"] == N
+    assert _staged_files(store) == []
+
+    def edit(rows):
+        rows[300][0] = 7.0  # batch 5
+        rows[201] = rows[201][:2]  # batch 4
+        rows[130][1] = -1.0  # batch 3: the earliest
+
+    bad = _with(master, tmp_path, "b.parquet", topic=_topic(master, edit))
+    msg = _refused(store, bad, match="row 131: item 'm0130'")
+    assert "3 bad rows: 1 length, 2 value" in msg
+    assert _staged_files(store) == []
+
+
+def test_top_two_and_entropy_equal_the_runtimes_bit_for_bit():
+    """The import's two-pass top-two and unmasked-log entropy against the runtime's functions, on rows
+    with ties, zeros and one-hot vectors; ``p`` is left exactly as it was."""
+    from workbench.schema.answers import entropy as runtime_entropy
+    from workbench.store.answer_import import _entropy, _top_two
+
+    rng = np.random.default_rng(3)
+    p = rng.dirichlet(np.ones(K), 500)
+    p[p < 0.05] = 0.0
+    p[:50] = [0.3, 0.3, 0.2, 0.2, 0.0]  # ties at the top
+    p[50:60] = np.eye(K)[rng.integers(0, K, 10)]  # one-hot: entropy 0, runner-up 0
+    p /= p.sum(axis=1, keepdims=True)
+    before = p.copy()
+    p1, p2 = _top_two(p)
+    _, r1, r2 = top_two(p)
+    assert np.array_equal(p, before)
+    assert np.array_equal(p1, r1) and np.array_equal(p2, r2)
+    assert np.array_equal(p1[:50], p2[:50]) and np.all(p2[50:60] == 0.0)
+    np.testing.assert_allclose(_entropy(p), runtime_entropy(p), rtol=0, atol=1e-15)
+    logs = np.zeros_like(p)
+    np.log(p, out=logs, where=p > 0)  # the previous (masked) formulation
+    assert np.array_equal(_entropy(p), -np.einsum("ij,ij->i", p, logs))

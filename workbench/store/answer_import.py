@@ -20,17 +20,23 @@ bit for bit). Ids must be items of the dataset version, once per question; in th
 item needs every question. Any violation raises one :class:`DataImportError` naming the first
 offending row (file order), how many rows are bad and the fix; nothing is written (one transaction).
 
-Vectorised: Arrow record batches of :data:`BATCH_ROWS` rows are checked and summarised with numpy and
-streamed into DuckDB as one ``INSERT … SELECT`` over an Arrow reader, so memory stays bounded by a few
-batches plus DuckDB's ``memory_limit``.
+Vectorised: Arrow record batches of :data:`BATCH_ROWS` rows are checked and summarised with numpy by
+:data:`WORKERS` threads (numpy releases the GIL) while DuckDB inserts the previous batches, one
+``INSERT … SELECT`` per batch inside the import's one transaction, so memory stays bounded by a few
+batches plus DuckDB's ``memory_limit`` (one ``INSERT`` over a Python Arrow stream made DuckDB hold
+~0.5 GB per million rows until the statement ended; a statement per batch releases each batch).
 """
 
 from __future__ import annotations
 
 import glob
 import json
+import os
+import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +48,7 @@ import pyarrow.compute as pc
 
 from workbench.errors import DataImportError
 from workbench.schema import DecisionSchema, option_ids
-from workbench.schema.answers import SUM_TOLERANCE, top_two
+from workbench.schema.answers import SUM_TOLERANCE
 from workbench.store.calls import _ANSWER_SCHEMA
 from workbench.store.db import fetch_scalar, memory_connection, transaction
 
@@ -56,8 +62,10 @@ RANGE_SLACK = 1e-9
 UNKNOWN_FAILURE = "unknown"
 #: Parquet schema metadata key (and JSONL/CSV side-car key) holding {question: [option ids in order]}.
 OPTION_IDS_KEY = "workbench.option_ids"
+#: Threads checking batches ahead of DuckDB's insert (the machine's cores, at most 4: the insert needs some).
+WORKERS = max(1, min(4, (os.cpu_count() or 2)))
 #: DuckDB memory limit while importing (its buffer pool counts in the process's RSS).
-DEFAULT_MEMORY_LIMIT = "1GB"
+DEFAULT_MEMORY_LIMIT = "2GB"
 
 _PARQUET = {".parquet", ".pq"}
 _JSONL = {".jsonl", ".ndjson", ".json"}
@@ -353,6 +361,13 @@ class _Problems:
         if self.first is None or row < self.first[0]:
             self.first = (row, check, describe(int(rows[0])))
 
+    def merge(self, other: _Problems) -> None:
+        """Fold in the problems another batch found (counts add; the earliest row stays first)."""
+        for check, n in other.counts.items():
+            self.counts[check] = self.counts.get(check, 0) + n
+        if other.first is not None and (self.first is None or other.first[0] < self.first[0]):
+            self.first = other.first
+
     def __bool__(self) -> bool:
         return bool(self.counts)
 
@@ -460,8 +475,8 @@ def _vectors(
         p = m.copy()
         p[need] /= s[need, None]
     else:
-        p = m
-    _, p1, p2 = top_two(p)
+        p = m.copy() if not m.flags.writeable else m
+    p1, p2 = _top_two(p)
     ent = _entropy(p)
 
     def full(x: np.ndarray) -> pa.Array:
@@ -491,11 +506,34 @@ def _vectors(
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:
-    """Shannon entropy in nats per row, as :func:`workbench_runtime.answers.entropy` (to ~1e-16), faster:
-    the logarithm is taken of the positive entries only and the row sums are one ``einsum``."""
-    logs = np.zeros_like(p)
-    np.log(p, out=logs, where=p > 0)
+    """Shannon entropy in nats per row, as :func:`workbench_runtime.answers.entropy` (to ~1e-16), faster.
+
+    ``p`` holds checked probabilities (in [0, 1]): a zero entry's logarithm is taken of the smallest
+    normal double instead (finite, and multiplied by 0 it adds nothing), so ``log`` runs its unmasked
+    SIMD loop (``where=`` would not), and the row sums are one ``einsum``: the same figures as taking the
+    logarithm of the positive entries only, bit for bit.
+    """
+    logs = np.maximum(p, np.finfo(np.float64).tiny)
+    np.log(logs, out=logs)
     return -np.einsum("ij,ij->i", p, logs)
+
+
+def _top_two(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Top and runner-up probability per row of finite ``p`` (modified, then restored exactly).
+
+    The values :func:`workbench.schema.answers.top_two` returns, in two passes over ``p`` instead of four
+    (no NaN check: the rows are checked; no copy: the top entry is masked in place and put back).
+    """
+    n, k = p.shape
+    rows = np.arange(n)
+    top = p.argmax(axis=1)
+    p1 = p[rows, top]
+    if k < 2:
+        return p1, np.zeros(n)
+    p[rows, top] = -np.inf
+    p2 = p.max(axis=1)
+    p[rows, top] = p1
+    return p1, p2
 
 
 class _Stream:
@@ -507,26 +545,50 @@ class _Stream:
         self.rows = 0
         self.k = {q: len(option_ids(schema.questions[q])) for q in schema.question_ids}
 
-    def reader(self) -> pa.RecordBatchReader:
-        return pa.RecordBatchReader.from_batches(_OUT_SCHEMA, self._generate())
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Batches checked by :data:`WORKERS` threads (numpy and Arrow release the GIL), yielded in file order.
 
-    def _generate(self) -> Iterator[pa.RecordBatch]:
+        At most ``WORKERS + 1`` batches are in flight, so memory stays bounded; DuckDB inserts one batch
+        while the next ones are checked.
+        """
+        pending: deque[tuple[Future, _Problems, int]] = deque()
+        submitted = 0
         try:
-            for batch in _batches(self.src, self.layout):
-                for out in self._one(batch, self.rows):
+            with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="answer-import") as pool:
+                batches = _batches(self.src, self.layout)
+                exhausted = False
+                while True:
+                    while not exhausted and len(pending) <= WORKERS:
+                        batch = next(batches, None)
+                        if batch is None:
+                            exhausted = True
+                            break
+                        found = _Problems()
+                        pending.append((pool.submit(self._checked, batch, submitted, found), found, batch.num_rows))
+                        submitted += batch.num_rows
+                    if not pending:
+                        break
+                    future, found, n = pending.popleft()
+                    outs = future.result()
+                    self.problems.merge(found)
+                    self.rows += n
                     if not self.problems:  # after the first bad row: keep counting, stop writing
-                        yield out
-                self.rows += batch.num_rows
+                        yield from outs
         except (pa.ArrowException, duckdb.Error, OSError) as exc:
+            for future, _, _ in pending:
+                future.cancel()
             self.problems.counts["unreadable"] = 1
             self.problems.first = (self.rows, "read", f"cannot read: {_first_line(exc)}")
 
-    def _one(self, batch: pa.RecordBatch, base: int) -> Iterator[pa.RecordBatch]:
+    def _checked(self, batch: pa.RecordBatch, base: int, problems: _Problems) -> list[pa.RecordBatch]:
+        return list(self._one(batch, base, problems))
+
+    def _one(self, batch: pa.RecordBatch, base: int, problems: _Problems) -> Iterator[pa.RecordBatch]:
         n = batch.num_rows
         names = batch.schema.names
         ids = _text(batch.column("item_id"), n)
         null_ids = np.flatnonzero(~ids.is_valid().to_numpy(zero_copy_only=False))
-        self.problems.add("item_id", null_ids, base, lambda p: "item_id is empty")
+        problems.add("item_id", null_ids, base, lambda p: "item_id is empty")
         model = pa.array(np.full(n, self.model, dtype=object), type=pa.string()) if self.model else None
         rows = np.arange(n)
         if self.layout.kind == "wide":
@@ -534,14 +596,14 @@ class _Stream:
             for q in self.schema.question_ids:
                 kinds = _text(batch.column(f"{q}__failure_kind") if f"{q}__failure_kind" in names else None, n)
                 msgs = _text(batch.column(f"{q}__failure_message") if f"{q}__failure_message" in names else None, n)
-                out = _vectors(q, self.k[q], ids, batch.column(q), kinds, msgs, extras, rows, base, self.problems)
+                out = _vectors(q, self.k[q], ids, batch.column(q), kinds, msgs, extras, rows, base, problems)
                 if out is not None:
                     yield out
             return
         questions = _text(batch.column("question"), n)
         known = pc.is_in(questions, value_set=pa.array(self.schema.question_ids, type=pa.string()))
         unknown = np.flatnonzero(~pc.fill_null(known, False).to_numpy(zero_copy_only=False))
-        self.problems.add(
+        problems.add(
             "question",
             unknown,
             base,
@@ -569,7 +631,7 @@ class _Stream:
                 {c: a.take(take) for c, a in extras.items()},
                 rows[sel],
                 base,
-                self.problems,
+                problems,
             )
             if out is not None:
                 yield out
@@ -600,7 +662,6 @@ def import_answers(
     splits those of the items it answers. ``memory_limit`` caps DuckDB's buffer pool for the import
     (restored afterwards; None leaves it). Raises :class:`DataImportError` (nothing written) on bad input.
     """
-    from workbench.store.calls import run_summary
     from workbench.store.datasets import latest_version
     from workbench.store.runs import insert_run, new_run_id
 
@@ -621,15 +682,24 @@ def import_answers(
     if memory_limit:
         con.execute(f"SET memory_limit = '{memory_limit}'")
         con.execute("SET preserve_insertion_order = false")
-    reader = stream.reader()
-    con.register("_answer_stream", reader)
+    staged = _staging_path(con)
     try:
+        _stage(stream, staged)
+        if stream.problems:
+            raise stream.problems.error(where)
+        if stream.rows == 0:
+            raise DataImportError(f"{where}: no rows", hint="the file holds no answers")
+        # before the insert: joined with a transaction's 10M uncommitted rows this ran out of DuckDB's memory
+        splits = _check_items(con, staged, dataset, version, schema, layout, where)
+        # before the insert too: at 10M rows the transaction's primary-key index fills DuckDB's memory
+        figures = _staged_summary(con, staged)
+        run_model = model or _mode_model(con, staged)
         with transaction(con):
             try:
                 con.execute(
                     f"INSERT INTO answers (run_id, {', '.join(_OUT_COLUMNS)})"
-                    f" SELECT $run, {', '.join(_OUT_COLUMNS)} FROM _answer_stream",
-                    {"run": run_id},
+                    f" SELECT $run, {', '.join(_OUT_COLUMNS)} FROM read_parquet($staged)",
+                    {"run": run_id, "staged": str(staged)},
                 )
             except duckdb.ConstraintException:
                 if stream.problems:
@@ -641,10 +711,8 @@ def import_answers(
                 raise DataImportError(f"{where}: cannot import: {_first_line(exc)}", hint="fix the file") from None
             if stream.problems:
                 raise stream.problems.error(where)
-            if stream.rows == 0:
-                raise DataImportError(f"{where}: no rows", hint="the file holds no answers")
-            splits = _check_items(con, run_id, dataset, version, schema, layout, where)
-            run_model = model or _mode_model(con, run_id)
+            if layout.kind == "long":
+                _check_complete(con, run_id, schema, where)
             insert_run(
                 con,
                 run_id=run_id,
@@ -669,7 +737,7 @@ def import_answers(
                 "status": "done",
                 "emulated": False,
                 "model": run_model,
-                **run_summary(con, run_id),
+                **figures,
                 "imported": {
                     "rows": stream.rows,
                     "format": fmt,
@@ -683,45 +751,119 @@ def import_answers(
                 [json.dumps(summary), run_id],
             )
     finally:
-        con.unregister("_answer_stream")
+        staged.unlink(missing_ok=True)
         for s, v in saved.items():
             con.execute(f"SET {s} = '{v}'" if isinstance(v, str) else f"SET {s} = {str(v).lower()}")
     return run_id
 
 
-def _mode_model(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
-    row = con.execute("SELECT mode(model) FROM answers WHERE run_id = ? AND model IS NOT NULL", [run_id]).fetchone()
+def _staging_path(con: duckdb.DuckDBPyConnection) -> Path:
+    """A new hidden file next to the store (the system's temp directory for an in-memory store)."""
+    from workbench.store.calls import database_path
+
+    db = database_path(con)
+    fd, name = tempfile.mkstemp(
+        prefix=f".{db.name if db else 'workbench'}.import-", suffix=".parquet", dir=db.parent if db else None
+    )
+    os.close(fd)
+    return Path(name)
+
+
+def _stage(stream: _Stream, path: Path) -> None:
+    """Write the checked rows to ``path`` (uncompressed Parquet, a row group per batch); stop writing at the
+    first bad row but keep counting (the error reports every check's count)."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(
+        path,
+        _OUT_SCHEMA,
+        compression="none",
+        use_dictionary=["question", "model", "failure_kind"],
+        write_statistics=False,
+    ) as writer:
+        for out in stream.batches():
+            writer.write_batch(out)
+
+
+def _mode_model(con: duckdb.DuckDBPyConnection, staged: Path) -> str | None:
+    row = con.execute("SELECT mode(model) FROM read_parquet(?) WHERE model IS NOT NULL", [str(staged)]).fetchone()
     return row[0] if row and row[0] else None
+
+
+def _staged_summary(con: duckdb.DuckDBPyConnection, staged: Path) -> dict[str, Any]:
+    """:func:`workbench.store.calls.run_summary` of the new run, read from the staged file.
+
+    Read from ``answers`` inside the transaction, at 10M rows those figures ran out of DuckDB's memory
+    (the uncommitted rows hold the buffer pool). An import pays no call (no cache key, nothing billed
+    unanswered), so the latency quantiles are None and the billed-unanswered figures 0, as there.
+    """
+    row = con.execute(
+        "SELECT count(*) FILTER (WHERE probs IS NOT NULL), count(*) FILTER (WHERE probs IS NULL),"
+        " sum(input_tokens), sum(cost_usd), sum(cost_usd) FILTER (WHERE NOT coalesce(cached, false)),"
+        " count(*) FILTER (WHERE cost_usd IS NULL AND probs IS NOT NULL), count(DISTINCT item_id)"
+        " FROM read_parquet(?)",
+        [str(staged)],
+    ).fetchone()
+    assert row is not None
+    kinds = con.execute(
+        "SELECT failure_kind, count(*) FROM read_parquet(?) WHERE probs IS NULL GROUP BY 1 ORDER BY 2 DESC",
+        [str(staged)],
+    ).fetchall()
+    paid = float(row[4]) if row[4] is not None else None
+    return {
+        "billed_unanswered_calls": 0,
+        "billed_unanswered_cost_usd": 0.0,
+        "billed_unanswered_unknown_cost": 0,
+        "cost_billed_usd": paid,
+        "items": int(row[6] or 0),
+        "answered": int(row[0] or 0),
+        "failed": int(row[1] or 0),
+        "failed_by_kind": {str(k): int(v) for k, v in kinds},
+        "input_tokens": int(row[2]) if row[2] is not None else 0,
+        "cost_usd": float(row[3]) if row[3] is not None else None,
+        "cost_paid_usd": paid,
+        "answers_with_unknown_cost": int(row[5] or 0),
+        "latency_p50_ms": None,
+        "latency_p95_ms": None,
+    }
 
 
 def _check_items(
     con: duckdb.DuckDBPyConnection,
-    run_id: str,
+    staged: Path,
     dataset: str,
     version: int,
     schema: DecisionSchema,
     layout: _Layout,
     where: str,
 ) -> list[str]:
-    """Ids must be items of the version and (long layout) answer every question; returns the splits covered."""
-    questions = schema.question_ids
+    """Ids of the staged rows must be items of the version; returns the splits covered."""
     one_q = layout.kind == "wide"  # every question has a row per file row: look at one
     row = con.execute(
         "SELECT count(*) FILTER (WHERE i.item_id IS NULL), min(a.item_id) FILTER (WHERE i.item_id IS NULL),"
-        " list(DISTINCT i.split) FILTER (WHERE i.split IS NOT NULL), count(DISTINCT a.item_id), count(*)"
-        " FROM answers a LEFT JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id"
-        " WHERE a.run_id = $run AND ($q IS NULL OR a.question = $q)",
-        {"ds": dataset, "v": int(version), "run": run_id, "q": questions[0] if one_q else None},
+        " list(DISTINCT i.split) FILTER (WHERE i.split IS NOT NULL)"
+        " FROM read_parquet($staged) a"
+        " LEFT JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id"
+        " WHERE $q IS NULL OR a.question = $q",
+        {"ds": dataset, "v": int(version), "staged": str(staged), "q": schema.question_ids[0] if one_q else None},
     ).fetchone()
     assert row is not None
-    n_unknown, example, splits, n_items, n_rows = int(row[0]), row[1], sorted(row[2] or []), int(row[3]), int(row[4])
+    n_unknown, example, splits = int(row[0]), row[1], sorted(row[2] or [])
     if n_unknown:
         raise DataImportError(
             f"{where}: item {example!r} is not an item of dataset {dataset!r} v{version} ({n_unknown:,} row"
             f"{'s' if n_unknown != 1 else ''} name unknown items; nothing was imported)",
             hint="import the answers against the dataset version they answer (--dataset/--version), or drop those rows",
         )
-    if not one_q and n_rows != n_items * len(questions):
+    return splits
+
+
+def _check_complete(con: duckdb.DuckDBPyConnection, run_id: str, schema: DecisionSchema, where: str) -> None:
+    """Long layout: every item answers every question (after the insert: the key has refused duplicates)."""
+    questions = schema.question_ids
+    row = con.execute("SELECT count(DISTINCT item_id), count(*) FROM answers WHERE run_id = ?", [run_id]).fetchone()
+    assert row is not None
+    if int(row[1]) != int(row[0]) * len(questions):
         short = con.execute(
             "SELECT item_id, list(question) FROM answers WHERE run_id = ? GROUP BY item_id HAVING count(*) < ?"
             " ORDER BY item_id LIMIT 1",
@@ -738,7 +880,6 @@ def _check_items(
             f"{'s lack' if n_short != 1 else ' lacks'} a question; nothing was imported)",
             hint="every item needs a row per schema question (probs NULL with a failure_kind for a failure)",
         )
-    return splits
 
 
 def _duplicates(src: _Source, layout: _Layout, where: str) -> DataImportError:

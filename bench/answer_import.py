@@ -1,0 +1,98 @@
+"""Time one ``runs import`` of an existing answers file into a copy of a store, in this process alone.
+
+``bench/scale_data.py`` generates the files and imports them in the same process, so its peak RSS
+includes the generation. This script copies a store that already holds the dataset (``--base``, e.g.
+one built by ``scale_data.py``), imports ``--answers`` into the copy and prints wall seconds, CPU
+seconds (user + sys, all threads) and peak RSS (``getrusage``), plus the RSS reached by each phase::
+
+    python bench/answer_import.py --base /tmp/s1m.duckdb --answers /tmp/f1m/answers.parquet \\
+        --dataset scale-1000000 --db /tmp/s1m-copy.duckdb
+
+The schema is ``bench/scale_data.py``'s (one 77-option question, ``--k`` to change it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _rss_gb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) / 1024**2
+    return float("nan")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--base", required=True, help="store holding the dataset (left untouched)")
+    ap.add_argument("--answers", required=True)
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--db", required=True, help="the copy to import into (overwritten, kept)")
+    ap.add_argument("--k", type=int, default=77)
+    args = ap.parse_args(argv)
+    shutil.copy(args.base, args.db)
+
+    from bench.scale_data import schema_dict
+    from workbench.schema import DecisionSchema
+    from workbench.store import answer_import
+    from workbench.store.db import connect
+
+    t0 = time.perf_counter()
+    phases: list[tuple[str, float, float, float]] = []  # (phase, wall, cpu, RSS) at its end
+    peak = [0.0]
+
+    def sample() -> None:
+        while True:
+            peak[0] = max(peak[0], _rss_gb())
+            time.sleep(0.5)
+
+    threading.Thread(target=sample, daemon=True).start()
+    for name in ("_stage", "_check_items"):
+        f = getattr(answer_import, name, None)
+        if f is None:  # an older import without that phase
+            continue
+
+        def timed(*a, _f=f, _name=name, **kw):
+            out = _f(*a, **kw)
+            phases.append((_name, time.perf_counter() - t0, time.process_time(), peak[0]))
+            return out
+
+        setattr(answer_import, name, timed)
+    schema = DecisionSchema.from_dict(schema_dict(args.k), source="bench/scale_data.py")
+    con = connect(args.db)
+    try:
+        run_id = answer_import.import_answers(
+            con, args.answers, dataset=args.dataset, schema=schema, name="bench", model="synthetic"
+        )
+    finally:
+        con.close()
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    for name, wall, cpu, rss in phases:
+        print(f"  after {name:<14} {wall:7.1f} s wall {cpu:7.1f} s CPU  RSS so far {rss:5.2f} GB", flush=True)
+    print(
+        json.dumps(
+            {
+                "run_id": run_id,
+                "seconds": round(time.perf_counter() - t0, 1),
+                "cpu_seconds": round(ru.ru_utime + ru.ru_stime, 1),
+                "peak_rss_gb": round(ru.ru_maxrss / 1024**2, 2),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
