@@ -12,7 +12,7 @@ needs several times the memory; beyond it the figures measured when issue 11 was
     python bench/scale.py --sizes 200000 --old /tmp/wb-old
     python bench/scale.py --full --workdir /data/wb-scale --reuse   # build each size once, then reuse it
 
-Prints one table: items, command, seconds, peak RSS (GB), old seconds/RSS and the ratios, plus
+Prints one table: items, command, seconds (wall and CPU: the machine may be shared), peak RSS (GB), old seconds/RSS and the ratios, plus
 the store size before and after ``calibrate`` (a calibrated view stores its calibrator only).
 """
 
@@ -38,8 +38,8 @@ FILED = {
 }
 
 
-def run_measured(cmd: list[str], env: dict) -> tuple[float, float, int, str, str]:
-    """(seconds, peak RSS in GB, exit code, stderr tail, stdout) of one child process.
+def run_measured(cmd: list[str], env: dict) -> tuple[float, float, int, str, str, float]:
+    """(seconds, peak RSS in GB, exit code, stderr tail, stdout, CPU seconds) of one child process.
 
     The peak comes from ``wait4`` of that child; this parent stays small, since a forked child's peak
     starts at the parent's resident size."""
@@ -56,7 +56,7 @@ def run_measured(cmd: list[str], env: dict) -> tuple[float, float, int, str, str
         tail = err.read().decode(errors="replace")[-600:]
         out.seek(0)
         stdout = out.read().decode(errors="replace")
-    return seconds, usage.ru_maxrss / 1024**2, proc.returncode, tail, stdout
+    return seconds, usage.ru_maxrss / 1024**2, proc.returncode, tail, stdout, usage.ru_utime + usage.ru_stime
 
 
 def _run_id(stdout: str) -> str | None:
@@ -155,8 +155,8 @@ def main(argv: list[str] | None = None) -> None:
                 if "{view}" in cmds[name] and view is None:
                     print(f"   {name}: skipped (needs the calibrated view of calibrate)")
                     continue
-                sec, rss, code, tail, stdout = run_measured(cmd, env_for(ROOT, db))
-                row = {"items": n, "command": name, "seconds": sec, "rss_gb": rss, "ok": code == 0}
+                sec, rss, code, tail, stdout, cpu = run_measured(cmd, env_for(ROOT, db))
+                row = {"items": n, "command": name, "seconds": sec, "cpu_s": cpu, "rss_gb": rss, "ok": code == 0}
                 if code != 0:
                     print(f"   {name} failed ({code}): {tail}", flush=True)
                 if name == "calibrate":
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
                     view = _run_id(stdout) if code == 0 else None
                 if old_db is not None:
                     o_cmd = [old_view if c == "{view}" else c for c in cmds[name]]
-                    o_sec, o_rss, o_code, _, o_out = run_measured(o_cmd, env_for(args.old, old_db))
+                    o_sec, o_rss, o_code, _, o_out, _ = run_measured(o_cmd, env_for(args.old, old_db))
                     row |= {"old_seconds": o_sec, "old_rss_gb": o_rss, "old_ok": o_code == 0}
                     if name == "calibrate":
                         row["old_store_growth"] = old_db.stat().st_size / size0 - 1
@@ -172,14 +172,19 @@ def main(argv: list[str] | None = None) -> None:
                 elif n in FILED and name in FILED[n]:
                     row["old_rss_gb"] = FILED[n][name]
                     row["old_note"] = "filed"
-                print(f"   {name:<11} {sec:8.1f} s  {rss:6.2f} GB  {'ok' if code == 0 else 'FAILED'}", flush=True)
+                print(
+                    f"   {name:<11} {sec:8.1f} s ({cpu:.0f} s CPU)  {rss:6.2f} GB  {'ok' if code == 0 else 'FAILED'}",
+                    flush=True,
+                )
                 rows.append(row)
             rows.append({"items": n, "command": "store size (GB)", "size_gb": size0 / 1e9, "growth": size1 / size0 - 1})
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
     print()
-    print(f"{'items':>11}  {'command':<31} {'seconds':>8} {'peak GB':>8} {'old s':>8} {'old GB':>8} {'RSS ratio':>9}")
+    print(
+        f"{'items':>11}  {'command':<31} {'seconds':>8} {'CPU s':>7} {'peak GB':>8} {'old s':>8} {'old GB':>8} {'RSS ratio':>9}"
+    )
     for r in rows:
         if "size_gb" in r:
             print(
@@ -190,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         rss, old = r.get("rss_gb"), r.get("old_rss_gb")
         cells = [
             f"{r['seconds']:>8.1f}",
+            f"{r['cpu_s']:>7.0f}" if "cpu_s" in r else f"{'':>7}",
             f"{rss:>8.2f}" if rss is not None else f"{'':>8}",
             f"{r['old_seconds']:>8.1f}" if "old_seconds" in r else f"{'':>8}",
             (f"{old:>8.2f}" if old != float("inf") else f"{'OOM':>8}") if old is not None else f"{'':>8}",
