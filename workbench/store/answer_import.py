@@ -21,10 +21,11 @@ item needs every question. Any violation raises one :class:`DataImportError` nam
 offending row (file order), how many rows are bad and the fix; nothing is written (one transaction).
 
 Vectorised: Arrow record batches of :data:`BATCH_ROWS` rows are checked and summarised with numpy by
-:data:`WORKERS` threads (numpy releases the GIL) while DuckDB inserts the previous batches, one
-``INSERT … SELECT`` per batch inside the import's one transaction, so memory stays bounded by a few
-batches plus DuckDB's ``memory_limit`` (one ``INSERT`` over a Python Arrow stream made DuckDB hold
-~0.5 GB per million rows until the statement ended; a statement per batch releases each batch).
+:data:`WORKERS` threads (numpy releases the GIL) and written, in file order, to a hidden staged Parquet
+file next to the store; the item-id check and the run's summary read that file, and one
+``INSERT … FROM read_parquet`` inside the import's one transaction stores the rows. Memory stays bounded by
+a few batches plus DuckDB's ``memory_limit`` (one ``INSERT`` over a Python Arrow stream made DuckDB hold
+~0.5 GB per million rows until the statement ended). The staged file is removed afterwards, on error too.
 """
 
 from __future__ import annotations
