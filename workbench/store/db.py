@@ -414,6 +414,10 @@ def no_progress_bar(con: duckdb.DuckDBPyConnection) -> None:
 #: run's blocks it has already read (counted in RSS, useless to a single pass). Measured on a 3M × 77
 #: run: a pass peaks at 0.9 GB RSS under 512MB against 1.4 GB under 1GB, in the same time.
 STREAM_MEMORY_LIMIT = "512MB"
+#: DuckDB's cap for a keys-only read (ids ranked, gold labels chosen, sorted by id): at 10M items its
+#: aggregates and sort ran out of memory under :data:`STREAM_MEMORY_LIMIT` and finish under 1 GB
+#: (``bench/scale.py --full``), at a peak of 1.5 GB RSS.
+KEYS_MEMORY_LIMIT = "1GB"
 
 
 _UNITS = {"": 1, "b": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}

@@ -20,7 +20,7 @@ import pyarrow as pa
 from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError
 from workbench.schema import DecisionSchema, option_ids
-from workbench.store.db import stream_memory, transaction
+from workbench.store.db import KEYS_MEMORY_LIMIT, stream_memory, transaction
 
 
 # -- schemas -------------------------------------------------------------------------------------
@@ -383,7 +383,7 @@ def load_answer_keys(
     )
     if not ids:
         sql = sql.replace("SELECT a.item_id, i.split,", "SELECT i.split,")
-    with stream_memory(con):  # the sort needs only its own memory; nothing stays cached after it
+    with stream_memory(con, KEYS_MEMORY_LIMIT):  # the sort needs only its own memory; nothing stays cached after it
         tbl = con.execute(sql, _answers_params(run, question, source, opts, split_list)).fetch_arrow_table()
     n = tbl.num_rows
     unread = np.broadcast_to(np.nan, (n,))  # latency and tokens are not read: a read-only view, no memory
