@@ -111,7 +111,9 @@ def test_local_providers_answer_every_item_and_export_round_trips(tmp_path, bank
 
 def test_ctrl_c_commits_what_was_answered_and_resume_finishes(tmp_path, banking_db, schema_file):
     db, name = banking_db
-    with run_emulator(port=0, require_token=TOKEN, latency_ms=60.0) as emu:
+    with run_emulator(port=0, require_token=TOKEN, latency_ms=300.0) as emu:
+        # slow enough that Ctrl-C at 100 answers lands long before the 308th (at 60 ms a loaded CI machine
+        # let the run finish first)
         env = {
             "CLOUDFLARE_API_KEY": TOKEN,
             "CLOUDFLARE_ACCOUNT_ID": "0" * 32,
@@ -151,6 +153,7 @@ def test_ctrl_c_commits_what_was_answered_and_resume_finishes(tmp_path, banking_
         con.close()
         assert status == "interrupted" and answered >= 90  # everything answered before Ctrl-C was committed
         sent_before = emu.request_count()
+        emu.set_faults(latency_ms=0.0)
         res = cli(db, "run", "--resume", run_id, "--json", env=env)
         assert res.returncode == 0, res.stderr
         summary = json.loads(res.stdout)["runs"][0]  # one shape: {"run_ids", "runs", "experiment"}
