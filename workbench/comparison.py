@@ -38,8 +38,6 @@ from workbench.metrics.reliability import calibration_error, top_label
 from workbench.metrics.scores import _wmean, expected_level, item_brier, item_log_loss, item_rps
 from workbench.schema import option_ids
 from workbench.store.runs import (  # the SQL of the readers: compare ranks and pairs ids in DuckDB
-    _ANSWERS_SQL,
-    _answers_params,
     answer_source,
     get_run,
     iter_answer_batches,
@@ -476,33 +474,16 @@ def _side_in_memory(con, run_id: str, question: str, split: str, rule) -> _RunSi
 ITEM_ROWS = 20_000
 
 
-def _row_keys(con, run: dict, question: str, opts: list[str], split: str) -> tuple[np.ndarray, np.ndarray]:
-    """(label (n,) int32, -1 without one; failed (n,) bool) of every row, in item-id order: the
-    rows and labels :func:`~workbench.store.runs.load_answer_keys` reads, without their ids."""
-    source, _ = answer_source(con, run)
-    sql = _ANSWERS_SQL.format(extra_cte="", pos="", extra_join="", order="").replace(
-        "a.probs,", "a.probs IS NULL AS failed,"
-    )
-    tbl = con.execute(
-        f"SELECT label::INTEGER AS label, failed FROM ({sql}) ORDER BY item_id",
-        _answers_params(run, question, source, opts, [split]),
-    ).fetch_arrow_table()
-    labels = np.asarray(tbl.column("label").fill_null(-1).to_numpy(), dtype=np.int32)
-    return labels, np.asarray(tbl.column("failed").to_numpy(), dtype=bool)
-
-
 def stream_side(con, run_id: str, question: str, split: str, rule=None) -> _RunSide:
     """:class:`_RunSide` of a run read in batches (:func:`~workbench.store.runs.iter_answer_batches`):
     memory is a few compact numbers per item plus one batch, never the (n, k) matrix nor the ids
     (they stay in DuckDB). Rows are written at their item-id positions, so the items equal the
     in-memory ones."""
     run = get_run(con, run_id)
-    q = load_stored_schema(con, run["schema_hash"]).questions.get(question)
-    if q is None:  # the reader names the question and the run's questions
-        load_answer_keys(con, run_id, question, [split])
-    assert q is not None
-    opts = option_ids(q)
-    labels, failed = _row_keys(con, run, question, opts, split)
+    keys = load_answer_keys(con, run_id, question, [split], ids=False)  # names an unknown question
+    q = load_stored_schema(con, run["schema_hash"]).questions[question]
+    labels, failed = keys.labels.astype(np.int32), keys.failed
+    del keys
     ok = ~failed & (labels >= 0)
     rows = np.flatnonzero(ok)
     index = np.cumsum(ok, dtype=np.int64) - 1  # position -> slot in items (valid where ok)
@@ -517,7 +498,7 @@ def stream_side(con, run_id: str, question: str, split: str, rule=None) -> _RunS
             sub = keep[start : start + ITEM_ROWS]
             part = compare_items(batch.probs[sub], batch.labels[sub], batch.qtype, None, rule)
             items.put(index[pos[sub]], part)
-    return _RunSide(run_id, question, split, q.type, opts, n_items, n_failed, n_gold, rows, items)
+    return _RunSide(run_id, question, split, q.type, option_ids(q), n_items, n_failed, n_gold, rows, items)
 
 
 _PAIR_SQL = """
