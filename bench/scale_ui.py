@@ -258,13 +258,21 @@ def main() -> None:
     ap.add_argument("--limit-gb", type=float, default=4.0, help="kill a server whose RSS passes this")
     ap.add_argument("--cold-only", action="store_true", help="measure only the first session (no kept aggregates)")
     ap.add_argument("--shots", default=None, help="directory for a screenshot of each page")
+    ap.add_argument(
+        "--db",
+        nargs="+",
+        default=None,
+        help="measure these stores (e.g. copies of bench/scale.py's pristine stores) instead of building them; "
+        "each is opened on its first run",
+    )
     args = ap.parse_args()
     trees = [t.split("=", 1) for t in (args.tree or [f"new={ROOT}"])]
     out = Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for n in args.items:
-        db = out / f"scale-{n}x{args.options}.duckdb"
+    targets = [(Path(d).resolve(), Path(d).stem) for d in args.db] if args.db else []
+    targets += [] if args.db else [(out / f"scale-{n}x{args.options}.duckdb", n) for n in args.items]
+    for db, n in targets:
         if not db.exists():
             t0 = time.perf_counter()
             build(db, n, args.options)
@@ -296,7 +304,7 @@ def main() -> None:
     for r in rows:
         secs = "—" if r["seconds"] is None else f"{r['seconds']:.1f}"
         print(
-            f"{r['items']:>10,} {r['tree']:>5} {r['page']:>12} {r['cache']:>8} {secs:>13} {r['peak_rss_gb']!s:>16} "
+            f"{r['items']!s:>10} {r['tree']:>5} {r['page']:>12} {r['cache']:>8} {secs:>13} {r['peak_rss_gb']!s:>16} "
             f"{r['store_gb']:>9.2f}" + (f"  ({r['errors']} errors on the page)" if r.get("errors") else "")
         )
     print(json.dumps({"load_average": os.getloadavg()[0], "rows": rows}))

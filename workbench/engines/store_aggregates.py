@@ -161,7 +161,9 @@ def certified_from_points(question: str, calibration: GridPoints, test: GridPoin
     abstain = check_question(question, calibration.qtype, opt_ids, len(labels), options)
     calibrator = _fit_calibrator("none", np.zeros((0, k)), np.zeros(0, int))
     coords = _int64(calibration.coords)
-    prep = prepare_from_coordinates(question, calibration.qtype, opt_ids, abstain, calibrator, 0, coords, labels, options)
+    prep = prepare_from_coordinates(
+        question, calibration.qtype, opt_ids, abstain, calibrator, 0, coords, labels, options
+    )
     n = len(labels)
     keys = RunAnswers(
         run_id="",
