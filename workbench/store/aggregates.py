@@ -256,3 +256,11 @@ FROM c ORDER BY s, item_id
 
 def _sql_str(s: str) -> str:
     return "'" + str(s).replace("'", "''") + "'"
+
+
+def split_sizes(con: duckdb.DuckDBPyConnection, dataset: str, version: int) -> dict[str, int]:
+    """{split: items} of a dataset version (one scan of the items' split column)."""
+    rows = con.execute(
+        "SELECT split, count(*) FROM items WHERE dataset = ? AND version = ? GROUP BY split", [dataset, int(version)]
+    ).fetchall()
+    return {str(s): int(c) for s, c in rows}

@@ -266,13 +266,23 @@ def _is_large(path: str, token: tuple, run_id: str, question: str, split: str, c
         return False
     try:  # answers of the run, less the items of the other splits, are on this split: enough to decide
         run = run_record(path, token, run_id)
-        per_split = dataset_info(path, token, run["dataset"], int(run["dataset_version"]))["splits"]
+        per_split = _split_sizes(path, token, run["dataset"], int(run["dataset_version"]))
         others = sum(int(v) for s, v in per_split.items() if s != split)
         if (max((int(c) for _, c, _ in answers), default=0) - others) * n_options > cells:
             return True
     except Exception:  # noqa: BLE001 - the bound is a shortcut; the library's count decides otherwise
         pass
     return bool(kept(path, token, run_id, question, ("is_large", split, cells), exact))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _split_sizes(path: str, token: tuple, dataset: str, version: int) -> dict[str, int]:
+    """:func:`workbench.store.aggregates.split_sizes` (items per split; not :func:`dataset_info`, whose label
+    distributions take seconds on millions of items)."""
+    from workbench.store.aggregates import split_sizes
+
+    with read_connection(path) as con:
+        return split_sizes(con, dataset, version)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
