@@ -52,8 +52,31 @@ def store(tmp_path_factory):
         n,
         fail_every=13,
     )
+    # several votes on some items: a majority against the first vote, a tie (the option listed first wins),
+    # a vote that names no option, and an unlabelled item that gets two differing votes
+    extra = [("i00010", "o11"), ("i00010", "o11"), ("i00012", "o0"), ("i00014", "nonsense"), ("i00031", "o4")]
+    extra += [("i00031", "o2"), ("i00062", "o9"), ("i00062", "o9"), ("i00062", "o1")]
+    for item, option in extra:
+        con.execute(
+            "INSERT INTO labels (dataset, version, item_id, question, option_id) VALUES ('toy', 1, ?, 'intent', ?)",
+            [item, option],
+        )
     yield con, run_id
     con.close()
+
+
+def test_gold_labels_are_those_of_load_answers(store):
+    from workbench.store.runs import load_answers
+
+    con, run_id = store
+    ans = load_answers(con, run_id, "intent", ["calibration", "test"])
+    votes = con.execute("SELECT count(*) FROM labels WHERE item_id = 'i00010' AND question = 'intent'").fetchone()[0]
+    assert votes == 3
+    pts = sa.grid_points(con, run_id, "intent", ("calibration", "test"))
+    assert pts is not None
+    for split in ("calibration", "test"):
+        on = ans.splits == split
+        assert np.array_equal(pts[split].labels, ans.labels[on][ans.labels[on] >= 0])
 
 
 def _close(a: float, b: float) -> bool:

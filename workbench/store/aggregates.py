@@ -38,7 +38,7 @@ import numpy as np
 
 from workbench.schema import option_ids
 from workbench.store.db import KEYS_MEMORY_LIMIT, stream_memory
-from workbench.store.runs import _ANSWERS_SQL, _answers_params, _question_of, answer_source, get_run
+from workbench.store.runs import _answers_params, _question_of, answer_source, get_run
 
 
 def _lit(v: float) -> str:
@@ -68,17 +68,39 @@ def summaries_trusted(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
     return calibrators is None
 
 
+#: The rows of :data:`workbench.store.runs._ANSWERS_SQL` with the stored summaries. The gold label is
+#: picked the same way (majority of the votes, ties to the option listed first; a label that is not an
+#: option gives ``y`` NULL), in two steps: an item whose votes all name one option has that option (one
+#: grouping by item, no arg-max), only items with differing votes are counted per option.
+_ROWS_SQL = """
+        WITH one AS (
+            SELECT item_id, min(option_id) AS lo, max(option_id) AS hi
+            FROM labels WHERE dataset = $ds AND version = $v AND question = $q
+            GROUP BY item_id
+        ), multi AS (
+            SELECT item_id, option_id, count(*) AS votes
+            FROM labels WHERE dataset = $ds AND version = $v AND question = $q
+              AND item_id IN (SELECT item_id FROM one WHERE lo <> hi)
+            GROUP BY ALL
+        ), best AS (
+            SELECT item_id, lo AS gold FROM one WHERE lo = hi
+            UNION ALL
+            SELECT item_id, arg_max(option_id, votes * 1000000 - coalesce(list_position($opts, option_id), 999999))
+            FROM multi GROUP BY item_id
+        )
+        SELECT a.item_id, i.split, a.probs, a.p_top AS p1, a.margin, list_position($opts, b.gold) - 1 AS y,
+               a.failure_kind
+        FROM answers a
+        JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
+        LEFT JOIN best b ON b.item_id = a.item_id
+        WHERE a.run_id = $run AND a.question = $q
+          AND ($splits IS NULL OR list_contains($splits, i.split))
+"""
+
+
 def _rows_sql(run: dict) -> str:
-    """The rows of one split of ``_ANSWERS_SQL`` with the stored summaries (``y``: label index or NULL)."""
-    base = _ANSWERS_SQL.format(extra_cte="", pos="", extra_join="", order="")
-    base = base.replace(
-        "SELECT a.item_id, i.split, a.probs, list_position($opts, b.gold) - 1 AS label, a.failure_kind,\n"
-        "               a.latency_ms, a.cost_usd, a.input_tokens",
-        "SELECT a.item_id, a.probs, a.p_top AS p1, a.margin, list_position($opts, b.gold) - 1 AS y, a.failure_kind",
-    )
-    if "a.p_top AS p1" not in base:  # pragma: no cover - the reader's SQL changed shape
-        raise RuntimeError("workbench.store.runs._ANSWERS_SQL changed: update workbench.store.aggregates")
-    return base
+    """:data:`_ROWS_SQL` (``run`` is not needed: the parameters carry it)."""
+    return _ROWS_SQL
 
 
 def _run_split(con: duckdb.DuckDBPyConnection, run_id: str, question: str, split: str) -> tuple[dict, str, list, dict]:
@@ -220,7 +242,7 @@ def grid_points(
     small = "SMALLINT" if max(len(opts), A, B) < 2**15 - 1 else "INTEGER"
     codes = {s: j for j, s in enumerate(splits)}
     split_code = "CASE split " + " ".join(f"WHEN {_sql_str(s)} THEN {j}" for s, j in codes.items()) + " END"
-    rows = _rows_sql(run).replace("SELECT a.item_id, a.probs,", "SELECT a.item_id, i.split, a.probs,")
+    rows = _rows_sql(run)
     sql = f"""
 WITH rows AS ({rows}),
 f AS (
