@@ -124,10 +124,41 @@ def sample_items(path: str, token: tuple, name: str, version: int, split: str | 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def runs_frame(path: str, token: tuple) -> pd.DataFrame:
+    """:func:`workbench.store.runs.list_runs` (its counts and latency median read every answer: seconds on
+    tens of millions, so a large store keeps the frame between servers, see :func:`kept_store`)."""
     from workbench.store.runs import list_runs
 
-    with read_connection(path) as con:
-        return list_runs(con)
+    def compute() -> pd.DataFrame:
+        with read_connection(path) as con:
+            return list_runs(con)
+
+    return kept_store(path, token, ("runs_frame",), compute)
+
+
+#: A store file at least this large keeps its store-wide aggregates (:func:`kept_store`) between servers.
+KEEP_STORE_BYTES = 256 * 1024**2
+
+
+def kept_store(path: str, token: tuple, description: tuple, compute: Any) -> Any:
+    """Like :func:`kept`, for an aggregate of the whole store: keyed by the store's token (any write
+    changes it), kept only for a store of :data:`KEEP_STORE_BYTES` or more (a small one is read in
+    milliseconds, and a store that a run is writing would leave one file per token)."""
+    import pickle
+
+    from workbench.store import aggregate_cache as ac
+
+    if int(token[1]) < KEEP_STORE_BYTES:
+        return compute()
+    key = ac.aggregate_key(("store", tuple(token)), *description)
+    raw = ac.load(path, key)
+    if raw is not None:
+        try:
+            return pickle.loads(raw)  # noqa: S301 - written by this code next to the user's own store
+        except Exception:  # noqa: BLE001 - an unreadable entry is recomputed (and rewritten)
+            pass
+    value = compute()
+    ac.save(path, key, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+    return value
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -636,15 +667,20 @@ def agreement_frame(path: str, token: tuple, run_id: str, question: str, split: 
     what ``workbench report`` prints) as (table, caption); an empty table when no item has several votes."""
     from workbench.evaluation import agreement_for_run
 
-    with read_connection(path) as con:
-        ag = agreement_for_run(con, run_id, question, split)[question]
-    if ag is None:
-        return pd.DataFrame(), ""
-    caption = (
-        f"{ag.n_items:,} items with two or more votes ({ag.votes_per_item:.2f} per item, "
-        f"{ag.n_annotators} named annotators). " + " ".join(ag.notes)
-    )
-    return ag.to_frame().drop(columns="question"), caption
+    def compute() -> tuple[pd.DataFrame, str]:
+        with read_connection(path) as con:
+            ag = agreement_for_run(con, run_id, question, split)[question]
+        if ag is None:
+            return pd.DataFrame(), ""
+        caption = (
+            f"{ag.n_items:,} items with two or more votes ({ag.votes_per_item:.2f} per item, "
+            f"{ag.n_annotators} named annotators). " + " ".join(ag.notes)
+        )
+        return ag.to_frame().drop(columns="question"), caption
+
+    if is_large(path, token, run_id, question, split):  # a count over every vote: kept between sessions
+        return kept(path, token, run_id, question, ("agreement_frame", split), compute)
+    return compute()
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
