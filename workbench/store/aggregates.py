@@ -31,14 +31,38 @@ library's reports, displays, surfaces and selections.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import duckdb
 import numpy as np
 
 from workbench.schema import option_ids
-from workbench.store.db import KEYS_MEMORY_LIMIT, stream_memory
 from workbench.store.runs import _answers_params, _question_of, answer_source, get_run
+
+#: DuckDB's memory limit while one of these queries runs (``WORKBENCH_AGGREGATE_MEMORY`` overrides it). Its
+#: joins hold the item ids of a whole dataset version: at 10M items they need about 2 GB to run without
+#: spilling to disk (under 1 GB the same query takes 2.5x the CPU); the limit is put back afterwards and
+#: what the query cached is released.
+AGGREGATE_MEMORY_LIMIT = "2GB"
+
+
+@contextmanager
+def query_memory(con: duckdb.DuckDBPyConnection, limit: str | None = None) -> Iterator[None]:
+    """DuckDB's memory limit set to ``limit`` (raised or lowered) inside the block, then put back."""
+    row = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    want = limit or os.environ.get("WORKBENCH_AGGREGATE_MEMORY") or AGGREGATE_MEMORY_LIMIT
+    con.execute(f"SET memory_limit = '{want}'")
+    try:
+        yield
+    finally:
+        try:
+            con.execute("SET memory_limit = '32MB'")  # evict what the query cached
+        except duckdb.Error:
+            pass
+        if row is not None:
+            con.execute(f"SET memory_limit = '{row[0]}'")
 
 
 def _lit(v: float) -> str:
@@ -166,7 +190,7 @@ SELECT GROUPING(rbin) AS g_rbin, GROUPING(y, pred) AS g_cm, GROUPING(fkind) AS g
 FROM g
 GROUP BY GROUPING SETS ((), (rbin), (y, pred), (fkind))
 """
-    with stream_memory(con, KEYS_MEMORY_LIMIT):
+    with query_memory(con):
         rows = con.execute(sql, params).fetchall()
     out: dict = {
         "qtype": qtype,
@@ -257,7 +281,7 @@ SELECT CAST(s AS TINYINT) AS s, CAST(ix AS {small}) AS ix, CAST(iy AS {small}) A
        CAST(predicted AS {small}) AS predicted, CAST(y AS {small}) AS labels, untrusted
 FROM c ORDER BY s, item_id
 """
-    with stream_memory(con, KEYS_MEMORY_LIMIT):
+    with query_memory(con):
         tbl = con.execute(sql, params).fetch_arrow_table()
     cols = {
         name: (
