@@ -85,6 +85,7 @@ def test_thresholds_first_paint_is_the_cli_with_calibrate_none(large):
     # the sliders' test figures: at the certified point they are the certified rule's
     at.button(key="thr_use_certified").click().run()
     assert not at.exception
-    assert metrics["Certified: coverage / error (test)"].split(" / ")[0] == {m.label: m.value for m in at.metric}[
-        "Coverage (test)"
-    ]
+    assert (
+        metrics["Certified: coverage / error (test)"].split(" / ")[0]
+        == {m.label: m.value for m in at.metric}["Coverage (test)"]
+    )
