@@ -170,3 +170,14 @@ def test_recalibrated_or_other_objectives_are_not_served(store):
     assert sa.certified_from_points("intent", pts["calibration"], pts["test"], ThresholdOptions()) is None
     cost = ThresholdOptions(calibrate="none", objective="cost")
     assert sa.certified_from_points("intent", pts["calibration"], pts["test"], cost) is None
+
+
+@pytest.mark.parametrize("damage", ["p_top = NULL", "p_top = 0.123456"])
+def test_rows_whose_summaries_do_not_match_their_probabilities_are_not_served(tmp_path, damage):
+    probs, labels = calibrated_sample(60, 4, seed=2)
+    con, run_id, *_ = build_store(tmp_path / "wb.duckdb", {"q": ("choice", ["a", "b", "c", "d"], probs, labels)}, 60)
+    assert sa.point_report(con, run_id, "q", "test") is not None
+    con.execute(f"UPDATE answers SET {damage} WHERE item_id IN ('i00002', 'i00003')")  # one per split
+    assert sa.point_report(con, run_id, "q", "test") is None
+    assert sa.grid_points(con, run_id, "q", ("calibration", "test")) is None
+    con.close()

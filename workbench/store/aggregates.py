@@ -150,8 +150,8 @@ def metric_sums(
     edges[b+1]``, the last bin closed); ``log_loss_floor``: p(label) is clipped to [floor, 1].
 
     Returns a dict: ``n`` answers, ``n_failed``, ``n_labelled`` (answered and labelled: the rows metrics
-    use), ``n_unlabelled`` (answered, no label), ``n_untrusted`` (answered rows without a stored ``p_top``:
-    the figures must not be used then), ``n_correct``, ``sum_brier``, ``sum_log_loss``,
+    use), ``n_unlabelled`` (answered, no label), ``n_untrusted`` (answered rows without a stored ``p_top``, or
+    whose ``p_top`` is none of their probabilities: the figures must not be used then), ``n_correct``, ``sum_brier``, ``sum_log_loss``,
     ``failures_by_kind`` {kind: count}, ``bins`` (3, n_bins) = count, Σ p_top, Σ correct per bin,
     ``confusion`` (k, k) int64 counts [label, arg-max], ``option_ids``, ``qtype``.
     """
@@ -182,7 +182,7 @@ SELECT GROUPING(rbin) AS g_rbin, GROUPING(y, pred) AS g_cm, GROUPING(fkind) AS g
        count(*) FILTER (WHERE failed) AS n_failed,
        count(*) FILTER (WHERE metric) AS n_metric,
        count(*) FILTER (WHERE NOT failed AND y IS NULL) AS n_unlabelled,
-       count(*) FILTER (WHERE untrusted) AS n_untrusted,
+       count(*) FILTER (WHERE untrusted OR (metric AND pred IS NULL)) AS n_untrusted,
        count(*) FILTER (WHERE metric AND pred = y) AS n_correct,
        sum(sq - 2 * p_label + 1) AS sum_brier,
        sum(-ln(greatest(least(p_label, CAST(1 AS DOUBLE)), {eps}))) AS sum_ll,
@@ -278,7 +278,8 @@ f AS (
     SELECT item_id, {split_code} AS s, untrusted, y, {sel} FROM f
 )
 SELECT CAST(s AS TINYINT) AS s, CAST(ix AS {small}) AS ix, CAST(iy AS {small}) AS iy,
-       CAST(predicted AS {small}) AS predicted, CAST(y AS {small}) AS labels, untrusted
+       CAST(predicted AS {small}) AS predicted, CAST(y AS {small}) AS labels,
+       untrusted OR predicted IS NULL AS untrusted
 FROM c ORDER BY s, item_id
 """
     with query_memory(con):
