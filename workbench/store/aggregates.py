@@ -311,3 +311,14 @@ def split_sizes(con: duckdb.DuckDBPyConnection, dataset: str, version: int) -> d
         "SELECT split, count(*) FROM items WHERE dataset = ? AND version = ? GROUP BY split", [dataset, int(version)]
     ).fetchall()
     return {str(s): int(c) for s, c in rows}
+
+
+def run_choices(con: duckdb.DuckDBPyConnection):
+    """The runs of the store as a frame for a run picker (the ``runs`` table only): the columns of
+    :func:`workbench.store.runs.list_runs` that name a run, without its answer counts and latency median,
+    which read every answer (seconds on tens of millions)."""
+    return con.execute(
+        "SELECT run_id, name, kind, dataset, dataset_version, provider, model, status,"
+        " coalesce(emulated, false) AS emulated, left(schema_hash, 12) AS schema, experiment, variant, created_at"
+        " FROM runs ORDER BY created_at"
+    ).df()

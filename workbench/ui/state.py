@@ -135,6 +135,16 @@ def runs_frame(path: str, token: tuple) -> pd.DataFrame:
     return kept_store(path, token, ("runs_frame",), compute)
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def run_choices(path: str, token: tuple) -> pd.DataFrame:
+    """The store's runs for a run picker (:func:`workbench.store.aggregates.run_choices`: the ``runs`` table
+    only, no answer counts): what the Calibration and Thresholds pages need to name and pick a run."""
+    from workbench.store.aggregates import run_choices as _choices
+
+    with read_connection(path) as con:
+        return _choices(con)
+
+
 #: A store file at least this large keeps its store-wide aggregates (:func:`kept_store`) between servers.
 KEEP_STORE_BYTES = 256 * 1024**2
 

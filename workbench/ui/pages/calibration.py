@@ -15,7 +15,7 @@ st.title("Calibration")
 if not state.store_ready():
     st.stop()
 path, token = state.current()
-runs = state.runs_frame(path, token)
+runs = state.run_choices(path, token)  # names only: no pass over the answers
 c1, c2, c3 = st.columns([2, 1, 1])
 run_id = state.pick_run(runs, container=c1)
 if run_id is None:

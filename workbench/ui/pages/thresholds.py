@@ -26,7 +26,7 @@ st.title("Thresholds")
 if not state.store_ready():
     st.stop()
 path, token = state.current()
-runs = state.runs_frame(path, token)
+runs = state.run_choices(path, token)  # names only: no pass over the answers
 left, right = st.columns([2, 1])
 run_id = state.pick_run(runs, container=left)
 if run_id is None:
