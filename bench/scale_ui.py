@@ -18,7 +18,8 @@ the same store: a later session reads what the first one kept). ``--cold-only`` 
 
     python bench/scale_ui.py --items 1000000 2000000 --tree new=. --tree old=/tmp/wb-old-ui
 
-Wall times are noisy on a shared 2-core machine; RSS is not.
+Wall times are noisy on a shared 2-core machine (the table prints the load average); the server's own CPU
+seconds (user + system, from ``/proc``) and its RSS are not.
 """
 
 from __future__ import annotations
@@ -138,6 +139,13 @@ def _peak_rss_gb(pid: int) -> float:
     return float("nan")
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``): on a shared machine the
+    server's own work, whatever the others take of the cores."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _rss_gb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -196,6 +204,8 @@ def first_load(
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             tab = browser.new_page(viewport={"width": 1400, "height": 1000})
             t0 = time.perf_counter()
+            cpu0 = _cpu_s(proc.pid)
+            cpu = None
             try:
                 tab.goto(f"{url}/{page}")
 
@@ -219,6 +229,7 @@ def first_load(
                 wait(IDLE)
                 peak = _peak_rss_gb(proc.pid)
                 seconds: float | None = time.perf_counter() - t0 - 0.8  # the two 400 ms settling pauses
+                cpu = _cpu_s(proc.pid) - cpu0
                 errors = tab.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').count()
                 if shot is not None:
                     shot.parent.mkdir(parents=True, exist_ok=True)
@@ -235,6 +246,7 @@ def first_load(
             return {"seconds": None, "peak_rss_gb": f"> {limit_gb:g} (killed)", "idle_rss_gb": round(base_rss, 2)}
         return {
             "seconds": None if seconds is None else round(seconds, 1),
+            "cpu_s": None if cpu is None else round(cpu, 1),
             "peak_rss_gb": round(peak, 2),
             "idle_rss_gb": round(base_rss, 2),
             "errors": errors,
@@ -258,13 +270,21 @@ def main() -> None:
     ap.add_argument("--limit-gb", type=float, default=4.0, help="kill a server whose RSS passes this")
     ap.add_argument("--cold-only", action="store_true", help="measure only the first session (no kept aggregates)")
     ap.add_argument("--shots", default=None, help="directory for a screenshot of each page")
+    ap.add_argument(
+        "--db",
+        nargs="+",
+        default=None,
+        help="measure these stores (e.g. copies of bench/scale.py's pristine stores) instead of building them; "
+        "each is opened on its first run",
+    )
     args = ap.parse_args()
     trees = [t.split("=", 1) for t in (args.tree or [f"new={ROOT}"])]
     out = Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for n in args.items:
-        db = out / f"scale-{n}x{args.options}.duckdb"
+    targets = [(Path(d).resolve(), Path(d).stem) for d in args.db] if args.db else []
+    targets += [] if args.db else [(out / f"scale-{n}x{args.options}.duckdb", n) for n in args.items]
+    for db, n in targets:
         if not db.exists():
             t0 = time.perf_counter()
             build(db, n, args.options)
@@ -291,12 +311,14 @@ def main() -> None:
                     )
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(
-        f"{'items':>10} {'tree':>5} {'page':>12} {'session':>8} {'first load s':>13} {'peak RSS GB':>16} {'store GB':>9}"
+        f"{'items':>10} {'tree':>5} {'page':>12} {'session':>8} {'first load s':>13} {'server CPU s':>13} "
+        f"{'peak RSS GB':>16} {'store GB':>9}"
     )
     for r in rows:
         secs = "—" if r["seconds"] is None else f"{r['seconds']:.1f}"
         print(
-            f"{r['items']:>10,} {r['tree']:>5} {r['page']:>12} {r['cache']:>8} {secs:>13} {r['peak_rss_gb']!s:>16} "
+            f"{r['items']!s:>10} {r['tree']:>5} {r['page']:>12} {r['cache']:>8} {secs:>13} {r.get('cpu_s')!s:>13} "
+            f"{r['peak_rss_gb']!s:>16} "
             f"{r['store_gb']:>9.2f}" + (f"  ({r['errors']} errors on the page)" if r.get("errors") else "")
         )
     print(json.dumps({"load_average": os.getloadavg()[0], "rows": rows}))

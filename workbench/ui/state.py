@@ -124,10 +124,51 @@ def sample_items(path: str, token: tuple, name: str, version: int, split: str | 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def runs_frame(path: str, token: tuple) -> pd.DataFrame:
+    """:func:`workbench.store.runs.list_runs` (its counts and latency median read every answer: seconds on
+    tens of millions, so a large store keeps the frame between servers, see :func:`kept_store`)."""
     from workbench.store.runs import list_runs
 
+    def compute() -> pd.DataFrame:
+        with read_connection(path) as con:
+            return list_runs(con)
+
+    return kept_store(path, token, ("runs_frame",), compute)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def run_choices(path: str, token: tuple) -> pd.DataFrame:
+    """The store's runs for a run picker (:func:`workbench.store.aggregates.run_choices`: the ``runs`` table
+    only, no answer counts): what the Calibration and Thresholds pages need to name and pick a run."""
+    from workbench.store.aggregates import run_choices as _choices
+
     with read_connection(path) as con:
-        return list_runs(con)
+        return _choices(con)
+
+
+#: A store file at least this large keeps its store-wide aggregates (:func:`kept_store`) between servers.
+KEEP_STORE_BYTES = 256 * 1024**2
+
+
+def kept_store(path: str, token: tuple, description: tuple, compute: Any) -> Any:
+    """Like :func:`kept`, for an aggregate of the whole store: keyed by the store's token (any write
+    changes it), kept only for a store of :data:`KEEP_STORE_BYTES` or more (a small one is read in
+    milliseconds, and a store that a run is writing would leave one file per token)."""
+    import pickle
+
+    from workbench.store import aggregate_cache as ac
+
+    if int(token[1]) < KEEP_STORE_BYTES:
+        return compute()
+    key = ac.aggregate_key(("store", tuple(token)), *description)
+    raw = ac.load(path, key)
+    if raw is not None:
+        try:
+            return pickle.loads(raw)  # noqa: S301 - written by this code next to the user's own store
+        except Exception:  # noqa: BLE001 - an unreadable entry is recomputed (and rewritten)
+            pass
+    value = compute()
+    ac.save(path, key, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+    return value
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -264,7 +305,25 @@ def _is_large(path: str, token: tuple, run_id: str, question: str, split: str, c
         return exact()
     if max((int(c) for _, c, _ in answers), default=0) * n_options <= cells:
         return False
+    try:  # answers of the run, less the items of the other splits, are on this split: enough to decide
+        run = run_record(path, token, run_id)
+        per_split = _split_sizes(path, token, run["dataset"], int(run["dataset_version"]))
+        others = sum(int(v) for s, v in per_split.items() if s != split)
+        if (max((int(c) for _, c, _ in answers), default=0) - others) * n_options > cells:
+            return True
+    except Exception:  # noqa: BLE001 - the bound is a shortcut; the library's count decides otherwise
+        pass
     return bool(kept(path, token, run_id, question, ("is_large", split, cells), exact))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _split_sizes(path: str, token: tuple, dataset: str, version: int) -> dict[str, int]:
+    """:func:`workbench.store.aggregates.split_sizes` (items per split; not :func:`dataset_info`, whose label
+    distributions take seconds on millions of items)."""
+    from workbench.store.aggregates import split_sizes
+
+    with read_connection(path) as con:
+        return split_sizes(con, dataset, version)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -349,27 +408,58 @@ class RulePoints:
     option_ids: tuple[str, ...]
     coords: Any
     labels: Any
+    #: coordinates snapped onto the threshold grid (:func:`grid_points`): exact for grid-point rules only
+    on_grid: bool = False
+
+
+@st.cache_resource(show_spinner=False, max_entries=2)
+def grid_points(path: str, token: tuple, run_id: str, question: str) -> dict | None:
+    """{split: :class:`workbench.engines.store_aggregates.GridPoints`} of the calibration and test splits
+    of a run as answered, from one DuckDB query over the store; None when the run does not qualify
+    (a calibrated view, a score question). Kept between sessions (about 8 bytes per item)."""
+    from workbench.engines import store_aggregates as sa
+
+    def compute():
+        with read_connection(path) as con:
+            return sa.grid_points(con, run_id, question, ("calibration", "test"), grid=GRID_POINTS)
+
+    return kept(path, token, run_id, question, ("grid_points", GRID_POINTS), compute)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def rule_points(
-    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None = None
+    path: str,
+    token: tuple,
+    run_id: str,
+    question: str,
+    split: str,
+    recalibrate: str | None = None,
+    exact: bool = False,
 ) -> RulePoints:
     """:class:`RulePoints` of one split (optionally recalibrated as in :func:`question_arrays`).
+
+    Of a large run as answered, the points come from :func:`grid_points` (one DuckDB query, coordinates
+    snapped onto the threshold grid, ``on_grid``): exact for every rule whose thresholds are grid points.
+    ``exact=True`` reads the exact coordinates (streamed), for rules off the grid (per-class overrides).
 
     ``st.cache_resource``: one shared read-only copy, not a pickled copy per session and per rerun.
     Of a large run, kept between sessions (:func:`kept`): about 20 bytes per item, read back instead
     of streaming the split again.
     """
     if is_large(path, token, run_id, question, split):
-        points = kept(
-            path,
-            token,
-            run_id,
-            question,
-            ("rule_points", split, recalibrate),
-            lambda: _rule_points(path, token, run_id, question, split, recalibrate, large=True),
-        )
+        on_grid = None if exact or recalibrate else grid_points(path, token, run_id, question)
+        if on_grid is not None and split in on_grid:
+            g = on_grid[split]
+            points = RulePoints(g.qtype, g.option_ids, g.coords, g.labels, on_grid=True)
+        else:
+            points = kept(
+                path,
+                token,
+                run_id,
+                question,
+                ("rule_points", split, recalibrate),
+                lambda: _rule_points(path, token, run_id, question, split, recalibrate, large=True),
+            )
     else:
         points = _rule_points(path, token, run_id, question, split, recalibrate, large=False)
     for a in (points.coords.predicted, points.coords.x, points.coords.y, points.labels):
@@ -532,6 +622,20 @@ def question_report(
     return replace(rep, replicate=None)  # the replicate closure (for paired comparisons) cannot be cached
 
 
+@st.cache_data(show_spinner=False, max_entries=32)
+def point_report(path: str, token: tuple, run_id: str, question: str, split: str, n_bins: int = 15):
+    """:func:`workbench.engines.store_aggregates.point_report` of a large run as answered (the report's
+    sum-based point estimates, top-label reliability, confusion, counts from one DuckDB query), kept
+    between sessions; None when the run or question does not qualify."""
+    from workbench.engines import store_aggregates as sa
+
+    def compute():
+        with read_connection(path) as con:
+            return sa.point_report(con, run_id, question, split, n_bins=n_bins)
+
+    return kept(path, token, run_id, question, ("point_report", split, n_bins), compute)
+
+
 def kept_question_report(
     path: str,
     token: tuple,
@@ -573,15 +677,20 @@ def agreement_frame(path: str, token: tuple, run_id: str, question: str, split: 
     what ``workbench report`` prints) as (table, caption); an empty table when no item has several votes."""
     from workbench.evaluation import agreement_for_run
 
-    with read_connection(path) as con:
-        ag = agreement_for_run(con, run_id, question, split)[question]
-    if ag is None:
-        return pd.DataFrame(), ""
-    caption = (
-        f"{ag.n_items:,} items with two or more votes ({ag.votes_per_item:.2f} per item, "
-        f"{ag.n_annotators} named annotators). " + " ".join(ag.notes)
-    )
-    return ag.to_frame().drop(columns="question"), caption
+    def compute() -> tuple[pd.DataFrame, str]:
+        with read_connection(path) as con:
+            ag = agreement_for_run(con, run_id, question, split)[question]
+        if ag is None:
+            return pd.DataFrame(), ""
+        caption = (
+            f"{ag.n_items:,} items with two or more votes ({ag.votes_per_item:.2f} per item, "
+            f"{ag.n_annotators} named annotators). " + " ".join(ag.notes)
+        )
+        return ag.to_frame().drop(columns="question"), caption
+
+    if is_large(path, token, run_id, question, split):  # a count over every vote: kept between sessions
+        return kept(path, token, run_id, question, ("agreement_frame", split), compute)
+    return compute()
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -595,23 +704,52 @@ def reliability_display(
     n_bins: int,
     strategy: str,
     option: int | None = None,
+    compute: bool = True,
 ):
     """:class:`~workbench.metrics.displays.ReliabilityDisplay` of the answers as given and, with
     ``recalibrate``, after recalibration (one figure). ``option`` = None: top label; else the
     one-vs-rest column of that option. None when no answered labelled item is left. Of a large run,
-    kept between sessions (:func:`kept`)."""
+    kept between sessions (:func:`kept`); the top-label figure of its answers as given (equal-width
+    bins) comes from :func:`point_report` (without the smooth curve); ``compute=False`` returns None
+    instead of streaming the run for a figure nobody kept yet."""
     if is_large(path, token, run_id, question, split):
+        description = ("reliability_display", split, recalibrate, n_bins, strategy, option)
+        done = kept(path, token, run_id, question, description)
+        if done is not None:
+            return done
+        if recalibrate is None and strategy == "uniform" and option is None:
+            rep = point_report(path, token, run_id, question, split, n_bins)
+            if rep is not None:
+                return _report_reliability(rep, question, split, n_bins)
+        if not compute:
+            return None
         return kept(
             path,
             token,
             run_id,
             question,
-            ("reliability_display", split, recalibrate, n_bins, strategy, option),
+            description,
             lambda: _reliability_display(
                 path, token, run_id, question, split, recalibrate, n_bins, strategy, option, True
             ),
         )
     return _reliability_display(path, token, run_id, question, split, recalibrate, n_bins, strategy, option, False)
+
+
+def _report_reliability(rep, question: str, split: str, n_bins: int):
+    """The top-label :class:`~workbench.metrics.displays.ReliabilityDisplay` of a point report's binned curve."""
+    from workbench.metrics.displays import ReliabilityDisplay
+
+    if "top_label_uniform" not in rep.curves:
+        return None
+    curve = replace(rep.curves["top_label_uniform"], label="as answered")
+    d = ReliabilityDisplay(
+        [("as answered", curve, None)],
+        f"{question} on {split}: reliability of the top label (uniform bins)",
+        "top-label confidence",
+    )
+    d.plot()
+    return d
 
 
 def _reliability_display(
@@ -673,7 +811,14 @@ def confusion_display(path: str, token: tuple, run_id: str, question: str, split
             items = labelled_items(path, token, run_id, question, split, recalibrate)
             return ConfusionDisplay.from_decisions(items.labels, items.coords.predicted, items.option_ids, title=title)
 
-        return kept(path, token, run_id, question, ("confusion_display", split, recalibrate), confusion)
+        description = ("confusion_display", split, recalibrate)
+        done = kept(path, token, run_id, question, description)
+        if done is not None:
+            return done
+        rep = point_report(path, token, run_id, question, split) if recalibrate is None else None
+        if rep is not None and rep.confusion is not None:
+            return ConfusionDisplay.from_result(rep.confusion, title=title)
+        return kept(path, token, run_id, question, description, confusion)
     arr = question_arrays(path, token, run_id, question, split, recalibrate)
     return ConfusionDisplay.from_predictions(arr.labels, arr.probs, list(arr.option_ids), title=title)
 
@@ -850,8 +995,18 @@ def certified_thresholds(path: str, token: tuple, run_id: str, question: str, se
         with read_connection(path) as con:
             return thresholds_for_run(con, run_id, question, build_options(**dict(settings))).to_dict()
 
+    def from_points() -> dict:
+        from workbench.engines.store_aggregates import certified_from_points
+
+        opts = build_options(**dict(settings))
+        pts = grid_points(path, token, run_id, question) if opts.grid == GRID_POINTS else None
+        res = None
+        if pts is not None and "calibration" in pts and len(pts["calibration"].labels):
+            res = certified_from_points(question, pts["calibration"], pts.get("test"), opts)
+        return res.to_dict() if res is not None else certify()
+
     if is_large(path, token, run_id, question, "calibration"):  # kept between sessions
-        return kept(path, token, run_id, question, ("certified_thresholds", settings), certify)
+        return kept(path, token, run_id, question, ("certified_thresholds", settings), from_points)
     return certify()
 
 

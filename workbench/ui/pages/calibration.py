@@ -15,7 +15,7 @@ st.title("Calibration")
 if not state.store_ready():
     st.stop()
 path, token = state.current()
-runs = state.runs_frame(path, token)
+runs = state.run_choices(path, token)  # names only: no pass over the answers
 c1, c2, c3 = st.columns([2, 1, 1])
 run_id = state.pick_run(runs, container=c1)
 if run_id is None:
@@ -58,6 +58,8 @@ try:
         rep = None
         if large and not st.session_state.get(boot_key):
             rep = state.kept_question_report(path, token, run_id, question, split, m, n_bins, N_BOOT)
+            if rep is None and m is None:  # the sums of one query over the store (a raw choice question)
+                rep = state.point_report(path, token, run_id, question, split, n_bins)
             if rep is None:
                 rep = state.question_report(path, token, run_id, question, split, m, n_bins, n_boot=0)
         if rep is None:
@@ -85,11 +87,17 @@ with_intervals = all(int(r.params.get("n_boot") or 0) > 0 for r in reports.value
 st.subheader("Metrics (95% bootstrap intervals)" if with_intervals else "Metrics (point estimates)")
 if not with_intervals:
     st.caption(
-        f"{cnt.get('n_labelled', 0):,} items: the point estimates are shown first. The 95% bootstrap intervals "
-        f"({N_BOOT} replicates, the same figures as `workbench report {run_id} --split {split}`) take another "
-        "pass over the run; once computed they are kept for every later session."
+        f"{cnt.get('n_labelled', 0):,} items: the point estimates are shown first"
+        + (
+            " (those that are sums, from one query over the store: the equal-mass and debiased ECE, smooth ECE, "
+            "class-wise ECE, top-k accuracy and the Brier decomposition come with the full report)"
+            if any(r.params.get("aggregate") for r in reports.values())
+            else ""
+        )
+        + f". The 95% bootstrap intervals ({N_BOOT} replicates, the same figures as `workbench report {run_id} "
+        f"--split {split}`) take another pass over the run; once computed they are kept for every later session."
     )
-    if st.button(f"Compute the bootstrap intervals ({N_BOOT} replicates)", key="cal_boot_go"):
+    if st.button(f"Compute the full report with bootstrap intervals ({N_BOOT} replicates)", key="cal_boot_go"):
         st.session_state[boot_key] = True
         st.rerun()
 table = None
@@ -145,9 +153,18 @@ opt = st.selectbox(
     + (" — for noul, option `yes` is the reliability of P(yes)" if qtype == "noul" else ""),
 )
 k = options.index(opt)
-classwise = state.reliability_display(path, token, run_id, question, split, after_method, n_bins, strategy, k)
+cw_key = f"cal_cw|{run_id}|{question}|{split}|{after}|{n_bins}|{strategy}|{k}"
+cw_now = not large or st.session_state.get(cw_key)
+classwise = state.reliability_display(
+    path, token, run_id, question, split, after_method, n_bins, strategy, k, compute=bool(cw_now)
+)
 if classwise is not None:
     st.plotly_chart(classwise.figure_, key="cal_classwise_chart")
+elif large and not cw_now:
+    st.caption("A large run: the class-wise curve takes a pass over the run; drawn on request, then kept.")
+    if st.button("Draw the class-wise reliability", key="cal_cw_go"):
+        st.session_state[cw_key] = True
+        st.rerun()
 
 # -- confusion and per-class table --------------------------------------------------------------------------
 st.subheader("Confusion matrix (top option, no routing) and per-class figures")

@@ -26,7 +26,7 @@ st.title("Thresholds")
 if not state.store_ready():
     st.stop()
 path, token = state.current()
-runs = state.runs_frame(path, token)
+runs = state.run_choices(path, token)  # names only: no pass over the answers
 left, right = st.columns([2, 1])
 run_id = state.pick_run(runs, container=left)
 if run_id is None:
@@ -39,10 +39,14 @@ if "calibration" not in run["splits"] or "test" not in run["splits"]:
 
 defaults = state.threshold_defaults()
 recal_choices = ["as answered", "temperature", "isotonic"] + (["platt"] if qtype == "noul" else [])
+# a large run opens on its answers as given: their surface, certificate and test figures come from one
+# query over the store; a recalibration streams the run (fit, then every figure), so it is chosen here
+large_run = state.is_large(path, token, run_id, question, "calibration")
+start = "as answered" if large_run else defaults.calibrate
 recal = st.radio(
     "Probabilities",
     recal_choices,
-    index=recal_choices.index(defaults.calibrate) if defaults.calibrate in recal_choices else 0,
+    index=recal_choices.index(start) if start in recal_choices else 0,
     horizontal=True,
     key="thr_recalibrate",
     help="Exploration (sliders): the calibrator is fitted on the whole calibration split. "
@@ -127,6 +131,8 @@ if not is_noul:
 from workbench.thresholds.evaluate import accepted_at, evaluate_rule_at  # noqa: E402
 from workbench.thresholds.rules import make_rule  # noqa: E402
 
+if per_class and test.on_grid:  # overrides off the grid: the exact coordinates (streamed, then kept)
+    test = state.rule_points(path, token, run_id, question, "test", recal_method, exact=True)
 rule = make_rule(qtype, float(surface.x_grid[i]), float(surface.y_grid[j]), per_class=per_class or None)
 test_report = evaluate_rule_at(
     rule, test.coords, test.labels, n_options=len(test.option_ids), option_ids=list(test.option_ids)
@@ -141,6 +147,11 @@ def _ci(d: dict) -> str:
     return "—" if d["low"] is None else f"95% CI {100 * d['low']:.1f}–{100 * d['high']:.1f}%"
 
 
+if large_run and recal_method is None:
+    st.caption(
+        "A large run: its answers as given are read by one query over the store (each item's cell on the "
+        "threshold grid); choose a recalibration above to stream the run for it."
+    )
 st.subheader("At these thresholds (exploration, not certified)")
 m = st.columns(4)
 m[0].metric(
@@ -181,7 +192,7 @@ method = g3.selectbox("Family-wise control", methods, index=methods.index(defaul
 calibrate = recal_method or "none"
 cli = (
     f"workbench thresholds {run_id} --question {question} --max-error {alpha:g} --delta {delta:g} "
-    f"--method {method}" + (f" --calibrate {calibrate}" if recal_method else "") + " --json"
+    f"--method {method}" + (f" --calibrate {calibrate}" if calibrate != defaults.calibrate else "") + " --json"
 )
 st.caption(
     f"Everything in this section (and the frontier dotted on the risk–coverage plot) is what `{cli}` "

@@ -1,0 +1,201 @@
+"""First-paint figures of a large run from one DuckDB query over the store (:mod:`workbench.store.aggregates`).
+
+The same figures as the library's in-memory and streamed paths, finished by the library's own functions:
+
+- :func:`point_report`: the point estimates a report gets from sums (accuracy, macro F1, log loss,
+  Brier, top-label ECE/MCE on equal-width bins), the top-label reliability curve, the confusion matrix
+  and the row counts, as a :class:`~workbench.metrics.report.QuestionReport` with ``n_boot = 0``
+  (``params["aggregate"]`` says the other metrics come from the full report);
+- :func:`grid_points`: each labelled item's rule coordinates snapped onto the threshold grid
+  (``x = grid[cell]``): for every rule whose thresholds are grid points (the sliders', the certified
+  one, "accept nothing") acceptance, the surface, the certificate and the test figures are those of
+  the exact coordinates, since ``x >= grid[i]`` holds exactly when ``cell >= i``;
+- :func:`certified_from_points`: ``workbench thresholds --calibrate none``'s result (guarantee objective)
+  from those points, as :func:`workbench.workflows.streamed_thresholds` builds it.
+
+Each returns None when the run does not qualify (a calibrated view whose probabilities are computed on
+read, a question type not handled here, rows without stored summaries): callers use the library's
+other paths then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: Question types whose point report is computed here (other types: the streamed report).
+REPORT_TYPES = ("choice",)
+#: Question types whose grid points are computed here.
+GRID_TYPES = ("choice", "noul")
+
+
+def point_report(con: Any, run_id: str, question: str, split: str, *, n_bins: int = 15, level: float = 0.95):
+    """The report's sum-based point estimates of one split (see the module doc), or None."""
+    from workbench.metrics import reliability as rel
+    from workbench.metrics.bootstrap import Interval
+    from workbench.metrics.confusion import confusion_result
+    from workbench.metrics.report import QuestionReport
+    from workbench.metrics.scores import LOG_LOSS_FLOOR
+    from workbench.store import aggregates as ag
+    from workbench.store.runs import get_run, load_stored_schema
+
+    run = get_run(con, run_id)
+    q = load_stored_schema(con, run["schema_hash"]).questions.get(question)
+    if q is None or q.type not in REPORT_TYPES or not ag.summaries_trusted(con, run_id):
+        return None
+    edges = rel.bin_edges(np.zeros(0), n_bins, "uniform")
+    s = ag.metric_sums(con, run_id, question, split, edges=edges, log_loss_floor=LOG_LOSS_FLOOR)
+    if s["n_untrusted"]:
+        return None
+    opts, n = list(s["option_ids"]), int(s["n_labelled"])
+    total = int(s["n"])
+    counts = {
+        "n_attempted": total,
+        "n_answered": total - int(s["n_failed"]),
+        "n_failed": int(s["n_failed"]),
+        "n_labelled": n,
+        "n_unlabelled": int(s["n_unlabelled"]),
+        "n_excluded": 0,
+        "coverage": (total - int(s["n_failed"])) / total if total else float("nan"),
+        "failures_by_kind": s["failures_by_kind"],
+    }
+    params = {"n_bins": n_bins, "n_boot": 0, "seed": 0, "level": level, "aggregate": True}
+    report = QuestionReport(question, s["qtype"], opts, counts, params=params)
+    if n == 0:
+        return report
+    k = len(opts)
+    cm = s["confusion"]
+    cells = np.repeat(np.arange(k * k), cm.reshape(-1))  # the labelled items' (label, arg-max) pairs
+    report.confusion = confusion_result(cells // k, cells % k, opts)
+    stats = rel.BinStats(edges, s["bins"][0], s["bins"][1], s["bins"][2])
+    metrics = {
+        "accuracy": s["n_correct"] / n,
+        "macro_f1": rel_macro_f1(cm),
+        "log_loss": s["sum_log_loss"] / n,
+        "brier": s["sum_brier"] / n,
+        "ece_uniform": rel.ece_from_stats(stats),
+        "mce_uniform": rel.mce_from_stats(stats),
+    }
+    report.metrics = {name: Interval(float(v), level=level) for name, v in metrics.items()}
+    report.curves = {"top_label_uniform": rel.curve_from_stats(stats, "uniform", "top-label")}
+    return report
+
+
+def rel_macro_f1(cm: np.ndarray) -> float:
+    from workbench.metrics.confusion import macro_f1_from_matrix
+
+    return float(macro_f1_from_matrix(np.asarray(cm, dtype=float)))
+
+
+@dataclass(frozen=True)
+class GridPoints:
+    """Labelled items of one split on the threshold grid (item-id order): rule coordinates snapped to
+    the grid (:class:`~workbench.thresholds.rules.RuleCoordinates`, exact for grid-point rules) and labels."""
+
+    qtype: str
+    option_ids: tuple[str, ...]
+    coords: Any
+    labels: np.ndarray
+    x_grid: np.ndarray
+    y_grid: np.ndarray
+
+
+def grid_points(con: Any, run_id: str, question: str, splits: tuple[str, ...], *, grid: int = 100):
+    """{split: :class:`GridPoints`} from one query, or None when the run does not qualify."""
+    from workbench.store import aggregates as ag
+    from workbench.store.runs import get_run, load_stored_schema
+    from workbench.thresholds.rules import RuleCoordinates
+    from workbench.thresholds.surface import default_grids
+
+    run = get_run(con, run_id)
+    q = load_stored_schema(con, run["schema_hash"]).questions.get(question)
+    if q is None or q.type not in GRID_TYPES or not ag.summaries_trusted(con, run_id):
+        return None
+    gx, gy = default_grids(q.type, grid)
+    parts = ag.grid_points(con, run_id, question, list(splits), x_grid=gx, y_grid=gy)
+    if any(p["n_untrusted"] for p in parts.values()):
+        return None
+    names = ("tau_yes", "tau_no") if q.type == "noul" else ("tau", "margin")
+    out = {}
+    for split, p in parts.items():
+        out[split] = GridPoints(
+            q.type,
+            tuple(p["option_ids"]),
+            RuleCoordinates(p["predicted"], _snap(p["ix"], gx), _snap(p["iy"], gy), *names),
+            p["labels"],
+            gx,
+            gy,
+        )
+    return out
+
+
+def _snap(cell: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """``grid[cell]``, ``-inf`` for ``cell < 0`` (below the grid, or a failure), ``+inf`` for ``len(grid)``."""
+    ext = np.concatenate([[-np.inf], grid, [np.inf]])
+    return ext[np.asarray(cell, dtype=np.int64) + 1]
+
+
+def certified_from_points(question: str, calibration: GridPoints, test: GridPoints | None, options: Any):
+    """``thresholds_for_run(con, run, question, options)`` of a run with ``options.calibrate == "none"``
+    and the guarantee objective, from its :class:`GridPoints` (None for other options)."""
+    from workbench.answers import RunAnswers
+    from workbench.thresholds.choose import (
+        _finish,
+        _fit_calibrator,
+        _test_risks,
+        check_question,
+        prepare_from_coordinates,
+        select_prepared,
+    )
+    from workbench.thresholds.evaluate import evaluate_rule_at
+
+    if options.calibrate not in ("none", "identity") or options.objective != "guarantee" or options.abstain_options:
+        return None
+    if options.level != "top":
+        return None
+    opt_ids = list(calibration.option_ids)
+    k = len(opt_ids)
+    labels = np.asarray(calibration.labels, dtype=np.int64)
+    abstain = check_question(question, calibration.qtype, opt_ids, len(labels), options)
+    calibrator = _fit_calibrator("none", np.zeros((0, k)), np.zeros(0, int))
+    coords = _int64(calibration.coords)
+    prep = prepare_from_coordinates(
+        question, calibration.qtype, opt_ids, abstain, calibrator, 0, coords, labels, options
+    )
+    n = len(labels)
+    keys = RunAnswers(
+        run_id="",
+        question=question,
+        qtype=calibration.qtype,
+        option_ids=opt_ids,
+        item_ids=np.broadcast_to(np.array(None, dtype=object), (n,)),
+        splits=np.broadcast_to(np.array("calibration", dtype=object), (n,)),
+        probs=np.zeros((n, 0)),
+        labels=labels,
+        failed=coords.predicted < 0,
+        failure_kind=np.broadcast_to(np.array(None, dtype=object), (n,)),
+        latency_ms=np.broadcast_to(np.nan, (n,)),
+        cost_usd=np.broadcast_to(np.nan, (n,)),
+        input_tokens=np.broadcast_to(np.nan, (n,)),
+    )
+    sel = select_prepared(prep, options, keys)
+    result = _finish(prep, sel, options, keys, None)
+    if test is not None and len(test.labels):
+        result.test = evaluate_rule_at(
+            result.rule,
+            _int64(test.coords),
+            np.asarray(test.labels, dtype=np.int64),
+            n_options=k,
+            option_ids=opt_ids,
+            confidence=options.confidence,
+        )
+        result.test_risks = _test_risks(result.test, options, opt_ids)
+    return result
+
+
+def _int64(coords: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(coords, predicted=np.asarray(coords.predicted, dtype=np.int64))

@@ -1,0 +1,324 @@
+"""One DuckDB query per (run, question, split) for what the UI paints first on a run of millions of answers.
+
+The UI's Calibration and Thresholds pages need, for a split, either a few sums (metric totals, top-label
+reliability bins, the confusion counts) or where each labelled item falls on the threshold grid. Both
+are computed here by DuckDB over the store's ``answers`` rows (joined with items and gold labels exactly
+as :func:`workbench.store.runs.load_answers` picks them: the majority vote, ties to the option listed
+first, a label that is not an option = unlabelled), without reading the probability matrix into Python.
+
+The answers table keeps ``p_top`` (the top probability) and ``margin`` (top − runner-up) per answer,
+written from the stored probabilities by every writer (the runner through
+:func:`workbench.store.calls.answers_table`, ``runs import`` through its own top-two): the values
+:func:`workbench_runtime.rules.rule_coordinates` computes from the same row (a selection of two stored
+floats and one subtraction). So per row:
+
+- arg-max (ties to the first option) = ``list_position(probs, p_top) - 1``;
+- p(label) = ``probs[label + 1]``; Σ p² = ``list_inner_product(probs, probs)``;
+- a failure: ``probs`` NULL, or a non-finite ``p_top`` (a NaN anywhere in a row makes the writers'
+  ``p_top`` NaN), as the in-memory path's ``~isfinite(row).all()``.
+
+Only raw runs qualify (:func:`summaries_trusted`): a calibrated view computes its probabilities on
+read, and a row written without its summaries (``write_answers`` of a bare frame) cannot be trusted;
+callers read those through the streamed library functions instead.
+
+Grid cells follow :func:`workbench.thresholds.surface.surface_from_coordinates`: the largest index
+``i`` with ``grid[i] <= coordinate`` (``-1`` below the grid or for a failure), written as a balanced
+tree of comparisons (``np.searchsorted(grid, x, 'right') - 1``).
+
+Nothing here finishes a figure: :mod:`workbench.engines.store_aggregates` turns the counts into the
+library's reports, displays, surfaces and selections.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import duckdb
+import numpy as np
+
+from workbench.schema import option_ids
+from workbench.store.runs import _answers_params, _question_of, answer_source, get_run
+
+#: DuckDB's memory limit while one of these queries runs (``WORKBENCH_AGGREGATE_MEMORY`` overrides it). Its
+#: joins hold the item ids of a whole dataset version: at 10M items they need about 2 GB to run without
+#: spilling to disk (under 1 GB the same query takes 2.5x the CPU); the limit is put back afterwards and
+#: what the query cached is released.
+AGGREGATE_MEMORY_LIMIT = "2GB"
+
+
+@contextmanager
+def query_memory(con: duckdb.DuckDBPyConnection, limit: str | None = None) -> Iterator[None]:
+    """DuckDB's memory limit set to ``limit`` (raised or lowered) inside the block, then put back."""
+    row = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    want = limit or os.environ.get("WORKBENCH_AGGREGATE_MEMORY") or AGGREGATE_MEMORY_LIMIT
+    con.execute(f"SET memory_limit = '{want}'")
+    try:
+        yield
+    finally:
+        try:
+            con.execute("SET memory_limit = '32MB'")  # evict what the query cached
+        except duckdb.Error:
+            pass
+        if row is not None:
+            con.execute(f"SET memory_limit = '{row[0]}'")
+
+
+def _lit(v: float) -> str:
+    return f"CAST({float(v)!r} AS DOUBLE)"
+
+
+def count_le(values: Sequence[float] | np.ndarray, x: str) -> str:
+    """SQL for how many of the ascending ``values`` are <= ``x`` (``np.searchsorted(values, x, 'right')``):
+    a balanced tree of CASE comparisons, ~log2(len(values)) per row; NULL/NaN count 0 (NaN compares
+    greater than everything in DuckDB, so callers pass finite values or guard the failures first)."""
+    vals = [float(v) for v in values]
+
+    def tree(lo: int, hi: int) -> str:
+        if lo == hi:
+            return str(lo)
+        mid = (lo + hi + 1) // 2
+        return f"CASE WHEN {x} >= {_lit(vals[mid - 1])} THEN {tree(mid, hi)} ELSE {tree(lo, mid - 1)} END"
+
+    return tree(0, len(vals))
+
+
+def summaries_trusted(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+    """The run's stored rows are its probabilities (a raw run, or a calibrated view that stored its rows),
+    so ``p_top``/``margin`` describe what :func:`~workbench.store.runs.load_answers` returns."""
+    run = get_run(con, run_id)
+    source, calibrators = answer_source(con, run)
+    return calibrators is None
+
+
+#: The rows of :data:`workbench.store.runs._ANSWERS_SQL` with the stored summaries. The gold label is
+#: picked the same way (majority of the votes, ties to the option listed first; a label that is not an
+#: option gives ``y`` NULL), in two steps: an item whose votes all name one option has that option (one
+#: grouping by item, no arg-max), only items with differing votes are counted per option.
+_ROWS_SQL = """
+        WITH one AS (
+            SELECT item_id, min(option_id) AS lo, max(option_id) AS hi
+            FROM labels WHERE dataset = $ds AND version = $v AND question = $q
+            GROUP BY item_id
+        ), multi AS (
+            SELECT item_id, option_id, count(*) AS votes
+            FROM labels WHERE dataset = $ds AND version = $v AND question = $q
+              AND item_id IN (SELECT item_id FROM one WHERE lo <> hi)
+            GROUP BY ALL
+        ), best AS (
+            SELECT item_id, lo AS gold FROM one WHERE lo = hi
+            UNION ALL
+            SELECT item_id, arg_max(option_id, votes * 1000000 - coalesce(list_position($opts, option_id), 999999))
+            FROM multi GROUP BY item_id
+        )
+        SELECT a.item_id, i.split, a.probs, a.p_top AS p1, a.margin, list_position($opts, b.gold) - 1 AS y,
+               a.failure_kind
+        FROM answers a
+        JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
+        LEFT JOIN best b ON b.item_id = a.item_id
+        WHERE a.run_id = $run AND a.question = $q
+          AND ($splits IS NULL OR list_contains($splits, i.split))
+"""
+
+
+def _rows_sql(run: dict) -> str:
+    """:data:`_ROWS_SQL` (``run`` is not needed: the parameters carry it)."""
+    return _ROWS_SQL
+
+
+def _run_split(con: duckdb.DuckDBPyConnection, run_id: str, question: str, split: str) -> tuple[dict, str, list, dict]:
+    run = get_run(con, run_id)
+    q = _question_of(con, run, question)
+    opts = option_ids(q)
+    source, _ = answer_source(con, run)
+    return run, q.type, opts, _answers_params(run, question, source, opts, [split])
+
+
+def metric_sums(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    question: str,
+    split: str,
+    *,
+    edges: np.ndarray,
+    log_loss_floor: float,
+) -> dict:
+    """Metric sums of one split (see the module doc) in one query, as Python/numpy values.
+
+    ``edges``: the top-label reliability bin edges (ascending, bin ``b`` holds ``edges[b] <= p_top <
+    edges[b+1]``, the last bin closed); ``log_loss_floor``: p(label) is clipped to [floor, 1].
+
+    Returns a dict: ``n`` answers, ``n_failed``, ``n_labelled`` (answered and labelled: the rows metrics
+    use), ``n_unlabelled`` (answered, no label), ``n_untrusted`` (answered rows without a stored ``p_top``, or
+    whose ``p_top`` is none of their probabilities: the figures must not be used then), ``n_correct``, ``sum_brier``, ``sum_log_loss``,
+    ``failures_by_kind`` {kind: count}, ``bins`` (3, n_bins) = count, Σ p_top, Σ correct per bin,
+    ``confusion`` (k, k) int64 counts [label, arg-max], ``option_ids``, ``qtype``.
+    """
+    run, qtype, opts, params = _run_split(con, run_id, question, split)
+    k, nb = len(opts), len(edges) - 1
+    rbin = count_le(np.asarray(edges, dtype=float)[1:-1], "conf")
+    eps = _lit(log_loss_floor)
+    sql = f"""
+WITH rows AS ({_rows_sql(run)}),
+f AS (
+    SELECT probs, p1, y, failure_kind,
+           probs IS NULL OR p1 IS NULL OR NOT isfinite(p1) AS failed,
+           probs IS NOT NULL AND p1 IS NULL AS untrusted
+    FROM rows
+), m AS (
+    SELECT failed, untrusted, y, failure_kind,
+           NOT failed AND y IS NOT NULL AS metric,
+           CASE WHEN NOT failed AND y IS NOT NULL THEN list_position(probs, p1) - 1 END AS pred,
+           CASE WHEN NOT failed AND y IS NOT NULL THEN p1 END AS conf,
+           CASE WHEN NOT failed AND y IS NOT NULL THEN probs[y + 1] END AS p_label,
+           CASE WHEN NOT failed AND y IS NOT NULL THEN list_inner_product(probs, probs) END AS sq
+    FROM f
+), g AS (
+    SELECT *, CASE WHEN metric THEN {rbin} END AS rbin, CASE WHEN failed THEN failure_kind END AS fkind FROM m
+)
+SELECT GROUPING(rbin) AS g_rbin, GROUPING(y, pred) AS g_cm, GROUPING(fkind) AS g_kind, rbin, y, pred, fkind,
+       count(*) AS n,
+       count(*) FILTER (WHERE failed) AS n_failed,
+       count(*) FILTER (WHERE metric) AS n_metric,
+       count(*) FILTER (WHERE NOT failed AND y IS NULL) AS n_unlabelled,
+       count(*) FILTER (WHERE untrusted OR (metric AND pred IS NULL)) AS n_untrusted,
+       count(*) FILTER (WHERE metric AND pred = y) AS n_correct,
+       sum(sq - 2 * p_label + 1) AS sum_brier,
+       sum(-ln(greatest(least(p_label, CAST(1 AS DOUBLE)), {eps}))) AS sum_ll,
+       sum(conf) AS sum_conf
+FROM g
+GROUP BY GROUPING SETS ((), (rbin), (y, pred), (fkind))
+"""
+    with query_memory(con):
+        rows = con.execute(sql, params).fetchall()
+    out: dict = {
+        "qtype": qtype,
+        "option_ids": opts,
+        "bins": np.zeros((3, nb)),
+        "confusion": np.zeros((k, k), dtype=np.int64),
+        "failures_by_kind": {},
+    }
+    for g_rbin, g_cm, g_kind, b, y, pred, fkind, n, n_failed, n_metric, n_unl, n_untr, n_corr, s_b, s_ll, s_c in rows:
+        if g_rbin == 1 and g_cm == 3 and g_kind == 1:  # the grand total
+            out.update(
+                n=int(n),
+                n_failed=int(n_failed),
+                n_labelled=int(n_metric),
+                n_unlabelled=int(n_unl),
+                n_untrusted=int(n_untr),
+                n_correct=int(n_corr),
+                sum_brier=float(s_b or 0.0),
+                sum_log_loss=float(s_ll or 0.0),
+                sum_conf=float(s_c or 0.0),
+            )
+        elif g_rbin == 0:
+            if b is not None:
+                out["bins"][:, int(b)] = (float(n), float(s_c or 0.0), float(n_corr))
+        elif g_cm == 0:
+            if y is not None and pred is not None:
+                out["confusion"][int(y), int(pred)] = int(n)
+        elif g_kind == 0 and fkind is not None:
+            out["failures_by_kind"][str(fkind)] = int(n)
+    if int(out["n_failed"]) and sum(out["failures_by_kind"].values()) < int(out["n_failed"]):
+        # failed rows without a kind (NaN probabilities): the in-memory path names them by their stored kind
+        out["failures_by_kind"]["None"] = int(out["n_failed"]) - sum(out["failures_by_kind"].values())
+    out["failures_by_kind"] = dict(sorted(out["failures_by_kind"].items()))
+    return out
+
+
+def grid_points(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    question: str,
+    splits: Sequence[str],
+    *,
+    x_grid: np.ndarray,
+    y_grid: np.ndarray,
+) -> dict[str, dict]:
+    """Where each labelled item of ``splits`` falls on the threshold grid, in item-id order per split.
+
+    One query (the join with items and gold labels is made once for every split). Per split, arrays
+    (n_labelled,) int16 (int32 beyond 32k options or grid points): ``ix``/``iy`` the cell of the item's
+    rule coordinates (:func:`workbench_runtime.rules.rule_coordinates`; ``-1`` below the grid or for a
+    failure, ``len(grid)`` for a coordinate of +inf), ``predicted`` (the option the rule would accept,
+    ``-1`` for a failure) and ``labels``; plus ``n_untrusted`` (answered rows without a stored ``p_top``:
+    the arrays must not be used then), ``option_ids`` and ``qtype``. Choice questions read
+    ``p_top``/``margin``; noul questions ``p_yes = probs[1]``.
+    """
+    run = get_run(con, run_id)
+    q = _question_of(con, run, question)
+    qtype, opts = q.type, option_ids(q)
+    source, _ = answer_source(con, run)
+    params = _answers_params(run, question, source, opts, list(splits))
+    gx, gy = np.asarray(x_grid, dtype=float), np.asarray(y_grid, dtype=float)
+    A, B = len(gx), len(gy)
+    if qtype == "noul":
+        sel = f"""CASE WHEN failed THEN -1 WHEN probs[1] >= 0.5 THEN {count_le(gx, "probs[1]")} - 1 ELSE {A} END AS ix,
+                  CASE WHEN failed THEN -1 WHEN probs[1] >= 0.5 THEN {B} ELSE {count_le(gy, "(-probs[1])")} - 1 END AS iy,
+                  CASE WHEN failed THEN -1 WHEN probs[1] >= 0.5 THEN 0 ELSE 1 END AS predicted"""
+    elif qtype == "choice":
+        sel = f"""CASE WHEN failed THEN -1 ELSE {count_le(gx, "p1")} - 1 END AS ix,
+                  CASE WHEN failed THEN -1 ELSE {count_le(gy, "margin")} - 1 END AS iy,
+                  CASE WHEN failed THEN -1 ELSE list_position(probs, p1) - 1 END AS predicted"""
+    else:
+        raise ValueError(f"grid points of {qtype} questions are not computed here")
+    small = "SMALLINT" if max(len(opts), A, B) < 2**15 - 1 else "INTEGER"
+    codes = {s: j for j, s in enumerate(splits)}
+    split_code = "CASE split " + " ".join(f"WHEN {_sql_str(s)} THEN {j}" for s, j in codes.items()) + " END"
+    rows = _rows_sql(run)
+    sql = f"""
+WITH rows AS ({rows}),
+f AS (
+    SELECT item_id, split, probs, p1, margin, y,
+           probs IS NULL OR p1 IS NULL OR NOT isfinite(p1) AS failed,
+           probs IS NOT NULL AND p1 IS NULL AS untrusted
+    FROM rows WHERE y IS NOT NULL
+), c AS (
+    SELECT item_id, {split_code} AS s, untrusted, y, {sel} FROM f
+)
+SELECT CAST(s AS TINYINT) AS s, CAST(ix AS {small}) AS ix, CAST(iy AS {small}) AS iy,
+       CAST(predicted AS {small}) AS predicted, CAST(y AS {small}) AS labels,
+       untrusted OR predicted IS NULL AS untrusted
+FROM c ORDER BY s, item_id
+"""
+    with query_memory(con):
+        tbl = con.execute(sql, params).fetch_arrow_table()
+    cols = {
+        name: (
+            tbl.column(name).combine_chunks().to_numpy(zero_copy_only=False)
+            if tbl.num_rows
+            else np.zeros(0, np.int16 if name != "untrusted" else bool)
+        )
+        for name in ("s", "ix", "iy", "predicted", "labels", "untrusted")
+    }
+    out: dict[str, dict] = {}
+    for s, j in codes.items():
+        at = cols["s"] == j
+        part: dict = {name: cols[name][at] for name in ("ix", "iy", "predicted", "labels")}
+        part.update(qtype=qtype, option_ids=opts, n_untrusted=int(np.count_nonzero(cols["untrusted"][at])))
+        out[s] = part
+    return out
+
+
+def _sql_str(s: str) -> str:
+    return "'" + str(s).replace("'", "''") + "'"
+
+
+def split_sizes(con: duckdb.DuckDBPyConnection, dataset: str, version: int) -> dict[str, int]:
+    """{split: items} of a dataset version (one scan of the items' split column)."""
+    rows = con.execute(
+        "SELECT split, count(*) FROM items WHERE dataset = ? AND version = ? GROUP BY split", [dataset, int(version)]
+    ).fetchall()
+    return {str(s): int(c) for s, c in rows}
+
+
+def run_choices(con: duckdb.DuckDBPyConnection):
+    """The runs of the store as a frame for a run picker (the ``runs`` table only): the columns of
+    :func:`workbench.store.runs.list_runs` that name a run, without its answer counts and latency median,
+    which read every answer (seconds on tens of millions)."""
+    return con.execute(
+        "SELECT run_id, name, kind, dataset, dataset_version, provider, model, status,"
+        " coalesce(emulated, false) AS emulated, left(schema_hash, 12) AS schema, experiment, variant, created_at"
+        " FROM runs ORDER BY created_at"
+    ).df()
