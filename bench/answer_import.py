@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dataset", required=True)
     ap.add_argument("--db", required=True, help="the copy to import into (overwritten, kept)")
     ap.add_argument("--k", type=int, default=77)
+    ap.add_argument("--trace", type=float, default=0, help="print RSS and DuckDB's memory every this many seconds")
     args = ap.parse_args(argv)
     shutil.copy(args.base, args.db)
 
@@ -54,13 +55,28 @@ def main(argv: list[str] | None = None) -> None:
     phases: list[tuple[str, float, float, float]] = []  # (phase, wall, cpu, RSS) at its end
     peak = [0.0]
 
+    con = connect(args.db)
+
     def sample() -> None:
+        cur = con.cursor()  # its own connection: answers while the import's statement runs
+        last = 0.0
         while True:
             peak[0] = max(peak[0], _rss_gb())
+            now = time.perf_counter() - t0
+            if args.trace and now - last >= args.trace:
+                last = now
+                tags = cur.execute(
+                    "SELECT tag, (memory_usage_bytes + temporary_storage_bytes) >> 20 FROM duckdb_memory()"
+                    " WHERE memory_usage_bytes + temporary_storage_bytes > 0"
+                ).fetchall()
+                print(
+                    f"  {now:6.1f} s  CPU {time.process_time():6.1f} s  RSS {_rss_gb():5.2f} GB  DuckDB MB {dict(tags)}",
+                    flush=True,
+                )
             time.sleep(0.5)
 
     threading.Thread(target=sample, daemon=True).start()
-    for name in ("_stage", "_check_items"):
+    for name in ("_stage", "_check_items", "_source_items"):
         f = getattr(answer_import, name, None)
         if f is None:  # an older import without that phase
             continue
@@ -72,7 +88,6 @@ def main(argv: list[str] | None = None) -> None:
 
         setattr(answer_import, name, timed)
     schema = DecisionSchema.from_dict(schema_dict(args.k), source="bench/scale_data.py")
-    con = connect(args.db)
     try:
         run_id = answer_import.import_answers(
             con, args.answers, dataset=args.dataset, schema=schema, name="bench", model="synthetic"
