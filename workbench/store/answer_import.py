@@ -71,7 +71,7 @@ IN_FLIGHT = 6
 #: Seconds to wait for DuckDB to release a batch before handing on the next one anyway.
 IN_FLIGHT_WAIT = 30.0
 #: DuckDB memory limit while importing (its buffer pool counts in the process's RSS).
-DEFAULT_MEMORY_LIMIT = "2GB"
+DEFAULT_MEMORY_LIMIT = "1500MB"
 
 _PARQUET = {".parquet", ".pq"}
 _JSONL = {".jsonl", ".ndjson", ".json"}
@@ -486,14 +486,9 @@ def _vectors(
     )
     if problems:
         return None
+    # one pass: rows within EXACT_SUM of 1 are divided by 1.0, which leaves every value as it is (IEEE)
     need = np.abs(dev) > EXACT_SUM
-    if need.all():
-        p = m / s[:, None]
-    elif need.any():
-        p = m.copy()
-        p[need] /= s[need, None]
-    else:
-        p = m.copy() if not m.flags.writeable else m
+    p = np.divide(m, np.where(need, s, 1.0)[:, None])
     p1, p2 = _top_two(p)
     ent = _entropy(p)
 
@@ -508,7 +503,7 @@ def _vectors(
     failed_kind = pc.if_else(pa.array(valid), pa.nulls(n, pa.string()), pc.fill_null(kinds, UNKNOWN_FAILURE))
     cols = {
         "item_id": ids,
-        "question": pa.array(np.full(n, question, dtype=object), type=pa.string()),
+        "question": pa.repeat(pa.scalar(question, pa.string()), n),
         "probs": vectors,
         "p_top": full(p1),
         "margin": full(p1 - p2),
@@ -531,9 +526,17 @@ def _entropy(p: np.ndarray) -> np.ndarray:
     SIMD loop (``where=`` would not), and the row sums are one ``einsum``: the same figures as taking the
     logarithm of the positive entries only, bit for bit.
     """
-    logs = np.maximum(p, np.finfo(np.float64).tiny)
+    scratch = getattr(_SCRATCH, "logs", None)
+    if scratch is None or scratch.size < p.size:  # one buffer per checking thread: no fresh pages per batch
+        scratch = _SCRATCH.logs = np.empty(p.size)
+    logs = scratch[: p.size].reshape(p.shape)
+    np.maximum(p, np.finfo(np.float64).tiny, out=logs)
     np.log(logs, out=logs)
     return -np.einsum("ij,ij->i", p, logs)
+
+
+#: Per-thread scratch arrays of the checks.
+_SCRATCH = threading.local()
 
 
 def _top_two(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -708,7 +711,7 @@ class _Stream:
         ids = _text(batch.column("item_id"), n)
         null_ids = np.flatnonzero(~ids.is_valid().to_numpy(zero_copy_only=False))
         problems.add("item_id", null_ids, base, lambda p: "item_id is empty")
-        model = pa.array(np.full(n, self.model, dtype=object), type=pa.string()) if self.model else None
+        model = pa.repeat(pa.scalar(self.model, pa.string()), n) if self.model else None
         rows = np.arange(n)
         if self.layout.kind == "wide":
             extras = {"model": model} if model is not None else {}
