@@ -8,7 +8,10 @@ seconds (user + sys, all threads) and peak RSS (``getrusage``), plus the RSS rea
     python bench/answer_import.py --base /tmp/s1m.duckdb --answers /tmp/f1m/answers.parquet \\
         --dataset scale-1000000 --db /tmp/s1m-copy.duckdb
 
-The schema is ``bench/scale_data.py``'s (one 77-option question, ``--k`` to change it).
+The schema is ``bench/scale_data.py``'s (one 77-option question, ``--k`` to change it). ``--trace S``
+prints RSS and DuckDB's memory by tag every S seconds. For 1M and 10M rows it prints the figures of the
+previous import (a staged Parquet file, ``main`` a747592) beside this one's, and the ratios: wall times
+on the shared 2-core machine vary 2-4x with its load, so compare CPU seconds first.
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+#: rows -> (wall s, CPU s, peak RSS GB) of the staged-Parquet import (main a747592; lead's 10M run,
+#: io3's 1M run at load average ~9).
+BEFORE = {1_000_000: (87.4, 23.7, 1.51), 10_000_000: (167.0, 209.0, 3.17)}
 
 
 def _rss_gb() -> float:
@@ -97,16 +105,37 @@ def main(argv: list[str] | None = None) -> None:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     for name, wall, cpu, rss in phases:
         print(f"  after {name:<14} {wall:7.1f} s wall {cpu:7.1f} s CPU  RSS so far {rss:5.2f} GB", flush=True)
+    now = (time.perf_counter() - t0, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024**2)
+    rows = con_rows(args.db, run_id)
+    if rows in BEFORE:
+        before = BEFORE[rows]
+        print(f"  {'':<8} {'wall s':>8} {'CPU s':>8} {'RSS GB':>8}")
+        print(f"  {'before':<8} {before[0]:8.1f} {before[1]:8.1f} {before[2]:8.2f}")
+        print(f"  {'now':<8} {now[0]:8.1f} {now[1]:8.1f} {now[2]:8.2f}")
+        print(f"  {'ratio':<8} {now[0] / before[0]:8.2f} {now[1] / before[1]:8.2f} {now[2] / before[2]:8.2f}")
     print(
         json.dumps(
             {
                 "run_id": run_id,
-                "seconds": round(time.perf_counter() - t0, 1),
-                "cpu_seconds": round(ru.ru_utime + ru.ru_stime, 1),
-                "peak_rss_gb": round(ru.ru_maxrss / 1024**2, 2),
+                "rows": rows,
+                "seconds": round(now[0], 1),
+                "cpu_seconds": round(now[1], 1),
+                "peak_rss_gb": round(now[2], 2),
             }
         )
     )
+
+
+def con_rows(db: str, run_id: str) -> int:
+    """Rows the import stored (read after it, outside the timed part)."""
+    from workbench.store.db import connect
+
+    con = connect(db, read_only=True)
+    try:
+        row = con.execute("SELECT count(*) FROM answers WHERE run_id = ?", [run_id]).fetchone()
+    finally:
+        con.close()
+    return int(row[0]) if row else 0
 
 
 if __name__ == "__main__":

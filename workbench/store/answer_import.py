@@ -20,12 +20,12 @@ bit for bit). Ids must be items of the dataset version, once per question; in th
 item needs every question. Any violation raises one :class:`DataImportError` naming the first
 offending row (file order), how many rows are bad and the fix; nothing is written (one transaction).
 
-Vectorised: Arrow record batches of :data:`BATCH_ROWS` rows are checked and summarised with numpy by
-:data:`WORKERS` threads (numpy releases the GIL) and written, in file order, to a hidden staged Parquet
-file next to the store; the item-id check and the run's summary read that file, and one
-``INSERT … FROM read_parquet`` inside the import's one transaction stores the rows. Memory stays bounded by
-a few batches plus DuckDB's ``memory_limit`` (one ``INSERT`` over a Python Arrow stream made DuckDB hold
-~0.5 GB per million rows until the statement ended). The staged file is removed afterwards, on error too.
+Vectorised: the source's ``item_id`` column is checked against the dataset version by DuckDB first;
+then Arrow record batches of :data:`BATCH_ROWS` rows are checked, normalised and summarised with numpy by
+:data:`WORKERS` threads (numpy releases the GIL) and handed, in file order, to one
+``INSERT … SELECT … FROM <Arrow stream>`` inside the import's one transaction, which DuckDB runs on its
+own threads meanwhile. Nothing is staged (only the id column is read twice); memory stays bounded by :data:`IN_FLIGHT`
+batches plus DuckDB's ``memory_limit`` (docs/answer-files.md, "How it streams").
 """
 
 from __future__ import annotations
