@@ -9,7 +9,8 @@ seconds (user + sys, all threads) and peak RSS (``getrusage``), plus the RSS rea
         --dataset scale-1000000 --db /tmp/s1m-copy.duckdb
 
 The schema is ``bench/scale_data.py``'s (one 77-option question, ``--k`` to change it). ``--trace S``
-prints RSS and DuckDB's memory by tag every S seconds. For 1M and 10M rows it prints the figures of the
+prints RSS and DuckDB's memory by tag every S seconds (its queries hold up the commit's checkpoint: time
+without it). For 1M and 10M rows it prints the figures of the
 previous import (a staged Parquet file, ``main`` a747592) beside this one's, and the ratios: wall times
 on the shared 2-core machine vary 2-4x with its load, so compare CPU seconds first.
 """
