@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -385,15 +386,16 @@ def test_cli_refusal_exits_2_with_one_line_and_writes_nothing(master, store, tmp
     con.close()
 
 
-def _staged_files(store: Path) -> list[Path]:
-    return sorted(store.parent.glob(f".{store.name}.import-*.parquet"))
+def _stray_files(store: Path) -> list[Path]:
+    """Files an import left beside the store (it writes none: rows go to DuckDB on one Arrow stream)."""
+    return sorted(p for p in store.parent.iterdir() if p.name.startswith(f".{store.name}"))
 
 
 def test_small_batches_checked_in_parallel_give_the_same_run_and_the_earliest_bad_row(
     master, store, tmp_path, monkeypatch
 ):
-    """Batches of 64 rows checked by the worker threads: the same stored figures as one batch, the staged
-    file is removed, and an error names the earliest bad row in file order whichever batch finished first."""
+    """Batches of 64 rows checked by the worker threads: the same stored figures as one batch, no file
+    left beside the store, and an error names the earliest bad row in file order whichever batch finished first."""
     from workbench.store import answer_import
 
     path = write_wide(master, tmp_path / "a.parquet")
@@ -416,7 +418,7 @@ def test_small_batches_checked_in_parallel_give_the_same_run_and_the_earliest_ba
     assert diff == (2 * N, 2 * N)  # every row of both questions, bit for bit
     assert {k: stored[k] for k in recomputed} == recomputed
     assert recomputed["failed"] == master["failed"].sum() and recomputed["items"] == N
-    assert _staged_files(store) == []
+    assert _stray_files(store) == []
 
     def edit(rows):
         rows[300][0] = 7.0  # batch 5
@@ -426,7 +428,85 @@ def test_small_batches_checked_in_parallel_give_the_same_run_and_the_earliest_ba
     bad = _with(master, tmp_path, "b.parquet", topic=_topic(master, edit))
     msg = _refused(store, bad, match="row 131: item 'm0130'")
     assert "3 bad rows: 1 length, 2 value" in msg
-    assert _staged_files(store) == []
+    assert _stray_files(store) == []
+
+
+def test_a_bad_row_in_the_last_batch_rolls_back_the_rows_already_inserted(master, store, tmp_path, monkeypatch):
+    """Rows stream into DuckDB while later batches are still checked: a bad vector in the last batch (after
+    six batches went into the transaction) refuses the whole file with every check's count, nothing kept."""
+    from workbench.store import answer_import
+
+    monkeypatch.setattr(answer_import, "BATCH_ROWS", 64)
+
+    def edit(rows):
+        rows[395] = rows[395][:3]  # batch 7 of 7
+        rows[331][4] = float("inf")  # batch 6
+
+    bad = _with(master, tmp_path, "b.parquet", topic=_topic(master, edit))
+    msg = _refused(store, bad, match="row 332: item 'm0331', question 'topic': probability inf at option 5")
+    assert "2 bad rows: 1 length, 1 value; nothing was imported" in msg
+    con = connect(store, read_only=True)
+    assert con.execute("SELECT count(*) FROM answers").fetchone() == (0,)  # the module store holds no run
+    con.close()
+    assert _stray_files(store) == []
+
+
+def test_a_bad_row_is_reported_before_unknown_items_and_duplicates(master, store, tmp_path, monkeypatch):
+    """The error names what a reader of the file meets first: a bad vector anywhere in the file wins over
+    an unknown id (checked before the insert) and over a duplicate id (found by the key mid-insert)."""
+    from workbench.store import answer_import
+
+    monkeypatch.setattr(answer_import, "BATCH_ROWS", 64)
+
+    def edit(rows):
+        rows[350][0] = 2.0  # batch 6
+
+    topic = _topic(master, edit)
+    ghosts = list(IDS)
+    ghosts[5] = "ghost"
+    msg = _refused(store, _with(master, tmp_path, "a.parquet", topic=topic, item_id=pa.array(ghosts)), match="row 351")
+    assert "1 bad row: 1 value" in msg and "ghost" not in msg
+    dups = list(IDS)
+    dups[70] = dups[3]  # batch 2: the key refuses it while batch 6 is not read yet
+    msg = _refused(store, _with(master, tmp_path, "b.parquet", topic=topic, item_id=pa.array(dups)), match="row 351")
+    assert "1 bad row: 1 value" in msg and "more than once" not in msg
+    msg = _refused(store, _with(master, tmp_path, "c.parquet", item_id=pa.array(dups)), match="'m0003' appears more")
+    assert "1 duplicated key over 2 rows" in msg
+
+
+def test_long_layout_summary_tallies_equal_run_summary(master, store, tmp_path, monkeypatch):
+    """Tokens, costs (paid = not cached), unknown costs, failures by kind and the run's model (the most frequent
+    one) are tallied while streaming; they equal what run_summary reads back from the committed answers."""
+    from workbench.store import answer_import
+    from workbench.store.calls import run_summary
+
+    con = connect(store)
+    run_id = import_answers(con, write_wide(master, tmp_path / "a.parquet"), dataset="msgs", schema=schema(), name="a")
+    export_run(con, run_id, "parquet", tmp_path / "long.parquet")
+    long = pq.read_table(tmp_path / "long.parquet")
+    n = long.num_rows
+    rng = np.random.default_rng(11)
+    cost = rng.integers(1, 50, n) / 1024  # exact binary fractions: any summation order gives the same sum
+    cost_col = pa.array(cost, mask=np.arange(n) % 7 == 0)  # some unknown costs
+    extra = {
+        "cost_usd": cost_col,
+        "input_tokens": pa.array(rng.integers(10, 500, n), type=pa.int64()),
+        "cached": pa.array(np.arange(n) % 5 == 0),
+        "model": pa.array(np.where(np.arange(n) % 3 == 0, "m-small", "m-large")),
+    }
+    for c, a in extra.items():
+        long = long.set_column(long.schema.get_field_index(c), c, a)
+    pq.write_table(long, tmp_path / "costs.parquet")
+    monkeypatch.setattr(answer_import, "BATCH_ROWS", 96)
+    again = import_answers(con, tmp_path / "costs.parquet", dataset="msgs", schema=schema(), name="costs")
+    stored, recomputed = get_run(con, again)["summary"], run_summary(con, again)
+    model = get_run(con, again)["model"]
+    con.close()
+    assert {k: stored[k] for k in recomputed} == recomputed
+    assert recomputed["input_tokens"] == int(pc.sum(extra["input_tokens"]).as_py())
+    paid = ~(np.arange(n) % 5 == 0) & ~(np.arange(n) % 7 == 0)
+    assert recomputed["cost_paid_usd"] == pytest.approx(cost[paid].sum(), abs=1e-12)
+    assert recomputed["items"] == N and model == "m-large"
 
 
 def test_top_two_and_entropy_equal_the_runtimes_bit_for_bit():

@@ -20,12 +20,12 @@ bit for bit). Ids must be items of the dataset version, once per question; in th
 item needs every question. Any violation raises one :class:`DataImportError` naming the first
 offending row (file order), how many rows are bad and the fix; nothing is written (one transaction).
 
-Vectorised: Arrow record batches of :data:`BATCH_ROWS` rows are checked and summarised with numpy by
-:data:`WORKERS` threads (numpy releases the GIL) and written, in file order, to a hidden staged Parquet
-file next to the store; the item-id check and the run's summary read that file, and one
-``INSERT … FROM read_parquet`` inside the import's one transaction stores the rows. Memory stays bounded by
-a few batches plus DuckDB's ``memory_limit`` (one ``INSERT`` over a Python Arrow stream made DuckDB hold
-~0.5 GB per million rows until the statement ended). The staged file is removed afterwards, on error too.
+Vectorised: the source's ``item_id`` column is checked against the dataset version by DuckDB first;
+then Arrow record batches of :data:`BATCH_ROWS` rows are checked, normalised and summarised with numpy by
+:data:`WORKERS` threads (numpy releases the GIL) and handed, in file order, to one
+``INSERT … SELECT … FROM <Arrow stream>`` inside the import's one transaction, which DuckDB runs on its
+own threads meanwhile. Nothing is staged (only the id column is read twice); memory stays bounded by :data:`IN_FLIGHT`
+batches plus DuckDB's ``memory_limit`` (docs/answer-files.md, "How it streams").
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from __future__ import annotations
 import glob
 import json
 import os
-import tempfile
+import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -65,8 +66,12 @@ UNKNOWN_FAILURE = "unknown"
 OPTION_IDS_KEY = "workbench.option_ids"
 #: Threads checking batches ahead of DuckDB's insert (the machine's cores, at most 4: the insert needs some).
 WORKERS = max(1, min(4, (os.cpu_count() or 2)))
+#: Checked batches handed to DuckDB and not yet released by it (bounds the memory of its read-ahead).
+IN_FLIGHT = 6
+#: Seconds to wait for DuckDB to release a batch before handing on the next one anyway.
+IN_FLIGHT_WAIT = 30.0
 #: DuckDB memory limit while importing (its buffer pool counts in the process's RSS).
-DEFAULT_MEMORY_LIMIT = "2GB"
+DEFAULT_MEMORY_LIMIT = "1500MB"
 
 _PARQUET = {".parquet", ".pq"}
 _JSONL = {".jsonl", ".ndjson", ".json"}
@@ -296,10 +301,21 @@ def _batches(src: _Source, layout: _Layout) -> Iterator[pa.RecordBatch]:
     """The source's columns, in batches of :data:`BATCH_ROWS` rows (streamed; bounded memory)."""
     cols = list(layout.read)
     if src.fmt == "parquet":
-        import pyarrow.dataset as pads
+        import pyarrow.parquet as pq
 
-        dataset = pads.dataset([str(f) for f in src.files], format="parquet")
-        yield from dataset.to_batches(columns=cols, batch_size=BATCH_ROWS, batch_readahead=2, fragment_readahead=1)
+        # file by file, row group by row group, without pre-buffering: the dataset scanner's read-ahead
+        # and pre-buffer cache held ~0.85 GB of decoded pages at 10M rows (this reader: < 0.1 GB)
+        for f in src.files:
+            pf = pq.ParquetFile(f, pre_buffer=False)
+            try:
+                have = set(pf.schema_arrow.names)
+                missing = [c for c in cols if c not in have]
+                for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=[c for c in cols if c in have]):
+                    for c in missing:  # a part file without an optional column: NULLs, as a dataset reads it
+                        batch = batch.append_column(c, pa.nulls(batch.num_rows, src.types.get(c) or pa.null()))
+                    yield batch
+            finally:
+                pf.close()
         return
     duck_types = {c: ("DOUBLE[]" if t is None else _duck_type(t)) for c, t in layout.read.items()}
     spec = "{" + ", ".join(f"'{c}': '{t}'" for c, t in duck_types.items()) + "}"
@@ -403,8 +419,9 @@ def _vectors(
     rows: np.ndarray,
     base: int,
     problems: _Problems,
-) -> pa.RecordBatch | None:
-    """Check and summarise one question's vectors; the answers rows, or None when a check failed.
+) -> tuple[pa.RecordBatch, np.ndarray] | None:
+    """Check and summarise one question's vectors; the answers rows (and the array holding their
+    probabilities, which Arrow does not copy), or None when a check failed.
 
     ``rows`` are the vectors' positions in the source batch (for the file row named in errors).
     """
@@ -469,14 +486,9 @@ def _vectors(
     )
     if problems:
         return None
+    # one pass: rows within EXACT_SUM of 1 are divided by 1.0, which leaves every value as it is (IEEE)
     need = np.abs(dev) > EXACT_SUM
-    if need.all():
-        p = m / s[:, None]
-    elif need.any():
-        p = m.copy()
-        p[need] /= s[need, None]
-    else:
-        p = m.copy() if not m.flags.writeable else m
+    p = np.divide(m, np.where(need, s, 1.0)[:, None])
     p1, p2 = _top_two(p)
     ent = _entropy(p)
 
@@ -491,7 +503,7 @@ def _vectors(
     failed_kind = pc.if_else(pa.array(valid), pa.nulls(n, pa.string()), pc.fill_null(kinds, UNKNOWN_FAILURE))
     cols = {
         "item_id": ids,
-        "question": pa.array(np.full(n, question, dtype=object), type=pa.string()),
+        "question": pa.repeat(pa.scalar(question, pa.string()), n),
         "probs": vectors,
         "p_top": full(p1),
         "margin": full(p1 - p2),
@@ -503,7 +515,7 @@ def _vectors(
     for name, typ in _LONG_EXTRAS.items():
         col = extras.get(name)
         cols[name] = pa.nulls(n, typ) if col is None else (col if col.type == typ else pc.cast(col, typ))
-    return pa.RecordBatch.from_arrays([cols[c] for c in _OUT_COLUMNS], schema=_OUT_SCHEMA)
+    return pa.RecordBatch.from_arrays([cols[c] for c in _OUT_COLUMNS], schema=_OUT_SCHEMA), p
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:
@@ -514,9 +526,17 @@ def _entropy(p: np.ndarray) -> np.ndarray:
     SIMD loop (``where=`` would not), and the row sums are one ``einsum``: the same figures as taking the
     logarithm of the positive entries only, bit for bit.
     """
-    logs = np.maximum(p, np.finfo(np.float64).tiny)
+    scratch = getattr(_SCRATCH, "logs", None)
+    if scratch is None or scratch.size < p.size:  # one buffer per checking thread: no fresh pages per batch
+        scratch = _SCRATCH.logs = np.empty(p.size)
+    logs = scratch[: p.size].reshape(p.shape)
+    np.maximum(p, np.finfo(np.float64).tiny, out=logs)
     np.log(logs, out=logs)
     return -np.einsum("ij,ij->i", p, logs)
+
+
+#: Per-thread scratch arrays of the checks.
+_SCRATCH = threading.local()
 
 
 def _top_two(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -537,20 +557,107 @@ def _top_two(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return p1, p2
 
 
+def _value_counts(col: pa.Array) -> list[tuple[Any, int]]:
+    """(value, rows) of the non-null values of ``col``, in order of first appearance."""
+    vc = pc.value_counts(col.drop_null())
+    return list(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(), strict=True))
+
+
+@dataclass
+class _Tally:
+    """:func:`workbench.store.calls.run_summary`'s figures, summed over the rows handed to DuckDB (file order)."""
+
+    count_models: bool = False
+    answered: int = 0
+    failed: int = 0
+    failed_by_kind: dict[str, int] = field(default_factory=dict)
+    input_tokens: int = 0
+    cost: float | None = None
+    cost_paid: float | None = None
+    unknown_cost: int = 0
+    models: dict[str, int] = field(default_factory=dict)  # model -> rows (insertion order: first seen first)
+
+    def add(self, out: pa.RecordBatch) -> None:
+        probs = out.column("probs")
+        n_failed = probs.null_count
+        self.answered += len(probs) - n_failed
+        self.failed += n_failed
+        if n_failed:
+            for kind, n in _value_counts(out.column("failure_kind")):
+                self.failed_by_kind[kind] = self.failed_by_kind.get(kind, 0) + n
+        tokens = out.column("input_tokens")
+        if tokens.null_count < len(tokens):
+            self.input_tokens += int(pc.sum(tokens).as_py() or 0)
+        cost = out.column("cost_usd")
+        if cost.null_count < len(cost):
+            self.cost = (self.cost or 0.0) + float(pc.sum(cost).as_py())
+            paid = pc.filter(cost, pc.invert(pc.fill_null(out.column("cached"), False)))
+            if paid.null_count < len(paid):
+                self.cost_paid = (self.cost_paid or 0.0) + float(pc.sum(paid).as_py())
+        self.unknown_cost += int(pc.sum(pc.and_(cost.is_null(), probs.is_valid())).as_py() or 0)
+        if self.count_models:
+            for model, n in _value_counts(out.column("model")):
+                self.models[model] = self.models.get(model, 0) + n
+
+    def mode_model(self) -> str | None:
+        """The most frequent model (ties: the first seen), or None."""
+        return max(self.models, key=self.models.__getitem__) if self.models else None
+
+    def summary(self, items: int) -> dict[str, Any]:
+        """The figures :func:`~workbench.store.calls.run_summary` reads back from ``answers`` for this run.
+
+        An import pays no call (no cache key, nothing billed unanswered), so the latency quantiles are
+        None and the billed-unanswered figures 0, as there.
+        """
+        return {
+            "billed_unanswered_calls": 0,
+            "billed_unanswered_cost_usd": 0.0,
+            "billed_unanswered_unknown_cost": 0,
+            "cost_billed_usd": self.cost_paid,
+            "items": int(items),
+            "answered": self.answered,
+            "failed": self.failed,
+            "failed_by_kind": dict(sorted(self.failed_by_kind.items(), key=lambda kv: -kv[1])),
+            "input_tokens": self.input_tokens,
+            "cost_usd": self.cost,
+            "cost_paid_usd": self.cost_paid,
+            "answers_with_unknown_cost": self.unknown_cost,
+            "latency_p50_ms": None,
+            "latency_p95_ms": None,
+        }
+
+
 class _Stream:
-    """The checked answers rows of a source, as an Arrow stream DuckDB pulls from."""
+    """The checked answers rows of a source, as an Arrow stream DuckDB pulls from, and the run's tallies."""
 
     def __init__(self, src: _Source, layout: _Layout, schema: DecisionSchema, model: str | None):
         self.src, self.layout, self.schema, self.model = src, layout, schema, model
         self.problems = _Problems()
         self.rows = 0
         self.k = {q: len(option_ids(schema.questions[q])) for q in schema.question_ids}
+        self.tally = _Tally(count_models=layout.kind == "long" and not model)
+        self._in_flight = threading.Semaphore(IN_FLIGHT)
+        self._gen: Iterator[pa.RecordBatch] | None = None
+
+    def reader(self) -> pa.RecordBatchReader:
+        """The checked rows as one Arrow stream (DuckDB's ``INSERT`` pulls it); see :meth:`drain`."""
+        self._gen = self.batches()
+        return pa.RecordBatchReader.from_batches(_OUT_SCHEMA, self._gen)
+
+    def drain(self) -> None:
+        """Check the rest of the source without handing rows on (after the reader stopped, or instead of
+        it), so that :attr:`problems` counts every bad row of the file."""
+        gen = self._gen if self._gen is not None else self.batches()
+        self._gen = None
+        for _ in gen:
+            pass
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Batches checked by :data:`WORKERS` threads (numpy and Arrow release the GIL), yielded in file order.
 
         At most ``WORKERS + 1`` batches are in flight, so memory stays bounded; DuckDB inserts one batch
-        while the next ones are checked.
+        while the next ones are checked. After the first bad row nothing more is yielded, but every batch
+        is still checked (the error counts every check's bad rows).
         """
         pending: deque[tuple[Future, _Problems, int]] = deque()
         submitted = 0
@@ -571,26 +678,40 @@ class _Stream:
                         break
                     future, found, n = pending.popleft()
                     outs = future.result()
+                    del future  # the result list must not outlive the rows handed on
                     self.problems.merge(found)
                     self.rows += n
-                    if not self.problems:  # after the first bad row: keep counting, stop writing
-                        yield from outs
+                    while outs and not self.problems:  # after the first bad row: keep counting, stop handing on
+                        out, owner = outs.pop(0)
+                        self.tally.add(out)
+                        # DuckDB reads the stream through a pyarrow scanner that reads ahead without bound
+                        # (1.6 GB of batches at 4M rows): hand on a batch only while fewer than
+                        # IN_FLIGHT are alive (the timeout only guards against a stall)
+                        self._in_flight.acquire(timeout=IN_FLIGHT_WAIT)
+                        weakref.finalize(owner, self._in_flight.release)
+                        del owner
+                        yield out
+                    del outs
         except (pa.ArrowException, duckdb.Error, OSError) as exc:
             for future, _, _ in pending:
                 future.cancel()
             self.problems.counts["unreadable"] = 1
             self.problems.first = (self.rows, "read", f"cannot read: {_first_line(exc)}")
 
-    def _checked(self, batch: pa.RecordBatch, base: int, problems: _Problems) -> list[pa.RecordBatch]:
+    def _checked(
+        self, batch: pa.RecordBatch, base: int, problems: _Problems
+    ) -> list[tuple[pa.RecordBatch, np.ndarray]]:
         return list(self._one(batch, base, problems))
 
-    def _one(self, batch: pa.RecordBatch, base: int, problems: _Problems) -> Iterator[pa.RecordBatch]:
+    def _one(
+        self, batch: pa.RecordBatch, base: int, problems: _Problems
+    ) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
         n = batch.num_rows
         names = batch.schema.names
         ids = _text(batch.column("item_id"), n)
         null_ids = np.flatnonzero(~ids.is_valid().to_numpy(zero_copy_only=False))
         problems.add("item_id", null_ids, base, lambda p: "item_id is empty")
-        model = pa.array(np.full(n, self.model, dtype=object), type=pa.string()) if self.model else None
+        model = pa.repeat(pa.scalar(self.model, pa.string()), n) if self.model else None
         rows = np.arange(n)
         if self.layout.kind == "wide":
             extras = {"model": model} if model is not None else {}
@@ -679,41 +800,45 @@ def import_answers(
     where = src.label()
     run_id = new_run_id()
     stream = _Stream(src, layout, schema, model)
-    saved = {s: _setting(con, s) for s in ("memory_limit", "preserve_insertion_order")} if memory_limit else {}
-    if memory_limit:
-        con.execute(f"SET memory_limit = '{memory_limit}'")
-        con.execute("SET preserve_insertion_order = false")
-    staged = _staging_path(con)
+    settings = dict(_IMPORT_SETTINGS, **({"memory_limit": memory_limit} if memory_limit else {}))
+    saved = {s: _setting(con, s) for s in settings}
+    for s, v in settings.items():
+        con.execute(f"SET {s} = {_sql_value(v)}")
     try:
-        _stage(stream, staged)
-        if stream.problems:
-            raise stream.problems.error(where)
-        if stream.rows == 0:
-            raise DataImportError(f"{where}: no rows", hint="the file holds no answers")
-        # before the insert: joined with a transaction's 10M uncommitted rows this ran out of DuckDB's memory
-        splits = _check_items(con, staged, dataset, version, schema, layout, where)
-        # before the insert too: at 10M rows the transaction's primary-key index fills DuckDB's memory
-        figures = _staged_summary(con, staged)
-        run_model = model or _mode_model(con, staged)
+        # item ids first, from the source's id column alone (outside the transaction: a join with 10M
+        # uncommitted rows ran out of DuckDB's memory)
+        ids = _source_items(con, src, layout, dataset, version, schema)
+        if ids.unknown:
+            stream.drain()  # a bad row is reported before an unknown item, as it is found first
+            if stream.problems:
+                raise stream.problems.error(where)
+            raise ids.error(where, dataset, version)
         with transaction(con):
+            view = f"_answer_import_{run_id.replace('-', '_')}"
+            con.register(view, stream.reader())
             try:
                 con.execute(
                     f"INSERT INTO answers (run_id, {', '.join(_OUT_COLUMNS)})"
-                    f" SELECT $run, {', '.join(_OUT_COLUMNS)} FROM read_parquet($staged)",
-                    {"run": run_id, "staged": str(staged)},
+                    f" SELECT $run, {', '.join(_OUT_COLUMNS)} FROM {view}",
+                    {"run": run_id},
                 )
-            except duckdb.ConstraintException:
-                if stream.problems:
-                    raise stream.problems.error(where) from None
-                raise _duplicates(src, layout, where) from None
             except duckdb.Error as exc:
+                stream.drain()  # the error names the earliest bad row of the whole file, as before the insert
                 if stream.problems:
                     raise stream.problems.error(where) from None
+                if isinstance(exc, duckdb.ConstraintException):
+                    raise _duplicates(src, layout, where) from None
                 raise DataImportError(f"{where}: cannot import: {_first_line(exc)}", hint="fix the file") from None
-            if stream.problems:
+            finally:
+                con.unregister(view)
+            if stream.problems:  # the stream stopped handing rows on at the first bad row
                 raise stream.problems.error(where)
-            if layout.kind == "long":
-                _check_complete(con, run_id, schema, where)
+            if stream.rows == 0:
+                raise DataImportError(f"{where}: no rows", hint="the file holds no answers")
+            n_items = stream.rows if layout.kind == "wide" else ids.items
+            if layout.kind == "long" and stream.rows != n_items * len(schema.question_ids):
+                raise _incomplete(src, schema, where)  # the key refused duplicates: a question is missing
+            run_model = model or stream.tally.mode_model()
             insert_run(
                 con,
                 run_id=run_id,
@@ -721,7 +846,7 @@ def import_answers(
                 dataset_version=version,
                 schema=schema,
                 provider=provider_label or "imported",
-                splits=splits,
+                splits=ids.splits,
                 name=name,
                 model=run_model,
                 params={"imported_from": [str(f) for f in files], "format": fmt, "layout": layout.kind},
@@ -734,11 +859,11 @@ def import_answers(
                 "dataset": dataset,
                 "dataset_version": int(version),
                 "schema_hash": schema.hash,
-                "splits": splits,
+                "splits": ids.splits,
                 "status": "done",
                 "emulated": False,
                 "model": run_model,
-                **figures,
+                **stream.tally.summary(n_items),
                 "imported": {
                     "rows": stream.rows,
                     "format": fmt,
@@ -752,135 +877,104 @@ def import_answers(
                 [json.dumps(summary), run_id],
             )
     finally:
-        staged.unlink(missing_ok=True)
         for s, v in saved.items():
-            con.execute(f"SET {s} = '{v}'" if isinstance(v, str) else f"SET {s} = {str(v).lower()}")
+            con.execute(f"SET {s} = {_sql_value(v)}")
     return run_id
 
 
-def _staging_path(con: duckdb.DuckDBPyConnection) -> Path:
-    """A new hidden file next to the store (the system's temp directory for an in-memory store)."""
-    from workbench.store.calls import database_path
-
-    db = database_path(con)
-    fd, name = tempfile.mkstemp(
-        prefix=f".{db.name if db else 'workbench'}.import-", suffix=".parquet", dir=db.parent if db else None
-    )
-    os.close(fd)
-    return Path(name)
+#: DuckDB settings while importing (restored afterwards). The insert's rows arrive on one Arrow stream:
+#: without order to keep, both threads append; each completed row group is compressed and written to
+#: the store file at once (DuckDB's default buffers 5 row groups per thread, ~0.8 GB uncompressed here).
+_IMPORT_SETTINGS: dict[str, Any] = {"preserve_insertion_order": False, "write_buffer_row_group_count": 1}
 
 
-def _stage(stream: _Stream, path: Path) -> None:
-    """Write the checked rows to ``path`` (uncompressed Parquet, a row group per batch); stop writing at the
-    first bad row but keep counting (the error reports every check's count)."""
-    import pyarrow.parquet as pq
-
-    with pq.ParquetWriter(
-        path,
-        _OUT_SCHEMA,
-        compression="none",
-        use_dictionary=["question", "model", "failure_kind"],
-        write_statistics=False,
-    ) as writer:
-        for out in stream.batches():
-            writer.write_batch(out)
+def _sql_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, int | float):
+        return str(v)
+    return "'" + str(v).replace("'", "''") + "'"
 
 
-def _mode_model(con: duckdb.DuckDBPyConnection, staged: Path) -> str | None:
-    row = con.execute("SELECT mode(model) FROM read_parquet(?) WHERE model IS NOT NULL", [str(staged)]).fetchone()
-    return row[0] if row and row[0] else None
+def _source_reader(src: _Source, columns: dict[str, str]) -> tuple[str, list]:
+    """DuckDB table function reading ``columns`` ({name: DuckDB type}) of the source files, and its parameter."""
+    files = [str(f) for f in src.files]
+    if src.fmt == "parquet":
+        return "read_parquet(?)", [files]
+    spec = ", ".join(f"'{c}': '{t}'" for c, t in columns.items())
+    return f"read_json(?, format = 'newline_delimited', columns = {{{spec}}})", [files]
 
 
-def _staged_summary(con: duckdb.DuckDBPyConnection, staged: Path) -> dict[str, Any]:
-    """:func:`workbench.store.calls.run_summary` of the new run, read from the staged file.
+@dataclass
+class _Items:
+    unknown: int
+    example: str | None
+    splits: list[str]
+    items: int  # distinct item ids (the long layout's item count)
 
-    Read from ``answers`` inside the transaction, at 10M rows those figures ran out of DuckDB's memory
-    (the uncommitted rows hold the buffer pool). An import pays no call (no cache key, nothing billed
-    unanswered), so the latency quantiles are None and the billed-unanswered figures 0, as there.
-    """
-    row = con.execute(
-        "SELECT count(*) FILTER (WHERE probs IS NOT NULL), count(*) FILTER (WHERE probs IS NULL),"
-        " sum(input_tokens), sum(cost_usd), sum(cost_usd) FILTER (WHERE NOT coalesce(cached, false)),"
-        " count(*) FILTER (WHERE cost_usd IS NULL AND probs IS NOT NULL), count(DISTINCT item_id)"
-        " FROM read_parquet(?)",
-        [str(staged)],
-    ).fetchone()
-    assert row is not None
-    kinds = con.execute(
-        "SELECT failure_kind, count(*) FROM read_parquet(?) WHERE probs IS NULL GROUP BY 1 ORDER BY 2 DESC",
-        [str(staged)],
-    ).fetchall()
-    paid = float(row[4]) if row[4] is not None else None
-    return {
-        "billed_unanswered_calls": 0,
-        "billed_unanswered_cost_usd": 0.0,
-        "billed_unanswered_unknown_cost": 0,
-        "cost_billed_usd": paid,
-        "items": int(row[6] or 0),
-        "answered": int(row[0] or 0),
-        "failed": int(row[1] or 0),
-        "failed_by_kind": {str(k): int(v) for k, v in kinds},
-        "input_tokens": int(row[2]) if row[2] is not None else 0,
-        "cost_usd": float(row[3]) if row[3] is not None else None,
-        "cost_paid_usd": paid,
-        "answers_with_unknown_cost": int(row[5] or 0),
-        "latency_p50_ms": None,
-        "latency_p95_ms": None,
-    }
+    def error(self, where: str, dataset: str, version: int) -> DataImportError:
+        return DataImportError(
+            f"{where}: item {self.example!r} is not an item of dataset {dataset!r} v{version} ({self.unknown:,} row"
+            f"{'s' if self.unknown != 1 else ''} name unknown items; nothing was imported)",
+            hint="import the answers against the dataset version they answer (--dataset/--version), or drop those rows",
+        )
 
 
-def _check_items(
+def _source_items(
     con: duckdb.DuckDBPyConnection,
-    staged: Path,
+    src: _Source,
+    layout: _Layout,
     dataset: str,
     version: int,
     schema: DecisionSchema,
-    layout: _Layout,
-    where: str,
-) -> list[str]:
-    """Ids of the staged rows must be items of the version; returns the splits covered."""
-    one_q = layout.kind == "wide"  # every question has a row per file row: look at one
-    row = con.execute(
-        "SELECT count(*) FILTER (WHERE i.item_id IS NULL), min(a.item_id) FILTER (WHERE i.item_id IS NULL),"
-        " list(DISTINCT i.split) FILTER (WHERE i.split IS NOT NULL)"
-        " FROM read_parquet($staged) a"
-        " LEFT JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id"
-        " WHERE $q IS NULL OR a.question = $q",
-        {"ds": dataset, "v": int(version), "staged": str(staged), "q": schema.question_ids[0] if one_q else None},
-    ).fetchone()
-    assert row is not None
-    n_unknown, example, splits = int(row[0]), row[1], sorted(row[2] or [])
-    if n_unknown:
-        raise DataImportError(
-            f"{where}: item {example!r} is not an item of dataset {dataset!r} v{version} ({n_unknown:,} row"
-            f"{'s' if n_unknown != 1 else ''} name unknown items; nothing was imported)",
-            hint="import the answers against the dataset version they answer (--dataset/--version), or drop those rows",
-        )
-    return splits
-
-
-def _check_complete(con: duckdb.DuckDBPyConnection, run_id: str, schema: DecisionSchema, where: str) -> None:
-    """Long layout: every item answers every question (after the insert: the key has refused duplicates)."""
-    questions = schema.question_ids
-    row = con.execute("SELECT count(DISTINCT item_id), count(*) FROM answers WHERE run_id = ?", [run_id]).fetchone()
-    assert row is not None
-    if int(row[1]) != int(row[0]) * len(questions):
-        short = con.execute(
-            "SELECT item_id, list(question) FROM answers WHERE run_id = ? GROUP BY item_id HAVING count(*) < ?"
-            " ORDER BY item_id LIMIT 1",
-            [run_id, len(questions)],
+) -> _Items:
+    """Item ids of the source (its ``item_id`` column only) against the dataset version: how many rows name
+    unknown items (the long layout counts one question's rows), the first such id, the splits covered and
+    the distinct ids. Empty ids are left to the row checks."""
+    long = layout.kind == "long"
+    cols = {"item_id": "VARCHAR", **({"question": "VARCHAR"} if long else {})}
+    reader, params = _source_reader(src, cols)
+    one_q = "a.question::VARCHAR = ?" if long else "true"
+    try:
+        row = con.execute(
+            f"SELECT count(*) FILTER (WHERE i.item_id IS NULL AND {one_q}),"
+            f" min(a.item_id) FILTER (WHERE i.item_id IS NULL AND {one_q}),"
+            f" list(DISTINCT i.split) FILTER (WHERE i.split IS NOT NULL AND {one_q}),"
+            f" {'count(DISTINCT a.item_id)' if long else '0'}"
+            f" FROM (SELECT item_id::VARCHAR AS item_id{', question' if long else ''} FROM {reader}) a"
+            " LEFT JOIN items i ON i.dataset = ? AND i.version = ? AND i.item_id = a.item_id"
+            " WHERE a.item_id IS NOT NULL",
+            [*([schema.question_ids[0]] * 3 if long else []), *params, dataset, int(version)],
         ).fetchone()
-        n_short = con.execute(
-            "SELECT count(*) FROM (SELECT item_id FROM answers WHERE run_id = ? GROUP BY item_id HAVING count(*) < ?)",
-            [run_id, len(questions)],
-        ).fetchone()[0]  # type: ignore[index]
-        assert short is not None
-        missing = [q for q in questions if q not in set(short[1])]
-        raise DataImportError(
-            f"{where}: item {short[0]!r} has no row for question {missing[0]!r} ({n_short:,} item"
-            f"{'s lack' if n_short != 1 else ' lacks'} a question; nothing was imported)",
-            hint="every item needs a row per schema question (probs NULL with a failure_kind for a failure)",
-        )
+    except duckdb.Error as exc:
+        raise DataImportError(f"{src.label()}: cannot read: {_first_line(exc)}", hint="fix the file") from None
+    assert row is not None
+    return _Items(int(row[0] or 0), row[1], sorted(row[2] or []), int(row[3] or 0))
+
+
+def _incomplete(src: _Source, schema: DecisionSchema, where: str) -> DataImportError:
+    """Long layout: the first item (by id) lacking a question's row, and how many do (the error path only)."""
+    questions = schema.question_ids
+    reader, params = _source_reader(src, {"item_id": "VARCHAR", "question": "VARCHAR"})
+    con = memory_connection()
+    try:
+        row = con.execute(
+            "WITH short AS (SELECT item_id, list(question) AS qs FROM"
+            f" (SELECT item_id::VARCHAR AS item_id, question::VARCHAR AS question FROM {reader})"
+            " GROUP BY item_id HAVING count(*) < ?)"
+            " SELECT (SELECT count(*) FROM short), item_id, qs FROM short ORDER BY item_id LIMIT 1",
+            [*params, len(questions)],
+        ).fetchone()
+    finally:
+        con.close()
+    assert row is not None
+    n_short, item, have = int(row[0]), row[1], set(row[2])
+    missing = [q for q in questions if q not in have]
+    return DataImportError(
+        f"{where}: item {item!r} has no row for question {missing[0]!r} ({n_short:,} item"
+        f"{'s lack' if n_short != 1 else ' lacks'} a question; nothing was imported)",
+        hint="every item needs a row per schema question (probs NULL with a failure_kind for a failure)",
+    )
 
 
 def _duplicates(src: _Source, layout: _Layout, where: str) -> DataImportError:
