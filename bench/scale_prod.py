@@ -3,15 +3,19 @@
     python bench/scale_prod.py                         # 1M and 2M decisions, 77 options
     python bench/scale_prod.py --n 200000 --old /tmp/wb-old-prod   # + the figures of another checkout
     python bench/scale_prod.py --n 10000000 --commands monitor
+    python bench/scale_prod.py --n 10000000 --prepare-only        # only write the inputs
 
 For each N the script writes, once per N (kept in ``--workdir``, re-used on the next run):
 
 - a store with one shadow session of N requests (77-option choice question, both sides answered,
   0.5 % challenger failures, latency and cost per request, outcomes for 30 % of requests), written
-  straight into the store's shadow tables in chunks (what ``shadow import``/``replay`` produce);
-- a policy file (temperature calibrator, top-margin rule, calibration-time drift reference) and a
-  decision log of N decisions of it (JSON Lines, as the runtime's ``DecisionLog`` writes them, via
-  DuckDB's JSON writer) plus an outcome file (Parquet) for 30 % of them;
+  straight into the store's shadow tables (what ``shadow import``/``replay`` produce, primary keys
+  included): Arrow chunks → a Parquet file per million requests → one ``INSERT … FROM read_parquet`` each
+  (about 1.5 GB peak; the time is DuckDB compressing and indexing what it stores);
+- a policy file (identity calibrator, top-margin rule, calibration-time drift reference) and a
+  decision log of N decisions of it (JSON Lines, as the runtime's ``DecisionLog`` writes them: one DuckDB
+  ``COPY … (FORMAT json)`` over a stream of Arrow batches, ~900 bytes a line) plus an outcome file
+  (Parquet) for 30 % of them;
 
 then runs, each in a fresh subprocess under ``/usr/bin/time -v``:
 
@@ -42,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "runtime")]
@@ -70,8 +75,33 @@ def _list_column(p: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
     return pa.ListArray.from_arrays(offsets, pa.array(p.ravel()), mask=mask)
 
 
-def make_shadow_store(path: Path, n: int, k: int, seed: int = 0) -> None:
-    """A store with session ``bench``: N requests, both sides' answers, outcomes for 30 %."""
+def _ids(prefix: str, start: int, m: int) -> pa.Array:
+    """``prefix`` + position as strings, vectorised in Arrow (no Python string per row)."""
+    return pc.binary_join_element_wise(prefix, pa.array(np.arange(start, start + m)).cast(pa.string()), "")
+
+
+def _where(mask: np.ndarray, text: str) -> pa.Array:
+    """``text`` where ``mask``, else null (a string column)."""
+    return pc.if_else(pa.array(mask), pa.scalar(text), pa.scalar(None, pa.string()))
+
+
+def _take(names: list[str], index: np.ndarray) -> pa.Array:
+    """``names[index]`` as a string column (Arrow take, no Python string per row)."""
+    return pa.array(names, pa.string()).take(pa.array(index))
+
+
+def make_shadow_store(path: Path, n: int, k: int, seed: int = 0, group: int = 1_000_000, chunk: int = CHUNK) -> None:
+    """A store with session ``bench``: N requests, both sides' answers, outcomes for 30 %.
+
+    The rows are those ``shadow import`` writes into the store's shadow tables (with their primary keys).
+    They are generated ``chunk`` requests at a time as Arrow arrays (no Python object per row) into a
+    Parquet file per ``group`` requests, which one transaction then inserts with ``INSERT … SELECT FROM
+    read_parquet`` (DuckDB writes the compressed row groups straight to the file; memory is bounded by a
+    group). The random draws and their order are those of the first version of this generator (same seed
+    and chunk, same rows); ``group`` (a multiple of ``chunk``) changes no row.
+    """
+    import pyarrow.parquet as pq
+
     from workbench.schema import DecisionSchema
     from workbench.store.db import connect, transaction
     from workbench.store.shadow import _create_session
@@ -83,72 +113,82 @@ def make_shadow_store(path: Path, n: int, k: int, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     tmp = path.with_suffix(".tmp.duckdb")
     tmp.unlink(missing_ok=True)
+    parts = path.with_suffix(".parts")
+    parts.mkdir(exist_ok=True)
     con = connect(tmp)
-    con.execute("SET preserve_insertion_order = false")
     with transaction(con):
         _create_session(
             con, "bench", source="import", schema=schema, champion="champ", challenger="chall", params={}, replace=False
         )
     t0 = np.datetime64("2026-11-01T00:00:00", "us")
-    for start in range(0, n, CHUNK):
-        m = min(CHUNK, n - start)
-        ids = np.char.add("req-", np.arange(start, start + m).astype(str)).astype(object)
-        cp = _probs(rng, m, k, 2.5)
-        dp = np.round(0.7 * cp + 0.3 * _probs(rng, m, k, 2.8), 4)  # a challenger that mostly agrees
-        dp[:, 0] = np.clip(dp[:, 0] + 1.0 - dp.sum(axis=1), 0.0, 1.0)
-        fail_d = rng.random(m) < 0.005
-        label = np.where(rng.random(m) < 0.8, cp.argmax(axis=1), rng.integers(0, k, m))
-        known = rng.random(m) < OUTCOME_SHARE
-        ts = t0 + (np.arange(start, start + m) * 30_000_000 // max(n // 100_000, 1)).astype("timedelta64[us]")
-        req = pa.table(
-            {
-                "shadow": pa.array(["bench"] * m),
-                "item_id": pa.array(ids.tolist()),
-                "seq": pa.array(np.arange(start, start + m) + 1),
-                "ts": pa.array(ts),
-                "champion_latency_ms": pa.array(rng.gamma(4.0, 30.0, m)),
-                "champion_cost_usd": pa.array(np.full(m, 0.0004)),
-                "champion_model": pa.array(["champ"] * m),
-                "challenger_latency_ms": pa.array(rng.gamma(3.0, 25.0, m)),
-                "challenger_cost_usd": pa.array(np.full(m, 0.0002)),
-                "challenger_model": pa.array(["chall"] * m),
-                "challenger_error": pa.array([("timeout" if f else None) for f in fail_d], pa.string()),
-            }
-        )
-        ans = pa.concat_tables(
-            [
-                pa.table(
+    ans_schema = pa.schema(
+        [
+            ("item_id", pa.string()),
+            ("side", pa.string()),
+            ("probs", pa.list_(pa.float64())),
+            ("failure_kind", pa.string()),
+        ]
+    )
+    for g0 in range(0, n, group):
+        files = {t: parts / f"{t}.parquet" for t in ("req", "ans", "out")}
+        writers: dict[str, pq.ParquetWriter] = {}
+        g1 = min(g0 + group, n)
+        for start in range(g0, g1, chunk):
+            m = min(chunk, g1 - start)
+            ids = _ids("req-", start, m)
+            cp = _probs(rng, m, k, 2.5)
+            dp = np.round(0.7 * cp + 0.3 * _probs(rng, m, k, 2.8), 4)  # a challenger that mostly agrees
+            dp[:, 0] = np.clip(dp[:, 0] + 1.0 - dp.sum(axis=1), 0.0, 1.0)
+            fail_d = rng.random(m) < 0.005
+            label = np.where(rng.random(m) < 0.8, cp.argmax(axis=1), rng.integers(0, k, m))
+            known = rng.random(m) < OUTCOME_SHARE
+            ts = t0 + (np.arange(start, start + m) * 30_000_000 // max(n // 100_000, 1)).astype("timedelta64[us]")
+            tables = {
+                "req": pa.table(
                     {
-                        "item_id": pa.array(ids.tolist()),
-                        "side": pa.array([side] * m),
-                        "probs": _list_column(p, fail),
-                        "failure_kind": pa.array([("timeout" if f else None) for f in fail], pa.string()),
+                        "item_id": ids,
+                        "seq": pa.array(np.arange(start, start + m) + 1),
+                        "ts": pa.array(ts),
+                        "champion_latency_ms": pa.array(rng.gamma(4.0, 30.0, m)),
+                        "challenger_latency_ms": pa.array(rng.gamma(3.0, 25.0, m)),
+                        "challenger_error": _where(fail_d, "timeout"),
                     }
-                )
-                for side, p, fail in (("champion", cp, np.zeros(m, bool)), ("challenger", dp, fail_d))
-            ]
-        )
-        out = pa.table(
-            {
-                "item_id": pa.array(ids[known].tolist(), pa.string()),
-                "outcome": pa.array(np.asarray(opts, dtype=object)[label[known]].tolist(), pa.string()),
+                ),
+                "ans": pa.Table.from_batches(
+                    [
+                        pa.record_batch(
+                            [ids, pa.repeat(pa.scalar(side), m), _list_column(p, fail), _where(fail, "timeout")],
+                            schema=ans_schema,
+                        )
+                        for side, p, fail in (("champion", cp, np.zeros(m, bool)), ("challenger", dp, fail_d))
+                    ]
+                ),
+                "out": pa.table({"item_id": ids.filter(pa.array(known)), "outcome": _take(opts, label[known])}),
             }
-        )
+            for t, tbl in tables.items():
+                if t not in writers:
+                    writers[t] = pq.ParquetWriter(files[t], tbl.schema, compression="none")
+                writers[t].write_table(tbl)
+        for w in writers.values():
+            w.close()
         with transaction(con):
-            con.register("_req", req)
-            con.execute("INSERT INTO shadow_requests BY NAME SELECT * FROM _req")
-            con.register("_ans", ans)
+            con.execute(
+                "INSERT INTO shadow_requests (shadow, item_id, seq, ts, champion_latency_ms, champion_cost_usd,"
+                " champion_model, challenger_latency_ms, challenger_cost_usd, challenger_model, challenger_error)"
+                " SELECT 'bench', item_id, seq, ts, champion_latency_ms, 0.0004, 'champ', challenger_latency_ms,"
+                f" 0.0002, 'chall', challenger_error FROM read_parquet('{files['req']}')"
+            )
             con.execute(
                 "INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind) "
-                f"SELECT 'bench', item_id, '{QUESTION}', side, probs, failure_kind FROM _ans"
+                f"SELECT 'bench', item_id, '{QUESTION}', side, probs, failure_kind FROM read_parquet('{files['ans']}')"
             )
-            con.register("_out", out)
             con.execute(
                 f"INSERT INTO shadow_outcomes (shadow, item_id, question, outcome) "
-                f"SELECT 'bench', item_id, '{QUESTION}', outcome FROM _out"
+                f"SELECT 'bench', item_id, '{QUESTION}', outcome FROM read_parquet('{files['out']}')"
             )
-            for t in ("_req", "_ans", "_out"):
-                con.unregister(t)
+        for f in files.values():
+            f.unlink()
+    parts.rmdir()
     con.execute("CHECKPOINT")
     con.close()
     tmp.rename(path)
@@ -192,23 +232,38 @@ def make_policy(path: Path, k: int) -> dict:
     return doc
 
 
-def make_decision_log(log: Path, outcomes: Path, doc: dict, n: int, k: int, seed: int = 1) -> None:
-    """N decision records of ``doc`` (JSON Lines) and outcomes of 30 % of them (Parquet), in chunks."""
-    import duckdb
+def make_decision_log(log: Path, outcomes: Path, doc: dict, n: int, k: int, seed: int = 1, chunk: int = CHUNK) -> None:
+    """N decision records of ``doc`` (JSON Lines) and outcomes of 30 % of them (Parquet), in chunks.
 
-    opts = np.asarray(_options(k), dtype=object)
+    One DuckDB ``COPY … TO (FORMAT json)`` (the records as the runtime's ``DecisionLog`` writes them, in
+    order) reads a stream of Arrow batches generated ``chunk`` decisions at a time; the outcome rows of
+    each batch are appended to the Parquet file as the batch is generated. Same draws, in the same order,
+    as the first version of this generator.
+    """
+    import duckdb
+    import pyarrow.parquet as pq
+
+    opts = _options(k)
     rng = np.random.default_rng(seed)
-    con = duckdb.connect()
-    con.execute("SET preserve_insertion_order = true")
     tmp_log, tmp_out = log.with_suffix(".tmp"), outcomes.with_suffix(".tmp")
-    parts_dir = log.parent / (log.name + ".parts")
-    parts_dir.mkdir(exist_ok=True)
     t0 = np.datetime64("2026-11-01T00:00:00", "us")
     step_us = max(1, int(14 * 86400 * 1e6 / max(n, 1)))  # two weeks of traffic
-    out_tables = []
-    with open(tmp_log, "wb") as fh:
-        for start in range(0, n, CHUNK):
-            m = min(CHUNK, n - start)
+    out_schema = pa.schema([("decision_id", pa.string()), ("question", pa.string()), ("outcome", pa.string())])
+    log_schema = pa.schema(
+        [
+            ("i", pa.int64()),
+            ("time", pa.timestamp("us")),
+            ("accept", pa.bool_()),
+            ("option", pa.string()),
+            ("p_top", pa.float64()),
+            ("margin", pa.float64()),
+            ("probs", pa.list_(pa.float64())),
+        ]
+    )
+
+    def batches(writer: pq.ParquetWriter):
+        for start in range(0, n, chunk):
+            m = min(chunk, n - start)
             p = _probs(rng, m, k, 2.5)
             two = -np.partition(-p, 1, axis=1)[:, :2]
             p_top, margin = two[:, 0], two[:, 0] - two[:, 1]
@@ -217,57 +272,65 @@ def make_decision_log(log: Path, outcomes: Path, doc: dict, n: int, k: int, seed
             # later traffic gets worse: the error rate among accepted rises in the second half
             bad = 0.03 + 0.05 * (np.arange(start, start + m) > n // 2)
             label = np.where(rng.random(m) < bad, rng.integers(0, k, m), top)
-            ids = np.char.add("d", np.arange(start, start + m).astype(str)).astype(object)
-            times = t0 + (np.arange(start, start + m) * step_us).astype("timedelta64[us]")
-            tbl = pa.table(
-                {
-                    "decision_id": pa.array(ids.tolist()),
-                    "time": pa.array(np.datetime_as_string(times, unit="us").astype(object) + "+00:00"),
-                    "policy_hash": pa.array([doc["content_hash"]] * m),
-                    "policy_version": pa.array(["1.0.0"] * m),
-                    "model": pa.array(["bench-model"] * m),
-                    "schema_hash": pa.array([doc["decision_schema"]["hash"]] * m),
-                    "question": pa.array([QUESTION] * m),
-                    "action": pa.array(np.where(accept, "accept", "review").astype(object).tolist()),
-                    "option": pa.array(opts[top].tolist()),
-                    "p_top": pa.array(p_top),
-                    "margin": pa.array(margin),
-                    "probs": _list_column(p),
-                }
+            idx = np.arange(start, start + m)
+            yield pa.record_batch(
+                [
+                    pa.array(idx),
+                    pa.array(t0 + (idx * step_us).astype("timedelta64[us]")),
+                    pa.array(accept),
+                    _take(opts, top),
+                    pa.array(p_top),
+                    pa.array(margin),
+                    _list_column(p),
+                ],
+                schema=log_schema,
             )
-            con.register("_t", tbl)
-            part = parts_dir / "part.jsonl"
-            con.execute(f"COPY _t TO '{part}' (FORMAT json)")
-            con.unregister("_t")
-            fh.write(part.read_bytes())
             known = rng.random(m) < OUTCOME_SHARE
-            out_tables.append(
+            writer.write_table(
                 pa.table(
-                    {
-                        "decision_id": pa.array(ids[known].tolist(), pa.string()),
-                        "question": pa.array([QUESTION] * int(known.sum()), pa.string()),
-                        "outcome": pa.array(opts[label[known]].tolist(), pa.string()),
-                    }
+                    [
+                        _ids("d", start, m).filter(pa.array(known)),
+                        pa.repeat(pa.scalar(QUESTION), int(known.sum())),
+                        _take(opts, label[known]),
+                    ],
+                    schema=out_schema,
                 )
             )
-    import pyarrow.parquet as pq
 
-    pq.write_table(pa.concat_tables(out_tables), tmp_out)
-    (parts_dir / "part.jsonl").unlink(missing_ok=True)
-    parts_dir.rmdir()
+    con = duckdb.connect()
+    con.execute("SET preserve_insertion_order = true")
+    con.execute("SET enable_progress_bar = false")
+    with pq.ParquetWriter(tmp_out, out_schema) as writer:
+        con.register("_log", pa.RecordBatchReader.from_batches(log_schema, batches(writer)))
+        con.execute(
+            "COPY (SELECT 'd' || i AS decision_id, strftime(time, '%Y-%m-%dT%H:%M:%S.%f+00:00') AS time,"
+            " $hash AS policy_hash, '1.0.0' AS policy_version, 'bench-model' AS model, $schema AS schema_hash,"
+            f" '{QUESTION}' AS question, CASE WHEN accept THEN 'accept' ELSE 'review' END AS action, option,"
+            f" p_top, margin, probs FROM _log) TO '{tmp_log}' (FORMAT json)",
+            {"hash": doc["content_hash"], "schema": doc["decision_schema"]["hash"]},
+        )
+        con.unregister("_log")
+    con.close()
     tmp_log.rename(log)
     tmp_out.rename(outcomes)
 
 
-def prepare(workdir: Path, n: int, k: int, commands: list[str]) -> dict:
-    d = workdir / f"n{n}_k{k}"
-    d.mkdir(parents=True, exist_ok=True)
-    files = {
+def input_files(d: Path) -> dict[str, Path]:
+    """Where the inputs of one size live in directory ``d``."""
+    return {
         "store": d / "store.duckdb",
         "policy": d / "policy.json",
         "log": d / "decisions.jsonl",
         "outcomes": d / "outcomes.parquet",
     }
+
+
+def prepare(workdir: Path, n: int, k: int, commands: list[str]) -> dict:
+    """The inputs of ``commands`` for N decisions under ``workdir/n{N}_k{k}``, generated if missing
+    (each file is written under a temporary name and renamed: a kept file is always whole)."""
+    d = workdir / f"n{n}_k{k}"
+    d.mkdir(parents=True, exist_ok=True)
+    files = input_files(d)
     t0 = time.perf_counter()
     if "shadow" in commands and not files["store"].exists():
         make_shadow_store(files["store"], n, k)
@@ -370,7 +433,12 @@ def main() -> None:
         choices=["duckdb", "spark"],
         help="`workbench monitor --engine` (new code)",
     )
+    ap.add_argument("--prepare-only", action="store_true", help="generate the inputs (kept in --workdir) and exit")
     args = ap.parse_args()
+    if args.prepare_only:
+        for n in args.n:
+            prepare(args.workdir, n, args.k, args.commands)
+        return
     rows = []
     print(f"{'command':8} {'items':>10} {'seconds':>8} {'cpu s':>7} {'peak RSS GB':>11} {'exit':>6}", end="")
     print(f" | {'old s':>8} {'old cpu':>7} {'old GB':>7} {'old exit':>8}" if args.old else "")
