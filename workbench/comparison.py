@@ -44,6 +44,7 @@ from workbench.store.runs import (  # the SQL of the readers: compare ranks and 
     load_answer_keys,
     load_answers,
     load_stored_schema,
+    shared_keys,
 )
 from workbench.thresholds.choose import ThresholdOptions
 
@@ -629,6 +630,7 @@ class Comparison:
         return pd.DataFrame(flat)
 
 
+@shared_keys()
 def compare_runs(
     con,
     names: list[str],
