@@ -370,18 +370,22 @@ def load_answers(
 
 #: The keys read: every answer row of the run and question on the splits with its row id in
 #: ``answers`` (``rid``), split, failure, gold label and cost, in item-id order (no probabilities).
+#: Gold labels are counted only for the items of the splits read (half the labels for one split of two),
+#: and the winner is kept as its 1-based option position (999999: not an option of the question).
 _KEYS_SQL = """
         WITH gold AS (
             SELECT item_id, option_id, count(*) AS votes
             FROM labels WHERE dataset = $ds AND version = $v AND question = $q
+              AND item_id IN (SELECT item_id FROM items WHERE dataset = $ds AND version = $v
+                              AND ($splits IS NULL OR list_contains($splits, split)))
             GROUP BY ALL
         ), best AS (
-            SELECT item_id, arg_max(option_id, votes * 1000000 - coalesce(list_position($opts, option_id), 999999))
-                   AS gold
+            SELECT item_id, arg_max(coalesce(list_position($opts, option_id), 999999),
+                                    votes * 1000000 - coalesce(list_position($opts, option_id), 999999)) AS gp
             FROM gold GROUP BY item_id
         )
-        SELECT {ids}a.rowid AS rid, i.split, a.probs IS NULL AS failed, list_position($opts, b.gold) - 1 AS label,
-               a.failure_kind, a.cost_usd
+        SELECT {ids}a.rowid AS rid, i.split, a.probs IS NULL AS failed,
+               CASE WHEN b.gp < 999999 THEN b.gp - 1 END AS label, a.failure_kind, a.cost_usd
         FROM answers a
         JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
         LEFT JOIN best b ON b.item_id = a.item_id
