@@ -95,7 +95,7 @@ def option_bin_sums(
         block = probs[start : start + chunk_rows]
         m = len(block)
         for s0 in range(0, m, sub):
-            np.add(uniform_bin_index(block[s0 : s0 + sub], n_bins), offsets, out=cells[s0 : s0 + sub])
+            np.add(uniform_bin_index(block[s0 : s0 + sub], n_bins), offsets, out=cells[s0 : min(s0 + sub, m)])
         flat = cells[:m].ravel()
         count += np.bincount(flat, minlength=size)
         sum_score += np.bincount(flat, weights=block.ravel(), minlength=size)
