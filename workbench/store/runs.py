@@ -401,8 +401,7 @@ class _Keys:
     row ids sorted (``srid``) with their positions (``order``), which place a streamed row."""
 
     item_ids: np.ndarray | None  # object, when read with ids
-    rid: np.ndarray  # int64 row id in ``answers``
-    srid: np.ndarray  # rid sorted
+    srid: np.ndarray  # int64 row ids in ``answers``, sorted
     order: np.ndarray  # position (item-id order) of each srid
     split_values: np.ndarray  # object, the distinct splits (+ None)
     split_codes: np.ndarray  # index into split_values
@@ -413,7 +412,7 @@ class _Keys:
     cost_usd: np.ndarray  # float
 
     def __len__(self) -> int:
-        return len(self.rid)
+        return len(self.srid)
 
 
 #: Keys kept while a command runs (:func:`shared_keys`): {(connection, source, dataset, version,
@@ -467,7 +466,6 @@ def _read_keys(
     kind_values, kind_codes = _coded(tbl.column("failure_kind"))
     keys = _Keys(
         item_ids=np.asarray(tbl.column("item_id").to_numpy(zero_copy_only=False), dtype=object) if ids else None,
-        rid=rid,
         srid=rid[order],
         order=order.astype(np.int32) if len(rid) < 2**31 else order,
         split_values=split_values,
