@@ -32,7 +32,7 @@ import pandas as pd
 
 from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError, WorkbenchError
-from workbench.metrics.bootstrap import bootstrap_many, mcnemar, paired_bootstrap
+from workbench.metrics.bootstrap import bootstrap_many, mcnemar, paired_bootstrap, paired_from_replicates
 from workbench.metrics.confusion import macro_f1_from_matrix
 from workbench.metrics.reliability import calibration_error, top_label
 from workbench.metrics.scores import _wmean, expected_level, item_brier, item_log_loss, item_rps
@@ -44,6 +44,7 @@ from workbench.store.runs import (  # the SQL of the readers: compare ranks and 
     load_answer_keys,
     load_answers,
     load_stored_schema,
+    shared_keys,
 )
 from workbench.thresholds.choose import ThresholdOptions
 
@@ -244,18 +245,22 @@ def _item_stats(items: CompareItems, k: int, qtype: str = "choice"):
     # them): one bincount per replicate, no per-replicate casts of the int32 labels and predictions
     cell = items.labels.astype(np.int64) * (k + 1) + items.pred
 
+    n = len(correct)
+
     def stats(w: np.ndarray | None) -> dict[str, float]:
         counts = np.bincount(cell, weights=w, minlength=k * (k + 1)).reshape(k, k + 1)[:, :k]
+        total = float(w.sum()) if w is not None else None  # Σw once (each mean would sum it again)
         out = {
-            "accuracy": _wmean(correct, w),
+            # hits are the confusion matrix's diagonal: with integer resampling counts, exactly Σ w·correct
+            "accuracy": float(np.trace(counts) / (total if total is not None else n)) if n else float("nan"),
             "macro_f1": macro_f1_from_matrix(counts.astype(float)),
-            "log_loss": _wmean(items.log_loss, w),
-            "brier": _wmean(items.brier, w),
+            "log_loss": _wmean(items.log_loss, w, total),
+            "brier": _wmean(items.brier, w, total),
         }
         if qtype == "score":
             assert items.rps is not None and items.abs_level_error is not None
-            out["rps"] = _wmean(items.rps, w)
-            out["mae_expected_level"] = _wmean(items.abs_level_error, w)
+            out["rps"] = _wmean(items.rps, w, total)
+            out["mae_expected_level"] = _wmean(items.abs_level_error, w, total)
         return out
 
     return stats
@@ -362,36 +367,49 @@ def _paired(
     n_boot: int,
     seed: int,
     level: float,
+    replicates: tuple[dict, dict, dict, dict] | None = None,
 ) -> dict:
     """Paired differences other − base on items both answered and labelled.
 
     ``base``/``other``: the runs' :class:`CompareItems` of the same items in the same order (the
     pairs of :func:`_pairs`; ``qtypes``: their question types); the policy differences need both
-    runs' rule decisions."""
+    runs' rule decisions. ``replicates``: ``(estimates, replicates)`` of base then other from their
+    own intervals (:func:`bootstrap_many` with ``keep_replicates``), when those were drawn over
+    exactly these items with the same labels, ``n_boot`` and ``seed``: the paired differences are then
+    theirs (:func:`paired_from_replicates`, the same numbers) instead of a second draw."""
     out: dict[str, Any] = {"n_pairs": len(base)}
     if len(base) == 0:
         return out
     a, b = base, other
     y = a.labels
     b = replace(b, labels=y)  # one dataset version: the same gold labels
-    diffs = paired_bootstrap(
-        _item_stats(a, k, qtypes[0]),
-        _item_stats(b, k, qtypes[1]),
-        len(a),
-        n_boot=n_boot,
-        seed=seed,
-        level=level,
-    )
+    if replicates is not None:
+        diffs = paired_from_replicates(*replicates, level=level)
+    else:
+        diffs = paired_bootstrap(
+            _item_stats(a, k, qtypes[0]),
+            _item_stats(b, k, qtypes[1]),
+            len(a),
+            n_boot=n_boot,
+            seed=seed,
+            level=level,
+        )
     out["metrics"] = {name: d.to_dict() for name, d in diffs.items()}
     out["mcnemar"] = mcnemar(a.pred == y, b.pred == y).to_dict()
     if a.accepted is not None and b.accepted is not None:
+        assert a.option is not None and b.option is not None
+        # an item is one of 16 cells (accepted, wrong-and-accepted in a and in b): a replicate's
+        # weighted counts are its draws counted per cell (the same integers as per-item weights)
+        err_a, err_b = a.accepted & (a.option != y), b.accepted & (b.option != y)
+        cell = (a.accepted.astype(np.int64) + 2 * err_a + 4 * b.accepted + 8 * err_b).astype(np.int8)
+        bits = np.arange(16)
+        point = np.bincount(cell, minlength=16).astype(float)
 
-        def policy_stats(accepted: np.ndarray, option: np.ndarray):
-            acc = accepted.astype(float)
-            err = (accepted & (option != y)).astype(float)
+        def policy_stats(bit_acc: int, bit_err: int):
+            acc, err = ((bits >> bit_acc) & 1).astype(float), ((bits >> bit_err) & 1).astype(float)
 
             def stats(w):
-                ww = np.ones_like(acc) if w is None else w
+                ww = point if w is None else w
                 n_acc = ww @ acc
                 return {
                     "coverage": float(ww @ acc / ww.sum()),
@@ -400,14 +418,14 @@ def _paired(
 
             return stats
 
-        assert a.option is not None and b.option is not None
         pol = paired_bootstrap(
-            policy_stats(a.accepted, a.option),
-            policy_stats(b.accepted, b.option),
+            policy_stats(0, 1),
+            policy_stats(2, 3),
             len(a),
             n_boot=n_boot,
             seed=seed + 1,
             level=level,
+            cells=(cell, 16),
         )
         out["policy"] = {name: d.to_dict() for name, d in pol.items()}
     return out
@@ -526,6 +544,10 @@ def _pairs(con, base: _RunSide, other: _RunSide) -> tuple[np.ndarray, np.ndarray
         )
         return ia, ib
     run_a, run_b = get_run(con, base.run_id), get_run(con, other.run_id)
+    if answer_source(con, run_a)[0] == answer_source(con, run_b)[0]:
+        # the same rows (a calibrated view and its run): positions are the same items
+        _, ia, ib = np.intersect1d(base.labelled, other.labelled, assume_unique=True, return_indices=True)
+        return ia, ib
     tbl = con.execute(
         _PAIR_SQL,
         {
@@ -629,6 +651,7 @@ class Comparison:
         return pd.DataFrame(flat)
 
 
+@shared_keys()
 def compare_runs(
     con,
     names: list[str],
@@ -718,6 +741,8 @@ def compare_runs(
                 calibrator = pol.pop("_calibrator", None)
                 policies[(run["run_id"], q)] = (None if rule is None else (rule, calibrator), pol)
     base_sides: dict[str, _RunSide] = {}
+    #: question -> (estimates, replicates) of the baseline's intervals (reused by exactly paired runs)
+    base_reps: dict[str, tuple[dict, dict]] = {}
     rows = []
     curve_of: dict[tuple[str, str], Any] = {}
     for run in ordered:
@@ -751,8 +776,12 @@ def compare_runs(
                 "n_failed": side.n_failed,
                 "cost": costs,
             }
+            reps: tuple[dict, dict] | None = None
             if n_lab:
-                ci = bootstrap_many(_item_stats(items, k, qtype), n_lab, n_boot=n_boot, seed=seed, level=level)
+                ci, kept = bootstrap_many(
+                    _item_stats(items, k, qtype), n_lab, n_boot=n_boot, seed=seed, level=level, keep_replicates=True
+                )
+                reps = ({name: iv.estimate for name, iv in ci.items()}, kept)
                 row["metrics"] = {name: iv.to_dict() for name, iv in ci.items()}
                 point = _item_point_metrics(items, qtype)
                 row["ece"] = point.pop("ece")
@@ -765,15 +794,28 @@ def compare_runs(
             pairs = None
             if run["run_id"] == base["run_id"]:
                 base_sides[q] = side
+                if reps is not None:
+                    base_reps[q] = reps
             elif base_side is not None and option_ids(schema.questions[q]) == base_side.option_ids:
                 pairs = _pairs(con, base_side, side)
+                pa, pb = _aligned(base_side.items, items, *pairs)
+                # every item of both paired, same labels: the paired replicates are the two runs' own
+                same = (
+                    pa is base_side.items
+                    and pb is items
+                    and q in base_reps
+                    and reps is not None
+                    and np.array_equal(pa.labels, pb.labels)
+                )
                 row["vs_baseline"] = _paired(
-                    *_aligned(base_side.items, items, *pairs),
+                    pa,
+                    pb,
                     k=k,
                     qtypes=(base_side.qtype, qtype),
                     n_boot=n_boot,
                     seed=seed,
                     level=level,
+                    replicates=(base_reps[q][0], reps[0], base_reps[q][1], reps[1]) if same and reps else None,
                 )
             elif base_side is not None:
                 row["vs_baseline"] = {"n_pairs": 0, "note": "options differ from the baseline's: not paired"}

@@ -48,6 +48,7 @@ from workbench.store.runs import (
     load_stored_schema,
     run_questions,
     save_calibrator,
+    shared_keys,
     update_run,
 )
 
@@ -69,6 +70,7 @@ _RUN_FIELDS = (
 )
 
 
+@shared_keys()
 def report_run(
     con: Any,
     run_id: str,
@@ -436,6 +438,7 @@ def _top_label_items(con: Any, run_id: str, question: str, split: str, transform
 _TOP_LABEL_FIELDS = ("conf0", "ok0", "ll0", "conf1", "ok1", "ll1")
 
 
+@shared_keys()
 def calibrate_run(
     con: Any,
     run_id: str,

@@ -16,9 +16,11 @@ from typing import Any
 import numpy as np
 
 from workbench.reporting import Reporter
+from workbench.store.runs import shared_keys
 from workbench.thresholds.choose import ThresholdOptions, ThresholdResult, choose_thresholds
 
 
+@shared_keys()
 def thresholds_for_run(
     con,
     run_id: str,
@@ -241,6 +243,7 @@ def labelled_items(
     )
 
 
+@shared_keys()
 def frontier_for_run(
     con, run_id: str, question: str, options: ThresholdOptions, alphas, *, stream: bool | None = None
 ) -> list:

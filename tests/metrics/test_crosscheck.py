@@ -211,3 +211,18 @@ def test_fast_uniform_bins_agree_with_the_edge_array_even_at_edges(n_bins):
     np.testing.assert_array_equal(
         np.bincount(reliability.uniform_bin_index(s, n_bins), minlength=n_bins), np.histogram(s, bins=edges)[0]
     )
+
+
+@pytest.mark.parametrize("n", [1, 4095, 4097, 20_000])
+def test_option_bin_sums_equal_a_column_by_column_bincount(n):
+    """The chunked one-vs-rest bin sums (bin indices computed a few rows at a time) are each column's
+    ``np.bincount`` over equal-width bins, for sizes that end mid-chunk; edges and 0/1 included."""
+    probs, labels = calibrated_sample(n, 7, seed=n)
+    probs[0, 0] = 4 / 15  # on an edge
+    edges = np.linspace(0.0, 1.0, 16)
+    count, sum_score, sum_true = reliability.option_bin_sums(probs, labels, 15, chunk_rows=9000)
+    for j in range(7):
+        b = np.clip(np.searchsorted(edges[1:-1], probs[:, j], side="right"), 0, 14)
+        assert np.array_equal(count[j], np.bincount(b, minlength=15))
+        assert np.allclose(sum_score[j], np.bincount(b, weights=probs[:, j], minlength=15), rtol=1e-12, atol=0)
+        assert np.array_equal(sum_true[j], np.bincount(b, weights=labels == j, minlength=15))

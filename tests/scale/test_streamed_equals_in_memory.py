@@ -255,3 +255,41 @@ def test_a_streamed_pass_lowers_duckdbs_memory_limit_and_puts_it_back(store, mon
     finally:
         con.execute(f"SET memory_limit = '{int(before)}B'")
     assert abs(limit() - before) < 1e6
+
+
+def test_streamed_labels_are_the_in_memory_majority_with_ties_and_unknown_options(tmp_path):
+    """The keys read (streamed passes) chooses each item's gold label as :func:`load_answers` does:
+    most votes, ties to the option listed first, and no label when the winner is not an option
+    (votes for unknown options are counted per option, not pooled)."""
+    n = 40
+    probs, labels = calibrated_sample(n, 4, seed=2)
+    con, run_id, item_ids, _ = build_store(
+        tmp_path / "wb.duckdb", {"intent": ("choice", ["a", "b", "c", "d"], probs, labels)}, n
+    )
+    extra = [
+        (item_ids[0], "c"),  # item 0: its label and "c" tie -> the option listed first
+        (item_ids[1], "zz"),
+        (item_ids[1], "zz"),  # item 1: two votes for an unknown option beat one -> no label
+        (item_ids[2], "zz"),
+        (item_ids[2], "yy"),  # item 2: two unknown options with one vote each tie with the known one
+        (item_ids[3], "d"),
+        (item_ids[3], "d"),  # item 3: "d" wins 2 to 1
+    ]
+    con.executemany(
+        "INSERT INTO labels (dataset, version, item_id, question, option_id) VALUES ('toy', 1, ?, 'intent', ?)", extra
+    )
+    for splits in (["calibration"], ["test"], None):
+        whole = load_answers(con, run_id, "intent", splits)
+        keys = store_runs.load_answer_keys(con, run_id, "intent", splits)
+        assert list(keys.item_ids) == list(whole.item_ids)
+        assert np.array_equal(keys.labels, whole.labels)
+        streamed = np.full(len(whole.labels), -9)
+        for pos, b in iter_answer_batches(con, run_id, "intent", splits, batch_rows=7):
+            streamed[pos] = b.labels
+        assert np.array_equal(streamed, whole.labels)
+    whole = load_answers(con, run_id, "intent", None)
+    at = {i: j for j, i in enumerate(whole.item_ids)}
+    assert whole.labels[at[item_ids[0]]] == min(labels[0], 2)
+    assert whole.labels[at[item_ids[1]]] == -1
+    assert whole.labels[at[item_ids[3]]] == 3
+    con.close()

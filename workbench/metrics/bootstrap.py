@@ -40,6 +40,18 @@ def resample_counts(n: int, n_boot: int, seed: int = 0) -> Iterator[np.ndarray]:
         yield np.bincount(rng.integers(0, n, size=n), minlength=n).astype(float)
 
 
+def resample_cell_counts(cells: np.ndarray, n_cells: int, n_boot: int, seed: int = 0) -> Iterator[np.ndarray]:
+    """The counts of :func:`resample_counts` (``n = len(cells)``, the same seed: the same draws) summed
+    per cell: ``n_cells`` floats per replicate, exactly ``np.bincount(cells, weights=w)`` of that
+    replicate's counts ``w`` (sums of integers). For statistics of items that take a few values
+    (accepted or not, wrong or not): the draws land in cells directly, no count per item is made."""
+    cells = np.asarray(cells)
+    n = len(cells)
+    rng = np.random.default_rng(seed)
+    for _ in range(n_boot):
+        yield np.bincount(cells[rng.integers(0, n, size=n)], minlength=n_cells).astype(float)
+
+
 @dataclass
 class Interval:
     """A point estimate with a percentile bootstrap interval (``low``/``high`` NaN when not bootstrapped)."""
@@ -146,19 +158,54 @@ class PairedDifference:
 
 
 def paired_bootstrap(
-    stats_a: Stats, stats_b: Stats, n: int, n_boot: int = 1000, seed: int = 0, level: float = 0.95
+    stats_a: Stats,
+    stats_b: Stats,
+    n: int,
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    *,
+    cells: tuple[np.ndarray, int] | None = None,
 ) -> dict[str, PairedDifference]:
     """Item-paired bootstrap of ``stats_b − stats_a`` for every metric both return.
 
     Both callables receive the *same* resampling counts per replicate (items aligned by index).
+    ``cells=(cell (n,), n_cells)``: the callables receive each replicate's counts summed per cell
+    (:func:`resample_cell_counts`, the same draws) instead of per item.
     """
     est_a, est_b = dict(stats_a(None)), dict(stats_b(None))
     names = [k for k in est_a if k in est_b]
     diffs = np.empty((n_boot, len(names)))
+    draws = resample_counts(n, n_boot, seed) if cells is None else resample_cell_counts(*cells, n_boot, seed)
     with _single_threaded_blas():
-        for r, w in enumerate(resample_counts(n, n_boot, seed)):
+        for r, w in enumerate(draws):
             va, vb = stats_a(w), stats_b(w)
             diffs[r] = [vb[k] - va[k] for k in names]
+    return _paired_result(est_a, est_b, names, diffs, n_boot, level)
+
+
+def paired_from_replicates(
+    est_a: Mapping[str, float],
+    est_b: Mapping[str, float],
+    reps_a: Mapping[str, np.ndarray],
+    reps_b: Mapping[str, np.ndarray],
+    level: float = 0.95,
+) -> dict[str, PairedDifference]:
+    """:func:`paired_bootstrap` from the replicates each side's :func:`bootstrap_many` kept
+    (``keep_replicates=True``): when both were drawn over the same n items with the same seed (the
+    same resampling counts, items aligned by index), ``reps_b − reps_a`` are exactly the differences
+    ``paired_bootstrap`` would compute, without drawing them again."""
+    names = [k for k in est_a if k in est_b]
+    n_boot = len(next(iter(reps_a.values()))) if reps_a else 0
+    diffs = np.empty((n_boot, len(names)))
+    for i, k in enumerate(names):
+        diffs[:, i] = np.asarray(reps_b[k], dtype=float) - np.asarray(reps_a[k], dtype=float)
+    return _paired_result(dict(est_a), dict(est_b), names, diffs, n_boot, level)
+
+
+def _paired_result(
+    est_a: dict, est_b: dict, names: list[str], diffs: np.ndarray, n_boot: int, level: float
+) -> dict[str, PairedDifference]:
     lo, hi = _percentiles(diffs, level) if n_boot else (np.full(len(names), np.nan),) * 2
     out = {}
     for i, k in enumerate(names):

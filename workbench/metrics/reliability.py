@@ -89,11 +89,16 @@ def option_bin_sums(
     offsets = n_bins * np.arange(k, dtype=np.int64)[None, :]
     count = np.zeros(size)
     sum_score = np.zeros(size)
+    sub = 4096  # bin indices a few rows at a time: their temporaries stay in cache (the sums are per chunk)
+    cells = np.empty((min(chunk_rows, n), k), dtype=np.int64)
     for start in range(0, n, chunk_rows):
         block = probs[start : start + chunk_rows]
-        cells = (uniform_bin_index(block, n_bins) + offsets).ravel()
-        count += np.bincount(cells, minlength=size)
-        sum_score += np.bincount(cells, weights=block.ravel(), minlength=size)
+        m = len(block)
+        for s0 in range(0, m, sub):
+            np.add(uniform_bin_index(block[s0 : s0 + sub], n_bins), offsets, out=cells[s0 : min(s0 + sub, m)])
+        flat = cells[:m].ravel()
+        count += np.bincount(flat, minlength=size)
+        sum_score += np.bincount(flat, weights=block.ravel(), minlength=size)
     p_label = probs[np.arange(n), labels]
     sum_true = np.bincount(uniform_bin_index(p_label, n_bins) + n_bins * labels, minlength=size).astype(float)
     return count.reshape(k, n_bins), sum_score.reshape(k, n_bins), sum_true.reshape(k, n_bins)

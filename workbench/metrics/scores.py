@@ -17,10 +17,11 @@ import numpy as np
 LOG_LOSS_FLOOR = float(np.finfo(float).eps)
 
 
-def _wmean(x: np.ndarray, w: np.ndarray | None) -> float:
+def _wmean(x: np.ndarray, w: np.ndarray | None, total: float | None = None) -> float:
+    """Mean of ``x`` weighted by ``w`` (``total``: Σw, when the caller has it already)."""
     if x.size == 0:
         return float("nan")
-    return float(np.mean(x)) if w is None else float(np.dot(x, w) / w.sum())
+    return float(np.mean(x)) if w is None else float(np.dot(x, w) / (w.sum() if total is None else total))
 
 
 def _true_prob(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:

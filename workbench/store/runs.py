@@ -10,6 +10,8 @@ import json
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -18,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from workbench.answers import RunAnswers
-from workbench.errors import NotFoundError
+from workbench.errors import NotFoundError, StoreError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.store.db import KEYS_MEMORY_LIMIT, stream_memory, transaction
 
@@ -296,9 +298,17 @@ def _question_of(con: duckdb.DuckDBPyConnection, run: dict, question: str):
 
 
 def _answers_from_arrow(
-    tbl: pa.Table | pa.RecordBatch, run: dict, question: str, qtype: str, opts: list[str], transform
+    tbl: pa.Table | pa.RecordBatch,
+    run: dict,
+    question: str,
+    qtype: str,
+    opts: list[str],
+    transform,
+    labels: np.ndarray | None = None,
+    splits: np.ndarray | None = None,
 ) -> RunAnswers:
-    """A :class:`RunAnswers` from rows of :data:`_ANSWERS_SQL` (a whole run or one batch of it)."""
+    """A :class:`RunAnswers` from rows of :data:`_ANSWERS_SQL` (a whole run or one batch of it);
+    ``labels`` and ``splits`` (n,) when the rows carry none (a streamed batch: they come from the keys)."""
     n, k = tbl.num_rows, len(opts)
     probs_col = tbl.column("probs")
     failed = np.asarray(probs_col.is_null().to_numpy(zero_copy_only=False), dtype=bool) if n else np.zeros(0, bool)
@@ -309,12 +319,13 @@ def _answers_from_arrow(
         probs[~failed] = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=float).reshape(-1, k)
     if transform is not None:
         probs = transform(probs)
-    label = tbl.column("label")
-    labels = (
-        np.asarray(pa.array(label).fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
-        if isinstance(label, pa.Array)
-        else np.asarray(label.fill_null(-1).to_numpy(), dtype=np.int64)
-    )
+    if labels is None:
+        label = tbl.column("label")
+        labels = (
+            np.asarray(pa.array(label).fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+            if isinstance(label, pa.Array)
+            else np.asarray(label.fill_null(-1).to_numpy(), dtype=np.int64)
+        )
 
     def num(name: str) -> np.ndarray:
         return tbl.column(name).to_pandas().to_numpy(dtype=float, na_value=np.nan) if n else np.zeros(0)
@@ -324,8 +335,8 @@ def _answers_from_arrow(
         question=question,
         qtype=qtype,
         option_ids=opts,
-        item_ids=np.asarray(tbl.column("item_id").to_pylist(), dtype=object),
-        splits=np.asarray(tbl.column("split").to_pylist(), dtype=object),
+        item_ids=np.asarray(tbl.column("item_id").to_numpy(zero_copy_only=False), dtype=object),
+        splits=splits if splits is not None else np.asarray(tbl.column("split").to_pylist(), dtype=object),
         probs=probs,
         labels=labels if n else np.zeros(0, int),
         failed=failed,
@@ -357,6 +368,122 @@ def load_answers(
     return _answers_from_arrow(tbl, run, question, q.type, opts, _on_read_transform(calibrators, question))
 
 
+#: The keys read: every answer row of the run and question on the splits with its row id in
+#: ``answers`` (``rid``), split, failure, gold label and cost, in item-id order (no probabilities).
+#: Gold labels are counted only for the items of the splits read (half the labels for one split of two),
+#: and the winner is kept as its 1-based option position (999999: not an option of the question).
+_KEYS_SQL = """
+        WITH gold AS (
+            SELECT item_id, option_id, count(*) AS votes
+            FROM labels WHERE dataset = $ds AND version = $v AND question = $q
+              AND item_id IN (SELECT item_id FROM items WHERE dataset = $ds AND version = $v
+                              AND ($splits IS NULL OR list_contains($splits, split)))
+            GROUP BY ALL
+        ), best AS (
+            SELECT item_id, arg_max(coalesce(list_position($opts, option_id), 999999),
+                                    votes * 1000000 - coalesce(list_position($opts, option_id), 999999)) AS gp
+            FROM gold GROUP BY item_id
+        )
+        SELECT {ids}a.rowid AS rid, i.split, a.probs IS NULL AS failed,
+               CASE WHEN b.gp < 999999 THEN b.gp - 1 END AS label, a.failure_kind, a.cost_usd
+        FROM answers a
+        JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
+        LEFT JOIN best b ON b.item_id = a.item_id
+        WHERE a.run_id = $run AND a.question = $q
+          AND ($splits IS NULL OR list_contains($splits, i.split))
+        ORDER BY a.item_id
+"""
+
+
+@dataclass
+class _Keys:
+    """The keys read of one (source run, question, splits): arrays (n,) in item-id order, plus the
+    row ids sorted (``srid``) with their positions (``order``), which place a streamed row."""
+
+    item_ids: np.ndarray | None  # object, when read with ids
+    srid: np.ndarray  # int64 row ids in ``answers``, sorted
+    order: np.ndarray  # position (item-id order) of each srid
+    split_values: np.ndarray  # object, the distinct splits (+ None)
+    split_codes: np.ndarray  # index into split_values
+    failed: np.ndarray  # bool
+    labels: np.ndarray  # int64, -1 unlabelled
+    kind_values: np.ndarray  # object, distinct failure kinds (+ None)
+    kind_codes: np.ndarray
+    cost_usd: np.ndarray  # float
+
+    def __len__(self) -> int:
+        return len(self.srid)
+
+
+#: Keys kept while a command runs (:func:`shared_keys`): {(connection, source, dataset, version,
+#: question, splits, ids): _Keys}; ``None`` outside such a block (every read is fresh).
+_KEYS_SCOPE: ContextVar[dict | None] = ContextVar("workbench_keys_scope", default=None)
+#: Keys reads kept at once in a :func:`shared_keys` block (a command reads one or two splits of a run at a time).
+KEYS_KEPT = 2
+
+
+@contextmanager
+def shared_keys() -> Iterator[None]:
+    """Inside the block, the keys read of a (run, question, splits) — ids ranked, gold labels chosen,
+    sorted by item id — is made once and shared by :func:`count_answers`, :func:`load_answer_keys` and
+    every :func:`iter_answer_batches` pass (a command streams a run two or three times). Only for
+    blocks that do not write answers or labels: the keys are not read again. Re-entrant."""
+    if _KEYS_SCOPE.get() is not None:
+        yield
+        return
+    token = _KEYS_SCOPE.set({})
+    try:
+        yield
+    finally:
+        _KEYS_SCOPE.reset(token)
+
+
+def _coded(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(values (object, last None), codes) of a string column: repeated values share one object."""
+    coded = column.combine_chunks().dictionary_encode()
+    values = np.asarray([*coded.dictionary.to_pylist(), None], dtype=object)
+    codes = coded.indices.fill_null(len(coded.dictionary)).to_numpy(zero_copy_only=False)
+    return values, np.asarray(codes, dtype=np.int32 if len(values) > 127 else np.int8)
+
+
+def _read_keys(
+    con: duckdb.DuckDBPyConnection, run: dict, question: str, opts: list[str], splits: list[str] | None, ids: bool
+) -> _Keys:
+    """:class:`_Keys` of ``run``'s question on ``splits`` (shared inside :func:`shared_keys`)."""
+    source, _ = answer_source(con, run)
+    scope = _KEYS_SCOPE.get()
+    base = (id(con), source, run["dataset"], int(run["dataset_version"]), question, tuple(splits or ()) or None)
+    if scope is not None:
+        for want in (True,) if ids else (False, True):
+            if (*base, want) in scope:
+                return scope[(*base, want)]
+    sql = _KEYS_SQL.format(ids="a.item_id, " if ids else "")
+    with stream_memory(con, KEYS_MEMORY_LIMIT):  # the sort needs only its own memory; nothing stays cached after it
+        tbl = con.execute(sql, _answers_params(run, question, source, opts, splits)).fetch_arrow_table()
+    rid = np.asarray(tbl.column("rid").to_numpy(), dtype=np.int64)
+    order = np.argsort(rid, kind="stable")
+    split_values, split_codes = _coded(tbl.column("split"))
+    kind_values, kind_codes = _coded(tbl.column("failure_kind"))
+    keys = _Keys(
+        item_ids=np.asarray(tbl.column("item_id").to_numpy(zero_copy_only=False), dtype=object) if ids else None,
+        srid=rid[order],
+        order=order.astype(np.int32) if len(rid) < 2**31 else order,
+        split_values=split_values,
+        split_codes=split_codes,
+        failed=np.asarray(tbl.column("failed").to_numpy(), dtype=bool),
+        labels=np.asarray(tbl.column("label").fill_null(-1).to_numpy(), dtype=np.int64),
+        kind_values=kind_values,
+        kind_codes=kind_codes,
+        cost_usd=tbl.column("cost_usd").to_pandas().to_numpy(dtype=float, na_value=np.nan),
+    )
+    del tbl
+    if scope is not None:
+        while len(scope) >= KEYS_KEPT:
+            scope.pop(next(iter(scope)))
+        scope[(*base, ids)] = keys
+    return keys
+
+
 def load_answer_keys(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
@@ -376,45 +503,29 @@ def load_answer_keys(
     run = get_run(con, run_id)
     q = _question_of(con, run, question)
     opts = option_ids(q)
-    source, _ = answer_source(con, run)
     split_list = list(splits) if splits else None
-    sql = _ANSWERS_SQL.format(extra_cte="", pos="", extra_join="", order="ORDER BY a.item_id").replace(
-        "a.probs,", "a.probs IS NULL AS failed,"
-    )
-    if not ids:
-        sql = sql.replace("SELECT a.item_id, i.split,", "SELECT i.split,")
-    with stream_memory(con, KEYS_MEMORY_LIMIT):  # the sort needs only its own memory; nothing stays cached after it
-        tbl = con.execute(sql, _answers_params(run, question, source, opts, split_list)).fetch_arrow_table()
-    n = tbl.num_rows
+    keys = _read_keys(con, run, question, opts, split_list, ids)
+    n = len(keys)
     unread = np.broadcast_to(np.nan, (n,))  # latency and tokens are not read: a read-only view, no memory
-
-    def objects(name: str) -> np.ndarray:  # repeated values (splits, failure kinds) share one str object
-        coded = tbl.column(name).combine_chunks().dictionary_encode()
-        values = np.asarray([*coded.dictionary.to_pylist(), None], dtype=object)
-        codes = coded.indices.fill_null(len(coded.dictionary)).to_numpy(zero_copy_only=False)
-        return values[codes]
-
     return RunAnswers(
         run_id=run["run_id"],
         question=question,
         qtype=q.type,
         option_ids=opts,
         item_ids=(
-            np.asarray(tbl.column("item_id").to_numpy(zero_copy_only=False), dtype=object)
-            if ids
-            else np.broadcast_to(np.array(None, dtype=object), (n,))
+            keys.item_ids if ids and keys.item_ids is not None else np.broadcast_to(np.array(None, dtype=object), (n,))
         ),
         splits=(
             np.broadcast_to(np.array(split_list[0], dtype=object), (n,))
             if not ids and split_list is not None and len(split_list) == 1
-            else objects("split")
+            else keys.split_values[keys.split_codes]
         ),
         probs=np.zeros((n, 0)),
-        labels=np.asarray(tbl.column("label").fill_null(-1).to_numpy(), dtype=np.int64),
-        failed=np.asarray(tbl.column("failed").to_numpy(), dtype=bool),
-        failure_kind=objects("failure_kind"),
+        labels=keys.labels.copy(),
+        failed=keys.failed.copy(),
+        failure_kind=keys.kind_values[keys.kind_codes],
         latency_ms=unread,
-        cost_usd=tbl.column("cost_usd").to_pandas().to_numpy(dtype=float, na_value=np.nan),
+        cost_usd=keys.cost_usd.copy(),
         input_tokens=unread,
         extra={"run": run, "schema_hash": run["schema_hash"], "keys_only": True},
     )
@@ -428,9 +539,15 @@ BATCH_ROWS = 32_768
 def count_answers(
     con: duckdb.DuckDBPyConnection, run_id: str, question: str, splits: Iterable[str] | None = None
 ) -> int:
-    """How many answer rows (answered or failed) ``run_id`` has for ``question`` on ``splits``."""
+    """How many answer rows (answered or failed) ``run_id`` has for ``question`` on ``splits``
+    (inside :func:`shared_keys`, the length of the shared keys read)."""
     run = get_run(con, run_id)
     source, _ = answer_source(con, run)
+    if _KEYS_SCOPE.get() is not None:
+        schema = load_stored_schema(con, run["schema_hash"])
+        if question in schema.questions:
+            opts = option_ids(schema.questions[question])
+            return len(_read_keys(con, run, question, opts, list(splits) if splits else None, False))
     row = con.execute(
         "SELECT count(*) FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id"
         " WHERE a.run_id = $run AND a.question = $q AND ($splits IS NULL OR list_contains($splits, i.split))",
@@ -458,7 +575,14 @@ def iter_answer_batches(
     Yields ``(pos, batch)``: ``pos`` (m,) int64 is each row's position in :func:`load_answers`'
     item-id order, so a caller that writes per-row figures at ``pos`` gets exactly the arrays the
     in-memory path gets, whatever order DuckDB's parallel scan delivers. Memory is one batch plus
-    DuckDB's own buffers (bounded by the connection's ``memory_limit``).
+    DuckDB's own buffers (bounded by the connection's ``memory_limit``) plus the keys read.
+
+    Two queries: the keys read (:func:`_read_keys`: row ids, splits and labels in item-id order,
+    no probabilities; shared inside :func:`shared_keys`), then a scan of the run's rows with their
+    probabilities, kept to the keys' row ids by a semi-join on integers (only when the splits leave
+    rows out). A row's position is looked up from its row id in numpy. The scan never joins the
+    probability lists to a table of strings: at 10M items that join outgrew DuckDB's pool and spilled
+    every probability to disk.
     """
     run = get_run(con, run_id)
     q = _question_of(con, run, question)
@@ -466,38 +590,63 @@ def iter_answer_batches(
     source, calibrators = answer_source(con, run)
     transform = _on_read_transform(calibrators, question)
     split_list = list(splits) if splits else None
-    # positions rank only the keys (item ids), so the sort never carries the probability lists
-    # The keys (item id, position, split, label) are ranked and labelled without the probability
-    # lists, so the scan that carries the probabilities joins one table of n keys instead of three
-    # (items, gold labels, positions): DuckDB's join memory is a third of what it was.
-    head = _ANSWERS_SQL[: _ANSWERS_SQL.index("{extra_cte}")]
+    keys = _read_keys(con, run, question, opts, split_list, False)
+    n = len(keys)
+    if n == 0:
+        return
+    params = {"run": source, "q": question}
+    total = con.execute("SELECT count(*) FROM answers WHERE run_id = $run AND question = $q", params).fetchone()
+    view = None
     sql = (
-        head
-        + """, keys AS (
-            SELECT a.item_id, (row_number() OVER (ORDER BY a.item_id) - 1)::BIGINT AS pos, i.split,
-                   list_position($opts, b.gold) - 1 AS label
-            FROM answers a
-            JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
-            LEFT JOIN best b ON b.item_id = a.item_id
-            WHERE a.run_id = $run AND a.question = $q AND ($splits IS NULL OR list_contains($splits, i.split))
-        )
-        SELECT k.pos, a.item_id, k.split, a.probs, k.label, a.failure_kind, a.latency_ms, a.cost_usd, a.input_tokens
-        FROM answers a JOIN keys k ON k.item_id = a.item_id
-        WHERE a.run_id = $run AND a.question = $q
-"""
+        "SELECT a.rowid AS rid, a.item_id, a.probs, a.failure_kind, a.latency_ms, a.cost_usd, a.input_tokens"
+        " FROM answers a WHERE a.run_id = $run AND a.question = $q"
     )
+    if total is None or int(total[0]) != n:  # the splits leave rows out: keep the keys' rows
+        view = f"_wb_rids_{uuid.uuid4().hex[:10]}"
+        con.register(view, pa.table({"rid": keys.srid}))
+        sql += f" AND a.rowid IN (SELECT rid FROM {view})"
+    seen = 0
     # DuckDB keeps its join tables, not the blocks it has read, and hands all back after the pass
     # (db.stream_memory): the caller's numpy work after a pass does not sit on top of DuckDB's cache
-    with stream_memory(con):
-        reader = con.execute(sql, _answers_params(run, question, source, opts, split_list)).to_arrow_reader(batch_rows)
-        try:
-            for batch in reader:
-                if batch.num_rows == 0:
-                    continue
-                pos = np.asarray(batch.column("pos").to_numpy(zero_copy_only=False), dtype=np.int64)
-                yield pos, _answers_from_arrow(batch, run, question, q.type, opts, transform)
-        finally:
-            reader.close()
+    try:
+        with stream_memory(con):
+            reader = con.execute(sql, params).to_arrow_reader(batch_rows)
+            try:
+                for batch in reader:
+                    if batch.num_rows == 0:
+                        continue
+                    rid = np.asarray(batch.column("rid").to_numpy(zero_copy_only=False), dtype=np.int64)
+                    at = np.minimum(np.searchsorted(keys.srid, rid), n - 1)
+                    if not np.array_equal(keys.srid[at], rid):
+                        raise StoreError(
+                            f"the answers of run {run['run_id']} changed while they were read",
+                            hint="run the command again when nothing writes to the store",
+                        )
+                    pos = keys.order[at].astype(np.int64)
+                    seen += len(pos)
+                    yield (
+                        pos,
+                        _answers_from_arrow(
+                            batch,
+                            run,
+                            question,
+                            q.type,
+                            opts,
+                            transform,
+                            keys.labels[pos],
+                            keys.split_values[keys.split_codes[pos]],
+                        ),
+                    )
+            finally:
+                reader.close()
+    finally:
+        if view is not None:
+            con.unregister(view)
+    if seen != n:
+        raise StoreError(
+            f"the answers of run {run['run_id']} changed while they were read ({seen:,} rows of {n:,})",
+            hint="run the command again when nothing writes to the store",
+        )
 
 
 def gather_answer_rows(
