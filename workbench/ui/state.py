@@ -153,19 +153,29 @@ def kept_store(path: str, token: tuple, description: tuple, compute: Any) -> Any
     """Like :func:`kept`, for an aggregate of the whole store: keyed by the store's token (any write
     changes it), kept only for a store of :data:`KEEP_STORE_BYTES` or more (a small one is read in
     milliseconds, and a store that a run is writing would leave one file per token)."""
-    import pickle
-
     from workbench.store import aggregate_cache as ac
 
     if int(token[1]) < KEEP_STORE_BYTES:
         return compute()
-    key = ac.aggregate_key(("store", tuple(token)), *description)
+    return _kept_under(path, ac.aggregate_key(("store", tuple(token)), *description), compute)
+
+
+def _kept_under(path: str, key: str, compute: Any) -> Any:
+    """The value kept under ``key`` in the store's aggregate directory, else ``compute()``'s (then kept);
+    with ``compute=None`` the kept value or None. A value that cannot be read back (another pickle
+    format) is computed again and rewritten."""
+    import pickle
+
+    from workbench.store import aggregate_cache as ac
+
     raw = ac.load(path, key)
     if raw is not None:
         try:
             return pickle.loads(raw)  # noqa: S301 - written by this code next to the user's own store
         except Exception:  # noqa: BLE001 - an unreadable entry is recomputed (and rewritten)
             pass
+    if compute is None:
+        return None
     value = compute()
     ac.save(path, key, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
     return value
@@ -380,22 +390,9 @@ def kept(
     Only what a library call returned is kept (a report, a surface, a display, a selection's dict);
     a value that cannot be read back (another pickle format) is computed again.
     """
-    import pickle
-
     from workbench.store import aggregate_cache as ac
 
-    key = ac.aggregate_key(_run_state(path, token, run_id, question), *description)
-    raw = ac.load(path, key)
-    if raw is not None:
-        try:
-            return pickle.loads(raw)  # noqa: S301 - written by this code next to the user's own store
-        except Exception:  # noqa: BLE001 - an unreadable entry is recomputed (and rewritten)
-            pass
-    if compute is None:
-        return None
-    value = compute()
-    ac.save(path, key, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
-    return value
+    return _kept_under(path, ac.aggregate_key(_run_state(path, token, run_id, question), *description), compute)
 
 
 @dataclass(frozen=True)
