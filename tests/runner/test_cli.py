@@ -122,7 +122,10 @@ def test_ctrl_c_commits_what_was_answered_and_resume_finishes(tmp_path, banking_
         cmd = [
             sys.executable,
             "-c",
-            "from workbench.cli import main; main()",
+            # Ctrl-C at a terminal: SIGINT handled as Python does by default, even when this test itself was
+            # started with SIGINT ignored (a job a non-interactive shell put in the background: every child
+            # inherits SIG_IGN and Python then never raises KeyboardInterrupt)
+            "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from workbench.cli import main; main()",
             "--db",
             str(db),
             "run",
