@@ -71,15 +71,9 @@ class Engine:
         per row, the same text in both dialects); NaN compares false everywhere and counts 0, like
         ``-inf``. ``x`` should be a column name (it is repeated in the text).
         """
-        vals = [float(v) for v in values]
+        from workbench.store.aggregates import count_le
 
-        def tree(lo: int, hi: int) -> str:  # the count is known to lie in [lo, hi]
-            if lo == hi:
-                return str(lo)
-            mid = (lo + hi + 1) // 2  # count >= mid  <=>  vals[mid - 1] <= x
-            return f"CASE WHEN {x} >= {_lit(vals[mid - 1])} THEN {tree(mid, hi)} ELSE {tree(lo, mid - 1)} END"
-
-        return tree(0, len(vals))
+        return count_le(values, x)
 
     def int_div(self, a: str, b: str) -> str:
         """Integer division of non-negative integers (``a // b``)."""

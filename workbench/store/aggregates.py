@@ -66,7 +66,8 @@ def query_memory(con: duckdb.DuckDBPyConnection, limit: str | None = None) -> It
 
 
 def _lit(v: float) -> str:
-    return f"CAST({float(v)!r} AS DOUBLE)"
+    # quoted: the same text in DuckDB and Spark SQL (the engines' count_le is this one)
+    return f"CAST('{float(v)!r}' AS DOUBLE)"
 
 
 def count_le(values: Sequence[float] | np.ndarray, x: str) -> str:
