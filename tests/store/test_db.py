@@ -129,3 +129,24 @@ def test_load_labels_majority_with_ties(db_path: Path):
     df = load_labels(con, "d")
     assert df[["item_id", "option_id", "split"]].values.tolist() == [["x1", "b", "test"], ["x2", "a", "train"]]
     assert load_labels(con, "d", splits=["train"])["item_id"].tolist() == ["x2"]
+
+
+def test_duckdb_settings_are_put_back_even_when_the_block_fails(tmp_path):
+    from workbench.store.db import _size_bytes, duckdb_settings
+
+    con = connect(tmp_path / "s.duckdb")
+    before = con.execute(
+        "SELECT current_setting('memory_limit'), current_setting('preserve_insertion_order')"
+    ).fetchone()
+    with duckdb_settings(con, {"memory_limit": "300MB", "preserve_insertion_order": False}):
+        inside = con.execute(
+            "SELECT current_setting('memory_limit'), current_setting('preserve_insertion_order')"
+        ).fetchone()
+    assert inside[1] is False and inside[0] != before[0]
+    with pytest.raises(ZeroDivisionError), duckdb_settings(con, {"memory_limit": "200MB"}, release=True):
+        1 / 0  # noqa: B018
+    after = con.execute(
+        "SELECT current_setting('memory_limit'), current_setting('preserve_insertion_order')"
+    ).fetchone()
+    # DuckDB prints the limit rounded down to 0.1 MiB, so a put-back limit can read 0.1 MiB lower (once: it is then exact)
+    assert after[1] == before[1] and abs(_size_bytes(after[0]) - _size_bytes(before[0])) < 2**20 / 5

@@ -52,7 +52,7 @@ from workbench.errors import DataImportError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.schema.answers import SUM_TOLERANCE
 from workbench.store.calls import _ANSWER_SCHEMA
-from workbench.store.db import fetch_scalar, memory_connection, transaction
+from workbench.store.db import duckdb_settings, fetch_scalar, memory_connection, transaction
 
 #: Rows per Arrow batch (65,536 × 77 doubles ≈ 40 MB per temporary).
 BATCH_ROWS = 65_536
@@ -760,11 +760,6 @@ class _Stream:
 
 
 # -- the import ----------------------------------------------------------------------------------
-def _setting(con: duckdb.DuckDBPyConnection, name: str) -> Any:
-    row = con.execute("SELECT current_setting(?)", [name]).fetchone()
-    return row[0] if row else None
-
-
 def import_answers(
     con: duckdb.DuckDBPyConnection,
     path: str | Path,
@@ -801,10 +796,7 @@ def import_answers(
     run_id = new_run_id()
     stream = _Stream(src, layout, schema, model)
     settings = dict(_IMPORT_SETTINGS, **({"memory_limit": memory_limit} if memory_limit else {}))
-    saved = {s: _setting(con, s) for s in settings}
-    for s, v in settings.items():
-        con.execute(f"SET {s} = {_sql_value(v)}")
-    try:
+    with duckdb_settings(con, settings):
         # item ids first, from the source's id column alone (outside the transaction: a join with 10M
         # uncommitted rows ran out of DuckDB's memory)
         ids = _source_items(con, src, layout, dataset, version, schema)
@@ -876,9 +868,6 @@ def import_answers(
                 "UPDATE runs SET summary = ?, finished_at = current_timestamp WHERE run_id = ?",
                 [json.dumps(summary), run_id],
             )
-    finally:
-        for s, v in saved.items():
-            con.execute(f"SET {s} = {_sql_value(v)}")
     return run_id
 
 
@@ -886,14 +875,6 @@ def import_answers(
 #: without order to keep, both threads append; each completed row group is compressed and written to
 #: the store file at once (DuckDB's default buffers 5 row groups per thread, ~0.8 GB uncompressed here).
 _IMPORT_SETTINGS: dict[str, Any] = {"preserve_insertion_order": False, "write_buffer_row_group_count": 1}
-
-
-def _sql_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, int | float):
-        return str(v)
-    return "'" + str(v).replace("'", "''") + "'"
 
 
 def _source_reader(src: _Source, columns: dict[str, str]) -> tuple[str, list]:

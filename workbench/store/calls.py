@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from workbench.errors import WorkbenchError
 from workbench.schema.answers import entropy, top_two
-from workbench.store.db import transaction
+from workbench.store.db import duckdb_settings, transaction
 
 CALL_FIELDS = [
     "cache_key",
@@ -403,60 +403,56 @@ def export_run(
         options = "FORMAT json"
     else:
         options = "FORMAT csv, HEADER true"
-    saved: dict[str, Any] = {}
-    if memory_limit:
-        for name in ("memory_limit", "preserve_insertion_order"):
-            row = con.execute("SELECT current_setting(?)", [name]).fetchone()
-            saved[name] = row[0] if row else None
-        con.execute(f"SET memory_limit = '{memory_limit}'")
-        con.execute("SET preserve_insertion_order = true")  # COPY keeps the ORDER BY order
+    # COPY keeps the ORDER BY order only with preserve_insertion_order
+    settings: dict[str, Any] = {"memory_limit": memory_limit, "preserve_insertion_order": True} if memory_limit else {}
     from workbench.store.runs import answers_relation
 
-    con.register("_export_options", order)
-    tmp = out.with_name(out.name + ".partial")
-    relation = answers_relation(con, [run["run_id"]])
-    try:
-        answers = relation.__enter__()  # a calibrated view's rows: its parent's, calibrated as DuckDB streams them
-        row = con.execute(
-            f"""
-            COPY (
-                WITH votes AS (
-                    SELECT item_id, question, option_id, count(*) AS n FROM labels
-                    WHERE dataset = $ds AND version = $v GROUP BY ALL
-                ), gold AS (
-                    SELECT v.item_id, v.question,
-                           arg_max(v.option_id,
-                                   v.n * 1000000 - coalesce(list_position(o.option_ids, v.option_id), 999999)) AS label
-                    FROM votes v JOIN _export_options o USING (question) GROUP BY ALL
+    with duckdb_settings(con, settings):
+        con.register("_export_options", order)
+        tmp = out.with_name(out.name + ".partial")
+        relation = answers_relation(con, [run["run_id"]])
+        try:
+            answers = relation.__enter__()  # a calibrated view's rows: its parent's, calibrated as DuckDB streams them
+            row = con.execute(
+                f"""
+                COPY (
+                    WITH votes AS (
+                        SELECT item_id, question, option_id, count(*) AS n FROM labels
+                        WHERE dataset = $ds AND version = $v GROUP BY ALL
+                    ), gold AS (
+                        SELECT v.item_id, v.question,
+                               arg_max(v.option_id,
+                                       v.n * 1000000 - coalesce(list_position(o.option_ids, v.option_id), 999999)) AS label
+                        FROM votes v JOIN _export_options o USING (question) GROUP BY ALL
+                    )
+                    SELECT a.run_id, a.item_id, i.split, a.question, g.label, a.probs, a.p_top, a.margin,
+                           $provider AS provider, a.model, a.latency_ms, a.input_tokens,
+                           a.cost_usd, a.cached, a.failure_kind, a.failure_message
+                    FROM {answers} a
+                    JOIN _export_options o ON o.question = a.question
+                    LEFT JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
+                    LEFT JOIN gold g ON g.item_id = a.item_id AND g.question = a.question
+                    WHERE a.run_id = $run
+                    ORDER BY a.item_id, o.qpos
+                ) TO '{str(tmp).replace("'", "''")}' ({options})
+                """,
+                {
+                    "ds": run["dataset"],
+                    "v": int(run["dataset_version"]),
+                    "run": run["run_id"],
+                    "provider": run["provider"],
+                },
+            ).fetchone()
+            if fmt != "parquet":
+                side = out.with_name(out.name + ".options.json")
+                side.write_text(
+                    json.dumps({OPTION_IDS_KEY: opts}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
                 )
-                SELECT a.run_id, a.item_id, i.split, a.question, g.label, a.probs, a.p_top, a.margin,
-                       $provider AS provider, a.model, a.latency_ms, a.input_tokens,
-                       a.cost_usd, a.cached, a.failure_kind, a.failure_message
-                FROM {answers} a
-                JOIN _export_options o ON o.question = a.question
-                LEFT JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
-                LEFT JOIN gold g ON g.item_id = a.item_id AND g.question = a.question
-                WHERE a.run_id = $run
-                ORDER BY a.item_id, o.qpos
-            ) TO '{str(tmp).replace("'", "''")}' ({options})
-            """,
-            {
-                "ds": run["dataset"],
-                "v": int(run["dataset_version"]),
-                "run": run["run_id"],
-                "provider": run["provider"],
-            },
-        ).fetchone()
-        if fmt != "parquet":
-            side = out.with_name(out.name + ".options.json")
-            side.write_text(json.dumps({OPTION_IDS_KEY: opts}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-        tmp.replace(out)
-    finally:
-        relation.__exit__(None, None, None)
-        con.unregister("_export_options")
-        tmp.unlink(missing_ok=True)
-        for name, value in saved.items():
-            con.execute(f"SET {name} = '{value}'" if isinstance(value, str) else f"SET {name} = {str(value).lower()}")
+            tmp.replace(out)
+        finally:
+            relation.__exit__(None, None, None)
+            con.unregister("_export_options")
+            tmp.unlink(missing_ok=True)
     return int(row[0]) if row else 0
 
 

@@ -468,6 +468,40 @@ def stream_memory(con: duckdb.DuckDBPyConnection, limit: str | None = None) -> I
             con.execute(f"SET memory_limit = '{row[0]}'")
 
 
+def sql_setting_value(value: Any) -> str:
+    """``value`` as the right-hand side of DuckDB's ``SET name = …`` (booleans and numbers bare, text quoted)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+@contextmanager
+def duckdb_settings(
+    con: duckdb.DuckDBPyConnection, settings: dict[str, Any], *, release: bool = False
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """DuckDB ``settings`` ({name: value}) set inside the block and put back as they were afterwards,
+    whatever happens inside. ``release=True`` also hands back the blocks the block cached (the memory
+    limit is lowered to 32 MB for a moment before it is restored: DuckDB's buffer pool counts in RSS).
+
+    The one way the store changes a connection's settings for a while (an import's memory cap, an
+    export's insertion order, a query's larger pool), so none of them leaks into the next command."""
+    before = {name: fetch_scalar(con, "SELECT current_setting(?)", [name]) for name in settings}
+    try:
+        for name, value in settings.items():
+            con.execute(f"SET {name} = {sql_setting_value(value)}")
+        yield con
+    finally:
+        if release:
+            try:
+                con.execute("SET memory_limit = '32MB'")
+            except duckdb.Error:  # more is pinned than that (e.g. temporary tables): nothing to hand back now
+                pass
+        for name, value in before.items():
+            con.execute(f"SET {name} = {sql_setting_value(value)}")
+
+
 @contextmanager
 def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
     """All or nothing: one transaction per user action (an import, a runner flush, an export)."""

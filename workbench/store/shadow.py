@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from workbench.errors import DataImportError, NotFoundError, WorkbenchError
 from workbench.schema import DecisionSchema, option_ids
-from workbench.store.db import fetch_scalar, no_progress_bar, transaction
+from workbench.store.db import duckdb_settings, fetch_scalar, no_progress_bar, transaction
 from workbench.store.runs import answers_relation, get_run, load_answers, load_stored_schema, save_schema
 
 SIDES = ("champion", "challenger")
@@ -490,10 +490,8 @@ def ingest_journal(
     # DuckDB reserves twice the largest JSON line per reading thread (2 GiB for a 1 GiB line),
     # beyond the store's buffer-pool cap: lift the cap for this read only (the pages a small journal
     # never touches are never resident)
-    limit = con.execute("SELECT current_setting('memory_limit')").fetchone()
     threads = int(fetch_scalar(con, "SELECT current_setting('threads')") or 1)
-    con.execute(f"SET memory_limit = '{((2 * threads + 1) * _MAX_JOURNAL_LINE) >> 20}MB'")
-    try:
+    with duckdb_settings(con, {"memory_limit": f"{((2 * threads + 1) * _MAX_JOURNAL_LINE) >> 20}MB"}):
         con.execute(
             f"""CREATE OR REPLACE TEMP TABLE _journal AS
                         SELECT * FROM read_json(?, format='newline_delimited', columns={_JOURNAL_COLUMNS},
@@ -501,9 +499,6 @@ def ingest_journal(
                         WHERE kind IN ('champion', 'challenger') AND pair IS NOT NULL""",
             [str(path)],
         )
-    finally:
-        if limit:
-            con.execute(f"SET memory_limit = '{limit[0]}'")
     try:
         if schema is None:
             # only the question map is parsed in Python: a request can be anything a caller sent
@@ -920,23 +915,13 @@ def bounded_memory(con: duckdb.DuckDBPyConnection, memory_limit: str = "1GB"):
     """Run a streaming read with DuckDB's buffer pool capped (``memory_limit``), spilling to a temporary
     directory, insertion order not preserved and no progress bar; the settings are restored afterwards
     (except a spill directory already in use, which DuckDB cannot switch)."""
-    names = ("memory_limit", "preserve_insertion_order")
-    before = {n: con.execute("SELECT current_setting(?)", [n]).fetchone()[0] for n in names}  # type: ignore[index]
-    con.execute(f"SET memory_limit = '{memory_limit}'")
-    try:
-        con.execute(f"SET temp_directory = '{_spill_dir()}'")
-    except duckdb.NotImplementedException:  # the connection already spilled somewhere: keep that directory
-        pass
-    con.execute("SET preserve_insertion_order = false")
-    no_progress_bar(con)  # stdout may carry a JSON document
-    try:
+    with duckdb_settings(con, {"memory_limit": memory_limit, "preserve_insertion_order": False}):
+        try:
+            con.execute(f"SET temp_directory = '{_spill_dir()}'")
+        except duckdb.NotImplementedException:  # the connection already spilled somewhere: keep that directory
+            pass
+        no_progress_bar(con)  # stdout may carry a JSON document
         yield con
-    finally:
-        for n in names:
-            v = before[n]
-            con.execute(
-                f"SET {n} = " + (str(v).lower() if isinstance(v, bool) else "'" + str(v).replace("'", "''") + "'")
-            )
 
 
 def iter_side_answers(
