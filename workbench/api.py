@@ -264,7 +264,7 @@ def export_run(con, run_id: str, fmt: str, out: str | Path) -> int:
     >>> wb.export_run(con, run_id, "jsonl", tmp / "answers.jsonl") == len(wb.load_answers(con, run_id, "spam").probs)
     True
     """
-    from workbench.store.calls import export_run as _export
+    from workbench.store.export import export_run as _export
 
     return _export(con, run_id, fmt, out)
 

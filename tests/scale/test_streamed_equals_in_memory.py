@@ -173,7 +173,7 @@ def test_large_questions_stream_by_default(store, monkeypatch):
 def test_export_of_a_calibrated_view_writes_its_calibrated_probabilities(store, tmp_path):
     import pyarrow.parquet as pq
 
-    from workbench.store.calls import export_run
+    from workbench.store.export import export_run
 
     con, run_id = store
     view = calibrate_run(con, run_id, "temperature", questions=["intent"], name="view-for-export")["run_id"]

@@ -9,6 +9,7 @@ and the runtime's own ``normalise_answer`` / ``top_two`` / ``entropy`` (what pro
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +25,9 @@ from workbench.errors import DataImportError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.schema.answers import SUM_TOLERANCE, entropy, normalise_answer, top_two
 from workbench.store.answer_import import OPTION_IDS_KEY, import_answers
-from workbench.store.calls import export_run
 from workbench.store.datasets import ImportSpec, import_dataset
 from workbench.store.db import connect, table_counts
+from workbench.store.export import export_run
 from workbench.store.runs import get_run, load_answers
 
 N = 400
@@ -229,6 +230,44 @@ def test_export_stores_option_ids_once_and_keeps_item_then_question_order(master
         got = np.vstack([json.loads(v) for v in cs.loc[cs["question"] == q, "probs"].dropna()])
         want = np.vstack(df.loc[df["question"] == q, "probs"].dropna().to_list())
         np.testing.assert_array_equal(got, want)  # CSV keeps every digit (JSON text)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "csv"])
+def test_export_in_many_buckets_equals_one_sort_of_the_whole_run(master, store, tmp_path, fmt, monkeypatch):
+    """The distribution sort (item-id ranges, each sorted) writes exactly what one ORDER BY of the run gives."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    con = connect(store)
+    run_id = import_answers(con, write_wide(master, tmp_path / "a.parquet"), dataset="msgs", schema=schema(), name="a")
+    # 4 KB buckets hold 20 rows (40 buckets); the default holds the whole run in one
+    assert export_run(con, run_id, fmt, tmp_path / f"many.{fmt}", bucket_bytes=4096) == 2 * N
+    assert export_run(con, run_id, fmt, tmp_path / f"one.{fmt}") == 2 * N
+    ref = con.execute(
+        "SELECT a.item_id, a.question, a.probs, a.p_top FROM answers a"
+        " JOIN (VALUES ('topic', 0), ('spam', 1)) o(question, qpos) USING (question)"
+        " WHERE a.run_id = ? ORDER BY a.item_id, o.qpos",
+        [run_id],
+    ).df()
+    con.close()
+    assert list(scratch.iterdir()) == []  # the buckets are removed
+    many, one = tmp_path / f"many.{fmt}", tmp_path / f"one.{fmt}"
+    if fmt == "parquet":
+        got = pq.read_table(many)
+        assert got.equals(pq.read_table(one)) and got.schema.metadata == pq.read_table(one).schema.metadata
+        got_df = got.to_pandas()
+    else:
+        assert many.read_bytes() == one.read_bytes()
+        got_df = (
+            pd.DataFrame([json.loads(line) for line in many.read_text().splitlines()])
+            if fmt == "jsonl"
+            else pd.read_csv(many, float_precision="round_trip")
+        )
+    assert list(got_df["item_id"]) == list(ref["item_id"]) and list(got_df["question"]) == list(ref["question"])
+    np.testing.assert_array_equal(got_df["p_top"].to_numpy(float), ref["p_top"].to_numpy(float))
+    if fmt == "parquet":
+        for a, b in zip(got_df["probs"], ref["probs"], strict=True):
+            assert (a is None and b is pd.NA) or np.array_equal(a, b)
 
 
 # -- bad input: one error, nothing written -------------------------------------------------------

@@ -366,7 +366,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """One row per item × question: ids, split, label, options, probabilities, cost, latency, failure."""
-        from workbench.store.calls import export_run
+        from workbench.store.export import export_run
 
         check_out_path(out, force=force)
         side = out.with_name(out.name + ".options.json") if fmt in ("csv", "jsonl") else None

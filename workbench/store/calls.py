@@ -24,9 +24,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from workbench.errors import WorkbenchError
 from workbench.schema.answers import entropy, top_two
-from workbench.store.db import duckdb_settings, transaction
+from workbench.store.db import transaction
 
 CALL_FIELDS = [
     "cache_key",
@@ -347,113 +346,6 @@ def recover_journal(con: duckdb.DuckDBPyConnection) -> int:
     for seg in segments:
         seg.unlink(missing_ok=True)
     return len(rows)
-
-
-# -- export --------------------------------------------------------------------------------------
-EXPORT_FORMATS = ("parquet", "csv", "jsonl")
-
-
-#: DuckDB memory limit while exporting (its buffer pool counts in RSS; the sort spills to the temp directory).
-EXPORT_MEMORY_LIMIT = "1GB"
-
-
-def export_run(
-    con: duckdb.DuckDBPyConnection,
-    run_id: str,
-    fmt: str,
-    out: str | Path,
-    *,
-    memory_limit: str | None = EXPORT_MEMORY_LIMIT,
-) -> int:
-    """Write one row per item × question of ``run_id`` to ``out``; return the row count.
-
-    Columns: run_id, item_id, split, question, label (majority gold option or NULL), probs (NULL when
-    failed, in schema option order), p_top, margin, provider, model, latency_ms, input_tokens, cost_usd,
-    cached, failure_kind, failure_message; rows ordered by item_id, then the schema's question order.
-    The option ids are stored once, not per row: in the Parquet file's key-value metadata under
-    ``workbench.option_ids`` (JSON ``{question: [option ids in order]}``), and for CSV/JSONL in a side-car
-    file ``OUT.options.json`` holding ``{"workbench.option_ids": {...}}``. In CSV ``probs`` is JSON text.
-
-    Streamed by DuckDB's ``COPY … TO`` (the sort spills to disk past ``memory_limit``; the limit is
-    restored afterwards), so the export never holds the run in memory.
-    """
-    from workbench.schema import option_ids
-    from workbench.store.answer_import import OPTION_IDS_KEY
-    from workbench.store.runs import get_run, load_stored_schema
-
-    if fmt not in EXPORT_FORMATS:
-        raise WorkbenchError(f"unknown export format {fmt!r}", hint=f"use one of {', '.join(EXPORT_FORMATS)}")
-    run = get_run(con, run_id)
-    schema = load_stored_schema(con, run["schema_hash"])
-    opts = {q: option_ids(schema.questions[q]) for q in schema.question_ids}
-    order = pa.table(
-        {
-            "question": pa.array(list(opts), type=pa.string()),
-            "qpos": pa.array(range(len(opts)), type=pa.int32()),
-            "option_ids": pa.array(list(opts.values()), type=pa.list_(pa.string())),
-        }
-    )
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = json.dumps(opts, ensure_ascii=False)
-    if fmt == "parquet":
-        literal = meta.replace("'", "''")
-        options = f"FORMAT parquet, KV_METADATA {{'{OPTION_IDS_KEY}': '{literal}'}}"
-    elif fmt == "jsonl":
-        options = "FORMAT json"
-    else:
-        options = "FORMAT csv, HEADER true"
-    # COPY keeps the ORDER BY order only with preserve_insertion_order
-    settings: dict[str, Any] = {"memory_limit": memory_limit, "preserve_insertion_order": True} if memory_limit else {}
-    from workbench.store.runs import answers_relation
-
-    with duckdb_settings(con, settings):
-        con.register("_export_options", order)
-        tmp = out.with_name(out.name + ".partial")
-        relation = answers_relation(con, [run["run_id"]])
-        try:
-            answers = relation.__enter__()  # a calibrated view's rows: its parent's, calibrated as DuckDB streams them
-            row = con.execute(
-                f"""
-                COPY (
-                    WITH votes AS (
-                        SELECT item_id, question, option_id, count(*) AS n FROM labels
-                        WHERE dataset = $ds AND version = $v GROUP BY ALL
-                    ), gold AS (
-                        SELECT v.item_id, v.question,
-                               arg_max(v.option_id,
-                                       v.n * 1000000 - coalesce(list_position(o.option_ids, v.option_id), 999999)) AS label
-                        FROM votes v JOIN _export_options o USING (question) GROUP BY ALL
-                    )
-                    SELECT a.run_id, a.item_id, i.split, a.question, g.label, a.probs, a.p_top, a.margin,
-                           $provider AS provider, a.model, a.latency_ms, a.input_tokens,
-                           a.cost_usd, a.cached, a.failure_kind, a.failure_message
-                    FROM {answers} a
-                    JOIN _export_options o ON o.question = a.question
-                    LEFT JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
-                    LEFT JOIN gold g ON g.item_id = a.item_id AND g.question = a.question
-                    WHERE a.run_id = $run
-                    ORDER BY a.item_id, o.qpos
-                ) TO '{str(tmp).replace("'", "''")}' ({options})
-                """,
-                {
-                    "ds": run["dataset"],
-                    "v": int(run["dataset_version"]),
-                    "run": run["run_id"],
-                    "provider": run["provider"],
-                },
-            ).fetchone()
-            if fmt != "parquet":
-                side = out.with_name(out.name + ".options.json")
-                side.write_text(
-                    json.dumps({OPTION_IDS_KEY: opts}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
-                )
-            tmp.replace(out)
-        finally:
-            relation.__exit__(None, None, None)
-            con.unregister("_export_options")
-            tmp.unlink(missing_ok=True)
-    return int(row[0]) if row else 0
 
 
 def run_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
