@@ -56,6 +56,9 @@ from workbench.store.db import duckdb_settings, fetch_scalar, memory_connection,
 
 #: Rows per Arrow batch (65,536 × 77 doubles ≈ 40 MB per temporary).
 BATCH_ROWS = 65_536
+#: Rows a check computes on at once (1,024 × 77 doubles ≈ 0.6 MB: the block stays in the core's cache
+#: across the sum, min, max, division, top two and entropy instead of streaming 40 MB from memory each time).
+CACHE_ROWS = 1_024
 #: A vector whose sum is within this of 1 is stored as given (no re-normalisation: exports round-trip exactly).
 EXACT_SUM = 1e-12
 #: Slack outside [0, 1] before a value is refused (the providers' check), then clipped.
@@ -456,9 +459,13 @@ def _vectors(
     values = flat.cast(pa.float64()) if flat.type != pa.float64() else flat
     m = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float64).reshape(n_ok, k)
     ok_rows = np.flatnonzero(valid)
+    s, lo, hi = np.empty(n_ok), np.empty(n_ok), np.empty(n_ok)
     with np.errstate(invalid="ignore", over="ignore"):
-        s = m.sum(axis=1)
-        lo, hi = m.min(axis=1), m.max(axis=1)
+        for a in range(0, n_ok, CACHE_ROWS):  # row by row the same figures; a block stays in cache for all three
+            block, b = m[a : a + CACHE_ROWS], min(a + CACHE_ROWS, n_ok)
+            block.sum(axis=1, out=s[a:b])
+            block.min(axis=1, out=lo[a:b])
+            block.max(axis=1, out=hi[a:b])
     nonfinite = ~np.isfinite(s)
     out_of_range = ~nonfinite & ((lo < -RANGE_SLACK) | (hi > 1 + RANGE_SLACK))
 
@@ -488,9 +495,13 @@ def _vectors(
         return None
     # one pass: rows within EXACT_SUM of 1 are divided by 1.0, which leaves every value as it is (IEEE)
     need = np.abs(dev) > EXACT_SUM
-    p = np.divide(m, np.where(need, s, 1.0)[:, None])
-    p1, p2 = _top_two(p)
-    ent = _entropy(p)
+    divisor = np.where(need, s, 1.0)
+    p, p1, p2, ent = np.empty_like(m), np.empty(n_ok), np.empty(n_ok), np.empty(n_ok)
+    for a in range(0, n_ok, CACHE_ROWS):  # divide, top two and entropy of a block while it is in cache
+        b = min(a + CACHE_ROWS, n_ok)
+        block = np.divide(m[a:b], divisor[a:b, None], out=p[a:b])
+        p1[a:b], p2[a:b] = _top_two(block)
+        ent[a:b] = _entropy(block)
 
     def full(x: np.ndarray) -> pa.Array:
         out = np.full(n, np.nan)
