@@ -21,9 +21,9 @@ Only raw runs qualify (:func:`summaries_trusted`): a calibrated view computes it
 read, and a row written without its summaries (``write_answers`` of a bare frame) cannot be trusted;
 callers read those through the streamed library functions instead.
 
-Grid cells follow :func:`workbench.thresholds.surface.surface_from_coordinates`: the largest index
-``i`` with ``grid[i] <= coordinate`` (``-1`` below the grid or for a failure), written as a balanced
-tree of comparisons (``np.searchsorted(grid, x, 'right') - 1``).
+The threshold grid's cells are not computed here: :func:`grid_points` returns the exact rule
+coordinates (two stored floats per item) and :func:`workbench.thresholds.surface.surface_from_coordinates`
+bins them as it bins the in-memory path's.
 
 Nothing here finishes a figure: :mod:`workbench.engines.store_aggregates` turns the counts into the
 library's reports, displays, surfaces and selections.
@@ -93,12 +93,12 @@ def summaries_trusted(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
     return calibrators is None
 
 
-#: The rows of :data:`workbench.store.runs._ANSWERS_SQL` with the stored summaries. The gold label is
-#: picked the same way (majority of the votes, ties to the option listed first; a label that is not an
-#: option gives ``y`` NULL), in two steps: an item whose votes all name one option has that option (one
-#: grouping by item, no arg-max), only items with differing votes are counted per option.
-_ROWS_SQL = """
-        WITH one AS (
+#: The gold label of every item with a vote, picked as :data:`workbench.store.runs._ANSWERS_SQL` picks it
+#: (majority of the votes, ties to the option listed first), in two steps: an item whose votes all
+#: name one option has that option (one grouping by item, no arg-max), only items with differing votes
+#: are counted per option.
+_GOLD_MAJORITY = """
+        one AS (
             SELECT item_id, min(option_id) AS lo, max(option_id) AS hi
             FROM labels WHERE dataset = $ds AND version = $v AND question = $q
             GROUP BY item_id
@@ -112,20 +112,36 @@ _ROWS_SQL = """
             UNION ALL
             SELECT item_id, arg_max(option_id, votes * 1000000 - coalesce(list_position($opts, option_id), 999999))
             FROM multi GROUP BY item_id
+        )"""
+
+#: The gold label when no item has two votes (recorded at import: :func:`~workbench.store.datasets.recorded_repeated_votes`):
+#: the one label row is the majority, without grouping the dataset's labels by item.
+_GOLD_SINGLE = """
+        best AS (SELECT item_id, option_id AS gold FROM labels WHERE dataset = $ds AND version = $v AND question = $q)"""
+
+#: The rows of :data:`workbench.store.runs._ANSWERS_SQL` with the stored summaries (a label that is not an
+#: option gives ``y`` NULL). The items of the splits are joined with their gold label first (``b``: an
+#: item id, its split and label, no probabilities), then the answers are matched against that: the
+#: probability lists pass through one join as its probe side and are never copied into a hash table.
+_ROWS_SQL = """
+        WITH {gold}, b AS (
+            SELECT i.item_id, i.split, list_position($opts, g.gold) - 1 AS y
+            FROM items i LEFT JOIN best g ON g.item_id = i.item_id
+            WHERE i.dataset = $ds AND i.version = $v AND ($splits IS NULL OR list_contains($splits, i.split))
         )
-        SELECT a.item_id, i.split, a.probs, a.p_top AS p1, a.margin, list_position($opts, b.gold) - 1 AS y,
-               a.failure_kind
-        FROM answers a
-        JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
-        LEFT JOIN best b ON b.item_id = a.item_id
+        SELECT a.item_id, b.split, a.probs, a.p_top AS p1, a.margin, b.y, a.failure_kind
+        FROM answers a JOIN b ON b.item_id = a.item_id
         WHERE a.run_id = $run AND a.question = $q
-          AND ($splits IS NULL OR list_contains($splits, i.split))
 """
 
 
-def _rows_sql(run: dict) -> str:
-    """:data:`_ROWS_SQL` (``run`` is not needed: the parameters carry it)."""
-    return _ROWS_SQL
+def _rows_sql(con: duckdb.DuckDBPyConnection, run: dict, question: str) -> str:
+    """:data:`_ROWS_SQL` for the run's dataset version: without the majority vote when its import recorded
+    that no item has two votes for ``question``."""
+    from workbench.store.datasets import recorded_repeated_votes
+
+    recorded = recorded_repeated_votes(con, run["dataset"], int(run["dataset_version"]), question)
+    return _ROWS_SQL.format(gold=_GOLD_SINGLE if recorded == [] else _GOLD_MAJORITY)
 
 
 def _run_split(con: duckdb.DuckDBPyConnection, run_id: str, question: str, split: str) -> tuple[dict, str, list, dict]:
@@ -161,7 +177,7 @@ def metric_sums(
     rbin = count_le(np.asarray(edges, dtype=float)[1:-1], "conf")
     eps = _lit(log_loss_floor)
     sql = f"""
-WITH rows AS ({_rows_sql(run)}),
+WITH rows AS ({_rows_sql(con, run, question)}),
 f AS (
     SELECT probs, p1, y, failure_kind,
            probs IS NULL OR p1 IS NULL OR NOT isfinite(p1) AS failed,
@@ -228,46 +244,34 @@ GROUP BY GROUPING SETS ((), (rbin), (y, pred), (fkind))
     return out
 
 
-def grid_points(
-    con: duckdb.DuckDBPyConnection,
-    run_id: str,
-    question: str,
-    splits: Sequence[str],
-    *,
-    x_grid: np.ndarray,
-    y_grid: np.ndarray,
-) -> dict[str, dict]:
-    """Where each labelled item of ``splits`` falls on the threshold grid, in item-id order per split.
+def grid_points(con: duckdb.DuckDBPyConnection, run_id: str, question: str, splits: Sequence[str]) -> dict[str, dict]:
+    """The rule coordinates of each labelled item of ``splits``, in item-id order per split.
 
     One query (the join with items and gold labels is made once for every split). Per split, arrays
-    (n_labelled,) int16 (int32 beyond 32k options or grid points): ``ix``/``iy`` the cell of the item's
-    rule coordinates (:func:`workbench_runtime.rules.rule_coordinates`; ``-1`` below the grid or for a
-    failure, ``len(grid)`` for a coordinate of +inf), ``predicted`` (the option the rule would accept,
-    ``-1`` for a failure) and ``labels``; plus ``n_untrusted`` (answered rows without a stored ``p_top``:
-    the arrays must not be used then), ``option_ids`` and ``qtype``. Choice questions read
-    ``p_top``/``margin``; noul questions ``p_yes = probs[1]``.
+    (n_labelled,): ``x``/``y`` float64, the item's rule coordinates as
+    :func:`workbench_runtime.rules.rule_coordinates` computes them from its probabilities (``-inf`` for a
+    failure; noul: ``+inf`` on the axis the predicted side does not constrain), ``predicted`` (the
+    option the rule would accept, ``-1`` for a failure) and ``labels``, both int16 (int32 beyond 32k
+    options); plus ``n_untrusted`` (answered rows without a stored ``p_top``: the arrays must not be used
+    then), ``option_ids`` and ``qtype``. Choice questions read ``p_top``/``margin``; noul questions
+    ``p_yes = probs[1]``.
     """
     run = get_run(con, run_id)
     q = _question_of(con, run, question)
     qtype, opts = q.type, option_ids(q)
     source, _ = answer_source(con, run)
     params = _answers_params(run, question, source, opts, list(splits))
-    gx, gy = np.asarray(x_grid, dtype=float), np.asarray(y_grid, dtype=float)
-    A, B = len(gx), len(gy)
     if qtype == "noul":
-        sel = f"""CASE WHEN failed THEN -1 WHEN probs[1] >= 0.5 THEN {count_le(gx, "probs[1]")} - 1 ELSE {A} END AS ix,
-                  CASE WHEN failed THEN -1 WHEN probs[1] >= 0.5 THEN {B} ELSE {count_le(gy, "(-probs[1])")} - 1 END AS iy,
-                  CASE WHEN failed THEN -1 WHEN probs[1] >= 0.5 THEN 0 ELSE 1 END AS predicted"""
+        sel = "probs[1] AS cx, CAST(NULL AS DOUBLE) AS cy, -1 AS predicted"
     elif qtype == "choice":
-        sel = f"""CASE WHEN failed THEN -1 ELSE {count_le(gx, "p1")} - 1 END AS ix,
-                  CASE WHEN failed THEN -1 ELSE {count_le(gy, "margin")} - 1 END AS iy,
-                  CASE WHEN failed THEN -1 ELSE list_position(probs, p1) - 1 END AS predicted"""
+        sel = "p1 AS cx, margin AS cy, list_position(probs, p1) - 1 AS predicted"
     else:
         raise ValueError(f"grid points of {qtype} questions are not computed here")
-    small = "SMALLINT" if max(len(opts), A, B) < 2**15 - 1 else "INTEGER"
+    small = np.int16 if len(opts) < 2**15 - 1 else np.int32
+    small_sql = "SMALLINT" if small is np.int16 else "INTEGER"
     codes = {s: j for j, s in enumerate(splits)}
     split_code = "CASE split " + " ".join(f"WHEN {_sql_str(s)} THEN {j}" for s, j in codes.items()) + " END"
-    rows = _rows_sql(run)
+    rows = _rows_sql(con, run, question)
     sql = f"""
 WITH rows AS ({rows}),
 f AS (
@@ -276,27 +280,47 @@ f AS (
            probs IS NOT NULL AND p1 IS NULL AS untrusted
     FROM rows WHERE y IS NOT NULL
 ), c AS (
-    SELECT item_id, {split_code} AS s, untrusted, y, {sel} FROM f
+    SELECT item_id, {split_code} AS s, failed, untrusted, y, {sel} FROM f
 )
-SELECT CAST(s AS TINYINT) AS s, CAST(ix AS {small}) AS ix, CAST(iy AS {small}) AS iy,
-       CAST(predicted AS {small}) AS predicted, CAST(y AS {small}) AS labels,
-       untrusted OR predicted IS NULL AS untrusted
+SELECT CAST(s AS TINYINT) AS s, CASE WHEN failed THEN NULL ELSE cx END AS x, CASE WHEN failed THEN NULL ELSE cy END AS y,
+       CAST(CASE WHEN failed THEN -1 ELSE coalesce(predicted, -1) END AS {small_sql}) AS predicted,
+       CAST(y AS {small_sql}) AS labels, failed, untrusted OR (NOT failed AND predicted IS NULL) AS untrusted
 FROM c ORDER BY s, item_id
 """
     with query_memory(con):
         tbl = con.execute(sql, params).fetch_arrow_table()
+    empty = {
+        "s": np.int8,
+        "x": float,
+        "y": float,
+        "predicted": small,
+        "labels": small,
+        "failed": bool,
+        "untrusted": bool,
+    }
     cols = {
-        name: (
-            tbl.column(name).combine_chunks().to_numpy(zero_copy_only=False)
-            if tbl.num_rows
-            else np.zeros(0, np.int16 if name != "untrusted" else bool)
-        )
-        for name in ("s", "ix", "iy", "predicted", "labels", "untrusted")
+        name: (tbl.column(name).combine_chunks().to_numpy(zero_copy_only=False) if tbl.num_rows else np.zeros(0, dtype))
+        for name, dtype in empty.items()
+    }
+    del tbl
+    failed = cols["failed"].astype(bool)
+    if qtype == "noul":  # as rule_coordinates: x = p(yes) on predicted-yes rows, y = -p(yes) on predicted-no rows
+        p_yes = np.where(failed, 0.5, cols["x"].astype(float))
+        yes = p_yes >= 0.5
+        x, y = np.where(yes, p_yes, np.inf), np.where(yes, np.inf, -p_yes)
+        predicted = np.where(yes, 0, 1).astype(small)
+    else:
+        x, y, predicted = cols["x"].astype(float), cols["y"].astype(float), cols["predicted"]
+    points = {
+        "x": np.where(failed, -np.inf, x),
+        "y": np.where(failed, -np.inf, y),
+        "predicted": np.where(failed, -1, predicted).astype(small),
+        "labels": cols["labels"].astype(small),
     }
     out: dict[str, dict] = {}
     for s, j in codes.items():
         at = cols["s"] == j
-        part: dict = {name: cols[name][at] for name in ("ix", "iy", "predicted", "labels")}
+        part: dict = {name: v[at] for name, v in points.items()}
         part.update(qtype=qtype, option_ids=opts, n_untrusted=int(np.count_nonzero(cols["untrusted"][at])))
         out[s] = part
     return out
