@@ -174,8 +174,9 @@ def metric_sums(
     """
     run, qtype, opts, params = _run_split(con, run_id, question, split)
     k, nb = len(opts), len(edges) - 1
-    rbin = count_le(np.asarray(edges, dtype=float)[1:-1], "conf")
+    rbin = _bin_sql(np.asarray(edges, dtype=float), "conf")
     eps = _lit(log_loss_floor)
+    # one grouping by every key a figure needs (a few thousand groups), rolled up here
     sql = f"""
 WITH rows AS ({_rows_sql(con, run, question)}),
 f AS (
@@ -184,8 +185,9 @@ f AS (
            probs IS NOT NULL AND p1 IS NULL AS untrusted
     FROM rows
 ), m AS (
-    SELECT failed, untrusted, y, failure_kind,
+    SELECT failed, untrusted, failure_kind,
            NOT failed AND y IS NOT NULL AS metric,
+           CASE WHEN NOT failed AND y IS NOT NULL THEN y END AS ym,
            CASE WHEN NOT failed AND y IS NOT NULL THEN list_position(probs, p1) - 1 END AS pred,
            CASE WHEN NOT failed AND y IS NOT NULL THEN p1 END AS conf,
            CASE WHEN NOT failed AND y IS NOT NULL THEN probs[y + 1] END AS p_label,
@@ -194,54 +196,79 @@ f AS (
 ), g AS (
     SELECT *, CASE WHEN metric THEN {rbin} END AS rbin, CASE WHEN failed THEN failure_kind END AS fkind FROM m
 )
-SELECT GROUPING(rbin) AS g_rbin, GROUPING(y, pred) AS g_cm, GROUPING(fkind) AS g_kind, rbin, y, pred, fkind,
+SELECT failed, untrusted, metric, rbin, ym, pred, fkind,
        count(*) AS n,
-       count(*) FILTER (WHERE failed) AS n_failed,
-       count(*) FILTER (WHERE metric) AS n_metric,
-       count(*) FILTER (WHERE NOT failed AND y IS NULL) AS n_unlabelled,
-       count(*) FILTER (WHERE untrusted OR (metric AND pred IS NULL)) AS n_untrusted,
-       count(*) FILTER (WHERE metric AND pred = y) AS n_correct,
        sum(sq - 2 * p_label + 1) AS sum_brier,
        sum(-ln(greatest(least(p_label, CAST(1 AS DOUBLE)), {eps}))) AS sum_ll,
        sum(conf) AS sum_conf
 FROM g
-GROUP BY GROUPING SETS ((), (rbin), (y, pred), (fkind))
+GROUP BY ALL
 """
     with query_memory(con):
         rows = con.execute(sql, params).fetchall()
+    bins = np.zeros((3, nb))
+    confusion = np.zeros((k, k), dtype=np.int64)
+    kinds: dict[str, int] = {}
+    n = n_failed = n_metric = n_unl = n_untr = n_corr = 0
+    s_b = s_ll = s_c = 0.0
+    for failed, untrusted, metric, b, y, pred, fkind, cnt, g_b, g_ll, g_c in rows:
+        n += cnt
+        s_b += g_b or 0.0
+        s_ll += g_ll or 0.0
+        s_c += g_c or 0.0
+        if failed:
+            n_failed += cnt
+            if fkind is not None:
+                kinds[str(fkind)] = kinds.get(str(fkind), 0) + cnt
+        elif not metric:
+            n_unl += cnt
+        if untrusted or (metric and pred is None):
+            n_untr += cnt
+        if not metric:
+            continue
+        n_metric += cnt
+        hit = cnt if pred == y else 0
+        n_corr += hit
+        if b is not None:
+            bins[:, int(b)] += (float(cnt), float(g_c or 0.0), float(hit))
+        if pred is not None:
+            confusion[int(y), int(pred)] += cnt
     out: dict = {
         "qtype": qtype,
         "option_ids": opts,
-        "bins": np.zeros((3, nb)),
-        "confusion": np.zeros((k, k), dtype=np.int64),
-        "failures_by_kind": {},
+        "bins": bins,
+        "confusion": confusion,
+        "n": n,
+        "n_failed": n_failed,
+        "n_labelled": n_metric,
+        "n_unlabelled": n_unl,
+        "n_untrusted": n_untr,
+        "n_correct": n_corr,
+        "sum_brier": s_b,
+        "sum_log_loss": s_ll,
+        "sum_conf": s_c,
     }
-    for g_rbin, g_cm, g_kind, b, y, pred, fkind, n, n_failed, n_metric, n_unl, n_untr, n_corr, s_b, s_ll, s_c in rows:
-        if g_rbin == 1 and g_cm == 3 and g_kind == 1:  # the grand total
-            out.update(
-                n=int(n),
-                n_failed=int(n_failed),
-                n_labelled=int(n_metric),
-                n_unlabelled=int(n_unl),
-                n_untrusted=int(n_untr),
-                n_correct=int(n_corr),
-                sum_brier=float(s_b or 0.0),
-                sum_log_loss=float(s_ll or 0.0),
-                sum_conf=float(s_c or 0.0),
-            )
-        elif g_rbin == 0:
-            if b is not None:
-                out["bins"][:, int(b)] = (float(n), float(s_c or 0.0), float(n_corr))
-        elif g_cm == 0:
-            if y is not None and pred is not None:
-                out["confusion"][int(y), int(pred)] = int(n)
-        elif g_kind == 0 and fkind is not None:
-            out["failures_by_kind"][str(fkind)] = int(n)
-    if int(out["n_failed"]) and sum(out["failures_by_kind"].values()) < int(out["n_failed"]):
+    if n_failed and sum(kinds.values()) < n_failed:
         # failed rows without a kind (NaN probabilities): the in-memory path names them by their stored kind
-        out["failures_by_kind"]["None"] = int(out["n_failed"]) - sum(out["failures_by_kind"].values())
-    out["failures_by_kind"] = dict(sorted(out["failures_by_kind"].items()))
+        kinds["None"] = n_failed - sum(kinds.values())
+    out["failures_by_kind"] = dict(sorted(kinds.items()))
     return out
+
+
+def _bin_sql(edges: np.ndarray, x: str) -> str:
+    """SQL for the bin of ``x`` among ``edges`` (:func:`count_le` of the inner edges). Equal-width edges over
+    [0, 1] (``np.linspace``) take ``floor(x · n)`` except within 1e-9 of an edge, where the comparisons
+    decide (as :func:`workbench.metrics.reliability.uniform_bin_index`): a tree of CASE comparisons per row
+    costs seconds at millions of rows."""
+    nb = len(edges) - 1
+    tree = count_le(edges[1:-1], x)
+    if nb < 2 or not np.array_equal(edges, np.linspace(0.0, 1.0, nb + 1)):
+        return tree
+    t = f"({x} * {nb})"
+    return (
+        f"CASE WHEN abs({t} - round({t})) < 1e-9 OR NOT isfinite({x}) THEN {tree}"
+        f" ELSE least(greatest(CAST(floor({t}) AS INTEGER), 0), {nb - 1}) END"
+    )
 
 
 def grid_points(con: duckdb.DuckDBPyConnection, run_id: str, question: str, splits: Sequence[str]) -> dict[str, dict]:
@@ -261,10 +288,15 @@ def grid_points(con: duckdb.DuckDBPyConnection, run_id: str, question: str, spli
     qtype, opts = q.type, option_ids(q)
     source, _ = answer_source(con, run)
     params = _answers_params(run, question, source, opts, list(splits))
-    if qtype == "noul":
-        sel = "probs[1] AS cx, CAST(NULL AS DOUBLE) AS cy, -1 AS predicted"
+    inf, minus_inf = "CAST('inf' AS DOUBLE)", "CAST('-inf' AS DOUBLE)"
+    if qtype == "noul":  # as rule_coordinates: x = p(yes) on predicted-yes rows, y = -p(yes) on predicted-no rows
+        sel = f"""CASE WHEN failed THEN {minus_inf} WHEN probs[1] >= 0.5 THEN probs[1] ELSE {inf} END AS x,
+                  CASE WHEN failed THEN {minus_inf} WHEN probs[1] >= 0.5 THEN {inf} ELSE -probs[1] END AS cy,
+                  CASE WHEN failed THEN -1 WHEN probs[1] >= 0.5 THEN 0 ELSE 1 END AS predicted"""
     elif qtype == "choice":
-        sel = "p1 AS cx, margin AS cy, list_position(probs, p1) - 1 AS predicted"
+        sel = f"""CASE WHEN failed THEN {minus_inf} ELSE p1 END AS x,
+                  CASE WHEN failed THEN {minus_inf} ELSE margin END AS cy,
+                  CASE WHEN failed THEN -1 ELSE list_position(probs, p1) - 1 END AS predicted"""
     else:
         raise ValueError(f"grid points of {qtype} questions are not computed here")
     small = np.int16 if len(opts) < 2**15 - 1 else np.int32
@@ -280,47 +312,26 @@ f AS (
            probs IS NOT NULL AND p1 IS NULL AS untrusted
     FROM rows WHERE y IS NOT NULL
 ), c AS (
-    SELECT item_id, {split_code} AS s, failed, untrusted, y, {sel} FROM f
+    SELECT item_id, {split_code} AS s, untrusted, y, {sel} FROM f
 )
-SELECT CAST(s AS TINYINT) AS s, CASE WHEN failed THEN NULL ELSE cx END AS x, CASE WHEN failed THEN NULL ELSE cy END AS y,
-       CAST(CASE WHEN failed THEN -1 ELSE coalesce(predicted, -1) END AS {small_sql}) AS predicted,
-       CAST(y AS {small_sql}) AS labels, failed, untrusted OR (NOT failed AND predicted IS NULL) AS untrusted
+SELECT CAST(s AS TINYINT) AS s, x, cy AS y, CAST(coalesce(predicted, -1) AS {small_sql}) AS predicted,
+       CAST(y AS {small_sql}) AS labels, untrusted OR predicted IS NULL AS untrusted
 FROM c ORDER BY s, item_id
 """
     with query_memory(con):
         tbl = con.execute(sql, params).fetch_arrow_table()
-    empty = {
-        "s": np.int8,
-        "x": float,
-        "y": float,
-        "predicted": small,
-        "labels": small,
-        "failed": bool,
-        "untrusted": bool,
-    }
+    empty = {"s": np.int8, "x": float, "y": float, "predicted": small, "labels": small, "untrusted": bool}
     cols = {
         name: (tbl.column(name).combine_chunks().to_numpy(zero_copy_only=False) if tbl.num_rows else np.zeros(0, dtype))
         for name, dtype in empty.items()
     }
     del tbl
-    failed = cols["failed"].astype(bool)
-    if qtype == "noul":  # as rule_coordinates: x = p(yes) on predicted-yes rows, y = -p(yes) on predicted-no rows
-        p_yes = np.where(failed, 0.5, cols["x"].astype(float))
-        yes = p_yes >= 0.5
-        x, y = np.where(yes, p_yes, np.inf), np.where(yes, np.inf, -p_yes)
-        predicted = np.where(yes, 0, 1).astype(small)
-    else:
-        x, y, predicted = cols["x"].astype(float), cols["y"].astype(float), cols["predicted"]
-    points = {
-        "x": np.where(failed, -np.inf, x),
-        "y": np.where(failed, -np.inf, y),
-        "predicted": np.where(failed, -1, predicted).astype(small),
-        "labels": cols["labels"].astype(small),
-    }
+    # ordered by split code: each split's rows are one slice
+    ends = np.searchsorted(cols["s"], np.arange(len(codes) + 1), side="left")
     out: dict[str, dict] = {}
     for s, j in codes.items():
-        at = cols["s"] == j
-        part: dict = {name: v[at] for name, v in points.items()}
+        at = slice(int(ends[j]), int(ends[j + 1]))
+        part: dict = {name: cols[name][at] for name in ("x", "y", "predicted", "labels")}
         part.update(qtype=qtype, option_ids=opts, n_untrusted=int(np.count_nonzero(cols["untrusted"][at])))
         out[s] = part
     return out
