@@ -146,13 +146,14 @@ def _bin_index(values: np.ndarray, grid: np.ndarray) -> np.ndarray:
     if v.size < _SEARCH_MAX or n < 2 or not np.isfinite(g[[0, -1]]).all() or not g[-1] > g[0]:
         return np.searchsorted(g, np.where(nan, -np.inf, v), side="right") - 1
     scale = _GUESS_CELLS / (g[-1] - g[0])
-    # per table cell: the guess (the grid cell of the table cell's left end) and the grid points either side
-    guess = np.searchsorted(g, g[0] + np.arange(_GUESS_CELLS) / scale, side="right") - 1
+    # per table cell: the guess (the grid cell of the table cell's left end) and the grid points either side;
+    # one more cell for values at or past the last grid point (often many: over-confident answers)
+    guess = np.searchsorted(g, g[0] + np.arange(_GUESS_CELLS + 1) / scale, side="right") - 1
     ext = np.concatenate([[-np.inf], g, [np.nan]])  # ext[c + 1] = grid[c], -inf for c = -1; NaN past the end
     below, above = ext[guess + 1], ext[guess + 2]
     t = (np.where(nan, g[0], v) if nan.any() else v) - g[0]
     t *= scale
-    np.clip(t, 0, _GUESS_CELLS - 1, out=t)
+    np.clip(t, 0, _GUESS_CELLS, out=t)
     k = t.astype(np.intp)
     del t
     # one step up (value at or past the next grid point) or down (value below the guess's grid point);
