@@ -181,3 +181,31 @@ def test_rows_whose_summaries_do_not_match_their_probabilities_are_not_served(tm
     assert sa.point_report(con, run_id, "q", "test") is None
     assert sa.grid_points(con, run_id, "q", ("calibration", "test")) is None
     con.close()
+
+
+@pytest.mark.parametrize("n_bins", [10, 15, 7])
+def test_reliability_bins_of_equal_width_edges_are_those_of_the_comparisons(n_bins):
+    """The floor(x · n) shortcut for equal-width edges gives the bin of the CASE comparisons (and of
+    ``np.searchsorted``) at every edge, one ulp either side, 0, 1 and random scores."""
+    from workbench.metrics.reliability import assign_bins, bin_edges
+    from workbench.store import aggregates as ag
+    from workbench.store.db import memory_connection
+
+    edges = bin_edges(np.zeros(0), n_bins, "uniform")
+    x = np.concatenate(
+        [edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf), np.random.default_rng(1).random(500)]
+    )
+    x = np.clip(x, 0.0, 1.0)
+    con = memory_connection()
+    try:
+        got = con.execute(
+            f"SELECT list(({ag._bin_sql(edges, 'x')}) ORDER BY i) FROM (SELECT unnest($x) AS x, generate_subscripts($x, 1) AS i)",
+            {"x": x.tolist()},
+        ).fetchone()[0]
+        tree = con.execute(
+            f"SELECT list(({ag.count_le(edges[1:-1], 'x')}) ORDER BY i) FROM (SELECT unnest($x) AS x, generate_subscripts($x, 1) AS i)",
+            {"x": x.tolist()},
+        ).fetchone()[0]
+    finally:
+        con.close()
+    assert "floor" in ag._bin_sql(edges, "x") and got == tree == assign_bins(x, edges).tolist()

@@ -8,7 +8,7 @@ import pytest
 from tests.thresholds.synth import choice_data, noul_data
 from workbench.schema.answers import top_two
 from workbench.thresholds.rules import make_rule, rule_coordinates, top_two_fast
-from workbench.thresholds.surface import naive_surface, risk_coverage_surface
+from workbench.thresholds.surface import default_grids, naive_surface, risk_coverage_surface
 
 
 def _quantised(probs: np.ndarray, step: float = 0.05) -> np.ndarray:
@@ -117,3 +117,31 @@ def test_top_two_fast_equals_schema_top_two():
 def test_coordinates_send_failures_to_minus_infinity():
     c = rule_coordinates("choice", np.array([[np.nan, np.nan], [0.6, 0.4]]))
     assert np.isneginf(c.x[0]) and c.predicted[0] == -1 and c.x[1] == 0.6
+
+
+@pytest.mark.parametrize(
+    "grid",
+    [
+        default_grids("choice", 100)[0],
+        default_grids("noul", 100)[0],
+        default_grids("noul", 100)[1],  # -tau_no: negative values
+        np.linspace(0.0, 1.0, 101),
+        np.sort(np.random.default_rng(5).random(40)),
+        np.array([0.1, 0.2, 0.2, 0.2, 0.5, 0.9]),  # repeated thresholds (non-decreasing)
+        np.array([0.0, 1e-12, 2e-12, 0.5, 1.0]),  # several grid points in one cell of the guess table
+    ],
+)
+def test_bin_index_is_searchsorted(grid):
+    """The grid cell of a value (the guess-and-step path, taken from 50,000 values) is exactly
+    ``np.searchsorted(grid, value, "right") - 1`` (NaN: -1), at the grid points and one ulp either side."""
+    from workbench.thresholds.surface import _SEARCH_MAX, _bin_index
+
+    rng = np.random.default_rng(0)
+    edges = np.concatenate([grid, np.nextafter(grid, -np.inf), np.nextafter(grid, np.inf)])
+    x = np.concatenate([rng.random(_SEARCH_MAX) * 1.6 - 0.3, edges, -edges, [np.nan, np.inf, -np.inf, 0.0, -0.0]])
+    x = np.concatenate([x, 1.0 - rng.random(20_000) ** 8 * 1e-3])  # crowded near 1, as over-confident answers are
+    rng.shuffle(x)
+    want = np.searchsorted(grid, np.where(np.isnan(x), -np.inf, x), side="right") - 1
+    assert len(x) >= _SEARCH_MAX
+    assert np.array_equal(_bin_index(x, grid), want)
+    assert np.array_equal(_bin_index(x[:100], grid), want[:100])  # the small path

@@ -6,10 +6,9 @@ The same figures as the library's in-memory and streamed paths, finished by the 
   Brier, top-label ECE/MCE on equal-width bins), the top-label reliability curve, the confusion matrix
   and the row counts, as a :class:`~workbench.metrics.report.QuestionReport` with ``n_boot = 0``
   (``params["aggregate"]`` says the other metrics come from the full report);
-- :func:`grid_points`: each labelled item's rule coordinates snapped onto the threshold grid
-  (``x = grid[cell]``): for every rule whose thresholds are grid points (the sliders', the certified
-  one, "accept nothing") acceptance, the surface, the certificate and the test figures are those of
-  the exact coordinates, since ``x >= grid[i]`` holds exactly when ``cell >= i``;
+- :func:`grid_points`: each labelled item's rule coordinates (from the two floats stored with its
+  probabilities, as :func:`workbench_runtime.rules.rule_coordinates` computes them) and the threshold
+  grid: acceptance, the surface, the certificate and the test figures of any rule;
 - :func:`certified_from_points`: ``workbench thresholds --calibrate none``'s result (guarantee objective)
   from those points, as :func:`workbench.workflows.streamed_thresholds` builds it.
 
@@ -91,8 +90,8 @@ def rel_macro_f1(cm: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class GridPoints:
-    """Labelled items of one split on the threshold grid (item-id order): rule coordinates snapped to
-    the grid (:class:`~workbench.thresholds.rules.RuleCoordinates`, exact for grid-point rules) and labels."""
+    """Labelled items of one split (item-id order): their rule coordinates
+    (:class:`~workbench.thresholds.rules.RuleCoordinates`, exact) and labels, with the threshold grid."""
 
     qtype: str
     option_ids: tuple[str, ...]
@@ -114,27 +113,16 @@ def grid_points(con: Any, run_id: str, question: str, splits: tuple[str, ...], *
     if q is None or q.type not in GRID_TYPES or not ag.summaries_trusted(con, run_id):
         return None
     gx, gy = default_grids(q.type, grid)
-    parts = ag.grid_points(con, run_id, question, list(splits), x_grid=gx, y_grid=gy)
+    parts = ag.grid_points(con, run_id, question, list(splits))
     if any(p["n_untrusted"] for p in parts.values()):
         return None
     names = ("tau_yes", "tau_no") if q.type == "noul" else ("tau", "margin")
     out = {}
     for split, p in parts.items():
         out[split] = GridPoints(
-            q.type,
-            tuple(p["option_ids"]),
-            RuleCoordinates(p["predicted"], _snap(p["ix"], gx), _snap(p["iy"], gy), *names),
-            p["labels"],
-            gx,
-            gy,
+            q.type, tuple(p["option_ids"]), RuleCoordinates(p["predicted"], p["x"], p["y"], *names), p["labels"], gx, gy
         )
     return out
-
-
-def _snap(cell: np.ndarray, grid: np.ndarray) -> np.ndarray:
-    """``grid[cell]``, ``-inf`` for ``cell < 0`` (below the grid, or a failure), ``+inf`` for ``len(grid)``."""
-    ext = np.concatenate([[-np.inf], grid, [np.inf]])
-    return ext[np.asarray(cell, dtype=np.int64) + 1]
 
 
 def certified_from_points(question: str, calibration: GridPoints, test: GridPoints | None, options: Any):

@@ -21,9 +21,9 @@ Only raw runs qualify (:func:`summaries_trusted`): a calibrated view computes it
 read, and a row written without its summaries (``write_answers`` of a bare frame) cannot be trusted;
 callers read those through the streamed library functions instead.
 
-Grid cells follow :func:`workbench.thresholds.surface.surface_from_coordinates`: the largest index
-``i`` with ``grid[i] <= coordinate`` (``-1`` below the grid or for a failure), written as a balanced
-tree of comparisons (``np.searchsorted(grid, x, 'right') - 1``).
+The threshold grid's cells are not computed here: :func:`grid_points` returns the exact rule
+coordinates (two stored floats per item) and :func:`workbench.thresholds.surface.surface_from_coordinates`
+bins them as it bins the in-memory path's.
 
 Nothing here finishes a figure: :mod:`workbench.engines.store_aggregates` turns the counts into the
 library's reports, displays, surfaces and selections.
@@ -93,12 +93,12 @@ def summaries_trusted(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
     return calibrators is None
 
 
-#: The rows of :data:`workbench.store.runs._ANSWERS_SQL` with the stored summaries. The gold label is
-#: picked the same way (majority of the votes, ties to the option listed first; a label that is not an
-#: option gives ``y`` NULL), in two steps: an item whose votes all name one option has that option (one
-#: grouping by item, no arg-max), only items with differing votes are counted per option.
-_ROWS_SQL = """
-        WITH one AS (
+#: The gold label of every item with a vote, picked as :data:`workbench.store.runs._ANSWERS_SQL` picks it
+#: (majority of the votes, ties to the option listed first), in two steps: an item whose votes all
+#: name one option has that option (one grouping by item, no arg-max), only items with differing votes
+#: are counted per option.
+_GOLD_MAJORITY = """
+        one AS (
             SELECT item_id, min(option_id) AS lo, max(option_id) AS hi
             FROM labels WHERE dataset = $ds AND version = $v AND question = $q
             GROUP BY item_id
@@ -112,20 +112,36 @@ _ROWS_SQL = """
             UNION ALL
             SELECT item_id, arg_max(option_id, votes * 1000000 - coalesce(list_position($opts, option_id), 999999))
             FROM multi GROUP BY item_id
+        )"""
+
+#: The gold label when no item has two votes (recorded at import: :func:`~workbench.store.datasets.recorded_repeated_votes`):
+#: the one label row is the majority, without grouping the dataset's labels by item.
+_GOLD_SINGLE = """
+        best AS (SELECT item_id, option_id AS gold FROM labels WHERE dataset = $ds AND version = $v AND question = $q)"""
+
+#: The rows of :data:`workbench.store.runs._ANSWERS_SQL` with the stored summaries (a label that is not an
+#: option gives ``y`` NULL). The items of the splits are joined with their gold label first (``b``: an
+#: item id, its split and label, no probabilities), then the answers are matched against that: the
+#: probability lists pass through one join as its probe side and are never copied into a hash table.
+_ROWS_SQL = """
+        WITH {gold}, b AS (
+            SELECT i.item_id, i.split, list_position($opts, g.gold) - 1 AS y
+            FROM items i LEFT JOIN best g ON g.item_id = i.item_id
+            WHERE i.dataset = $ds AND i.version = $v AND ($splits IS NULL OR list_contains($splits, i.split))
         )
-        SELECT a.item_id, i.split, a.probs, a.p_top AS p1, a.margin, list_position($opts, b.gold) - 1 AS y,
-               a.failure_kind
-        FROM answers a
-        JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
-        LEFT JOIN best b ON b.item_id = a.item_id
+        SELECT a.item_id, b.split, a.probs, a.p_top AS p1, a.margin, b.y, a.failure_kind
+        FROM answers a JOIN b ON b.item_id = a.item_id
         WHERE a.run_id = $run AND a.question = $q
-          AND ($splits IS NULL OR list_contains($splits, i.split))
 """
 
 
-def _rows_sql(run: dict) -> str:
-    """:data:`_ROWS_SQL` (``run`` is not needed: the parameters carry it)."""
-    return _ROWS_SQL
+def _rows_sql(con: duckdb.DuckDBPyConnection, run: dict, question: str) -> str:
+    """:data:`_ROWS_SQL` for the run's dataset version: without the majority vote when its import recorded
+    that no item has two votes for ``question``."""
+    from workbench.store.datasets import recorded_repeated_votes
+
+    recorded = recorded_repeated_votes(con, run["dataset"], int(run["dataset_version"]), question)
+    return _ROWS_SQL.format(gold=_GOLD_SINGLE if recorded == [] else _GOLD_MAJORITY)
 
 
 def _run_split(con: duckdb.DuckDBPyConnection, run_id: str, question: str, split: str) -> tuple[dict, str, list, dict]:
@@ -158,18 +174,20 @@ def metric_sums(
     """
     run, qtype, opts, params = _run_split(con, run_id, question, split)
     k, nb = len(opts), len(edges) - 1
-    rbin = count_le(np.asarray(edges, dtype=float)[1:-1], "conf")
+    rbin = _bin_sql(np.asarray(edges, dtype=float), "conf")
     eps = _lit(log_loss_floor)
+    # one grouping by every key a figure needs (a few thousand groups), rolled up here
     sql = f"""
-WITH rows AS ({_rows_sql(run)}),
+WITH rows AS ({_rows_sql(con, run, question)}),
 f AS (
     SELECT probs, p1, y, failure_kind,
            probs IS NULL OR p1 IS NULL OR NOT isfinite(p1) AS failed,
            probs IS NOT NULL AND p1 IS NULL AS untrusted
     FROM rows
 ), m AS (
-    SELECT failed, untrusted, y, failure_kind,
+    SELECT failed, untrusted, failure_kind,
            NOT failed AND y IS NOT NULL AS metric,
+           CASE WHEN NOT failed AND y IS NOT NULL THEN y END AS ym,
            CASE WHEN NOT failed AND y IS NOT NULL THEN list_position(probs, p1) - 1 END AS pred,
            CASE WHEN NOT failed AND y IS NOT NULL THEN p1 END AS conf,
            CASE WHEN NOT failed AND y IS NOT NULL THEN probs[y + 1] END AS p_label,
@@ -178,96 +196,114 @@ f AS (
 ), g AS (
     SELECT *, CASE WHEN metric THEN {rbin} END AS rbin, CASE WHEN failed THEN failure_kind END AS fkind FROM m
 )
-SELECT GROUPING(rbin) AS g_rbin, GROUPING(y, pred) AS g_cm, GROUPING(fkind) AS g_kind, rbin, y, pred, fkind,
+SELECT failed, untrusted, metric, rbin, ym, pred, fkind,
        count(*) AS n,
-       count(*) FILTER (WHERE failed) AS n_failed,
-       count(*) FILTER (WHERE metric) AS n_metric,
-       count(*) FILTER (WHERE NOT failed AND y IS NULL) AS n_unlabelled,
-       count(*) FILTER (WHERE untrusted OR (metric AND pred IS NULL)) AS n_untrusted,
-       count(*) FILTER (WHERE metric AND pred = y) AS n_correct,
        sum(sq - 2 * p_label + 1) AS sum_brier,
        sum(-ln(greatest(least(p_label, CAST(1 AS DOUBLE)), {eps}))) AS sum_ll,
        sum(conf) AS sum_conf
 FROM g
-GROUP BY GROUPING SETS ((), (rbin), (y, pred), (fkind))
+GROUP BY ALL
 """
     with query_memory(con):
         rows = con.execute(sql, params).fetchall()
+    bins = np.zeros((3, nb))
+    confusion = np.zeros((k, k), dtype=np.int64)
+    kinds: dict[str, int] = {}
+    n = n_failed = n_metric = n_unl = n_untr = n_corr = 0
+    s_b = s_ll = s_c = 0.0
+    for failed, untrusted, metric, b, y, pred, fkind, cnt, g_b, g_ll, g_c in rows:
+        n += cnt
+        s_b += g_b or 0.0
+        s_ll += g_ll or 0.0
+        s_c += g_c or 0.0
+        if failed:
+            n_failed += cnt
+            if fkind is not None:
+                kinds[str(fkind)] = kinds.get(str(fkind), 0) + cnt
+        elif not metric:
+            n_unl += cnt
+        if untrusted or (metric and pred is None):
+            n_untr += cnt
+        if not metric:
+            continue
+        n_metric += cnt
+        hit = cnt if pred == y else 0
+        n_corr += hit
+        if b is not None:
+            bins[:, int(b)] += (float(cnt), float(g_c or 0.0), float(hit))
+        if pred is not None:
+            confusion[int(y), int(pred)] += cnt
     out: dict = {
         "qtype": qtype,
         "option_ids": opts,
-        "bins": np.zeros((3, nb)),
-        "confusion": np.zeros((k, k), dtype=np.int64),
-        "failures_by_kind": {},
+        "bins": bins,
+        "confusion": confusion,
+        "n": n,
+        "n_failed": n_failed,
+        "n_labelled": n_metric,
+        "n_unlabelled": n_unl,
+        "n_untrusted": n_untr,
+        "n_correct": n_corr,
+        "sum_brier": s_b,
+        "sum_log_loss": s_ll,
+        "sum_conf": s_c,
     }
-    for g_rbin, g_cm, g_kind, b, y, pred, fkind, n, n_failed, n_metric, n_unl, n_untr, n_corr, s_b, s_ll, s_c in rows:
-        if g_rbin == 1 and g_cm == 3 and g_kind == 1:  # the grand total
-            out.update(
-                n=int(n),
-                n_failed=int(n_failed),
-                n_labelled=int(n_metric),
-                n_unlabelled=int(n_unl),
-                n_untrusted=int(n_untr),
-                n_correct=int(n_corr),
-                sum_brier=float(s_b or 0.0),
-                sum_log_loss=float(s_ll or 0.0),
-                sum_conf=float(s_c or 0.0),
-            )
-        elif g_rbin == 0:
-            if b is not None:
-                out["bins"][:, int(b)] = (float(n), float(s_c or 0.0), float(n_corr))
-        elif g_cm == 0:
-            if y is not None and pred is not None:
-                out["confusion"][int(y), int(pred)] = int(n)
-        elif g_kind == 0 and fkind is not None:
-            out["failures_by_kind"][str(fkind)] = int(n)
-    if int(out["n_failed"]) and sum(out["failures_by_kind"].values()) < int(out["n_failed"]):
+    if n_failed and sum(kinds.values()) < n_failed:
         # failed rows without a kind (NaN probabilities): the in-memory path names them by their stored kind
-        out["failures_by_kind"]["None"] = int(out["n_failed"]) - sum(out["failures_by_kind"].values())
-    out["failures_by_kind"] = dict(sorted(out["failures_by_kind"].items()))
+        kinds["None"] = n_failed - sum(kinds.values())
+    out["failures_by_kind"] = dict(sorted(kinds.items()))
     return out
 
 
-def grid_points(
-    con: duckdb.DuckDBPyConnection,
-    run_id: str,
-    question: str,
-    splits: Sequence[str],
-    *,
-    x_grid: np.ndarray,
-    y_grid: np.ndarray,
-) -> dict[str, dict]:
-    """Where each labelled item of ``splits`` falls on the threshold grid, in item-id order per split.
+def _bin_sql(edges: np.ndarray, x: str) -> str:
+    """SQL for the bin of ``x`` among ``edges`` (:func:`count_le` of the inner edges). Equal-width edges over
+    [0, 1] (``np.linspace``) take ``floor(x · n)`` except within 1e-9 of an edge, where the comparisons
+    decide (as :func:`workbench.metrics.reliability.uniform_bin_index`): a tree of CASE comparisons per row
+    costs seconds at millions of rows."""
+    nb = len(edges) - 1
+    tree = count_le(edges[1:-1], x)
+    if nb < 2 or not np.array_equal(edges, np.linspace(0.0, 1.0, nb + 1)):
+        return tree
+    t = f"({x} * {nb})"
+    return (
+        f"CASE WHEN abs({t} - round({t})) < 1e-9 OR NOT isfinite({x}) THEN {tree}"
+        f" ELSE least(greatest(CAST(floor({t}) AS INTEGER), 0), {nb - 1}) END"
+    )
+
+
+def grid_points(con: duckdb.DuckDBPyConnection, run_id: str, question: str, splits: Sequence[str]) -> dict[str, dict]:
+    """The rule coordinates of each labelled item of ``splits``, in item-id order per split.
 
     One query (the join with items and gold labels is made once for every split). Per split, arrays
-    (n_labelled,) int16 (int32 beyond 32k options or grid points): ``ix``/``iy`` the cell of the item's
-    rule coordinates (:func:`workbench_runtime.rules.rule_coordinates`; ``-1`` below the grid or for a
-    failure, ``len(grid)`` for a coordinate of +inf), ``predicted`` (the option the rule would accept,
-    ``-1`` for a failure) and ``labels``; plus ``n_untrusted`` (answered rows without a stored ``p_top``:
-    the arrays must not be used then), ``option_ids`` and ``qtype``. Choice questions read
-    ``p_top``/``margin``; noul questions ``p_yes = probs[1]``.
+    (n_labelled,): ``x``/``y`` float64, the item's rule coordinates as
+    :func:`workbench_runtime.rules.rule_coordinates` computes them from its probabilities (``-inf`` for a
+    failure; noul: ``+inf`` on the axis the predicted side does not constrain), ``predicted`` (the
+    option the rule would accept, ``-1`` for a failure) and ``labels``, both int16 (int32 beyond 32k
+    options); plus ``n_untrusted`` (answered rows without a stored ``p_top``: the arrays must not be used
+    then), ``option_ids`` and ``qtype``. Choice questions read ``p_top``/``margin``; noul questions
+    ``p_yes = probs[1]``.
     """
     run = get_run(con, run_id)
     q = _question_of(con, run, question)
     qtype, opts = q.type, option_ids(q)
     source, _ = answer_source(con, run)
     params = _answers_params(run, question, source, opts, list(splits))
-    gx, gy = np.asarray(x_grid, dtype=float), np.asarray(y_grid, dtype=float)
-    A, B = len(gx), len(gy)
-    if qtype == "noul":
-        sel = f"""CASE WHEN failed THEN -1 WHEN probs[1] >= 0.5 THEN {count_le(gx, "probs[1]")} - 1 ELSE {A} END AS ix,
-                  CASE WHEN failed THEN -1 WHEN probs[1] >= 0.5 THEN {B} ELSE {count_le(gy, "(-probs[1])")} - 1 END AS iy,
+    inf, minus_inf = "CAST('inf' AS DOUBLE)", "CAST('-inf' AS DOUBLE)"
+    if qtype == "noul":  # as rule_coordinates: x = p(yes) on predicted-yes rows, y = -p(yes) on predicted-no rows
+        sel = f"""CASE WHEN failed THEN {minus_inf} WHEN probs[1] >= 0.5 THEN probs[1] ELSE {inf} END AS x,
+                  CASE WHEN failed THEN {minus_inf} WHEN probs[1] >= 0.5 THEN {inf} ELSE -probs[1] END AS cy,
                   CASE WHEN failed THEN -1 WHEN probs[1] >= 0.5 THEN 0 ELSE 1 END AS predicted"""
     elif qtype == "choice":
-        sel = f"""CASE WHEN failed THEN -1 ELSE {count_le(gx, "p1")} - 1 END AS ix,
-                  CASE WHEN failed THEN -1 ELSE {count_le(gy, "margin")} - 1 END AS iy,
+        sel = f"""CASE WHEN failed THEN {minus_inf} ELSE p1 END AS x,
+                  CASE WHEN failed THEN {minus_inf} ELSE margin END AS cy,
                   CASE WHEN failed THEN -1 ELSE list_position(probs, p1) - 1 END AS predicted"""
     else:
         raise ValueError(f"grid points of {qtype} questions are not computed here")
-    small = "SMALLINT" if max(len(opts), A, B) < 2**15 - 1 else "INTEGER"
+    small = np.int16 if len(opts) < 2**15 - 1 else np.int32
+    small_sql = "SMALLINT" if small is np.int16 else "INTEGER"
     codes = {s: j for j, s in enumerate(splits)}
     split_code = "CASE split " + " ".join(f"WHEN {_sql_str(s)} THEN {j}" for s, j in codes.items()) + " END"
-    rows = _rows_sql(run)
+    rows = _rows_sql(con, run, question)
     sql = f"""
 WITH rows AS ({rows}),
 f AS (
@@ -278,25 +314,24 @@ f AS (
 ), c AS (
     SELECT item_id, {split_code} AS s, untrusted, y, {sel} FROM f
 )
-SELECT CAST(s AS TINYINT) AS s, CAST(ix AS {small}) AS ix, CAST(iy AS {small}) AS iy,
-       CAST(predicted AS {small}) AS predicted, CAST(y AS {small}) AS labels,
-       untrusted OR predicted IS NULL AS untrusted
+SELECT CAST(s AS TINYINT) AS s, x, cy AS y, CAST(coalesce(predicted, -1) AS {small_sql}) AS predicted,
+       CAST(y AS {small_sql}) AS labels, untrusted OR predicted IS NULL AS untrusted
 FROM c ORDER BY s, item_id
 """
     with query_memory(con):
         tbl = con.execute(sql, params).fetch_arrow_table()
+    empty = {"s": np.int8, "x": float, "y": float, "predicted": small, "labels": small, "untrusted": bool}
     cols = {
-        name: (
-            tbl.column(name).combine_chunks().to_numpy(zero_copy_only=False)
-            if tbl.num_rows
-            else np.zeros(0, np.int16 if name != "untrusted" else bool)
-        )
-        for name in ("s", "ix", "iy", "predicted", "labels", "untrusted")
+        name: (tbl.column(name).combine_chunks().to_numpy(zero_copy_only=False) if tbl.num_rows else np.zeros(0, dtype))
+        for name, dtype in empty.items()
     }
+    del tbl
+    # ordered by split code: each split's rows are one slice
+    ends = np.searchsorted(cols["s"], np.arange(len(codes) + 1), side="left")
     out: dict[str, dict] = {}
     for s, j in codes.items():
-        at = cols["s"] == j
-        part: dict = {name: cols[name][at] for name in ("ix", "iy", "predicted", "labels")}
+        at = slice(int(ends[j]), int(ends[j + 1]))
+        part: dict = {name: cols[name][at] for name in ("x", "y", "predicted", "labels")}
         part.update(qtype=qtype, option_ids=opts, n_untrusted=int(np.count_nonzero(cols["untrusted"][at])))
         out[s] = part
     return out

@@ -814,6 +814,7 @@ def import_dataset(
         | (set(previous[2]) if (spec.append and previous) else set())
     )
     params = _import_params(spec, files)
+    params[REPEATED_VOTES] = _repeated_votes(items, labels, questions)
 
     items_tbl = pa.Table.from_pandas(
         items[["item_id", "state_text", "state_json", "images", "split", "grp", "meta"]].astype(
@@ -891,6 +892,41 @@ _ITEM_FIELDS = {
     "grp": "--group-column",
     "meta": "--meta-column",
 }
+
+
+#: Key of ``datasets.params`` recording, per question, the splits in which some item has two or more
+#: votes (label rows), sorted; ``[]``: every item has at most one. A version's labels never change
+#: (only an import writes them), so this is computed once there; versions imported before it was
+#: recorded have no such key and readers count the votes instead (:func:`has_repeated_votes`).
+REPEATED_VOTES = "repeated_votes"
+
+
+def _repeated_votes(items: pd.DataFrame, labels: pd.DataFrame, questions: Sequence[str]) -> dict[str, list[str]]:
+    """{question: sorted splits with an item of two or more votes} of the label rows of a new version."""
+    out: dict[str, list[str]] = {str(q): [] for q in questions}
+    if len(labels):
+        several = labels[labels.duplicated(["question", "item_id"], keep=False)][["question", "item_id"]]
+        if len(several):
+            split_of = pd.Series(items["split"].to_numpy(dtype=object), index=items["item_id"].to_numpy(dtype=object))
+            pairs = pd.DataFrame({"question": several["question"], "split": several["item_id"].map(split_of)})
+            for q, group in pairs.dropna().drop_duplicates().groupby("question"):
+                out[str(q)] = sorted(str(v) for v in group["split"])
+    return out
+
+
+def recorded_repeated_votes(con: duckdb.DuckDBPyConnection, name: str, version: int, question: str) -> list[str] | None:
+    """The splits in which some item has two or more votes for ``question``, as recorded at import
+    (:data:`REPEATED_VOTES`; ``[]``: none anywhere), or None when the version predates the record."""
+    row = con.execute(
+        "SELECT json_extract(params, $path) FROM datasets WHERE name = $n AND version = $v",
+        {"path": f"$.{REPEATED_VOTES}", "n": name, "v": int(version)},
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    recorded = json.loads(row[0]) if isinstance(row[0], str) else row[0]
+    if not isinstance(recorded, dict) or question not in recorded:
+        return None
+    return [str(s) for s in recorded[question]]
 
 
 def _import_params(spec: ImportSpec, files: Sequence[Path]) -> dict[str, Any]:
@@ -1051,12 +1087,14 @@ def _fast_plain_parquet(
         if previous is not None and previous[1] == fingerprint:
             return DatasetInfo(spec.name, int(previous[0]), fingerprint, False, n, questions, **extra)
         version = int(previous[0]) + 1 if previous else 1
+        # one row per item and question (unique ids, one label column each): no item has two votes
+        fast_params = _import_params(spec, files) | {REPEATED_VOTES: {q: [] for q in questions}}
         with transaction(con):
             h = save_schema(con, schema)
             con.execute(
                 "INSERT INTO datasets (name, version, fingerprint, questions, schema_hash, n_items, params)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [spec.name, version, fingerprint, questions, h, n, json.dumps(_import_params(spec, files))],
+                [spec.name, version, fingerprint, questions, h, n, json.dumps(fast_params)],
             )
             con.execute(
                 "INSERT INTO items (dataset, version, item_id, state_text, state_json, images, split, grp, meta)"
@@ -1414,7 +1452,13 @@ def has_repeated_votes(
     con: duckdb.DuckDBPyConnection, name: str, version: int, question: str, splits: Sequence[str] | None = None
 ) -> bool:
     """True when some item of ``splits`` has two or more stored votes for ``question`` (counted in
-    DuckDB, so callers can skip loading a run's answers when there is no agreement to measure)."""
+    DuckDB, so callers can skip loading a run's answers when there is no agreement to measure).
+
+    Answered from the import's record (:func:`recorded_repeated_votes`) when the version has one,
+    else by counting the votes."""
+    recorded = recorded_repeated_votes(con, name, version, question)
+    if recorded is not None:
+        return bool(set(recorded) & set(splits)) if splits else bool(recorded)
     row = con.execute(
         "SELECT 1 FROM labels l JOIN items i ON i.dataset = l.dataset AND i.version = l.version AND i.item_id = l.item_id"
         " WHERE l.dataset = $n AND l.version = $v AND l.question = $q AND ($s IS NULL OR list_contains($s, i.split))"

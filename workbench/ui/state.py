@@ -405,15 +405,13 @@ class RulePoints:
     option_ids: tuple[str, ...]
     coords: Any
     labels: Any
-    #: coordinates snapped onto the threshold grid (:func:`grid_points`): exact for grid-point rules only
-    on_grid: bool = False
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
 def grid_points(path: str, token: tuple, run_id: str, question: str) -> dict | None:
     """{split: :class:`workbench.engines.store_aggregates.GridPoints`} of the calibration and test splits
     of a run as answered, from one DuckDB query over the store; None when the run does not qualify
-    (a calibrated view, a score question). Kept between sessions (about 8 bytes per item)."""
+    (a calibrated view, a score question). Kept between sessions (about 20 bytes per item)."""
     from workbench.engines import store_aggregates as sa
 
     def compute():
@@ -431,23 +429,21 @@ def rule_points(
     question: str,
     split: str,
     recalibrate: str | None = None,
-    exact: bool = False,
 ) -> RulePoints:
     """:class:`RulePoints` of one split (optionally recalibrated as in :func:`question_arrays`).
 
-    Of a large run as answered, the points come from :func:`grid_points` (one DuckDB query, coordinates
-    snapped onto the threshold grid, ``on_grid``): exact for every rule whose thresholds are grid points.
-    ``exact=True`` reads the exact coordinates (streamed), for rules off the grid (per-class overrides).
+    Of a large run as answered, the points come from :func:`grid_points` (one DuckDB query over the
+    probabilities' stored summaries: the exact coordinates, for any rule).
 
     ``st.cache_resource``: one shared read-only copy, not a pickled copy per session and per rerun.
     Of a large run, kept between sessions (:func:`kept`): about 20 bytes per item, read back instead
     of streaming the split again.
     """
     if is_large(path, token, run_id, question, split):
-        on_grid = None if exact or recalibrate else grid_points(path, token, run_id, question)
-        if on_grid is not None and split in on_grid:
-            g = on_grid[split]
-            points = RulePoints(g.qtype, g.option_ids, g.coords, g.labels, on_grid=True)
+        from_query = None if recalibrate else grid_points(path, token, run_id, question)
+        if from_query is not None and split in from_query:
+            g = from_query[split]
+            points = RulePoints(g.qtype, g.option_ids, g.coords, g.labels)
         else:
             points = kept(
                 path,

@@ -131,8 +131,6 @@ if not is_noul:
 from workbench.thresholds.evaluate import accepted_at, evaluate_rule_at  # noqa: E402
 from workbench.thresholds.rules import make_rule  # noqa: E402
 
-if per_class and test.on_grid:  # overrides off the grid: the exact coordinates (streamed, then kept)
-    test = state.rule_points(path, token, run_id, question, "test", recal_method, exact=True)
 rule = make_rule(qtype, float(surface.x_grid[i]), float(surface.y_grid[j]), per_class=per_class or None)
 test_report = evaluate_rule_at(
     rule, test.coords, test.labels, n_options=len(test.option_ids), option_ids=list(test.option_ids)
