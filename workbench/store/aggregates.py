@@ -32,13 +32,15 @@ library's reports, displays, surfaces and selections.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import duckdb
 import numpy as np
 
 from workbench.schema import option_ids
+from workbench.store.db import duckdb_settings
 from workbench.store.runs import _answers_params, _question_of, answer_source, get_run
 
 #: DuckDB's memory limit while one of these queries runs (``WORKBENCH_AGGREGATE_MEMORY`` overrides it). Its
@@ -50,19 +52,11 @@ AGGREGATE_MEMORY_LIMIT = "2GB"
 
 @contextmanager
 def query_memory(con: duckdb.DuckDBPyConnection, limit: str | None = None) -> Iterator[None]:
-    """DuckDB's memory limit set to ``limit`` (raised or lowered) inside the block, then put back."""
-    row = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    """DuckDB's memory limit set to ``limit`` (raised or lowered) inside the block, then what the query
+    cached is released and the limit put back."""
     want = limit or os.environ.get("WORKBENCH_AGGREGATE_MEMORY") or AGGREGATE_MEMORY_LIMIT
-    con.execute(f"SET memory_limit = '{want}'")
-    try:
+    with duckdb_settings(con, {"memory_limit": want}, release=True):
         yield
-    finally:
-        try:
-            con.execute("SET memory_limit = '32MB'")  # evict what the query cached
-        except duckdb.Error:
-            pass
-        if row is not None:
-            con.execute(f"SET memory_limit = '{row[0]}'")
 
 
 def _lit(v: float) -> str:
@@ -70,19 +64,20 @@ def _lit(v: float) -> str:
     return f"CAST('{float(v)!r}' AS DOUBLE)"
 
 
-def count_le(values: Sequence[float] | np.ndarray, x: str) -> str:
+def count_le(values: Sequence[Any] | np.ndarray, x: str, *, literal: Callable[[Any], str] = _lit) -> str:
     """SQL for how many of the ascending ``values`` are <= ``x`` (``np.searchsorted(values, x, 'right')``):
     a balanced tree of CASE comparisons, ~log2(len(values)) per row; NULL/NaN count 0 (NaN compares
-    greater than everything in DuckDB, so callers pass finite values or guard the failures first)."""
-    vals = [float(v) for v in values]
+    greater than everything in DuckDB, so callers pass finite values or guard the failures first).
+    ``literal`` writes a value as SQL (default: a double; e.g. a quoted string for text bounds)."""
+    lits = [literal(v) for v in values]
 
     def tree(lo: int, hi: int) -> str:
         if lo == hi:
             return str(lo)
         mid = (lo + hi + 1) // 2
-        return f"CASE WHEN {x} >= {_lit(vals[mid - 1])} THEN {tree(mid, hi)} ELSE {tree(lo, mid - 1)} END"
+        return f"CASE WHEN {x} >= {lits[mid - 1]} THEN {tree(mid, hi)} ELSE {tree(lo, mid - 1)} END"
 
-    return tree(0, len(vals))
+    return tree(0, len(lits))
 
 
 def summaries_trusted(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:

@@ -32,7 +32,7 @@ import pyarrow as pa
 from workbench.errors import DataImportError, NotFoundError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.schema.questions import parse_json_text
-from workbench.store.db import memory_connection, transaction
+from workbench.store.db import duckdb_settings, memory_connection, transaction
 from workbench.store.runs import save_schema
 
 SPLITS = ("train", "calibration", "test")
@@ -1065,55 +1065,53 @@ def _fast_plain_parquet(
         for question, c in spec.labels.items()
     )
     con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_items AS {items_sql}")
-    limit = con.execute("SELECT current_setting('memory_limit')").fetchone()
-    con.execute(f"SET memory_limit = '{FAST_PATH_MEMORY_LIMIT}'")  # DuckDB's buffer pool counts in RSS
-    con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_labels AS {labels_sql}")
-    try:
-        fingerprint = _fingerprint_of(con, "_fast_items", "_fast_labels")
-        previous = con.execute(
-            "SELECT version, fingerprint FROM datasets WHERE name = ? ORDER BY version DESC LIMIT 1", [spec.name]
-        ).fetchone()
-        shared = None
-        if previous is not None:
-            shared = int(
+    with duckdb_settings(con, {"memory_limit": FAST_PATH_MEMORY_LIMIT}):  # DuckDB's buffer pool counts in RSS
+        con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_labels AS {labels_sql}")
+        try:
+            fingerprint = _fingerprint_of(con, "_fast_items", "_fast_labels")
+            previous = con.execute(
+                "SELECT version, fingerprint FROM datasets WHERE name = ? ORDER BY version DESC LIMIT 1", [spec.name]
+            ).fetchone()
+            shared = None
+            if previous is not None:
+                shared = int(
+                    con.execute(
+                        "SELECT count(DISTINCT n.item_id) FROM _fast_items n JOIN items i"
+                        " ON i.dataset = ? AND i.version = ? AND i.item_id = n.item_id",
+                        [spec.name, int(previous[0])],
+                    ).fetchone()[0]  # type: ignore[index]
+                )
+            questions = sorted(spec.labels)
+            extra: dict[str, Any] = {"shared_ids": shared, "unlabelled": {}, "ids_normalised": 0, "notices": []}
+            if previous is not None and previous[1] == fingerprint:
+                return DatasetInfo(spec.name, int(previous[0]), fingerprint, False, n, questions, **extra)
+            version = int(previous[0]) + 1 if previous else 1
+            # one row per item and question (unique ids, one label column each): no item has two votes
+            fast_params = _import_params(spec, files) | {REPEATED_VOTES: {q: [] for q in questions}}
+            with transaction(con):
+                h = save_schema(con, schema)
                 con.execute(
-                    "SELECT count(DISTINCT n.item_id) FROM _fast_items n JOIN items i"
-                    " ON i.dataset = ? AND i.version = ? AND i.item_id = n.item_id",
-                    [spec.name, int(previous[0])],
-                ).fetchone()[0]  # type: ignore[index]
-            )
-        questions = sorted(spec.labels)
-        extra: dict[str, Any] = {"shared_ids": shared, "unlabelled": {}, "ids_normalised": 0, "notices": []}
-        if previous is not None and previous[1] == fingerprint:
-            return DatasetInfo(spec.name, int(previous[0]), fingerprint, False, n, questions, **extra)
-        version = int(previous[0]) + 1 if previous else 1
-        # one row per item and question (unique ids, one label column each): no item has two votes
-        fast_params = _import_params(spec, files) | {REPEATED_VOTES: {q: [] for q in questions}}
-        with transaction(con):
-            h = save_schema(con, schema)
-            con.execute(
-                "INSERT INTO datasets (name, version, fingerprint, questions, schema_hash, n_items, params)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [spec.name, version, fingerprint, questions, h, n, json.dumps(fast_params)],
-            )
-            con.execute(
-                "INSERT INTO items (dataset, version, item_id, state_text, state_json, images, split, grp, meta)"
-                " SELECT ?, ?, item_id, state_text, state_json::JSON, images, split, grp, meta::JSON FROM _fast_items",
-                [spec.name, version],
-            )
-            con.execute(
-                "INSERT INTO labels SELECT ?, ?, item_id, question, option_id, annotator FROM _fast_labels",
-                [spec.name, version],
-            )
-    except duckdb.Error as exc:  # rolled back: nothing was written
-        raise DataImportError(
-            f"dataset {spec.name!r}: the store refused the rows: {_first_line(exc)}", hint="fix the input named above"
-        ) from None
-    finally:
-        con.execute("DROP VIEW IF EXISTS _fast_items")
-        con.execute("DROP VIEW IF EXISTS _fast_labels")
-        if limit is not None:
-            con.execute(f"SET memory_limit = '{limit[0]}'")
+                    "INSERT INTO datasets (name, version, fingerprint, questions, schema_hash, n_items, params)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [spec.name, version, fingerprint, questions, h, n, json.dumps(fast_params)],
+                )
+                con.execute(
+                    "INSERT INTO items (dataset, version, item_id, state_text, state_json, images, split, grp, meta)"
+                    " SELECT ?, ?, item_id, state_text, state_json::JSON, images, split, grp, meta::JSON FROM _fast_items",
+                    [spec.name, version],
+                )
+                con.execute(
+                    "INSERT INTO labels SELECT ?, ?, item_id, question, option_id, annotator FROM _fast_labels",
+                    [spec.name, version],
+                )
+        except duckdb.Error as exc:  # rolled back: nothing was written
+            raise DataImportError(
+                f"dataset {spec.name!r}: the store refused the rows: {_first_line(exc)}",
+                hint="fix the input named above",
+            ) from None
+        finally:
+            con.execute("DROP VIEW IF EXISTS _fast_items")
+            con.execute("DROP VIEW IF EXISTS _fast_labels")
     return DatasetInfo(spec.name, version, fingerprint, True, n, questions, **extra)
 
 

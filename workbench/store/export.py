@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from workbench.errors import StoreError, WorkbenchError
+from workbench.store.aggregates import count_le
 from workbench.store.db import duckdb_settings, fetch_scalar, release_memory
 
 EXPORT_FORMATS = ("parquet", "csv", "jsonl")
@@ -70,18 +71,6 @@ _COLUMNS = (
 
 def _quote(s: str) -> str:
     return "'" + str(s).replace("'", "''") + "'"
-
-
-def _bucket_sql(bounds: list[str], x: str) -> str:
-    """SQL: how many of the ascending ``bounds`` are <= ``x`` (a balanced tree of string comparisons)."""
-
-    def tree(lo: int, hi: int) -> str:
-        if lo == hi:
-            return str(lo)
-        mid = (lo + hi + 1) // 2
-        return f"CASE WHEN {x} >= {_quote(bounds[mid - 1])} THEN {tree(mid, hi)} ELSE {tree(lo, mid - 1)} END"
-
-    return tree(0, len(bounds))
 
 
 def export_run(
@@ -174,7 +163,7 @@ def _partition(con: duckdb.DuckDBPyConnection, answers: str, params: dict, bound
     sql = f"""
         SELECT a.run_id, a.item_id, a.question, a.probs, a.p_top, a.margin, $provider AS provider, a.model,
                a.latency_ms, a.input_tokens, a.cost_usd, a.cached, a.failure_kind, a.failure_message,
-               o.qpos AS _qpos, CAST({_bucket_sql(bounds, "a.item_id")} AS INTEGER) AS _bucket
+               o.qpos AS _qpos, CAST({count_le(bounds, "a.item_id", literal=_quote)} AS INTEGER) AS _bucket
         FROM {answers} a JOIN _export_options o ON o.question = a.question
         WHERE a.run_id = $run
     """
