@@ -41,7 +41,7 @@ import numpy as np
 
 from workbench.schema import option_ids
 from workbench.store.db import duckdb_settings
-from workbench.store.runs import _answers_params, _question_of, answer_source, get_run
+from workbench.store.runs import _answers_params, _question_of, answer_source, get_run, gold_rank_sql
 
 #: DuckDB's memory limit while one of these queries runs (``WORKBENCH_AGGREGATE_MEMORY`` overrides it). Its
 #: joins hold the item ids of a whole dataset version: at 10M items they need about 2 GB to run without
@@ -92,7 +92,8 @@ def summaries_trusted(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
 #: (majority of the votes, ties to the option listed first), in two steps: an item whose votes all
 #: name one option has that option (one grouping by item, no arg-max), only items with differing votes
 #: are counted per option.
-_GOLD_MAJORITY = """
+_GOLD_MAJORITY = (
+    """
         one AS (
             SELECT item_id, min(option_id) AS lo, max(option_id) AS hi
             FROM labels WHERE dataset = $ds AND version = $v AND question = $q
@@ -105,9 +106,12 @@ _GOLD_MAJORITY = """
         ), best AS (
             SELECT item_id, lo AS gold FROM one WHERE lo = hi
             UNION ALL
-            SELECT item_id, arg_max(option_id, votes * 1000000 - coalesce(list_position($opts, option_id), 999999))
+            SELECT item_id, arg_max(option_id, """
+    + gold_rank_sql()
+    + """)
             FROM multi GROUP BY item_id
         )"""
+)
 
 #: The gold label when no item has two votes (recorded at import: :func:`~workbench.store.datasets.recorded_repeated_votes`):
 #: the one label row is the majority, without grouping the dataset's labels by item.

@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 from workbench.errors import StoreError, WorkbenchError
 from workbench.store.aggregates import count_le
 from workbench.store.db import duckdb_settings, fetch_scalar, release_memory
+from workbench.store.runs import gold_rank_sql
 
 EXPORT_FORMATS = ("parquet", "csv", "jsonl")
 
@@ -199,13 +200,16 @@ def _partition(con: duckdb.DuckDBPyConnection, answers: str, params: dict, bound
 #: Each row's split and gold label (majority of the votes, ties to the option listed first), in the
 #: export's order: the joins with items and labels carry ids only, never the probabilities (at 10M
 #: rows a join carrying them spilled every list to disk). Pass 2 sets them beside the sorted buckets.
-_KEYS_SQL = """
+_KEYS_SQL = (
+    """
     WITH votes AS (
         SELECT item_id, question, option_id, count(*) AS n FROM labels
         WHERE dataset = $ds AND version = $v GROUP BY ALL
     ), gold AS (
         SELECT v.item_id, v.question,
-               arg_max(v.option_id, v.n * 1000000 - coalesce(list_position(o.option_ids, v.option_id), 999999))
+               arg_max(v.option_id, """
+    + gold_rank_sql("v.n", "v.option_id", "o.option_ids")
+    + """)
                AS label
         FROM votes v JOIN _export_options o USING (question) GROUP BY ALL
     )
@@ -217,6 +221,7 @@ _KEYS_SQL = """
     WHERE a.run_id = $run
     ORDER BY a.item_id, o.qpos
 """
+)
 
 
 class _Rows:

@@ -267,13 +267,24 @@ def _answers_params(run: dict, question: str, source: str, opts: list[str], spli
     }
 
 
-_ANSWERS_SQL = """
+def gold_rank_sql(votes: str = "votes", option: str = "option_id", opts: str = "$opts") -> str:
+    """SQL ranking an option's ``votes`` for an item's gold label: the majority, ties to the option listed
+    first in ``opts`` (an option the question lacks ranks below every listed one). ``arg_max(option, rank)``
+    per item is the gold label, the one rule of every reader (load_answers, the keys read, the UI's
+    aggregates, export)."""
+    return f"{votes} * 1000000 - coalesce(list_position({opts}, {option}), 999999)"
+
+
+_ANSWERS_SQL = (
+    """
         WITH gold AS (
             SELECT item_id, option_id, count(*) AS votes
             FROM labels WHERE dataset = $ds AND version = $v AND question = $q
             GROUP BY ALL
         ), best AS (
-            SELECT item_id, arg_max(option_id, votes * 1000000 - coalesce(list_position($opts, option_id), 999999))
+            SELECT item_id, arg_max(option_id, """
+    + gold_rank_sql()
+    + """)
                    AS gold
             FROM gold GROUP BY item_id
         ){extra_cte}
@@ -286,6 +297,7 @@ _ANSWERS_SQL = """
           AND ($splits IS NULL OR list_contains($splits, i.split))
         {order}
 """
+)
 
 
 def _question_of(con: duckdb.DuckDBPyConnection, run: dict, question: str):
@@ -372,7 +384,8 @@ def load_answers(
 #: ``answers`` (``rid``), split, failure, gold label and cost, in item-id order (no probabilities).
 #: Gold labels are counted only for the items of the splits read (half the labels for one split of two),
 #: and the winner is kept as its 1-based option position (999999: not an option of the question).
-_KEYS_SQL = """
+_KEYS_SQL = (
+    """
         WITH gold AS (
             SELECT item_id, option_id, count(*) AS votes
             FROM labels WHERE dataset = $ds AND version = $v AND question = $q
@@ -381,7 +394,9 @@ _KEYS_SQL = """
             GROUP BY ALL
         ), best AS (
             SELECT item_id, arg_max(coalesce(list_position($opts, option_id), 999999),
-                                    votes * 1000000 - coalesce(list_position($opts, option_id), 999999)) AS gp
+                                    """
+    + gold_rank_sql()
+    + """) AS gp
             FROM gold GROUP BY item_id
         )
         SELECT {ids}a.rowid AS rid, i.split, a.probs IS NULL AS failed,
@@ -393,6 +408,7 @@ _KEYS_SQL = """
           AND ($splits IS NULL OR list_contains($splits, i.split))
         ORDER BY a.item_id
 """
+)
 
 
 @dataclass
