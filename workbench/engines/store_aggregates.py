@@ -34,7 +34,7 @@ def point_report(con: Any, run_id: str, question: str, split: str, *, n_bins: in
     """The report's sum-based point estimates of one split (see the module doc), or None."""
     from workbench.metrics import reliability as rel
     from workbench.metrics.bootstrap import Interval
-    from workbench.metrics.confusion import confusion_result
+    from workbench.metrics.confusion import confusion_result, macro_f1_from_matrix
     from workbench.metrics.report import QuestionReport
     from workbench.metrics.scores import LOG_LOSS_FLOOR
     from workbench.store import aggregates as ag
@@ -71,7 +71,7 @@ def point_report(con: Any, run_id: str, question: str, split: str, *, n_bins: in
     stats = rel.BinStats(edges, s["bins"][0], s["bins"][1], s["bins"][2])
     metrics = {
         "accuracy": s["n_correct"] / n,
-        "macro_f1": rel_macro_f1(cm),
+        "macro_f1": float(macro_f1_from_matrix(np.asarray(cm, dtype=float))),
         "log_loss": s["sum_log_loss"] / n,
         "brier": s["sum_brier"] / n,
         "ece_uniform": rel.ece_from_stats(stats),
@@ -80,12 +80,6 @@ def point_report(con: Any, run_id: str, question: str, split: str, *, n_bins: in
     report.metrics = {name: Interval(float(v), level=level) for name, v in metrics.items()}
     report.curves = {"top_label_uniform": rel.curve_from_stats(stats, "uniform", "top-label")}
     return report
-
-
-def rel_macro_f1(cm: np.ndarray) -> float:
-    from workbench.metrics.confusion import macro_f1_from_matrix
-
-    return float(macro_f1_from_matrix(np.asarray(cm, dtype=float)))
 
 
 @dataclass(frozen=True)
