@@ -41,7 +41,7 @@ import numpy as np
 
 from workbench.schema import option_ids
 from workbench.store.db import duckdb_settings
-from workbench.store.runs import _answers_params, _question_of, answer_source, get_run, gold_rank_sql
+from workbench.store.runs import _answers_params, _question_of, answer_source, get_run, gold_cte
 
 #: DuckDB's memory limit while one of these queries runs (``WORKBENCH_AGGREGATE_MEMORY`` overrides it). Its
 #: joins hold the item ids of a whole dataset version: at 10M items they need about 2 GB to run without
@@ -88,36 +88,6 @@ def summaries_trusted(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
     return calibrators is None
 
 
-#: The gold label of every item with a vote, picked as :data:`workbench.store.runs._ANSWERS_SQL` picks it
-#: (majority of the votes, ties to the option listed first), in two steps: an item whose votes all
-#: name one option has that option (one grouping by item, no arg-max), only items with differing votes
-#: are counted per option.
-_GOLD_MAJORITY = (
-    """
-        one AS (
-            SELECT item_id, min(option_id) AS lo, max(option_id) AS hi
-            FROM labels WHERE dataset = $ds AND version = $v AND question = $q
-            GROUP BY item_id
-        ), multi AS (
-            SELECT item_id, option_id, count(*) AS votes
-            FROM labels WHERE dataset = $ds AND version = $v AND question = $q
-              AND item_id IN (SELECT item_id FROM one WHERE lo <> hi)
-            GROUP BY ALL
-        ), best AS (
-            SELECT item_id, lo AS gold FROM one WHERE lo = hi
-            UNION ALL
-            SELECT item_id, arg_max(option_id, """
-    + gold_rank_sql()
-    + """)
-            FROM multi GROUP BY item_id
-        )"""
-)
-
-#: The gold label when no item has two votes (recorded at import: :func:`~workbench.store.datasets.recorded_repeated_votes`):
-#: the one label row is the majority, without grouping the dataset's labels by item.
-_GOLD_SINGLE = """
-        best AS (SELECT item_id, option_id AS gold FROM labels WHERE dataset = $ds AND version = $v AND question = $q)"""
-
 #: The rows of :data:`workbench.store.runs._ANSWERS_SQL` with the stored summaries (a label that is not an
 #: option gives ``y`` NULL). The items of the splits are joined with their gold label first (``b``: an
 #: item id, its split and label, no probabilities), then the answers are matched against that: the
@@ -137,10 +107,7 @@ _ROWS_SQL = """
 def _rows_sql(con: duckdb.DuckDBPyConnection, run: dict, question: str) -> str:
     """:data:`_ROWS_SQL` for the run's dataset version: without the majority vote when its import recorded
     that no item has two votes for ``question``."""
-    from workbench.store.datasets import recorded_repeated_votes
-
-    recorded = recorded_repeated_votes(con, run["dataset"], int(run["dataset_version"]), question)
-    return _ROWS_SQL.format(gold=_GOLD_SINGLE if recorded == [] else _GOLD_MAJORITY)
+    return _ROWS_SQL.format(gold=gold_cte(con, run, question))
 
 
 def _run_split(con: duckdb.DuckDBPyConnection, run_id: str, question: str, split: str) -> tuple[dict, str, list, dict]:
