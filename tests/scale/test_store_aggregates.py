@@ -209,3 +209,65 @@ def test_reliability_bins_of_equal_width_edges_are_those_of_the_comparisons(n_bi
     finally:
         con.close()
     assert "floor" in ag._bin_sql(edges, "x") and got == tree == assign_bins(x, edges).tolist()
+
+
+def test_stored_top_option_gives_the_points_of_the_probability_lists(tmp_path):
+    """Rows written with ``top_option`` (the runner's and the import's writers) are read without their
+    probability lists and give the same points, bit for bit; one row without it (written before the
+    column existed) sends the whole run back to the lists."""
+    import pandas as pd
+
+    from workbench.schema.answers import top_two
+    from workbench.store import aggregates as ag
+    from workbench.store.calls import answers_table, top_option
+
+    probs, labels = calibrated_sample(300, 6, seed=9)
+    probs = probs.copy()
+    probs[5] = [0.3, 0.3, 0.1, 0.1, 0.1, 0.1]  # a tie: the first of the two
+    con, run_id, *_ = build_store(
+        tmp_path / "wb.duckdb", {"q": ("choice", [f"o{j}" for j in range(6)], probs, labels)}, 300, fail_every=7
+    )
+    before = sa.grid_points(con, run_id, "q", ("calibration", "test"))
+    assert before is not None and not ag._top_option_written(con, run_id, "q")
+    # the runner's writer computes the column from the same rows
+    rows = con.execute("SELECT item_id, probs FROM answers WHERE run_id = ? ORDER BY item_id", [run_id]).fetchall()
+    written = answers_table([{"item_id": i, "probs": p} for i, p in rows])
+    col = written.column("top_option").to_numpy()
+    answered = np.array([p is not None for _, p in rows])
+    top, p1, _ = top_two(np.vstack([p for _, p in rows if p is not None]))
+    assert np.array_equal(col[answered], top_option(top, p1)) and np.all(col[~answered] == -1)
+    assert 0 < (~answered).sum() and col[[i for i, _ in rows].index("i00005")] == 0
+    con.register("_top", pd.DataFrame({"item_id": [i for i, _ in rows], "t": col}))
+    con.execute("UPDATE answers SET top_option = _top.t FROM _top WHERE answers.item_id = _top.item_id")
+    assert ag._top_option_written(con, run_id, "q")
+    after = sa.grid_points(con, run_id, "q", ("calibration", "test"))
+    assert after is not None
+    for split in ("calibration", "test"):
+        a, b = before[split], after[split]
+        assert np.array_equal(a.labels, b.labels)
+        for name in ("predicted", "x", "y"):
+            assert np.array_equal(getattr(a.coords, name), getattr(b.coords, name)), (split, name)
+    con.execute("UPDATE answers SET top_option = NULL WHERE item_id = 'i00010'")
+    assert not ag._top_option_written(con, run_id, "q")
+    con.close()
+
+
+def test_the_callers_surface_is_used_only_when_it_is_the_one_the_options_draw(store):
+    """``certified_from_points(..., surface=)``: the page's own calibration surface gives the selection
+    computed without it; a surface on another grid is not used."""
+    con, run_id = store
+    opts = ThresholdOptions(calibrate="none", alpha=0.2)
+    pts = sa.grid_points(con, run_id, "intent", ("calibration", "test"), grid=opts.grid)
+    assert pts is not None
+    cal = pts["calibration"]
+    want = sa.certified_from_points("intent", cal, pts["test"], opts).to_dict()
+
+    def drawn(grid: int):
+        s = risk_coverage_surface(
+            cal.qtype, None, cal.labels, coordinates=sa._int64(cal.coords), n_options=len(cal.option_ids), grid=grid
+        )
+        s.extra.pop("coordinates")  # as the page keeps it
+        return s
+
+    assert sa.certified_from_points("intent", cal, pts["test"], opts, surface=drawn(opts.grid)).to_dict() == want
+    assert sa.certified_from_points("intent", cal, pts["test"], opts, surface=drawn(40)).to_dict() == want

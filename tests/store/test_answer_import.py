@@ -137,12 +137,17 @@ def test_wide_parquet_through_the_cli_stores_normalised_vectors_and_summaries(ma
     np.testing.assert_allclose(ra.probs, want[order], rtol=0, atol=2e-16)
     assert (ra.failed == master["failed"][order]).all()
     rows = con.execute(
-        "SELECT probs, p_top, margin, entropy, deviation FROM answers WHERE run_id = ? AND question = 'topic'"
-        " AND probs IS NOT NULL ORDER BY item_id",
+        "SELECT probs, p_top, margin, entropy, deviation, top_option FROM answers WHERE run_id = ?"
+        " AND question = 'topic' AND probs IS NOT NULL ORDER BY item_id",
         [run_id],
     ).fetch_arrow_table()
     m = np.vstack(rows.column("probs").to_pylist())
-    _, p1, p2 = top_two(m)
+    top, p1, p2 = top_two(m)
+    np.testing.assert_array_equal(rows.column("top_option").to_numpy(), top)  # the arg-max, ties to the first
+    failed_top = con.execute(
+        "SELECT list(DISTINCT top_option) FROM answers WHERE run_id = ? AND probs IS NULL", [run_id]
+    ).fetchone()[0]
+    assert failed_top == [-1]
     np.testing.assert_array_equal(rows.column("p_top").to_numpy(), p1)
     np.testing.assert_array_equal(rows.column("margin").to_numpy(), p1 - p2)
     np.testing.assert_allclose(rows.column("entropy").to_numpy(), entropy(m), atol=1e-14)
@@ -561,9 +566,10 @@ def test_top_two_and_entropy_equal_the_runtimes_bit_for_bit():
     p[50:60] = np.eye(K)[rng.integers(0, K, 10)]  # one-hot: entropy 0, runner-up 0
     p /= p.sum(axis=1, keepdims=True)
     before = p.copy()
-    p1, p2 = _top_two(p)
-    _, r1, r2 = top_two(p)
+    top, p1, p2 = _top_two(p)
+    r_top, r1, r2 = top_two(p)
     assert np.array_equal(p, before)
+    assert np.array_equal(top, r_top) and np.array_equal(top[:50], np.zeros(50))  # ties to the first
     assert np.array_equal(p1, r1) and np.array_equal(p2, r2)
     assert np.array_equal(p1[:50], p2[:50]) and np.all(p2[50:60] == 0.0)
     np.testing.assert_allclose(_entropy(p), runtime_entropy(p), rtol=0, atol=1e-15)

@@ -309,6 +309,10 @@ def test_cost_inputs_pick_the_library_cost_optimum(ui_store):
     at = _app("thresholds")
     at.selectbox(key="run_id").set_value(meta["runs"]["noisy-model"]).run()
     at.radio(key="thr_recalibrate").set_value("as answered").run()  # the library call below uses raw probabilities
+    # the section computes its surface only while open
+    assert not any(m.label.startswith("Lowest expected cost") for m in at.metric)
+    at.session_state["thr_costs"] = True
+    at.run()
     at.number_input(key="thr_error_cost").set_value(25.0).run()
     at.number_input(key="thr_review_cost").set_value(2.0).run()
     at.button(key="thr_use_cost").click().run()

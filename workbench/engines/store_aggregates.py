@@ -119,9 +119,14 @@ def grid_points(con: Any, run_id: str, question: str, splits: tuple[str, ...], *
     return out
 
 
-def certified_from_points(question: str, calibration: GridPoints, test: GridPoints | None, options: Any):
+def certified_from_points(
+    question: str, calibration: GridPoints, test: GridPoints | None, options: Any, *, surface: Any = None
+):
     """``thresholds_for_run(con, run, question, options)`` of a run with ``options.calibrate == "none"``
-    and the guarantee objective, from its :class:`GridPoints` (None for other options)."""
+    and the guarantee objective, from its :class:`GridPoints` (None for other options).
+
+    ``surface``: the calibration points' risk–coverage surface if the caller has drawn it (see
+    :func:`workbench.thresholds.choose.prepare_from_coordinates`, which checks that it fits)."""
     from workbench.answers import RunAnswers
     from workbench.thresholds.choose import (
         _finish,
@@ -144,7 +149,7 @@ def certified_from_points(question: str, calibration: GridPoints, test: GridPoin
     calibrator = _fit_calibrator("none", np.zeros((0, k)), np.zeros(0, int))
     coords = _int64(calibration.coords)
     prep = prepare_from_coordinates(
-        question, calibration.qtype, opt_ids, abstain, calibrator, 0, coords, labels, options
+        question, calibration.qtype, opt_ids, abstain, calibrator, 0, coords, labels, options, surface=surface
     )
     n = len(labels)
     keys = RunAnswers(

@@ -98,16 +98,16 @@ _ROWS_SQL = """
             FROM items i LEFT JOIN best g ON g.item_id = i.item_id
             WHERE i.dataset = $ds AND i.version = $v AND ($splits IS NULL OR list_contains($splits, i.split))
         )
-        SELECT a.item_id, b.split, a.probs, a.p_top AS p1, a.margin, b.y, a.failure_kind
+        SELECT a.item_id, b.split, a.probs, a.p_top AS p1, a.margin, {top_option} AS top_option, b.y, a.failure_kind
         FROM answers a JOIN b ON b.item_id = a.item_id
         WHERE a.run_id = $run AND a.question = $q
 """
 
 
-def _rows_sql(con: duckdb.DuckDBPyConnection, run: dict, question: str) -> str:
+def _rows_sql(con: duckdb.DuckDBPyConnection, run: dict, question: str, *, top_option: bool = False) -> str:
     """:data:`_ROWS_SQL` for the run's dataset version: without the majority vote when its import recorded
-    that no item has two votes for ``question``."""
-    return _ROWS_SQL.format(gold=gold_cte(con, run, question))
+    that no item has two votes for ``question``; ``top_option``: with the stored column (else NULL)."""
+    return _ROWS_SQL.format(gold=gold_cte(con, run, question), top_option="a.top_option" if top_option else "NULL")
 
 
 def _run_split(con: duckdb.DuckDBPyConnection, run_id: str, question: str, split: str) -> tuple[dict, str, list, dict]:
@@ -247,7 +247,8 @@ def grid_points(con: duckdb.DuckDBPyConnection, run_id: str, question: str, spli
     option the rule would accept, ``-1`` for a failure) and ``labels``, both int16 (int32 beyond 32k
     options); plus ``n_untrusted`` (answered rows without a stored ``p_top``: the arrays must not be used
     then), ``option_ids`` and ``qtype``. Choice questions read ``p_top``/``margin``; noul questions
-    ``p_yes = probs[1]``.
+    ``p_yes = probs[1]``; the predicted option of a choice question is the stored ``top_option`` when every
+    row of the run has one (no probability list is read), else ``list_position(probs, p_top) - 1``.
     """
     run = get_run(con, run_id)
     q = _question_of(con, run, question)
@@ -255,6 +256,8 @@ def grid_points(con: duckdb.DuckDBPyConnection, run_id: str, question: str, spli
     source, _ = answer_source(con, run)
     params = _answers_params(run, question, source, opts, list(splits))
     inf, minus_inf = "CAST('inf' AS DOUBLE)", "CAST('-inf' AS DOUBLE)"
+    # a choice question's stored arg-max, when every row of the run has one: no probability list is read
+    stored = qtype == "choice" and _top_option_written(con, source, question)
     if qtype == "noul":  # as rule_coordinates: x = p(yes) on predicted-yes rows, y = -p(yes) on predicted-no rows
         sel = f"""CASE WHEN failed THEN {minus_inf} WHEN probs[1] >= 0.5 THEN probs[1] ELSE {inf} END AS x,
                   CASE WHEN failed THEN {minus_inf} WHEN probs[1] >= 0.5 THEN {inf} ELSE -probs[1] END AS cy,
@@ -262,20 +265,25 @@ def grid_points(con: duckdb.DuckDBPyConnection, run_id: str, question: str, spli
     elif qtype == "choice":
         sel = f"""CASE WHEN failed THEN {minus_inf} ELSE p1 END AS x,
                   CASE WHEN failed THEN {minus_inf} ELSE margin END AS cy,
-                  CASE WHEN failed THEN -1 ELSE list_position(probs, p1) - 1 END AS predicted"""
+                  CASE WHEN failed THEN -1 ELSE {"top_option" if stored else "list_position(probs, p1) - 1"} END
+                  AS predicted"""
     else:
         raise ValueError(f"grid points of {qtype} questions are not computed here")
+    failed = (
+        # rows written with top_option: -1 marks a failure or a non-finite row; p_top is written with it
+        "top_option < 0 AS failed, false AS untrusted"
+        if stored
+        else "probs IS NULL OR p1 IS NULL OR NOT isfinite(p1) AS failed, probs IS NOT NULL AND p1 IS NULL AS untrusted"
+    )
     small = np.int16 if len(opts) < 2**15 - 1 else np.int32
     small_sql = "SMALLINT" if small is np.int16 else "INTEGER"
     codes = {s: j for j, s in enumerate(splits)}
     split_code = "CASE split " + " ".join(f"WHEN {_sql_str(s)} THEN {j}" for s, j in codes.items()) + " END"
-    rows = _rows_sql(con, run, question)
+    rows = _rows_sql(con, run, question, top_option=stored)
     sql = f"""
 WITH rows AS ({rows}),
 f AS (
-    SELECT item_id, split, probs, p1, margin, y,
-           probs IS NULL OR p1 IS NULL OR NOT isfinite(p1) AS failed,
-           probs IS NOT NULL AND p1 IS NULL AS untrusted
+    SELECT item_id, split, {"" if stored else "probs, "}p1, margin, top_option, y, {failed}
     FROM rows WHERE y IS NOT NULL
 ), c AS (
     SELECT item_id, {split_code} AS s, untrusted, y, {sel} FROM f
@@ -301,6 +309,19 @@ FROM c ORDER BY s, item_id
         part.update(qtype=qtype, option_ids=opts, n_untrusted=int(np.count_nonzero(cols["untrusted"][at])))
         out[s] = part
     return out
+
+
+def _top_option_written(con: duckdb.DuckDBPyConnection, source: str, question: str) -> bool:
+    """Every stored row of the run's ``question`` has ``top_option`` (written by this version's writers;
+    rows written before the column was added hold NULL): one scan of an integer column."""
+    try:
+        row = con.execute(
+            "SELECT count(*) FILTER (top_option IS NULL) FROM answers WHERE run_id = ? AND question = ?",
+            [source, question],
+        ).fetchone()
+    except duckdb.BinderException:  # a store of an older schema opened read-only (not migrated): no column
+        return False
+    return row is not None and int(row[0]) == 0
 
 
 def _sql_str(s: str) -> str:

@@ -497,10 +497,11 @@ def _vectors(
     need = np.abs(dev) > EXACT_SUM
     divisor = np.where(need, s, 1.0)
     p, p1, p2, ent = np.empty_like(m), np.empty(n_ok), np.empty(n_ok), np.empty(n_ok)
+    top = np.empty(n_ok, dtype=np.int32)
     for a in range(0, n_ok, CACHE_ROWS):  # divide, top two and entropy of a block while it is in cache
         b = min(a + CACHE_ROWS, n_ok)
         block = np.divide(m[a:b], divisor[a:b, None], out=p[a:b])
-        p1[a:b], p2[a:b] = _top_two(block)
+        top[a:b], p1[a:b], p2[a:b] = _top_two(block)
         ent[a:b] = _entropy(block)
 
     def full(x: np.ndarray) -> pa.Array:
@@ -508,6 +509,8 @@ def _vectors(
         out[valid] = x
         return pa.array(out, type=pa.float64(), from_pandas=True)
 
+    top_option_column = np.full(n, -1, dtype=np.int32)  # -1: a failure (the checked rows are finite)
+    top_option_column[valid] = top
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.where(valid, k, 0), out=offsets[1:])
     vectors = pa.ListArray.from_arrays(pa.array(offsets), pa.array(p.reshape(-1)), mask=pa.array(~valid))
@@ -518,6 +521,7 @@ def _vectors(
         "probs": vectors,
         "p_top": full(p1),
         "margin": full(p1 - p2),
+        "top_option": pa.array(top_option_column, type=pa.int32()),
         "entropy": full(ent),
         "deviation": full(dev),
         "failure_kind": failed_kind,
@@ -550,8 +554,9 @@ def _entropy(p: np.ndarray) -> np.ndarray:
 _SCRATCH = threading.local()
 
 
-def _top_two(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Top and runner-up probability per row of finite ``p`` (modified, then restored exactly).
+def _top_two(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Index of the top option, top and runner-up probability per row of finite ``p`` (modified, then
+    restored exactly).
 
     The values :func:`workbench.schema.answers.top_two` returns, in two passes over ``p`` instead of four
     (no NaN check: the rows are checked; no copy: the top entry is masked in place and put back).
@@ -561,11 +566,11 @@ def _top_two(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     top = p.argmax(axis=1)
     p1 = p[rows, top]
     if k < 2:
-        return p1, np.zeros(n)
+        return top, p1, np.zeros(n)
     p[rows, top] = -np.inf
     p2 = p.max(axis=1)
     p[rows, top] = p1
-    return p1, p2
+    return top, p1, p2
 
 
 def _value_counts(col: pa.Array) -> list[tuple[Any, int]]:

@@ -63,6 +63,7 @@ _ANSWER_SCHEMA = pa.schema(
         ("probs", pa.list_(pa.float64())),
         ("p_top", pa.float64()),
         ("margin", pa.float64()),
+        ("top_option", pa.int32()),
         ("entropy", pa.float64()),
         ("deviation", pa.float64()),
         ("vendor_confidence", pa.float64()),
@@ -141,28 +142,39 @@ def run_is_emulated(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
     return bool(row[0]) if row else False
 
 
+def top_option(top: np.ndarray, p_top: np.ndarray) -> np.ndarray:
+    """The ``answers.top_option`` column (int32, shape (n,)): the arg-max ``top`` (ties to the first option)
+    where the row's top probability ``p_top`` is finite, -1 where it is not (a row holding a NaN or an
+    infinity, which every reader counts as a failure, as it counts a missing vector)."""
+    return np.where(np.isfinite(p_top), top, -1).astype(np.int32)
+
+
 def answers_table(rows: Sequence[dict]) -> pa.Table:
-    """Arrow table of answer rows; ``p_top``/``margin``/``entropy`` computed here, vectorised.
+    """Arrow table of answer rows; ``p_top``/``margin``/``top_option``/``entropy`` computed here, vectorised.
 
     Each row has the keys of :data:`ANSWER_FIELDS` (summaries may be absent). Rows with
     ``probs is None`` are failures and get NULL summaries.
     """
     n = len(rows)
     p_top_, margin_, entropy_ = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    top_ = np.full(n, -1, dtype=np.int32)
     by_width: dict[int, list[int]] = {}
     for i, r in enumerate(rows):
         if r.get("probs") is not None:
             by_width.setdefault(len(r["probs"]), []).append(i)
     for idx in by_width.values():
         m = np.array([rows[i]["probs"] for i in idx], dtype=float)
-        _, p1, p2 = top_two(m)
+        top, p1, p2 = top_two(m)
         p_top_[idx], margin_[idx], entropy_[idx] = p1, p1 - p2, entropy(m)
+        top_[idx] = top_option(top, p1)
     cols: dict[str, Any] = {}
     for f in _ANSWER_SCHEMA:
         if f.name == "p_top":
             cols[f.name] = pa.array(p_top_, type=pa.float64(), from_pandas=True)
         elif f.name == "margin":
             cols[f.name] = pa.array(margin_, type=pa.float64(), from_pandas=True)
+        elif f.name == "top_option":
+            cols[f.name] = pa.array(top_, type=pa.int32())
         elif f.name == "entropy":
             cols[f.name] = pa.array(entropy_, type=pa.float64(), from_pandas=True)
         else:

@@ -9,7 +9,8 @@ Tables (schema version 1):
 - ``runs`` — one experiment run: dataset version, schema hash, provider spec, model, status, summary.
 - ``calls`` — the response cache, keyed by ``cache_key`` = sha256(provider, model, exact request).
 - ``answers`` — (run_id, item_id, question): probabilities as ``DOUBLE[]`` in schema order, or a
-  failure kind and message (never both). ``p_top``/``margin``/``entropy`` are the workbench's own.
+  failure kind and message (never both). ``p_top``/``margin``/``entropy``/``top_option`` are the
+  workbench's own (``top_option``: the arg-max option, -1 for a failure, NULL in older rows).
 """
 
 from __future__ import annotations
@@ -206,6 +207,13 @@ _MIGRATIONS: list[str] = [
     # item, NULL when the import named no metadata column; slices (`report --slice COL`) read it
     """
     ALTER TABLE items ADD COLUMN meta JSON;
+    """,
+    # the arg-max option of each answer (0-based, ties to the option listed first; -1 for a failure or a
+    # row with a non-finite probability), written beside p_top/margin by every writer, so the Thresholds
+    # page's rule coordinates are read without the probability lists; NULL in rows written before it
+    # (readers then take the arg-max of the lists)
+    """
+    ALTER TABLE answers ADD COLUMN top_option INTEGER;
     """,
 ]
 

@@ -181,6 +181,7 @@ ANSWER_COLUMNS = [
     "probs",
     "p_top",
     "margin",
+    "top_option",
     "entropy",
     "deviation",
     "vendor_confidence",
@@ -748,7 +749,7 @@ def answers_relation(con: duckdb.DuckDBPyConnection, run_ids: Iterable[str]) -> 
         functions.append(name)
         parts.append(
             f"SELECT * REPLACE ('{me}' AS run_id, p AS probs, list_max(p) AS p_top,"
-            " list_max(p) - coalesce(list_sort(p, 'DESC')[2], 0) AS margin)"
+            " list_max(p) - coalesce(list_sort(p, 'DESC')[2], 0) AS margin, NULL::INTEGER AS top_option)"
             f" FROM (SELECT *, {name}(question, probs) AS p FROM answers WHERE run_id = '{src}')"
         )
     # `SELECT * REPLACE` of the calibrated parts keeps the helper column p: list the table's columns

@@ -11,6 +11,7 @@ the test order. Calibration figures of a guarantee are those of the certifying i
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -724,10 +725,19 @@ def prepare_from_coordinates(
     coords: Any,
     labels: np.ndarray,
     opts: ThresholdOptions,
+    *,
+    surface: Surface | None = None,
 ) -> PreparedQuestion:
     """The :class:`PreparedQuestion` of the certifying rows' rule coordinates (``coords``, a
-    :class:`~workbench.thresholds.rules.RuleCoordinates` of the calibrated probabilities) and labels."""
+    :class:`~workbench.thresholds.rules.RuleCoordinates` of the calibrated probabilities) and labels.
+
+    ``surface``: the caller's :func:`~workbench.thresholds.surface.risk_coverage_surface` of the same
+    ``coords`` and ``labels`` on the default grids of ``opts.grid``, with per-class counts and nothing else
+    (the UI has drawn it already: one pass over millions of items saved). It is used when the options add
+    nothing to it (no weights, costs, critical options or abstain options) and its grids and size match;
+    otherwise the surface is computed here."""
     from workbench.thresholds.risks import cost_matrix
+    from workbench.thresholds.surface import default_grids
 
     k = len(opt_ids)
     matrix = cost_matrix(opts.costs, opt_ids)
@@ -751,6 +761,24 @@ def prepare_from_coordinates(
                 hint="with costs, alpha is the largest expected misroute cost per auto-accepted item",
             )
         guarantee_costs = matrix
+    if surface is not None:
+        gx, gy = default_grids(qtype, opts.grid)
+        same = (
+            weights is None
+            and guarantee_costs is None
+            and not critical
+            and not abstain_idx
+            and surface.n_total == len(labels)
+            and surface.class_accepted is not None
+            and surface.weighted is None
+            and surface.loss is None
+            and np.array_equal(surface.x_grid, gx)
+            and np.array_equal(surface.y_grid, gy)
+        )
+        if same:  # a shallow copy: the caller's surface keeps its own extras
+            surface = copy.copy(surface)
+            surface.extra = {**surface.extra, "coordinates": coords, "correct": coords.predicted == labels}
+            return PreparedQuestion(qtype, opt_ids, abstain_idx, calibrator, n_fit, None, labels, surface)
     surface = risk_coverage_surface(
         qtype,
         None,

@@ -995,7 +995,9 @@ def certified_thresholds(path: str, token: tuple, run_id: str, question: str, se
         pts = grid_points(path, token, run_id, question) if opts.grid == GRID_POINTS else None
         res = None
         if pts is not None and "calibration" in pts and len(pts["calibration"].labels):
-            res = certified_from_points(question, pts["calibration"], pts.get("test"), opts)
+            # the page's own calibration surface (drawn from the same points): reused when it fits the options
+            drawn = threshold_surface(path, token, run_id, question, "calibration")
+            res = certified_from_points(question, pts["calibration"], pts.get("test"), opts, surface=drawn)
         return res.to_dict() if res is not None else certify()
 
     if is_large(path, token, run_id, question, "calibration"):  # kept between sessions

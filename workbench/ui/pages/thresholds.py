@@ -417,33 +417,36 @@ else:
     st.warning("; ".join(certified["notes"]) or "Nothing is certified at this α/δ.")
 
 # -- costs ----------------------------------------------------------------------------------------------
-with st.expander("Costs", expanded=False):
-    k1, k2, k3 = st.columns(3)
-    error_cost = k1.number_input("Cost of a wrong auto-accept", 0.0, 1e6, 10.0, key="thr_error_cost")
-    review_cost = k2.number_input("Cost of a review", 0.0, 1e6, 1.0, key="thr_review_cost")
-    api_cost = k3.number_input("API cost per item", 0.0, 1e3, 0.0, format="%.5f", key="thr_api_cost")
-    cost_surface = state.threshold_surface(
-        path, token, run_id, question, "calibration", recal_method, float(error_cost)
-    )
-    best = select_cost(cost_surface, review_cost=float(review_cost), api_cost_per_item=float(api_cost))
-    best_cost = best.cost or {}
-    st.metric("Lowest expected cost per item (calibration)", f"{best_cost['expected_cost_per_item']:.4f}")
-    st.button(
-        "Use the cost-optimal thresholds",
-        key="thr_use_cost",
-        on_click=_set_point,
-        args=(
-            (best.params.get("tau_yes"), best.params.get("tau_no"))
-            if is_noul
-            else (best.params.get("tau"), best.params.get("margin"))
-        ),
-    )
-    st.write(
-        "Cost-optimal point (not certified): "
-        + ", ".join(f"{k} = {v:.3f}" for k, v in best.params.items())
-        + f", expected cost per item {best_cost['expected_cost_per_item']:.4f} "
-        f"(reviewing everything: {best_cost['cost_if_everything_reviewed']:.4f})."
-    )
+# the cost surface is a second pass over the calibration items (a second of CPU at 10M): computed
+# only while the section is open (the expander tracks its state under its key)
+with st.expander("Costs", expanded=False, key="thr_costs", on_change="rerun") as costs_section:
+    if costs_section.open:
+        k1, k2, k3 = st.columns(3)
+        error_cost = k1.number_input("Cost of a wrong auto-accept", 0.0, 1e6, 10.0, key="thr_error_cost")
+        review_cost = k2.number_input("Cost of a review", 0.0, 1e6, 1.0, key="thr_review_cost")
+        api_cost = k3.number_input("API cost per item", 0.0, 1e3, 0.0, format="%.5f", key="thr_api_cost")
+        cost_surface = state.threshold_surface(
+            path, token, run_id, question, "calibration", recal_method, float(error_cost)
+        )
+        best = select_cost(cost_surface, review_cost=float(review_cost), api_cost_per_item=float(api_cost))
+        best_cost = best.cost or {}
+        st.metric("Lowest expected cost per item (calibration)", f"{best_cost['expected_cost_per_item']:.4f}")
+        st.button(
+            "Use the cost-optimal thresholds",
+            key="thr_use_cost",
+            on_click=_set_point,
+            args=(
+                (best.params.get("tau_yes"), best.params.get("tau_no"))
+                if is_noul
+                else (best.params.get("tau"), best.params.get("margin"))
+            ),
+        )
+        st.write(
+            "Cost-optimal point (not certified): "
+            + ", ".join(f"{k} = {v:.3f}" for k, v in best.params.items())
+            + f", expected cost per item {best_cost['expected_cost_per_item']:.4f} "
+            f"(reviewing everything: {best_cost['cost_if_everything_reviewed']:.4f})."
+        )
 
 # -- confusion matrix with review column ------------------------------------------------------------------
 st.subheader("Confusion matrix on test, with the review column")
