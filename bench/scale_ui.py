@@ -103,6 +103,7 @@ def build(db: Path, n: int, k: int = 77, seed: int = 0) -> str:
                 "probs": pa.ListArray.from_arrays(pa.array(np.arange(0, m * k + 1, k, dtype=np.int32)), flat),
                 "p_top": pa.array(srt[:, -1]),
                 "margin": pa.array(srt[:, -1] - srt[:, -2]),
+                "top_option": pa.array(probs.argmax(1).astype(np.int32)),  # as every writer stores it
             }
         )
         write_answers(con, table, replace=False)

@@ -125,6 +125,18 @@ def test_vote_counts_plain_labels_the_fast_path_and_append_record_what_they_stor
     ds.import_dataset(con, [fast], spec, SCHEMA)
     assert _record(con, "fast") == {"topic": []}
     assert con.execute("SELECT count(*) FROM labels WHERE dataset = 'fast'").fetchone()[0] == 2
+    # the questions of one vote per item have their gold_labels rows (with the item's split); others none
+    gold = {
+        (name, v): sorted(map(tuple, con.execute(
+            "SELECT question, item_id, split, gold FROM gold_labels WHERE dataset = ? AND version = ?", [name, v]
+        ).fetchall()))
+        for name, v in [("wide", 1), ("plain", 1), ("plain", 2), ("fast", 1)]
+    }  # fmt: skip
+    assert gold[("wide", 1)] == [] and not ds.recorded_gold_labels(con, "wide", 1, "topic")
+    assert gold[("plain", 1)] == [("topic", "p1", "test", "a"), ("topic", "p2", "test", "b")]
+    assert gold[("plain", 2)] == [*gold[("plain", 1)], ("topic", "p3", "train", "c")]
+    assert gold[("fast", 1)] == [("topic", "f1", "test", "a"), ("topic", "f2", "train", "c")]
+    assert all(ds.recorded_gold_labels(con, n, v, "topic") for n, v in [("plain", 1), ("plain", 2), ("fast", 1)])
     con.close()
 
 
@@ -194,3 +206,27 @@ def test_repeated_votes_take_the_majority_vote(single_vote_store):
     ans = load_answers(con, run_id, "intent", ["calibration", "test"])
     gold = dict(zip(ans.item_ids, ans.labels))
     assert gold["i00004"] == 5 and gold["i00007"] == min(int(first["i00007"][1:]), 0 if first["i00007"] != "o0" else 1)
+
+
+def test_the_imports_gold_labels_give_the_figures_of_items_joined_with_labels(single_vote_store):
+    """The threshold grid read from ``gold_labels`` (one table) equals the one joined from items and labels;
+    the table is read only when the import recorded it."""
+    con, run_id = single_vote_store
+    run = {"dataset": "toy", "dataset_version": 1}
+    _set_record(con, {"intent": []})
+    joined = _figures(con, run_id)
+    assert "gold_labels" not in ag._rows_sql(con, run, "intent", labelled=True)
+    con.execute("BEGIN")
+    ds._write_gold_labels(con, "toy", 1, ["intent"])
+    con.execute("COMMIT")
+    con.execute(
+        "UPDATE datasets SET params = ? WHERE name = 'toy'",
+        [json.dumps({ds.REPEATED_VOTES: {"intent": []}, ds.GOLD_LABELS: ["intent"]})],
+    )
+    assert "gold_labels" in ag._rows_sql(con, run, "intent", labelled=True)
+    assert "gold_labels" not in ag._rows_sql(con, run, "intent")  # the report counts unlabelled items too
+    read = _figures(con, run_id)
+    for split in ("calibration", "test"):
+        for mine, theirs in zip(read[3][split], joined[3][split], strict=True):
+            assert np.array_equal(mine, theirs)
+    assert len(read[3]["test"][3]) > 0

@@ -104,10 +104,33 @@ _ROWS_SQL = """
 """
 
 
-def _rows_sql(con: duckdb.DuckDBPyConnection, run: dict, question: str, *, top_option: bool = False) -> str:
+#: :data:`_ROWS_SQL` of the labelled items only, from the ``gold_labels`` rows the dataset import wrote
+#: (one table scan instead of items joined with labels); an item whose label is not an option has ``y`` NULL.
+_LABELLED_ROWS_SQL = """
+        WITH b AS (
+            SELECT item_id, split, list_position($opts, gold) - 1 AS y FROM gold_labels
+            WHERE dataset = $ds AND version = $v AND question = $q
+              AND ($splits IS NULL OR list_contains($splits, split))
+        )
+        SELECT a.item_id, b.split, a.probs, a.p_top AS p1, a.margin, {top_option} AS top_option, b.y, a.failure_kind
+        FROM answers a JOIN b ON b.item_id = a.item_id
+        WHERE a.run_id = $run AND a.question = $q
+"""
+
+
+def _rows_sql(
+    con: duckdb.DuckDBPyConnection, run: dict, question: str, *, top_option: bool = False, labelled: bool = False
+) -> str:
     """:data:`_ROWS_SQL` for the run's dataset version: without the majority vote when its import recorded
-    that no item has two votes for ``question``; ``top_option``: with the stored column (else NULL)."""
-    return _ROWS_SQL.format(gold=gold_cte(con, run, question), top_option="a.top_option" if top_option else "NULL")
+    that no item has two votes for ``question``; ``top_option``: with the stored column (else NULL).
+    ``labelled``: the caller keeps only labelled rows (``y`` not NULL), so the import's ``gold_labels``
+    rows are read when it wrote them (:data:`_LABELLED_ROWS_SQL`)."""
+    from workbench.store.datasets import recorded_gold_labels
+
+    top = "a.top_option" if top_option else "NULL"
+    if labelled and recorded_gold_labels(con, run["dataset"], int(run["dataset_version"]), question):
+        return _LABELLED_ROWS_SQL.format(top_option=top)
+    return _ROWS_SQL.format(gold=gold_cte(con, run, question), top_option=top)
 
 
 def _run_split(con: duckdb.DuckDBPyConnection, run_id: str, question: str, split: str) -> tuple[dict, str, list, dict]:
@@ -279,7 +302,7 @@ def grid_points(con: duckdb.DuckDBPyConnection, run_id: str, question: str, spli
     small_sql = "SMALLINT" if small is np.int16 else "INTEGER"
     codes = {s: j for j, s in enumerate(splits)}
     split_code = "CASE split " + " ".join(f"WHEN {_sql_str(s)} THEN {j}" for s, j in codes.items()) + " END"
-    rows = _rows_sql(con, run, question, top_option=stored)
+    rows = _rows_sql(con, run, question, top_option=stored, labelled=True)
     sql = f"""
 WITH rows AS ({rows}),
 f AS (

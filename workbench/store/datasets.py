@@ -815,6 +815,7 @@ def import_dataset(
     )
     params = _import_params(spec, files)
     params[REPEATED_VOTES] = _repeated_votes(items, labels, questions)
+    params[GOLD_LABELS] = [q for q in questions if params[REPEATED_VOTES][q] == []]
 
     items_tbl = pa.Table.from_pandas(
         items[["item_id", "state_text", "state_json", "images", "split", "grp", "meta"]].astype(
@@ -873,6 +874,7 @@ def import_dataset(
                 "INSERT INTO labels SELECT $n, $v, item_id, question, option_id, annotator FROM _labels",
                 {"n": spec.name, "v": version},
             )
+            _write_gold_labels(con, spec.name, version, params[GOLD_LABELS])
     except duckdb.Error as exc:  # rolled back: nothing was written
         raise DataImportError(
             f"dataset {spec.name!r}: the store refused the rows: {_first_line(exc)}", hint="fix the input named above"
@@ -912,6 +914,39 @@ def _repeated_votes(items: pd.DataFrame, labels: pd.DataFrame, questions: Sequen
             for q, group in pairs.dropna().drop_duplicates().groupby("question"):
                 out[str(q)] = sorted(str(v) for v in group["split"])
     return out
+
+
+#: Key of ``datasets.params`` listing the questions whose ``gold_labels`` rows the import wrote: those
+#: whose items have one vote each (:data:`REPEATED_VOTES` ``[]``), so that vote is the gold label under any
+#: option order. Versions imported before the table existed have no such key (readers join items with
+#: labels instead).
+GOLD_LABELS = "gold_labels"
+
+
+def _write_gold_labels(con: duckdb.DuckDBPyConnection, name: str, version: int, questions: Sequence[str]) -> None:
+    """``gold_labels`` of a version being imported (inside its transaction): each label row of
+    ``questions`` (one per labelled item) with its item's split."""
+    if not questions:
+        return
+    con.execute(
+        "INSERT INTO gold_labels (dataset, version, question, item_id, split, gold)"
+        " SELECT l.dataset, l.version, l.question, l.item_id, i.split, l.option_id FROM labels l"
+        " JOIN items i ON i.dataset = l.dataset AND i.version = l.version AND i.item_id = l.item_id"
+        " WHERE l.dataset = $n AND l.version = $v AND list_contains($qs, l.question)",
+        {"n": name, "v": int(version), "qs": list(questions)},
+    )
+
+
+def recorded_gold_labels(con: duckdb.DuckDBPyConnection, name: str, version: int, question: str) -> bool:
+    """The import wrote the ``gold_labels`` rows of ``question`` (:data:`GOLD_LABELS`)."""
+    row = con.execute(
+        "SELECT json_extract(params, $path) FROM datasets WHERE name = $n AND version = $v",
+        {"path": f"$.{GOLD_LABELS}", "n": name, "v": int(version)},
+    ).fetchone()
+    if row is None or row[0] is None:
+        return False
+    recorded = json.loads(row[0]) if isinstance(row[0], str) else row[0]
+    return isinstance(recorded, list) and question in recorded
 
 
 def recorded_repeated_votes(con: duckdb.DuckDBPyConnection, name: str, version: int, question: str) -> list[str] | None:
@@ -1088,6 +1123,7 @@ def _fast_plain_parquet(
             version = int(previous[0]) + 1 if previous else 1
             # one row per item and question (unique ids, one label column each): no item has two votes
             fast_params = _import_params(spec, files) | {REPEATED_VOTES: {q: [] for q in questions}}
+            fast_params[GOLD_LABELS] = questions
             with transaction(con):
                 h = save_schema(con, schema)
                 con.execute(
@@ -1104,6 +1140,7 @@ def _fast_plain_parquet(
                     "INSERT INTO labels SELECT ?, ?, item_id, question, option_id, annotator FROM _fast_labels",
                     [spec.name, version],
                 )
+                _write_gold_labels(con, spec.name, version, questions)
         except duckdb.Error as exc:  # rolled back: nothing was written
             raise DataImportError(
                 f"dataset {spec.name!r}: the store refused the rows: {_first_line(exc)}",

@@ -6,8 +6,6 @@
 
 from __future__ import annotations
 
-import importlib
-import threading
 from pathlib import Path
 
 import streamlit as st
@@ -25,28 +23,6 @@ PAGES = [
     ("policy.py", "Policy", ":material/policy:"),
     ("monitor.py", "Monitor", ":material/monitor_heart:"),
 ]
-
-
-#: Modules the pages import on first use that take a second or more to load (``scipy.stats``: the
-#: certified thresholds' exact binomial bounds). The server imports them in a background thread once,
-#: while the first page's DuckDB query runs (it releases the GIL), instead of after it.
-SLOW_IMPORTS = ("scipy.stats",)
-_warm_started = threading.Event()
-
-
-def _warm_slow_imports() -> None:
-    if _warm_started.is_set():
-        return
-    _warm_started.set()
-
-    def load() -> None:
-        for name in SLOW_IMPORTS:
-            try:
-                importlib.import_module(name)
-            except ImportError:  # the page that needs it reports the missing module itself
-                pass
-
-    threading.Thread(target=load, name="workbench-warm-imports", daemon=True).start()
 
 
 def _sidebar() -> None:
@@ -72,7 +48,6 @@ def _sidebar() -> None:
 def run_app() -> None:
     """Build the navigation over ``workbench/ui/pages`` and run the selected page."""
     st.set_page_config(page_title="Decision Workbench", page_icon=":material/rule:", layout="wide")
-    _warm_slow_imports()
     pages = [st.Page(PAGES_DIR / f, title=t, icon=i, default=(n == 0)) for n, (f, t, i) in enumerate(PAGES)]
     nav = st.navigation(pages)
     _sidebar()

@@ -21,6 +21,7 @@ the same calls.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import threading
@@ -78,6 +79,31 @@ def read_connection(path: str | None = None) -> Iterator[duckdb.DuckDBPyConnecti
     """:func:`workbench.store.snapshot.read_connection` of ``path`` (default: this tab's store)."""
     with _snap.read_connection(path or db_path()) as con:
         yield con
+
+
+_preloading: set[str] = set()
+_preload_lock = threading.Lock()
+
+
+def preload(*modules: str) -> None:
+    """Import ``modules`` in a background thread, once per server process: a page calls it first thing
+    for the modules its figures import on first use and that take a second to load (the Thresholds page:
+    ``scipy.stats``, for the exact binomial bounds), so they load while its first DuckDB query runs (the
+    query releases the GIL) instead of after it. Only the page that needs them pays the CPU."""
+    with _preload_lock:
+        todo = [m for m in modules if m not in _preloading and m not in sys.modules]
+        _preloading.update(todo)
+    if not todo:
+        return
+
+    def load() -> None:
+        for name in todo:
+            try:
+                importlib.import_module(name)
+            except ImportError:  # the figure that needs it reports the missing module itself
+                pass
+
+    threading.Thread(target=load, name="workbench-preload", daemon=True).start()
 
 
 def refresh() -> None:
@@ -160,14 +186,25 @@ def kept_store(path: str, token: tuple, description: tuple, compute: Any) -> Any
     return _kept_under(path, ac.aggregate_key(("store", tuple(token)), *description), compute)
 
 
+#: Aggregates being written to the aggregate directory, by (store, key): the file is written by a thread
+#: (hundreds of MB for a large run's grid points: a few tenths of a second the page need not wait for);
+#: a read of the same key in this process waits for it.
+_writing: dict[tuple[str, str], threading.Thread] = {}
+_writing_lock = threading.Lock()
+
+
 def _kept_under(path: str, key: str, compute: Any) -> Any:
-    """The value kept under ``key`` in the store's aggregate directory, else ``compute()``'s (then kept);
-    with ``compute=None`` the kept value or None. A value that cannot be read back (another pickle
-    format) is computed again and rewritten."""
+    """The value kept under ``key`` in the store's aggregate directory, else ``compute()``'s (then kept,
+    written in the background: :data:`_writing`); with ``compute=None`` the kept value or None. A value
+    that cannot be read back (another pickle format) is computed again and rewritten."""
     import pickle
 
     from workbench.store import aggregate_cache as ac
 
+    with _writing_lock:
+        pending = _writing.get((path, key))
+    if pending is not None:
+        pending.join()
     raw = ac.load(path, key)
     if raw is not None:
         try:
@@ -177,7 +214,19 @@ def _kept_under(path: str, key: str, compute: Any) -> Any:
     if compute is None:
         return None
     value = compute()
-    ac.save(path, key, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+    payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def write() -> None:
+        try:
+            ac.save(path, key, payload)  # atomic: a reader sees the whole file or none
+        finally:
+            with _writing_lock:
+                _writing.pop((path, key), None)
+
+    writer = threading.Thread(target=write, name="workbench-keep", daemon=False)
+    with _writing_lock:
+        _writing[(path, key)] = writer
+    writer.start()
     return value
 
 

@@ -22,6 +22,7 @@ from workbench.metrics.displays import ConfusionDisplay, RiskCoverageDisplay, Th
 from workbench.ui import state
 
 st.title("Thresholds")
+state.preload("scipy.stats")  # the exact binomial bounds: loaded while the first query runs
 
 if not state.store_ready():
     st.stop()
