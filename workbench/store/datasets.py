@@ -925,7 +925,8 @@ GOLD_LABELS = "gold_labels"
 
 def _write_gold_labels(con: duckdb.DuckDBPyConnection, name: str, version: int, questions: Sequence[str]) -> None:
     """``gold_labels`` of a version being imported (inside its transaction): each label row of
-    ``questions`` (one per labelled item) with its item's split."""
+    ``questions`` (one per labelled item) with its item's split, joined from the rows just written (the
+    fast path of plain files writes them from the file rows instead)."""
     if not questions:
         return
     con.execute(
@@ -1099,6 +1100,11 @@ def _fast_plain_parquet(
         f" {lit(SINGLE_ANNOTATOR)} AS annotator FROM {files_sql}"
         for question, c in spec.labels.items()
     )
+    # one vote per item: each label row with its item's split, from the same file rows (no join)
+    gold_sql = " UNION ALL ".join(
+        f"SELECT {lit(question)} AS question, {idc} AS item_id, {split_sql} AS split, {col(c)} AS gold FROM {files_sql}"
+        for question, c in spec.labels.items()
+    )
     con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_items AS {items_sql}")
     with duckdb_settings(con, {"memory_limit": FAST_PATH_MEMORY_LIMIT}):  # DuckDB's buffer pool counts in RSS
         con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_labels AS {labels_sql}")
@@ -1140,7 +1146,11 @@ def _fast_plain_parquet(
                     "INSERT INTO labels SELECT ?, ?, item_id, question, option_id, annotator FROM _fast_labels",
                     [spec.name, version],
                 )
-                _write_gold_labels(con, spec.name, version, questions)
+                con.execute(
+                    f"INSERT INTO gold_labels (dataset, version, question, item_id, split, gold)"
+                    f" SELECT ?, ?, question, item_id, split, gold FROM ({gold_sql})",
+                    [spec.name, version],
+                )
         except duckdb.Error as exc:  # rolled back: nothing was written
             raise DataImportError(
                 f"dataset {spec.name!r}: the store refused the rows: {_first_line(exc)}",
