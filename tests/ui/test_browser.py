@@ -393,6 +393,22 @@ def test_certified_thresholds_are_drawn_and_stated(server, browser):
     page.close()
 
 
+def test_the_costs_section_computes_its_point_when_opened(server, browser):
+    """The Costs section draws its cost surface only while open (a second pass over the calibration
+    items): closed, no cost figure; opened in the browser, the page reruns and shows the cost-optimal point."""
+    url, _ = server
+    page = browser.new_page(viewport={"width": 1400, "height": 2200})
+    page.goto(f"{url}/thresholds")
+    wait_idle(page)
+    assert "Lowest expected cost" not in _main_text(page)
+    page.locator('[data-testid="stExpander"] summary').filter(has_text="Costs").click()
+    page.get_by_text("Lowest expected cost per item").wait_for(timeout=30_000)
+    wait_idle(page)
+    assert "Cost-optimal point (not certified)" in _main_text(page)
+    assert float(_metric_value(page, "Lowest expected cost")) >= 0
+    page.close()
+
+
 def test_the_cut_text_check_sees_an_ellipsised_label(browser):
     """The check above finds a label the browser ellipsises (so passing pages really fit)."""
     page = browser.new_page(viewport={"width": 400, "height": 300})
