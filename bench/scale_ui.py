@@ -2,7 +2,9 @@
 
 Builds (once, kept under ``--dir``) a synthetic store: a dataset of N items (half calibration, half
 test, one gold label each), one choice question of 77 options, and one run whose answers are written
-with :func:`workbench.store.runs.write_answers` in Arrow batches of 200,000 rows. Then, for each
+with :func:`workbench.store.runs.write_answers` in Arrow batches of 200,000 rows (with the ``p_top``,
+``margin`` and ``top_option`` every writer stores). ``--db`` measures existing stores instead, e.g. one
+built by ``bench/scale_data.py``'s imports, as ``docs/large-runs.md`` reports. Then, for each
 checkout given with ``--tree`` (e.g. this worktree and an old one), starts the real Streamlit server
 on the store, opens each page in Chromium (playwright, ``/usr/bin/chromium``), waits until Streamlit's
 status widget is gone, and prints the seconds of each page's first load and the server's peak RSS
