@@ -938,28 +938,27 @@ def _write_gold_labels(con: duckdb.DuckDBPyConnection, name: str, version: int, 
     )
 
 
-def recorded_gold_labels(con: duckdb.DuckDBPyConnection, name: str, version: int, question: str) -> bool:
-    """The import wrote the ``gold_labels`` rows of ``question`` (:data:`GOLD_LABELS`)."""
+def _import_record(con: duckdb.DuckDBPyConnection, name: str, version: int, key: str) -> Any:
+    """``datasets.params[key]`` of a version as its import recorded it (None when absent)."""
     row = con.execute(
         "SELECT json_extract(params, $path) FROM datasets WHERE name = $n AND version = $v",
-        {"path": f"$.{GOLD_LABELS}", "n": name, "v": int(version)},
+        {"path": f"$.{key}", "n": name, "v": int(version)},
     ).fetchone()
     if row is None or row[0] is None:
-        return False
-    recorded = json.loads(row[0]) if isinstance(row[0], str) else row[0]
+        return None
+    return json.loads(row[0]) if isinstance(row[0], str) else row[0]
+
+
+def recorded_gold_labels(con: duckdb.DuckDBPyConnection, name: str, version: int, question: str) -> bool:
+    """The import wrote the ``gold_labels`` rows of ``question`` (:data:`GOLD_LABELS`)."""
+    recorded = _import_record(con, name, version, GOLD_LABELS)
     return isinstance(recorded, list) and question in recorded
 
 
 def recorded_repeated_votes(con: duckdb.DuckDBPyConnection, name: str, version: int, question: str) -> list[str] | None:
     """The splits in which some item has two or more votes for ``question``, as recorded at import
     (:data:`REPEATED_VOTES`; ``[]``: none anywhere), or None when the version predates the record."""
-    row = con.execute(
-        "SELECT json_extract(params, $path) FROM datasets WHERE name = $n AND version = $v",
-        {"path": f"$.{REPEATED_VOTES}", "n": name, "v": int(version)},
-    ).fetchone()
-    if row is None or row[0] is None:
-        return None
-    recorded = json.loads(row[0]) if isinstance(row[0], str) else row[0]
+    recorded = _import_record(con, name, version, REPEATED_VOTES)
     if not isinstance(recorded, dict) or question not in recorded:
         return None
     return [str(s) for s in recorded[question]]

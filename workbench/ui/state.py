@@ -221,7 +221,8 @@ def _kept_under(path: str, key: str, compute: Any) -> Any:
             ac.save(path, key, payload)  # atomic: a reader sees the whole file or none
         finally:
             with _writing_lock:
-                _writing.pop((path, key), None)
+                if _writing.get((path, key)) is threading.current_thread():
+                    del _writing[(path, key)]
 
     writer = threading.Thread(target=write, name="workbench-keep", daemon=False)
     with _writing_lock:
