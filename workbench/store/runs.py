@@ -314,14 +314,16 @@ def gold_cte(con: duckdb.DuckDBPyConnection, run: dict, question: str, *, of_spl
 
 
 _ANSWERS_SQL = """
-        WITH {gold}
-        SELECT a.item_id, i.split, a.probs, list_position($opts, b.gold) - 1 AS label, a.failure_kind,
-               a.latency_ms, a.cost_usd, a.input_tokens
-        FROM answers a
-        JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
-        LEFT JOIN best b ON b.item_id = a.item_id
+        WITH {gold}, k AS (
+            -- the items of the splits with their gold label first (no probabilities): the answers, lists
+            -- and all, then pass through one join, the side the planner probes with (not one it hashes)
+            SELECT i.item_id, i.split, list_position($opts, b.gold) - 1 AS label
+            FROM items i LEFT JOIN best b ON b.item_id = i.item_id
+            WHERE i.dataset = $ds AND i.version = $v AND ($splits IS NULL OR list_contains($splits, i.split))
+        )
+        SELECT a.item_id, k.split, a.probs, k.label, a.failure_kind, a.latency_ms, a.cost_usd, a.input_tokens
+        FROM answers a JOIN k ON k.item_id = a.item_id
         WHERE a.run_id = $run AND a.question = $q
-          AND ($splits IS NULL OR list_contains($splits, i.split))
         ORDER BY a.item_id
 """
 
@@ -410,14 +412,17 @@ def load_answers(
 #: ``answers`` (``rid``), split, failure, gold label and cost, in item-id order (no probabilities).
 #: Gold labels are counted only for the items of the splits read (half the labels for one split of two).
 _KEYS_SQL = """
-        WITH {gold}
-        SELECT {ids}a.rowid AS rid, i.split, a.probs IS NULL AS failed,
-               list_position($opts, b.gold) - 1 AS label, a.failure_kind, a.cost_usd
-        FROM answers a
+        WITH {gold}, a AS (
+            -- "failed" is computed here, on the scan: the joins carry a boolean, never the lists (with the
+            -- one-vote gold labels the planner builds its hash table on the answers side)
+            SELECT rowid AS rid, item_id, probs IS NULL AS failed, failure_kind, cost_usd
+            FROM answers WHERE run_id = $run AND question = $q
+        )
+        SELECT {ids}a.rid, i.split, a.failed, list_position($opts, b.gold) - 1 AS label, a.failure_kind, a.cost_usd
+        FROM a
         JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
         LEFT JOIN best b ON b.item_id = a.item_id
-        WHERE a.run_id = $run AND a.question = $q
-          AND ($splits IS NULL OR list_contains($splits, i.split))
+        WHERE ($splits IS NULL OR list_contains($splits, i.split))
         ORDER BY a.item_id
 """
 
