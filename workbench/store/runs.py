@@ -412,17 +412,20 @@ def load_answers(
 #: ``answers`` (``rid``), split, failure, gold label and cost, in item-id order (no probabilities).
 #: Gold labels are counted only for the items of the splits read (half the labels for one split of two).
 _KEYS_SQL = """
-        WITH {gold}, a AS (
-            -- "failed" is computed here, on the scan: the joins carry a boolean, never the lists (with the
-            -- one-vote gold labels the planner builds its hash table on the answers side)
+        WITH {gold}, k AS (
+            -- the items of the splits with their gold label, then the run's rows matched against them (as
+            -- _ANSWERS_SQL): joined the other way round, with the one-vote gold labels, DuckDB ran out of its
+            -- 1 GB at 10M items
+            SELECT i.item_id, i.split, list_position($opts, b.gold) - 1 AS label
+            FROM items i LEFT JOIN best b ON b.item_id = i.item_id
+            WHERE i.dataset = $ds AND i.version = $v AND ($splits IS NULL OR list_contains($splits, i.split))
+        ), a AS (
+            -- "failed" is computed on the scan: the join carries a boolean, never the lists
             SELECT rowid AS rid, item_id, probs IS NULL AS failed, failure_kind, cost_usd
             FROM answers WHERE run_id = $run AND question = $q
         )
-        SELECT {ids}a.rid, i.split, a.failed, list_position($opts, b.gold) - 1 AS label, a.failure_kind, a.cost_usd
-        FROM a
-        JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
-        LEFT JOIN best b ON b.item_id = a.item_id
-        WHERE ($splits IS NULL OR list_contains($splits, i.split))
+        SELECT {ids}a.rid, k.split, a.failed, k.label, a.failure_kind, a.cost_usd
+        FROM a JOIN k ON k.item_id = a.item_id
         ORDER BY a.item_id
 """
 
