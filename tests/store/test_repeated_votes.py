@@ -230,3 +230,33 @@ def test_the_imports_gold_labels_give_the_figures_of_items_joined_with_labels(si
         for mine, theirs in zip(read[3][split], joined[3][split], strict=True):
             assert np.array_equal(mine, theirs)
     assert len(read[3]["test"][3]) > 0
+
+
+def test_one_vote_reads_give_the_streamed_and_in_memory_figures_of_the_grouped_votes(single_vote_store):
+    """With the one-vote record the keys read and ``load_answers`` read the label rows directly (and join
+    the items with them before the answers): the same labels, splits and failures as with the votes
+    grouped, and the streamed report equals the in-memory one."""
+    from workbench.evaluation import report_run
+    from workbench.store.runs import load_answer_keys, load_answers
+
+    con, run_id = single_vote_store
+
+    def reads():
+        full = load_answers(con, run_id, "intent", ["calibration", "test"])
+        keys = load_answer_keys(con, run_id, "intent", ["calibration", "test"])
+        return full, keys
+
+    _set_record(con, None)
+    grouped_full, grouped_keys = reads()
+    _set_record(con, {"intent": []})
+    full, keys = reads()
+    for a in (full, keys, grouped_keys):
+        assert np.array_equal(a.item_ids, grouped_full.item_ids) and np.array_equal(a.labels, grouped_full.labels)
+        assert np.array_equal(a.splits, grouped_full.splits) and np.array_equal(a.failed, grouped_full.failed)
+    assert np.array_equal(full.probs, grouped_full.probs, equal_nan=True)
+    assert (full.labels < 0).any() and full.failed.any()
+    streamed = report_run(con, run_id, "intent", "test", n_boot=0, stream=True).questions[0]
+    in_memory = report_run(con, run_id, "intent", "test", n_boot=0, stream=False).questions[0]
+    assert streamed.counts == in_memory.counts
+    for name, iv in in_memory.metrics.items():
+        assert streamed.metrics[name].estimate == pytest.approx(iv.estimate, rel=1e-9, abs=1e-12), name
