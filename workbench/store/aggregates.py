@@ -41,7 +41,7 @@ import numpy as np
 
 from workbench.schema import option_ids
 from workbench.store.db import duckdb_settings
-from workbench.store.runs import _answers_params, _question_of, answer_source, get_run, gold_cte
+from workbench.store.runs import ITEMS_WITH_GOLD_SQL, _answers_params, _question_of, answer_source, get_run, gold_cte
 
 #: DuckDB's memory limit while one of these queries runs (``WORKBENCH_AGGREGATE_MEMORY`` overrides it). Its
 #: joins hold the item ids of a whole dataset version: at 10M items they need about 2 GB to run without
@@ -89,19 +89,19 @@ def summaries_trusted(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
 
 
 #: The rows of :data:`workbench.store.runs._ANSWERS_SQL` with the stored summaries (a label that is not an
-#: option gives ``y`` NULL). The items of the splits are joined with their gold label first (``b``: an
-#: item id, its split and label, no probabilities), then the answers are matched against that: the
-#: probability lists pass through one join as its probe side and are never copied into a hash table.
-_ROWS_SQL = """
-        WITH {gold}, b AS (
-            SELECT i.item_id, i.split, list_position($opts, g.gold) - 1 AS y
-            FROM items i LEFT JOIN best g ON g.item_id = i.item_id
-            WHERE i.dataset = $ds AND i.version = $v AND ($splits IS NULL OR list_contains($splits, i.split))
-        )
-        SELECT a.item_id, b.split, a.probs, a.p_top AS p1, a.margin, {top_option} AS top_option, b.y, a.failure_kind
-        FROM answers a JOIN b ON b.item_id = a.item_id
+#: option gives ``y`` NULL): the answers matched against the items with their gold label, joined first
+#: (:data:`workbench.store.runs.ITEMS_WITH_GOLD_SQL`, the CTE every reader shares).
+_ROWS_SQL = (
+    """
+        WITH {gold}, k AS ("""
+    + ITEMS_WITH_GOLD_SQL
+    + """)
+        SELECT a.item_id, k.split, a.probs, a.p_top AS p1, a.margin, {top_option} AS top_option, k.label AS y,
+               a.failure_kind
+        FROM answers a JOIN k ON k.item_id = a.item_id
         WHERE a.run_id = $run AND a.question = $q
 """
+)
 
 
 #: :data:`_ROWS_SQL` of the labelled items only, from the ``gold_labels`` rows the dataset import wrote

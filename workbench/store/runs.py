@@ -313,19 +313,28 @@ def gold_cte(con: duckdb.DuckDBPyConnection, run: dict, question: str, *, of_spl
         )"""
 
 
-_ANSWERS_SQL = """
-        WITH {gold}, k AS (
-            -- the items of the splits with their gold label first (no probabilities): the answers, lists
-            -- and all, then pass through one join, the side the planner probes with (not one it hashes)
+#: The items of the splits read with their gold label (``k``: item id, split, label; no probabilities),
+#: the CTE every reader joins first: the run's rows, lists and all, are then matched against it, so they
+#: pass through one join as the side DuckDB probes with, never as the one it hashes (with the one-vote gold
+#: labels, joined the other way round, the lists went into the hash table: 10M items ran out of 1 GB).
+ITEMS_WITH_GOLD_SQL = """
             SELECT i.item_id, i.split, list_position($opts, b.gold) - 1 AS label
             FROM items i LEFT JOIN best b ON b.item_id = i.item_id
             WHERE i.dataset = $ds AND i.version = $v AND ($splits IS NULL OR list_contains($splits, i.split))
-        )
+"""
+
+
+_ANSWERS_SQL = (
+    """
+        WITH {gold}, k AS ("""
+    + ITEMS_WITH_GOLD_SQL
+    + """)
         SELECT a.item_id, k.split, a.probs, k.label, a.failure_kind, a.latency_ms, a.cost_usd, a.input_tokens
         FROM answers a JOIN k ON k.item_id = a.item_id
         WHERE a.run_id = $run AND a.question = $q
         ORDER BY a.item_id
 """
+)
 
 
 def _question_of(con: duckdb.DuckDBPyConnection, run: dict, question: str):
@@ -411,15 +420,11 @@ def load_answers(
 #: The keys read: every answer row of the run and question on the splits with its row id in
 #: ``answers`` (``rid``), split, failure, gold label and cost, in item-id order (no probabilities).
 #: Gold labels are counted only for the items of the splits read (half the labels for one split of two).
-_KEYS_SQL = """
-        WITH {gold}, k AS (
-            -- the items of the splits with their gold label, then the run's rows matched against them (as
-            -- _ANSWERS_SQL): joined the other way round, with the one-vote gold labels, DuckDB ran out of its
-            -- 1 GB at 10M items
-            SELECT i.item_id, i.split, list_position($opts, b.gold) - 1 AS label
-            FROM items i LEFT JOIN best b ON b.item_id = i.item_id
-            WHERE i.dataset = $ds AND i.version = $v AND ($splits IS NULL OR list_contains($splits, i.split))
-        ), a AS (
+_KEYS_SQL = (
+    """
+        WITH {gold}, k AS ("""
+    + ITEMS_WITH_GOLD_SQL
+    + """), a AS (
             -- "failed" is computed on the scan: the join carries a boolean, never the lists
             SELECT rowid AS rid, item_id, probs IS NULL AS failed, failure_kind, cost_usd
             FROM answers WHERE run_id = $run AND question = $q
@@ -428,6 +433,7 @@ _KEYS_SQL = """
         FROM a JOIN k ON k.item_id = a.item_id
         ORDER BY a.item_id
 """
+)
 
 
 @dataclass
