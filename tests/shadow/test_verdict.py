@@ -167,3 +167,79 @@ def test_drift_by_calendar_period():
     windows = r.questions[0]["drift"]["windows"]
     assert [w["n"] for w in windows] == [60] * 10
     assert windows[1]["start"].startswith("1970-01-01T00:01:00") and windows[0]["psi_challenger"] == 0.0
+
+
+def _with_failures(s: ShadowAnswers, champion_rows: np.ndarray, challenger_rows: np.ndarray, kind: str) -> None:
+    for rows, probs, failure in (
+        (champion_rows, s.champion_probs, s.champion_failure),
+        (challenger_rows, s.challenger_probs, s.challenger_failure),
+    ):
+        probs[rows] = np.nan
+        failure[rows] = kind
+
+
+def test_failures_are_judged_in_excess_of_the_champions_on_the_same_requests():
+    """A challenger identical to the champion, both refusing the same 5% with 422, is not rejected for failures;
+    the same 5% of failures on requests the champion answered is."""
+    n = 2000
+    same = _traffic(n, chall_conf_shift=0.0)
+    same.challenger_probs = same.champion_probs.copy()
+    refused = np.arange(n) % 20 == 7  # 5%
+    _with_failures(same, refused, refused, "http_422")
+    r = _report(same)
+    gate = _gate(r, "failures")
+    assert gate.status == "pass" and gate.value == 0.0, gate
+    assert "100 of them on requests the champion failed too" in gate.message
+    paired = r.questions[0]["failures"]["paired"]
+    assert paired == {"champion_only": 0, "challenger_only": 0, "both": 100, "challenger_excess_rate": 0.0}
+    assert r.questions[0]["failures"]["challenger"]["rate"] == pytest.approx(0.05)  # the raw rate is still shown
+    assert r.verdict != REJECT
+
+    apart = _traffic(n, chall_conf_shift=0.0)
+    apart.challenger_probs = apart.champion_probs.copy()
+    _with_failures(apart, refused, np.roll(refused, 1), "http_422")  # the challenger fails on other requests
+    r = _report(apart)
+    gate = _gate(r, "failures")
+    assert gate.status == "fail" and gate.value == pytest.approx(0.05) and r.verdict == REJECT
+    assert r.questions[0]["failures"]["paired"]["both"] == 0
+
+
+def test_failures_are_paired_in_the_streamed_report_too(tmp_path):
+    """The same rule through the store (``import_traffic`` + ``shadow_report``, counts paired in DuckDB)."""
+    import json
+
+    from workbench.schema import DecisionSchema
+    from workbench.shadow.report import shadow_report
+    from workbench.store.db import connect
+    from workbench.store.shadow import import_traffic
+
+    s = _traffic(1000, chall_conf_shift=0.0)
+    schema = DecisionSchema.from_dict(
+        {"questions": {"intent": {"type": "choice", "instructions": "Which?", "criteria": dict.fromkeys("abc")}}}
+    )
+    con = connect(tmp_path / "wb.duckdb")
+    try:
+        for name, offset in (("same", 0), ("apart", 1)):
+            lines = []
+            for i in range(s.n):
+                answer = {
+                    "answers": {"intent": {"type": "choice", "probabilities": dict(zip("abc", s.champion_probs[i]))}}
+                }
+                row = {"item_id": f"i{i}", "champion": answer, "challenger": answer, "outcome": "abc"[s.outcome[i]]}
+                if i % 20 == 7:
+                    row["champion_status"] = 422
+                if (i - offset) % 20 == 7:
+                    row["challenger_status"] = 422
+                lines.append(json.dumps(row) + "\n")
+            log = tmp_path / f"{name}.jsonl"
+            log.write_text("".join(lines))
+            import_traffic(con, log, shadow=name, schema=schema)
+        same = shadow_report(con, "same", champion_policy=RULE, challenger_policy=RULE, n_boot=50)
+        apart = shadow_report(con, "apart", champion_policy=RULE, challenger_policy=RULE, n_boot=50)
+    finally:
+        con.close()
+    assert same.questions[0]["failures"]["challenger"]["by_kind"] == {"http_422": 50}
+    assert _gate(same, "failures").status == "pass" and _gate(same, "failures").value == 0.0
+    assert same.questions[0]["failures"]["paired"]["both"] == 50
+    assert _gate(apart, "failures").status == "fail" and _gate(apart, "failures").value == pytest.approx(0.05)
+    assert apart.verdict == REJECT

@@ -58,7 +58,9 @@ class Criteria:
     max_cost_increase_per_1000 : float or None
         Largest acceptable cost increase in USD per 1,000 requests.
     max_failure_rate : float, default=0.01
-        Largest acceptable share of challenger failures (timeouts, errors, malformed answers).
+        Largest acceptable share of requests on which the challenger failed (timeouts, errors,
+        malformed answers) while the champion answered the same request: failures of both sides on the
+        same request (a request both refuse with 422, an outage of both) are not the challenger's.
     min_outcomes : int, default=100
         Requests with a known outcome needed to judge the error gate.
     max_drift_psi : float, default=0.25
@@ -214,6 +216,7 @@ class _QuestionAccumulator:
         self.n_both = 0
         self.kinds: tuple[Counter, Counter] = (Counter(), Counter())
         self.n_failed = [0, 0]
+        self.n_failed_alone = [0, 0]  # side i failed where the other side answered the same request
         self.agree = 0
         self.flips = np.zeros(k * k, dtype=np.int64)
         self.has_log = [False, False]
@@ -250,6 +253,8 @@ class _QuestionAccumulator:
         self.n += n
         cf = pd.notna(np.asarray(s.champion_failure, dtype=object))
         df = pd.notna(np.asarray(s.challenger_failure, dtype=object))
+        self.n_failed_alone[0] += int((cf & ~df).sum())
+        self.n_failed_alone[1] += int((df & ~cf).sum())
         for i, (fail, kinds) in enumerate(((cf, s.champion_failure), (df, s.challenger_failure))):
             self.n_failed[i] += int(fail.sum())
             if fail.any():
@@ -339,6 +344,7 @@ class _QuestionAccumulator:
         k = self.k
         self.n, self.n_both, self.agree, self.n_known = state["n"], state["n_both"], state["agree"], state["n_known"]
         self.n_failed = list(state["n_failed"])
+        self.n_failed_alone = list(state["n_failed_alone"])
         for i in range(2):
             self.kinds[i].update(state["kinds"][i])
         self.has_log = list(state["has_log"])
@@ -367,6 +373,13 @@ class _QuestionAccumulator:
                 "by_kind": dict(sorted(self.kinds[i].items())),
             }
             for i, side in enumerate(("champion", "challenger"))
+        }
+        # paired on the same requests: the challenger is judged on the failures in excess of the champion's
+        out["failures"]["paired"] = {
+            "champion_only": self.n_failed_alone[0],
+            "challenger_only": self.n_failed_alone[1],
+            "both": self.n_failed[1] - self.n_failed_alone[1],
+            "challenger_excess_rate": self.n_failed_alone[1] / n if n else None,
         }
         lo, hi = wilson_interval(np.array([self.agree]), np.array([self.n_both]))
         out["agreement"] = {
@@ -558,28 +571,31 @@ def judge(questions: list[dict], criteria: Criteria) -> tuple[str, list[Gate]]:
     gates: list[Gate] = []
     for q in questions:
         qid = q["question"]
-        rate = q["failures"]["challenger"]["rate"]
+        # the challenger's failures in excess of the champion's, paired on the same requests
+        paired = q["failures"]["paired"]
+        rate = paired["challenger_excess_rate"]
+        total = q["failures"]["challenger"]["rate"]
         if rate is None:
             gates.append(Gate("failures", "inconclusive", HOLD, "no requests", None, criteria.max_failure_rate, qid))
-        elif rate > criteria.max_failure_rate:
-            gates.append(
-                Gate(
-                    "failures",
-                    "fail",
-                    REJECT,
-                    f"challenger failed on {rate:.1%} of requests",
-                    rate,
-                    criteria.max_failure_rate,
-                    qid,
-                )
-            )
         else:
+            netted = (
+                f" (challenger failures {total:.2%} of requests, {paired['both']} of them on requests the champion"
+                " failed too)"
+                if paired["both"]
+                else ""
+            )
+            failed = rate > criteria.max_failure_rate
             gates.append(
                 Gate(
                     "failures",
-                    "pass",
-                    PROMOTE,
-                    f"challenger failure rate {rate:.2%}",
+                    "fail" if failed else "pass",
+                    REJECT if failed else PROMOTE,
+                    (
+                        f"challenger failed on {rate:.1%} of requests the champion answered"
+                        if failed
+                        else f"challenger failure rate beyond the champion's {rate:.2%}"
+                    )
+                    + netted,
                     rate,
                     criteria.max_failure_rate,
                     qid,
@@ -849,6 +865,7 @@ class ShadowReport:
                     "error_change_low": ea.get("low"),
                     "error_change_high": ea.get("high"),
                     "challenger_failure_rate": q["failures"]["challenger"]["rate"],
+                    "challenger_excess_failure_rate": q["failures"]["paired"]["challenger_excess_rate"],
                     "latency_p95_champion": q["latency_ms"]["champion"]["p95"],
                     "latency_p95_challenger": q["latency_ms"]["challenger"]["p95"],
                     "cost_per_1000_change": q["cost_per_1000"]["change"],

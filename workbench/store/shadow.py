@@ -1070,7 +1070,8 @@ def shadow_pair_aggregates(
                        bool_or(lc), bool_or(ld),
                        count(*) FILTER (WHERE ad AND NOT ac), count(*) FILTER (WHERE ac AND NOT ad),
                        count(*) FILTER (WHERE ac AND ad AND oc = od), count(*) FILTER (WHERE ac AND ad AND oc <> od),
-                       count(*) FILTER (WHERE NOT ac AND NOT ad), count(*) FILTER (WHERE y >= 0)
+                       count(*) FILTER (WHERE NOT ac AND NOT ad), count(*) FILTER (WHERE y >= 0),
+                       count(*) FILTER (WHERE fc AND NOT fd), count(*) FILTER (WHERE fd AND NOT fc)
                 FROM {pair} GROUP BY grp"""
         ).fetchall():
             out[row[0]] = {
@@ -1081,6 +1082,7 @@ def shadow_pair_aggregates(
                 "has_log": [bool(row[6]), bool(row[7])],
                 "directional": list(row[8:13]),
                 "n_known": row[13],
+                "n_failed_alone": [row[14], row[15]],
                 "kinds": [{}, {}],
                 "flips": [],
                 "load_cells": [],

@@ -183,7 +183,15 @@ for q in rep["questions"]:
         help="" if not err else f"95% CI {100 * err['low']:+.1f} to {100 * err['high']:+.1f} pts",
     )
     fails = q["failures"]["challenger"]
-    m[3].metric("Challenger failures", "—" if fails["rate"] is None else f"{100 * fails['rate']:.2f}%")
+    paired = q["failures"]["paired"]
+    m[3].metric(
+        "Challenger failures",
+        "—" if fails["rate"] is None else f"{100 * fails['rate']:.2f}%",
+        help=None
+        if paired["challenger_excess_rate"] is None
+        else f"beyond the champion's on the same requests (what the verdict judges): "
+        f"{100 * paired['challenger_excess_rate']:.2f}%; {paired['both']} requests failed on both sides",
+    )
     d = q.get("directional")
     if d:
         st.dataframe(
