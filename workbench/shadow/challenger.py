@@ -179,6 +179,7 @@ class ChallengerClient:
         self._side_loop = loop
         context = ProviderContext(env=dict(os.environ), timeout=self.timeout)
         self._provider = get_provider(self.spec, context=context)
+        _warm_provider_imports()
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -252,6 +253,20 @@ class ChallengerClient:
             return failure(exc.kind.value, exc, t0)
         text = json.dumps(_system_one_body(request.schema, result), ensure_ascii=False)
         return ChallengerResult(200, text, (time.perf_counter() - t0) * 1000.0)
+
+
+def _warm_provider_imports() -> None:
+    """Import now what a provider call would import on the first request: pandas (the local providers'
+    text handling), the System One answer writer and the schema parser.
+
+    The first call paid for them inside its timeout: ~0.2 s on an idle machine (against ~1 ms for the
+    next calls), seconds on a loaded one, so the first requests of a session were journaled as challenger
+    timeouts (``tests/shadow/test_mirror.py::test_challenger_given_as_a_provider_spec`` failed so once).
+    """
+    import pandas  # noqa: F401
+
+    from workbench.providers import local  # noqa: F401
+    from workbench.schema import DecisionSchema  # noqa: F401
 
 
 def _schema_of(doc: dict):
