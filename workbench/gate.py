@@ -28,13 +28,13 @@ Problems with the gate itself (no such run, question or metric, a malformed file
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workbench.errors import NotFoundError, PolicyError, RequirementsError
 
@@ -42,20 +42,59 @@ from workbench.errors import NotFoundError, PolicyError, RequirementsError
 POLICY_METRICS = ("coverage_at_policy", "error_at_policy")
 #: Metrics of the report that are computed outside its shared replicate function.
 _SMOOTH_METRICS = ("smece", "smece_yes")
+#: The report's metrics per question type (``workbench report --json``, majority labels); ``top_2_accuracy``
+#: needs at least 3 options and ``top_3_accuracy`` at least 4 (tests/gate/test_requirements_file.py checks
+#: this table against :func:`workbench.metrics.report.question_report`).
+REPORT_METRICS: dict[str, tuple[str, ...]] = {
+    "choice": (
+        "accuracy", "macro_f1", "top_2_accuracy", "top_3_accuracy", "log_loss", "brier", "ece_uniform",
+        "ece_quantile", "mce_uniform", "debiased_ece", "smece", "classwise_ece",
+    ),
+    "noul": (
+        "accuracy", "macro_f1", "log_loss", "brier", "roc_auc", "pr_auc", "ece_yes_uniform", "ece_yes_quantile",
+        "mce_yes_uniform", "debiased_ece_yes", "ece_uniform", "ece_quantile", "mce_uniform", "debiased_ece",
+        "smece_yes", "smece",
+    ),
+    "score": (
+        "accuracy", "within_one_accuracy", "mae_expected_level", "rps", "qwk", "macro_f1", "log_loss", "brier",
+        "ece_uniform", "ece_quantile", "mce_uniform", "debiased_ece", "cumulative_ece", "smece",
+    ),
+}  # fmt: skip
+_MIN_OPTIONS = {"top_2_accuracy": 3, "top_3_accuracy": 4}
+#: Every metric name a requirement may use.
+KNOWN_METRICS = tuple(dict.fromkeys([m for ms in REPORT_METRICS.values() for m in ms] + list(POLICY_METRICS)))
+#: Largest requirements file read at all (bytes), and most requirements in one file.
+MAX_REQUIREMENTS_BYTES = 1024 * 1024
+MAX_REQUIREMENTS = 1000
+_HINT = "see docs/ci.md for the format"
+
+
+def _closest(name: str, known: Sequence[str]) -> str:
+    import difflib
+
+    near = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 class Requirement(BaseModel):
-    """One bound on one metric of one question."""
+    """One bound on one metric of one question (strict types: a bound is a finite number, not text)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, allow_inf_nan=False)
 
-    question: str = Field(min_length=1)
-    metric: str = Field(min_length=1)
+    question: str = Field(min_length=1, max_length=200)
+    metric: str = Field(min_length=1, max_length=200)
     min: float | None = None
     max: float | None = None
     on: Literal["value", "low", "high"] | None = None
-    policy: str | None = None
-    name: str | None = None
+    policy: str | None = Field(None, min_length=1, max_length=4096)
+    name: str | None = Field(None, max_length=500)
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, v: str) -> str:
+        if v not in KNOWN_METRICS:
+            raise ValueError(f"unknown metric {v[:60]!r}{_closest(v, KNOWN_METRICS)}")
+        return v
 
     @model_validator(mode="after")
     def _one_bound(self) -> Requirement:
@@ -63,6 +102,8 @@ class Requirement(BaseModel):
             raise ValueError("give exactly one of min or max")
         if self.metric in POLICY_METRICS and not self.policy:
             raise ValueError(f"metric {self.metric} needs 'policy: FILE'")
+        if self.policy and self.metric not in POLICY_METRICS:
+            raise ValueError(f"'policy' applies to {' and '.join(POLICY_METRICS)} only, not {self.metric}")
         return self
 
     @property
@@ -86,46 +127,67 @@ class Requirement(BaseModel):
 class RequirementsFile(BaseModel):
     """A requirements document: split, bootstrap settings and the list of requirements."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
-    split: str = "test"
+    split: str = Field("test", min_length=1, max_length=200)
     level: float = Field(0.95, gt=0.0, lt=1.0)
     n_boot: int = Field(1000, ge=50, le=100_000)
-    seed: int = 0
-    requirements: list[Requirement] = Field(min_length=1)
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+    requirements: list[Requirement] = Field(min_length=1, max_length=MAX_REQUIREMENTS)
 
 
-def load_requirements(path: str | Path) -> RequirementsFile:
-    """Read and validate a YAML (or JSON) requirements file; one-line :class:`RequirementsError` on problems."""
-    import yaml
+def _where(loc: Sequence[Any]) -> str:
+    """A pydantic error location as ``requirements[2].min`` (odd keys quoted, so the line stays one line)."""
+    out = ""
+    for p in loc:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            text = str(p)
+            text = text if text.isidentifier() else repr(text)[:80]
+            out += f".{text}" if out else text
+    return out or "(document)"
 
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RequirementsError(f"{path}: requirements file does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RequirementsError(f"{path}: cannot read requirements file ({exc})") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise RequirementsError(f"{path}: not valid YAML{where}", hint="see docs/ci.md for the format") from None
+
+def loads_requirements(text: str, *, source: str = "<requirements>") -> RequirementsFile:
+    """Parse and validate requirements text (YAML; JSON is YAML too). Every failure is one
+    :class:`RequirementsError` line: syntax, duplicate keys (``on:``/``true:`` count as the same key
+    only where YAML reads both as booleans: here ``on`` stays the text ``on``), nesting, alias bombs,
+    and any field that is not of its type, not finite, or not a known metric."""
+    from workbench.schema.questions import check_json_shape, parse_yaml_text
+
+    doc = parse_yaml_text(text, source=source, error=RequirementsError, bool_keys=False)
+    check_json_shape(doc, source=source, limit=max(100_000, 2 * len(text)), error=RequirementsError, scalars=False)
     if not isinstance(doc, dict):
-        raise RequirementsError(
-            f"{path}: expected a mapping with 'requirements:'", hint="see docs/ci.md for the format"
-        )
-    for req in doc.get("requirements") or []:
-        if isinstance(req, dict) and True in req and "on" not in req:
-            req["on"] = req.pop(True)  # YAML 1.1 reads a bare `on:` key as the boolean true
+        raise RequirementsError(f"{source}: expected a mapping with 'requirements:'", hint=_HINT)
     try:
         return RequirementsFile.model_validate(doc)
     except ValidationError as exc:
         e = exc.errors()[0]
-        loc = ".".join(str(p) for p in e["loc"])
-        msg = str(e["msg"]).removeprefix("Value error, ")
-        raise RequirementsError(f"{path}: {loc}: {msg}", hint="see docs/ci.md for the format") from None
+        msg = " ".join(str(e["msg"]).removeprefix("Value error, ").split())
+        hint = f"known metrics: {', '.join(KNOWN_METRICS)}" if msg.startswith("unknown metric") else _HINT
+        raise RequirementsError(f"{source}: {_where(e['loc'])}: {msg}"[:600], hint=hint) from None
+
+
+def load_requirements(path: str | Path) -> RequirementsFile:
+    """Read and validate a YAML (or JSON) requirements file; one-line :class:`RequirementsError` on problems.
+
+    Read through the schema files' hardened reader: a regular file of at most
+    :data:`MAX_REQUIREMENTS_BYTES` (``/dev/zero``, a FIFO or a directory is refused without reading),
+    UTF-8, no duplicate keys, at most 64 levels of nesting; then :func:`loads_requirements`.
+    """
+    from workbench.schema.questions import read_text_file
+
+    path = Path(path)
+    text = read_text_file(
+        path,
+        what="requirements file",
+        max_bytes=MAX_REQUIREMENTS_BYTES,
+        error=RequirementsError,
+        kind_hint="give the path of a YAML requirements file",
+        size_hint="a requirements file is a few kilobytes; check the path",
+    )
+    return loads_requirements(text, source=str(path))
 
 
 # -- results ----------------------------------------------------------------------------------------
@@ -306,6 +368,67 @@ def _paired_drop(a: _Measure, b: _Measure, metric: str, kind: str, opts: Require
     return d.a, d.b, d.difference, d.low, d.high
 
 
+def _policy_path(req: Requirement, base_dir: str | Path) -> Path:
+    p = Path(req.policy or "")
+    return p if p.is_absolute() else Path(base_dir) / p
+
+
+def check_requirements(
+    con: Any, reqs: RequirementsFile, runs: Sequence[str], *, base_dir: str | Path = ".", baseline: bool = False
+) -> None:
+    """Everything about ``reqs`` that can be known before measuring: each question is one of every run's,
+    each metric exists for its question's type and option count, each policy file loads and fits the
+    question (its options those of the run), and with a baseline no metric lacks a paired comparison.
+    Cheap (schemas and policy files only); :func:`evaluate_gate` calls it before computing anything."""
+    from workbench.policy.runtime import Policy
+    from workbench.schema.questions import option_ids
+    from workbench.store.runs import get_run, load_stored_schema
+
+    schemas = {rid: load_stored_schema(con, get_run(con, rid)["schema_hash"]) for rid in runs}
+    policies: dict[Path, Any] = {}
+    for i, req in enumerate(reqs.requirements):
+        where = f"requirements[{i}] ({req.label()})"
+        for rid, schema in schemas.items():
+            if req.question not in schema.questions:
+                raise RequirementsError(
+                    f"{where}: run {rid} has no question {req.question!r}",
+                    hint=f"questions: {', '.join(schema.question_ids)}",
+                )
+            q = schema.questions[req.question]
+            opts = option_ids(q)
+            if req.metric in POLICY_METRICS:
+                path = _policy_path(req, base_dir)
+                if path not in policies:
+                    try:
+                        policies[path] = Policy.load(path)
+                    except PolicyError as exc:
+                        raise RequirementsError(f"{where}: {exc.message}", hint=exc.hint) from None
+                cq = policies[path].questions.get(req.question)
+                if cq is None:
+                    raise RequirementsError(
+                        f"{where}: policy {path} has no question {req.question!r}",
+                        hint=f"questions: {', '.join(policies[path].questions)}",
+                    )
+                if list(cq.options) != opts:
+                    raise RequirementsError(
+                        f"{where}: policy {path}: options of {req.question!r} differ from run {rid}'s",
+                        hint="apply a policy exported for this question's schema",
+                    )
+                continue
+            known = [m for m in REPORT_METRICS[q.type] if len(opts) >= _MIN_OPTIONS.get(m, 0)]
+            if req.metric not in known:
+                raise RequirementsError(
+                    f"{where}: metric {req.metric!r} does not apply to {q.type} question {req.question!r} "
+                    f"({len(opts)} options) of run {rid}",
+                    hint=f"known: {', '.join([*known, *POLICY_METRICS])}",
+                )
+        if baseline and req.metric in _SMOOTH_METRICS:
+            raise RequirementsError(
+                f"{where}: {req.metric} has no paired comparison",
+                hint="use ece_uniform or debiased_ece with --baseline",
+            )
+
+
 def evaluate_gate(
     con: Any,
     run_id: str,
@@ -342,9 +465,12 @@ def evaluate_gate(
 
     run = resolve(run_id, "run")
     base = resolve(baseline, "baseline run") if baseline else None
+    if max_drop is not None and not (math.isfinite(max_drop) and max_drop >= 0):
+        raise RequirementsError(f"--max-drop {max_drop} is not a non-negative number", hint="e.g. --max-drop 0.01")
     if base and max_drop is None:
         max_drop = 0.0
     questions = set(run_questions(con, run))
+    check_requirements(con, reqs, [run, *([base] if base else [])], base_dir=base_dir, baseline=base is not None)
     cache: dict[tuple, _Measure] = {}
 
     def measure(rid: str, req: Requirement) -> _Measure:
@@ -354,8 +480,7 @@ def evaluate_gate(
                 hint=f"questions: {', '.join(sorted(questions))}",
             )
         if req.metric in POLICY_METRICS:
-            p = Path(req.policy or "")
-            p = p if p.is_absolute() else Path(base_dir) / p
+            p = _policy_path(req, base_dir)
             key: tuple = (rid, req.question, "policy", str(p))
             if key not in cache:
                 try:

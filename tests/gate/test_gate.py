@@ -90,7 +90,7 @@ def test_on_value_judges_the_point_estimate(ci_workflow, documented_gate):
             "run 'run-nope' does not exist",
         ),
         ("requirements:\n  - {question: intent, metric: accuracy}\n", None, "give exactly one of min or max"),
-        ("requirements: [\n", None, "not valid YAML"),
+        ("requirements: [\n", None, "cannot parse YAML"),
         (
             "requirements:\n  - {question: intent, metric: error_at_policy, max: 0.1, policy: missing.json}\n",
             None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import typer
@@ -31,8 +32,10 @@ def register(app: typer.Typer) -> None:
 
         if max_drop is not None and baseline is None:
             raise RequirementsError("--max-drop needs --baseline RUN_ID")
-        if max_drop is not None and max_drop < 0:
-            raise RequirementsError(f"--max-drop {max_drop} is negative", hint="give the tolerated drop, e.g. 0.01")
+        if max_drop is not None and not (math.isfinite(max_drop) and max_drop >= 0):
+            raise RequirementsError(
+                f"--max-drop {max_drop} is not a non-negative number", hint="give the tolerated drop, e.g. 0.01"
+            )
         reqs = load_requirements(requirements)
         with open_store(read_only=True) as con:
             no_progress_bar(con)  # stdout carries results only

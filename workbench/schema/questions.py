@@ -54,36 +54,70 @@ MAX_SCHEMA_BYTES = 16 * 1024 * 1024
 def load_schema(path: str | Path) -> DecisionSchema:
     """Read a YAML or JSON schema file. Raises :class:`SchemaError` naming the file and field.
 
-    Only regular files are read (a directory, FIFO or device is refused before opening it).
+    Only regular files are read (a directory, FIFO or device is refused before reading it).
+    """
+    path = Path(path)
+    text = read_text_file(
+        path,
+        what="schema file",
+        max_bytes=MAX_SCHEMA_BYTES,
+        error=SchemaError,
+        kind_hint="give the path of a .yaml or .json schema file",
+        size_hint="a decision schema is a few kilobytes; check the path",
+    )
+    fmt = "json" if path.suffix.lower() == ".json" else "yaml"
+    return loads_schema(text, source=str(path), fmt=fmt)
+
+
+def read_text_file(
+    path: str | Path,
+    *,
+    what: str,
+    max_bytes: int,
+    error: type[WorkbenchError] = SchemaError,
+    kind_hint: str = "give the path of a regular file",
+    size_hint: str = "check the path",
+) -> str:
+    """The UTF-8 text of a regular file of at most ``max_bytes`` bytes; one ``error`` line otherwise.
+
+    The file is opened without blocking and checked on its descriptor: a directory, FIFO, socket or
+    device (``/dev/zero``) is refused before anything is read, and at most ``max_bytes + 1`` bytes are
+    ever read (a file that grows while being read is refused too).
     """
     import os
     import stat
 
     path = Path(path)
     try:
-        st = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
-        raise SchemaError(f"{path}: schema file does not exist", hint="check the path") from None
+        raise error(f"{path}: {what} does not exist", hint="check the path") from None
     except OSError as exc:
-        raise SchemaError(f"{path}: cannot read: {exc.strerror}", hint="check the path") from None
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise SchemaError(f"{path}: {kind}", hint="give the path of a .yaml or .json schema file")
-    if st.st_size > MAX_SCHEMA_BYTES:
-        raise SchemaError(
-            f"{path}: {st.st_size:,} bytes is too large for a schema file (limit {MAX_SCHEMA_BYTES:,})",
-            hint="a decision schema is a few kilobytes; check the path",
-        )
+        raise error(f"{path}: cannot read: {exc.strerror}", hint="check the path and permissions") from None
     try:
-        raw = path.read_bytes()
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise error(f"{path}: {kind}", hint=kind_hint)
+        if st.st_size > max_bytes:
+            raise error(f"{path}: {st.st_size:,} bytes is too large for a {what} (limit {max_bytes:,})", hint=size_hint)
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, max_bytes + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > max_bytes:
+            raise error(f"{path}: more than {max_bytes:,} bytes is too large for a {what}", hint=size_hint)
     except OSError as exc:
-        raise SchemaError(f"{path}: cannot read: {exc.strerror}", hint="check the path and permissions") from None
+        raise error(f"{path}: cannot read: {exc.strerror}", hint="check the path and permissions") from None
+    finally:
+        os.close(fd)
     try:
-        text = raw.decode("utf-8")
+        return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SchemaError(f"{path}: not valid UTF-8 (byte {exc.start})", hint="save the file as UTF-8") from None
-    fmt = "json" if path.suffix.lower() == ".json" else "yaml"
-    return loads_schema(text, source=str(path), fmt=fmt)
+        raise error(f"{path}: not valid UTF-8 (byte {exc.start})", hint="save the file as UTF-8") from None
 
 
 def loads_schema(text: str, *, source: str = "<schema>", fmt: str = "yaml") -> DecisionSchema:
@@ -161,94 +195,117 @@ def parse_json_text(text: str, *, source: str = "<json>", error: type[WorkbenchE
         raise error(f"{source}: cannot parse JSON: {_one_line(exc)}", hint="fix the value") from None
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: object) -> str:
     return " ".join(str(exc).split())[:200]
 
 
-_YAML_LOADER: Any = None
+class _TooDeep(Exception):
+    def __init__(self, line: int):
+        self.line = line
 
 
-def _yaml_loader() -> Any:
+_YAML_LOADERS: dict[bool, Any] = {}
+
+
+def _yaml_loader(bool_keys: bool = True) -> Any:
     """A SafeLoader that counts nesting and refuses duplicate keys (built lazily: the runtime never loads YAML).
+
+    Keys are compared as constructed, so ``on:`` and ``true:`` (both the boolean true in YAML 1.1) or
+    ``1:`` and ``0x1:`` are duplicates too. With ``bool_keys=False`` an unquoted key that YAML 1.1 would read
+    as a boolean (``on``, ``yes``, ``off`` …) stays the text it is.
 
     Pure-Python on purpose: libyaml's composer recurses in C and segfaults on 100k nested ``[``.
     """
-    global _YAML_LOADER
-    if _YAML_LOADER is not None:
-        return _YAML_LOADER
+    if bool_keys in _YAML_LOADERS:
+        return _YAML_LOADERS[bool_keys]
     import yaml
     from yaml.nodes import MappingNode, ScalarNode
 
     class StrictSafeLoader(yaml.SafeLoader):
         depth = 0
-        source = "<yaml>"
 
         def compose_node(self, parent, index):
             self.depth += 1
             try:
                 if self.depth > MAX_NESTING + 1:  # +1: the scalar leaf is a node, not a level
-                    mark = self.peek_event().start_mark
-                    raise SchemaError(
-                        f"{self.source}: nested deeper than {MAX_NESTING} levels at line {mark.line + 1}",
-                        hint="flatten the structure",
-                    )
+                    raise _TooDeep(self.peek_event().start_mark.line + 1)
                 return super().compose_node(parent, index)
             finally:
                 self.depth -= 1
 
         def construct_mapping(self, node, deep=False):
             if isinstance(node, MappingNode):
-                seen: dict[Any, int] = {}
+                seen: set[Any] = set()
                 for key_node, _ in node.value:
                     if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, ScalarNode):
                         continue
-                    key = key_node.value
-                    if key in seen:
-                        raise _DuplicateKey(key, key_node.start_mark.line + 1)
-                    seen[key] = key_node.start_mark.line + 1
+                    if not bool_keys and key_node.tag == "tag:yaml.org,2002:bool" and key_node.style is None:
+                        key_node.tag = "tag:yaml.org,2002:str"
+                    key = self.construct_object(key_node)
+                    try:
+                        marker = (type(key) is bool, key)  # True and 1 are equal in Python, not in YAML
+                        dup = marker in seen
+                    except TypeError:  # an unhashable key: the constructor says so below
+                        continue
+                    if dup:
+                        raise _DuplicateKey(str(key_node.value), key_node.start_mark.line + 1)
+                    seen.add(marker)
             return super().construct_mapping(node, deep=deep)
 
-    _YAML_LOADER = StrictSafeLoader
-    return _YAML_LOADER
+    _YAML_LOADERS[bool_keys] = StrictSafeLoader
+    return StrictSafeLoader
 
 
-def parse_yaml_text(text: str, *, source: str = "<yaml>") -> Any:
-    """YAML 1.1 safe load that refuses duplicate keys and nesting deeper than :data:`MAX_NESTING`."""
+def parse_yaml_text(
+    text: str, *, source: str = "<yaml>", error: type[WorkbenchError] = SchemaError, bool_keys: bool = True
+) -> Any:
+    """YAML 1.1 safe load that refuses duplicate keys and nesting deeper than :data:`MAX_NESTING` with one
+    ``error`` line (any other YAML or constructor failure too); ``bool_keys`` as :func:`_yaml_loader`."""
     import yaml
 
     try:
-        loader = _yaml_loader()(text)  # the reader checks characters here already
-        loader.source = source
+        loader = _yaml_loader(bool_keys)(text)  # the reader checks characters here already
         try:
             return loader.get_single_data()
         finally:
             loader.dispose()
     except _DuplicateKey as dup:
-        raise SchemaError(
+        raise error(
             f"{source}: duplicate key {dup.key!r} at line {dup.line}",
             hint="each key may appear once; remove or rename one",
         ) from None
-    except SchemaError:
+    except _TooDeep as deep:
+        raise error(
+            f"{source}: nested deeper than {MAX_NESTING} levels at line {deep.line}", hint="flatten the structure"
+        ) from None
+    except WorkbenchError:
         raise
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise SchemaError(
-            f"{source}: cannot parse YAML: {exc.problem or exc.context}{where}", hint="fix the YAML syntax"
-        ) from None
+        what = _one_line(exc.problem or exc.context or "")
+        raise error(f"{source}: cannot parse YAML: {what}{where}", hint="fix the YAML syntax") from None
     except yaml.YAMLError as exc:
-        raise SchemaError(f"{source}: cannot parse YAML: {_one_line(exc)}", hint="fix the YAML syntax") from None
+        raise error(f"{source}: cannot parse YAML: {_one_line(exc)}", hint="fix the YAML syntax") from None
     except RecursionError:
-        raise SchemaError(f"{source}: nested too deeply to parse", hint=f"at most {MAX_NESTING} levels") from None
+        raise error(f"{source}: nested too deeply to parse", hint=f"at most {MAX_NESTING} levels") from None
     except Exception as exc:  # noqa: BLE001 - PyYAML's constructors raise bare errors on odd scalars ('!!int ' -> IndexError)
-        raise SchemaError(
+        raise error(
             f"{source}: cannot parse YAML: {type(exc).__name__}: {_one_line(exc)}", hint="fix or quote the value"
         ) from None
 
 
-def check_json_shape(data: Any, *, source: str, limit: int = MAX_EXPANDED_UNITS) -> int:
+def check_json_shape(
+    data: Any,
+    *,
+    source: str,
+    limit: int = MAX_EXPANDED_UNITS,
+    error: type[WorkbenchError] = SchemaError,
+    scalars: bool = True,
+) -> int:
     """Refuse what JSON cannot send, cycles, nesting deeper than :data:`MAX_NESTING`, and documents whose
-    expanded size (aliases followed) exceeds ``limit`` units. Returns the expanded size.
+    expanded size (aliases followed) exceeds ``limit`` units, with one ``error``. Returns the expanded size.
+    ``scalars=False`` leaves the scalars (NaN, dates …) to a later validation that names their field.
 
     Iterative and memoised by object identity, so an alias bomb is measured without being expanded.
     """
@@ -261,7 +318,7 @@ def check_json_shape(data: Any, *, source: str, limit: int = MAX_EXPANDED_UNITS)
         if isinstance(obj, dict):
             for k in obj:
                 if not isinstance(k, str):
-                    raise SchemaError(
+                    raise error(
                         f"{source}: key {k!r} is a {type(k).__name__}, not a string",
                         hint="quote the key (JSON keys are strings)",
                     )
@@ -271,7 +328,8 @@ def check_json_shape(data: Any, *, source: str, limit: int = MAX_EXPANDED_UNITS)
     while stack:
         obj, done = stack.pop()
         if not isinstance(obj, (dict, list)):
-            _check_scalar(obj, source)
+            if scalars:
+                _check_scalar(obj, source, error)
             continue
         key = id(obj)
         if done:
@@ -284,19 +342,17 @@ def check_json_shape(data: Any, *, source: str, limit: int = MAX_EXPANDED_UNITS)
                     total += len(c) + 1 if isinstance(c, str) else 1
             size[key], depth[key] = total, deepest + 1
             if total > limit:
-                raise SchemaError(
+                raise error(
                     f"{source}: the document expands to more than {limit:,} nodes and characters "
                     "(YAML aliases repeated too often?)",
                     hint="write the text out once; do not nest aliases",
                 )
             if deepest + 1 > MAX_NESTING:
-                raise SchemaError(f"{source}: nested deeper than {MAX_NESTING} levels", hint="flatten the structure")
+                raise error(f"{source}: nested deeper than {MAX_NESTING} levels", hint="flatten the structure")
             continue
         if key in size:
             if size[key] == in_progress:
-                raise SchemaError(
-                    f"{source}: a YAML alias refers to itself (a cycle)", hint="remove the recursive alias"
-                )
+                raise error(f"{source}: a YAML alias refers to itself (a cycle)", hint="remove the recursive alias")
             continue
         size[key] = in_progress
         stack.append((obj, True))
@@ -304,14 +360,14 @@ def check_json_shape(data: Any, *, source: str, limit: int = MAX_EXPANDED_UNITS)
     return size.get(id(data), 1)
 
 
-def _check_scalar(value: Any, source: str) -> None:
+def _check_scalar(value: Any, source: str, error: type[WorkbenchError] = SchemaError) -> None:
     if value is None or isinstance(value, (str, bool, int)):
         return
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
-            raise SchemaError(f"{source}: {value!r} is not a JSON number", hint="use a finite number or a string")
+            raise error(f"{source}: {value!r} is not a JSON number", hint="use a finite number or a string")
         return
-    raise SchemaError(
+    raise error(
         f"{source}: {value!r} is a {type(value).__name__}, which JSON cannot carry",
         hint="quote it as a string (YAML reads unquoted dates and !!binary as other types)",
     )
