@@ -281,3 +281,43 @@ def test_challenger_answers_over_the_journal_limit_are_measured_in_utf8_bytes():
     assert len(raw) == 10_011
     under = challenger_record("p2", ChallengerResult(200, text, 3.0), max_body=len(raw))
     assert under["body"] == text and "body_sha256" not in under
+
+
+def _free_udp_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_orphans_are_swept_on_a_timer_with_the_syslog_log(tmp_path):
+    """With ``--syslog-port`` (the recipe's set-up) no request ever waits for the spool, so the sweep that ran
+    only while a request waited never ran: 520 unclaimed answers stayed on disk. The sweep is on a timer."""
+    with run_emulator(port=0) as challenger:
+        config = CollectorConfig(
+            challenger=challenger.base_url + "/v1/systemone",
+            journal=tmp_path / "c.jsonl",
+            spool=tmp_path / "spool",
+            champion_timeout=0.2,  # orphans after 0.4 s, a sweep every 0.2 s
+            syslog_port=_free_udp_port(),
+            fsync=False,
+        )
+        config.spool.mkdir()
+        old = time.time() - 3600
+        for i in range(50):  # stored answers of requests the mirror location did not sample
+            _store(config.spool, f"orphan{i:03d}", b"{}")
+            os.utime(config.spool / f"orphan{i:03d}", (old, old))
+        running = Running(config)
+        try:
+            with httpx.Client(trust_env=False, timeout=5) as client:
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    st = client.get(running.url + "/v1/shadow/status").json()
+                    if st["spool_orphans"] == 50:
+                        break
+                    time.sleep(0.05)
+        finally:
+            running.close()
+    assert st["spool_orphans"] == 50 and st["requests"] == 0, st
+    assert list(config.spool.iterdir()) == []

@@ -30,8 +30,9 @@ For each mirrored request (``POST``, header ``X-Request-Id: $request_id``) the c
 
 Request ids are checked (letters, digits, ``-``, ``_``, ``.``, not starting with a dot; at most 128)
 before they name a file.
-Spool files nobody claimed (a mirror subrequest that never arrived) are deleted after twice the
-champion timeout and counted as ``orphans``.
+Spool files nobody claimed (a mirror subrequest that never arrived, a request the mirror location did
+not sample) are deleted after twice the champion timeout and counted as ``orphans``, by a sweep that
+runs every champion timeout whether or not a request is waiting.
 """
 
 from __future__ import annotations
@@ -112,7 +113,10 @@ class Spool:
     """Champion answers that nginx stores as ``DIR/<request id>``, claimed by the requests waiting for them.
 
     One polling task scans the directory every ``poll_interval`` while anyone waits (a scan is one
-    ``scandir`` however many requests wait); a claimed file is read and deleted.
+    ``scandir`` however many requests wait); a claimed file is read and deleted. A sweeping task
+    (:meth:`start_sweeping`) deletes the files nobody claimed, every ``orphan_after / 2`` seconds whether
+    or not anyone waits: with the syslog access log most requests never wait (their answer is already
+    there, or their log line says it never will be), so a sweep tied to waiting never ran.
     """
 
     def __init__(self, path: Path, *, poll_interval: float, orphan_after: float, max_bytes: int = 8 * 1024 * 1024):
@@ -124,7 +128,7 @@ class Spool:
         self.max_bytes = max_bytes
         self._waiters: dict[str, asyncio.Future] = {}
         self._poller: asyncio.Task | None = None
-        self._last_sweep = time.time()
+        self._sweeper: asyncio.Task | None = None
 
     def _claim(self, request_id: str) -> tuple[bytes | None, float] | None:
         """(answer, mtime), the answer None when it is over ``max_bytes`` (deleted unread); None if absent."""
@@ -167,12 +171,33 @@ class Spool:
                     found = self._claim(name)
                     if found is not None:
                         future.set_result(found)
-            if time.time() - self._last_sweep > self.orphan_after / 2:
-                self._sweep(names)
+
+    def start_sweeping(self) -> None:
+        """Sweep orphans every ``orphan_after / 2`` seconds until :meth:`stop_sweeping`."""
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._sweep_forever())
+
+    async def stop_sweeping(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            try:
+                await self._sweeper
+            except asyncio.CancelledError:
+                pass
+            self._sweeper = None
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.orphan_after / 2)
+            try:
+                names = [e.name for e in os.scandir(self.path)]
+            except OSError:
+                continue
+            self._sweep(names)
 
     def _sweep(self, names: list[str]) -> None:
         """Delete stored answers that nobody claimed within ``orphan_after`` seconds."""
-        now = self._last_sweep = time.time()
+        now = time.time()
         for name in names:
             if name in self._waiters:
                 continue
@@ -292,6 +317,7 @@ class Collector:
     async def startup(self, host: str = "127.0.0.1") -> None:
         self.journal = Journal(self.config.journal, fsync=self.config.fsync)
         await self.challenger.start()
+        self.spool.start_sweeping()
         if self.config.syslog_port is not None:
             log = AccessLog(keep_for=2 * self.config.champion_timeout)
             transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(
@@ -306,6 +332,7 @@ class Collector:
                 set(self._tasks), timeout=max(self.config.champion_timeout, self.config.challenger_timeout) + 1.0
             )
         await self.challenger.aclose()
+        await self.spool.stop_sweeping()
         if self._udp is not None:
             self._udp.close()
         if self.journal is not None:
