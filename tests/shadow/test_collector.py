@@ -321,3 +321,55 @@ def test_orphans_are_swept_on_a_timer_with_the_syslog_log(tmp_path):
             running.close()
     assert st["spool_orphans"] == 50 and st["requests"] == 0, st
     assert list(config.spool.iterdir()) == []
+
+
+def test_bodies_held_are_bounded_and_the_excess_is_dropped_with_a_count(tmp_path):
+    """Every mirrored body is held until its champion answer comes (up to ``champion_timeout``): 100 bodies
+    of 7 MiB grew the collector from 101 to 1,051 MiB. ``max_held_bytes`` bounds them; beyond it a request
+    is dropped unread and counted, and the ones held are journaled whole."""
+    size = 300 * 1024
+    answer = b'{"model":"clef","answers":{"urgent":{"type":"noul","noul":0.8}}}'
+    with run_emulator(port=0) as challenger:
+        config = CollectorConfig(
+            challenger=challenger.base_url + "/v1/systemone",
+            journal=tmp_path / "c.jsonl",
+            spool=tmp_path / "spool",
+            champion_timeout=120.0,  # held until the test stores the answers
+            max_body_bytes=512 * 1024,
+            max_held_bytes=1024 * 1024,  # three bodies of 300 KiB
+            fsync=False,
+        )
+        running = Running(config)
+        try:
+            with httpx.Client(trust_env=False, timeout=30) as client:
+                url = running.url + "/v1/shadow/mirror"
+                codes = []
+                for i in range(10):
+                    body = json.dumps({"model": "clef", "state": "s" * size, "questions": QUESTIONS, "i": i})
+                    codes.append(client.post(url, content=body.encode(), headers={"x-request-id": f"r{i}"}).status_code)
+                held = client.get(running.url + "/v1/shadow/status").json()
+                for i in range(3):
+                    _store(config.spool, f"r{i}", answer)
+                st = _settled(client, running, 3)
+        finally:
+            running.close()
+    assert codes == [204] * 3 + [503] * 7
+    assert held["dropped_held_bytes"] == 7 and held["requests"] == 3 and held["in_progress"] == 3
+    assert 3 * size < held["held_bytes"] <= 1024 * 1024
+    assert st["held_bytes"] == 0 and st["champion_stored"] == 3, st
+    champ = sorted(r["pair"] for r in read_journal(config.journal) if r["kind"] == "champion")
+    assert champ == ["r0", "r1", "r2"]
+
+
+def test_collector_refuses_a_held_limit_below_one_body(tmp_path):
+    from workbench.errors import WorkbenchError
+    from workbench.shadow.collector import Collector
+
+    config = CollectorConfig(
+        challenger="http://127.0.0.1:9/v1/systemone",
+        journal=tmp_path / "c.jsonl",
+        spool=tmp_path / "spool",
+        max_held_bytes=1000,
+    )
+    with pytest.raises(WorkbenchError, match="max_held_bytes"):
+        Collector(config)

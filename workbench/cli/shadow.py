@@ -210,6 +210,12 @@ def register(app: typer.Typer) -> None:
         max_journal_body: str = typer.Option(
             "1MiB", "--max-journal-body", help="Bodies above this are journaled as sha256 + size."
         ),
+        max_held: str = typer.Option(
+            "256MiB",
+            "--max-held",
+            help="Mirrored request bodies held at once (each until its pair is journaled); beyond, requests are "
+            "dropped unread and counted (dropped_held_bytes).",
+        ),
     ) -> None:
         """Collector behind nginx's `mirror`: call the challenger, pair it with the champion's stored answer.
 
@@ -230,6 +236,7 @@ def register(app: typer.Typer) -> None:
             syslog_port=syslog_port,
             max_body_bytes=max_body_bytes,
             max_journal_body=parse_size(max_journal_body, option="--max-journal-body"),
+            max_held_bytes=parse_size(max_held, option="--max-held"),
         )
 
         def _ready(bound: int) -> None:
@@ -240,7 +247,8 @@ def register(app: typer.Typer) -> None:
         def _after(c) -> None:
             err_console.print(
                 f"stopped after {c.stats['requests']} mirrored requests "
-                f"({c.stats['champion_not_stored']} champion answers not stored)"
+                f"({c.stats['champion_not_stored']} champion answers not stored, "
+                f"{c.stats['dropped_held_bytes']} dropped over --max-held)"
             )
             if ingest and path.exists():
                 from workbench.store.shadow import ingest_journal

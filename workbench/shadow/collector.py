@@ -87,6 +87,11 @@ class CollectorConfig:
     max_journal_body : int, default=1 MiB
         A request or answer body over this many bytes is journaled as sha256 + size, not whole (so
         ``shadow ingest`` reads every line; such a pair is ingested without its state).
+    max_held_bytes : int, default=256 MiB
+        Mirrored request bodies held at once (each until its pair is journaled, up to
+        ``champion_timeout``). A request that does not fit is dropped unread (503 to the gateway, which
+        ignores it) and counted in ``dropped_held_bytes``; its stored answer is swept as an orphan.
+        A request without ``Content-Length`` reserves ``max_body_bytes`` while it is read.
     """
 
     challenger: str
@@ -102,6 +107,7 @@ class CollectorConfig:
     poll_interval: float = 0.005
     syslog_port: int | None = None
     max_journal_body: int = MAX_JOURNAL_BODY
+    max_held_bytes: int = 256 * 1024 * 1024
     fsync: bool = True
 
 
@@ -285,7 +291,16 @@ class Collector:
                 f"shadow collect: max_journal_body must be >= 0 bytes, got {config.max_journal_body}",
                 hint="e.g. --max-journal-body 1MiB",
             )
+        if config.max_held_bytes < config.max_body_bytes:
+            from workbench.errors import WorkbenchError
+
+            raise WorkbenchError(
+                f"shadow collect: max_held_bytes ({config.max_held_bytes}) is below max_body_bytes "
+                f"({config.max_body_bytes})",
+                hint="the collector must be able to hold one request of the largest size, e.g. --max-held 256MiB",
+            )
         self.config = config
+        self.held_bytes = 0  # request bodies held by collections in progress (and reserved by reads)
         # trust_env: a challenger reached through the team's proxy honours HTTPS_PROXY / NO_PROXY
         self.challenger = ChallengerClient(
             config.challenger, timeout=config.challenger_timeout, headers=config.challenger_headers, trust_env=True
@@ -311,6 +326,7 @@ class Collector:
             "challenger_errors": 0,
             "challenger_shed": 0,
             "journal_errors": 0,
+            "dropped_held_bytes": 0,
         }
         self.on_closed: Callable[[Collector], None] | None = None
 
@@ -345,6 +361,7 @@ class Collector:
             **self.stats,
             "in_progress": len(self._tasks),
             "challenger_in_flight": self._challenger_in_flight,
+            "held_bytes": self.held_bytes,
             "spool_orphans": self.spool.orphans,
             "log_lines": self.access_log.lines if self.access_log is not None else None,
             "name": self.config.name,
@@ -374,12 +391,28 @@ class Collector:
                 f"header {self.config.request_id_header} must carry nginx's $request_id "
                 "(letters, digits, '-', '_', '.', not starting with '.'; at most 128)",
             )
-        if request.content_length is not None and request.content_length > self.config.max_body_bytes:
+        length = request.content_length
+        if length is not None and length > self.config.max_body_bytes:
             return self._refuse(413, f"mirrored body over {self.config.max_body_bytes} bytes")
+        need = length if length is not None else self.config.max_body_bytes
+        if self.held_bytes + need > self.config.max_held_bytes:
+            self.stats["dropped_held_bytes"] += 1
+            response = web.json_response(
+                {"error": {"type": "overloaded", "message": "the collector holds its limit of request bodies"}},
+                status=503,
+            )
+            response.force_close()  # the body was not read
+            return response
+        self.held_bytes += need
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
+            self.held_bytes -= need
             return self._refuse(413, f"mirrored body over {self.config.max_body_bytes} bytes")
+        except BaseException:
+            self.held_bytes -= need
+            raise
+        self.held_bytes += len(body) - need  # held until the pair is journaled (_collect releases it)
         self.stats["requests"] += 1
         arrived, arrived_wall = _now_iso(), time.time()
         task = asyncio.create_task(self._collect(request_id, body, dict(request.headers), arrived, arrived_wall))
@@ -389,7 +422,15 @@ class Collector:
 
     # -- one pair -----------------------------------------------------------------------------
     async def _collect(self, request_id: str, body: bytes, headers: dict, arrived: str, arrived_wall: float) -> None:
-        """Both halves of one mirrored request, journaled together once both are known."""
+        """Both halves of one mirrored request, journaled together once both are known; then the body is released."""
+        try:
+            await self._collect_pair(request_id, body, headers, arrived, arrived_wall)
+        finally:
+            self.held_bytes -= len(body)
+
+    async def _collect_pair(
+        self, request_id: str, body: bytes, headers: dict, arrived: str, arrived_wall: float
+    ) -> None:
         headers = {k.lower(): v for k, v in headers.items()}
         item_id = headers.get("x-item-id") or request_id
         challenger = asyncio.create_task(self._challenger_half(body, headers))
