@@ -17,36 +17,85 @@ Each record (keys in this order)::
 
 Properties production code relies on:
 
-- **never breaks or slows the caller**: every error (disk full, permissions, a value that is not
-  JSON) is swallowed and counted (``n_errors``, ``last_error``); the caller's decision is returned
-  unchanged. A decision's lines are written with one ``write`` on an ``O_APPEND`` descriptor
-  (no buffering to lose, no interleaving with other writers' records on a local file system).
-- **rotation**: when the file would grow past ``rotate_bytes`` it is renamed ``PATH.1`` (older
-  files shift to ``.2``, ``.3``, … and beyond ``backups`` are deleted) and a new file is started.
-- **crash safety**: a crash mid-write leaves at most a torn last line. On reopening, a file that
-  does not end with a newline gets one, so the fragment stays alone on its line; readers
-  (:func:`read_decision_log`, ``workbench monitor``) skip it with a warning.
+- **never breaks the caller**: every error (disk full, permissions, a value that is not
+  JSON, a path that is not a regular file) is swallowed and counted (``n_errors``, ``last_error``)
+  and reported by a rate-limited warning of the ``workbench_runtime.decision_log`` logger (one per
+  kind of failure per minute; it names the path and the error, never a record's contents); the
+  caller's decision is returned unchanged. A FIFO, device or directory at the path is refused when
+  the log is built and at every open (it is opened non-blocking and checked with ``fstat``), so a
+  FIFO without a reader never blocks ``decide``.
+- **several writers on one path** — threads sharing a ``DecisionLog``, several ``DecisionLog``
+  objects, several processes (forked ones included) — **lose nothing and duplicate nothing**, on a
+  local POSIX file system: every record a writer counts in ``n_records`` is in exactly one file of
+  the log, whole, on its own line. A decision's lines are written with one ``write`` on an
+  ``O_APPEND`` descriptor, under a shared ``flock`` on a sidecar lock file (``.NAME.lock`` beside
+  the log; do not delete it while writers run); a rotation takes the lock exclusively, so no write
+  is ever in flight while the file is renamed. Before each write a writer checks that the path
+  still names the file it holds (another writer may have rotated it) and reopens it if not. (All
+  writers of a path must run this version: an older runtime neither locks nor numbers backups.)
+- **rotation** is O(1): when a write would take the file past ``rotate_bytes`` the writer renames
+  it to the next numbered backup, ``PATH.00000001``, ``PATH.00000002``, … (numbers only grow, an
+  existing file is never overwritten; the last number is kept in the lock file), and the next
+  write starts a new file. With ``backups=k`` the backup ``k`` numbers older than the new one is
+  deleted (the first rotation of each ``DecisionLog`` also sweeps older excess files). A rotation
+  waits for the writes in flight (microseconds) and for a reader opening the files; writes of
+  other writers that started before the file was full may take it a few lines past
+  ``rotate_bytes``. Logs in the older layout (``PATH.1`` newest, ``PATH.2``, … shifted at every
+  rotation) are still read, before the numbered backups.
+- **crash safety and full disks**: a crash mid-write leaves at most a torn last line. Before
+  each write a writer checks that the file ends with a newline and starts its record on a new
+  line if it does not, so a torn fragment stays alone on its line; readers
+  (:func:`read_decision_log`, ``workbench monitor``) skip it with a warning. A partial write (disk
+  full, file-size limit) counts as an error, not as written records: the writer truncates its
+  fragment away (under the exclusive lock, when it is still the end of the file) and the next
+  record starts on a new line. (Only when another writer appends between the partial write and its
+  repair does the fragment stay, as a skipped line, with any whole lines it holds readable.)
 
-Standard library only.
+:func:`log_files` lists a log's files oldest first and :func:`read_decision_log` reads them all,
+each record once: it opens every file under the shared lock, so a rotation cannot move a file
+between listing and opening. Standard library only (``fcntl`` where available: without it, as on
+Windows, the log is safe for one writer object only).
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import math
 import os
+import re
+import stat
 import threading
+import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: one writer object per path
+    fcntl = None  # type: ignore[assignment]
 
 #: Default size at which a log file is rotated (64 MiB).
 ROTATE_BYTES = 64 * 2**20
 
+#: Seconds between two warnings of one kind of failure (per ``DecisionLog``).
+WARN_INTERVAL = 60.0
+
+#: Digits of a numbered backup (``PATH.00000001``); shorter numeric suffixes are the older layout.
+BACKUP_DIGITS = 8
+
+logger = logging.getLogger("workbench_runtime.decision_log")
+
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_DIGITS = re.compile(r"[0-9]+")
+_COUNTER_WIDTH = 20  # the lock file holds the last backup number, zero-padded to a fixed width
+_SH, _UN = (fcntl.LOCK_SH, fcntl.LOCK_UN) if fcntl is not None else (0, 0)
 
 
 def new_decision_id() -> str:
@@ -61,8 +110,69 @@ def _finite(x: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+def lock_path(path: str | os.PathLike) -> Path:
+    """The sidecar lock file of a log (``DIR/.NAME.lock``: hidden, so ``NAME*`` globs do not match it)."""
+    p = Path(path)
+    return p.with_name(f".{p.name}.lock")
+
+
+def backup_path(path: str | os.PathLike, number: int) -> Path:
+    """The numbered backup ``number`` of a log (``PATH.00000001`` is the oldest ever written)."""
+    p = Path(path)
+    return p.with_name(f"{p.name}.{number:0{BACKUP_DIGITS}d}")
+
+
+class PartialWriteError(OSError):
+    """A write stored only part of a record batch (disk full, file-size limit)."""
+
+
+class NotARegularFileError(OSError):
+    """The log path names a FIFO, a device, a socket or a directory."""
+
+
+def _kind_of(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def _refusal(path: Path, mode: int) -> OSError:
+    what = _kind_of(mode)
+    if what == "directory":
+        return IsADirectoryError(f"{path} is a directory, not a regular file")
+    return NotARegularFileError(f"{path} is a {what}, not a regular file: refused (a FIFO would block every decision)")
+
+
+_LOGS: weakref.WeakSet[DecisionLog] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A forked child must not share the parent's lock-file description (flock locks belong to it, so
+    # parent and child would not exclude each other) nor a thread lock another thread held at the fork.
+    for log in list(_LOGS):
+        log._lock = threading.Lock()
+        for fd in (log._fd, log._lk):
+            if fd is not None and fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        log._fd, log._id, log._lk = None, None, None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class DecisionLog:
-    """Append-only JSON Lines log of question decisions with size-based rotation.
+    """Append-only JSON Lines log of question decisions with size-based rotation, safe for several writers.
 
     Parameters
     ----------
@@ -83,6 +193,7 @@ class DecisionLog:
         clock: Callable[[], datetime] | None = None,
     ):
         self.path = Path(path)
+        self._spath = os.fspath(self.path)
         self.clock = clock
         self.rotate_bytes = rotate_bytes
         self.backups = backups
@@ -92,50 +203,197 @@ class DecisionLog:
         self.n_rotations = 0
         self.last_error: str | None = None
         self._lock = threading.Lock()
-        self._fd: int | None = None
-        self._size = 0
+        self._fd: int | None = None  # the live file, opened O_APPEND
+        self._id: tuple[int, int] | None = None  # its (st_dev, st_ino)
+        self._readable = True  # _fd allows pread (tail checks, repairs)
+        self._end = -1  # the file's size right after our last write (its tail is then our newline)
+        self._lk: int | None = None  # the lock file (-1: unavailable, write without locking)
+        self._last_backup: int | None = None  # without a lock file: the last backup number
+        self._swept = False
+        self._warned: dict[str, tuple[float, int]] = {}
+        _LOGS.add(self)
+        try:  # refuse a FIFO/device/directory now, before any decision waits on it
+            st = os.stat(self.path)
+        except OSError:
+            pass
+        else:
+            if not stat.S_ISREG(st.st_mode):
+                exc = _refusal(self.path, st.st_mode)
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                self._warn("open", exc)
 
-    # -- file handling ---------------------------------------------------------------------------------
+    # -- failures --------------------------------------------------------------------------------------
+    def _warn(self, kind: str, exc: BaseException) -> None:
+        """A warning per kind of failure at most every WARN_INTERVAL seconds; never a record's contents."""
+        now = time.monotonic()
+        last, suppressed = self._warned.get(kind, (-math.inf, 0))
+        if now - last < WARN_INTERVAL:
+            self._warned[kind] = (last, suppressed + 1)
+            return
+        self._warned[kind] = (now, 0)
+        if isinstance(exc, OSError):  # our own messages and the system's: a path and an errno text
+            what = f"{type(exc).__name__}: {exc}"
+        else:  # anything else (a value that is not JSON …) might quote a record: its type only
+            what = type(exc).__name__
+        more = f" ({suppressed} more since the last warning)" if suppressed else ""
+        logger.warning(
+            "decision log %s: %s failed: %s%s; decisions go on unlogged (%d error(s) so far)",
+            self.path,
+            kind,
+            what,
+            more,
+            self.n_errors,
+        )
+
+    def _fail(self, kind: str, exc: BaseException) -> None:
+        self.n_errors += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self._warn(kind, exc)
+
+    # -- locking ---------------------------------------------------------------------------------------
+    def _lock_fd(self) -> int:
+        if self._lk is None:
+            if fcntl is None:
+                self._lk = -1
+            else:
+                try:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self._lk = os.open(lock_path(self.path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                except OSError as exc:  # e.g. a read-only directory: go on as the only writer
+                    self._lk = -1
+                    self._warn("lock", exc)
+        return self._lk
+
+    @staticmethod
+    def _flock(lk: int, op: int) -> None:
+        if lk >= 0:
+            fcntl.flock(lk, op)
+
+    @staticmethod
+    def _exclusive(lk: int) -> None:
+        """Swap the shared lock for the exclusive one (not atomic: callers look at the file again after)."""
+        if lk >= 0:
+            fcntl.flock(lk, fcntl.LOCK_UN)
+            fcntl.flock(lk, fcntl.LOCK_EX)
+
+    # -- file handling (under the lock) ----------------------------------------------------------------
     def _open(self) -> int:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        size = os.fstat(fd).st_size
-        if size:
-            with open(self.path, "rb") as fh:  # a torn last line from a crash: end it
-                fh.seek(size - 1)
-                if fh.read(1) != b"\n":
-                    size += os.write(fd, b"\n")
-        self._fd, self._size = fd, size
+        flags = os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self._spath, os.O_RDWR | flags, 0o644)
+            readable = True
+        except PermissionError:  # a write-only file: no tail checks
+            fd = os.open(self._spath, os.O_WRONLY | flags, 0o644)
+            readable = False
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # a FIFO without a reader
+                raise NotARegularFileError(f"{self.path} is a FIFO, not a regular file: refused") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _refusal(self.path, st.st_mode)
+            if fcntl is not None and hasattr(os, "O_NONBLOCK"):
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._close_fd()
+        self._fd, self._id, self._readable = fd, (st.st_dev, st.st_ino), readable
         return fd
 
-    def _rotate(self) -> None:
+    def _close_fd(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        n = 1
-        while self.path.with_name(f"{self.path.name}.{n}").exists():
-            n += 1
-        for i in range(n - 1, 0, -1):  # shift .i -> .i+1, oldest first
-            src = self.path.with_name(f"{self.path.name}.{i}")
-            if self.backups is not None and i >= self.backups:
-                src.unlink()
-            else:
-                src.rename(self.path.with_name(f"{self.path.name}.{i + 1}"))
+            fd, self._fd, self._id, self._end = self._fd, None, None, -1
+            os.close(fd)
+
+    def _current(self) -> tuple[int, int]:
+        """The descriptor of the file the path names now (reopened if another writer rotated it), and its size."""
+        try:
+            st = os.stat(self._spath)
+        except FileNotFoundError:
+            st = None
+        if st is None or self._fd is None or (st.st_dev, st.st_ino) != self._id:
+            fd = self._open()
+            return fd, os.fstat(fd).st_size
+        return self._fd, st.st_size
+
+    def _read_counter(self, lk: int) -> int:
+        if lk >= 0:
+            raw = os.pread(lk, _COUNTER_WIDTH + 1, 0)
+            if raw.strip().isdigit():
+                return int(raw)
+        elif self._last_backup is not None:
+            return self._last_backup
+        # no counter yet (or a lost one): the highest numbered backup on disk, listed once
+        return max((n for n, _ in _numbered(self.path)[1]), default=0)
+
+    def _rotate(self, lk: int) -> None:
+        """Under the exclusive lock: the live file becomes the next numbered backup (O(1))."""
         if self.backups == 0:
             self.path.unlink()
         else:
-            self.path.rename(self.path.with_name(f"{self.path.name}.1"))
+            n = self._read_counter(lk) + 1
+            while backup_path(self.path, n).exists():  # a stale counter never overwrites a backup
+                n += 1
+            os.rename(self.path, backup_path(self.path, n))
+            if lk >= 0:
+                os.pwrite(lk, f"{n:0{_COUNTER_WIDTH}d}\n".encode(), 0)
+            self._last_backup = n
+            if self.backups is not None:
+                if self._swept:
+                    backup_path(self.path, n - self.backups).unlink(missing_ok=True)
+                else:  # once per DecisionLog: whatever an earlier setting or layout left beyond `backups`
+                    self._swept = True
+                    for old in _backups(self.path)[: -self.backups]:
+                        old.unlink(missing_ok=True)
         self.n_rotations += 1
+        self._close_fd()
 
     def _write(self, data: bytes) -> None:
-        with self._lock:
-            fd = self._fd if self._fd is not None else self._open()
-            if self.rotate_bytes is not None and self._size and self._size + len(data) > self.rotate_bytes:
-                self._rotate()
-                fd = self._open()
-            self._size += os.write(fd, data)
+        """Append ``data`` (whole lines) under the shared lock; raises on any failure, a partial write included."""
+        lk = self._lock_fd()
+        self._flock(lk, _SH)
+        try:
+            fd, size = self._current()
+            if self.rotate_bytes is not None and size and size + len(data) > self.rotate_bytes:
+                # every writer that sees the file full queues here without a shared lock, so the
+                # writes in flight end and one of them rotates; the others find the new file
+                self._exclusive(lk)
+                fd, size = self._current()
+                if size and size + len(data) > self.rotate_bytes:
+                    try:
+                        self._rotate(lk)
+                    except OSError as exc:  # the record still goes to the live file
+                        self._fail("rotation", exc)
+                    fd, size = self._current()
+            if size and size != self._end and self._readable and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data  # a torn line (a writer died mid-write): ours starts on a new line
+            self._end = -1
+            n = os.write(fd, data)
+            if n < len(data):
+                self._repair(lk, fd, data[:n])
+                raise PartialWriteError(f"{self.path}: partial write, {n} of {len(data)} bytes (disk full?)")
+            self._end = size + n  # unless another writer appended meanwhile: then the next write checks
             if self.fsync:
                 os.fsync(fd)
+        finally:
+            self._flock(lk, _UN)
+
+    def _repair(self, lk: int, fd: int, fragment: bytes) -> None:
+        """Remove a partial write's fragment when it is still the end of the file (under the exclusive lock)."""
+        if not fragment or not self._readable:
+            return
+        try:
+            self._exclusive(lk)
+            size = os.fstat(fd).st_size
+            start = size - len(fragment)
+            if start >= 0 and os.pread(fd, len(fragment), start) == fragment:
+                if start == 0 or os.pread(fd, 1, start - 1) == b"\n" or fragment.startswith(b"\n"):
+                    os.ftruncate(fd, start)
+        except OSError:
+            pass
 
     # -- writing ---------------------------------------------------------------------------------------
     def append(self, records: Sequence[Mapping[str, Any]]) -> bool:
@@ -143,13 +401,25 @@ class DecisionLog:
         try:
             if not records:
                 return True
-            self._write("".join(_dumps(r) + "\n" for r in records).encode("utf-8"))
+            data = "".join(_dumps(r) + "\n" for r in records).encode("utf-8")
+        except Exception as exc:  # logging must never break the caller's decision
+            with self._lock:
+                self._fail("record encoding", exc)
+            return False
+        with self._lock:
+            try:
+                self._write(data)
+            except PartialWriteError as exc:
+                self._fail("partial write", exc)
+                return False
+            except (NotARegularFileError, IsADirectoryError) as exc:
+                self._fail("open", exc)
+                return False
+            except Exception as exc:
+                self._fail("write", exc)
+                return False
             self.n_records += len(records)
             return True
-        except Exception as exc:  # logging must never break the caller's decision
-            self.n_errors += 1
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            return False
 
     def log_decisions(
         self,
@@ -189,18 +459,19 @@ class DecisionLog:
                     }
                 )
         except Exception as exc:
-            self.n_errors += 1
-            self.last_error = f"{type(exc).__name__}: {exc}"
+            with self._lock:
+                self._fail("record encoding", exc)
             return False
         return self.append(records)
 
     def close(self) -> None:
         with self._lock:
-            if self._fd is not None:
-                try:
-                    os.close(self._fd)
-                finally:
-                    self._fd = None
+            try:
+                self._close_fd()
+            finally:
+                if self._lk is not None and self._lk >= 0:
+                    lk, self._lk = self._lk, None
+                    os.close(lk)
 
     def __enter__(self) -> DecisionLog:
         return self
@@ -224,33 +495,95 @@ class DecisionLog:
         }
 
 
-def log_files(path: str | os.PathLike) -> list[Path]:
-    """The log and its rotated files, oldest first (``PATH.N`` … ``PATH.1``, ``PATH``)."""
+def _numbered(path: str | os.PathLike) -> tuple[list[tuple[int, Path]], list[tuple[int, Path]]]:
+    """The rotated files of a log, as (number, path): the older layout's and the numbered backups."""
     p = Path(path)
-    rotated = []
-    n = 1
-    while p.with_name(f"{p.name}.{n}").exists():
-        rotated.append(p.with_name(f"{p.name}.{n}"))
-        n += 1
-    return [*reversed(rotated), *([p] if p.exists() else [])]
+    try:
+        names = os.listdir(p.parent)
+    except OSError:
+        return [], []
+    prefix = p.name + "."
+    old: list[tuple[int, Path]] = []
+    new: list[tuple[int, Path]] = []
+    for name in names:
+        suffix = name[len(prefix) :] if name.startswith(prefix) else ""
+        if _DIGITS.fullmatch(suffix):
+            (new if len(suffix) >= BACKUP_DIGITS else old).append((int(suffix), p.with_name(name)))
+    return old, new
+
+
+def _backups(path: str | os.PathLike) -> list[Path]:
+    old, new = _numbered(path)
+    return [f for _, f in sorted(old, reverse=True)] + [f for _, f in sorted(new)]
+
+
+def log_files(path: str | os.PathLike) -> list[Path]:
+    """The log and its rotated files, oldest first, each once.
+
+    The older layout's backups (``PATH.N`` … ``PATH.1``), then the numbered ones (``PATH.00000001``,
+    ``PATH.00000002``, …), then ``PATH``.
+    """
+    p = Path(path)
+    return [*_backups(p), *([p] if p.exists() else [])]
+
+
+def _records(lines: Iterable[bytes], name: str | os.PathLike) -> Iterator[dict]:
+    for n, raw in enumerate(lines, 1):
+        line = raw.decode("utf-8", errors="replace")
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            rec = None
+        if not isinstance(rec, dict):
+            warnings.warn(f"{name}: line {n} is not a JSON object (torn by a crash?); skipped", stacklevel=3)
+            continue
+        yield rec
 
 
 def iter_decision_log(path: str | os.PathLike) -> Iterator[dict]:
     """Records of one log file in order; lines that are not a JSON object (a torn line) are skipped with a warning."""
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+    with open(path, "rb") as fh:
+        yield from _records(fh, path)
+
+
+def open_decision_log(path: str | os.PathLike) -> list[tuple[Path, IO[bytes]]]:
+    """Every file of a log, oldest first, opened under the log's shared lock (a consistent set of files).
+
+    A rotation cannot run while the files are listed and opened, so each record is in exactly one of
+    them; records appended after the call may or may not be read. Close the handles when done.
+    """
+    p = Path(path)
+    lk = -1
+    if fcntl is not None:
+        try:
+            lk = os.open(lock_path(p), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            lk = -1  # no writer with a lock has used this log (or it is not readable): list it as it is
+    try:
+        if lk >= 0:
+            fcntl.flock(lk, fcntl.LOCK_SH)
+        out: list[tuple[Path, IO[bytes]]] = []
+        for f in log_files(p):
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                rec = None
-            if not isinstance(rec, dict):
-                warnings.warn(f"{path}: line {n} is not a JSON object (torn by a crash?); skipped", stacklevel=2)
+                out.append((f, open(f, "rb")))
+            except FileNotFoundError:  # deleted by a writer without the lock (an older runtime)
                 continue
-            yield rec
+        return out
+    finally:
+        if lk >= 0:
+            os.close(lk)
 
 
 def read_decision_log(path: str | os.PathLike) -> list[dict]:
-    """Every record of a log and its rotated files, oldest first (torn lines skipped with a warning)."""
-    return [rec for f in log_files(path) for rec in iter_decision_log(f)]
+    """Every record of a log and its rotated files, oldest first, each once (torn lines skipped with a warning)."""
+    out: list[dict] = []
+    handles = open_decision_log(path)
+    try:
+        for f, fh in handles:
+            out.extend(_records(fh, f))
+    finally:
+        for _, fh in handles:
+            fh.close()
+    return out
