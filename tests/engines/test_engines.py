@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from tests.close import assert_tree_close
 from tests.conftest import run_cli
 from workbench.engines.answers import aggregate_answers
 from workbench.engines.sessions import DuckDBEngine
@@ -390,10 +391,10 @@ def _assert_same_report(got: dict, ref: dict) -> None:
     for key in ("n_records", "n_outcomes", "n_outcomes_unmatched", "n_lines"):
         assert got["inputs"][key] == ref["inputs"][key], key
     assert len(got["windows"]) == len(ref["windows"]) > 3
-    assert json.loads(json.dumps(got["windows"]), parse_float=float) == pytest.approx(ref["windows"], abs=1e-9)
+    assert_tree_close(json.loads(json.dumps(got["windows"])), ref["windows"], abs_tol=1e-9)
     for q, r in ref["questions"].items():
         g = got["questions"][q]
-        assert g["overall"] == pytest.approx(r["overall"], abs=1e-9)
+        assert_tree_close(g["overall"], r["overall"], abs_tol=1e-9)
         assert g["recertification"] == r["recertification"]
         seq_g, seq_r = g["sequence"], r["sequence"]
         assert {k: v for k, v in seq_g.items() if k != "curve"} == {k: v for k, v in seq_r.items() if k != "curve"}
