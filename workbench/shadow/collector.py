@@ -52,7 +52,7 @@ from aiohttp import web
 
 from workbench.shadow.challenger import ChallengerClient, ChallengerResult, challenger_record, failure
 from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, champion_record
-from workbench.shadow.serving import run_until_stopped
+from workbench.shadow.serving import QuietServerLog, run_until_stopped
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")  # a file name: never "." or ".."
 
@@ -329,6 +329,7 @@ class Collector:
             "dropped_held_bytes": 0,
         }
         self.on_closed: Callable[[Collector], None] | None = None
+        self.server_log = QuietServerLog("collector")  # malformed requests: one line, never their bytes
 
     async def startup(self, host: str = "127.0.0.1") -> None:
         self.journal = Journal(self.config.journal, fsync=self.config.fsync)
@@ -363,6 +364,7 @@ class Collector:
             "challenger_in_flight": self._challenger_in_flight,
             "held_bytes": self.held_bytes,
             "spool_orphans": self.spool.orphans,
+            "malformed_requests": self.server_log.malformed,
             "log_lines": self.access_log.lines if self.access_log is not None else None,
             "name": self.config.name,
         }
@@ -532,7 +534,9 @@ async def collect_async(
     collector = Collector(config)
     collector.on_closed = on_closed
     await collector.startup(host)
-    runner = web.AppRunner(collector.app(), access_log=None, handle_signals=False, shutdown_timeout=5.0)
+    runner = web.AppRunner(
+        collector.app(), access_log=None, handle_signals=False, shutdown_timeout=5.0, logger=collector.server_log
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     try:

@@ -37,8 +37,10 @@ limit                     default     over it
 ========================  ==========  ===============================================================
 
 Invalid framing — two different ``Content-Length`` headers, ``Content-Length`` with
-``Transfer-Encoding``, a malformed chunk — is refused with 400 by aiohttp's parser before the
-mirror sees the request.
+``Transfer-Encoding``, a malformed chunk, bare-LF line ends — is refused with 400 by aiohttp's parser
+before the mirror sees the request. It is logged as one line without any of the request's bytes
+(:class:`~workbench.shadow.serving.QuietServerLog`, at most one line a second) and counted in
+``malformed_requests``.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ from workbench.shadow.challenger import (
     failure,
 )
 from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, champion_record
-from workbench.shadow.serving import run_until_stopped
+from workbench.shadow.serving import QuietServerLog, run_until_stopped
 
 ITEM_ID_HEADER = "x-item-id"
 MiB = 1024 * 1024
@@ -253,6 +255,12 @@ class _Connection(RequestHandler):
     def request_finished(self) -> None:
         self._busy = False
 
+    def handle_error(
+        self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        # aiohttp's message for a request it cannot parse quotes the request's bytes: not echoed
+        return super().handle_error(request, status, exc, "malformed request" if status == 400 else message)
+
 
 class _Server(web.Server):
     """aiohttp's low-level server, building :class:`_Connection` handlers."""
@@ -306,6 +314,7 @@ class MirrorApp:
         self._champion: aiohttp.ClientSession | None = None
         self.on_closed: Callable[[MirrorApp], None] | None = None  # run once the journal is closed
         self._sampler = random.Random(self.boot_id)
+        self.server_log = QuietServerLog("mirror")  # malformed requests: one line, never their bytes
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -340,6 +349,7 @@ class MirrorApp:
             "challenger_in_flight": len(self._tasks),
             "buffered_bytes": self.buffered_bytes,
             "open_connections": self.open_connections,
+            "malformed_requests": self.server_log.malformed,
             "boot_id": self.boot_id,
             "name": self.config.name,
         }
@@ -579,6 +589,7 @@ async def serve_async(
         keepalive_timeout=config.idle_timeout,
         access_log=None,
         lingering_time=min(10.0, config.body_timeout),
+        logger=app.server_log,
     )
     runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=config.champion_timeout + 1.0)
     await runner.setup()
