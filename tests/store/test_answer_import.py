@@ -576,3 +576,59 @@ def test_top_two_and_entropy_equal_the_runtimes_bit_for_bit():
     logs = np.zeros_like(p)
     np.log(p, out=logs, where=p > 0)  # the previous (masked) formulation
     assert np.array_equal(_entropy(p), -np.einsum("ij,ij->i", p, logs))
+
+
+# -- issue 25: JSON answers are as strict as the runtime's answer parsing ---------------------------
+@pytest.mark.parametrize(
+    ("value", "what"),
+    [
+        ('"0.2"', 'probability "0.2" at option 2 is a string'),
+        ("true", "probability true at option 2 is a boolean"),
+        ("null", "probability null at option 2 is null"),
+        ("NaN", "probability NaN at option 2 is NaN"),
+    ],
+)
+def test_jsonl_probabilities_that_are_not_json_numbers_are_refused(master, store, tmp_path, value, what):
+    """DuckDB's typed JSON reader turned "0.2" and true into numbers; the runtime refuses both, so does the import."""
+    rows = [json.dumps(r) for r in wide_table(master).to_pylist()]
+    vec = wide_table(master).column("spam")[6].as_py()
+    rows[6] = rows[6].replace(json.dumps(vec), "[" + json.dumps(vec[0]) + ", " + value + "]")
+    assert value in rows[6]
+    path = tmp_path / "a.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    msg = _refused(store, path, match="row 7: item 'm0006', column 'spam': ")
+    assert what in msg and "1 bad row: 1 type" in msg and "\n" not in msg
+
+
+def test_jsonl_values_of_the_wrong_type_are_refused_in_every_column(master, store, tmp_path):
+    base = wide_table(master).to_pylist()
+
+    def refused_with(edit: dict, row: int, match: str) -> str:
+        rows = [dict(r) for r in base]
+        rows[row].update(edit)
+        path = tmp_path / f"e{row}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return _refused(store, path, match=match)
+
+    refused_with({"topic": "[0.2, 0.2, 0.2, 0.2, 0.2]"}, 3, r"row 4: item 'm0003', column 'topic' holds a string")
+    refused_with({"item_id": True}, 2, r"row 3: column 'item_id' holds a boolean \(true\), not a string")
+    refused_with({"topic": None, "topic__failure_kind": 7}, 5, r"row 6: item 'm0005', column 'topic__failure_kind'")
+    refused_with({"spam": [True, False]}, 9, r"row 10: item 'm0009', column 'spam': probability true at option 1")
+
+
+def test_parquet_text_columns_must_be_text_and_call_figures_valid(master, store, tmp_path):
+    kinds = pa.array([None] * N, pa.int64())
+    _refused(store, _with(master, tmp_path, "k.parquet", topic__failure_kind=kinds), match="is int64, not text")
+    con = connect(store)
+    run_id = import_answers(con, write_wide(master, tmp_path / "a.parquet"), dataset="msgs", schema=schema(), name="a")
+    export_run(con, run_id, "parquet", tmp_path / "long.parquet")
+    con.close()
+    long = pq.read_table(tmp_path / "long.parquet")
+    for col, value in (("latency_ms", -1.0), ("cost_usd", float("nan")), ("input_tokens", -5)):
+        typ = pa.int64() if col == "input_tokens" else pa.float64()
+        values = [None] * long.num_rows
+        values[8] = value
+        t = long.drop_columns([col]) if col in long.column_names else long
+        pq.write_table(t.append_column(col, pa.array(values, typ)), tmp_path / f"{col}.parquet")
+        msg = _refused(store, tmp_path / f"{col}.parquet", match=f"row 9: item '[^']+': {col} ")
+        assert "is not a number >= 0" in msg and "1 bad row: 1 figure" in msg

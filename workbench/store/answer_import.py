@@ -16,7 +16,8 @@ The layout is detected from the columns (``question`` and ``probs`` → long). E
 a provider's answer is (:func:`workbench_runtime.answers.normalise_answer`): one value per option,
 finite, within [0, 1] (1e-9 slack, then clipped), summing to 1 within :data:`SUM_TOLERANCE` and
 re-normalised (vectors already within 1e-12 of 1 are stored as given, so an exported run re-imports
-bit for bit). Ids must be items of the dataset version, once per question; in the long layout every
+bit for bit). Types are as strict as the runtime's: Parquet by its column types, JSONL by each value's JSON
+type (a string or boolean probability is refused, never converted). Ids must be items of the dataset version, once per question; in the long layout every
 item needs every question. Any violation raises one :class:`DataImportError` naming the first
 offending row (file order), how many rows are bad and the fix; nothing is written (one transaction).
 
@@ -267,8 +268,8 @@ def _check_types(src: _Source, layout: _Layout) -> None:
         elif pa.types.is_string(want) and not (
             pa.types.is_string(t)
             or pa.types.is_large_string(t)
-            or pa.types.is_integer(t)
-            or pa.types.is_dictionary(t)
+            or (pa.types.is_integer(t) and col == "item_id")  # integer ids are read as their text
+            or (pa.types.is_dictionary(t) and pa.types.is_string(t.value_type))
             or pa.types.is_null(t)
         ):
             raise DataImportError(
@@ -320,13 +321,19 @@ def _batches(src: _Source, layout: _Layout) -> Iterator[pa.RecordBatch]:
             finally:
                 pf.close()
         return
-    duck_types = {c: ("DOUBLE[]" if t is None else _duck_type(t)) for c, t in layout.read.items()}
-    spec = "{" + ", ".join(f"'{c}': '{t}'" for c, t in duck_types.items()) + "}"
+    # every value is read as JSON and converted by type (DuckDB's typed reader would turn "0.5" and true into
+    # numbers, and any value into text); a value of the wrong JSON type comes out as NULL, with its JSON text
+    # in the column TYPE_ERROR_PREFIX + name (NULL when the value is fine), which the checks report
+    spec = "{" + ", ".join(f"'{c}': 'JSON'" for c in cols) + "}"
+    select = []
+    for c, t in layout.read.items():
+        value, ok = _json_conversion(_quote(c), t, item_id=c == "item_id")
+        select += [f"CASE WHEN {ok} THEN {value} END AS {_quote(c)}"]
+        select += [f"CASE WHEN NOT ({ok}) THEN {_quote(c)}::VARCHAR END AS {_quote(TYPE_ERROR_PREFIX + c)}"]
     con = memory_connection()
     try:
         reader = con.execute(
-            f"SELECT {', '.join(_quote(c) for c in cols)} FROM read_json(?, format = 'newline_delimited',"
-            f" columns = {spec})",
+            f"SELECT {', '.join(select)} FROM read_json(?, format = 'newline_delimited', columns = {spec})",
             [[str(f) for f in src.files]],
         ).fetch_record_batch(BATCH_ROWS)
         yield from reader
@@ -334,14 +341,37 @@ def _batches(src: _Source, layout: _Layout) -> Iterator[pa.RecordBatch]:
         con.close()
 
 
-def _duck_type(t: pa.DataType) -> str:
+#: JSONL: a column holding the JSON text of each value of the wrong type (NULL elsewhere), per column read.
+TYPE_ERROR_PREFIX = "__type_error__:"
+#: JSON text of an array of numbers only (DuckDB parsed the value, so this is a full match on valid JSON):
+#: no string, true/false/null, NaN/Infinity, nested array or object.
+_NUMBER_ARRAY = r"\[[-+0-9.eE,\s]*\]"
+#: JSON number types as DuckDB's json_type names them.
+_JSON_NUMBERS = "('BIGINT', 'UBIGINT', 'DOUBLE', 'HUGEINT')"
+
+
+def _json_conversion(col: str, t: pa.DataType | None, *, item_id: bool) -> tuple[str, str]:
+    """(value, ok) SQL of a JSON column read for type ``t`` (None: a probability list); NULL is always ok.
+
+    As strict as the runtime's answer parsing: probabilities are JSON numbers (not strings, booleans or
+    null), text is a JSON string (an item id may also be an integer, read as its text), numbers are JSON
+    numbers (integers for an integer column), booleans are true/false.
+    """
+    kind = f"json_type({col})"
+    if t is None:
+        return (
+            f"json_transform({col}, '[\"DOUBLE\"]')",
+            f"{col} IS NULL OR regexp_full_match({col}::VARCHAR, '{_NUMBER_ARRAY}')",
+        )
     if pa.types.is_string(t):
-        return "VARCHAR"
+        text = f"CASE {kind} WHEN 'VARCHAR' THEN {col} ->> '$' ELSE {col}::VARCHAR END"
+        allowed = "('VARCHAR', 'BIGINT', 'UBIGINT')" if item_id else "('VARCHAR')"
+        return text, f"{col} IS NULL OR {kind} IN {allowed}"
     if pa.types.is_floating(t):
-        return "DOUBLE"
+        return f"{col}::DOUBLE", f"{col} IS NULL OR {kind} IN {_JSON_NUMBERS}"
     if pa.types.is_integer(t):
-        return "BIGINT"
-    return "BOOLEAN"
+        return f"{col}::BIGINT", f"{col} IS NULL OR {kind} IN ('BIGINT', 'UBIGINT')"
+    return f"{col}::BOOLEAN", f"{col} IS NULL OR {kind} = 'BOOLEAN'"
 
 
 def _quote(name: str) -> str:
@@ -354,7 +384,60 @@ def _first_line(exc: BaseException) -> str:
 
 
 # -- checks --------------------------------------------------------------------------------------
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float) and not np.isfinite(value):
+        return repr(value).replace("nan", "NaN").replace("inf", "Infinity")
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as written in the file, cut to 40 characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except ValueError:  # NaN/Infinity
+        text = repr(value).replace("nan", "NaN").replace("inf", "Infinity")
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _type_error(column: str, text: str, want: pa.DataType | None) -> str:
+    """What is wrong with the JSON value ``text`` of ``column`` (the error path only)."""
+    try:
+        value = json.loads(text)
+    except ValueError:  # NaN/Infinity (Python reads them; kept as text here)
+        value = text
+    if want is None:
+        if not isinstance(value, list):
+            return f"column {column!r} holds {_json_kind(value)} ({_shown(value)}), not a list of probabilities"
+        for i, v in enumerate(value):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+                return (
+                    f"column {column!r}: probability {_shown(v)} at option {i + 1} is {_json_kind(v)}, "
+                    "not a finite JSON number"
+                )
+        return f"column {column!r} holds {_shown(text)}, not a list of JSON numbers"
+    what = (
+        "a string"
+        if pa.types.is_string(want)
+        else "a number"
+        if pa.types.is_floating(want)
+        else "an integer"
+        if pa.types.is_integer(want)
+        else "true or false"
+    )
+    return f"column {column!r} holds {_json_kind(value)} ({_shown(value)}), not {what}"
+
+
 _HINTS = {
+    "type": "write each value as its JSON type: probabilities as numbers (not strings or booleans), ids and"
+    " failure kinds as strings",
     "item_id": "every row needs the id of an item of the dataset",
     "question": "use the schema's question ids",
     "length": "write one probability per schema option, in schema order",
@@ -362,6 +445,7 @@ _HINTS = {
     "sum": f"each vector must sum to 1 within {SUM_TOLERANCE} (it is then re-normalised)",
     "both": "a failed answer has a NULL vector; drop its failure kind when it has probabilities",
     "read": "fix the file",
+    "figure": "latency_ms, input_tokens and cost_usd are finite numbers >= 0 (or null when unknown)",
 }
 
 
@@ -725,7 +809,22 @@ class _Stream:
         n = batch.num_rows
         names = batch.schema.names
         ids = _text(batch.column("item_id"), n)
-        null_ids = np.flatnonzero(~ids.is_valid().to_numpy(zero_copy_only=False))
+        for name in names:  # JSONL: values of the wrong JSON type (first, so they are named before what follows)
+            if name.startswith(TYPE_ERROR_PREFIX):
+                col, texts = name[len(TYPE_ERROR_PREFIX) :], batch.column(name)
+                bad = np.flatnonzero(texts.is_valid().to_numpy(zero_copy_only=False))
+                problems.add(
+                    "type",
+                    bad,
+                    base,
+                    lambda p: (
+                        (f"item {ids[p].as_py()!r}, " if ids[p].is_valid else "")
+                        + _type_error(col, texts[p].as_py(), self.layout.read[col])
+                    ),
+                )
+        id_type_error = TYPE_ERROR_PREFIX + "item_id"
+        bad_type = batch.column(id_type_error).is_valid() if id_type_error in names else pa.repeat(False, n)
+        null_ids = np.flatnonzero(~pc.or_(ids.is_valid(), bad_type).to_numpy(zero_copy_only=False))
         problems.add("item_id", null_ids, base, lambda p: "item_id is empty")
         model = pa.repeat(pa.scalar(self.model, pa.string()), n) if self.model else None
         rows = np.arange(n)
@@ -750,6 +849,19 @@ class _Stream:
         kinds = _text(batch.column("failure_kind") if "failure_kind" in names else None, n)
         msgs = _text(batch.column("failure_message") if "failure_message" in names else None, n)
         extras = {c: batch.column(c) for c in _LONG_EXTRAS if c in names}
+        for c in ("latency_ms", "input_tokens", "cost_usd"):  # figures of a call: finite and >= 0
+            if c in extras:
+                v = extras[c].cast(pa.float64()).to_numpy(zero_copy_only=False)
+                with np.errstate(invalid="ignore"):
+                    bad = np.flatnonzero(
+                        extras[c].is_valid().to_numpy(zero_copy_only=False) & ~(v >= 0) | (v == np.inf)
+                    )
+                problems.add(
+                    "figure",
+                    bad,
+                    base,
+                    lambda p, c=c, v=v: f"item {ids[p].as_py()!r}: {c} {v[p]!r} is not a number >= 0",
+                )
         if model is not None:
             extras["model"] = pc.coalesce(_text(extras.get("model"), n), model)
         probs = batch.column("probs")
