@@ -291,3 +291,46 @@ def test_append_clash_counts_ids(db_path: Path, tmp_path: Path):
     with connect(db_path) as con:
         import_dataset(con, [f], spec())
     refused(db_path, [f], spec(append=True), "2 item ids")
+
+
+# -- issue 25: JSON records are read as strictly as the runtime reads JSON ----------------------------
+def test_a_nan_label_in_jsonl_names_its_own_record_not_a_valid_one(db_path: Path, tmp_path: Path):
+    """One NaN label made DuckDB read the key as JSON text, so the valid label "a" became '"a"' and the
+    error blamed record 1; NaN is not JSON (the runtime refuses it): the NaN record is named, with the field."""
+    from workbench.schema import DecisionSchema
+
+    schema = DecisionSchema.from_dict(
+        {"questions": {"intent": {"type": "choice", "instructions": "?", "criteria": {"a": None, "b": None}}}}
+    )
+    f = tmp_path / "d.jsonl"
+    f.write_text(
+        '{"id": "x1", "text": "one", "label": "a"}\n{"id": "x2", "text": "two", "label": NaN}\n'
+        '{"id": "x3", "text": "three", "label": "b"}\n',
+        encoding="utf-8",
+    )
+    with connect(db_path) as con:
+        before = table_counts(con)
+        with pytest.raises(DataImportError, match=r"d\.jsonl: record 2: field 'label' holds NaN") as err:
+            import_dataset(con, [f], spec(), schema)
+        assert table_counts(con) == before
+    assert "write null" in str(err.value) and "\n" not in str(err.value)
+    n = tmp_path / "n.jsonl"  # a number column with one Infinity (it would have become an unlabelled row)
+    n.write_text('{"id": "x1", "text": "one", "label": 1}\n{"id": "x2", "text": "two", "label": -Infinity}\n')
+    refused(db_path, [n], spec(), r"record 2: field 'label' holds -Infinity")
+    s = tmp_path / "s.jsonl"  # inside a JSON state, named by its path
+    s.write_text('{"id": "x1", "state": {"k": [1, NaN]}, "label": "a"}\n')
+    refused(db_path, [s], spec(text_column=None, state_column="state"), r"record 1: field 'state\.k\.1' holds NaN")
+
+
+def test_jsonl_keys_of_mixed_types_read_each_value_as_itself(db_path: Path, tmp_path: Path):
+    """A key holding a string in one record and a list or number in another is read per record: the valid
+    labels import as they are, and the record with a list is the one named."""
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"id": "x1", "text": "one", "label": "a"}\n{"id": "x2", "text": "two", "label": 2}\n')
+    with connect(db_path) as con:
+        import_dataset(con, [f], spec())
+        labels = load_labels(con, "ds")
+    assert dict(zip(labels["item_id"], labels["option_id"])) == {"x1": "a", "x2": "2"}
+    g = tmp_path / "g.jsonl"
+    g.write_text('{"id": "x1", "text": "one", "label": "a"}\n{"id": "x2", "text": "two", "label": ["a"]}\n')
+    refused(db_path, [g], spec(name="g"), r"g\.jsonl: record 2: column 'label' holds lists, not text")

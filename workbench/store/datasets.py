@@ -19,7 +19,7 @@ import json
 import os
 import stat
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,7 +179,9 @@ def _read_file(path: Path) -> pd.DataFrame:
         else:
             fmt = "newline_delimited" if kind == "jsonl" else "auto"
             _check_json_keys(con, p, fmt, path)
+            _check_json_constants(con, p, fmt, path)
             rel = con.execute("SELECT * FROM read_json(?, format = ?)", [p, fmt])
+        json_columns = [str(d[0]) for d in rel.description or () if str(d[1]) == "JSON"]
         df = rel.df()
     except duckdb.Error as exc:
         raise DataImportError(
@@ -190,6 +192,10 @@ def _read_file(path: Path) -> pd.DataFrame:
         con.close()
     if df.empty:
         raise DataImportError(f"{path}: no rows", hint="the file has a header but no data")
+    for col in json_columns:
+        # a key whose values mix types (a string in one record, a number or a list in another) comes back as
+        # JSON text ('"a"', '1', '["a"]'): decoded here, each record's value is what it is in a plain column
+        df[col] = [None if not isinstance(v, str) else json.loads(v) for v in df[col].tolist()]
     return df
 
 
@@ -223,6 +229,57 @@ def _check_json_keys(con: duckdb.DuckDBPyConnection, p: str, fmt: str, path: Pat
     ).fetchall()
     for (keys,) in rows:
         _check_header(keys or [], path)
+
+
+class _Constant:
+    """A ``NaN``/``Infinity`` token met while parsing a record (found by :func:`_check_json_constants`)."""
+
+    def __init__(self, token: str):
+        self.token = token
+
+
+def _constant_at(value: Any, where: tuple = ()) -> tuple[tuple, str] | None:
+    """(path, token) of the first :class:`_Constant` inside a parsed record, or None."""
+    if isinstance(value, _Constant):
+        return where, value.token
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _constant_at(v, (*where, k))
+        if found is not None:
+            return found
+    return None
+
+
+def _check_json_constants(con: duckdb.DuckDBPyConnection, p: str, fmt: str, path: Path) -> None:
+    """No record holds ``NaN``/``Infinity``: they are not JSON (the runtime refuses them), and DuckDB's reader
+    would read them, then type a key mixing them with text as JSON text, blaming the valid records.
+
+    A byte search skips the check when neither token occurs; otherwise DuckDB lists the records whose text
+    holds one (a string may, too) and the first with a real token is named with its field.
+    """
+    import mmap
+
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data.find(b"NaN") < 0 and data.find(b"Infinity") < 0:
+            return
+    rows = con.execute(
+        "SELECT n, json FROM (SELECT row_number() OVER () AS n, json FROM read_json_objects(?, format = ?))"
+        " WHERE contains(json, 'NaN') OR contains(json, 'Infinity') ORDER BY n",
+        [p, fmt],
+    ).fetchall()
+    for n, text in rows:
+        try:
+            record = json.loads(text, parse_constant=_Constant)
+        except (ValueError, RecursionError):
+            continue  # not this check's business: the reader names it
+        found = _constant_at(record)
+        if found is not None:
+            keys, token = found
+            field = ".".join(str(k) for k in keys) or "(the record)"
+            raise DataImportError(
+                f"{path}: record {n}: field {field!r} holds {token}, which is not a JSON number",
+                hint="write null for a missing value (JSON has no NaN or Infinity)",
+            )
 
 
 def _check_delimited(path: Path, sep: str) -> None:
@@ -280,17 +337,28 @@ def _column(df: pd.DataFrame, col: str, path: Path, option: str) -> pd.Series:
     return df[col]
 
 
-def _as_text(series: pd.Series, where: str = "") -> pd.Series:
+def _as_text(series: pd.Series, where: str = "", ref: Callable[[int], str] | None = None) -> pd.Series:
     """A column as text (None for missing). Strings pass through; numbers and booleans become their
     text; bytes are decoded when they are valid UTF-8 (unambiguous) and refused otherwise; lists,
     maps and other objects are refused rather than stored as Python reprs.
 
-    ``where`` (``"path: column 'x'"``) names the column in errors.
+    ``where`` (``"path: column 'x'"``) names the column in errors; ``ref(i)`` (``"path: record 3"``), when
+    given, names the record of a refused value instead of the file.
     """
     inferred = pd.api.types.infer_dtype(series, skipna=True)
     if inferred in ("string", "empty"):
         return series.astype(object).where(series.notna(), None)
-    return series.map(lambda v: _cell_text(v, where))
+    values = series.tolist()
+    out: list[str | None] = []
+    for v in values:
+        try:
+            out.append(_cell_text(v, where))
+        except DataImportError as exc:
+            if ref is None:
+                raise
+            column = where.rsplit(": ", 1)[-1]
+            raise DataImportError(f"{ref(len(out))}: {column}{exc.message[len(where) :]}", hint=exc.hint) from None
+    return pd.Series(out, index=series.index, dtype=object)
 
 
 def _cell_text(v: Any, where: str) -> str | None:
@@ -397,7 +465,7 @@ def _frame_for_file(
         )
 
     def text_of(col: str, option: str) -> pd.Series:
-        return _as_text(_column(df, col, path, option), f"{path}: column {col!r}")
+        return _as_text(_column(df, col, path, option), f"{path}: column {col!r}", lambda i: _row_ref(path, i, kind))
 
     items = pd.DataFrame(index=df.index)
     if spec.id_column:
@@ -432,10 +500,10 @@ def _frame_for_file(
         for i, v in enumerate(raw.tolist()):
             ref = _row_ref(path, i, kind)
             if isinstance(v, (bytes, bytearray, memoryview)):
-                v = _cell_text(v, f"{path}: column {spec.state_column!r}")
+                v = _cell_text(v, f"{ref}: column {spec.state_column!r}")
             if isinstance(v, str):
                 v = parse_json_text(v, source=f"{ref}: column {spec.state_column!r}", error=DataImportError)
-            v = _plain_json(v)
+            v = None if isinstance(v, float) and np.isnan(v) else _plain_json(v)  # NaN: a missing cell (pandas)
             if v is None:
                 raise DataImportError(f"{ref}: empty state", hint="fill in the state")
             try:
@@ -585,7 +653,11 @@ def _vote_count_rows(
     option_of = _vote_options(question, columns, schema)
     counts = []
     for option, col in option_of.items():
-        raw = _as_text(_column(df, col, path, f"--label-votes {question}"), f"{path}: column {col!r}")
+        raw = _as_text(
+            _column(df, col, path, f"--label-votes {question}"),
+            f"{path}: column {col!r}",
+            lambda i: _row_ref(path, i, kind),
+        )
         raw = raw.where(~_blank(raw), "0").str.strip()
         num = pd.to_numeric(raw, errors="coerce")
         bad = num.isna() | (num < 0) | (num != np.floor(num.fillna(0))) | (num > MAX_VOTES_PER_CELL)
@@ -681,9 +753,7 @@ def _plain_json(v: Any) -> Any:
         return {str(k): _plain_json(x) for k, x in v.items()}
     if isinstance(v, np.generic):
         return v.item()
-    if isinstance(v, float) and np.isnan(v):
-        return None
-    return v
+    return v  # a NaN or infinity inside a state stays one: JSON has none, so the state is refused
 
 
 # -- import ---------------------------------------------------------------------------------------
