@@ -9,8 +9,10 @@ Decision log: JSON Lines, one object per question decision, as written by the ru
 
 ``probs`` are the provider's probabilities in the policy's option order (``null`` when the
 answer failed); ``p_top``/``margin`` are the calibrated figures the rule looked at. Rotated files
-(``decisions.jsonl.1`` …) are simply more paths. A line that is not valid JSON (a torn last line
-after a crash) is skipped and counted, never a failed load.
+(``decisions.jsonl.00000001`` …, or ``decisions.jsonl.1`` … in the runtime's older layout) are simply
+more paths; a glob's files are read oldest first (:func:`rotation_order`), each once, and the log's
+hidden lock file (``.decisions.jsonl.lock``) is not matched by ``decisions.jsonl*``. A line that is
+not valid JSON (a torn last line after a crash) is skipped and counted, never a failed load.
 
 Outcomes: JSON Lines, CSV or Parquet with ``decision_id``, ``question`` (optional when the policy
 has one question) and ``outcome`` (the true option) and/or ``override`` (true when a human changed
@@ -29,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from workbench_runtime.decision_log import BACKUP_DIGITS
 
 from workbench.errors import OptionError
 from workbench.store.db import no_progress_bar
@@ -69,12 +73,33 @@ _FIELDS = {
 _REQUIRED = ("decision_id", "question", "action")
 
 
+_ROTATED = re.compile(r"^(.*)\.([0-9]+)$")
+
+
+def rotation_order(path: str) -> tuple[str, str, int, int]:
+    """Sort key putting a rotated log's files oldest first: the older layout's ``NAME.N`` … ``NAME.1``,
+    the numbered backups ``NAME.00000001`` …, then ``NAME`` (other files: by directory and name)."""
+    p = Path(path)
+    m = _ROTATED.match(p.name)
+    if m is None:
+        return (str(p.parent), p.name, 2, 0)
+    digits = m.group(2)
+    if len(digits) >= BACKUP_DIGITS:
+        return (str(p.parent), m.group(1), 1, int(digits))
+    return (str(p.parent), m.group(1), 0, -int(digits))
+
+
 def expand_paths(patterns: Sequence[str | Path], what: str) -> list[str]:
-    """Files named by paths or glob patterns, each existing; one-line error otherwise."""
+    """Files named by paths or glob patterns (a glob's files in :func:`rotation_order`), each existing and
+    listed once; one-line error otherwise."""
     out: list[str] = []
     for p in patterns:
         s = str(p)
-        hits = sorted(glob.glob(s)) if any(c in s for c in "*?[") else ([s] if Path(s).exists() else [])
+        hits = (
+            sorted(glob.glob(s), key=rotation_order)
+            if any(c in s for c in "*?[")
+            else ([s] if Path(s).exists() else [])
+        )
         if not hits:
             raise OptionError(f"{what} {s}: no such file", hint="give existing files (globs allowed)")
         out += [h for h in hits if Path(h).is_file()]
