@@ -17,6 +17,7 @@ __all__ = [
     "NotFoundError",
     "PolicyError",
     "OptionError",
+    "OutcomeError",
 ]
 
 
@@ -46,3 +47,7 @@ class OptionError(WorkbenchError):
 
 class RequirementsError(WorkbenchError):
     """A CI gate cannot be evaluated: a malformed requirements file, or no such run, question or metric."""
+
+
+class OutcomeError(WorkbenchError):
+    """Outcome files for ``workbench monitor`` hold too many lines that are not outcomes (nothing is scored)."""

@@ -40,19 +40,31 @@ def register(app: typer.Typer) -> None:
         spark_master: str | None = typer.Option(
             None, "--spark-master", help="Spark master URL (local[2], spark://host:7077, yarn, k8s://…)."
         ),
+        max_invalid_outcomes: float = typer.Option(
+            0.01,
+            "--max-invalid-outcomes",
+            help="Largest share of outcome lines that may be invalid (skipped and reported); above it: exit 2.",
+        ),
         markdown: Path | None = typer.Option(None, "--markdown", help="Write a Markdown summary to this file."),
         as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON document."),
     ) -> None:
         """Per-window traffic, coverage, overrides, error and drift, and an anytime-valid error alarm (exit 1)."""
         from workbench.errors import OptionError
-        from workbench.monitor.report import MonitorOptions, monitor
+        from workbench.monitor.report import MonitorOptions, inputs_line, monitor
         from workbench.monitor.report import markdown as to_markdown
 
         for name, v in (("--alpha", alpha), ("--delta", delta)):
             if v is not None and not 0.0 < v < 1.0:
                 raise OptionError(f"{name} {v} must be between 0 and 1")
+        if not 0.0 <= max_invalid_outcomes <= 1.0:
+            raise OptionError(f"--max-invalid-outcomes {max_invalid_outcomes} must be between 0 and 1")
         opts = MonitorOptions(
-            window=window, alpha=alpha, delta=delta, drift_alarm_psi=drift_alarm, recertify_min=recertify_min
+            window=window,
+            alpha=alpha,
+            delta=delta,
+            drift_alarm_psi=drift_alarm,
+            recertify_min=recertify_min,
+            max_invalid_outcomes=max_invalid_outcomes,
         )
         if engine == "duckdb" and spark_master is None:
             rep = monitor(policy, decisions, outcomes or [], opts)
@@ -100,6 +112,22 @@ def register(app: typer.Typer) -> None:
                     "—" if psi is None else f"{psi:.3f}",
                 )
             out_console.print(t, width=max(out_console.width, 150))
+            out_console.print(inputs_line(rep), highlight=False, soft_wrap=True)
+            for q, info in rep.questions.items():
+                sh = info["shadow"]
+                if sh["n_would_accept"]:
+                    err = (
+                        "—"
+                        if sh["error"] is None
+                        else f"{sh['error']:.3f} [{sh['error_low']:.3f}, {sh['error_high']:.3f}]"
+                    )
+                    out_console.print(
+                        f"{q} (shadow: held back by the rollout): would-accept coverage "
+                        f"{sh['would_accept_coverage']:.3f} ({sh['n_would_accept']} decisions), error {err} "
+                        f"n={sh['n_known']}",
+                        highlight=False,
+                        soft_wrap=True,
+                    )
             for q, info in rep.questions.items():
                 rc = info["recertification"]
                 hint = (

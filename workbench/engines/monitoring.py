@@ -11,12 +11,14 @@ for both engines through the dialect layer of :mod:`workbench.engines.sessions`:
 
 Decision logs are JSON Lines (the runtime's ``DecisionLog``) or Parquet with the same fields (files,
 hive-partitioned directories, globs, remote prefixes); outcomes are Parquet, JSON Lines or CSV with
-``decision_id``, ``question`` (optional for a one-question policy), ``outcome`` and/or ``override``.
-Several reports of one decision and question: the last one that says something wins (the last file,
-then the last row of the file), as :meth:`workbench.monitor.logs.MonitorStore.load_outcomes` reads them.
+``decision_id``, ``question`` (optional for a one-question policy), ``outcome`` and/or ``override``,
+local files read and checked line by line on this machine by :func:`workbench.monitor.outcomes.read_outcomes`
+(the reader of ``workbench monitor``: invalid lines rejected and counted, never scored) and handed to the
+engine. Several reports of one decision and question: the last one that says something wins (the last file,
+then the last row of the file). A decision record logged twice counts once (``DEDUP_ORDER``).
 Windows: a count of decisions (``"500"``) or a period (``"1D"``, ``"6h"``, ``"15min"``, ``"1W"``: buckets
-aligned to Monday 2000-01-03 00:00 UTC, DuckDB's ``time_bucket`` origin). Lines that are not JSON objects
-are skipped.
+aligned to Monday 2000-01-03 00:00 UTC, DuckDB's ``time_bucket`` origin). Log lines that are not JSON
+objects are skipped and counted.
 
 :func:`monitor_on_engine` is ``workbench monitor --engine spark``: the whole report, with the engine
 returning these counts, the (wrong, decision index) sequence the alarm reads and the labelled vectors of
@@ -43,6 +45,7 @@ DECISION_FIELDS = [
     ("question", "string"),
     ("action", "string"),
     ("option", "string"),
+    ("would_accept", "string"),
     ("p_top", "double"),
     ("margin", "double"),
     ("probs", "array<double>"),
@@ -55,17 +58,30 @@ def _sql_str(s: str) -> str:
     return "'" + str(s).replace("'", "''") + "'"
 
 
-def _load(e: Engine, decisions: Sequence[str], outcomes: Sequence[str], default_question: str | None = None) -> None:
-    """Views ``wb_dec_raw`` (every line read, with its file), ``wb_dec`` (typed decision records, UTC ``time``)
-    and ``wb_out`` (one row per decision and question) on engine ``e``."""
+def _load(e: Engine, decisions: Sequence[str], outcome_rows: Any) -> None:
+    """Views ``wb_dec_raw`` (every line read, with its file), ``wb_dec_all`` (typed complete decision records,
+    UTC ``time``), ``wb_dec`` (each record once: :data:`~workbench.monitor.logs.DEDUP_ORDER`) and ``wb_out``
+    (one row per decision and question) on engine ``e``. ``outcome_rows`` are the checked outcome rows of
+    :func:`workbench.monitor.outcomes.read_outcomes` (read on this machine for every engine, so every engine
+    scores the same outcomes)."""
+    from workbench.monitor.logs import DEDUP_ORDER
+
     parquet = all(_is_parquet(str(f)) for f in decisions)
+    dedup = (
+        "SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY policy_hash, decision_id, question "
+        f"ORDER BY {DEDUP_ORDER}) AS wb_k FROM wb_dec_all) t WHERE wb_k = 1"
+    )
     if isinstance(e, DuckDBEngine):
         decisions = [str(Path(f) / "**" / "*.parquet") if Path(f).is_dir() else str(f) for f in decisions]
-        e.con.execute("SET preserve_insertion_order = true")  # outcome files: a later row wins
+        e.con.execute("SET preserve_insertion_order = true")
         e.con.execute("SET TimeZone = 'UTC'")
         listing = "[" + ", ".join(_sql_str(str(f)) for f in decisions) + "]"
         if parquet:
             src = f"read_parquet({listing}, union_by_name = true, filename = true)"
+            have = {r[0] for r in e.con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+            missing = [n for n, _ in DECISION_FIELDS if n not in have]  # e.g. would_accept in older logs
+            if missing:
+                src = f"(SELECT *, {', '.join(f'CAST(NULL AS VARCHAR) AS {n}' for n in missing)} FROM {src})"
         else:
             cols = ", ".join(
                 f"'{n}': '{'DOUBLE[]' if t.startswith('array') else t.upper().replace('STRING', 'VARCHAR')}'"
@@ -77,59 +93,33 @@ def _load(e: Engine, decisions: Sequence[str], outcomes: Sequence[str], default_
             )
         e.con.execute(f"CREATE OR REPLACE TEMP VIEW wb_dec_raw AS SELECT * RENAME (filename AS wb_file) FROM {src}")
         e.con.execute(
-            "CREATE OR REPLACE TEMP VIEW wb_dec AS SELECT * EXCLUDE (wb_file) REPLACE "
+            "CREATE OR REPLACE TEMP VIEW wb_dec_all AS SELECT * EXCLUDE (wb_file) REPLACE "
             "(CAST(timezone('UTC', TRY_CAST(time AS TIMESTAMPTZ)) AS TIMESTAMP) AS time) "
             f"FROM wb_dec_raw WHERE {_COMPLETE}"
         )
-        parts = []
-        for i, f in enumerate(outcomes):
-            s = str(f)
-            rel = (
-                f"read_parquet({_sql_str(s)})"
-                if s.endswith(".parquet")
-                else f"read_csv({_sql_str(s)}, header = true, all_varchar = true)"
-                if s.endswith((".csv", ".csv.gz"))
-                else f"read_json({_sql_str(s)}, format = 'newline_delimited', ignore_errors = true)"
-            )
-            names = [r[0] for r in e.con.execute(f"DESCRIBE SELECT * FROM {rel}").fetchall()]
-            # the file's own row order (insertion order is preserved): position i in the list, then the row
-            order = f"CAST({i} AS BIGINT) * 1099511627776 + row_number() OVER ()"
-            parts.append(_outcome_select(rel, names, "TRY_CAST(override AS BOOLEAN)", order, default_question))
-        _union_outcomes(e, parts)
+        e.con.execute(f"CREATE OR REPLACE TEMP VIEW wb_dec AS SELECT * EXCLUDE (wb_k) FROM ({dedup})")
+        e.con.register("wb_out_rows", outcome_rows)
     elif isinstance(e, SparkEngine):
         ddl = ", ".join(f"{n} {t}" for n, t in DECISION_FIELDS)
         files = [str(f) for f in decisions]
         df = e.spark.read.parquet(*files) if parquet else e.spark.read.schema(ddl).json(files)
-        df.selectExpr("*", "_metadata.file_path AS wb_file").createOrReplaceTempView("wb_dec_raw")
+        extra = [f"CAST(NULL AS STRING) AS {n}" for n, _ in DECISION_FIELDS if n not in df.columns]
+        df.selectExpr("*", *extra, "_metadata.file_path AS wb_file").createOrReplaceTempView("wb_dec_raw")
         e.spark.sql(
             "SELECT decision_id, try_cast(time AS TIMESTAMP) AS time, policy_hash, model, schema_hash, question, "
-            f"action, option, p_top, margin, probs FROM wb_dec_raw WHERE {_COMPLETE}"
-        ).createOrReplaceTempView("wb_dec")
-        parts = []
-        for i, f in enumerate(outcomes):
-            s = str(f)
-            reader = e.spark.read
-            odf = (
-                reader.parquet(s)
-                if s.endswith(".parquet")
-                else reader.option("header", "true").csv(s)
-                if s.endswith((".csv", ".csv.gz"))
-                else reader.json(s)
-            )
-            names = list(odf.columns)
-            # a row's place in its file, taken at the scan: (file, block offset, row number within the task);
-            # monotonically_increasing_id counts the rows of a task in its lower 33 bits
-            odf.selectExpr(
-                "*",
-                f"named_struct('src', {i}, 'file', _metadata.file_path, 'block', _metadata.file_block_start, "
-                "'row', monotonically_increasing_id() % 8589934592) AS wb_ord",
-            ).createOrReplaceTempView(f"wb_out_{i}")
-            parts.append(
-                _outcome_select(f"wb_out_{i}", names, "try_cast(override AS BOOLEAN)", "wb_ord", default_question)
-            )
-        _union_outcomes(e, parts)
+            f"action, option, would_accept, p_top, margin, probs FROM wb_dec_raw WHERE {_COMPLETE}"
+        ).createOrReplaceTempView("wb_dec_all")
+        e.spark.sql(dedup).drop("wb_k").createOrReplaceTempView("wb_dec")
+        if outcome_rows.num_rows:
+            e.spark.createDataFrame(outcome_rows).createOrReplaceTempView("wb_out_rows")
+        else:
+            e.spark.sql(
+                "SELECT CAST(NULL AS STRING) AS decision_id, CAST(NULL AS STRING) AS question, "
+                "CAST(NULL AS STRING) AS outcome, CAST(NULL AS BOOLEAN) AS override, CAST(0 AS BIGINT) AS ord WHERE false"
+            ).createOrReplaceTempView("wb_out_rows")
     else:  # pragma: no cover - only the two engines exist
         raise OptionError(f"engine {e.name!r} cannot read decision logs")
+    _union_outcomes(e)
 
 
 def _is_parquet(path: str) -> bool:
@@ -144,43 +134,16 @@ def _is_parquet(path: str) -> bool:
 _COMPLETE = "decision_id IS NOT NULL AND question IS NOT NULL AND action IS NOT NULL"
 
 
-def _outcome_select(
-    rel: str, names: Sequence[str], bool_cast: str, order: str, default_question: str | None = None
-) -> str:
-    if "decision_id" not in names or not ({"outcome", "override"} & set(names)):
-        raise OptionError(
-            f"outcomes {rel}: needs columns decision_id and outcome and/or override (has {', '.join(names)})"
-        )
-    if "question" not in names and default_question is None:
-        raise OptionError(
-            f"outcomes {rel}: no question column and the policy has several questions", hint="add a question column"
-        )
-    q = "CAST(question AS STRING)" if "question" in names else _sql_str(default_question or "")
-    o = "CAST(outcome AS STRING)" if "outcome" in names else "CAST(NULL AS STRING)"
-    v = bool_cast if "override" in names else "CAST(NULL AS BOOLEAN)"
-    return (
-        f"SELECT CAST(decision_id AS STRING) AS decision_id, {q} AS question, "
-        f"{o} AS outcome, {v} AS override, {order} AS ord FROM {rel}"
-    )
-
-
-def _union_outcomes(e: Engine, parts: list[str]) -> None:
+def _union_outcomes(e: Engine) -> None:
     """``wb_out``: several reports of one decision and question → the last one that says something wins
     (the last file in the list, then the last row of the file), as ``workbench monitor`` reads them."""
-    if not parts:
-        body = (
-            "SELECT CAST(NULL AS STRING) AS decision_id, CAST(NULL AS STRING) AS question, "
-            "CAST(NULL AS STRING) AS outcome, CAST(NULL AS BOOLEAN) AS override, 0 AS ord WHERE false"
-        )
-    else:
-        body = " UNION ALL ".join(parts)
     sql = (
         "SELECT decision_id, question, max_by(outcome, ord) FILTER (WHERE outcome IS NOT NULL) AS outcome, "
         "max_by(CASE WHEN override THEN 1 ELSE 0 END, ord) FILTER (WHERE override IS NOT NULL) AS override "
-        f"FROM ({body}) u WHERE decision_id IS NOT NULL GROUP BY decision_id, question"
+        "FROM wb_out_rows GROUP BY decision_id, question"
     )
     if isinstance(e, DuckDBEngine):
-        e.con.execute(f"CREATE OR REPLACE TEMP VIEW wb_out AS {sql.replace('STRING', 'VARCHAR')}")
+        e.con.execute(f"CREATE OR REPLACE TEMP VIEW wb_out AS {sql}")
     else:
         e.spark.sql(sql).createOrReplaceTempView("wb_out")  # type: ignore[attr-defined]
 
@@ -225,6 +188,9 @@ def _decision_view(
         if schema_hashes
         else "(schema_hash IS NOT NULL)"
     )
+    from workbench.monitor.logs import HELD_SQL
+
+    held = HELD_SQL.replace("action", "x.action").replace("would_accept", "x.would_accept")
     wkey = _window_key(eng, window)
     pos = eng.list_position("x.probs", eng.list_max("x.probs"))
     nb = int(n_bins)
@@ -239,6 +205,9 @@ SELECT x.question, x.decision_id, x.time, x.idx, {wkey} AS win,
        x.action = 'accept' AS accepted,
        x.action = 'accept' AND (x.outcome IS NOT NULL OR x.override IS NOT NULL) AS known,
        CASE WHEN x.outcome IS NOT NULL THEN x.outcome <> x.option ELSE x.override = 1 END AS wrong,
+       {held} AS held,
+       {held} AND x.outcome IS NOT NULL AS held_known,
+       x.outcome <> x.would_accept AS held_wrong,
        x.override,
        {model_bad} AS model_mismatch,
        {schema_bad} AS schema_mismatch,
@@ -274,7 +243,10 @@ SELECT question, {label}, {t0}, {t1}, min(idx), max(idx), count(*),
        sum(CASE WHEN known THEN 1 ELSE 0 END),
        sum(CASE WHEN known AND wrong THEN 1 ELSE 0 END),
        sum(CASE WHEN model_mismatch THEN 1 ELSE 0 END),
-       sum(CASE WHEN schema_mismatch THEN 1 ELSE 0 END)
+       sum(CASE WHEN schema_mismatch THEN 1 ELSE 0 END),
+       sum(CASE WHEN held THEN 1 ELSE 0 END),
+       sum(CASE WHEN held_known THEN 1 ELSE 0 END),
+       sum(CASE WHEN held_known AND held_wrong THEN 1 ELSE 0 END)
 FROM wb_mon_d GROUP BY question, win ORDER BY question, win NULLS LAST"""
 
 _HIST_SQL = """
@@ -333,9 +305,17 @@ def window_aggregates(
 ) -> dict[str, dict]:
     """Per question: ``windows`` (one dict per window, the counts of ``workbench monitor``) and the
     drift histograms ``p_bins`` / ``m_bins`` / ``options`` (arrays of shape (n_windows, n))."""
+    from workbench.monitor.outcomes import read_outcomes
+
+    qids = list(options)
+    rows, _ = read_outcomes(
+        _files(outcomes, "--outcomes") if outcomes else [],
+        options,
+        default_question=qids[0] if len(qids) == 1 else None,
+    )
     eng = engine if isinstance(engine, Engine) else open_engine(engine, spark_master=spark_master)
     try:
-        _load(eng, [str(d) for d in decisions], [str(o) for o in outcomes])
+        _load(eng, [str(d) for d in decisions], rows)
         _decision_view(
             eng,
             policy_hash=policy_hash,
@@ -353,7 +333,7 @@ def window_aggregates(
     for q, (rows, p_bins, m_bins, o_counts) in counts.items():
         windows = []
         for r in rows:
-            win, t0, t1, i0, i1, n, n_acc, n_rev, n_ovk, n_ov, n_k, n_e, n_model, n_schema = r
+            win, t0, t1, i0, i1, n, n_acc, n_rev, n_ovk, n_ov, n_k, n_e, n_model, n_schema, n_held, n_hk, n_he = r
             windows.append(
                 {
                     "window": win,
@@ -370,6 +350,9 @@ def window_aggregates(
                     "n_errors": int(n_e),
                     "n_model_mismatch": int(n_model),
                     "n_schema_mismatch": int(n_schema),
+                    "n_would_accept": int(n_held),
+                    "n_would_accept_known": int(n_hk),
+                    "n_would_accept_errors": int(n_he),
                 }
             )
         out[q] = {"windows": windows, "p_bins": p_bins, "m_bins": m_bins, "options": o_counts}
@@ -400,12 +383,13 @@ class EngineSource:
             return self.eng.con.execute(sql).fetch_arrow_table()
         return self.eng.spark.sql(sql).toArrow()  # type: ignore[attr-defined]
 
-    def outcome_batches(self, question: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def outcome_batches(self, question: str, shadow: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         from workbench.monitor.report import OUTCOME_BATCH
 
+        wrong, known = ("held_wrong", "held_known") if shadow else ("wrong", "known")
         sql = (
-            "SELECT CAST(CASE WHEN wrong THEN 1 ELSE 0 END AS TINYINT) AS e, idx FROM wb_mon_d "
-            f"WHERE question = {_sql_str(question)} AND known ORDER BY idx"
+            f"SELECT CAST(CASE WHEN {wrong} THEN 1 ELSE 0 END AS TINYINT) AS e, idx FROM wb_mon_d "
+            f"WHERE question = {_sql_str(question)} AND {known} ORDER BY idx"
         )
         if isinstance(self.eng, DuckDBEngine):
             for b in self.eng.con.execute(sql).fetch_record_batch(OUTCOME_BATCH):
@@ -441,9 +425,10 @@ class EngineSource:
         return (rows[0][0], rows[0][1]) if rows else (None, None)
 
 
-def _summary(eng: Engine, dec_files: list[str], out_files: list[str]) -> Any:
-    """The :class:`~workbench.monitor.logs.LoadSummary` of ``workbench monitor`` from the engine's views."""
-    from workbench.monitor.logs import LoadSummary
+def _summary(eng: Engine, dec_files: list[str], check: Any) -> Any:
+    """The :class:`~workbench.monitor.logs.LoadSummary` of ``workbench monitor`` from the engine's views
+    (``check``: the :class:`~workbench.monitor.outcomes.OutcomeCheck` of the outcome files)."""
+    from workbench.monitor.logs import LoadSummary, add_outcome_summary
 
     summary = LoadSummary(list(dec_files))
     unreadable = " AND ".join(f"{n} IS NULL" for n, _ in DECISION_FIELDS)
@@ -453,18 +438,20 @@ def _summary(eng: Engine, dec_files: list[str], out_files: list[str]) -> Any:
     )
     summary.n_lines = sum(int(n) for _, n, _, _ in per_file)
     summary.skipped = {str(f): int(bad) for f, _, bad, _ in per_file if bad}
-    summary.n_records = sum(int(ok) for *_, ok in per_file)
-    summary.incomplete = summary.n_lines - sum(summary.skipped.values()) - summary.n_records
+    complete = sum(int(ok) for *_, ok in per_file)
+    summary.incomplete = summary.n_lines - sum(summary.skipped.values()) - complete
+    summary.n_records = int(eng.query("SELECT count(*) FROM wb_dec")[0][0])
     for f, n in summary.skipped.items():
         summary.warnings.append(f"{f}: skipped {n} line(s) that are not a JSON object (a torn line after a crash?)")
     if summary.incomplete:
         summary.warnings.append(
             f"skipped {summary.incomplete} record(s) without decision_id, question, action (not decision records)"
         )
+    summary.add_duplicates(complete - summary.n_records)
     bad_time = eng.query("SELECT count(*), min(decision_id) FROM wb_dec WHERE time IS NULL")[0]
     if bad_time[0]:
         summary.warnings.append(f"{bad_time[0]} record(s) have no readable UTC time; they sort last")
-    summary.outcome_files = list(out_files)
+    summary.outcome_files = list(check.files)
     summary.n_outcomes = int(eng.query("SELECT count(*) FROM wb_out")[0][0])
     summary.n_outcomes_unmatched = int(
         eng.query(
@@ -472,10 +459,7 @@ def _summary(eng: Engine, dec_files: list[str], out_files: list[str]) -> Any:
             "(SELECT 1 FROM wb_dec d WHERE d.decision_id = o.decision_id AND d.question = o.question)"
         )[0][0]
     )
-    if summary.n_outcomes_unmatched:
-        summary.warnings.append(
-            f"{summary.n_outcomes_unmatched} outcome(s) match no logged decision (other logs or policies?)"
-        )
+    add_outcome_summary(summary, check)
     return summary
 
 
@@ -503,6 +487,7 @@ def monitor_on_engine(
     histograms, the (wrong, decision index) pairs of the accepted decisions with a known outcome (the
     alarm) and the last ``recertify_max`` labelled probability vectors (the recertification hint).
     The report equals :func:`~workbench.monitor.report.monitor`'s on the same files (tests/engines)."""
+    from workbench.monitor.outcomes import read_outcomes
     from workbench.monitor.report import MonitorOptions, report_from_source
     from workbench.policy.runtime import Policy
 
@@ -513,9 +498,16 @@ def monitor_on_engine(
     options = {q: list(model.questions[q].options) for q in qids}
     dec_files = _files(decisions, "--decisions")
     out_files = _files(outcomes, "--outcomes") if outcomes else []
+    # outcomes are read and checked on this machine (the same reader as `workbench monitor`), before the logs
+    rows, check = read_outcomes(
+        out_files,
+        options,
+        default_question=qids[0] if len(qids) == 1 else None,
+        max_invalid_share=opts.max_invalid_outcomes,
+    )
     eng = engine if isinstance(engine, Engine) else open_engine(engine, spark_master=spark_master)
     try:
-        _load(eng, dec_files, out_files, default_question=qids[0] if len(qids) == 1 else None)
+        _load(eng, dec_files, rows)
         _decision_view(
             eng,
             policy_hash=policy.content_hash,
@@ -525,7 +517,7 @@ def monitor_on_engine(
             window=opts.window,
             n_bins=opts.n_bins,
         )
-        summary = _summary(eng, dec_files, out_files)
+        summary = _summary(eng, dec_files, check)
         others = [
             (str(h), int(n))
             for h, n in eng.query(

@@ -16,7 +16,8 @@ not valid JSON (a torn last line after a crash) is skipped and counted, never a 
 
 Outcomes: JSON Lines, CSV or Parquet with ``decision_id``, ``question`` (optional when the policy
 has one question) and ``outcome`` (the true option) and/or ``override`` (true when a human changed
-an auto-accepted decision).
+an auto-accepted decision), checked line by line by :mod:`workbench.monitor.outcomes`. A decision
+record logged more than once counts once (the copies are counted).
 
 Everything is loaded into a DuckDB database in a temporary directory (disk-backed, so memory stays
 bounded whatever the log size); the per-window figures are SQL aggregates.
@@ -51,6 +52,7 @@ _READ = {
     "question": "VARCHAR",
     "action": "VARCHAR",
     "option": "VARCHAR",
+    "would_accept": "VARCHAR",
     "p_top": "VARCHAR",
     "margin": "VARCHAR",
     "probs": "DOUBLE[]",
@@ -66,11 +68,18 @@ _FIELDS = {
     "question": "question",
     "action": "action",
     "option": '"option"',
+    "would_accept": "would_accept",
     "p_top": "TRY_CAST(p_top AS DOUBLE)",
     "margin": "TRY_CAST(margin AS DOUBLE)",
     "probs": "probs",
 }
 _REQUIRED = ("decision_id", "question", "action")
+#: Which copy of a decision record logged more than once counts (the same rule on every engine): the
+#: earliest, then the smallest by these fields; every other copy is counted in ``duplicate_records``.
+DEDUP_ORDER = (
+    "time ASC NULLS LAST, action ASC NULLS LAST, option ASC NULLS LAST, would_accept ASC NULLS LAST, "
+    "p_top ASC NULLS LAST, margin ASC NULLS LAST, model ASC NULLS LAST, schema_hash ASC NULLS LAST"
+)
 
 
 _ROTATED = re.compile(r"^(.*)\.([0-9]+)$")
@@ -119,9 +128,11 @@ class LoadSummary:
     n_records: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     incomplete: int = 0
+    duplicate_records: int = 0
     outcome_files: list[str] = field(default_factory=list)
     n_outcomes: int = 0
     n_outcomes_unmatched: int = 0
+    outcome_check: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -131,10 +142,20 @@ class LoadSummary:
             "n_records": self.n_records,
             "skipped_lines": self.skipped,
             "incomplete_records": self.incomplete,
+            "duplicate_records": self.duplicate_records,
             "outcome_files": self.outcome_files,
             "n_outcomes": self.n_outcomes,
             "n_outcomes_unmatched": self.n_outcomes_unmatched,
+            **self.outcome_check,
         }
+
+    def add_duplicates(self, n: int) -> None:
+        self.duplicate_records = n
+        if n:
+            self.warnings.append(
+                f"{n} decision record(s) logged more than once (same policy, decision_id and question); "
+                "each decision counts once"
+            )
 
 
 class MonitorStore:
@@ -190,6 +211,11 @@ class MonitorStore:
         n_missing = int(con.execute(f"SELECT count(*) FROM decisions WHERE {missing}").fetchone()[0])  # type: ignore[index]
         summary.incomplete = n_missing
         con.execute(f"DELETE FROM decisions WHERE {missing}")
+        n_dup = con.execute(
+            "DELETE FROM decisions WHERE rowid IN (SELECT r FROM (SELECT rowid AS r, row_number() OVER "
+            f"(PARTITION BY policy_hash, decision_id, question ORDER BY {DEDUP_ORDER}, rowid) AS k FROM decisions) "
+            "WHERE k > 1)"
+        ).fetchone()
         summary.n_records = int(con.execute("SELECT count(*) FROM decisions").fetchone()[0])  # type: ignore[index]
         for f, n in summary.skipped.items():
             summary.warnings.append(f"{f}: skipped {n} line(s) that are not a JSON object (a torn line after a crash?)")
@@ -197,6 +223,7 @@ class MonitorStore:
             summary.warnings.append(
                 f"skipped {summary.incomplete} record(s) without {', '.join(_REQUIRED)} (not decision records)"
             )
+        summary.add_duplicates(int(n_dup[0]) if n_dup else 0)
         bad_time = con.execute("SELECT count(*), any_value(time_text) FROM decisions WHERE time IS NULL").fetchone()
         if bad_time and bad_time[0]:
             summary.warnings.append(
@@ -205,57 +232,20 @@ class MonitorStore:
         return summary
 
     # -- outcomes ---------------------------------------------------------------------------------
-    def load_outcomes(self, files: Sequence[str], summary: LoadSummary, *, default_question: str | None) -> None:
-        """Read outcome files (JSONL/CSV/Parquet, by suffix) into table ``outcomes`` (one row per decision/question)."""
+    def load_outcomes(self, raw: Any, check: Any, summary: LoadSummary) -> None:
+        """Table ``outcomes`` from the checked rows ``raw`` of :func:`workbench.monitor.outcomes.read_outcomes`
+        (``check`` its counts): one row per decision/question, the last report that says something."""
         con = self.con
-        parts = []
-        for f in files:
-            suffix = "".join(Path(f).suffixes[-2:]).lower()
-            if suffix.endswith(".parquet"):
-                rel = f"read_parquet('{_q(f)}')"
-            elif suffix.endswith(".csv") or suffix.endswith(".csv.gz"):
-                rel = f"read_csv('{_q(f)}', header=true, all_varchar=true)"
-            elif suffix.endswith((".jsonl", ".json", ".ndjson", ".jsonl.gz")):
-                rel = f"read_json('{_q(f)}', format='newline_delimited', ignore_errors=true)"
-            else:
-                raise OptionError(f"--outcomes {f}: unknown format", hint="use .jsonl, .csv or .parquet")
-            try:
-                names = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {rel}").fetchall()]
-            except Exception as exc:  # duckdb's own message names the problem
-                raise OptionError(f"--outcomes {f}: cannot read ({str(exc).splitlines()[0]})") from None
-            if "decision_id" not in names or not ({"outcome", "override"} & set(names)):
-                raise OptionError(
-                    f"--outcomes {f}: needs columns decision_id and outcome and/or override (has {', '.join(names)})"
-                )
-            if "question" not in names and default_question is None:
-                raise OptionError(
-                    f"--outcomes {f}: no question column and the policy has several questions",
-                    hint="add a question column",
-                )
-            q = "CAST(question AS VARCHAR)" if "question" in names else f"'{_q(default_question or '')}'"
-            o = "CAST(outcome AS VARCHAR)" if "outcome" in names else "CAST(NULL AS VARCHAR)"
-            v = "TRY_CAST(override AS BOOLEAN)" if "override" in names else "CAST(NULL AS BOOLEAN)"
-            parts.append(
-                f"SELECT CAST(decision_id AS VARCHAR) AS decision_id, {q} AS question, {o} AS outcome, "
-                f"{v} AS override FROM {rel}"
-            )
-        summary.outcome_files = list(files)
-        if not parts:
-            con.execute(
-                "CREATE TABLE outcomes (decision_id VARCHAR, question VARCHAR, outcome VARCHAR, override BOOLEAN)"
-            )
-            return
+        con.register("_outcomes_raw", raw)
         # several reports of one decision: the last file (and row) that says something wins
         con.execute(
             "CREATE TABLE outcomes AS SELECT decision_id, question, "
-            "last(outcome ORDER BY src, rn) FILTER (WHERE outcome IS NOT NULL) AS outcome, "
-            "last(override ORDER BY src, rn) FILTER (WHERE override IS NOT NULL) AS override "
-            "FROM ("
-            + " UNION ALL ".join(
-                f"SELECT *, {i} AS src, row_number() OVER () AS rn FROM ({p})" for i, p in enumerate(parts)
-            )
-            + ") WHERE decision_id IS NOT NULL GROUP BY decision_id, question"
+            "last(outcome ORDER BY ord) FILTER (WHERE outcome IS NOT NULL) AS outcome, "
+            "last(override ORDER BY ord) FILTER (WHERE override IS NOT NULL) AS override "
+            "FROM _outcomes_raw GROUP BY decision_id, question"
         )
+        con.unregister("_outcomes_raw")
+        summary.outcome_files = list(check.files)
         summary.n_outcomes = int(con.execute("SELECT count(*) FROM outcomes").fetchone()[0])  # type: ignore[index]
         summary.n_outcomes_unmatched = int(
             con.execute(
@@ -263,10 +253,7 @@ class MonitorStore:
                 "ON d.decision_id = o.decision_id AND d.question = o.question"
             ).fetchone()[0]  # type: ignore[index]
         )
-        if summary.n_outcomes_unmatched:
-            summary.warnings.append(
-                f"{summary.n_outcomes_unmatched} outcome(s) match no logged decision (other logs or policies?)"
-            )
+        add_outcome_summary(summary, check)
 
     # -- the joined view ----------------------------------------------------------------------------
     def build_view(
@@ -326,6 +313,9 @@ class MonitorStore:
                    action = 'accept' AS accepted,
                    action = 'accept' AND (outcome IS NOT NULL OR override IS NOT NULL) AS known,
                    CASE WHEN outcome IS NOT NULL THEN outcome <> option ELSE override END AS wrong,
+                   {HELD_SQL} AS held,
+                   {HELD_SQL} AND outcome IS NOT NULL AS held_known,
+                   outcome <> would_accept AS held_wrong,
                    {model_bad} AS model_mismatch,
                    {schema_bad} AS schema_mismatch,
                    least(floor(p_top * {n_bins}), {n_bins - 1})::INTEGER AS p_bin,
@@ -347,6 +337,21 @@ class MonitorStore:
                 f"WHERE policy_hash IS DISTINCT FROM '{_q(policy_hash)}' GROUP BY 1 ORDER BY 2 DESC"
             ).fetchall()
         ]
+
+
+#: A decision the rule accepted but the rollout held back (``mode: shadow`` or an option not enabled): the
+#: runtime logs the fallback action with ``would_accept`` = the option. Its outcome is shadow evidence.
+HELD_SQL = "(action <> 'accept' AND would_accept IS NOT NULL)"
+
+
+def add_outcome_summary(summary: LoadSummary, check: Any) -> None:
+    """Fold an :class:`~workbench.monitor.outcomes.OutcomeCheck` into ``summary`` (counts and warnings)."""
+    summary.outcome_check = check.to_dict()
+    summary.warnings += check.warnings()
+    if summary.n_outcomes_unmatched:
+        summary.warnings.append(
+            f"{summary.n_outcomes_unmatched} outcome(s) match no logged decision (other logs or policies?)"
+        )
 
 
 def _q(s: str) -> str:

@@ -28,6 +28,7 @@ import numpy as np
 
 from workbench.errors import OptionError
 from workbench.monitor.logs import LoadSummary, MonitorStore, expand_paths
+from workbench.monitor.outcomes import MAX_INVALID_OUTCOME_SHARE, read_outcomes
 from workbench.monitor.sequential import AlarmStream, AlarmSummary
 
 #: PSI above this is a "large shift" (the usual rule of thumb).
@@ -46,6 +47,8 @@ class MonitorOptions:
     recertify_max: int = 50_000
     half_life: float = 100.0
     n_bins: int = 20
+    #: Largest share of invalid outcome lines that is skipped and reported; above it the monitor exits 2.
+    max_invalid_outcomes: float = MAX_INVALID_OUTCOME_SHARE
 
 
 @dataclass
@@ -109,7 +112,8 @@ class MonitorSource(Protocol):
     def windows(self, question: str) -> list[tuple]:
         """Per window, in order (the window without a time last): (label, first time text, last time text,
         first idx, last idx, traffic, accepted, reviewed, accepted with override information, overrides,
-        accepted with a known outcome, errors among them, model mismatches, schema mismatches)."""
+        accepted with a known outcome, errors among them, model mismatches, schema mismatches, held back
+        (would-accept), held back with a known outcome, errors of the would-accepted option among them)."""
         ...
 
     def histograms(self, question: str, options: list[str], n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -117,8 +121,9 @@ class MonitorSource(Protocol):
         options, rows in the order of :meth:`windows`."""
         ...
 
-    def outcome_batches(self, question: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(wrong 0/1, idx) of the accepted decisions with a known outcome, in idx order, in chunks."""
+    def outcome_batches(self, question: str, shadow: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(wrong 0/1, idx) of the accepted decisions with a known outcome, in idx order, in chunks; with
+        ``shadow`` of the held-back decisions with a known outcome (wrong: the outcome is not ``would_accept``)."""
         ...
 
     def recertification_count(self, question: str) -> int:
@@ -152,7 +157,10 @@ class StoreSource:
                    count(*) FILTER (WHERE known),
                    count(*) FILTER (WHERE known AND wrong),
                    count(*) FILTER (WHERE model_mismatch),
-                   count(*) FILTER (WHERE schema_mismatch)
+                   count(*) FILTER (WHERE schema_mismatch),
+                   count(*) FILTER (WHERE held),
+                   count(*) FILTER (WHERE held_known),
+                   count(*) FILTER (WHERE held_known AND held_wrong)
             FROM d WHERE question = ? GROUP BY win ORDER BY win NULLS LAST
             """,
             [question],
@@ -180,9 +188,10 @@ class StoreSource:
             self._counts(question, "predicted", options),
         )
 
-    def outcome_batches(self, question: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def outcome_batches(self, question: str, shadow: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        wrong, known = ("held_wrong", "held_known") if shadow else ("wrong", "known")
         reader = self.con.execute(
-            "SELECT coalesce(wrong, false)::TINYINT AS e, idx FROM d WHERE question = ? AND known ORDER BY idx",
+            f"SELECT coalesce({wrong}, false)::TINYINT AS e, idx FROM d WHERE question = ? AND {known} ORDER BY idx",
             [question],
         ).fetch_record_batch(OUTCOME_BATCH)
         for b in reader:
@@ -300,12 +309,20 @@ def monitor(
     dec_files = expand_paths(decisions, "--decisions")
     out_files = expand_paths(outcomes, "--outcomes") if outcomes else []
     qids = list(model.questions)
+    options = {q: list(model.questions[q].options) for q in qids}
+    # outcomes first: a file of invalid outcomes fails (exit 2) before the logs are read
+    raw, check = read_outcomes(
+        out_files,
+        options,
+        default_question=qids[0] if len(qids) == 1 else None,
+        max_invalid_share=opts.max_invalid_outcomes,
+    )
     with MonitorStore() as store:
         summary = store.load_decisions(dec_files)
-        store.load_outcomes(out_files, summary, default_question=qids[0] if len(qids) == 1 else None)
+        store.load_outcomes(raw, check, summary)
         store.build_view(
             policy_hash=policy.content_hash,
-            options={q: list(model.questions[q].options) for q in qids},
+            options=options,
             models=list(model.validity.models),
             schema_hashes=list(model.validity.schema_hashes),
             window=opts.window,
@@ -313,6 +330,23 @@ def monitor(
         )
         others = store.other_policies(policy.content_hash)
         return report_from_source(policy, policy_path, opts, summary, StoreSource(store.con), others, dec_files)
+
+
+def _run_alarm(
+    source: MonitorSource, q: str, alpha: float, delta: float, n_known: np.ndarray, opts: MonitorOptions, shadow: bool
+) -> tuple[AlarmSummary, int | None, np.ndarray]:
+    """The alarm over one stream (accepted decisions, or with ``shadow`` the held-back ones) of question ``q``:
+    (summary, decision index at which it fired or None, per-window index of the window's last outcome)."""
+    # windows are contiguous runs of decisions, so a window's last outcome is the running count of outcomes
+    last_outcome = np.cumsum(n_known).astype(np.int64) - 1
+    stream = AlarmStream(alpha, delta, int(n_known.sum()), keep=last_outcome[n_known > 0], half_life=opts.half_life)
+    fired_idx: int | None = None
+    for e, idx in source.outcome_batches(q, shadow=shadow):
+        t0 = stream.t
+        stream.add(e)
+        if fired_idx is None and stream.first_alarm is not None:
+            fired_idx = int(idx[stream.first_alarm - t0])
+    return stream.finish(), fired_idx, last_outcome
 
 
 def report_from_source(
@@ -325,7 +359,13 @@ def report_from_source(
     dec_files: Sequence[str],
 ) -> MonitorReport:
     """The :class:`MonitorReport` of ``policy`` from the aggregates of ``source``; ``others`` are
-    (policy hash, decisions) of other policies in the logs (left out, named in a warning)."""
+    (policy hash, decisions) of other policies in the logs (left out, named in a warning).
+
+    Decisions the rollout held back (``mode: shadow``, or an option outside ``enabled_options``: logged with
+    the fallback action and ``would_accept``) are the shadow evidence: per window and overall a ``shadow``
+    block gives their would-accept coverage and the error of the would-accepted option among those with a
+    known outcome, and a second alarm (``shadow_sequence``) runs on them; its reasons and
+    ``first_alarm_at`` say ``shadow``."""
     from workbench.metrics.reliability import wilson_interval
 
     model = policy.model
@@ -358,28 +398,18 @@ def report_from_source(
         bins = list(range(opts.n_bins))
         p_counts, m_counts, o_counts = source.histograms(q, list(qp.options), opts.n_bins)
         # the alarm: errors of accepted decisions with a known outcome, in decision order, streamed in chunks;
-        # windows are contiguous runs of decisions, so a window's last outcome is the running count of outcomes
+        # the shadow alarm: the same over held-back decisions, judged on the option the rule would have accepted
         k_err, n_known = np.array([r[11] for r in agg], float), np.array([r[10] for r in agg], float)
-        last_outcome = np.cumsum(n_known).astype(np.int64) - 1
-        stream = AlarmStream(
-            float(alpha),
-            float(delta),
-            int(n_known.sum()),
-            keep=last_outcome[n_known > 0],
-            half_life=opts.half_life,
-        )
-        fired_idx: int | None = None
-        for e, idx in source.outcome_batches(q):
-            t0 = stream.t
-            stream.add(e)
-            if fired_idx is None and stream.first_alarm is not None:
-                fired_idx = int(idx[stream.first_alarm - t0])
-        alarm = stream.finish()
+        sk_err, sn_known = np.array([r[16] for r in agg], float), np.array([r[15] for r in agg], float)
+        alarm, fired_idx, last_outcome = _run_alarm(source, q, float(alpha), float(delta), n_known, opts, False)
+        s_alarm, s_fired_idx, s_last = _run_alarm(source, q, float(alpha), float(delta), sn_known, opts, True)
         alarms[q] = alarm
         lo, hi = wilson_interval(k_err, n_known)
+        slo, shi = wilson_interval(sk_err, sn_known)
         for i, r in enumerate(agg):
-            win, t0s, t1s, i0, i1, n, n_acc, n_rev, n_ovk, n_ov, n_k, n_e, n_model, n_schema = r
+            win, t0s, t1s, i0, i1, n, n_acc, n_rev, n_ovk, n_ov, n_k, n_e, n_model, n_schema, n_held, n_hk, n_he = r
             at = alarm.at(int(last_outcome[i])) if n_k else None
+            s_at = s_alarm.at(int(s_last[i])) if n_hk else None
             windows.append(
                 {
                     "question": q,
@@ -411,12 +441,32 @@ def report_from_source(
                     "e_value": None if at is None else float(math.exp(min(at[0], 700.0))),
                     "lower_bound": None if at is None else at[1],
                     "alarm": alarm.first_alarm is not None and fired_idx is not None and fired_idx <= i1,
+                    "shadow": {
+                        "n_would_accept": int(n_held),
+                        "would_accept_coverage": _share(n_held, n),
+                        "n_known": int(n_hk),
+                        "n_errors": int(n_he),
+                        "error": _share(n_he, n_hk),
+                        "error_low": None if not n_hk else float(slo[i]),
+                        "error_high": None if not n_hk else float(shi[i]),
+                        "e_value": None if s_at is None else float(math.exp(min(s_at[0], 700.0))),
+                        "lower_bound": None if s_at is None else s_at[1],
+                        "alarm": s_fired_idx is not None and s_fired_idx <= i1,
+                    },
                 }
             )
         n, n_acc, n_k, n_e, n_ov, n_ovk = (int(sum(r[j] for r in agg)) for j in (5, 6, 10, 11, 9, 8))
+        n_held, n_hk, n_he = (int(sum(r[j] for r in agg)) for j in (14, 15, 16))
         elo, ehi = wilson_interval(np.array([n_e]), np.array([n_k]))
+        selo, sehi = wilson_interval(np.array([n_he]), np.array([n_hk]))
         if ref is None:
             warnings.append(f"{q}: the policy carries no calibration-time reference; drift is not measured")
+        if n_held:
+            why = "mode: shadow" if model.mode == "shadow" else "options outside enabled_options"
+            warnings.append(
+                f"{q}: {n_held} decision(s) the rule would have accepted were held back ({why}); their "
+                f"would-accept coverage, error ({n_hk} with a known outcome) and alarm are reported as shadow"
+            )
         questions[q] = {
             "alpha": float(alpha),
             "delta": float(delta),
@@ -432,26 +482,44 @@ def report_from_source(
                 "error_high": float(ehi[0]) if n_k else None,
                 "override_rate": _share(n_ov, n_ovk),
             },
+            "shadow": {
+                "n_would_accept": n_held,
+                "would_accept_coverage": _share(n_held, n),
+                "n_known": n_hk,
+                "n_errors": n_he,
+                "error": _share(n_he, n_hk),
+                "error_low": float(selo[0]) if n_hk else None,
+                "error_high": float(sehi[0]) if n_hk else None,
+            },
             "sequence": alarm.to_dict(),
+            "shadow_sequence": s_alarm.to_dict(),
             "has_reference": ref is not None,
             "recertification": _recertify(source, policy, q, float(alpha), float(delta), opts),
         }
-        if alarm.first_alarm is not None and fired_idx is not None:
-            _, lower_end, estimate_end, recent_end = alarm.at(alarm.n - 1)
-            decision_id, when = source.decision_at(q, fired_idx)
+        for a, idx, label in ((alarm, fired_idx, ""), (s_alarm, s_fired_idx, "shadow: ")):
+            if a.first_alarm is None or idx is None:
+                continue
+            _, lower_end, estimate_end, recent_end = a.at(a.n - 1)
+            decision_id, when = source.decision_at(q, idx)
             first.append(
                 {
                     "question": q,
-                    "decision_index": fired_idx,
-                    "outcome_index": alarm.first_alarm,
+                    "kind": "shadow_error" if label else "error",
+                    "decision_index": idx,
+                    "outcome_index": a.first_alarm,
                     "decision_id": decision_id,
                     "time": when,
                 }
             )
+            subject = (
+                "held-back decisions (judged on the option the rule would have accepted)"
+                if label
+                else ("accepted decisions")
+            )
             reasons.append(
-                f"{q}: error rate among accepted decisions is above α={alpha:g} with confidence 1−δ={1 - delta:g} "
-                f"(e-value {math.exp(min(alarm.max_log_e, 700.0)):.3g} ≥ 1/δ={1 / delta:g} at decision "
-                f"{fired_idx}, after {alarm.first_alarm + 1} outcomes; recent error {recent_end:.4f}, overall "
+                f"{label}{q}: error rate among {subject} is above α={alpha:g} with confidence 1−δ={1 - delta:g} "
+                f"(e-value {math.exp(min(a.max_log_e, 700.0)):.3g} ≥ 1/δ={1 / delta:g} at decision "
+                f"{idx}, after {a.first_alarm + 1} outcomes; recent error {recent_end:.4f}, overall "
                 f"{estimate_end:.4f}, lower confidence bound {lower_end:.4f})"
             )
         if opts.drift_alarm_psi is not None:
@@ -467,18 +535,53 @@ def report_from_source(
                         + ", ".join(f"PSI of {k} {v:.3f}" for k, v in big.items())
                         + f" > {opts.drift_alarm_psi:g}"
                     )
+                    # a window's PSI is known once its last decision is in: the alarm is raised there
+                    decision_id, when = source.decision_at(q, w["last_decision"])
+                    first.append(
+                        {
+                            "question": q,
+                            "kind": "drift",
+                            "window": w["window"],
+                            "decision_index": w["last_decision"],
+                            "outcome_index": None,
+                            "decision_id": decision_id,
+                            "time": when,
+                        }
+                    )
                     break
     first.sort(key=lambda a: (a["time"] is None, str(a["time"]), a["decision_index"]))
     policy_info = {
         "path": str(policy_path),
         "content_hash": policy.content_hash,
         "policy_version": policy.version,
+        "mode": model.mode,
         "models": list(model.validity.models),
         "schema_hashes": list(model.validity.schema_hashes),
     }
     return MonitorReport(
         policy_info, opts, summary, windows, questions, alarms, reasons, first[0] if first else None, warnings
     )
+
+
+def inputs_line(report: MonitorReport) -> str:
+    """One line of what was read and what was left out (the printed summary and the Markdown say it)."""
+    d = report.inputs.to_dict()
+    parts = [
+        f"{d['n_records']} decision records from {d['n_lines']} lines",
+        f"{sum(d['skipped_lines'].values())} unreadable lines skipped",
+        f"{d['incomplete_records']} incomplete records skipped",
+        f"{d['duplicate_records']} duplicate records counted once",
+    ]
+    if d["outcome_files"]:
+        ignored = sum(v for k, v in d.get("outcome_lines_ignored", {}).items() if k != "blank")
+        parts += [
+            f"{d['n_outcomes']} outcomes from {d.get('outcome_lines', 0)} outcome lines",
+            f"{d.get('outcome_lines_invalid', 0)} invalid outcome lines rejected",
+            f"{ignored} ignored",
+            f"{d.get('outcome_lines_superseded', 0)} superseded",
+            f"{d['n_outcomes_unmatched']} unmatched",
+        ]
+    return "inputs: " + ", ".join(parts)
 
 
 def _pct(x: float | None, digits: int = 1) -> str:
@@ -497,6 +600,7 @@ def markdown(report: MonitorReport) -> str:
         f"Policy `{d['policy']['content_hash'][:19]}…` version {d['policy']['policy_version']}; "
         f"{d['inputs']['n_records']} decision records, {d['inputs']['n_outcomes']} outcomes."
     )
+    lines.append(inputs_line(report))
     lines.append("")
     for r in d["reasons"]:
         lines.append(f"- **{r}**")
