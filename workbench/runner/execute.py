@@ -21,6 +21,7 @@ and ``--max-cost`` stop further calls; the units left are recorded as ``not_aske
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import random
 import re
@@ -29,6 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC
+from pathlib import Path
 from typing import Any
 
 from workbench.errors import AnswerError, WorkbenchError
@@ -181,8 +183,24 @@ class _Counters:
     t_start: float = field(default_factory=time.perf_counter)
 
 
+@dataclass
+class _Batch:
+    """Rows taken from the recorder's buffers, and the journal segments that hold their calls."""
+
+    calls: list[dict]
+    answers: list[dict]
+    segments: list[Path]
+
+
 class _Recorder:
-    """Buffers answer and call rows and writes them in batches (one transaction each)."""
+    """Buffers answer and call rows and writes them in batches (one transaction each).
+
+    Every write runs in the recorder's own writer thread, one at a time, in the order taken. A
+    batch taken from the buffers is never dropped: its write is never cancelled (a caller that is
+    cancelled while it waits leaves the write to finish; :meth:`flush_now` and :meth:`close` wait
+    for it), and a write that fails puts its rows back for the next one and raises. Journal
+    segments are deleted only once the rows they cover are committed.
+    """
 
     def __init__(
         self,
@@ -203,7 +221,11 @@ class _Recorder:
         self.calls: list[dict] = []
         self.counters = _Counters()
         self.last_flush = time.monotonic()
-        self.write_lock = threading.Lock()
+        # one thread of our own: a write never queues behind other work of the loop's default
+        # executor, and writes commit in the order they were taken
+        self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="workbench-write")
+        self._failed: list[_Batch] = []  # batches whose write raised: retried by the next write
+        self._failed_lock = threading.Lock()
         self.progress_cb: Callable[[], None] | None = None  # the reporter's tick
         self.replace = True  # False for a run with no rows yet: no earlier answers to delete
 
@@ -304,21 +326,50 @@ class _Recorder:
             bool(self.answers) and time.monotonic() - self.last_flush >= BATCH_SECONDS
         )
 
-    def take(self):
+    def take(self) -> _Batch:
+        """The buffered rows (with those of failed writes) and the journal segments covering them."""
+        with self._failed_lock:
+            failed, self._failed = self._failed, []
         calls, answers = self.calls, self.answers
         self.calls, self.answers = [], []
         segment = self.journal.rotate()
         self.last_flush = time.monotonic()
-        return calls, answers, segment
+        return _Batch(
+            calls=[r for b in failed for r in b.calls] + calls,
+            answers=[r for b in failed for r in b.answers] + answers,
+            segments=[p for b in failed for p in b.segments] + ([segment] if segment is not None else []),
+        )
 
-    def write(self, calls: list[dict], answers: list[dict], segment) -> None:
-        with self.write_lock:
-            calls_store.write_batch(self.con, calls, answers, replace=self.replace)
-        if segment is not None:
+    def _write(self, batch: _Batch) -> None:
+        """One transaction (in the writer thread); on failure the batch goes back for the next write."""
+        try:
+            calls_store.write_batch(self.con, batch.calls, batch.answers, replace=self.replace)
+        except BaseException:
+            with self._failed_lock:
+                self._failed.append(batch)
+            raise
+        for segment in batch.segments:
             segment.unlink(missing_ok=True)
 
+    def submit(self) -> concurrent.futures.Future:
+        """Take the buffered rows and queue their write; the returned future is never cancelled."""
+        return self._writer.submit(self._write, self.take())
+
+    async def flush_async(self) -> None:
+        """Write the buffered rows without blocking the event loop.
+
+        The write is shielded: cancelling the caller does not cancel it (the next :meth:`flush_now`
+        or :meth:`close` waits for it). A failed write raises here, its rows kept for the next write.
+        """
+        await asyncio.shield(asyncio.wrap_future(self.submit()))
+
     def flush_now(self) -> None:
-        self.write(*self.take())
+        """Write the buffered rows and wait: every write taken before this one has finished too."""
+        self.submit().result()
+
+    def close(self) -> None:
+        """Wait for queued writes and stop the writer thread."""
+        self._writer.shutdown(wait=True)
 
 
 def call_row(unit: WorkUnit, spec: str, model: str | None, run_id: str, result: DecisionResult) -> dict | None:
@@ -497,11 +548,15 @@ async def _drive_remote(
     pending = iter(units)
     model = getattr(provider, "model", None)
 
+    workers_done = asyncio.Event()
+
     async def flusher() -> None:
-        while True:
+        # stopped through ``workers_done``, never cancelled: a cancellation could land while a taken
+        # batch waits for its write (a cancelled executor job never runs: the batch was lost)
+        while not workers_done.is_set():
             await asyncio.sleep(0.05)
             if rec.due():
-                await asyncio.to_thread(rec.write, *rec.take())
+                await rec.flush_async()
 
     async def worker(position: int) -> None:
         await asyncio.sleep(RAMP_UP_S * position / opts.concurrency)
@@ -541,19 +596,27 @@ async def _drive_remote(
             if why and stop.kind is None:
                 stop.kind, stop.message = "budget", why
 
-    flush_task = asyncio.create_task(flusher())
+    flush_task: asyncio.Future[None] = asyncio.create_task(flusher())
+    work: asyncio.Future[Any] = asyncio.gather(*(worker(i) for i in range(opts.concurrency)))
     try:
-        await asyncio.gather(*(worker(i) for i in range(opts.concurrency)))
+        await asyncio.wait([work, flush_task], return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
+            # the flusher ends early only when a write failed: raise its error, and stop asking in
+            # the ``finally`` (nothing more could be stored; the journal keeps what was answered)
+            flush_task.result()
+        await work
     finally:
-        flush_task.cancel()
+        if not work.done():  # a write failed, or this task was cancelled (Ctrl-C)
+            work.cancel()
+            await asyncio.wait([work])
+        workers_done.set()
         try:
-            await flush_task
-        except (asyncio.CancelledError, Exception):
-            pass
-        try:
-            await provider.aclose()
-        except Exception:
-            pass
+            await flush_task  # its last write finishes; a write error propagates
+        finally:
+            try:
+                await provider.aclose()
+            except Exception:
+                pass
 
 
 async def _drive_local(provider, units: list[WorkUnit], rec: _Recorder, spec: str, run_id: str) -> None:
@@ -579,7 +642,7 @@ async def _drive_local(provider, units: list[WorkUnit], rec: _Recorder, spec: st
             else:
                 rec.result(unit, out, cached=False, call_row=call_row(unit, spec, model, run_id, out))
         if rec.due():
-            await asyncio.to_thread(rec.write, *rec.take())
+            await rec.flush_async()
 
 
 # -- public entry points --------------------------------------------------------------------------
@@ -757,15 +820,21 @@ def execute_run(
                 _run_coroutine(provider.aclose())  # nothing to ask: release the HTTP client
         except BaseException as exc:
             status = "interrupted"
-            rec.flush_now()
+            try:
+                rec.flush_now()  # also retries a batch whose write failed; if this raises, the journal stays
+            finally:
+                rec.close()
             journal.close(delete=True)
             summary = _summary(con, run, rec, stop, recovered, status)
             update_run(con, run_id, status=status, summary=summary, emulated=summary["emulated"])
             if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
                 raise RunInterrupted(run_id) from None
             raise
-        rec.flush_now()
-        journal.close(delete=True)
+        try:
+            rec.flush_now()
+            journal.close(delete=True)
+        finally:
+            rec.close()
     if stop.kind is not None:
         status = "stopped"
     answered = calls_store.answered_model(con, run_id)
