@@ -80,3 +80,20 @@ def sized_db(request, tmp_path: Path):
     name = import_banking(con, tmp_path / "data", **subset)
     con.close()
     return db, name, subset
+
+
+def import_banking_items(con, directory: Path, n: int, *, name: str = "stress") -> str:
+    """The first ``n`` BANKING77 test messages as the ``test`` split of dataset ``name``, each made
+    distinct (a ``(#i)`` suffix) so that every item is a request of its own, never a cache hit."""
+    directory.mkdir(parents=True, exist_ok=True)
+    df = pd.read_csv(BANKING_DIR / "test.csv").iloc[:n].reset_index(drop=True)
+    df["text"] = [f"{t} (#{i})" for i, t in enumerate(df["text"])]
+    p = directory / "test.csv"
+    df.to_csv(p, index=False)
+    import_dataset(
+        con,
+        [p],
+        ImportSpec(name=name, text_column="text", labels={"intent": "category"}, split="test"),
+        schema=banking_schema(),
+    )
+    return name

@@ -101,6 +101,7 @@ def test_budget_stop_exits_6(store):
         ([{"status": "stopped", "stop_kind": "budget", "answered": 0, "failed": 9}], 6),
         ([{"status": "done", "answered": 0, "failed": 9}, {"status": "stopped", "stop_kind": "quota"}], 4),
         ([{"status": "done", "answered": 0, "failed": 9}, {"status": "done", "answered": 3, "failed": 1}], 5),
+        ([{"status": "stopped", "stop_kind": "quota"}, {"status": "incomplete", "answered": 8, "missing": 2}], 7),
     ],
 )
 def test_most_severe_outcome_wins(summaries, code):

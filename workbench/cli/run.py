@@ -50,6 +50,11 @@ def _print_summary(summary: dict) -> None:
             f"session was killed (sent again; cost {cost_text(lost_cost, bool(s.get('emulated')))}), "
             f"included in the billed cost {cost_text(s.get('cost_billed_usd'), bool(s.get('emulated')))}"
         )
+    if s.get("missing"):
+        err_console.print(
+            f"[red]incomplete:[/] {s['missing']:,} of {s.get('planned', 0):,} item × question(s) have neither an "
+            f"answer nor a failure in the store — ask them with `workbench run --resume {s['run_id']}`"
+        )
     if s.get("stop_reason"):
         err_console.print(
             f"[yellow]stopped:[/] {s['stop_reason']} — continue with `workbench run --resume {s['run_id']}`"
@@ -84,7 +89,8 @@ def _emit_runs(summaries: list[dict], as_json: bool, *, experiment: dict | None 
 EXIT_CODES_HELP = (
     "Exit codes: 0 every item answered; 2 bad input; 3 finished with some failures; "
     "4 stopped on an authentication/quota failure, items not asked (--resume after fixing); "
-    "5 every item failed; 6 --max-cost reached, items not asked; 130 interrupted."
+    "5 every item failed; 6 --max-cost reached, items not asked; 7 items without an answer or a failure "
+    "in the store (--resume asks them); 130 interrupted."
 )
 
 

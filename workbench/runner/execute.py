@@ -833,13 +833,28 @@ def execute_run(
         try:
             rec.flush_now()
             journal.close(delete=True)
+            # "done" only when the store holds a row for every planned item × question
+            item_ids = list(dict.fromkeys(u.item_id for u in units))
+            question_ids = [q for sl in slices for q in sl.question_ids]
+            missing = calls_store.count_missing_answers(con, run_id, item_ids, question_ids)
+            if missing:
+                reporter.log(
+                    f"run {run_id}: {missing} item × question(s) have no row after the last write; "
+                    "folding in this session's journal"
+                )
+                recovered += _fold_in(con, rec, units, item_ids, question_ids)
+                missing = calls_store.count_missing_answers(con, run_id, item_ids, question_ids)
         finally:
             rec.close()
     if stop.kind is not None:
         status = "stopped"
+    if missing:
+        status = "incomplete"
     answered = calls_store.answered_model(con, run_id)
     summary = _summary(con, run, rec, stop, recovered, status)
     summary["model"] = answered or model
+    summary["planned"] = len(item_ids) * len(question_ids)
+    summary["missing"] = missing
     from datetime import datetime
 
     update_run(
@@ -852,6 +867,33 @@ def execute_run(
         emulated=summary["emulated"],
     )
     return summary
+
+
+def _fold_in(con, rec: _Recorder, units: Sequence[WorkUnit], item_ids: list[str], question_ids: list[str]) -> int:
+    """Answer the planned pairs that have no row from this session's leftover journal segments and
+    the cache (no new call); return the calls recovered from the journal.
+
+    A batch lost on its way to the store leaves its calls in a journal segment; the answers are
+    rebuilt from them as ``--resume`` would. Failures of a lost batch have no call to rebuild from:
+    they stay missing, and the run does not end ``done``.
+    """
+    recovered = calls_store.recover_journal(con, writer=rec.journal.writer, in_flight_billed=False)
+    holes = calls_store.missing_answers(con, rec.run_id, item_ids, question_ids)
+    todo = [u for u in units if holes.get(u.item_id, set()) & set(rec.slices[u.slice_index].question_ids)]
+    cached = calls_store.lookup_calls(con, [u.cache_key for u in todo])
+    counters, tick = rec.counters, rec.progress_cb
+    rec.counters, rec.progress_cb = _Counters(), None  # the session's figures stay those of its requests
+    rec.replace = True  # some questions of a unit may have their row
+    try:
+        for u in todo:
+            row = cached.get(u.cache_key)
+            if row is not None:
+                res = result_from_cache(rec.slices[u.slice_index], row)
+                rec.result(u, res, cached=row.get("run_id") != rec.run_id, call_row=None, fresh=False)
+        rec.flush_now()
+    finally:
+        rec.counters, rec.progress_cb = counters, tick
+    return recovered
 
 
 def _summary(con, run: dict, rec: _Recorder, stop: _Stop, recovered: int, status: str) -> dict:

@@ -10,11 +10,13 @@ code   meaning
        (fix the key or wait for the quota, then ``workbench run --resume RUN_ID``)
 5      every item × question failed (nothing was answered)
 6      ``--max-cost`` was reached; items were not asked
+7      the run ended with items × questions that have neither an answer nor a failure in the
+       store (status ``incomplete``, ``missing`` in the summary); ``--resume`` asks them
 130    interrupted (Ctrl-C); ``--resume`` continues
 =====  ===============================================================================
 
 A stop (4, 6) is reported even when nothing was answered. With several providers the most severe
-outcome wins, in the order 4 > 5 > 6 > 3 > 0.
+outcome wins, in the order 7 > 4 > 5 > 6 > 3 > 0.
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ EXIT_SOME_FAILED = 3
 EXIT_STOPPED = 4
 EXIT_ALL_FAILED = 5
 EXIT_BUDGET = 6
+EXIT_INCOMPLETE = 7
 #: Severity rank: the exit code of several runs is the highest-ranked one.
-_RANK = {EXIT_OK: 0, EXIT_SOME_FAILED: 1, EXIT_BUDGET: 2, EXIT_ALL_FAILED: 3, EXIT_STOPPED: 4}
+_RANK = {EXIT_OK: 0, EXIT_SOME_FAILED: 1, EXIT_BUDGET: 2, EXIT_ALL_FAILED: 3, EXIT_STOPPED: 4, EXIT_INCOMPLETE: 5}
 
 
 def run_exit_code(summary: Mapping[str, Any]) -> int:
     """The exit code of one run summary (as returned by ``execute_run``)."""
+    if summary.get("status") == "incomplete" or int(summary.get("missing") or 0):
+        return EXIT_INCOMPLETE
     stop_kind = summary.get("stop_kind")
     if summary.get("status") == "stopped" and stop_kind in ("authentication", "quota"):
         return EXIT_STOPPED

@@ -119,6 +119,54 @@ def answered_questions(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str,
     return {i: set(q) for i, q in zip(tbl.column("item_id").to_pylist(), tbl.column("qs").to_pylist())}
 
 
+def _register_plan(con: duckdb.DuckDBPyConnection, item_ids: Sequence[str], questions: Sequence[str]) -> None:
+    con.register("_planned_items", pa.table({"item_id": pa.array(list(dict.fromkeys(item_ids)), type=pa.string())}))
+    con.register(
+        "_planned_questions", pa.table({"question": pa.array(list(dict.fromkeys(questions)), type=pa.string())})
+    )
+
+
+_MISSING_SQL = (
+    "FROM _planned_items CROSS JOIN _planned_questions p"
+    " ANTI JOIN (SELECT item_id, question FROM answers WHERE run_id = ?) a"
+    " ON a.item_id = _planned_items.item_id AND a.question = p.question"
+)
+
+
+def count_missing_answers(
+    con: duckdb.DuckDBPyConnection, run_id: str, item_ids: Sequence[str], questions: Sequence[str]
+) -> int:
+    """How many planned item × question pairs of ``run_id`` have no row in ``answers`` (neither an answer
+    nor a failure); 0 when every pair of ``item_ids`` × ``questions`` has its row."""
+    if len(item_ids) == 0 or len(questions) == 0:
+        return 0
+    _register_plan(con, item_ids, questions)
+    try:
+        row = con.execute(f"SELECT count(*) {_MISSING_SQL}", [run_id]).fetchone()
+    finally:
+        con.unregister("_planned_items")
+        con.unregister("_planned_questions")
+    return int(row[0]) if row else 0
+
+
+def missing_answers(
+    con: duckdb.DuckDBPyConnection, run_id: str, item_ids: Sequence[str], questions: Sequence[str]
+) -> dict[str, set[str]]:
+    """The planned pairs counted by :func:`count_missing_answers`: item id -> questions without a row."""
+    if len(item_ids) == 0 or len(questions) == 0:
+        return {}
+    _register_plan(con, item_ids, questions)
+    try:
+        rows = con.execute(f"SELECT _planned_items.item_id, p.question {_MISSING_SQL}", [run_id]).fetchall()
+    finally:
+        con.unregister("_planned_items")
+        con.unregister("_planned_questions")
+    out: dict[str, set[str]] = {}
+    for item_id, question in rows:
+        out.setdefault(item_id, set()).add(question)
+    return out
+
+
 # -- writes ---------------------------------------------------------------------------------------
 def has_answers(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
     """Whether ``run_id`` has any answer or failure row yet (a resumed run must replace, not append)."""
@@ -241,6 +289,8 @@ class CallJournal:
     def __init__(self, directory: Path | None, run_id: str):
         self.directory = directory
         self.run_id = run_id
+        #: segment names are ``<writer>.<n>.jsonl`` (see :func:`recover_journal`'s ``writer``)
+        self.writer = f"{run_id}.{os.getpid()}"
         self._seq = 0
         self._fd: int | None = None
         self._path: Path | None = None
@@ -252,7 +302,7 @@ class CallJournal:
     def _open(self) -> None:
         assert self.directory is not None
         self._seq += 1
-        self._path = self.directory / f"{self.run_id}.{os.getpid()}.{self._seq}.jsonl"
+        self._path = self.directory / f"{self.writer}.{self._seq}.jsonl"
         self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     def _write(self, doc: dict) -> None:
@@ -305,17 +355,25 @@ class CallJournal:
                     pass
 
 
-def recover_journal(con: duckdb.DuckDBPyConnection) -> int:
+def recover_journal(con: duckdb.DuckDBPyConnection, *, writer: str | None = None, in_flight_billed: bool = True) -> int:
     """Move calls left in journal segments by a killed process into ``calls``; return how many.
 
     Requests the segments show as sent but never answered nor settled were in flight when the
     process died: the provider billed them and ``--resume`` sends them again, so they are recorded
     in ``billed_unanswered`` (and counted by :func:`run_summary`).
+
+    ``writer`` (a :attr:`CallJournal.writer`) limits the recovery to that writer's segments: the
+    runner folds in its own leftovers at the end of a session, while other runs of the same store
+    may be writing theirs. ``in_flight_billed=False`` is for that case: every request of the session
+    has settled, so a ``sent`` marker left without its answer in an older segment is not a call in
+    flight (its answer went to a later segment, already committed and deleted).
     """
     directory = journal_dir(con)
     if directory is None or not directory.exists():
         return 0
     segments = sorted(directory.glob("*.jsonl"))
+    if writer is not None:
+        segments = [s for s in segments if s.stem.rpartition(".")[0] == writer]
     rows: list[dict] = []
     lost: list[tuple[str, str, str]] = []
     # a writer's newest segment carries the markers of every call still in flight at its last
@@ -346,7 +404,7 @@ def recover_journal(con: duckdb.DuckDBPyConnection) -> int:
                     sent[key] -= 1
                 if row.get("cache_key") and row.get("response") is not None:
                     rows.append(row)
-        if seg in last_segments:
+        if seg in last_segments and in_flight_billed:
             lost += [(run, key, f"{seg.name}#{i}") for (run, key), n in sent.items() for i in range(n)]
     if rows:
         write_batch(con, rows, [])
