@@ -173,14 +173,15 @@ def make_shadow_store(path: Path, n: int, k: int, seed: int = 0, group: int = 1_
             w.close()
         with transaction(con):
             con.execute(
-                "INSERT INTO shadow_requests (shadow, item_id, seq, ts, champion_latency_ms, champion_cost_usd,"
-                " champion_model, challenger_latency_ms, challenger_cost_usd, challenger_model, challenger_error)"
-                " SELECT 'bench', item_id, seq, ts, champion_latency_ms, 0.0004, 'champ', challenger_latency_ms,"
+                "INSERT INTO shadow_requests (shadow, request_id, item_id, seq, ts, champion_latency_ms,"
+                " champion_cost_usd, champion_model, challenger_latency_ms, challenger_cost_usd, challenger_model,"
+                " challenger_error)"
+                " SELECT 'bench', item_id, item_id, seq, ts, champion_latency_ms, 0.0004, 'champ', challenger_latency_ms,"
                 f" 0.0002, 'chall', challenger_error FROM read_parquet('{files['req']}')"
             )
             con.execute(
-                "INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind) "
-                f"SELECT 'bench', item_id, '{QUESTION}', side, probs, failure_kind FROM read_parquet('{files['ans']}')"
+                "INSERT INTO shadow_answers (shadow, request_id, item_id, question, side, probs, failure_kind) "
+                f"SELECT 'bench', item_id, item_id, '{QUESTION}', side, probs, failure_kind FROM read_parquet('{files['ans']}')"
             )
             con.execute(
                 f"INSERT INTO shadow_outcomes (shadow, item_id, question, outcome) "

@@ -161,13 +161,15 @@ def register(app: typer.Typer) -> None:
         def _after(app_) -> None:
             err_console.print(f"stopped after {app_.stats['requests']} requests")
             if ingest and path.exists():
-                from workbench.store.shadow import ingest_journal
+                from workbench.store.shadow import ingest_journal, repeated_items_note
 
                 with open_store() as con:
                     s = ingest_journal(
                         con, path, shadow=name, champion=_public(champion), challenger=_public(config.challenger)
                     )
                 err_console.print(f"ingested {s['n_requests']} requests into session {name}")
+                if note := repeated_items_note(s):
+                    err_console.print(note, markup=False)
 
         serve(config, host=host, port=port, on_closed=_after)
 
@@ -251,7 +253,7 @@ def register(app: typer.Typer) -> None:
                 f"{c.stats['dropped_held_bytes']} dropped over --max-held)"
             )
             if ingest and path.exists():
-                from workbench.store.shadow import ingest_journal
+                from workbench.store.shadow import ingest_journal, repeated_items_note
 
                 with open_store() as con:
                     s = ingest_journal(
@@ -262,6 +264,8 @@ def register(app: typer.Typer) -> None:
                         challenger=_public(config.challenger),
                     )
                 err_console.print(f"ingested {s['n_requests']} requests into session {name}")
+                if note := repeated_items_note(s):
+                    err_console.print(note, markup=False)
 
         try:
             collect(config, host=host, port=port, on_closed=_after, ready=_ready)
@@ -278,7 +282,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Load (again) a mirror journal into the store; safe to repeat while the mirror runs."""
-        from workbench.store.shadow import ingest_journal
+        from workbench.store.shadow import ingest_journal, repeated_items_note
 
         with open_store() as con:
             s = ingest_journal(con, journal, shadow=name, schema=_schema_from(schema, None))
@@ -286,6 +290,8 @@ def register(app: typer.Typer) -> None:
             emit_json(s)
         else:
             err_console.print(f"{s['n_requests']} requests ({s['n_challenger_lost']} challenger lost) in {name}")
+            if note := repeated_items_note(s):
+                err_console.print(note, markup=False)
             print_id(name)
 
     @sh.command("replay")

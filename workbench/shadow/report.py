@@ -1152,7 +1152,7 @@ def _side_rows(policy: SidePolicy | None, question: str, qtype: str, chunk: dict
     has_log = pd.notna(logged)
     return pa.table(
         {
-            "item_id": chunk["item_id"],
+            "request_id": chunk["request_id"],
             "top": pa.array(top.astype(np.int32)),
             "ptop": pa.array(np.asarray(ptop, dtype=float), from_pandas=True),
             "acc_policy": pa.array(acc),

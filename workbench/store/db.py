@@ -230,6 +230,51 @@ _MIGRATIONS: list[str] = [
         gold VARCHAR NOT NULL                          -- the item's one label (an option id, or not)
     );
     """,
+    # shadow mode keeps every request, not one per item: a ticket decided twice is two requests (the
+    # journal's pair ids; ingest kept only the last request of an item). Requests and answers are keyed by
+    # a request id; item_id stays the ticket that outcomes and slices join on. Rows written before: the
+    # item id was unique per session, so it is the request id.
+    """
+    CREATE TABLE shadow_requests_keyed (
+        shadow VARCHAR NOT NULL,
+        request_id VARCHAR NOT NULL,                   -- one per request (a journal's pair id, else the item id)
+        item_id VARCHAR NOT NULL,                      -- the item decided; several requests may share it
+        seq BIGINT,
+        ts TIMESTAMP,
+        state JSON,
+        champion_status INTEGER,
+        champion_error VARCHAR,
+        champion_latency_ms DOUBLE,
+        champion_cost_usd DOUBLE,
+        champion_model VARCHAR,
+        champion_response JSON,
+        champion_actions JSON,
+        challenger_status INTEGER,
+        challenger_error VARCHAR,
+        challenger_latency_ms DOUBLE,
+        challenger_cost_usd DOUBLE,
+        challenger_model VARCHAR,
+        challenger_response JSON,
+        PRIMARY KEY (shadow, request_id)
+    );
+    INSERT INTO shadow_requests_keyed BY NAME SELECT *, item_id AS request_id FROM shadow_requests;
+    DROP TABLE shadow_requests;
+    ALTER TABLE shadow_requests_keyed RENAME TO shadow_requests;
+    CREATE TABLE shadow_answers_keyed (
+        shadow VARCHAR NOT NULL,
+        request_id VARCHAR NOT NULL,
+        item_id VARCHAR NOT NULL,
+        question VARCHAR NOT NULL,
+        side VARCHAR NOT NULL,
+        probs DOUBLE[],
+        failure_kind VARCHAR,
+        logged_action VARCHAR,
+        PRIMARY KEY (shadow, request_id, question, side)
+    );
+    INSERT INTO shadow_answers_keyed BY NAME SELECT *, item_id AS request_id FROM shadow_answers;
+    DROP TABLE shadow_answers;
+    ALTER TABLE shadow_answers_keyed RENAME TO shadow_answers;
+    """,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)

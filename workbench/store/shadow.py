@@ -6,8 +6,10 @@ Three ways in, one layout out, so that one report serves them all:
 - :func:`ingest_journal` — the live mirror's JSON-lines journal (:mod:`workbench.shadow.journal`);
 - :func:`replay_runs` — two stored runs on the same dataset items (champion run, challenger run).
 
+Requests are keyed by a ``request_id`` (a journal's pair id; the item id for imports and replays), so an
+item decided by several requests keeps each of them; outcomes and slices are per ``item_id``.
 Responses are kept as received (``shadow_requests``); :func:`extract_answers` turns them into one
-probability vector per item × question × side in schema order (``shadow_answers``) with SQL over
+probability vector per request × question × side in schema order (``shadow_answers``) with SQL over
 JSON pointers, so no Python loop runs per row. A failed side (transport error, HTTP error, missing
 or malformed answer) gets a ``failure_kind`` and NULL probabilities, never a probability.
 
@@ -152,13 +154,15 @@ def extract_answers(con: duckdb.DuckDBPyConnection, shadow: str, schema: Decisio
             )
         con.execute(
             f"""
-            INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind, logged_action)
+            INSERT INTO shadow_answers (shadow, request_id, item_id, question, side, probs, failure_kind,
+                                        logged_action)
             WITH base AS (
-                SELECT item_id, 'champion' AS side, champion_response AS resp, champion_status AS status,
+                SELECT request_id, item_id, 'champion' AS side, champion_response AS resp, champion_status AS status,
                        champion_error AS err, champion_actions AS act
                 FROM shadow_requests WHERE shadow = $shadow
                 UNION ALL
-                SELECT item_id, 'challenger', challenger_response, challenger_status, challenger_error, NULL::JSON
+                SELECT request_id, item_id, 'challenger', challenger_response, challenger_status, challenger_error,
+                       NULL::JSON
                 FROM shadow_requests WHERE shadow = $shadow
             ), located AS (
                 SELECT *, CASE WHEN json_exists(resp, '$.answers') THEN json_extract(resp, '$.answers')
@@ -190,7 +194,7 @@ def extract_answers(con: duckdb.DuckDBPyConnection, shadow: str, schema: Decisio
                     END AS failure_kind
                 FROM summed
             )
-            SELECT $shadow, item_id, $q, side,
+            SELECT $shadow, request_id, item_id, $q, side,
                    CASE WHEN failure_kind IS NULL
                         THEN list_transform(filled, x -> least(greatest(x, 0.0), 1.0) / total) END,
                    failure_kind,
@@ -424,12 +428,12 @@ def import_traffic(
                 replace=replace,
             )
             con.execute(
-                f"""INSERT INTO shadow_requests (shadow, item_id, seq, ts, state,
+                f"""INSERT INTO shadow_requests (shadow, request_id, item_id, seq, ts, state,
                         champion_status, champion_error, champion_latency_ms, champion_cost_usd, champion_model,
                         champion_response, champion_actions,
                         challenger_status, challenger_error, challenger_latency_ms, challenger_cost_usd,
                         challenger_model, challenger_response)
-                    SELECT $shadow, {_text(found, "item_id")}, row_number() OVER (), {ts_sql},
+                    SELECT $shadow, {_text(found, "item_id")}, {_text(found, "item_id")}, row_number() OVER (), {ts_sql},
                            {_col(found, "state")}, {", ".join(side_cols)}
                     FROM _shadow_in""",
                 {"shadow": shadow},
@@ -480,11 +484,14 @@ def ingest_journal(
 ) -> dict:
     """Load a mirror journal into session ``shadow`` (replacing its traffic; the journal is the truth).
 
-    Every champion record is one request (it was fsynced before the caller got its answer), except
-    those the mirror did not sample for the challenger (``--sample-rate``). A request whose
-    challenger record is missing (the mirror was killed while the challenger ran)
-    gets ``challenger_error = 'lost'``. Without ``schema``, the questions of the first request are
-    the session's schema. Outcomes already imported for the session are kept.
+    Every champion record is one request (it was fsynced before the caller got its answer), keyed by its
+    ``pair`` id (the request id), except those the mirror did not sample for the challenger
+    (``--sample-rate``). Several requests may carry the same item id (a ticket decided twice): each is
+    kept, and the summary counts the items with several requests (``n_items_repeated``; the most requests
+    of one item in ``max_requests_per_item``). A request whose challenger record is missing (the mirror
+    was killed while the challenger ran) gets ``challenger_error = 'lost'``. Without ``schema``, the
+    questions of the first request are the session's schema. Outcomes already imported for the session
+    are kept (they are per item: every request of an item shares its outcome).
     """
     path = Path(path)
     # DuckDB reserves twice the largest JSON line per reading thread (2 GiB for a 1 GiB line),
@@ -545,18 +552,18 @@ def ingest_journal(
                     replace=False,
                 )
             con.execute(
-                """INSERT INTO shadow_requests (shadow, item_id, seq, ts, state,
+                """INSERT INTO shadow_requests (shadow, request_id, item_id, seq, ts, state,
                        champion_status, champion_error, champion_latency_ms, champion_model, champion_response,
                        challenger_status, challenger_error, challenger_latency_ms, challenger_model,
                        challenger_response)
                    WITH ch AS (
                        SELECT * FROM _journal WHERE kind = 'champion' AND coalesce(sampled, true)
-                       QUALIFY row_number() OVER (PARTITION BY item_id ORDER BY ts DESC, pair DESC) = 1
+                       QUALIFY row_number() OVER (PARTITION BY pair) = 1
                    ), cl AS (
                        SELECT * FROM _journal WHERE kind = 'challenger'
                        QUALIFY row_number() OVER (PARTITION BY pair) = 1
                    )
-                   SELECT $shadow, ch.item_id, row_number() OVER (ORDER BY ch.ts, ch.pair),
+                   SELECT $shadow, ch.pair, coalesce(ch.item_id, ch.pair), row_number() OVER (ORDER BY ch.ts, ch.pair),
                           TRY_CAST(ch.ts AS TIMESTAMPTZ) AT TIME ZONE 'UTC',
                           CASE WHEN json_valid(ch.request) THEN json_extract(ch.request, '$.state') END,
                           ch.status, ch.error, ch.latency_ms,
@@ -570,18 +577,51 @@ def ingest_journal(
             )
             extract_answers(con, shadow, schema)
         counts = con.execute(
-            "SELECT count(*), count(*) FILTER (WHERE challenger_error = 'lost') FROM shadow_requests WHERE shadow = ?",
-            [shadow],
-        ).fetchone() or (0, 0)
+            """SELECT count(*), count(*) FILTER (WHERE challenger_error = 'lost'), count(DISTINCT item_id)
+               FROM shadow_requests WHERE shadow = $shadow""",
+            {"shadow": shadow},
+        ).fetchone() or (0, 0, 0)
+        repeated = repeated_items(con, shadow)
         return {
             "shadow": shadow,
             "kind": "journal",
             "n_requests": counts[0],
             "n_challenger_lost": counts[1],
+            "n_items": counts[2],
+            **repeated,
             "n_outcomes": 0,
         }
     finally:
         con.execute("DROP TABLE IF EXISTS _journal")
+
+
+def repeated_items(con: duckdb.DuckDBPyConnection, shadow: str, *, examples: int = 5) -> dict:
+    """Items of session ``shadow`` decided by several requests: ``n_items_repeated``, the requests they
+    hold (``n_requests_of_repeated_items``), ``max_requests_per_item`` and up to ``examples`` of them
+    (``repeated_examples``: item id and request count, most requests first)."""
+    rows = con.execute(
+        """SELECT item_id, count(*) AS n FROM shadow_requests WHERE shadow = ? GROUP BY item_id HAVING count(*) > 1
+           ORDER BY n DESC, item_id""",
+        [shadow],
+    ).fetchall()
+    return {
+        "n_items_repeated": len(rows),
+        "n_requests_of_repeated_items": int(sum(n for _, n in rows)),
+        "max_requests_per_item": int(max((n for _, n in rows), default=1)),
+        "repeated_examples": [{"item_id": item, "requests": int(n)} for item, n in rows[:examples]],
+    }
+
+
+def repeated_items_note(summary: dict) -> str | None:
+    """One line about the items with several requests of an ingest summary (None when there are none)."""
+    n = summary.get("n_items_repeated") or 0
+    if not n:
+        return None
+    shown = ", ".join(f"{e['item_id']} ({e['requests']})" for e in summary.get("repeated_examples", []))
+    return (
+        f"{n} items were decided by several requests ({summary['n_requests_of_repeated_items']} requests, at most "
+        f"{summary['max_requests_per_item']} for one item; each request is kept, outcomes are per item): {shown}"
+    )
 
 
 # -- replay of two stored runs ---------------------------------------------------------------------
@@ -633,7 +673,7 @@ def replay_runs(
             replace=replace,
         )
         con.execute(
-            f"""INSERT INTO shadow_requests (shadow, item_id, seq, ts, state,
+            f"""INSERT INTO shadow_requests (shadow, request_id, item_id, seq, ts, state,
                    champion_latency_ms, champion_cost_usd, champion_model,
                    challenger_latency_ms, challenger_cost_usd, challenger_model)
                WITH per AS (
@@ -644,7 +684,7 @@ def replay_runs(
                           any_value(model) FILTER (WHERE run_id = $b) AS mb
                    FROM {answers} WHERE run_id IN ($a, $b) AND list_contains($qs, question) GROUP BY item_id
                )
-               SELECT $shadow, per.item_id, row_number() OVER (ORDER BY md5(per.item_id), per.item_id), NULL,
+               SELECT $shadow, per.item_id, per.item_id, row_number() OVER (ORDER BY md5(per.item_id), per.item_id), NULL,
                       coalesce(i.state_json, to_json(i.state_text)), la, ca, ma, lb, cb, mb
                FROM per JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = per.item_id
                WHERE $splits IS NULL OR list_contains($splits, i.split)""",
@@ -659,8 +699,8 @@ def replay_runs(
             },
         )
         con.execute(
-            f"""INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind)
-               SELECT $shadow, a.item_id, a.question, CASE WHEN a.run_id = $a THEN 'champion' ELSE 'challenger' END,
+            f"""INSERT INTO shadow_answers (shadow, request_id, item_id, question, side, probs, failure_kind)
+               SELECT $shadow, r.request_id, a.item_id, a.question, CASE WHEN a.run_id = $a THEN 'champion' ELSE 'challenger' END,
                       a.probs, CASE WHEN a.probs IS NULL THEN coalesce(a.failure_kind, 'failed') END
                FROM {answers} a JOIN shadow_requests r ON r.shadow = $shadow AND r.item_id = a.item_id
                WHERE a.run_id IN ($a, $b) AND list_contains($qs, a.question)""",
@@ -668,11 +708,11 @@ def replay_runs(
         )
         # a side that never answered an item of the other side is a failure of that side
         con.execute(
-            """INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind)
-               SELECT r.shadow, r.item_id, q.question, s.side, NULL, 'missing_answer'
+            """INSERT INTO shadow_answers (shadow, request_id, item_id, question, side, probs, failure_kind)
+               SELECT r.shadow, r.request_id, r.item_id, q.question, s.side, NULL, 'missing_answer'
                FROM shadow_requests r, (SELECT unnest($qs) AS question) q, (SELECT unnest(['champion', 'challenger']) AS side) s
                WHERE r.shadow = $shadow AND NOT EXISTS (SELECT 1 FROM shadow_answers x WHERE x.shadow = r.shadow
-                     AND x.item_id = r.item_id AND x.question = q.question AND x.side = s.side)""",
+                     AND x.request_id = r.request_id AND x.question = q.question AND x.side = s.side)""",
             {"qs": shared, "shadow": shadow},
         )
         n_out = 0
@@ -724,13 +764,13 @@ def export_session(con: duckdb.DuckDBPyConnection, shadow: str, path: str | Path
                     CASE WHEN q.qtype = 'noul' THEN json_object('type', 'noul', 'noul', a.probs[1])
                          ELSE json_object('type', q.qtype, 'probabilities', to_json(map(q.opts, a.probs))) END)
                 FROM shadow_answers a JOIN _export_questions q USING (question)
-                WHERE a.shadow = r.shadow AND a.item_id = r.item_id AND a.side = '{side}' AND a.probs IS NOT NULL)"""
+                WHERE a.shadow = r.shadow AND a.request_id = r.request_id AND a.side = '{side}' AND a.probs IS NOT NULL)"""
     built = (
         "CASE WHEN " + answers + " IS NOT NULL THEN json_object('model', {side_model}, 'answers', " + answers + ") END"
     )
     text = "" if kind == "json" else "::VARCHAR"
     select = f"""
-        SELECT r.item_id, strftime(r.ts, '%Y-%m-%dT%H:%M:%S.%fZ') AS "timestamp", r.state{text} AS state,
+        SELECT r.item_id, r.request_id, strftime(r.ts, '%Y-%m-%dT%H:%M:%S.%fZ') AS "timestamp", r.state{text} AS state,
                coalesce(r.champion_response, {built.format(side="champion", side_model="r.champion_model")}){text}
                    AS champion,
                r.champion_actions{text} AS champion_action,
@@ -741,7 +781,7 @@ def export_session(con: duckdb.DuckDBPyConnection, shadow: str, path: str | Path
                r.challenger_model,
                (SELECT json_group_object(o.question, o.outcome) FROM shadow_outcomes o
                 WHERE o.shadow = r.shadow AND o.item_id = r.item_id AND o.outcome IS NOT NULL){text} AS outcome
-        FROM shadow_requests r WHERE r.shadow = ? ORDER BY r.ts NULLS LAST, r.seq, r.item_id"""
+        FROM shadow_requests r WHERE r.shadow = ? ORDER BY r.ts NULLS LAST, r.seq, r.item_id, r.request_id"""
     fmt = {"json": "FORMAT json", "parquet": "FORMAT parquet", "csv": "FORMAT csv, HEADER true"}[kind]
     try:
         target = str(path).replace("'", "''")
@@ -817,16 +857,16 @@ def _question_of(con: duckdb.DuckDBPyConnection, shadow: str, question: str) -> 
 
 
 #: Arrival order of a session's requests (the report's windows and the ``pos`` of streamed chunks).
-_ORDER = "r.ts NULLS LAST, r.seq, r.item_id"
+_ORDER = "r.ts NULLS LAST, r.seq, r.item_id, r.request_id"
 
 _ROWS_SQL = """SELECT r.item_id, r.ts, r.seq, c.probs AS cp, d.probs AS dp, c.failure_kind AS cf, d.failure_kind AS df,
                   c.logged_action, list_position($opts, o.outcome) - 1 AS outcome_idx,
                   r.champion_latency_ms, r.challenger_latency_ms, r.champion_cost_usd, r.challenger_cost_usd,
                   r.champion_model, r.challenger_model{extra}
            FROM {requests} r
-           LEFT JOIN shadow_answers c ON c.shadow = r.shadow AND c.item_id = r.item_id AND c.question = $q
+           LEFT JOIN shadow_answers c ON c.shadow = r.shadow AND c.request_id = r.request_id AND c.question = $q
                 AND c.side = 'champion'
-           LEFT JOIN shadow_answers d ON d.shadow = r.shadow AND d.item_id = r.item_id AND d.question = $q
+           LEFT JOIN shadow_answers d ON d.shadow = r.shadow AND d.request_id = r.request_id AND d.question = $q
                 AND d.side = 'challenger'
            LEFT JOIN shadow_outcomes o ON o.shadow = r.shadow AND o.item_id = r.item_id AND o.question = $q
            WHERE r.shadow = $shadow"""
@@ -928,7 +968,7 @@ def iter_side_answers(
     con: duckdb.DuckDBPyConnection, shadow: str, question: str, side: str, *, batch_rows: int = 50_000
 ) -> Iterator[dict]:
     """One side's stored answers of ``question`` in chunks (a plain scan, no join, any order):
-    ``{"item_id": pa.Array, "probs": (m, k) NaN when failed, "failure_kind": (m,) object, "logged": (m,) object}``.
+    ``{"request_id": pa.Array, "probs": (m, k) NaN when failed, "failure_kind": (m,) object, "logged": (m,) object}``.
 
     Read through a cursor of its own, so the caller may write its per-row results through ``con``
     (:func:`side_rows_writer`) while the scan streams.
@@ -938,7 +978,7 @@ def iter_side_answers(
     cur = con.cursor()
     try:
         reader = cur.execute(
-            "SELECT item_id, probs, failure_kind, logged_action FROM shadow_answers"
+            "SELECT request_id, probs, failure_kind, logged_action FROM shadow_answers"
             " WHERE shadow = ? AND question = ? AND side = ?",
             [shadow, question, side],
         ).fetch_record_batch(batch_rows)
@@ -947,7 +987,7 @@ def iter_side_answers(
                 continue
             probs = batch.column(1)
             yield {
-                "item_id": batch.column(0),
+                "request_id": batch.column(0),
                 "probs": _matrix(pa.chunked_array([probs]), batch.num_rows, k),
                 "failure_kind": np.asarray(batch.column(2).to_pylist(), dtype=object),
                 "logged": np.asarray(batch.column(3).to_pylist(), dtype=object),
@@ -959,7 +999,7 @@ def iter_side_answers(
 #: Per-row results of one side that :func:`shadow_pair_aggregates` pairs: the top choice and p_top of
 #: the raw answer, the policy's decision before the model check, the logged action, the failure.
 SIDE_ROWS_COLUMNS = {
-    "item_id": "VARCHAR",
+    "request_id": "VARCHAR",
     "top": "INTEGER",
     "ptop": "DOUBLE",
     "acc_policy": "BOOLEAN",
@@ -1032,7 +1072,7 @@ def shadow_pair_aggregates(
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE {pair} AS
         WITH r AS (
-            SELECT r.item_id, r.ts, r.seq, r.champion_model, r.challenger_model, {grp} AS grp,
+            SELECT r.request_id, r.item_id, r.ts, r.seq, r.champion_model, r.challenger_model, {grp} AS grp,
                    row_number() OVER ({part}ORDER BY {_ORDER}) - 1 AS pos
             FROM shadow_requests r{join} WHERE r.shadow = $shadow
         )
@@ -1053,7 +1093,7 @@ def shadow_pair_aggregates(
                coalesce(CASE WHEN coalesce(d.has_log, false) OR NOT {ok["challenger"]} THEN d.top ELSE d.opt_policy END, -1)
                    AS od,
                coalesce(list_position($opts, o.outcome) - 1, -1) AS y
-        FROM r LEFT JOIN {c} c ON c.item_id = r.item_id LEFT JOIN {d} d ON d.item_id = r.item_id
+        FROM r LEFT JOIN {c} c ON c.request_id = r.request_id LEFT JOIN {d} d ON d.request_id = r.request_id
         LEFT JOIN shadow_outcomes o ON o.shadow = $shadow AND o.item_id = r.item_id AND o.question = $q""",
         {
             "shadow": shadow,
@@ -1214,10 +1254,15 @@ def request_state_lengths(con: duckdb.DuckDBPyConnection, shadow: str) -> pd.Dat
 
 
 # -- a new challenger over a session's logged states ---------------------------------------------
+#: The id a rerun gives each request of a session: its item id, or its request id when the item was
+#: decided by several requests (each may carry another state, and each gets its own answer).
+_RERUN_ID = "CASE WHEN count(*) OVER (PARTITION BY item_id) > 1 THEN request_id ELSE item_id END"
+
+
 def session_states(con: duckdb.DuckDBPyConnection, shadow: str) -> tuple[pd.DataFrame, str]:
     """The states session ``shadow`` logged, as an importable frame, and which column holds them.
 
-    Columns: ``item_id``, the state (``text`` when every state is a JSON string, else ``state``
+    Columns: ``item_id`` (the request id for an item with several requests), the state (``text`` when every state is a JSON string, else ``state``
     as JSON text), and ``outcome__<question>`` (the known outcome, empty when unknown) per question.
     """
     schema = session_schema(con, shadow)
@@ -1227,11 +1272,12 @@ def session_states(con: duckdb.DuckDBPyConnection, shadow: str) -> tuple[pd.Data
     )
     params = [shadow, *schema.question_ids]
     frame = con.execute(
-        f"""SELECT r.item_id, r.state::VARCHAR AS state, json_type(r.state) = 'VARCHAR' AS is_text,
+        f"""SELECT r.rerun_id AS item_id, r.state::VARCHAR AS state, json_type(r.state) = 'VARCHAR' AS is_text,
                    r.state->>'$' AS text{", " + outcome_cols if outcome_cols else ""}
-            FROM shadow_requests r LEFT JOIN shadow_outcomes o ON o.shadow = r.shadow AND o.item_id = r.item_id
-            WHERE r.shadow = $1 AND r.state IS NOT NULL
-            GROUP BY ALL ORDER BY min(r.seq), r.item_id""",
+            FROM (SELECT *, {_RERUN_ID} AS rerun_id FROM shadow_requests WHERE shadow = $1) r
+            LEFT JOIN shadow_outcomes o ON o.shadow = r.shadow AND o.item_id = r.item_id
+            WHERE r.state IS NOT NULL
+            GROUP BY ALL ORDER BY min(r.seq), r.rerun_id""",
         params,
     ).df()
     if frame.empty:
@@ -1264,18 +1310,19 @@ def rechallenge_session(
             replace=replace,
         )
         con.execute(
-            """INSERT INTO shadow_requests BY NAME
+            f"""INSERT INTO shadow_requests BY NAME
                WITH per AS (
                    SELECT item_id, max(latency_ms) AS lat, sum(cost_usd) AS cost, any_value(model) AS model,
                           bool_or(probs IS NULL) AS failed, any_value(failure_kind) AS kind
                    FROM answers WHERE run_id = $run AND list_contains($qs, question) GROUP BY item_id
                )
-               SELECT r.* REPLACE ($target AS shadow, per.lat AS challenger_latency_ms, per.cost AS challenger_cost_usd,
+               SELECT r.* EXCLUDE (rerun_id) REPLACE ($target AS shadow, per.lat AS challenger_latency_ms, per.cost AS challenger_cost_usd,
                                    per.model AS challenger_model, NULL AS challenger_response,
                                    CASE WHEN per.item_id IS NULL OR per.failed THEN NULL ELSE 200 END AS challenger_status,
                                    CASE WHEN per.item_id IS NULL THEN 'missing_answer' WHEN per.failed THEN per.kind END
                                        AS challenger_error)
-               FROM shadow_requests r LEFT JOIN per USING (item_id) WHERE r.shadow = $source""",
+               FROM (SELECT *, {_RERUN_ID} AS rerun_id FROM shadow_requests WHERE shadow = $source) r
+               LEFT JOIN per ON per.item_id = r.rerun_id""",
             {"run": run["run_id"], "qs": qs, "target": target, "source": source},
         )
         con.execute(
@@ -1284,12 +1331,12 @@ def rechallenge_session(
             {"target": target, "source": source},
         )
         con.execute(
-            """INSERT INTO shadow_answers (shadow, item_id, question, side, probs, failure_kind)
-               SELECT $target, r.item_id, q.question, 'challenger', a.probs,
+            f"""INSERT INTO shadow_answers (shadow, request_id, item_id, question, side, probs, failure_kind)
+               SELECT $target, r.request_id, r.item_id, q.question, 'challenger', a.probs,
                       CASE WHEN a.probs IS NULL THEN coalesce(a.failure_kind, 'missing_answer') END
-               FROM shadow_requests r CROSS JOIN (SELECT unnest($qs) AS question) q
-               LEFT JOIN answers a ON a.run_id = $run AND a.item_id = r.item_id AND a.question = q.question
-               WHERE r.shadow = $target""",
+               FROM (SELECT *, {_RERUN_ID} AS rerun_id FROM shadow_requests WHERE shadow = $target) r
+               CROSS JOIN (SELECT unnest($qs) AS question) q
+               LEFT JOIN answers a ON a.run_id = $run AND a.item_id = r.rerun_id AND a.question = q.question""",
             {"run": run["run_id"], "qs": qs, "target": target},
         )
         con.execute(
