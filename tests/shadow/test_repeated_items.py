@@ -175,3 +175,46 @@ def test_a_store_written_before_request_ids_migrates_with_every_row(tmp_path):
     assert q["agreement"]["rate"] == pytest.approx(
         np.mean([(0.3 + i / 100 >= 0.5) == (0.9 - i / 100 >= 0.5) for i in range(40)])
     )
+
+
+def test_export_and_import_keep_every_request_of_an_item(tmp_path):
+    """A session with repeated items exported (a request_id column) imports back with the same requests and
+    figures; a traffic file with repeated item ids and no request_id column is refused, not collapsed."""
+    _journal(tmp_path / "j.jsonl")
+    schema = DecisionSchema.from_dict({"questions": QUESTIONS})
+    con = connect(tmp_path / "wb.duckdb")
+    try:
+        ingest_journal(con, tmp_path / "j.jsonl", shadow="s")
+        (tmp_path / "outcomes.csv").write_text(
+            "item_id,outcome\n" + "".join(f"ticket-{i:03d},{'yes' if i % 2 else 'no'}\n" for i in range(100, 136))
+        )
+        import_traffic(con, tmp_path / "outcomes.csv", shadow="s")
+        from workbench.store.shadow import export_session
+
+        assert export_session(con, "s", tmp_path / "s.jsonl") == 278
+        summary = import_traffic(con, tmp_path / "s.jsonl", shadow="back", schema=schema)
+        pairs = [
+            con.execute(
+                "SELECT request_id, item_id FROM shadow_requests WHERE shadow = ? ORDER BY request_id", [name]
+            ).fetchall()
+            for name in ("s", "back")
+        ]
+        reports = [
+            shadow_report(con, name, champion_policy=RULE, challenger_policy=RULE, n_boot=50).to_dict()["questions"][0]
+            for name in ("s", "back")
+        ]
+        lines = (tmp_path / "s.jsonl").read_text().splitlines()
+        (tmp_path / "no_ids.jsonl").write_text(
+            "".join(json.dumps({k: v for k, v in json.loads(ln).items() if k != "request_id"}) + "\n" for ln in lines)
+        )
+        from workbench.errors import DataImportError
+
+        with pytest.raises(DataImportError, match="duplicate item ids") as refused:
+            import_traffic(con, tmp_path / "no_ids.jsonl", shadow="flat", schema=schema)
+    finally:
+        con.close()
+    assert summary["n_requests"] == 278 and summary["n_items_repeated"] == 34 and summary["n_outcomes"] == 36
+    assert pairs[0] == pairs[1]
+    for key in ("n_requests", "agreement", "directional", "error", "failures"):
+        assert reports[0][key] == reports[1][key], key
+    assert "request_id column" in refused.value.hint

@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Import production logs (or later outcomes, joined by item id) into a shadow session."""
-        from workbench.store.shadow import import_traffic
+        from workbench.store.shadow import import_traffic, repeated_items_note
 
         with open_store() as con:
             summary = import_traffic(
@@ -89,6 +89,8 @@ def register(app: typer.Typer) -> None:
                 f"shadow [bold]{name}[/]: {summary['kind']} imported, "
                 f"{summary['n_requests']} requests, {summary['n_outcomes']} outcomes"
             )
+            if note := repeated_items_note(summary):
+                err_console.print(note, markup=False)
             print_id(name)
 
     @sh.command("serve")

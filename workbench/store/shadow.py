@@ -15,7 +15,8 @@ or malformed answer) gets a ``failure_kind`` and NULL probabilities, never a pro
 
 Import file columns (aliases in brackets; every column but ``item_id`` is optional):
 
-``item_id`` [``id``], ``timestamp`` [``ts``, ``time``] (ISO text or epoch seconds), ``state``,
+``item_id`` [``id``], ``request_id`` (one per row: then an item may be decided by several rows; without
+it item ids must be unique), ``timestamp`` [``ts``, ``time``] (ISO text or epoch seconds), ``state``,
 ``champion`` [``champion_response``, ``champion_answers``] and ``challenger`` [...]: a System One
 response or just its ``answers`` object (a Cloudflare envelope is accepted too),
 ``champion_action`` [``champion_actions``, ``action``]: ``"accept"``/``"review"``/... or a map
@@ -51,6 +52,7 @@ SUM_TOLERANCE = 0.02
 
 _ALIASES: dict[str, tuple[str, ...]] = {
     "item_id": ("item_id", "id"),
+    "request_id": ("request_id",),
     "ts": ("timestamp", "ts", "time"),
     "state": ("state",),
     "champion": ("champion", "champion_response", "champion_answers"),
@@ -294,7 +296,8 @@ def _number(found: dict, key: str) -> str:
 
 
 def _outcome_rows_sql(found: dict, schema: DecisionSchema, staged: str, shadow_param: str = "$shadow") -> str:
-    """SELECT of (shadow, item_id, question, outcome, final_queue, human_override) from a staged file."""
+    """SELECT of (shadow, item_id, question, outcome, final_queue, human_override, _row) from a staged file
+    (``_row``: the file's row order)."""
     single = len(schema.questions) == 1
     parts = []
     for qid in schema.questions:
@@ -316,7 +319,7 @@ def _outcome_rows_sql(found: dict, schema: DecisionSchema, staged: str, shadow_p
         parts.append(
             f"SELECT {shadow_param} AS shadow, {_text(found, 'item_id')} AS item_id, '{qid.replace(chr(39), chr(39) * 2)}'"
             f" AS question, {per_question('outcome')} AS outcome, {per_question('final_queue')} AS final_queue,"
-            f" {per_question('human_override')} AS human_override FROM {staged}"
+            f" {per_question('human_override')} AS human_override, rowid AS _row FROM {staged}"
         )
     union = " UNION ALL ".join(parts)
     return (
@@ -326,7 +329,12 @@ def _outcome_rows_sql(found: dict, schema: DecisionSchema, staged: str, shadow_p
 
 
 def _upsert_outcomes(con, select_sql: str, params: dict) -> int:
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _shadow_outcomes_in AS {select_sql}", params)
+    """Write the outcomes of :func:`_outcome_rows_sql`; for an item on several rows (requests), its last row's."""
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE _shadow_outcomes_in AS SELECT * EXCLUDE (_row) FROM ({select_sql})
+            QUALIFY row_number() OVER (PARTITION BY shadow, item_id, question ORDER BY _row DESC) = 1""",
+        params,
+    )
     con.execute(
         "DELETE FROM shadow_outcomes WHERE (shadow, item_id, question) IN "
         "(SELECT shadow, item_id, question FROM _shadow_outcomes_in)"
@@ -391,9 +399,20 @@ def import_traffic(
                 f"{path}: a traffic import needs the decision schema (option order)",
                 hint="pass --schema FILE (or --policy, whose schema is used)",
             )
-        dup = fetch_scalar(con, f"SELECT count(*) - count(DISTINCT {_text(found, 'item_id')}) FROM _shadow_in")
+        # an item may be decided by several requests when each row names its request (request_id column)
+        key = "request_id" if found["request_id"] is not None else "item_id"
+        n_null = fetch_scalar(con, f"SELECT count(*) FROM _shadow_in WHERE {_text(found, key)} IS NULL")
+        if n_null:
+            raise DataImportError(f"{path}: {n_null} rows have no {key}", hint="every row needs a request id")
+        dup = fetch_scalar(con, f"SELECT count(*) - count(DISTINCT {_text(found, key)}) FROM _shadow_in")
         if dup:
-            raise DataImportError(f"{path}: {dup} duplicate item ids", hint="each request needs its own item id")
+            raise DataImportError(
+                f"{path}: {dup} duplicate {'request' if key == 'request_id' else 'item'} ids",
+                hint="each row is one request: an item decided by several requests needs a request_id column"
+                " (unique per row)"
+                if key == "item_id"
+                else "each row needs its own request_id",
+            )
         ts = _col(found, "ts")
         # epoch seconds (a JSON number, or digits in a CSV cell) or ISO text
         ts_sql = (
@@ -433,7 +452,7 @@ def import_traffic(
                         champion_response, champion_actions,
                         challenger_status, challenger_error, challenger_latency_ms, challenger_cost_usd,
                         challenger_model, challenger_response)
-                    SELECT $shadow, {_text(found, "item_id")}, {_text(found, "item_id")}, row_number() OVER (), {ts_sql},
+                    SELECT $shadow, {_text(found, key)}, {_text(found, "item_id")}, row_number() OVER (), {ts_sql},
                            {_col(found, "state")}, {", ".join(side_cols)}
                     FROM _shadow_in""",
                 {"shadow": shadow},
@@ -443,7 +462,13 @@ def import_traffic(
             if any(found[k] is not None for k in ("outcome", "final_queue", "human_override")):
                 n_out = _upsert_outcomes(con, _outcome_rows_sql(found, schema, "_shadow_in"), {"shadow": shadow})
         n = fetch_scalar(con, "SELECT count(*) FROM shadow_requests WHERE shadow = ?", [shadow])
-        return {"shadow": shadow, "kind": "traffic", "n_requests": n, "n_outcomes": n_out}
+        return {
+            "shadow": shadow,
+            "kind": "traffic",
+            "n_requests": n,
+            "n_outcomes": n_out,
+            **repeated_items(con, shadow),
+        }
     finally:
         con.execute("DROP TABLE IF EXISTS _shadow_in")
 
