@@ -99,3 +99,19 @@ def test_malformed_requests_are_one_line_without_their_bytes(tmp_path: Path, com
     assert all(len(ln) < 200 for ln in lines)
     if command == "serve":  # the mirror's 400 does not echo the request either
         assert not any(SECRET.encode() in a for a in answers)
+
+
+def test_a_handler_error_is_one_line_without_its_message(caplog):
+    """An exception raised while handling a request (aiohttp answers 500) is logged as its type and where it
+    was raised, not its message (which may quote a header), and is not counted as a malformed request."""
+    from workbench.shadow.serving import QuietServerLog
+
+    log = QuietServerLog("collector", interval=0.0)
+    try:
+        {}[f"Bearer {SECRET}"]
+    except KeyError as exc:
+        with caplog.at_level("WARNING", logger="workbench.shadow.server"):
+            log.exception("Error handling request from %s", "127.0.0.1", exc_info=exc)
+    (record,) = caplog.records
+    assert SECRET not in record.getMessage() and "KeyError at test_server_logs.py:" in record.getMessage()
+    assert (log.errors, log.malformed) == (1, 0)

@@ -47,19 +47,21 @@ class QuietServerLog:
         LOG.warning("shadow %s: %s", self.server, line)
 
     def exception(self, msg: Any, *args: Any, exc_info: Any = None, **kw: Any) -> None:
+        from aiohttp.http_exceptions import HttpProcessingError
+
         exc = exc_info if isinstance(exc_info, BaseException) else None
         text = str(msg)
-        if text.startswith("Error handling request"):  # the parser refused the request (aiohttp: 400)
-            self.malformed += 1
+        if text.startswith("Error handling request") and isinstance(exc, HttpProcessingError):
+            self.malformed += 1  # the parser refused the request (aiohttp answers 400)
             peer = args[0] if args else "?"
-            self._emit(f"malformed request from {peer} refused ({type(exc).__name__ if exc else 'unknown error'})")
+            self._emit(f"malformed request from {peer} refused ({type(exc).__name__})")
             return
-        self.errors += 1
+        self.errors += 1  # a handler that raised (aiohttp answers 500), or another error of ours
         where = ""
         if exc is not None and exc.__traceback__ is not None:
             frame = traceback.extract_tb(exc.__traceback__)[-1]
             where = f" at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
-        self._emit(f"{text.split(chr(10))[0][:80]}: {type(exc).__name__ if exc else 'error'}{where}")
+        self._emit(f"{text.split(chr(10))[0].split(' from ')[0][:80]}: {type(exc).__name__ if exc else 'error'}{where}")
 
     def warning(self, msg: Any, *args: Any, **kw: Any) -> None:
         self._emit(str(msg).split("\n")[0][:120])  # the message alone, never its arguments
