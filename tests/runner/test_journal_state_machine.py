@@ -17,8 +17,8 @@ and at the end of each example, after a last resume: every item answered, with t
 run, no journal segment left.
 
 Children are forked by a multiprocessing fork server that imported the runner beforehand (``_kill_child``): a
-kill costs a fork, not an interpreter start. Budget: 20 examples of at most 3 steps (41-51 s measured on a 2-core machine at load 9-11
-machine).
+kill costs a fork, not an interpreter start. Budget: 20 examples of at most 3 steps, 41-51 s measured on a 2-core
+machine at load 9-11.
 """
 
 from __future__ import annotations

@@ -10,7 +10,13 @@ One run = one provider × one schema × the dataset's chosen splits. The loop:
    per-call timeout; in-process providers answer chunks through ``decide_batch``;
 4. answers and calls are written in batches (one transaction per :data:`BATCH_ROWS` answers or
    :data:`BATCH_SECONDS`), and every response is journaled at once (before its worker sends the
-   next request) so a SIGKILL loses only the calls in flight (see :mod:`workbench.store.calls`).
+   next request) so a SIGKILL loses only the calls in flight (see :mod:`workbench.store.calls`);
+   the writes run in the recorder's own thread and are never cancelled (a taken batch is written
+   or, when its write fails, put back and the error raised);
+5. at the end the store is counted: the run is ``done`` (or ``stopped``) only when every planned
+   item × question has its row; otherwise this session's leftover journal is folded in and the
+   pairs answered again from the cache, and what still has no row makes the run ``incomplete``
+   (exit code 7, :mod:`workbench.runner.outcome`).
 
 Every item × question ends as an answer or a failure row (``failure_kind`` + message, ``probs``
 NULL) — a failure is never written as a probability. ``authentication`` and ``quota`` failures
