@@ -373,3 +373,26 @@ def test_collector_refuses_a_held_limit_below_one_body(tmp_path):
     )
     with pytest.raises(WorkbenchError, match="max_held_bytes"):
         Collector(config)
+
+
+def test_access_log_keeps_unclaimed_lines_for_keep_for_then_forgets_them():
+    """Lines of requests nobody mirrored (a sampled mirror: most of them) wait ``keep_for`` seconds for a claim
+    and are forgotten after it, oldest first (the CPU figure is bench/shadow_access_log.py)."""
+    from workbench.shadow.collector import AccessLog
+
+    def line(i: int, status: str = "200") -> bytes:
+        return b"<190>workbench: " + json.dumps({"request_id": f"r{i}", "upstream_status": status}).encode()
+
+    kept, forgotten = AccessLog(keep_for=3600.0), AccessLog(keep_for=0.0)
+    for log in (kept, forgotten):
+        for i in range(3000):
+            log.datagram_received(line(i), ("127.0.0.1", 0))
+        log.datagram_received(line(0, "502"), ("127.0.0.1", 0))  # the same id again: the newer line counts
+
+    async def claim(log: AccessLog, i: int) -> dict | None:
+        return await log.wait(f"r{i}", 0.01)
+
+    assert asyncio.run(claim(kept, 0))["upstream_status"] == "502"
+    assert asyncio.run(claim(kept, 2999))["request_id"] == "r2999"
+    assert asyncio.run(claim(forgotten, 0)) is None and asyncio.run(claim(forgotten, 2999)) is None
+    assert kept.lines == forgotten.lines == 3001
