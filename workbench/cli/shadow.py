@@ -375,7 +375,11 @@ def register(app: typer.Typer) -> None:
         ),
         max_p95_latency_ms: float | None = typer.Option(None, "--max-p95-latency-ms"),
         max_cost_increase: float | None = typer.Option(None, "--max-cost-increase", help="USD per 1,000 requests."),
-        max_failure_rate: float = typer.Option(0.01, "--max-failure-rate"),
+        max_failure_rate: float = typer.Option(
+            0.01,
+            "--max-failure-rate",
+            help="Largest share of requests the challenger failed while the champion answered the same request.",
+        ),
         min_outcomes: int = typer.Option(100, "--min-outcomes", help="Known outcomes needed to judge error."),
         max_drift_psi: float = typer.Option(0.25, "--max-drift-psi"),
         windows: int = typer.Option(5, "--windows", help="Drift windows (equal counts in arrival order)."),

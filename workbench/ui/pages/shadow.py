@@ -136,7 +136,13 @@ with st.expander("Rollout criteria", expanded=False):
             "Min coverage gain", -0.5, 0.5, float(crit0.min_coverage_gain), 0.01, key="sh_min_cov"
         ),
         "max_failure_rate": k3.number_input(
-            "Max challenger failure rate", 0.0, 1.0, float(crit0.max_failure_rate), 0.005, key="sh_max_fail"
+            "Max challenger failure rate",
+            0.0,
+            1.0,
+            float(crit0.max_failure_rate),
+            0.005,
+            key="sh_max_fail",
+            help="Share of requests the challenger failed while the champion answered the same request",
         ),
         "min_outcomes": int(
             k1.number_input("Min known outcomes", 0, 100_000, int(crit0.min_outcomes), 10, key="sh_min_out")
