@@ -284,7 +284,7 @@ from workbench.cli import main  # what `workbench shadow serve` has loaded when 
 from workbench.shadow.challenger import ChallengerClient
 
 async def go():
-    client = ChallengerClient("rules:" + sys.argv[1], timeout=600)
+    client = ChallengerClient(sys.argv[1], timeout=600)
     await client.start()
     before = set(sys.modules)
     body = {"model": "clef", "state": "I want a refund", "questions": json.loads(sys.argv[2])}
@@ -306,12 +306,15 @@ def _rules_file(tmp_path: Path) -> Path:
     return rules
 
 
-def test_a_provider_challengers_first_call_imports_nothing(tmp_path):
-    """The first call through the provider layer did its lazy imports (pandas: ~0.2 s idle, seconds on a busy
-    machine) inside the challenger timeout, so the first requests were journaled as timeouts. Started, the
-    client has them: the first call imports no module (checked in a fresh interpreter, not timed)."""
+@pytest.mark.parametrize("kind", ["rules", "minilm"])
+def test_a_provider_challengers_first_call_imports_nothing(tmp_path, kind):
+    """The first call through the provider layer did its lazy imports (rules: pandas, ~0.2 s idle, seconds on
+    a busy machine; local:minilm-zeroshot: torch and the weights, ~16 s) inside the challenger timeout, so the
+    first requests were journaled as timeouts. Started, the client has them: the first call imports no module
+    (checked in a fresh interpreter, not timed)."""
+    spec = f"rules:{_rules_file(tmp_path)}" if kind == "rules" else "local:minilm-zeroshot"
     out = subprocess.run(
-        [sys.executable, "-c", _FIRST_CALL, str(_rules_file(tmp_path)), json.dumps({"intent": QUESTIONS["intent"]})],
+        [sys.executable, "-c", _FIRST_CALL, spec, json.dumps({"intent": QUESTIONS["intent"]})],
         cwd=ROOT,
         capture_output=True,
         text=True,

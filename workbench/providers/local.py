@@ -238,6 +238,12 @@ class MiniLMZeroShot(LocalBatchProvider):
         self._option_cache: dict[str, np.ndarray] = {}  # sha256 of the question's wire JSON -> (k, d)
 
     # -- encoder --------------------------------------------------------------------------------
+    def warm(self) -> None:
+        """Load the encoder and run one forward pass now (torch and the weights: ~16 s on a busy 2-core
+        machine, the first pass another ~0.5 s), not inside the first request's time (a shadow challenger's
+        first calls timed out on it)."""
+        self.encode(["warm up"])
+
     def _load(self):
         with self._lock:
             if self._encoder is None:

@@ -162,6 +162,12 @@ class ChallengerClient:
                     pass
         else:
             self._start_provider()
+            warm = getattr(self._provider, "warm", None)
+            if callable(warm):  # a provider that loads a model on first use loads it now, off the loop
+                try:
+                    await asyncio.to_thread(warm)
+                except Exception:  # e.g. no weights: each call then fails and is journaled with its reason
+                    pass
 
     def _start_provider(self) -> None:
         from workbench.providers.registry import ProviderContext, get_provider
