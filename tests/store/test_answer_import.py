@@ -632,3 +632,21 @@ def test_parquet_text_columns_must_be_text_and_call_figures_valid(master, store,
         pq.write_table(t.append_column(col, pa.array(values, typ)), tmp_path / f"{col}.parquet")
         msg = _refused(store, tmp_path / f"{col}.parquet", match=f"row 9: item '[^']+': {col} ")
         assert "is not a number >= 0" in msg and "1 bad row: 1 figure" in msg
+
+
+def test_long_layout_names_the_bad_row_of_a_later_question(master, store, tmp_path):
+    """Found by the fuzzer: a long-layout problem was described at its file position inside the arrays of its
+    question's rows alone, so it named another item (or failed with an IndexError traceback)."""
+    con = connect(store)
+    run_id = import_answers(con, write_wide(master, tmp_path / "a.parquet"), dataset="msgs", schema=schema(), name="a")
+    export_run(con, run_id, "parquet", tmp_path / "long.parquet")
+    con.close()
+    long = pq.read_table(tmp_path / "long.parquet")
+    questions, items = long.column("question").to_pylist(), long.column("item_id").to_pylist()
+    r = next(i for i in range(301, long.num_rows) if questions[i] == "spam")
+    probs = long.column("probs").to_pylist()
+    probs[r] = [0.5, 0.25, 0.25]
+    bad = long.set_column(long.schema.get_field_index("probs"), "probs", pa.array(probs, pa.list_(pa.float64())))
+    pq.write_table(bad, tmp_path / "bad.parquet")
+    msg = _refused(store, tmp_path / "bad.parquet", match=f"row {r + 1}: item '{items[r]}', question 'spam': 3 prob")
+    assert "1 bad row: 1 length" in msg

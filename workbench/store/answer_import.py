@@ -456,14 +456,18 @@ class _Problems:
     counts: dict[str, int] = field(default_factory=dict)
     first: tuple[int, str, str] | None = None  # (row, check, message)
 
-    def add(self, check: str, rows: np.ndarray, base: int, describe) -> None:
-        """Record the rows (positions in the batch, ascending) failing ``check``; ``describe(pos)`` names one."""
+    def add(self, check: str, rows: np.ndarray, base: int, describe, positions: np.ndarray | None = None) -> None:
+        """Record the rows (positions in the batch, ascending) failing ``check``; ``describe(pos)`` names one.
+
+        ``positions``: the same rows as positions in the arrays ``describe`` reads, when those are a subset of
+        the batch (the long layout checks one question's rows at a time); by default ``rows``.
+        """
         if rows.size == 0:
             return
         self.counts[check] = self.counts.get(check, 0) + int(rows.size)
         row = base + int(rows[0])
         if self.first is None or row < self.first[0]:
-            self.first = (row, check, describe(int(rows[0])))
+            self.first = (row, check, describe(int((rows if positions is None else positions)[0])))
 
     def merge(self, other: _Problems) -> None:
         """Fold in the problems another batch found (counts add; the earliest row stays first)."""
@@ -527,12 +531,20 @@ def _vectors(
 
     bad_len = np.flatnonzero(valid & (lengths != k))
     problems.add(
-        "length", rows[bad_len], base, describe(lambda p: f"{lengths[p]} probabilities, the schema has {k} options")
+        "length",
+        rows[bad_len],
+        base,
+        describe(lambda p: f"{lengths[p]} probabilities, the schema has {k} options"),
+        bad_len,
     )
     kind_given = kinds.is_valid().to_numpy(zero_copy_only=False)
     both = np.flatnonzero(valid & kind_given)
     problems.add(
-        "both", rows[both], base, describe(lambda p: f"a probability vector and failure kind {kinds[p].as_py()!r}")
+        "both",
+        rows[both],
+        base,
+        describe(lambda p: f"a probability vector and failure kind {kinds[p].as_py()!r}"),
+        both,
     )
     if bad_len.size:
         return None
@@ -559,7 +571,8 @@ def _vectors(
         bad = np.flatnonzero(~np.isfinite(vec) | (vec < -RANGE_SLACK) | (vec > 1 + RANGE_SLACK))
         return f"probability {float(vec[bad[0]])!r} at option {int(bad[0]) + 1} is not a finite number in [0, 1]"
 
-    problems.add("value", rows[ok_rows[nonfinite | out_of_range]], base, describe(value_detail))
+    bad_value = ok_rows[nonfinite | out_of_range]
+    problems.add("value", rows[bad_value], base, describe(value_detail), bad_value)
     clip = ~nonfinite & ~out_of_range & ((lo < 0) | (hi > 1))
     if clip.any():
         m = m.copy()
@@ -574,6 +587,7 @@ def _vectors(
         describe(
             lambda p: f"probabilities sum to {s[np.searchsorted(ok_rows, p)]:.4f}, more than {SUM_TOLERANCE} from 1"
         ),
+        ok_rows[bad_sum],
     )
     if problems:
         return None
