@@ -1,5 +1,8 @@
-"""Fuzz: small CSV and JSONL files end in an import or one DataImportError line, and a refused import
-changes no table of the store (issue 14). 2,000 examples each, against one real DuckDB file."""
+"""Fuzz: small CSV, JSONL and Parquet files end in an import or one DataImportError line, and a refused
+import changes no table of the store (issue 14). An import is also checked for what it stored (issue 25: no
+lenient accept): labels are options of the schema, texts and ids are not blank, splits are known, and a
+JSON(L) file holding a record that strict JSON refuses (NaN, Infinity) is never imported. Budget:
+``tests.fuzz.fuzz_settings`` (``WORKBENCH_FUZZ_EXAMPLES``), against one real DuckDB file."""
 
 from __future__ import annotations
 
@@ -7,22 +10,22 @@ import csv
 import io
 import itertools
 import json
+import re
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from workbench_runtime.jsonio import StrictJSONError, loads_strict
 
+from tests.fuzz import fuzz_settings
 from workbench.errors import WorkbenchError
 from workbench.schema import DecisionSchema
-from workbench.store.datasets import ImportSpec, import_dataset
+from workbench.store.datasets import SPLITS, ImportSpec, import_dataset
 from workbench.store.db import connect, table_counts
 
-FUZZ = settings(
-    max_examples=2000,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
-)
+FUZZ = fuzz_settings()
 SCHEMA = DecisionSchema.from_dict(
     {"questions": {"q": {"type": "choice", "instructions": "Which?", "criteria": {"a": None, "b": None}}}}
 )
@@ -170,6 +173,51 @@ def check(store, data: bytes, suffix: str, spec_schema) -> None:
         assert after["datasets"] == before["datasets"] + 1
     else:
         assert after == before
+    if suffix == ".jsonl":
+        assert not _not_strict_json(data), "imported a JSONL file holding a record strict JSON refuses"
+    stored(con, info, schema)
+
+
+def _not_strict_json(data: bytes) -> bool:
+    """Some line of the file is a record strict JSON refuses (NaN/Infinity) although Python's reader takes it."""
+    for line in data.decode("utf-8", "replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            loads_strict(line)
+        except StrictJSONError:
+            try:
+                json.loads(line)
+            except ValueError:
+                continue
+            return True
+    return False
+
+
+_BLANK = re.compile(r"[\s\u200b\ufeff\x00-\x1f]*")
+
+
+def stored(con, info, schema) -> None:
+    """What an import wrote is valid: labels are options, texts/states and ids not blank, splits known."""
+    items = con.execute(
+        "SELECT item_id, state_text, state_json::VARCHAR, split FROM items WHERE dataset = ? AND version = ?",
+        [info.name, info.version],
+    ).fetchall()
+    assert len(items) == info.n_items
+    for item_id, text, state, split in items:
+        assert item_id and not _BLANK.fullmatch(item_id), item_id
+        assert split in SPLITS, split
+        if state is None:
+            assert text is not None and not _BLANK.fullmatch(text), text
+        else:
+            assert json.loads(state) is not None
+    labels = con.execute(
+        "SELECT DISTINCT question, option_id FROM labels WHERE dataset = ? AND version = ?", [info.name, info.version]
+    ).fetchall()
+    for question, option in labels:
+        assert option and not _BLANK.fullmatch(option), option
+        if schema is not None:
+            assert option in {"a", "b"}, (question, option)
 
 
 @FUZZ
@@ -182,3 +230,40 @@ def test_csv_import(store, data: bytes, spec_schema):
 @given(jsonl_bytes(), specs())
 def test_jsonl_import(store, data: bytes, spec_schema):
     check(store, data, ".jsonl", spec_schema)
+
+
+# -- Parquet: column types as well as values ---------------------------------------------------------
+PARQUET_VALUES = {
+    "string": (pa.string(), cells),
+    "int": (pa.int64(), st.integers(-3, 3) | st.none()),
+    "float": (pa.float64(), st.floats(allow_nan=True, allow_infinity=True) | st.none()),
+    "bool": (pa.bool_(), st.booleans() | st.none()),
+    "binary": (pa.binary(), st.binary(max_size=4) | st.none()),
+    "list": (pa.list_(pa.string()), st.lists(cells, max_size=2) | st.none()),
+    "struct": (pa.struct([("k", pa.int64())]), st.fixed_dictionaries({"k": st.integers(0, 3)}) | st.none()),
+}
+
+
+@st.composite
+def parquet_tables(draw) -> pa.Table:
+    n = draw(st.integers(1, 5))
+    cols = {}
+    for name in draw(st.just(CANONICAL) | st.lists(st.sampled_from(COLUMNS), min_size=1, max_size=5, unique=True)):
+        kind = draw(st.sampled_from(["string"] * 5 + list(PARQUET_VALUES)))
+        typ, values = PARQUET_VALUES[kind]
+        if name == "label" and kind == "string":
+            values = st.sampled_from(["a", "b", "NaN", "", " a "]) | st.none() | cells
+        if name == "split" and kind == "string":
+            values = st.sampled_from(["train", "test", "calibration", "dev", "x"]) | st.none()
+        if name == "id" and kind == "string":
+            values = IDS | st.none()
+        cols[name] = pa.array(draw(st.lists(values, min_size=n, max_size=n)), typ)
+    return pa.table(cols)
+
+
+@FUZZ
+@given(parquet_tables(), specs())
+def test_parquet_import(store, table, spec_schema):
+    buf = pa.BufferOutputStream()
+    pq.write_table(table, buf)
+    check(store, buf.getvalue().to_pybytes(), ".parquet", spec_schema)

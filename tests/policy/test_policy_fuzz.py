@@ -8,7 +8,8 @@ Properties:
   accepts an answer that is not a complete, valid probability vector of the question from the model
   the policy is bound to.
 
-Each runs 2,000 examples, derandomised so CI is reproducible (a few seconds each on one core).
+Budget: ``tests.fuzz.fuzz_settings`` (``WORKBENCH_FUZZ_EXAMPLES``, derandomised so CI is reproducible;
+``bench/fuzz_files.py`` runs 2,000 each with random seeds).
 """
 
 from __future__ import annotations
@@ -18,21 +19,16 @@ import json
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.fuzz import fuzz_settings
 from tests.policy import runtime_fixture as fx
 from workbench.errors import PolicyError
 from workbench.policy import Policy
 from workbench.policy.model import content_hash
 
-FUZZ = settings(
-    max_examples=2000,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-)
+FUZZ = fuzz_settings()
 TEXT = (fx.DATA / fx.POLICY_NAME).read_bytes()
 DOC = json.loads(TEXT)
 POLICY = Policy.from_dict(copy.deepcopy(DOC))
@@ -144,6 +140,15 @@ def test_an_unprintable_extra_key_is_named_on_one_line(key):
 def test_load_byte_edits_of_a_real_policy(pos, insert, delete):
     data = TEXT[:pos] + insert + TEXT[pos + delete :]
     _expect_load(lambda: Policy.from_text(data, source="fuzz"))
+
+
+@FUZZ
+@given(st.integers(0, len(TEXT) - 1), st.binary(min_size=0, max_size=3), st.integers(0, 3))
+def test_load_policy_files(tmp_path_factory, pos, insert, delete):
+    """The file path (``Policy.load``, what ``workbench monitor --policy`` and services call): same outcome."""
+    path = tmp_path_factory.getbasetemp() / "policy-fuzz.json"
+    path.write_bytes(TEXT[:pos] + insert + TEXT[pos + delete :])
+    _expect_load(lambda: Policy.load(path))
 
 
 def test_duplicate_keys_anywhere_in_a_policy_file_are_refused():
