@@ -225,8 +225,13 @@ def test_shadow_mode_reports_would_accept_coverage_error_and_the_alarm(synth, tm
     # shifted outcomes: the shadow alarm fires, labelled, exit 1, with first_alarm_at
     shifted = synth["tmp"] / "shifted.jsonl"
     truth = _held_back_truth(log, shifted)
-    r = run_cli("monitor", "--policy", str(shadow), "--decisions", str(log), "--outcomes", str(shifted), "--json")
+    md = tmp_path / "shadow.md"
+    r = run_cli(
+        "monitor", "--policy", str(shadow), "--decisions", str(log), "--outcomes", str(shifted), "--json",
+        "--markdown", str(md),
+    )  # fmt: skip
     assert r.returncode == 1, r.stderr
+    assert "**Shadow (intent)**" in md.read_text() and "held back by the rollout" in md.read_text()
     doc = json.loads(r.stdout)
     assert doc["alarm"] and doc["reasons"][0].startswith("shadow: intent: error rate among held-back decisions")
     at = doc["first_alarm_at"]

@@ -624,6 +624,20 @@ def markdown(report: MonitorReport) -> str:
     for q, info in d["questions"].items():
         rc = info["recertification"]
         lines.append("")
+        sh = info["shadow"]
+        if sh["n_would_accept"]:
+            err = (
+                "—"
+                if sh["error"] is None
+                else f"{_pct(sh['error'])} [{_pct(sh['error_low'])}, {_pct(sh['error_high'])}]"
+            )
+            lines.append(
+                f"**Shadow ({q})**: {sh['n_would_accept']} decisions held back by the rollout; would-accept coverage "
+                f"{_pct(sh['would_accept_coverage'])}, error {err} on {sh['n_known']} known outcomes"
+                + (" 🔔" if info["shadow_sequence"]["fired"] else "")
+                + "."
+            )
+            lines.append("")
         if rc["available"]:
             lines.append(
                 f"**Recertification ({q})**: on {rc['n_outcomes']} fresh outcomes at α={rc['alpha']:g}, δ={rc['delta']:g} "
