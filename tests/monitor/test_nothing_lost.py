@@ -274,3 +274,23 @@ def test_the_drift_alarm_fills_in_first_alarm_at(synth):
     assert at["window"] == first["window"] and at["decision_index"] == first["last_decision"]
     assert at["decision_id"] == f"d{first['last_decision']:06d}" and at["time"].startswith("2026-11-0")
     _both_sources(synth["policy"], [synth["tmp"] / "decisions.jsonl"], [], drift_alarm_psi=0.000001)
+
+
+# -- inputs that are not regular files ---------------------------------------------------------------------
+def test_fifos_devices_and_directories_are_refused_not_dropped_or_read(synth, tmp_path):
+    """A FIFO named as --outcomes was dropped silently (the monitor ran without the outcomes); as --decisions,
+    a FIFO, /dev/zero or a directory gave a DuckDB traceback (exit 1)."""
+    import os
+
+    fifo = tmp_path / "o.fifo"
+    os.mkfifo(fifo)  # nobody writes: reading it would block until run_cli's timeout
+    log = str(synth["tmp"] / "decisions.jsonl")
+    for args, needle in (
+        (["--decisions", log, "--outcomes", str(fifo)], f"--outcomes {fifo}: not a regular file"),
+        (["--decisions", str(fifo)], f"--decisions {fifo}: not a regular file"),
+        (["--decisions", "/dev/zero"], "--decisions /dev/zero: not a regular file"),
+        (["--decisions", str(tmp_path)], f"--decisions {tmp_path}: a directory"),
+        (["--decisions", str(tmp_path / "*")], "not a regular file"),  # a glob that matches the FIFO
+    ):
+        r = run_cli("monitor", "--policy", str(synth["policy"]), *args, timeout=120)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, (args, r.stderr)

@@ -99,19 +99,32 @@ def rotation_order(path: str) -> tuple[str, str, int, int]:
 
 
 def expand_paths(patterns: Sequence[str | Path], what: str) -> list[str]:
-    """Files named by paths or glob patterns (a glob's files in :func:`rotation_order`), each existing and
-    listed once; one-line error otherwise."""
+    """Regular files named by paths or glob patterns (a glob's files in :func:`rotation_order`), each existing
+    and listed once; one-line error otherwise.
+
+    A path (or a glob match) that is a FIFO, socket or device is refused, never read (a FIFO would block,
+    ``/dev/zero`` never ends); a named directory is refused, directories matched by a glob are skipped, and
+    a glob that matches no regular file is an error: no named input is dropped silently."""
+    import stat
+
     out: list[str] = []
     for p in patterns:
         s = str(p)
-        hits = (
-            sorted(glob.glob(s), key=rotation_order)
-            if any(c in s for c in "*?[")
-            else ([s] if Path(s).exists() else [])
-        )
+        pattern = any(c in s for c in "*?[")
+        hits = sorted(glob.glob(s), key=rotation_order) if pattern else ([s] if Path(s).exists() else [])
         if not hits:
             raise OptionError(f"{what} {s}: no such file", hint="give existing files (globs allowed)")
-        out += [h for h in hits if Path(h).is_file()]
+        files = []
+        for h in hits:
+            mode = Path(h).stat().st_mode
+            if stat.S_ISREG(mode):
+                files.append(h)
+            elif not (pattern and stat.S_ISDIR(mode)):
+                kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+                raise OptionError(f"{what} {h}: {kind}", hint="give regular files (globs allowed)")
+        if not files:
+            raise OptionError(f"{what} {s}: matches no regular file", hint="give existing files (globs allowed)")
+        out += files
     return list(dict.fromkeys(out))
 
 
