@@ -118,14 +118,70 @@ def _short(v: Any) -> str:
 
 
 class _Rows:
-    """Columns of the valid outcome rows, built while checking."""
+    """Columns of the valid outcome rows, built while checking; every :data:`_CHUNK` rows they move into an
+    Arrow batch (a few bytes a row instead of five Python objects)."""
 
     def __init__(self) -> None:
+        self.batches: list[Any] = []
+        self.n = 0
+        self._reset()
+
+    def _reset(self) -> None:
         self.decision_id: list[str] = []
         self.question: list[str] = []
         self.outcome: list[str | None] = []
         self.override: list[bool | None] = []
         self.ord: list[int] = []
+
+    def add(self, did: str, q: str, o: str | None, v: bool | None, ord_: int) -> None:
+        self.decision_id.append(did)
+        self.question.append(q)
+        self.outcome.append(o)
+        self.override.append(v)
+        self.ord.append(ord_)
+        self.n += 1
+        if len(self.ord) >= _CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        import pyarrow as pa
+
+        self.batches.append(
+            pa.record_batch(
+                [
+                    pa.array(self.decision_id, pa.string()),
+                    pa.array(self.question, pa.string()),
+                    pa.array(self.outcome, pa.string()),
+                    pa.array(self.override, pa.bool_()),
+                    pa.array(self.ord, pa.int64()),
+                ],
+                schema=_SCHEMA(),
+            )
+        )
+        self._reset()
+
+    def table(self) -> Any:
+        import pyarrow as pa
+
+        self.flush()
+        return pa.Table.from_batches(self.batches, schema=_SCHEMA())
+
+
+_CHUNK = 100_000
+
+
+def _SCHEMA() -> Any:  # noqa: N802 - a constant built lazily (pyarrow is imported on use)
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("decision_id", pa.string()),
+            ("question", pa.string()),
+            ("outcome", pa.string()),
+            ("override", pa.bool_()),
+            ("ord", pa.int64()),
+        ]
+    )
 
 
 def _check_row(
@@ -184,11 +240,7 @@ def _check_row(
     if o is None and v is None:
         check.ignored["nothing_reported"] = check.ignored.get("nothing_reported", 0) + 1
         return
-    rows.decision_id.append(did)
-    rows.question.append(q)
-    rows.outcome.append(o)
-    rows.override.append(v)
-    rows.ord.append(ord_)
+    rows.add(did, q, o, v, ord_)
 
 
 def _open_text(path: str) -> Any:
@@ -312,28 +364,19 @@ def read_outcomes(
             else:
                 import pyarrow.parquet as pq
 
-                table = pq.read_table(f)
-                names = table.column_names
+                pf = pq.ParquetFile(f)
+                names = pf.schema_arrow.names
                 _columns_ok(f, names, default_question)
-                cols = {
-                    c: table.column(c).to_pylist()
-                    for c in ("decision_id", "question", "outcome", "override")
-                    if c in names
-                }
-                for r in range(table.num_rows):
-                    check.n_lines += 1
-                    rec = {c: v[r] for c, v in cols.items()}
-                    _check_row(
-                        rec,
-                        f"{f}:row {r + 1}",
-                        base + r + 1,
-                        options,
-                        option_sets,
-                        default_question,
-                        False,
-                        check,
-                        rows,
-                    )
+                wanted = [c for c in ("decision_id", "question", "outcome", "override") if c in names]
+                r = 0
+                for batch in pf.iter_batches(batch_size=65_536, columns=wanted):
+                    cols = {c: batch.column(c).to_pylist() for c in wanted}
+                    for k in range(batch.num_rows):
+                        r += 1
+                        check.n_lines += 1
+                        rec = {c: v[k] for c, v in cols.items()}
+                        where = f"{f}:row {r}"
+                        _check_row(rec, where, base + r, options, option_sets, default_question, False, check, rows)
         except UnicodeDecodeError as exc:
             raise OptionError(
                 f"--outcomes {f}: not valid UTF-8 (byte {exc.start})", hint="save the file as UTF-8"
@@ -343,8 +386,9 @@ def read_outcomes(
         except (OSError, EOFError, ValueError, pa.ArrowException) as exc:
             msg = " ".join(str(exc).split())[:200]
             raise OptionError(f"--outcomes {f}: cannot read ({type(exc).__name__}: {msg})") from None
-    check.n_valid = len(rows.decision_id)
-    check.n_superseded = check.n_valid - len(set(zip(rows.decision_id, rows.question)))
+    table = rows.table()
+    check.n_valid = table.num_rows
+    check.n_superseded = check.n_valid - table.group_by(["decision_id", "question"]).aggregate([]).num_rows
     if check.n_lines and check.n_invalid > max_invalid_share * check.n_lines:
         raise OutcomeError(
             f"--outcomes: {check.n_invalid:,} of {check.n_lines:,} outcome line(s) "
@@ -353,13 +397,4 @@ def read_outcomes(
             hint="an outcome is an option id of its question exactly as the policy spells it; fix the file "
             "(or raise --max-invalid-outcomes)",
         )
-    table = pa.table(
-        {
-            "decision_id": pa.array(rows.decision_id, pa.string()),
-            "question": pa.array(rows.question, pa.string()),
-            "outcome": pa.array(rows.outcome, pa.string()),
-            "override": pa.array(rows.override, pa.bool_()),
-            "ord": pa.array(rows.ord, pa.int64()),
-        }
-    )
     return table, check
