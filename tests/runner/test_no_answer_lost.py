@@ -92,7 +92,7 @@ class _BusyDefaultExecutorAtTheEnd(_Wrapped):
 
 
 def _new_run(con, name: str, env: dict, *, limit: int | None = None, concurrency: int = 4):
-    opts = RunOptions(limit=limit, concurrency=concurrency)
+    opts = RunOptions(limit=limit, concurrency=concurrency, timeout=60.0)  # no retry, however loaded the machine
     run_id = start_run(con, dataset=name, schema=banking_schema(), provider_spec=SPEC, options=opts)
     provider = build_provider(con, SPEC, dataset=name, dataset_version=1, options=opts, env=env)
     return run_id, provider
