@@ -127,7 +127,7 @@ def register(app: typer.Typer) -> None:
             "--questions-per-request",
             help="Split the schema into requests of at most N questions (1: a changed question re-asks only itself).",
         ),
-        resume: str | None = typer.Option(None, "--resume", help="Continue an interrupted or stopped run."),
+        resume: str | None = typer.Option(None, "--resume", help="Continue an interrupted, stopped or incomplete run."),
         experiment_name: str | None = typer.Option(None, "--experiment", hidden=True),
         variant: str | None = typer.Option(None, "--variant", hidden=True),
         no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
