@@ -294,3 +294,47 @@ def test_fifos_devices_and_directories_are_refused_not_dropped_or_read(synth, tm
     ):
         r = run_cli("monitor", "--policy", str(synth["policy"]), *args, timeout=120)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, (args, r.stderr)
+
+
+# -- the same on Spark ------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_spark_counts_and_shadow_figures_equal_the_store_source(synth, tmp_path):
+    """Duplicated records, rejected outcome lines and held-back decisions: Spark (local) = `workbench monitor`."""
+    pytest.importorskip("pyspark")
+    import shutil
+
+    if shutil.which("java") is None:
+        pytest.skip("no Java runtime for Spark")
+    from workbench.engines.monitoring import monitor_on_engine
+    from workbench.engines.sessions import SparkEngine, spark_session
+    from workbench.monitor.report import MonitorOptions, monitor
+    from workbench.policy.runtime import Policy
+
+    partial = _policy_variant(synth, "partial", "disable", "--option", "refund", "--option", "top_up")
+    log = tmp_path / "partial.jsonl"
+    replay(Policy.load(partial), synth["responses"], log)
+    lines = log.read_text().splitlines()
+    _write_lines(log, lines + lines[:40])
+    clean = _rows(synth["tmp"] / "clean.jsonl")
+    out = [json.dumps(r) for r in clean]
+    out[2] = json.dumps({**clean[2], "outcome": clean[2]["outcome"].upper()})
+    outcomes = _write_lines(tmp_path / "o.jsonl", out)
+    opts = MonitorOptions(window="500")
+    ref = json.loads(json.dumps(monitor(partial, [log], [outcomes], opts).to_dict()))
+    session = spark_session("local[1]", {"spark.ui.showConsoleProgress": "false"})
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        got = json.loads(
+            json.dumps(
+                monitor_on_engine(partial, [log], [outcomes], opts, engine=SparkEngine(session=session)).to_dict()
+            )
+        )
+    finally:
+        session.stop()
+    assert ref["inputs"]["duplicate_records"] == 40 and ref["inputs"]["outcome_lines_rejected"] == {"not_an_option": 1}
+    assert ref["questions"]["intent"]["shadow"]["n_would_accept"] > 0
+    for key in ("inputs", "alarm", "first_alarm_at", "reasons"):
+        assert got[key] == ref[key], key
+    assert_tree_close(got["windows"], ref["windows"], abs_tol=1e-9)
+    for key in ("overall", "shadow"):
+        assert_tree_close(got["questions"]["intent"][key], ref["questions"]["intent"][key], abs_tol=1e-9)
