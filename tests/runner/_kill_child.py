@@ -27,6 +27,8 @@ class _KillAt:
         self._inner, self._n, self._when, self._seen = inner, n, when, 0
 
     def __getattr__(self, name):
+        if name.startswith("_"):  # not set yet (a copy, a half-built object): no recursion through _inner
+            raise AttributeError(name)
         return getattr(self._inner, name)
 
     async def decide(self, request):

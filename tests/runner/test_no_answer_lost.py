@@ -55,6 +55,8 @@ class _Wrapped:
         self._inner, self._n, self._seen = inner, n, 0
 
     def __getattr__(self, name):
+        if name.startswith("_"):  # not set yet (a copy, a half-built object): no recursion through _inner
+            raise AttributeError(name)
         return getattr(self._inner, name)
 
     async def decide(self, request):
@@ -204,6 +206,57 @@ def test_rows_that_cannot_be_rebuilt_end_the_run_incomplete_not_done(tmp_path, e
     s2 = execute.resume_run(con, run_id, env=env, progress=False)
     assert emu.request_count() - before == 6
     assert (s2["status"], s2["answered"], s2["missing"]) == ("done", 30, 0)
+
+
+class _ConflictingRow(_Wrapped):
+    """At its ``n``-th request, another cursor writes a row for that very item × question (as another writer
+    could): the runner's batch holding the item's answer then violates the primary key and its write fails."""
+
+    def __init__(self, inner, n: int, con, run_id: str):
+        super().__init__(inner, n)
+        self.cur, self.run_id = con.cursor(), run_id
+        self.item_id = ""
+
+    async def decide(self, request):
+        self._seen += 1
+        if self._seen == self._n:
+            self.item_id = request.item_id
+            self.cur.execute(
+                "INSERT INTO answers (run_id, item_id, question, failure_kind, failure_message)"
+                " VALUES (?, ?, 'intent', 'test', 'written by another writer')",
+                [self.run_id, request.item_id],
+            )
+        return await self._inner.decide(request)
+
+
+def test_a_failed_write_propagates_and_its_calls_are_not_lost(tmp_path, emu, env, monkeypatch):
+    """Before: the flusher swallowed the write's error, the batch vanished, and the run ended ``done``."""
+    import duckdb
+
+    monkeypatch.setattr(execute, "BATCH_ROWS", 5)
+    emu.set_faults(latency_ms=20.0)  # the run lasts long enough for several periodic writes
+    db = tmp_path / "wb.duckdb"
+    con = connect(db)
+    name = import_banking(con, tmp_path / "data")
+    run_id, provider = _new_run(con, name, env, limit=30, concurrency=2)
+    wrapped = _ConflictingRow(provider, 8, con, run_id)
+    with pytest.raises(duckdb.ConstraintException):
+        execute_run(con, run_id, env=env, provider=wrapped, progress=False)
+    assert get_run(con, run_id)["status"] == "running"  # not "done": nothing could be recorded
+    assert _leftover_segments(db), "the calls of the unwritten batch stay in the journal"
+    asked = emu.request_count()
+    assert asked < 30, "the failed write stopped the run"
+
+    con.execute("DELETE FROM answers WHERE run_id = ? AND failure_kind = 'test'", [run_id])
+    emu.set_faults(latency_ms=0.0)
+    s = execute.resume_run(con, run_id, env=env, progress=False)
+    assert (s["status"], s["answered"], s["failed"], s["missing"]) == ("done", 30, 0, 0)
+    assert s["this_session"]["calls_recovered_from_journal"] >= 1
+    # every call answered before the failure came back from the journal: asked again are only the items never
+    # asked and the calls in flight when the run stopped (billed, and counted as such)
+    billed = s["billed_unanswered_calls"]
+    assert emu.request_count() == 30 + billed and billed <= 2
+    assert _leftover_segments(db) == []
 
 
 # -- the store's count and the journal of one writer ----------------------------------------------------------

@@ -615,6 +615,8 @@ async def _drive_remote(
         if not work.done():  # a write failed, or this task was cancelled (Ctrl-C)
             work.cancel()
             await asyncio.wait([work])
+            if not work.cancelled():
+                work.exception()  # retrieved: the workers' cancellation is not an error to log
         workers_done.set()
         try:
             await flush_task  # its last write finishes; a write error propagates
