@@ -241,7 +241,9 @@ def test_fault_mix_loses_nothing_and_resume_reasks_only_failures(sized_db, emu, 
     db, name, _ = sized_db
     con = connect(db)
     n = _n_test(con)
-    emu.set_faults(rate_limit=0.10, server_error=0.02, timeout=0.01, malformed=0.01, timeout_sleep_s=2.0, seed=3)
+    # the client's timeout (2 s) is far above any answer's latency on a loaded machine, so only the
+    # emulator's timeout fault (6 s) times out: a slow malformed answer must not be counted as a timeout
+    emu.set_faults(rate_limit=0.10, server_error=0.02, timeout=0.01, malformed=0.01, timeout_sleep_s=6.0, seed=3)
     (run_id,) = run_experiment(
         con,
         dataset=name,
@@ -249,7 +251,7 @@ def test_fault_mix_loses_nothing_and_resume_reasks_only_failures(sized_db, emu, 
         provider_specs=["cloudflare:clef"],
         env=env,
         concurrency=16,
-        timeout=0.5,
+        timeout=2.0,
     )
     stats = emu.stats
     summary = get_run(con, run_id)["summary"]
@@ -272,7 +274,7 @@ def test_fault_mix_loses_nothing_and_resume_reasks_only_failures(sized_db, emu, 
     assert n_failed == summary["failed"]
 
     emu.set_faults(rate_limit=0.0, server_error=0.0, timeout=0.0, malformed=0.0)
-    time.sleep(2.1)  # abandoned (timed-out) requests are counted by the emulator when they finish
+    time.sleep(6.1)  # abandoned (timed-out) requests are counted by the emulator when they finish
     before = emu.request_count()
     s2 = resume_run(con, run_id, env=env)
     assert emu.request_count() - before == n_failed, "resume asks only what failed"
