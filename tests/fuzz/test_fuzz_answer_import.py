@@ -73,8 +73,8 @@ odd_scalars = st.one_of(
     st.booleans(),
     st.none(),
     st.sampled_from(["0.5", "1", "", "NaN", "true", "timeout"]),
-    st.just([0.5]),
-    st.just({"a": 1}),
+    st.builds(lambda: [0.5]),  # a fresh object each draw
+    st.builds(lambda: {"a": 1}),
 )
 
 
@@ -100,7 +100,7 @@ def mutate_vector(draw, vec: list) -> list | object:
         vec = vec + [0.0] if draw(st.booleans()) else vec[:-1]
     elif how == "scale":
         factor = draw(st.sampled_from([0.97, 0.985, 1.015, 1.03, 2.0, -1.0]))
-        vec = [v * factor for v in vec]
+        vec = [v * factor if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in vec]
     else:
         return draw(odd_scalars)
     return vec
@@ -222,7 +222,7 @@ def _figure(v, *, integer: bool = False) -> None:
         return
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
         raise Refuse(f"not a number: {v!r}")
-    if isinstance(v, int) and not -(2**63) <= v < 2**63:
+    if integer and not -(2**63) <= v < 2**63:  # a BIGINT column; a large integer is just a number elsewhere
         raise Refuse("integer out of range")
     if not math.isfinite(float(v)) or v < 0:
         raise Refuse(f"figure {v!r}")

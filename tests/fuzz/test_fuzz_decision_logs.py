@@ -40,8 +40,8 @@ odd = st.one_of(
     st.integers(-3, 3),
     st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from(["0.9", "", "accept", "x", "2026-11-01T00:00:00+00:00"]),
-    st.just([0.5, 0.5]),
-    st.just({"k": 1}),
+    st.builds(lambda: [0.5, 0.5]),  # a fresh object each draw (a shared one could end up inside itself)
+    st.builds(lambda: {"k": 1}),
 )
 
 
