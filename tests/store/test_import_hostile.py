@@ -334,3 +334,12 @@ def test_jsonl_keys_of_mixed_types_read_each_value_as_itself(db_path: Path, tmp_
     g = tmp_path / "g.jsonl"
     g.write_text('{"id": "x1", "text": "one", "label": "a"}\n{"id": "x2", "text": "two", "label": ["a"]}\n')
     refused(db_path, [g], spec(name="g"), r"g\.jsonl: record 2: column 'label' holds lists, not text")
+
+
+@pytest.mark.parametrize("ids", [[1, None], [None, None]])
+def test_a_missing_integer_id_in_parquet_is_named_not_a_traceback(db_path: Path, tmp_path: Path, ids):
+    """Found by the dataset fuzzer: an integer id column with a null reached pandas as Int64 and the blank
+    check raised TypeError ("Invalid value '' for dtype 'Int64'")."""
+    f = tmp_path / "i.parquet"
+    pq.write_table(pa.table({"id": pa.array(ids, pa.int64()), "text": ["one", "two"], "label": ["a", "b"]}), f)
+    refused(db_path, [f], spec(), f"i\\.parquet: record {ids.index(None) + 1}: empty id in column 'id'")
