@@ -142,7 +142,12 @@ def jsonl_bytes(draw) -> bytes:
     for _ in range(draw(st.integers(0, 5))):
         kind = draw(KINDS)
         if kind == "record" and draw(st.booleans()):
-            lines.append(json.dumps(dict(zip(CANONICAL, draw(CANONICAL_ROWS)[0], strict=True))))
+            record: dict = dict(zip(CANONICAL, draw(CANONICAL_ROWS)[0], strict=True))
+            if not draw(st.integers(0, 3)):  # a plausible record with one value of another JSON type (issue 25)
+                record[draw(st.sampled_from(["label", "label", "text", "id", "state"]))] = draw(
+                    st.sampled_from([float("nan"), float("inf"), 1, 2.5, True, None, ["a"], {"k": 1}])
+                )
+            lines.append(json.dumps(record))
         elif kind == "record":
             lines.append(json.dumps(draw(RECORDS)))
         elif kind == "value":
