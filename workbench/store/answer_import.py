@@ -17,9 +17,10 @@ a provider's answer is (:func:`workbench_runtime.answers.normalise_answer`): one
 finite, within [0, 1] (1e-9 slack, then clipped), summing to 1 within :data:`SUM_TOLERANCE` and
 re-normalised (vectors already within 1e-12 of 1 are stored as given, so an exported run re-imports
 bit for bit). Types are as strict as the runtime's: Parquet by its column types, JSONL by each value's JSON
-type (a string or boolean probability is refused, never converted). Ids must be items of the dataset version, once per question; in the long layout every
-item needs every question. Any violation raises one :class:`DataImportError` naming the first
-offending row (file order), how many rows are bad and the fix; nothing is written (one transaction).
+type (a string or boolean probability is refused, never converted). Ids must be items of the dataset
+version, once per question; in the long layout every item needs every question. Any violation raises
+one :class:`DataImportError` naming the first offending row (file order), how many rows are bad and the
+fix; nothing is written (one transaction).
 
 Vectorised: the source's ``item_id`` column is checked against the dataset version by DuckDB first;
 then Arrow record batches of :data:`BATCH_ROWS` rows are checked, normalised and summarised with numpy by
