@@ -76,6 +76,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from workbench_runtime.jsonio import StrictJSONError, loads_strict
+
 try:  # POSIX
     import fcntl
 except ImportError:  # pragma: no cover - Windows: one writer object per path
@@ -528,13 +530,15 @@ def log_files(path: str | os.PathLike) -> list[Path]:
 
 
 def _records(lines: Iterable[bytes], name: str | os.PathLike) -> Iterator[dict]:
+    """The strict JSON objects among ``lines``: a line that is not UTF-8, not JSON, or JSON that strict readers
+    refuse (NaN/Infinity, a key named twice: two readers could see two different records) is skipped with the
+    torn line's warning, as is a JSON value that is not an object."""
     for n, raw in enumerate(lines, 1):
-        line = raw.decode("utf-8", errors="replace")
-        if not line.strip():
+        if not raw.strip():
             continue
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
+            rec = loads_strict(raw.decode("utf-8"))
+        except (StrictJSONError, UnicodeDecodeError):
             rec = None
         if not isinstance(rec, dict):
             warnings.warn(f"{name}: line {n} is not a JSON object (torn by a crash?); skipped", stacklevel=3)
@@ -543,7 +547,8 @@ def _records(lines: Iterable[bytes], name: str | os.PathLike) -> Iterator[dict]:
 
 
 def iter_decision_log(path: str | os.PathLike) -> Iterator[dict]:
-    """Records of one log file in order; lines that are not a JSON object (a torn line) are skipped with a warning."""
+    """Records of one log file in order; lines that are not a strict JSON object (a torn line; NaN, a key named
+    twice: :func:`workbench_runtime.jsonio.loads_strict`) are skipped with a warning."""
     with open(path, "rb") as fh:
         yield from _records(fh, path)
 
@@ -577,7 +582,8 @@ def open_decision_log(path: str | os.PathLike) -> list[tuple[Path, IO[bytes]]]:
 
 
 def read_decision_log(path: str | os.PathLike) -> list[dict]:
-    """Every record of a log and its rotated files, oldest first, each once (torn lines skipped with a warning)."""
+    """Every record of a log and its rotated files, oldest first, each once (torn lines and lines strict JSON
+    refuses skipped with a warning, as by :func:`iter_decision_log`)."""
     out: list[dict] = []
     handles = open_decision_log(path)
     try:

@@ -31,12 +31,15 @@ def _reject_constant(name: str) -> Any:
 
 
 def _pairs_strict(pairs: list[tuple[str, Any]]) -> dict:
-    out: dict = {}
-    for k, v in pairs:
-        if k in out:
+    out = dict(pairs)  # in C; a key named twice leaves fewer entries than pairs
+    if len(out) == len(pairs):
+        return out
+    seen: set[str] = set()
+    for k, _ in pairs:
+        if k in seen:
             raise StrictJSONError(f"duplicate key {k[:60]!r}")
-        out[k] = v
-    return out
+        seen.add(k)
+    return out  # pragma: no cover - unreachable
 
 
 def _pairs_marked(pairs: list[tuple[str, Any]]) -> dict:
@@ -53,9 +56,20 @@ def _pairs_marked(pairs: list[tuple[str, Any]]) -> dict:
     return marked
 
 
+#: One decoder per hook, built once (``json.loads`` with keyword arguments builds one per call).
+_DECODERS = {
+    hook: json.JSONDecoder(object_pairs_hook=hook, parse_constant=_reject_constant)
+    for hook in (_pairs_strict, _pairs_marked)
+}
+
+
 def _loads(text: str | bytes, hook) -> Any:
     try:
-        return json.loads(text, object_pairs_hook=hook, parse_constant=_reject_constant)
+        if not isinstance(text, str):  # what json.loads does with bytes (UTF-8/16/32 by the first bytes)
+            if not isinstance(text, (bytes, bytearray)):
+                raise TypeError(f"the JSON object must be str, bytes or bytearray, not {type(text).__name__}")
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        return _DECODERS[hook].decode(text)
     except StrictJSONError:
         raise
     except json.JSONDecodeError as exc:

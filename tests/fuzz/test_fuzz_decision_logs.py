@@ -162,7 +162,6 @@ LENIENT_MONITOR = (
 )
 
 
-@pytest.mark.xfail(reason=LENIENT_RUNTIME, strict=False)
 @fuzz_settings()
 @given(log_bytes())
 def test_runtime_reader_reads_exactly_the_strict_json_objects(tmp_path_factory, data):
