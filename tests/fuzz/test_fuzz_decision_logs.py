@@ -151,10 +151,6 @@ def test_readers_never_raise(tmp_path_factory, monitor_store, data):
 
 
 # -- nothing lost, nothing invented, nothing converted ----------------------------------------------
-LENIENT_RUNTIME = (
-    "iter_decision_log reads lines with json.loads: a record with NaN/Infinity or a key written twice (last "
-    "value wins) is yielded although strict JSON refuses it (runtime/workbench_runtime/decision_log.py)"
-)
 LENIENT_MONITOR = (
     "MonitorStore.load_decisions converts values of the wrong JSON type: p_top/margin are read as text and "
     'TRY_CAST ("0.9" and true become numbers), probs as DOUBLE[] (strings and booleans become numbers), '
