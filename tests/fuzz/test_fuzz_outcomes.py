@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz.budget import examples, fuzz_settings
+from tests.fuzz import fuzz_settings
 from tests.policy import runtime_fixture as fx
 from workbench.errors import OptionError, OutcomeError, WorkbenchError
 from workbench.monitor.outcomes import read_outcomes
@@ -262,7 +262,7 @@ def _errors_by_oracle(valid: list[tuple], accepted: dict) -> dict:
     return out
 
 
-@fuzz_settings(max(10, examples() // 10))
+@fuzz_settings(scale=1 / 10)
 @given(st.lists(mixed_lines, min_size=1, max_size=40))
 def test_the_monitor_scores_exactly_the_valid_outcomes_on_both_sources(log, tmp_path_factory, lines):
     from workbench.engines.monitoring import monitor_on_engine

@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import run_cli
-from tests.fuzz.budget import examples, fuzz_settings
+from tests.fuzz import fuzz_settings
 from workbench.errors import RequirementsError
 from workbench.gate import KNOWN_METRICS, RequirementsFile, loads_requirements
 
@@ -250,7 +250,7 @@ def test_mutated_text_is_valid_or_one_line(text):
 
 
 @pytest.mark.slow
-@fuzz_settings(max(10, examples() // 20))
+@fuzz_settings(scale=1 / 20)
 @given(st.one_of(mutated(), duplicated(), st.builds(_text, documents(), st.sampled_from(["json", "hand"]))))
 def test_the_cli_exits_2_with_one_line_on_any_of_them(tmp_path_factory, text):
     """Through the real CLI (a sample): a refused file, or an accepted one on a store that does not exist,
