@@ -10,9 +10,8 @@ non-UTF-8 bytes, blank lines, a field given a value of another type, NaN, a key 
 - a record the monitor keeps has exactly the file's values: ``p_top``, ``margin`` and ``probs`` are the
   JSON numbers written (a string ``"0.9"`` or ``true`` read as a number would be a lenient accept).
 
-The last two are the strict contract; where the readers (owned elsewhere) are known to be more lenient,
-the test is marked xfail with the defect named (see the issue-25 report), so the suite stays green and the
-leniency stays visible.
+The last two are the strict contract (issue 25: both readers used to yield lines with NaN or a key named
+twice and the monitor converted values of another JSON type; they were marked xfail here until made strict).
 """
 
 from __future__ import annotations
@@ -151,13 +150,6 @@ def test_readers_never_raise(tmp_path_factory, monitor_store, data):
 
 
 # -- nothing lost, nothing invented, nothing converted ----------------------------------------------
-LENIENT_MONITOR = (
-    "MonitorStore.load_decisions converts values of the wrong JSON type: p_top/margin are read as text and "
-    'TRY_CAST ("0.9" and true become numbers), probs as DOUBLE[] (strings and booleans become numbers), '
-    "NaN/Infinity and duplicate keys are read (workbench/monitor/logs.py)"
-)
-
-
 @fuzz_settings()
 @given(log_bytes())
 def test_runtime_reader_reads_exactly_the_strict_json_objects(tmp_path_factory, data):
@@ -171,7 +163,6 @@ def test_runtime_reader_reads_exactly_the_strict_json_objects(tmp_path_factory, 
     assert len(got) == len(want), (got, want)
 
 
-@pytest.mark.xfail(reason=LENIENT_MONITOR, strict=False)
 @fuzz_settings()
 @given(log_bytes())
 def test_monitor_keeps_the_files_values(tmp_path_factory, monitor_store, data):

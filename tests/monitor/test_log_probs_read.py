@@ -1,11 +1,12 @@
-"""The monitor reads ``probs`` straight into a list of doubles (one JSON parse a line): every value reads as
-``TRY_CAST(<its JSON text> AS DOUBLE[])`` did when it was read as JSON text first, odd values included."""
+"""The monitor reads ``probs`` as the file holds it (issue 25): an array of finite JSON numbers is kept as written,
+any other value (strings such as ``"0.25"``, booleans, nulls, nested arrays, a number too large for a double,
+a bare value or an object) reads as NULL, never converted (``TRY_CAST(<its JSON text> AS DOUBLE[])``, the
+earlier reading, turned ``"0.25"`` into 0.25 and ``true`` into 1.0)."""
 
 from __future__ import annotations
 
+import json
 import math
-
-import duckdb
 
 from workbench.monitor.logs import MonitorStore
 
@@ -27,16 +28,16 @@ PROBS = [
 ]
 
 
-def _same(a, b) -> bool:
-    if a is None or b is None:
-        return a is b
-    return len(a) == len(b) and all(
-        (x is None and y is None) or (x is not None and y is not None and (x == y or math.isnan(x) and math.isnan(y)))
-        for x, y in zip(a, b, strict=True)
+def _strict(text: str) -> list[float] | None:
+    """What a strict reader keeps: a list of finite JSON numbers (not booleans), else nothing."""
+    v = json.loads(text)
+    ok = isinstance(v, list) and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v
     )
+    return [float(x) for x in v] if ok else None
 
 
-def test_probs_read_as_before(tmp_path):
+def test_probs_read_as_the_file_holds_them(tmp_path):
     log = tmp_path / "d.jsonl"
     lines = [
         f'{{"decision_id": "d{i}", "time": "2026-11-01T00:00:0{i % 10}+00:00", "question": "q", "action": "review",'
@@ -49,10 +50,8 @@ def test_probs_read_as_before(tmp_path):
         got = dict(store.con.execute("SELECT decision_id, probs FROM decisions").fetchall())
     assert summary.n_records == len(PROBS) + 1 and summary.skipped == {str(log): 1}
     assert got["d99"] is None  # no probs field
-    # the reference: the JSON text of each value, cast as the reader used to
-    ref = duckdb.connect()
     for i, p in enumerate(PROBS):
-        want = ref.execute("SELECT TRY_CAST(?::JSON AS DOUBLE[])", [p]).fetchone()[0]
-        assert _same(got[f"d{i}"], want), (p, got[f"d{i}"], want)
-    assert got["d0"] == [0.1, 0.9] and got["d2"] == [0.25, 0.75] and got["d4"] == [0.2, None]
-    assert got["d10"] is None and got["d12"] is None and got["d8"] == []
+        assert got[f"d{i}"] == _strict(p), (p, got[f"d{i}"])
+    assert got["d0"] == [0.1, 0.9] and got["d1"] == [0.0, 1.0] and got["d8"] == []
+    assert got["d2"] is None and got["d3"] is None and got["d4"] is None and got["d7"] is None
+    assert got["d10"] is None and got["d12"] is None

@@ -82,15 +82,11 @@ def _load(e: Engine, decisions: Sequence[str], outcome_rows: Any) -> None:
             missing = [n for n, _ in DECISION_FIELDS if n not in have]  # e.g. would_accept in older logs
             if missing:
                 src = f"(SELECT *, {', '.join(f'CAST(NULL AS VARCHAR) AS {n}' for n in missing)} FROM {src})"
-        else:
-            cols = ", ".join(
-                f"'{n}': '{'DOUBLE[]' if t.startswith('array') else t.upper().replace('STRING', 'VARCHAR')}'"
-                for n, t in DECISION_FIELDS
-            )
-            src = (
-                f"read_json({listing}, format = 'newline_delimited', ignore_errors = true, columns = {{{cols}}}, "
-                "filename = true)"
-            )
+        else:  # the strict reader of `workbench monitor` (a value of another JSON type is NULL, never converted)
+            from workbench.monitor.logs import decision_lines_sql
+
+            names = ", ".join(f'"{n}"' for n, _ in DECISION_FIELDS)
+            src = f"(SELECT {names}, filename FROM ({decision_lines_sql(decisions)}))"
         e.con.execute(f"CREATE OR REPLACE TEMP VIEW wb_dec_raw AS SELECT * RENAME (filename AS wb_file) FROM {src}")
         e.con.execute(
             "CREATE OR REPLACE TEMP VIEW wb_dec_all AS SELECT * EXCLUDE (wb_file) REPLACE "

@@ -12,7 +12,9 @@ answer failed); ``p_top``/``margin`` are the calibrated figures the rule looked 
 (``decisions.jsonl.00000001`` …, or ``decisions.jsonl.1`` … in the runtime's older layout) are simply
 more paths; a glob's files are read oldest first (:func:`rotation_order`), each once, and the log's
 hidden lock file (``.decisions.jsonl.lock``) is not matched by ``decisions.jsonl*``. A line that is
-not valid JSON (a torn last line after a crash) is skipped and counted, never a failed load.
+not a strict JSON object (a torn last line after a crash; NaN/Infinity, a key named twice) is skipped and
+counted, never a failed load; a field holding a value of another JSON type is NULL, never converted
+(:func:`decision_lines_sql`).
 
 Outcomes: JSON Lines, CSV or Parquet with ``decision_id``, ``question`` (optional when the policy
 has one question) and ``outcome`` (the true option) and/or ``override`` (true when a human changed
@@ -38,25 +40,89 @@ from workbench_runtime.decision_log import BACKUP_DIGITS
 from workbench.errors import OptionError
 from workbench.store.db import no_progress_bar
 
-#: Fields of a decision record as DuckDB's JSON reader reads them (one parse per line; scalars as text,
-#: ``probs`` straight into a list of doubles: what ``TRY_CAST(<its JSON text> AS DOUBLE[])`` gave, NULL for
-#: anything that is not an array and NULL elements for those that are not numbers, without a second parse
-#: of 77 numbers a line), and how each becomes a column.
-_READ = {
-    "decision_id": "VARCHAR",
-    "time": "VARCHAR",
-    "policy_hash": "VARCHAR",
-    "policy_version": "VARCHAR",
-    "model": "VARCHAR",
-    "schema_hash": "VARCHAR",
-    "question": "VARCHAR",
-    "action": "VARCHAR",
-    "option": "VARCHAR",
-    "would_accept": "VARCHAR",
-    "p_top": "VARCHAR",
-    "margin": "VARCHAR",
-    "probs": "DOUBLE[]",
-}
+#: Fields of a decision record and their JSON type: a field keeps its value only when the file holds a value
+#: of that JSON type (a string ``"0.9"`` or ``true`` is not a number, a number is not a string); any other
+#: value reads as NULL, exactly what a strict reader keeps (``workbench_runtime.jsonio.loads_strict``).
+_TEXT_FIELDS = (
+    "decision_id",
+    "time",
+    "policy_hash",
+    "policy_version",
+    "model",
+    "schema_hash",
+    "question",
+    "action",
+    "option",
+    "would_accept",
+)
+_NUMBER_FIELDS = ("p_top", "margin")
+_READ = (*_TEXT_FIELDS, *_NUMBER_FIELDS, "probs")
+#: Text DuckDB's JSON parser accepts but strict JSON does not, outside strings: a NaN/Infinity literal
+#: (``NaN``, ``Infinity``, ``inf``, ``nan``, any case) or a trailing comma (``[1,]``, ``{"a": 1,}``). Tested on
+#: the line with its strings emptied, only for the (rare) lines where it matches the raw text.
+_LAX = r"(?i)[\[:,]\s*[-+]?(nan|inf)|,\s*[\]}]"
+_STRING = r'"([^"\\]|\\.)*"'
+#: A ``probs`` array that holds numbers only (DuckDB writes an extracted value minified: no string, literal,
+#: nested array or object can hide in these characters).
+_NUMBERS_ONLY = r"^\[[-+0-9.eE,\s]*\]$"
+
+
+def decision_lines_sql(files: Sequence[str]) -> str:
+    """A SELECT over decision log files: one row per non-blank line with the record's fields (``time`` as the
+    file's text) and ``filename``, in DuckDB SQL (streamed; no per-line Python).
+
+    Strict like ``workbench_runtime.jsonio.loads_strict``: a line that is not UTF-8 or not JSON (a torn line),
+    a JSON value that is not an object, an object with a key named twice (two readers could see two different
+    records), a NaN/Infinity literal or a trailing comma has every field NULL (the callers count it as an
+    unreadable line, as they do an object with none of the record's fields). In an object a field holding a
+    value of another JSON type is NULL, never converted: :data:`_TEXT_FIELDS` are JSON strings, ``p_top`` and
+    ``margin`` finite JSON numbers, ``probs`` an array of finite JSON numbers.
+
+    Each line is parsed on its own by ``read_json_objects`` (``read_json``'s parser runs on past a line torn
+    mid-value and takes the next line with it), then once for its keys and once for the fields."""
+    paths = ", ".join(f"'$.\"{n}\"'" for n in _READ)
+    fields = []
+    for i, n in enumerate(_READ, 1):
+        v = f"v[{i}]"
+        # DuckDB writes an extracted value as JSON text: a string starts with ", a number with - or a digit
+        if n in _TEXT_FIELDS:
+            fields.append(f"CASE WHEN starts_with({v}, '\"') THEN json_extract_string({v}, '$') END AS {n}")
+        elif n in _NUMBER_FIELDS:
+            num = f"TRY_CAST({v} AS DOUBLE)"
+            fields.append(f"CASE WHEN regexp_matches({v}, '^-?[0-9]') AND isfinite({num}) THEN {num} END AS {n}")
+        else:  # an element of 1e400 reads as infinity (in Python too): no finite number, so no vector
+            fields.append(
+                f"CASE WHEN len({n}) = 0 OR isfinite(list_sum({n})) THEN {n} "
+                f"WHEN isfinite(list_min({n})) AND isfinite(list_max({n})) THEN {n} END AS {n}"
+            )
+    # the line's first non-blank byte is { (the parser accepted it): an object
+    # (an AND evaluates both sides on every row: the costly tests run in a CASE, on the rows that need them)
+    lax = (
+        f"CASE WHEN regexp_matches(j, '{_LAX}') THEN regexp_matches(regexp_replace(j, '{_STRING}', '\"\"', 'g'), "
+        f"'{_LAX}') ELSE false END"
+    )
+    strict = (
+        "starts_with(ltrim(j, E' \\t\\r\\n'), '{') AND len(k) = list_unique(k) "
+        f"AND NOT ({lax}) AND NOT ({_NESTED_DUPLICATE})"
+    )
+    p = f"v[{len(_READ)}]"
+    probs = f"CASE WHEN regexp_full_match(CAST({p} AS VARCHAR), '{_NUMBERS_ONLY}') THEN TRY_CAST({p} AS DOUBLE[]) END"
+    return (
+        f"SELECT {', '.join(fields)}, filename FROM ("
+        f"SELECT v, {probs} AS probs, filename FROM ("
+        f"SELECT CASE WHEN {strict} THEN json_extract(j, [{paths}]) END AS v, filename FROM ("
+        f"SELECT json AS j, json_keys(json) AS k, filename FROM read_json_objects({_sql_list(files)}, "
+        "format='newline_delimited', ignore_errors=true, filename=true))))"
+    )
+
+
+#: A key named twice in an object nested in the line (looked for only in lines with a ``{`` past their first
+#: byte: a decision record nests no object).
+_NESTED_DUPLICATE = (
+    "CASE WHEN strpos(substr(j, 2), '{') > 0 THEN list_bool_or(list_transform(json_keys(j, '$..*'), "
+    "ks -> len(ks) <> list_unique(ks))) IS true ELSE false END"
+)
+
 _FIELDS = {
     "decision_id": "decision_id",
     "time": "CAST(timezone('UTC', TRY_CAST(\"time\" AS TIMESTAMPTZ)) AS TIMESTAMP)",
@@ -69,8 +135,8 @@ _FIELDS = {
     "action": "action",
     "option": '"option"',
     "would_accept": "would_accept",
-    "p_top": "TRY_CAST(p_top AS DOUBLE)",
-    "margin": "TRY_CAST(margin AS DOUBLE)",
+    "p_top": "p_top",
+    "margin": "margin",
     "probs": "probs",
 }
 _REQUIRED = ("decision_id", "question", "action")
@@ -199,17 +265,15 @@ class MonitorStore:
     def load_decisions(self, files: Sequence[str]) -> LoadSummary:
         """Parse the decision logs into table ``decisions``; count and skip lines that are not JSON objects.
 
-        Each line is parsed once, by DuckDB's JSON reader (``ignore_errors``): a line it cannot read as
-        an object (a torn last line, an array, a bare value) comes back without any field and counts as
-        skipped, as does an object with none of the record's fields (``{}``).
+        Lines are read by :func:`decision_lines_sql`: a line that is not a strict JSON object (a torn last
+        line, an array, a bare value, NaN, a key named twice) comes back without any field and counts as
+        skipped, as does an object with none of the record's fields (``{}``) or none of the right type.
         """
         con = self.con
-        spec = "{" + ", ".join(f"'{n}': '{t}'" for n, t in _READ.items()) + "}"
         cols = ", ".join(f"{expr} AS {name}" for name, expr in _FIELDS.items())
         empty = " AND ".join(f'"{n}" IS NULL' for n in _READ)
         con.execute(
-            f"CREATE TABLE decisions AS SELECT {cols}, {empty} AS unreadable, filename FROM read_json("
-            f"{_sql_list(files)}, format='newline_delimited', columns={spec}, ignore_errors=true, filename=true)"
+            f"CREATE TABLE decisions AS SELECT {cols}, {empty} AS unreadable, filename FROM ({decision_lines_sql(files)})"
         )
         counts = con.execute(
             "SELECT filename, count(*), count(*) FILTER (WHERE unreadable) FROM decisions GROUP BY 1 ORDER BY 1"
