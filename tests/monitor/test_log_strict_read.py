@@ -9,6 +9,7 @@ import json
 import math
 import warnings
 
+import pytest
 from workbench_runtime.decision_log import iter_decision_log
 from workbench_runtime.jsonio import StrictJSONError, loads_strict
 
@@ -31,6 +32,7 @@ LINES = [
     ('{"decision_id": "nested-ok", %s, "x": [{"k": 1}, {"j": {"z": 1, "y": 2}}]}', "kept"),
     ('{"decision_id": "types", %s, "p_top": "0.5", "margin": true, "probs": ["0.5", 0.5], "option": 3}', "kept"),
     ('{"decision_id": "overflow", %s, "p_top": 1e400, "probs": [1e400, 0]}', "kept"),
+    ('{"decision_id": "crlf", %s}\r', "kept"),
     ('{"decision_id": 7, %s}', "incomplete"),
 ]
 
@@ -79,21 +81,54 @@ def test_monitor_and_runtime_read_exactly_the_strict_records(tmp_path):
     assert runtime == [json.loads(t % HEAD)["decision_id"] for t, how in LINES if how in ("kept", "incomplete")]
 
 
-def test_duckdb_engine_counts_the_same_lines(tmp_path):
+@pytest.fixture(scope="module", params=["duckdb", "spark"])
+def engine(request):
+    if request.param == "duckdb":
+        yield "duckdb"
+        return
+    from tests.engines.test_engines import _spark_skip_reason
+
+    reason = _spark_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from workbench.engines.sessions import SparkEngine, spark_session
+
+    session = spark_session(
+        "local[1]",
+        {
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            "spark.ui.showConsoleProgress": "false",
+        },
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield SparkEngine(session=session)
+    session.stop()
+
+
+def test_engines_read_the_same_records_and_values(tmp_path, engine):
+    """``workbench monitor --engine duckdb|spark`` keep the same records with the same values and count the same
+    lines as ``workbench monitor``."""
+    from workbench.engines.sessions import Engine
     from workbench.monitor.outcomes import read_outcomes
 
     log = tmp_path / "d.jsonl"
-    log.write_text("\n".join(text % HEAD for text, _ in LINES) + "\n")
+    log.write_text("\n".join(text % HEAD for text, _ in LINES) + "\n   \n")
     rows, check = read_outcomes([], {"q": ["a", "b"]}, default_question="q")
-    eng = open_engine("duckdb")
+    eng = engine if isinstance(engine, Engine) else open_engine(engine)
     try:
         _load(eng, [str(log)], rows)
         summary = _summary(eng, [str(log)], check)
-        ids = {r[0] for r in eng.query("SELECT decision_id FROM wb_dec")}
+        got = {r[0]: tuple(r[1:]) for r in eng.query("SELECT decision_id, p_top, margin, probs, option FROM wb_dec")}
     finally:
-        eng.close()
+        if not isinstance(engine, Engine):
+            eng.close()
     with MonitorStore() as store:
         ref = store.load_decisions([str(log)])
-        want = {r[0] for r in store.con.execute("SELECT decision_id FROM decisions").fetchall()}
-    assert ids == want
-    assert (summary.n_lines, summary.skipped, summary.incomplete) == (ref.n_lines, ref.skipped, ref.incomplete)
+        want = {
+            r[0]: tuple(r[1:])
+            for r in store.con.execute('SELECT decision_id, p_top, margin, probs, "option" FROM decisions').fetchall()
+        }
+    got = {d: (p, m, None if v is None else [float(x) for x in v], o) for d, (p, m, v, o) in got.items()}
+    assert got == want
+    skipped = list(summary.skipped.values())  # (Spark names a file by its URI, file:/…)
+    assert (summary.n_lines, skipped, summary.incomplete) == (ref.n_lines, list(ref.skipped.values()), ref.incomplete)

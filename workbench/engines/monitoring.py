@@ -96,11 +96,16 @@ def _load(e: Engine, decisions: Sequence[str], outcome_rows: Any) -> None:
         e.con.execute(f"CREATE OR REPLACE TEMP VIEW wb_dec AS SELECT * EXCLUDE (wb_k) FROM ({dedup})")
         e.con.register("wb_out_rows", outcome_rows)
     elif isinstance(e, SparkEngine):
-        ddl = ", ".join(f"{n} {t}" for n, t in DECISION_FIELDS)
         files = [str(f) for f in decisions]
-        df = e.spark.read.parquet(*files) if parquet else e.spark.read.schema(ddl).json(files)
-        extra = [f"CAST(NULL AS STRING) AS {n}" for n, _ in DECISION_FIELDS if n not in df.columns]
-        df.selectExpr("*", *extra, "_metadata.file_path AS wb_file").createOrReplaceTempView("wb_dec_raw")
+        if parquet:
+            df = e.spark.read.parquet(*files)
+            extra = [f"CAST(NULL AS STRING) AS {n}" for n, _ in DECISION_FIELDS if n not in df.columns]
+            df.selectExpr("*", *extra, "_metadata.file_path AS wb_file").createOrReplaceTempView("wb_dec_raw")
+        else:  # lines as text, each parsed strictly (as the DuckDB reader does): _SPARK_STRICT_FIELDS
+            lines = e.spark.read.option("lineSep", "\n").text(files)
+            lines.selectExpr("try_parse_json(value) AS wb_v", "_metadata.file_path AS wb_file", "value").where(
+                "NOT value RLIKE '^[ \\t\\r]*$'"
+            ).selectExpr(*_spark_strict_fields(), "wb_file").createOrReplaceTempView("wb_dec_raw")
         e.spark.sql(
             "SELECT decision_id, try_cast(time AS TIMESTAMP) AS time, policy_hash, model, schema_hash, question, "
             f"action, option, would_accept, p_top, margin, probs FROM wb_dec_raw WHERE {_COMPLETE}"
@@ -116,6 +121,42 @@ def _load(e: Engine, decisions: Sequence[str], outcome_rows: Any) -> None:
     else:  # pragma: no cover - only the two engines exist
         raise OptionError(f"engine {e.name!r} cannot read decision logs")
     _union_outcomes(e)
+
+
+_SPARK_NUMBER = "('TINYINT', 'SMALLINT', 'INT', 'BIGINT', 'FLOAT', 'DOUBLE')"
+
+
+def _spark_strict_fields() -> list[str]:
+    """The decision fields from a line parsed by Spark's ``try_parse_json`` (NULL for malformed JSON, NaN,
+    a key named twice or a trailing comma), kept only when of the right JSON type, as
+    :func:`workbench.monitor.logs.decision_lines_sql` keeps them: strings, finite numbers, arrays of finite
+    numbers; a line that is not an object has every field NULL (an unreadable line)."""
+
+    def is_number(x: str) -> str:
+        t = f"schema_of_variant({x})"
+        return f"({t} IN {_SPARK_NUMBER} OR {t} LIKE 'DECIMAL(%')"
+
+    def finite(x: str) -> str:
+        return f"(NOT isnan({x}) AND abs({x}) < double('inf'))"
+
+    obj = "(wb_v IS NOT NULL AND schema_of_variant(wb_v) LIKE 'OBJECT<%')"
+    out = []
+    for n, t in DECISION_FIELDS:
+        x = f"variant_get(wb_v, '$.{n}')"
+        if t == "string":
+            expr = f"CASE WHEN schema_of_variant({x}) = 'STRING' THEN try_variant_get(wb_v, '$.{n}', 'string') END"
+        elif t == "double":
+            d = f"try_variant_get(wb_v, '$.{n}', 'double')"
+            expr = f"CASE WHEN {is_number(x)} AND {finite(d)} THEN {d} END"
+        else:
+            items = f"try_variant_get(wb_v, '$.{n}', 'array<variant>')"
+            a = f"try_variant_get(wb_v, '$.{n}', 'array<double>')"
+            expr = (
+                f"CASE WHEN schema_of_variant({x}) LIKE 'ARRAY<%' AND forall({items}, y -> {is_number('y')}) "
+                f"AND forall({a}, y -> {finite('y')}) THEN {a} END"
+            )
+        out.append(f"CASE WHEN {obj} THEN {expr} END AS {n}")
+    return out
 
 
 def _is_parquet(path: str) -> bool:
