@@ -123,37 +123,35 @@ def _load(e: Engine, decisions: Sequence[str], outcome_rows: Any) -> None:
     _union_outcomes(e)
 
 
-_SPARK_NUMBER = "('TINYINT', 'SMALLINT', 'INT', 'BIGINT', 'FLOAT', 'DOUBLE')"
+_SPARK_NUMBER = "(TINYINT|SMALLINT|INT|BIGINT|FLOAT|DOUBLE|DECIMAL[(][0-9]+,[0-9]+[)])"  # [(] not a backslash: Spark SQL unescapes its string literals
 
 
 def _spark_strict_fields() -> list[str]:
     """The decision fields from a line parsed by Spark's ``try_parse_json`` (NULL for malformed JSON, NaN,
     a key named twice or a trailing comma), kept only when of the right JSON type, as
     :func:`workbench.monitor.logs.decision_lines_sql` keeps them: strings, finite numbers, arrays of finite
-    numbers; a line that is not an object has every field NULL (an unreadable line)."""
-
-    def is_number(x: str) -> str:
-        t = f"schema_of_variant({x})"
-        return f"({t} IN {_SPARK_NUMBER} OR {t} LIKE 'DECIMAL(%')"
+    numbers; a line that is not an object has every field NULL (an unreadable line). No lambdas (Spark runs
+    them row by row): an array's merged type says whether all its elements are numbers, and a null element
+    shows in ``array_compact``."""
 
     def finite(x: str) -> str:
         return f"(NOT isnan({x}) AND abs({x}) < double('inf'))"
 
-    obj = "(wb_v IS NOT NULL AND schema_of_variant(wb_v) LIKE 'OBJECT<%')"
+    obj = "(wb_v IS NOT NULL AND value RLIKE '^[ \\t\\r]*[{]')"  # parsed, and it opens with {: an object
     out = []
     for n, t in DECISION_FIELDS:
-        x = f"variant_get(wb_v, '$.{n}')"
+        kind = f"schema_of_variant(variant_get(wb_v, '$.{n}'))"
         if t == "string":
-            expr = f"CASE WHEN schema_of_variant({x}) = 'STRING' THEN try_variant_get(wb_v, '$.{n}', 'string') END"
+            expr = f"CASE WHEN {kind} = 'STRING' THEN try_variant_get(wb_v, '$.{n}', 'string') END"
         elif t == "double":
             d = f"try_variant_get(wb_v, '$.{n}', 'double')"
-            expr = f"CASE WHEN {is_number(x)} AND {finite(d)} THEN {d} END"
+            expr = f"CASE WHEN {kind} RLIKE '^{_SPARK_NUMBER}$' AND {finite(d)} THEN {d} END"
         else:
-            items = f"try_variant_get(wb_v, '$.{n}', 'array<variant>')"
             a = f"try_variant_get(wb_v, '$.{n}', 'array<double>')"
             expr = (
-                f"CASE WHEN schema_of_variant({x}) LIKE 'ARRAY<%' AND forall({items}, y -> {is_number('y')}) "
-                f"AND forall({a}, y -> {finite('y')}) THEN {a} END"
+                f"CASE WHEN {kind} = 'ARRAY<VOID>' AND size({a}) = 0 THEN {a} "
+                f"WHEN {kind} RLIKE '^ARRAY<{_SPARK_NUMBER}>$' AND size({a}) = size(array_compact({a})) "
+                f"AND {finite(f'array_max({a})')} AND {finite(f'array_min({a})')} THEN {a} END"
             )
         out.append(f"CASE WHEN {obj} THEN {expr} END AS {n}")
     return out
