@@ -101,11 +101,14 @@ def _load(e: Engine, decisions: Sequence[str], outcome_rows: Any) -> None:
             df = e.spark.read.parquet(*files)
             extra = [f"CAST(NULL AS STRING) AS {n}" for n, _ in DECISION_FIELDS if n not in df.columns]
             df.selectExpr("*", *extra, "_metadata.file_path AS wb_file").createOrReplaceTempView("wb_dec_raw")
-        else:  # lines as text, each parsed strictly (as the DuckDB reader does): _SPARK_STRICT_FIELDS
+        else:  # lines as text, each parsed strictly (as the DuckDB reader does)
             lines = e.spark.read.option("lineSep", "\n").text(files)
-            lines.selectExpr("try_parse_json(value) AS wb_v", "_metadata.file_path AS wb_file", "value").where(
+            df = lines.selectExpr("try_parse_json(value) AS wb_v", "_metadata.file_path AS wb_file", "value").where(
                 "NOT value RLIKE '^[ \\t\\r]*$'"
-            ).selectExpr(*_spark_strict_fields(), "wb_file").createOrReplaceTempView("wb_dec_raw")
+            )
+            for stage in _spark_strict_stages():
+                df = df.selectExpr(*stage)
+            df.createOrReplaceTempView("wb_dec_raw")
         e.spark.sql(
             "SELECT decision_id, try_cast(time AS TIMESTAMP) AS time, policy_hash, model, schema_hash, question, "
             f"action, option, would_accept, p_top, margin, probs FROM wb_dec_raw WHERE {_COMPLETE}"
@@ -126,35 +129,41 @@ def _load(e: Engine, decisions: Sequence[str], outcome_rows: Any) -> None:
 _SPARK_NUMBER = "(TINYINT|SMALLINT|INT|BIGINT|FLOAT|DOUBLE|DECIMAL[(][0-9]+,[0-9]+[)])"  # [(] not a backslash: Spark SQL unescapes its string literals
 
 
-def _spark_strict_fields() -> list[str]:
-    """The decision fields from a line parsed by Spark's ``try_parse_json`` (NULL for malformed JSON, NaN,
-    a key named twice or a trailing comma), kept only when of the right JSON type, as
-    :func:`workbench.monitor.logs.decision_lines_sql` keeps them: strings, finite numbers, arrays of finite
-    numbers; a line that is not an object has every field NULL (an unreadable line). No lambdas (Spark runs
-    them row by row): an array's merged type says whether all its elements are numbers, and a null element
-    shows in ``array_compact``."""
+def _spark_strict_stages() -> list[list[str]]:
+    """Projections (applied in turn to ``wb_v``, the line parsed by Spark's ``try_parse_json``: NULL for
+    malformed JSON, NaN, a key named twice or a trailing comma; ``value``; ``wb_file``) giving the decision
+    fields kept only when of the right JSON type, as :func:`workbench.monitor.logs.decision_lines_sql` keeps
+    them: strings, finite numbers, arrays of finite numbers; a line that is not an object has every field NULL
+    (an unreadable line). Each sub-value is extracted once per stage (Spark keeps a projection whose costly
+    expression is used twice apart), and there are no lambdas (Spark runs them row by row): an array's merged
+    variant type says whether all its elements are numbers, and a null element shows in ``array_compact``."""
 
     def finite(x: str) -> str:
         return f"(NOT isnan({x}) AND abs({x}) < double('inf'))"
 
-    obj = "(wb_v IS NOT NULL AND value RLIKE '^[ \\t\\r]*[{]')"  # parsed, and it opens with {: an object
-    out = []
+    names = [n for n, _ in DECISION_FIELDS]
+    # parsed, and it opens with {: an object
+    first = ["wb_file", "CASE WHEN value RLIKE '^[ \\t\\r]*[{]' THEN wb_v END AS wb_o"]
+    raw = ["wb_file", *(f"variant_get(wb_o, '$.{n}') AS wb_r_{n}" for n in names)]
+    typed = ["wb_file"]
     for n, t in DECISION_FIELDS:
-        kind = f"schema_of_variant(variant_get(wb_v, '$.{n}'))"
+        typed.append(f"schema_of_variant(wb_r_{n}) AS wb_k_{n}")
+        spark_type = "array<double>" if t.startswith("array") else t
+        typed.append(f"try_variant_get(wb_r_{n}, '$', '{spark_type}') AS wb_t_{n}")
+    out = ["wb_file"]
+    for n, t in DECISION_FIELDS:
+        k, v = f"wb_k_{n}", f"wb_t_{n}"
         if t == "string":
-            expr = f"CASE WHEN {kind} = 'STRING' THEN try_variant_get(wb_v, '$.{n}', 'string') END"
+            out.append(f"CASE WHEN {k} = 'STRING' THEN {v} END AS {n}")
         elif t == "double":
-            d = f"try_variant_get(wb_v, '$.{n}', 'double')"
-            expr = f"CASE WHEN {kind} RLIKE '^{_SPARK_NUMBER}$' AND {finite(d)} THEN {d} END"
+            out.append(f"CASE WHEN {k} RLIKE '^{_SPARK_NUMBER}$' AND {finite(v)} THEN {v} END AS {n}")
         else:
-            a = f"try_variant_get(wb_v, '$.{n}', 'array<double>')"
-            expr = (
-                f"CASE WHEN {kind} = 'ARRAY<VOID>' AND size({a}) = 0 THEN {a} "
-                f"WHEN {kind} RLIKE '^ARRAY<{_SPARK_NUMBER}>$' AND size({a}) = size(array_compact({a})) "
-                f"AND {finite(f'array_max({a})')} AND {finite(f'array_min({a})')} THEN {a} END"
+            out.append(
+                f"CASE WHEN {k} = 'ARRAY<VOID>' AND size({v}) = 0 THEN {v} "
+                f"WHEN {k} RLIKE '^ARRAY<{_SPARK_NUMBER}>$' AND size({v}) = size(array_compact({v})) "
+                f"AND {finite(f'array_max({v})')} AND {finite(f'array_min({v})')} THEN {v} END AS {n}"
             )
-        out.append(f"CASE WHEN {obj} THEN {expr} END AS {n}")
-    return out
+    return [first, raw, typed, out]
 
 
 def _is_parquet(path: str) -> bool:
