@@ -119,11 +119,19 @@ def answered_questions(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str,
     return {i: set(q) for i, q in zip(tbl.column("item_id").to_pylist(), tbl.column("qs").to_pylist())}
 
 
-def _register_plan(con: duckdb.DuckDBPyConnection, item_ids: Sequence[str], questions: Sequence[str]) -> None:
+def _missing_rows(
+    con: duckdb.DuckDBPyConnection, run_id: str, item_ids: Sequence[str], questions: Sequence[str], select: str
+) -> list[tuple]:
+    """``SELECT {select}`` over the planned pairs of ``run_id`` without a row (the plan registered meanwhile)."""
     con.register("_planned_items", pa.table({"item_id": pa.array(list(dict.fromkeys(item_ids)), type=pa.string())}))
     con.register(
         "_planned_questions", pa.table({"question": pa.array(list(dict.fromkeys(questions)), type=pa.string())})
     )
+    try:
+        return con.execute(f"SELECT {select} {_MISSING_SQL}", [run_id]).fetchall()
+    finally:
+        con.unregister("_planned_items")
+        con.unregister("_planned_questions")
 
 
 _MISSING_SQL = (
@@ -140,13 +148,8 @@ def count_missing_answers(
     nor a failure); 0 when every pair of ``item_ids`` × ``questions`` has its row."""
     if len(item_ids) == 0 or len(questions) == 0:
         return 0
-    _register_plan(con, item_ids, questions)
-    try:
-        row = con.execute(f"SELECT count(*) {_MISSING_SQL}", [run_id]).fetchone()
-    finally:
-        con.unregister("_planned_items")
-        con.unregister("_planned_questions")
-    return int(row[0]) if row else 0
+    rows = _missing_rows(con, run_id, item_ids, questions, "count(*)")
+    return int(rows[0][0]) if rows else 0
 
 
 def missing_answers(
@@ -155,12 +158,7 @@ def missing_answers(
     """The planned pairs counted by :func:`count_missing_answers`: item id -> questions without a row."""
     if len(item_ids) == 0 or len(questions) == 0:
         return {}
-    _register_plan(con, item_ids, questions)
-    try:
-        rows = con.execute(f"SELECT _planned_items.item_id, p.question {_MISSING_SQL}", [run_id]).fetchall()
-    finally:
-        con.unregister("_planned_items")
-        con.unregister("_planned_questions")
+    rows = _missing_rows(con, run_id, item_ids, questions, "_planned_items.item_id, p.question")
     out: dict[str, set[str]] = {}
     for item_id, question in rows:
         out.setdefault(item_id, set()).add(question)
