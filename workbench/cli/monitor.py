@@ -59,13 +59,9 @@ def register(app: typer.Typer) -> None:
         if not 0.0 <= max_invalid_outcomes <= 1.0:
             raise OptionError(f"--max-invalid-outcomes {max_invalid_outcomes} must be between 0 and 1")
         opts = MonitorOptions(
-            window=window,
-            alpha=alpha,
-            delta=delta,
-            drift_alarm_psi=drift_alarm,
-            recertify_min=recertify_min,
-            max_invalid_outcomes=max_invalid_outcomes,
+            window=window, alpha=alpha, delta=delta, drift_alarm_psi=drift_alarm, recertify_min=recertify_min
         )
+        opts.max_invalid_outcomes = max_invalid_outcomes
         if engine == "duckdb" and spark_master is None:
             rep = monitor(policy, decisions, outcomes or [], opts)
         else:
