@@ -532,7 +532,7 @@ def monitor_on_engine(
     alarm) and the last ``recertify_max`` labelled probability vectors (the recertification hint).
     The report equals :func:`~workbench.monitor.report.monitor`'s on the same files (tests/engines)."""
     from workbench.monitor.outcomes import read_outcomes
-    from workbench.monitor.report import MonitorOptions, report_from_source
+    from workbench.monitor.report import MonitorOptions, report_from_source, view_settings
     from workbench.policy.runtime import Policy
 
     opts = opts or MonitorOptions()
@@ -552,15 +552,7 @@ def monitor_on_engine(
     eng = engine if isinstance(engine, Engine) else open_engine(engine, spark_master=spark_master)
     try:
         _load(eng, dec_files, rows)
-        _decision_view(
-            eng,
-            policy_hash=policy.content_hash,
-            options=options,
-            models=list(model.validity.models),
-            schema_hashes=list(model.validity.schema_hashes),
-            window=opts.window,
-            n_bins=opts.n_bins,
-        )
+        _decision_view(eng, **view_settings(policy, model, options, opts))
         summary = _summary(eng, dec_files, check)
         others = [
             (str(h), int(n))

@@ -51,6 +51,18 @@ class MonitorOptions:
     max_invalid_outcomes: float = MAX_INVALID_OUTCOME_SHARE
 
 
+def view_settings(policy: Any, model: Any, options: Any, opts: MonitorOptions) -> dict:
+    """The decision view's settings every monitor source builds it with (the policy's validity, the window)."""
+    return {
+        "policy_hash": policy.content_hash,
+        "options": options,
+        "models": list(model.validity.models),
+        "schema_hashes": list(model.validity.schema_hashes),
+        "window": opts.window,
+        "n_bins": opts.n_bins,
+    }
+
+
 @dataclass
 class MonitorReport:
     policy: dict
@@ -320,14 +332,7 @@ def monitor(
     with MonitorStore() as store:
         summary = store.load_decisions(dec_files)
         store.load_outcomes(raw, check, summary)
-        store.build_view(
-            policy_hash=policy.content_hash,
-            options=options,
-            models=list(model.validity.models),
-            schema_hashes=list(model.validity.schema_hashes),
-            window=opts.window,
-            n_bins=opts.n_bins,
-        )
+        store.build_view(**view_settings(policy, model, options, opts))
         others = store.other_policies(policy.content_hash)
         return report_from_source(policy, policy_path, opts, summary, StoreSource(store.con), others, dec_files)
 
