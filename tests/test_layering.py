@@ -55,6 +55,7 @@ FLOORS: dict[str, int] = {
     # 9: thin surfaces
     "cli": 9,
     "ui": 9,
+    "__main__": 9,
 }
 
 #: Names lower floors may import from the package root (metadata, not the API façade).

@@ -37,12 +37,20 @@ same defaults (:class:`ThresholdOptions`), so the same run gives the same figure
 
 __version__ = "0.1.0"
 
-from workbench.errors import WorkbenchError  # noqa: E402
-from workbench.schema import DecisionSchema, load_schema, schema_hash  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
-# Heavy modules (duckdb, pandas, pyarrow, scipy, plotly) load on first use, so that ``import workbench``
-# and the dependency-light policy runtime stay light.
+from workbench.errors import WorkbenchError  # noqa: E402
+
+if TYPE_CHECKING:
+    from workbench.schema import DecisionSchema, load_schema, schema_hash
+
+# Heavy modules (numpy, pydantic, duckdb, pandas, pyarrow, scipy, plotly) load on first use, so that
+# ``import workbench`` (and with it every ``workbench`` command's start-up) and the dependency-light
+# policy runtime stay light.
 _LAZY = {
+    "DecisionSchema": "workbench.schema",
+    "load_schema": "workbench.schema",
+    "schema_hash": "workbench.schema",
     "connect": "workbench.api",
     "import_dataset": "workbench.api",
     "run": "workbench.api",

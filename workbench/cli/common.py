@@ -10,7 +10,6 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 
 #: Progress bars, logs and tables go to stderr so that stdout carries only the JSON document.
@@ -39,14 +38,16 @@ def open_store(read_only: bool = False):
 
 
 def _default(o: Any) -> Any:
-    if isinstance(o, np.bool_):
-        return bool(o)
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return None if not math.isfinite(float(o)) else float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
+    np = sys.modules.get("numpy")  # a numpy value exists only once numpy is loaded: never load it here
+    if np is not None:
+        if isinstance(o, np.bool_):
+            return bool(o)
+        if isinstance(o, (np.integer,)):
+            return int(o)
+        if isinstance(o, (np.floating,)):
+            return None if not math.isfinite(float(o)) else float(o)
+        if isinstance(o, np.ndarray):
+            return o.tolist()
     if isinstance(o, (datetime, date)):
         return o.isoformat()
     if isinstance(o, Path):

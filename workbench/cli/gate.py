@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 
 from workbench.cli.common import emit_json, err_console, open_store, out_console
-from workbench.store.db import no_progress_bar
 
 
 def register(app: typer.Typer) -> None:
@@ -29,6 +28,7 @@ def register(app: typer.Typer) -> None:
         """Check a run's metrics against requirements; exit 0 if all hold, 1 if one fails, 2 on a bad gate."""
         from workbench.errors import RequirementsError
         from workbench.gate import evaluate_gate, junit_xml, load_requirements, markdown_table
+        from workbench.store.db import no_progress_bar
 
         if max_drop is not None and baseline is None:
             raise RequirementsError("--max-drop needs --baseline RUN_ID")
