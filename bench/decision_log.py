@@ -3,6 +3,7 @@
     python bench/decision_log.py            # 3,000 decisions of a 77-option question (BANKING77-sized)
     python bench/decision_log.py --n 20000 --json
     python bench/decision_log.py --rotate-bytes 4096   # a rotation every ~4 decisions (~750 files at the end)
+    python bench/decision_log.py --code /work/base     # time another checkout's runtime (before/after)
 
 A policy with one 77-option choice question (temperature calibrator, top-margin rule) decides the
 same System One responses twice per round, interleaved so that both sides see the same machine
@@ -24,7 +25,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "runtime")]
 
 TARGET_US = 50.0
 
@@ -94,7 +94,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=3000)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--rotate-bytes", type=int, default=None, help="rotate at this size (default: the log's 64 MiB)")
+    ap.add_argument(
+        "--code", type=Path, default=ROOT, help="checkout whose workbench_runtime is timed (default: this one)"
+    )
     args = ap.parse_args()
+    sys.path[:0] = [str(args.code), str(args.code / "runtime")]
     from workbench_runtime import DecisionLog
 
     policy, options = make_policy()
@@ -118,6 +122,12 @@ def main() -> None:
         log.close()
         files = list(Path(tmp).glob("decisions.jsonl*"))
         size = sum(f.stat().st_size for f in files)
+    # every timed response is a clean answer (a refused one would time the refusal path, not a decision)
+    refused = sum(
+        1
+        for d in policy.decide_many(responses)
+        if not d["intent"].reason.startswith(("accepted", "below_tau", "below_margin", "abstain"))
+    )
     added = np.asarray(logged) - np.asarray(plain)
     out = {
         "n": args.n,
@@ -130,6 +140,8 @@ def main() -> None:
         "bytes_per_decision": size / (args.n + 200),
         "log_errors": log.n_errors,
         "log_files": len(files),
+        "refused_responses": refused,
+        "code": str(args.code),
         "target_p50_us": TARGET_US,
     }
     out["meets_target"] = out["added_p50_us"] <= TARGET_US
@@ -144,7 +156,7 @@ def main() -> None:
     )
     print(
         f"{out['bytes_per_decision']:.0f} bytes per decision line, {out['log_errors']} logging errors, "
-        f"{out['log_files']} log file(s)"
+        f"{out['log_files']} log file(s), {refused} refused response(s); code: {args.code}"
     )
 
 
