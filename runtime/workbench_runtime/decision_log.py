@@ -134,7 +134,7 @@ def _probs_list(p: Any) -> list:
 
 #: ``repr`` of the probabilities logged lately: the shortest text that reads back as the same float (what
 #: ``json`` writes), remembered because computing it is most of a line's cost (a 17-digit value: ~0.6 µs,
-#: 77 per line) while providers' rounded probabilities repeat. Bounded; emptied when full.
+#: 77 per line) while providers' rounded probabilities repeat. Bounded (~7 MB at most); emptied when full.
 _FLOAT_TEXT: dict[float, str] = {}
 _FLOAT_TEXT_MAX = 1 << 16
 _float_repr = float.__repr__

@@ -615,6 +615,8 @@ class _Unreadable:
 _ABSENT = object()
 #: Fewest answers of one question read by the batch reader (below, its numpy calls cost more than they save).
 _BATCH_READ_MIN = 2
+#: Answers per block of the batch reader.
+_BATCH_READ_ROWS = 4096
 
 
 def _read_answers(cq: _CompiledQuestion, responses: list, rows: list[int], probs: np.ndarray) -> list[int]:
@@ -633,11 +635,15 @@ def _read_answers(cq: _CompiledQuestion, responses: list, rows: list[int], probs
     """
     if len(rows) < _BATCH_READ_MIN:  # one answer (a decide call): the one-by-one reader is faster
         return list(rows)
-    try:
-        return _read_clean(cq, responses, rows, probs)
-    except Exception:  # a hostile object (e.g. a key whose __eq__ raises): everything goes the checked way
-        probs[rows] = np.nan
-        return rows
+    slow: list[int] = []
+    for start in range(0, len(rows), _BATCH_READ_ROWS):  # bounded memory: a few MB per block at 77 options
+        block = rows[start : start + _BATCH_READ_ROWS]
+        try:
+            slow += _read_clean(cq, responses, block, probs)
+        except Exception:  # a hostile object (e.g. a key whose __eq__ raises): the block goes the checked way
+            probs[block] = np.nan
+            slow += block
+    return slow
 
 
 def _read_clean(cq: _CompiledQuestion, responses: list, rows: list[int], probs: np.ndarray) -> list[int]:

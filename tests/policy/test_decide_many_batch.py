@@ -303,3 +303,14 @@ def test_mixed_batch_keeps_refusals_in_place_and_equals_a_loop_of_decide():
     assert "more than once" in reasons[4]
     assert reasons[5].startswith("model mismatch") and reasons[6].startswith("provider failure")
     assert reasons[7].startswith("provider failure: response is not JSON")
+
+
+@FUZZ
+@given(st.lists(fixture_responses(), min_size=5, max_size=12))
+def test_blocks_of_the_batch_reader_equal_the_one_by_one_path(batch):
+    mp = pytest.MonkeyPatch()
+    mp.setattr(rt, "_BATCH_READ_ROWS", 3)  # several blocks, the last one short
+    try:
+        _same_as_reference(POLICY, batch)
+    finally:
+        mp.undo()
