@@ -9,6 +9,7 @@ import copy
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from workbench_runtime import Policy, PolicyError
 from workbench_runtime.model import content_hash
@@ -185,3 +186,44 @@ def test_valid_rounded_answers_are_still_accepted(policy):
     }
     d = policy.decide(response(intent=rounded))["intent"]
     assert d.accepted and d.option == "top_up"
+
+
+# -- issue 29: the batch path decides exactly as one decide per response --------------------------
+def test_decide_many_equals_a_loop_of_decide_with_refusals_mixed_in(policy):
+    good = response()
+    batch = [
+        good,
+        response(intent={**sure(), "choice": "refund"}),  # contradicts its probabilities
+        response(intent={"type": "choice", "probabilities": {**sure()["probabilities"], "refund": True}}),
+        response(intent={"type": "choice", "probabilities": {**sure()["probabilities"], "refund": np.float32(0.0)}}),
+        response(intent={"type": "choice", "probabilities": {**sure()["probabilities"], "refund": 0}}),  # an int
+        response(urgent={"type": "noul", "noul": 1.01}),
+        response(urgent={"type": "noul", "noul": 1}),
+        response(error="boom"),
+        {**response(), "model": "other-model"},
+        json.dumps(good)[:-2] + ', "intent": ' + json.dumps(sure("refund")) + "}}",  # named twice
+        "not json",
+        None,
+        json.dumps(good),
+        good,
+    ]
+    many = policy.decide_many(batch)
+    assert many == [policy.decide(r) for r in batch]
+    assert [row["intent"].accepted for row in many] == [
+        True,
+        False,
+        False,
+        False,
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]
+    assert "contradicts" in many[1]["intent"].reason and "True is not a number" in many[2]["intent"].reason
+    assert many[5]["urgent"].accepted is False and "outside [0, 1]" in many[5]["urgent"].reason

@@ -66,6 +66,7 @@ import math
 import os
 import re
 import stat
+import sys
 import threading
 import time
 import uuid
@@ -95,6 +96,8 @@ BACKUP_DIGITS = 8
 logger = logging.getLogger("workbench_runtime.decision_log")
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+#: the string escaping the encoder above uses (ensure_ascii=False): the C function when available
+_encode_str = json.encoder.encode_basestring
 _DIGITS = re.compile(r"[0-9]+")
 _COUNTER_WIDTH = 20  # the lock file holds the last backup number, zero-padded to a fixed width
 _SH, _UN = (fcntl.LOCK_SH, fcntl.LOCK_UN) if fcntl is not None else (0, 0)
@@ -110,6 +113,63 @@ def _finite(x: Any) -> float | None:
         return None
     f = float(x)
     return f if math.isfinite(f) else None
+
+
+def _json(v: Any) -> str:
+    """``_dumps(v)``: a ``str``'s and ``None``'s text without the encoder's set-up (the same C escaping)."""
+    if type(v) is str:
+        return _encode_str(v)
+    return "null" if v is None else _dumps(v)
+
+
+def _json_float(v: Any) -> str:
+    """``_dumps(_finite(v))``: a finite float's ``repr`` (what the encoder writes), else ``null``."""
+    f = _finite(v)
+    return "null" if f is None else _float_repr(f)
+
+
+def _probs_list(p: Any) -> list:
+    return p.tolist() if hasattr(p, "tolist") else [float(v) for v in p]
+
+
+#: ``repr`` of the probabilities logged lately: the shortest text that reads back as the same float (what
+#: ``json`` writes), remembered because computing it is most of a line's cost (a 17-digit value: ~0.6 µs,
+#: 77 per line) while providers' rounded probabilities repeat. Bounded (~7 MB at most); emptied when full.
+_FLOAT_TEXT: dict[float, str] = {}
+_FLOAT_TEXT_MAX = 1 << 16
+_float_repr = float.__repr__
+#: the byte of a native float64 that holds its sign bit
+_SIGN_BYTE = 7 if sys.byteorder == "little" else 0
+_time_ns = time.time_ns  # (log_decisions has a parameter named time)
+
+
+def _probs_text(p: Any) -> str | None:
+    """The JSON array ``json`` writes for a 1-D float64 array of finite values, from remembered texts;
+    None for anything else (the caller encodes it as before).
+
+    Byte for byte the encoder's text: each value's ``float.__repr__``. ``0.0`` and ``-0.0`` would share a
+    key, so an array with a sign bit set anywhere is left to the encoder (as are NaN and infinities, which
+    it refuses). numpy is not imported here: a reader of logs does not need it, and an ndarray means it is loaded.
+    """
+    np = sys.modules.get("numpy")
+    if np is None or type(p) is not np.ndarray or p.ndim != 1 or p.dtype.char != "d" or not p.dtype.isnative:
+        return None
+    if max(p.tobytes()[_SIGN_BYTE::8], default=0) >= 0x80:  # a sign bit (-0.0, a negative value or NaN)
+        return None
+    values = p.tolist()
+    texts: list[Any] = list(map(_FLOAT_TEXT.get, values))  # NaN never matches a key; infinities are never stored
+    if None in texts:
+        cache = _FLOAT_TEXT
+        for j, t in enumerate(texts):
+            if t is None:
+                x = values[j]
+                if not math.isfinite(x):
+                    return None
+                t = texts[j] = _float_repr(x)
+                if len(cache) >= _FLOAT_TEXT_MAX:
+                    cache.clear()
+                cache[x] = t
+    return "[" + ",".join(texts) + "]"
 
 
 def lock_path(path: str | os.PathLike) -> Path:
@@ -213,6 +273,7 @@ class DecisionLog:
         self._last_backup: int | None = None  # without a lock file: the last backup number
         self._swept = False
         self._warned: dict[str, tuple[float, int]] = {}
+        self._second: tuple[int, str] = (-1, "")  # (UNIX second, its "YYYY-MM-DDTHH:MM:SS" in UTC)
         _LOGS.add(self)
         try:  # refuse a FIFO/device/directory now, before any decision waits on it
             st = os.stat(self.path)
@@ -408,6 +469,10 @@ class DecisionLog:
             with self._lock:
                 self._fail("record encoding", exc)
             return False
+        return self._append_data(data, len(records))
+
+    def _append_data(self, data: bytes, n_records: int) -> bool:
+        """Write ``n_records`` encoded lines in one write; False (and counted) on any error, never raises."""
         with self._lock:
             try:
                 self._write(data)
@@ -420,7 +485,7 @@ class DecisionLog:
             except Exception as exc:
                 self._fail("write", exc)
                 return False
-            self.n_records += len(records)
+            self.n_records += n_records
             return True
 
     def log_decisions(
@@ -435,36 +500,49 @@ class DecisionLog:
         probs: Mapping[str, Sequence[float] | None],
         time: datetime | None = None,
     ) -> bool:
-        """Write one line per question decision (objects with ``action``/``option``/``p_top``/``margin``)."""
+        """Write one line per question decision (objects with ``action``/``option``/``p_top``/``margin``).
+
+        The lines are those of :meth:`append` on the records, byte for byte (each field's text as the JSON
+        encoder writes it); a float64 ``probs`` array is written with :func:`_probs_text` (each value's
+        ``repr``, remembered across calls).
+        """
         try:
-            when = time or (self.clock() if self.clock is not None else datetime.now(UTC))
-            stamp = when.astimezone(UTC).isoformat(timespec="microseconds")
+            if time is None and self.clock is None:  # now: the date and second formatted once per second
+                sec, us = divmod(_time_ns() // 1000, 1_000_000)
+                cached = self._second
+                if cached[0] != sec:
+                    cached = self._second = (sec, datetime.fromtimestamp(sec, UTC).isoformat()[:19])
+                stamp = f"{cached[1]}.{us:06d}+00:00"  # = datetime.now(UTC).isoformat(timespec="microseconds")
+            else:
+                when = time or self.clock()  # type: ignore[misc]
+                stamp = (when if when.tzinfo is UTC else when.astimezone(UTC)).isoformat(timespec="microseconds")
             did = decision_id if decision_id is not None else new_decision_id()
-            records = []
+            # the encoder's text of each field (same order, separators and escapes as _dumps(record))
+            shared = (
+                f'"policy_hash":{_json(policy_hash)},"policy_version":{_json(policy_version)},'
+                f'"model":{_json(model if isinstance(model, str) or model is None else str(model))},'
+                f'"schema_hash":{_json(schema_hash)}'
+            )
+            head = f'{{"decision_id":{_json(str(did))},"time":{_json(stamp)},{shared},"question":'
+            lines = []
             for qid, d in decisions.items():
                 p = probs.get(qid)
-                records.append(
-                    {
-                        "decision_id": str(did),
-                        "time": stamp,
-                        "policy_hash": policy_hash,
-                        "policy_version": policy_version,
-                        "model": model if isinstance(model, str) or model is None else str(model),
-                        "schema_hash": schema_hash,
-                        "question": qid,
-                        "action": d.action,
-                        "option": d.option,
-                        "would_accept": getattr(d, "would_accept", None),
-                        "p_top": _finite(d.p_top),
-                        "margin": _finite(d.margin),
-                        "probs": None if p is None else (p.tolist() if hasattr(p, "tolist") else [float(v) for v in p]),
-                    }
+                text = None if p is None else _probs_text(p)
+                if text is None:
+                    text = _json(None if p is None else _probs_list(p))
+                lines.append(
+                    f'{head}{_json(qid)},"action":{_json(d.action)},"option":{_json(d.option)},'
+                    f'"would_accept":{_json(getattr(d, "would_accept", None))},"p_top":{_json_float(d.p_top)},'
+                    f'"margin":{_json_float(d.margin)},"probs":{text}}}'
                 )
+            data = "".join(line + "\n" for line in lines).encode("utf-8")
         except Exception as exc:
             with self._lock:
                 self._fail("record encoding", exc)
             return False
-        return self.append(records)
+        if not lines:
+            return True
+        return self._append_data(data, len(lines))
 
     def close(self) -> None:
         with self._lock:

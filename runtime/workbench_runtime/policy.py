@@ -15,6 +15,7 @@ the token limit — yields the question's fallback action with a reason, never a
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from workbench_runtime.errors import AnswerError, PolicyError, WorkbenchError
-from workbench_runtime.jsonio import StrictJSONError, duplicate_keys, loads_marked, loads_strict
+from workbench_runtime.jsonio import DuplicateKeysDict, StrictJSONError, duplicate_keys, loads_marked, loads_strict
 from workbench_runtime.model import FORMAT, FORMAT_VERSION, QuestionPolicy
 from workbench_runtime.model import Policy as PolicyModel
 from workbench_runtime.questions import DecisionSchema, option_ids
@@ -62,6 +63,32 @@ class QuestionDecision:
         return asdict(self)
 
 
+_new_object = object.__new__
+
+
+def _decision(
+    question: str,
+    action: str,
+    option: str | None,
+    reason: str,
+    p_top: float | None = None,
+    margin: float | None = None,
+    would_accept: str | None = None,
+) -> QuestionDecision:
+    """``QuestionDecision(...)`` without the frozen dataclass's seven ``object.__setattr__`` calls (an equal object)."""
+    d = _new_object(QuestionDecision)
+    d.__dict__.update(
+        question=question,
+        action=action,
+        option=option,
+        reason=reason,
+        p_top=p_top,
+        margin=margin,
+        would_accept=would_accept,
+    )
+    return d
+
+
 def _inf(v: float | None, sign: float = 1.0) -> float:
     return sign * np.inf if v is None else float(v)
 
@@ -89,6 +116,9 @@ class _CompiledQuestion:
             raise PolicyError(f"{where}: rule kind {qp.rule.kind!r} does not fit a {qp.type} question")
         self.options = list(qp.options)
         index = {o: i for i, o in enumerate(self.options)}
+        #: for the batch reader (_read_answers): option id -> position, the id set, a getter of the values in order
+        self.index, self.id_set = index, frozenset(self.options)
+        self.values_of = operator.itemgetter(*self.options) if len(self.options) >= 2 else None
         self.fallback = qp.rule.fallback
         self.shadow = shadow
         enabled = qp.enabled_options
@@ -137,7 +167,7 @@ class _CompiledQuestion:
             raise PolicyError(f"{where}: calibrator does not return probability vectors over {k} options")
 
     def fallback_decision(self, reason: str) -> QuestionDecision:
-        return QuestionDecision(self.qid, self.fallback, None, reason)
+        return _decision(self.qid, self.fallback, None, reason)
 
     def decide_probs(self, probs: np.ndarray) -> list[QuestionDecision]:
         """Vectorised: ``probs`` (n, k) raw probabilities in option order (NaN rows = no usable answer)."""
@@ -152,29 +182,34 @@ class _CompiledQuestion:
         cal[~ok] = np.nan
         dec = self.rule.decide(cal)
         _, p1, p2 = top_two_fast(cal)
-        out = []
-        for i in range(len(cal)):
-            opt = self.options[int(dec.option[i])] if ok[i] and dec.option[i] >= 0 else None
-            why = str(dec.reason[i])
-            p_top = float(p1[i]) if ok[i] else None
-            margin = float(p1[i] - p2[i]) if ok[i] else None
-            if not dec.accepted[i]:
-                reason = f"{why} (would have been {opt!r})" if opt else why
-                out.append(QuestionDecision(self.qid, self.fallback, None, reason, p_top, margin))
-                continue
-            figures = f"p_top {p_top:.4f}, margin {margin:.4f}"
-            if self.shadow:
-                reason = f"shadow mode: the rule would have accepted {opt!r} ({figures})"
-                out.append(QuestionDecision(self.qid, self.fallback, None, reason, p_top, margin, opt))
-            elif self.enabled is not None and not self.enabled[int(dec.option[i])]:
-                reason = f"rollout: {opt!r} is not enabled for auto-accept; the rule would have accepted it ({figures})"
-                out.append(QuestionDecision(self.qid, self.fallback, None, reason, p_top, margin, opt))
-            else:
-                out.append(
-                    QuestionDecision(
-                        self.qid, "accept", opt, f"accepted {opt!r}: {figures} clear the rule", p_top, margin
+        # Python lists once (numpy scalar indexing per row costs more than the decision itself);
+        # p1 - p2 elementwise is the same IEEE subtraction as the per-row float(p1[i] - p2[i])
+        oks, accepted, option, why = ok.tolist(), dec.accepted.tolist(), dec.option.tolist(), dec.reason.tolist()
+        p_tops, margins = p1.tolist(), (p1 - p2).tolist()
+        qid, fallback, options, shadow = self.qid, self.fallback, self.options, self.shadow
+        enabled = None if self.enabled is None else self.enabled.tolist()
+        out: list[QuestionDecision] = []
+        append = out.append
+        for good, acc, o, reason, p_top, margin in zip(oks, accepted, option, why, p_tops, margins, strict=True):
+            if not good:
+                p_top = margin = None
+            opt = options[o] if good and o >= 0 else None
+            if not acc:
+                append(
+                    _decision(
+                        qid, fallback, None, f"{reason} (would have been {opt!r})" if opt else reason, p_top, margin
                     )
                 )
+                continue
+            figures = f"p_top {p_top:.4f}, margin {margin:.4f}"
+            if shadow:
+                reason = f"shadow mode: the rule would have accepted {opt!r} ({figures})"
+                append(_decision(qid, fallback, None, reason, p_top, margin, opt))
+            elif enabled is not None and not enabled[o]:
+                reason = f"rollout: {opt!r} is not enabled for auto-accept; the rule would have accepted it ({figures})"
+                append(_decision(qid, fallback, None, reason, p_top, margin, opt))
+            else:
+                append(_decision(qid, "accept", opt, f"accepted {opt!r}: {figures} clear the rule", p_top, margin))
         return out
 
 
@@ -342,6 +377,40 @@ class Policy:
             return "provider failure: response has no 'answers'"
         return None
 
+    def _refusals(self, responses: list, schema_hash: str | None, state_tokens: list | None) -> list[str | None]:
+        """:meth:`_global_refusal` per response (guarded); a plainly clean response is passed without the call.
+
+        Clean: a plain ``dict`` (no duplicate keys) without an ``error``, answered by a model the policy
+        accepts (a ``str``), a state size within the limit (an ``int``) and an ``answers`` object — exactly
+        the responses for which :meth:`_global_refusal` returns None without looking further; anything
+        else takes the full check, which says what is wrong.
+        """
+        v = self.model.validity
+        models = frozenset(v.models) if v.models else None
+        limit = v.max_state_tokens
+        try:
+            refused = schema_hash is not None and schema_hash not in v.schema_hashes
+        except Exception:  # a hostile schema_hash: the guarded full check reports it per response
+            refused = True
+        if refused:  # no response is clean: the full check says why (a provider failure before the hash)
+            models, limit = frozenset(), 0
+        out: list[str | None] = []
+        for i, r in enumerate(responses):
+            tokens = None if state_tokens is None else state_tokens[i]
+            if (
+                type(r) is dict
+                and r.get("error") is None
+                and type(r.get("answers")) is dict
+                and (models is None or (type(m := r.get("model")) is str and m in models))
+                and (limit is None or tokens is None or (type(tokens) is int and tokens <= limit))
+            ):
+                out.append(None)
+            elif isinstance(r, _Unreadable):
+                out.append(f"provider failure: response is not JSON ({r.why})")
+            else:
+                out.append(_guarded(self._global_refusal, r, schema_hash, tokens))
+        return out
+
     def _request_mismatches(self, request: Any) -> dict[str, str]:
         """Questions whose definition in ``request`` differs from the policy's (reason per question)."""
         if isinstance(request, (str, bytes)):
@@ -447,12 +516,7 @@ class Policy:
             raise ValueError(f"{len(state_tokens)} state sizes for {n} responses")
         if decision_ids is not None and len(decision_ids) != n:
             raise ValueError(f"{len(decision_ids)} decision ids for {n} responses")
-        refusals = [
-            f"provider failure: response is not JSON ({r.why})"
-            if isinstance(r, _Unreadable)
-            else _guarded(self._global_refusal, r, schema_hash, None if state_tokens is None else state_tokens[i])
-            for i, r in enumerate(responses)
-        ]
+        refusals = self._refusals(responses, schema_hash, state_tokens)
         mismatches = (
             [_guarded_map(self._request_mismatches, r, self.questions) for r in requests]
             if requests is not None
@@ -471,16 +535,22 @@ class Policy:
                     r if r is not None or want is None else _stage_model_mismatch(responses[i], want, stage)
                     for i, r in enumerate(reasons)
                 ]
-            for i, r in enumerate(responses):
-                if reasons[i] is None:
-                    reasons[i] = _guarded(_read_answer, cq, r, probs, i)
+            pending = [i for i, why in enumerate(reasons) if why is None]
+            # clean answers are read for the whole batch at once; the rest (and any answer the batch reader
+            # is not sure of) one by one, by the reader that names what is wrong
+            for i in _read_answers(cq, responses, pending, probs):
+                reasons[i] = _guarded(_read_answer, cq, responses[i], probs, i)
+            live = [i for i in pending if reasons[i] is None]
             try:
-                decided = cq.decide_probs(probs)
+                decided = cq.decide_probs(probs[live]) if live else []
             except Exception as exc:  # fail closed: never accept, never break the caller
-                decided = [cq.fallback_decision(f"internal error applying the rule ({type(exc).__name__})")] * n
-            for i in range(n):
-                why = reasons[i]
-                out[i][qid] = cq.fallback_decision(why) if why is not None else decided[i]
+                decided = [cq.fallback_decision(f"internal error applying the rule ({type(exc).__name__})")] * len(live)
+            for i, d in zip(live, decided, strict=True):
+                out[i][qid] = d
+            fallback = cq.fallback_decision
+            for i, why in enumerate(reasons):
+                if why is not None:
+                    out[i][qid] = fallback(why)
             if log is not None:
                 logged[qid] = probs
         if log is not None:
@@ -540,6 +610,144 @@ class _Unreadable:
 
     def __init__(self, why: str):
         self.why = why
+
+
+_ABSENT = object()
+#: Fewest answers of one question read by the batch reader (below, its numpy calls cost more than they save).
+_BATCH_READ_MIN = 2
+#: Answers per block of the batch reader.
+_BATCH_READ_ROWS = 4096
+
+
+def _read_answers(cq: _CompiledQuestion, responses: list, rows: list[int], probs: np.ndarray) -> list[int]:
+    """Read the clean answers of ``rows`` into ``probs`` at once; return the rows :func:`_read_answer` must read.
+
+    A row is read here only when :func:`_read_answer` would accept it and store the same floats: plain
+    dicts all the way down (no duplicate keys), no ``error``, the question's ``type`` (or none), for
+    choice and score questions a ``probabilities`` object over exactly the options whose values are all
+    ``float`` (bool, int, numpy scalars and others take the checked path) within [0, 1] ± 1e-9 and summing
+    to within the tolerance of 1, and a stated ``choice``/``score`` that agrees with them; for noul
+    questions a ``float`` in [0, 1]. The probabilities are clipped, summed per row and divided as
+    :func:`~workbench_runtime.answers.normalise_answer` does (same IEEE operations on the same
+    contiguous rows, so the same floats). Anything else — or anything this reader is not sure of, such
+    as a stated score within 1e-9 of the tolerance — is left to the one-by-one reader, so the refusals
+    and their messages are the ones it gives.
+    """
+    if len(rows) < _BATCH_READ_MIN:  # one answer (a decide call): the one-by-one reader is faster
+        return list(rows)
+    slow: list[int] = []
+    for start in range(0, len(rows), _BATCH_READ_ROWS):  # bounded memory: a few MB per block at 77 options
+        block = rows[start : start + _BATCH_READ_ROWS]
+        try:
+            slow += _read_clean(cq, responses, block, probs)
+        except Exception:  # a hostile object (e.g. a key whose __eq__ raises): the block goes the checked way
+            probs[block] = np.nan
+            slow += block
+    return slow
+
+
+def _read_clean(cq: _CompiledQuestion, responses: list, rows: list[int], probs: np.ndarray) -> list[int]:
+    from workbench_runtime.answers import SCORE_TOLERANCE, SUM_TOLERANCE
+
+    qid, qtype = cq.qid, cq.question.type
+    slow: list[int] = []
+    fast: list[int] = []
+    values: list = []
+    if qtype == "noul":
+        for i in rows:
+            answers = responses[i]["answers"]  # rows are clean responses or ones _global_refusal passed
+            ans = answers.get(qid) if type(answers) is dict else None
+            if (
+                type(ans) is dict
+                and ans.get("error") is None
+                and type(t := ans.get("type", "noul")) is str
+                and t == "noul"
+                and not isinstance(ans.get("probabilities"), DuplicateKeysDict)
+                and type(p := ans.get("noul")) is float
+                and 0.0 <= p <= 1.0
+            ):
+                fast.append(i)
+                values.append(p)
+            else:
+                slow.append(i)
+        if fast:
+            p_yes = np.array(values)
+            probs[fast, 0] = p_yes
+            probs[fast, 1] = 1.0 - p_yes
+        return slow
+    getter, id_set, index, k = cq.values_of, cq.id_set, cq.index, len(cq.options)
+    if getter is None:
+        return list(rows)
+    j: Any
+    stated: list = []  # choice: option index (-1: none stated); score: the stated score (nan: none)
+    add, extend, state = fast.append, values.extend, stated.append
+    for i in rows:
+        answers = responses[i]["answers"]
+        ans = answers.get(qid) if type(answers) is dict else None
+        if not (
+            type(ans) is dict
+            and ans.get("error") is None
+            and type(t := ans.get("type", qtype)) is str
+            and t == qtype
+            and type(raw := ans.get("probabilities")) is dict
+            and raw.keys() == id_set
+        ):
+            slow.append(i)
+            continue
+        if qtype == "choice":
+            c = ans.get("choice", _ABSENT)
+            if c is _ABSENT:
+                j = -1
+            elif type(c) is str and c in index:
+                j = index[c]
+            else:
+                slow.append(i)
+                continue
+        else:
+            c = ans.get("score", _ABSENT)
+            if c is _ABSENT:
+                j = np.nan
+            elif type(c) is float and np.isfinite(c):
+                j = c
+            else:
+                slow.append(i)
+                continue
+        add(i)
+        extend(getter(raw))
+        state(j)
+    if not fast:
+        return slow
+    m = len(fast)
+    if set(map(type, values)) == {float}:
+        floats = np.ones(m, dtype=bool)
+    else:  # rare: some value is not a float; those rows take the checked path
+        floats = np.array([all(type(v) is float for v in values[r * k : (r + 1) * k]) for r in range(m)])
+        values = [v if f else 0.0 for r, f in enumerate(floats.tolist()) for v in values[r * k : (r + 1) * k]]
+    vec = np.array(values, dtype=float).reshape(m, k)
+    with np.errstate(invalid="ignore"):
+        ok = floats & np.isfinite(vec).all(axis=1) & (vec >= -1e-9).all(axis=1) & (vec <= 1 + 1e-9).all(axis=1)
+        vec = np.clip(vec, 0.0, 1.0)
+        total = vec.sum(axis=1)
+        ok &= ~(np.abs(total - 1.0) > SUM_TOLERANCE)
+        vec /= np.where(ok, total, 1.0)[:, None]
+        if qtype == "choice":
+            chosen = np.array(stated, dtype=np.intp)
+            has = chosen >= 0
+            if has.any():
+                ok &= ~has | (vec[np.arange(m), np.where(has, chosen, 0)] >= vec.max(axis=1) - 1e-9)
+        else:
+            s = np.array(stated, dtype=float)
+            has = ~np.isnan(s)
+            if has.any():
+                # a few ulps from the one-by-one dot product: rows within 1e-9 of the tolerance are re-checked there
+                expected = vec @ np.arange(k, dtype=float)
+                ok &= ~has | (np.abs(s - expected) <= SCORE_TOLERANCE - 1e-9)
+    good = ok.tolist()
+    take = [i for i, g in zip(fast, good, strict=True) if g]
+    if take:
+        probs[take] = vec[ok]
+    slow.extend(i for i, g in zip(fast, good, strict=True) if not g)
+    return slow
 
 
 def _read_answer(cq: _CompiledQuestion, response: Mapping[str, Any], probs: np.ndarray, i: int) -> str | None:
