@@ -254,12 +254,17 @@ def error_fields(body: Any) -> tuple[int | str | None, str | None, str]:
     return None, None, str(body.get("message") or "")
 
 
+#: Longest failure message kept (whole messages are a few hundred characters; this bounds a vendor
+#: that returns a huge error text). The runner prints the first message of each kind whole.
+MAX_MESSAGE_CHARS = 2_000
+
+
 def scrub(text: str, secrets: list[str]) -> str:
-    """``text`` with every secret replaced by ``***`` and cut to 300 characters."""
+    """``text`` with every secret replaced by ``***``, cut to ``MAX_MESSAGE_CHARS``."""
     for s in secrets:
         if s and len(s) >= 4:
             text = text.replace(s, "***")
-    return text[:300]
+    return text[:MAX_MESSAGE_CHARS]
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -626,7 +631,7 @@ def system_one_result(
         try:
             answers[qid] = normalise_answer(question, ans, question_id=qid)
         except AnswerError as exc:
-            failures[qid] = (ErrorKind.MALFORMED, str(exc)[:300])
+            failures[qid] = (ErrorKind.MALFORMED, str(exc)[:MAX_MESSAGE_CHARS])
     usage: dict = raw["usage"] if isinstance(raw.get("usage"), dict) else {}
     tokens = usage.get("input_tokens")
     tokens = int(tokens) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) else None

@@ -38,6 +38,7 @@ from workbench.providers.cloudflare import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_WINDOW_TOKENS,
     MAX_IMAGES,
+    MODELS,
     CloudflareProvider,
     cloudflare_url,
 )
@@ -346,6 +347,26 @@ def _cloudflare(spec: str, model: str, env: Mapping[str, str], settings: dict, c
     )
 
 
+def check_ready(provider: HttpProvider) -> None:
+    """Raise :class:`ProviderSpecError` when no call of ``provider`` could succeed; send nothing.
+
+    The runner calls this before it creates a run, so that a missing credential or a misspelled model
+    is one line and exit code 2, not a run of ``authentication`` or ``invalid_request`` failures. It
+    looks at what :func:`build_http_provider` resolved (the key from any of the variables the vendor
+    accepts, or the ``api_key`` setting), so it accepts exactly what a call would. A model is refused
+    only where the library knows the vendor's closed list (Cloudflare's ``clef``, ``clef-flash``);
+    other vendors add models, and self-hosted servers take any name.
+    """
+    spec, ep = provider.spec, provider.endpoint
+    if isinstance(provider, CloudflareProvider) and provider.model not in MODELS:
+        raise ProviderSpecError(f"{spec}: unknown model {provider.model!r}", hint=f"known models: {', '.join(MODELS)}")
+    if ep.key_required and (ep.api_key is None or not ep.api_key.get_secret_value()):
+        raise ProviderSpecError(f"{spec}: no API key", hint=f"set {ep.key_env or 'the API key'}; nothing was run")
+    problem = provider.setting_problem() if isinstance(provider, CloudflareProvider) else None
+    if problem:
+        raise ProviderSpecError(f"{spec}: {problem}; nothing was run")
+
+
 _SECRET_PARAM = re.compile(r"(key|token|secret|password|passwd|auth|signature|sig)", re.IGNORECASE)
 
 
@@ -407,7 +428,7 @@ def _preset(spec: str, p: Preset, model: str, env: Mapping[str, str], settings: 
         url=endpoint_url(base, p.default_path),
         model=chosen,
         api_key=key,
-        key_env=p.key_env[0],
+        key_env=" or ".join(p.key_env),
         key_required=p.key_required,
         auth_header=p.auth_header,
         extra_headers=extra,
