@@ -20,6 +20,7 @@ import pytest
 from tests.conftest import ROOT
 from workbench.emulator import run_emulator
 from workbench.errors import WorkbenchError
+from workbench.providers.cloudflare import KEY_ENV as CLOUDFLARE_KEY_ENV
 from workbench.providers.registry import check_ready
 from workbench.providers.remote import PRESETS, build_http_provider
 from workbench.schema import DecisionSchema
@@ -37,6 +38,7 @@ PROVIDER_ENV = {
     *(n for p in PRESETS.values() for n in (*p.key_env, *p.url_env, *p.model_env)),
     "CLOUDFLARE_API_KEY",
     "CLOUDFLARE_API_TOKEN",
+    "CLOUDFLARE_AUTH_TOKEN",
     "CLOUDFLARE_ACCOUNT_ID",
     "CLOUDFLARE_CLEF_MODEL",
     "CLOUDFLARE_CLEF_BASE_URL",
@@ -85,7 +87,7 @@ def test_missing_key_exits_2_before_a_run_exists(store):
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert "no API key" in lines[0] and "CLOUDFLARE_API_KEY" in lines[0] and "CLOUDFLARE_API_TOKEN" in lines[0]
+    assert "no API key" in lines[0] and all(name in lines[0] for name in CLOUDFLARE_KEY_ENV)
     assert run_rows(db) == []
 
 
@@ -127,7 +129,7 @@ def test_resume_without_the_key_exits_2_and_leaves_the_run_as_it_was(store):
     assert run_rows(db) == [before]
 
 
-@pytest.mark.parametrize("key_name", ["CLOUDFLARE_API_KEY", "CLOUDFLARE_API_TOKEN"])
+@pytest.mark.parametrize("key_name", ["CLOUDFLARE_API_KEY", "CLOUDFLARE_API_TOKEN", "CLOUDFLARE_AUTH_TOKEN"])
 def test_either_cloudflare_key_name_runs_against_the_emulator(store, key_name):
     db, schema_file = store
     with run_emulator(port=0, require_token=TOKEN) as emu:
@@ -153,6 +155,17 @@ def test_the_check_accepts_every_key_variable_of_every_vendor(vendor):
     for name in p.key_env:
         check_ready(build_http_provider(f"{vendor}:", env={**base, name: TOKEN}))
     check_ready(build_http_provider(f"{vendor}:", env=base, api_key=TOKEN))  # the api_key setting counts too
+
+
+def test_the_check_accepts_every_cloudflare_key_variable_and_needs_the_account_id():
+    account = {"CLOUDFLARE_ACCOUNT_ID": "0" * 32}
+    for name in CLOUDFLARE_KEY_ENV:
+        check_ready(build_http_provider("cloudflare:clef", env={**account, name: TOKEN}))
+        with pytest.raises(WorkbenchError, match="CLOUDFLARE_ACCOUNT_ID"):
+            check_ready(build_http_provider("cloudflare:clef", env={name: TOKEN}))
+    with pytest.raises(WorkbenchError) as exc:
+        check_ready(build_http_provider("cloudflare:clef", env=account))
+    assert all(name in str(exc.value) for name in CLOUDFLARE_KEY_ENV)
 
 
 def test_open_model_lists_are_not_refused():

@@ -34,6 +34,9 @@ DEFAULT_WINDOW_TOKENS = 65_536
 DEFAULT_MAX_BODY_BYTES = 256_000
 MAX_IMAGES = 4
 
+#: Where the API token is read, first found wins: NeuroLink's name, then Polyglot/MemberJunction's, then the
+#: one in Cloudflare's own examples (providers.md §3.1).
+KEY_ENV = ("CLOUDFLARE_API_KEY", "CLOUDFLARE_API_TOKEN", "CLOUDFLARE_AUTH_TOKEN")
 #: The models Workers AI serves as ``@cf/cloudflare/{model}`` (the input schema's ``model`` pattern, providers.md §3.1).
 MODELS = ("clef", "clef-flash")
 

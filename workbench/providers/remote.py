@@ -2,7 +2,7 @@
 
 Specs (``prefix:model``; the model part may be empty to use the vendor default or env var)::
 
-    cloudflare:clef | cloudflare:clef-flash       Workers AI (env CLOUDFLARE_API_KEY or _API_TOKEN,
+    cloudflare:clef | cloudflare:clef-flash       Workers AI (env CLOUDFLARE_API_KEY, _API_TOKEN or _AUTH_TOKEN,
                                                   CLOUDFLARE_ACCOUNT_ID, CLOUDFLARE_CLEF_MODEL,
                                                   CLOUDFLARE_CLEF_BASE_URL)
     typesafe:jev-latest                           TypeSafe direct (TYPESAFE_API_KEY, TYPESAFE_BASE_URL)
@@ -42,6 +42,7 @@ from workbench.providers.cloudflare import (
     CloudflareProvider,
     cloudflare_url,
 )
+from workbench.providers.cloudflare import KEY_ENV as CLOUDFLARE_KEY_ENV
 from workbench.providers.http import DEFAULT_MAX_CONNECTIONS, DEFAULT_TIMEOUT_S, Endpoint, HttpProvider
 from workbench.schema import PROFILES
 
@@ -323,7 +324,7 @@ def build_http_provider(
 
 def _cloudflare(spec: str, model: str, env: Mapping[str, str], settings: dict, common: dict) -> CloudflareProvider:
     model = settings.get("model") or model or env.get("CLOUDFLARE_CLEF_MODEL") or "clef"
-    key = _secret(settings.get("api_key") or _first(env, ("CLOUDFLARE_API_KEY", "CLOUDFLARE_API_TOKEN")))
+    key = _secret(settings.get("api_key") or _first(env, CLOUDFLARE_KEY_ENV))
     account = settings.get("account_id") or env.get("CLOUDFLARE_ACCOUNT_ID") or None
     base = settings.get("base_url") or env.get("CLOUDFLARE_CLEF_BASE_URL") or DEFAULT_BASE_URL
     window = settings.get("window_tokens") or env.get("CLOUDFLARE_CLEF_WINDOW_TOKENS") or DEFAULT_WINDOW_TOKENS
@@ -332,7 +333,7 @@ def _cloudflare(spec: str, model: str, env: Mapping[str, str], settings: dict, c
         url=cloudflare_url(base, account or "-", model),
         model=model,
         api_key=key,
-        key_env="CLOUDFLARE_API_KEY (or CLOUDFLARE_API_TOKEN)",
+        key_env=f"{CLOUDFLARE_KEY_ENV[0]} (or {', '.join(CLOUDFLARE_KEY_ENV[1:])})",
         request_id_headers=("cf-ai-req-id", "cf-ray"),
     )
     return CloudflareProvider(
