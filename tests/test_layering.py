@@ -24,6 +24,7 @@ FLOORS: dict[str, int] = {
     "reporting": 0,
     "schema": 0,
     "answers": 0,
+    "wording": 0,
     # 1: data
     "store": 1,
     "bundled": 1,

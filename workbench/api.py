@@ -179,8 +179,10 @@ def run(
     from workbench.runner import run_experiment
 
     if not isinstance(provider, str):  # a built provider: record its spec, run it as it is
+        from workbench.providers.registry import check_ready
         from workbench.runner.execute import RunOptions, execute_run, start_run
 
+        check_ready(provider)  # no key, unknown model: refused before a run exists
         tags = {k: options.pop(k) for k in ("experiment", "variant", "dataset_version") if k in options}
         transport, reporter = options.pop("transport", None), options.pop("reporter", None)
         run_options = RunOptions(

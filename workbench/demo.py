@@ -584,7 +584,7 @@ def print_summary(result: DemoResult, console=None) -> None:
     )
     if result.policy_path:
         best = next((r for r in result.runs if r.run_id == result.policy_run), None)
-        source = f"run {result.policy_run}" + (
+        source = f"{result.policy_run}" + (
             f" ({best.dataset} · {_short_provider(best.provider, best.emulated)} · {best.variant})" if best else ""
         )
         console.print(

@@ -51,6 +51,7 @@ from workbench.store.runs import (
     shared_keys,
     update_run,
 )
+from workbench.wording import plural
 
 # -- reports ----------------------------------------------------------------------------------------
 _RUN_FIELDS = (
@@ -119,7 +120,7 @@ def report_run(
         if _streams(con, run, q, splits, stream):
             if labels != "majority" or slice_list:
                 raise WorkbenchError(
-                    f"run {run['run_id']} is too large to report {q!r} with "
+                    f"{run['run_id']} is too large to report {q!r} with "
                     + ("--labels soft" if labels != "majority" else "--slice")
                     + " (that needs every probability in memory)",
                     hint=f"report it without them, or raise WORKBENCH_STREAM_CELLS (now {stream_cells():,})",
@@ -477,7 +478,7 @@ def calibrate_run(
         probs, labels, available = _fit_sample(con, run["run_id"], q, fit_split, seed)
         if len(labels) < 2:
             raise CalibrationFitError(
-                f"run {run['run_id']} has {len(labels)} answered, labelled items on "
+                f"{run['run_id']} has {plural(len(labels), 'answered, labelled item')} on "
                 f"split {fit_split!r} for question {q!r}",
                 hint="run the provider on the calibration split first",
             )

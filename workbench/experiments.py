@@ -284,7 +284,7 @@ def run_experiment_file(
     for r in results:
         s = r["summary"] or {}
         reporter.log(
-            f"{exp.name} [bold]{r['variant']}[/] × {r['provider']}: run {r['run_id']} "
+            f"{exp.name} [bold]{r['variant']}[/] × {r['provider']}: {r['run_id']} "
             f"{r['status']} ({s.get('answered', '?')} answered, {s.get('failed', '?')} failed)"
         )
     reporter.log(f"compare with `workbench compare {exp.name}`")

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import OptionError
+from workbench.wording import article
 
 
 def certified_region(
@@ -171,7 +172,7 @@ def label_plan_figure(plan: Any):
     fig.update_layout(
         title=(
             f"{plan.question}: calibration labels needed (α={s['alpha']:g}, δ={s['delta']:g}, recalibration "
-            f"{s['calibrate']}; {plan.n_draws} simulated splits per size from a {plan.pilot['n_items']}-item pilot)"
+            f"{s['calibrate']}; {plan.n_draws} simulated splits per size from {article(str(plan.pilot['n_items']) + '-item')} pilot)"
         ),
         xaxis={"title": "calibration labels", "type": "log"},
         yaxis={"title": "probability / coverage", "range": [0, 1.02]},

@@ -37,6 +37,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workbench.errors import NotFoundError, PolicyError, RequirementsError
+from workbench.wording import run_ref
 
 #: Metrics computed by applying a policy file to the run (everything else comes from the report).
 POLICY_METRICS = ("coverage_at_policy", "error_at_policy")
@@ -302,7 +303,7 @@ def _policy_measure(con: Any, run_id: str, question: str, split: str, policy_pat
     ans = load_answers(con, run_id, question, [split])
     if list(ans.option_ids) != list(cq.options):
         raise RequirementsError(
-            f"policy {policy_path}: options of {question!r} differ from run {run_id}'s",
+            f"policy {policy_path}: options of {question!r} differ from {run_ref(run_id)}'s",
             hint="apply a policy exported for this question's schema",
         )
     labelled = ans.labels >= 0
@@ -391,7 +392,7 @@ def check_requirements(
         for rid, schema in schemas.items():
             if req.question not in schema.questions:
                 raise RequirementsError(
-                    f"{where}: run {rid} has no question {req.question!r}",
+                    f"{where}: {run_ref(rid)} has no question {req.question!r}",
                     hint=f"questions: {', '.join(schema.question_ids)}",
                 )
             q = schema.questions[req.question]
@@ -411,7 +412,7 @@ def check_requirements(
                     )
                 if list(cq.options) != opts:
                     raise RequirementsError(
-                        f"{where}: policy {path}: options of {req.question!r} differ from run {rid}'s",
+                        f"{where}: policy {path}: options of {req.question!r} differ from {run_ref(rid)}'s",
                         hint="apply a policy exported for this question's schema",
                     )
                 continue
@@ -419,7 +420,7 @@ def check_requirements(
             if req.metric not in known:
                 raise RequirementsError(
                     f"{where}: metric {req.metric!r} does not apply to {q.type} question {req.question!r} "
-                    f"({len(opts)} options) of run {rid}",
+                    f"({len(opts)} options) of {run_ref(rid)}",
                     hint=f"known: {', '.join([*known, *POLICY_METRICS])}",
                 )
         if baseline and req.metric in _SMOOTH_METRICS:
@@ -496,7 +497,7 @@ def evaluate_gate(
         if req.metric not in m.intervals:
             known = sorted({*m.intervals, *POLICY_METRICS}) if m.intervals else []
             raise RequirementsError(
-                f"unknown metric {req.metric!r} for question {req.question!r} of run {rid}"
+                f"unknown metric {req.metric!r} for question {req.question!r} of {run_ref(rid)}"
                 + ("" if known else f" (no answered, labelled items on split {reqs.split!r})"),
                 hint=f"known: {', '.join(known)}" if known else "check the split",
             )

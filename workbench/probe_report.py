@@ -26,6 +26,7 @@ import numpy as np
 
 from workbench.errors import WorkbenchError
 from workbench.metrics.bootstrap import mcnemar
+from workbench.wording import plural
 
 Z95 = 1.959963984540054
 
@@ -168,7 +169,7 @@ def robustness(
     if question is None:
         if len(schema.questions) != 1:
             raise RobustnessError(
-                f"run {base['run_id']} has {len(schema.questions)} questions",
+                f"{base['run_id']} has {plural(len(schema.questions), 'question')}",
                 hint=f"pass --question, one of: {', '.join(schema.question_ids)}",
             )
         question = schema.question_ids[0]
@@ -179,7 +180,7 @@ def robustness(
         run = get_run(con, ref)
         if run["dataset"] != base["dataset"] or run["schema_hash"] != base["schema_hash"]:
             raise RobustnessError(
-                f"run {run['run_id']} is not a probe of run {base['run_id']}: "
+                f"{run['run_id']} is not a probe of {base['run_id']}: "
                 f"{run['dataset']}/{run['schema_hash'][:8]} vs {base['dataset']}/{base['schema_hash'][:8]}",
                 hint="compare runs of the same dataset and schema (an experiment's '+probe' variants)",
             )

@@ -142,7 +142,7 @@ def sim_store(tmp_path_factory):
     [
         ("  - {question: intent, metric: roc_auc, min: 0.5}\n", "metric 'roc_auc' does not apply to choice question"),
         ("  - {question: urgent, metric: qwk, min: 0.5}\n", "metric 'qwk' does not apply to noul question"),
-        ("  - {question: intnt, metric: accuracy, min: 0.5}\n", "run run-sim has no question 'intnt'"),
+        ("  - {question: intnt, metric: accuracy, min: 0.5}\n", "run-sim has no question 'intnt'"),
         ("  - {question: intent, metric: error_at_policy, max: 0.1, policy: nope.json}\n", "does not exist"),
     ],
 )

@@ -173,7 +173,7 @@ def test_disable_enable_bump_version_keep_hash_and_runtime_honours(tmp_path, pol
     assert rollout["questions"]["intent"]["b"] == ["top_up"]
     assert rollout["questions"]["intent"]["disabled"] == ["card_arrival", "lost_card", "other", "refund"]
     text = run_cli("policy", "diff", str(fx.DATA / fx.POLICY_NAME), str(policy_file), check=True).stdout
-    assert "auto-accept enabled for 1 options" in text and "-card_arrival" in text
+    assert "auto-accept enabled for 1 option " in text and "-card_arrival" in text
 
 
 def test_shadow_mode_reviews_everything_and_records_the_would_be_decision(tmp_path, policy_file):

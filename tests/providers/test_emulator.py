@@ -351,7 +351,7 @@ def test_cli_serves_and_stops_on_sigterm():
         proc.terminate()
         proc.wait(10)
     assert proc.returncode == 0
-    assert "1 requests served" in proc.stderr.read()
+    assert "1 request served" in proc.stderr.read()
 
 
 def test_emulator_process_handle_has_the_same_surface(cf_env):

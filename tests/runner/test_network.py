@@ -33,7 +33,15 @@ from .conftest import banking_schema, import_banking
 
 PROXY_ONLY_HOST = "emulator.workbench.test"  # no resolver but the proxy's hosts_file knows this name
 ITEMS = 6
-NETWORK_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR")
+NETWORK_ENV = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+)
 
 
 def _squid() -> str | None:
@@ -215,6 +223,35 @@ def test_tls_emulator_trusted_through_ssl_cert_file_and_a_clear_certificate_erro
         assert emu.request_count() == ITEMS
 
 
+@pytest.mark.parametrize("as_directory", [False, True])
+def test_tls_emulator_trusted_through_requests_ca_bundle(tmp_path, test_ca, clean_network_env, as_directory):
+    """``REQUESTS_CA_BUNDLE`` (requests' name; a file, or a directory of hashed certificates) trusts the test CA
+    as ``SSL_CERT_FILE`` does; ``SSL_CERT_FILE`` wins when both are set."""
+    bundle: Path = test_ca.ca
+    if as_directory:
+        bundle = tmp_path / "certs"
+        bundle.mkdir()
+        subject_hash = subprocess.run(
+            ["openssl", "x509", "-hash", "-noout", "-in", str(test_ca.ca)], capture_output=True, text=True
+        )
+        if subject_hash.returncode != 0:
+            pytest.skip("openssl is needed to name a hashed certificate directory")
+        shutil.copy(test_ca.ca, bundle / f"{subject_hash.stdout.strip()}.0")
+    with run_emulator(port=0, ssl_certfile=str(test_ca.cert), ssl_keyfile=str(test_ca.key)) as emu:
+        base = f"https://localhost:{emu.port}/client/v4"
+        untrusted = _run(tmp_path, "untrusted", base)
+        assert untrusted["failed_by_kind"] == {"certificate": ITEMS}, untrusted
+        assert all("REQUESTS_CA_BUNDLE" in m for m in untrusted["messages"]), untrusted["messages"]
+        clean_network_env.setenv("REQUESTS_CA_BUNDLE", str(bundle))
+        trusted = _run(tmp_path, "trusted", base)
+        assert trusted["answered"] == ITEMS and trusted["failed"] == 0, trusted
+        assert emu.request_count() == ITEMS
+        other = tmp_path / "other-ca.pem"  # a valid bundle of another CA: SSL_CERT_FILE is the one used
+        pytest.importorskip("trustme").CA().cert_pem.write_to_path(str(other))
+        clean_network_env.setenv("SSL_CERT_FILE", str(other))
+        assert _run(tmp_path, "file-wins", base)["failed_by_kind"] == {"certificate": ITEMS}
+
+
 def test_https_through_the_proxy_tunnel(tmp_path, squid_proxy, test_ca, clean_network_env):
     """HTTPS_PROXY: the https call goes through squid's CONNECT tunnel and verifies the test CA end to end."""
     with run_emulator(port=0, ssl_certfile=str(test_ca.cert), ssl_keyfile=str(test_ca.key)) as emu:
@@ -237,6 +274,10 @@ def test_tls_context_defaults_to_the_os_trust_store_with_an_off_switch(test_ca):
     assert len(certs) == 1 and dict(certs[0]["subject"][1])["organizationalUnitName"].startswith("Testing CA #")
     with pytest.raises(OptionError, match="SSL_CERT_FILE='/nonexistent/ca.pem': no such file"):
         tls_context({"SSL_CERT_FILE": "/nonexistent/ca.pem"})
+    certs = tls_context({"REQUESTS_CA_BUNDLE": str(test_ca.ca)}).get_ca_certs()
+    assert len(certs) == 1 and dict(certs[0]["subject"][1])["organizationalUnitName"].startswith("Testing CA #")
+    with pytest.raises(OptionError, match="REQUESTS_CA_BUNDLE='/nonexistent/ca.pem': no such file"):
+        tls_context({"REQUESTS_CA_BUNDLE": "/nonexistent/ca.pem"})
 
 
 def test_a_socks_proxy_is_refused_up_front_without_echoing_its_password(clean_network_env):

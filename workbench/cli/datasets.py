@@ -8,6 +8,7 @@ import typer
 
 from workbench.cli.common import emit_json, err_console, open_store, out_console, print_id
 from workbench.errors import DataImportError
+from workbench.wording import plural
 
 
 def _pairs(values: list[str] | None, option: str) -> dict[str, str]:
@@ -124,8 +125,8 @@ def register(app: typer.Typer) -> None:
         verb = "imported" if result.created else "unchanged (same fingerprint as)"
         shared = "" if result.shared_ids is None else f", {result.shared_ids:,} ids shared with the previous version"
         err_console.print(
-            f"{verb} [bold]{name}[/] v{result.version}: {result.n_items} items, "
-            f"splits {info['splits']}, fingerprint {result.fingerprint[:12]}{shared}"
+            f"{verb} [bold]{name}[/] v{result.version}: {plural(result.n_items, 'item')} "
+            f"({_split_counts(info['splits'])}), fingerprint {result.fingerprint[:12]}{shared}"
         )
         print_id(name)  # what `run --dataset` takes (its latest version)
 
@@ -173,13 +174,20 @@ def register(app: typer.Typer) -> None:
             return
         out_console.print(
             f"[bold]{info['name']}[/] v{info['version']}  fingerprint {info['fingerprint'][:16]}  "
-            f"items {info['n_items']}  splits {info['splits']}"
+            f"items {info['n_items']:,}  splits: {_split_counts(info['splits'])}"
         )
         for q, d in info["labels"].items():
             top = ", ".join(f"{k} {v}" for k, v in list(d["label_counts"].items())[:8])
             votes = ""
             if d.get("items_with_several_votes"):
-                who = f"{d['n_annotators']} annotators" if d["n_annotators"] else "anonymous counts"
-                votes = f" ({d['n_votes']:,} votes, {d['votes_per_item']:.2f} per item, {who})"
-            out_console.print(f"  {q}: {d['n_labels']} labels{votes}; {top}{' …' if d['n_labels'] > 8 else ''}")
+                who = plural(d["n_annotators"], "annotator") if d["n_annotators"] else "anonymous counts"
+                votes = f" ({plural(d['n_votes'], 'vote')}, {d['votes_per_item']:.2f} per item, {who})"
+            out_console.print(
+                f"  {q}: {plural(d['n_labels'], 'label')}{votes}; {top}{' …' if d['n_labels'] > 8 else ''}"
+            )
         out_console.print(f"  versions: {', '.join(str(v['version']) for v in info['versions'])}")
+
+
+def _split_counts(splits: dict) -> str:
+    """``{"train": 800, "test": 200}`` → ``"train 800 · test 200"`` (no Python dict in what people read)."""
+    return " · ".join(f"{k} {v:,}" for k, v in splits.items()) or "no split"

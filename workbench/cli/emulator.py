@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli.common import emit_json, err_console
+from workbench.wording import plural
 
 
 def register(app: typer.Typer) -> None:
@@ -167,4 +168,4 @@ def register(app: typer.Typer) -> None:
             asyncio.run(_main())
         except KeyboardInterrupt:
             pass
-        err_console.print(f"emulator stopped; {server.stats['total']} requests served")
+        err_console.print(f"emulator stopped; {plural(server.stats['total'], 'request')} served")

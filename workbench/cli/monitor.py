@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli.common import emit_json, err_console, out_console
+from workbench.wording import plural
 
 
 def register(app: typer.Typer) -> None:
@@ -119,7 +120,7 @@ def register(app: typer.Typer) -> None:
                     )
                     out_console.print(
                         f"{q} (shadow: held back by the rollout): would-accept coverage "
-                        f"{sh['would_accept_coverage']:.3f} ({sh['n_would_accept']} decisions), error {err} "
+                        f"{sh['would_accept_coverage']:.3f} ({plural(sh['n_would_accept'], 'decision')}), error {err} "
                         f"n={sh['n_known']}",
                         highlight=False,
                         soft_wrap=True,

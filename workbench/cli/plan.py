@@ -8,6 +8,7 @@ import typer
 
 from workbench.cli.common import emit_json, open_store, out_console
 from workbench.cli.thresholds import CAL_FRACTION, CALIBRATE, DELTA, GRID, MAX_ERROR, METHOD, ORDER_FRACTION, SEED
+from workbench.wording import plural
 
 
 def _line(text: str) -> None:
@@ -36,7 +37,7 @@ def print_plan(doc: dict) -> None:
         )
     best = pilot.get("best_rule_at_alpha")
     best_txt = (
-        f"; its best rule at α accepts {best['accepted']} with {best['errors']} errors ({_pct(best['coverage'])} coverage)"
+        f"; its best rule at α accepts {best['accepted']} with {plural(best['errors'], 'error')} ({_pct(best['coverage'])} coverage)"
         if best
         else "; no rule reaches α on it"
     )

@@ -42,6 +42,7 @@ from workbench.cli.thresholds import (
     certified_word,
 )
 from workbench.errors import PolicyError
+from workbench.wording import plural
 
 
 def _read_json_records(path: Path, flag: str) -> tuple[list, bool]:
@@ -453,7 +454,7 @@ def register(app: typer.Typer) -> None:
         for q, r in (rollout.get("questions") or {}).items():
             moved = [f"+{o}" for o in r["enabled"]] + [f"-{o}" for o in r["disabled"]]
             out_console.print(
-                f"  {q}: auto-accept enabled for {'all' if r['b'] is None else len(r['b'])} options ({' '.join(moved)})"
+                f"  {q}: auto-accept enabled for {'all options' if r['b'] is None else plural(len(r['b']), 'option')} ({' '.join(moved)})"
             )
         noise = (".low", ".high", ".k", ".n", ".confidence")
         for c in sorted(doc["changes"], key=lambda c: rank(c["path"])):

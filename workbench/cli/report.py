@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli.common import cost_text, emit_json, err_console, open_store, out_console, print_id
+from workbench.wording import plural
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:
@@ -306,7 +307,7 @@ def register(app: typer.Typer) -> None:
         for q, li in issues.items():
             d = li.to_dict()
             out_console.print(
-                f"\n[bold]{q}[/]: {d['n_issues']} suspected label errors among {d['n_items']} items "
+                f"\n[bold]{q}[/]: {plural(d['n_issues'], 'suspected label error')} among {plural(d['n_items'], 'item')} "
                 f"(estimated noise rate {d['estimated_noise_rate']:.3f}; runs: {', '.join(li.run_ids)})"
             )
             t = Table(show_header=True, header_style="bold")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from workbench.cli.common import emit_json, open_store, out_console
+from workbench.wording import run_ref
 
 
 def _pct(v) -> str:
@@ -41,7 +42,7 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         table = Table(
-            title=f"robustness of {result['question']} vs base run {result['base_run']}",
+            title=f"robustness of {result['question']} vs base {run_ref(result['base_run'])}",
             caption="bias: how much more often the option listed first/last wins than that same option in the base run",
         )
         for col in ("run", "probe", "n", "flip rate [95%]", "Δaccuracy [95%]", "p McNemar", "first bias", "last bias"):

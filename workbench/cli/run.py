@@ -43,6 +43,7 @@ def _print_summary(summary: dict) -> None:
         f"latency p50/p95 {lat} · requests {sess.get('requests_sent', 0)} (cache hits {sess.get('cache_hits', 0)}, "
         f"retries {sess.get('retries', 0)})"
     )
+    _print_first_failures(s)
     if s.get("billed_unanswered_calls"):
         lost_cost = s.get("billed_unanswered_cost_usd")
         err_console.print(
@@ -59,6 +60,26 @@ def _print_summary(summary: dict) -> None:
         err_console.print(
             f"[yellow]stopped:[/] {s['stop_reason']} — continue with `workbench run --resume {s['run_id']}`"
         )
+
+
+def _print_first_failures(summary: dict) -> None:
+    """The first message of each failure kind, whole and on one line each (credentials were scrubbed by the
+    runner). ``not_asked`` is left out when the run stopped: the stop line says why."""
+    from rich.markup import escape
+
+    first = summary.get("first_failures") or {}
+    kinds = [k for k in (summary.get("failed_by_kind") or {}) if k in first]
+    kinds += [k for k in first if k not in kinds]
+    if summary.get("stop_reason"):
+        kinds = [k for k in kinds if k != "not_asked"]
+    if not kinds:
+        return
+    err_console.print("first failure of each kind:", soft_wrap=True)
+    for kind in kinds:
+        message = first[kind]
+        if message.startswith(f"{kind}: "):  # a ProviderError's text starts with its kind
+            message = message[len(kind) + 2 :]
+        err_console.print(f"  [red]{escape(kind)}[/]: {escape(message)}", soft_wrap=True, highlight=False)
 
 
 def _emit_runs(summaries: list[dict], as_json: bool, *, experiment: dict | None = None) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli.common import emit_json, err_console, out_console
+from workbench.wording import plural
 
 
 def register(app: typer.Typer) -> None:
@@ -46,7 +47,7 @@ def register(app: typer.Typer) -> None:
                 err_console.print(f"{file}: {v}")
             if not violations:
                 out_console.print(
-                    f"{file}: valid under {profile} ({len(schema.questions)} questions, hash {schema.hash[:12]})"
+                    f"{file}: valid under {profile} ({plural(len(schema.questions), 'question')}, hash {schema.hash[:12]})"
                 )
         if violations:
             raise typer.Exit(1)

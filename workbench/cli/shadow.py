@@ -11,6 +11,7 @@ from workbench.cli.common import emit_json, err_console, open_store, out_console
 from workbench.cli.outputs import FORCE, check_out_path
 from workbench.cli.thresholds import CALIBRATE, DELTA, MAX_ERROR
 from workbench.errors import WorkbenchError
+from workbench.wording import plural
 
 
 def _schema_from(schema: Path | None, policy: Path | None):
@@ -469,5 +470,5 @@ def register(app: typer.Typer) -> None:
         print_id(s["shadow"])
         err_console.print(
             f"shadow [bold]{s['shadow']}[/]: {s['n_requests']} requests answered by {challenger} "
-            f"(run {s['run_id']}), {s['n_outcomes']} outcomes; next: workbench shadow report {s['shadow']}"
+            f"({s['run_id']}), {plural(s['n_outcomes'], 'outcome')}; next: workbench shadow report {s['shadow']}"
         )

@@ -9,6 +9,7 @@ import typer
 
 from workbench.cli.common import emit_json, err_console, open_store, out_console
 from workbench.errors import OptionError  # noqa: F401 - re-exported for `workbench policy export`
+from workbench.wording import plural
 
 
 def build_options(**options):
@@ -152,7 +153,7 @@ def _print_result(res: dict) -> None:
         if bg:
             _line(
                 f"  next {b['n']} accepted items: P(error > {b['alpha']:g}) <= {bg['p_exceed_at_most']:.3f} guaranteed"
-                f" (δ + binomial tail at α); at most {bg['tolerance_errors']} errors"
+                f" (δ + binomial tail at α); at most {plural(bg['tolerance_errors'], 'error')}"
                 f" ({100 * bg['tolerance_rate']:.1f}%) with probability >= {bg['tolerance_probability']:.2f}"
             )
         _line(

@@ -30,6 +30,7 @@ from workbench.errors import OptionError
 from workbench.monitor.logs import LoadSummary, MonitorStore, expand_paths
 from workbench.monitor.outcomes import MAX_INVALID_OUTCOME_SHARE, read_outcomes
 from workbench.monitor.sequential import AlarmStream, AlarmSummary
+from workbench.wording import plural
 
 #: PSI above this is a "large shift" (the usual rule of thumb).
 PSI_LARGE = 0.25
@@ -247,7 +248,7 @@ def _recertify(
             "n_outcomes": n,
             "needed": opts.recertify_min,
             "current_rule": current,
-            "message": f"{n} decisions with a known outcome; {opts.recertify_min} needed to recertify",
+            "message": f"{plural(n, 'decision')} with a known outcome; {opts.recertify_min:,} needed to recertify",
         }
     probs, labels = source.recertification_rows(question, opts.recertify_max)
     m = len(labels)
@@ -524,7 +525,7 @@ def report_from_source(
             reasons.append(
                 f"{label}{q}: error rate among {subject} is above α={alpha:g} with confidence 1−δ={1 - delta:g} "
                 f"(e-value {math.exp(min(a.max_log_e, 700.0)):.3g} ≥ 1/δ={1 / delta:g} at decision "
-                f"{idx}, after {a.first_alarm + 1} outcomes; recent error {recent_end:.4f}, overall "
+                f"{idx}, after {plural(a.first_alarm + 1, 'outcome')}; recent error {recent_end:.4f}, overall "
                 f"{estimate_end:.4f}, lower confidence bound {lower_end:.4f})"
             )
         if opts.drift_alarm_psi is not None:
@@ -572,7 +573,7 @@ def inputs_line(report: MonitorReport) -> str:
     """One line of what was read and what was left out (the printed summary and the Markdown say it)."""
     d = report.inputs.to_dict()
     parts = [
-        f"{d['n_records']} decision records from {d['n_lines']} lines",
+        f"{plural(d['n_records'], 'decision record')} from {plural(d['n_lines'], 'line')}",
         f"{sum(d['skipped_lines'].values())} unreadable lines skipped",
         f"{d['incomplete_records']} incomplete records skipped",
         f"{d['duplicate_records']} duplicate records counted once",
@@ -580,7 +581,7 @@ def inputs_line(report: MonitorReport) -> str:
     if d["outcome_files"]:
         ignored = sum(v for k, v in d.get("outcome_lines_ignored", {}).items() if k != "blank")
         parts += [
-            f"{d['n_outcomes']} outcomes from {d.get('outcome_lines', 0)} outcome lines",
+            f"{plural(d['n_outcomes'], 'outcome')} from {plural(d.get('outcome_lines', 0), 'outcome line')}",
             f"{d.get('outcome_lines_invalid', 0)} invalid outcome lines rejected",
             f"{ignored} ignored",
             f"{d.get('outcome_lines_superseded', 0)} superseded",
@@ -603,7 +604,7 @@ def markdown(report: MonitorReport) -> str:
     lines = [f"### Policy monitor: {'ALARM' if d['alarm'] else 'no alarm'}", ""]
     lines.append(
         f"Policy `{d['policy']['content_hash'][:19]}…` version {d['policy']['policy_version']}; "
-        f"{d['inputs']['n_records']} decision records, {d['inputs']['n_outcomes']} outcomes."
+        f"{plural(d['inputs']['n_records'], 'decision record')}, {plural(d['inputs']['n_outcomes'], 'outcome')}."
     )
     lines.append(inputs_line(report))
     lines.append("")

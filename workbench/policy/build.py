@@ -176,7 +176,7 @@ def build_policy(
     for q in questions:
         if q not in schema.questions:
             raise NotFoundError(
-                f"run {run['run_id']} has no question {q!r}", hint=f"questions: {', '.join(schema.question_ids)}"
+                f"{run['run_id']} has no question {q!r}", hint=f"questions: {', '.join(schema.question_ids)}"
             )
     try:
         info = dataset_info(con, run["dataset"], int(run["dataset_version"]))

@@ -34,6 +34,12 @@ DEFAULT_WINDOW_TOKENS = 65_536
 DEFAULT_MAX_BODY_BYTES = 256_000
 MAX_IMAGES = 4
 
+#: Where the API token is read, first found wins: NeuroLink's name, then Polyglot/MemberJunction's, then the
+#: one in Cloudflare's own examples (providers.md §3.1).
+KEY_ENV = ("CLOUDFLARE_API_KEY", "CLOUDFLARE_API_TOKEN", "CLOUDFLARE_AUTH_TOKEN")
+#: The models Workers AI serves as ``@cf/cloudflare/{model}`` (the input schema's ``model`` pattern, providers.md §3.1).
+MODELS = ("clef", "clef-flash")
+
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Account ids are 32 hex digits; we accept any token without '/ . ? whitespace' (providers.md §3.1).
 _ACCOUNT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -53,15 +59,20 @@ class CloudflareProvider(SystemOneProvider):
         super().__init__(*args, **kwargs)
         self.account_id = account_id
 
-    def preflight(self, request: DecisionRequest) -> None:
+    def setting_problem(self) -> str | None:
+        """Why no call can succeed with these settings (account id, model name), or ``None``."""
         if not self.account_id:
-            raise self._refuse(ErrorKind.INVALID, "no account id: set CLOUDFLARE_ACCOUNT_ID")
+            return "no account id: set CLOUDFLARE_ACCOUNT_ID"
         if not _ACCOUNT_ID.match(self.account_id):
-            raise self._refuse(ErrorKind.INVALID, "account id must be letters/digits only (no '/', '.', '?' or spaces)")
+            return "account id (CLOUDFLARE_ACCOUNT_ID) must be letters/digits only (no '/', '.', '?' or spaces)"
         if not self.model or ".." in self.model or not _MODEL_NAME.match(self.model):
-            raise self._refuse(
-                ErrorKind.INVALID, f"model name {self.model!r} is not a plain name (expected e.g. clef or clef-flash)"
-            )
+            return f"model name {self.model!r} is not a plain name (expected e.g. clef or clef-flash)"
+        return None
+
+    def preflight(self, request: DecisionRequest) -> None:
+        problem = self.setting_problem()
+        if problem:
+            raise self._refuse(ErrorKind.INVALID, problem)
 
     def to_system_one(self, data: Any, response: httpx.Response, request: DecisionRequest) -> dict:
         if isinstance(data, dict) and "success" in data:

@@ -65,7 +65,7 @@ def build_client(
     httpx's own (httpcore) costs 2-5x the CPU per call at 32 calls in flight (``bench/runner.py``).
     It honours the process environment as curl and pip do: ``HTTPS_PROXY``/``HTTP_PROXY``/
     ``ALL_PROXY``/``NO_PROXY`` (http:// proxies; an https URL goes through a ``CONNECT`` tunnel) and
-    ``SSL_CERT_FILE``/``SSL_CERT_DIR`` (see :func:`tls_context`).
+    ``SSL_CERT_FILE``/``REQUESTS_CA_BUNDLE``/``SSL_CERT_DIR`` (see :func:`tls_context`).
 
     Parameters
     ----------
@@ -145,8 +145,9 @@ class StatelessClient(HttpxAiohttpClient):
 def tls_context(environ: Mapping[str, str] | None = None) -> ssl.SSLContext:
     """The verifying TLS context of every provider client, chosen from the environment.
 
-    1. ``SSL_CERT_FILE`` and/or ``SSL_CERT_DIR`` set: exactly those CAs (a company bundle; as httpx,
-       requests and curl do, it replaces the default trust).
+    1. ``SSL_CERT_FILE`` (or requests' ``REQUESTS_CA_BUNDLE``, a file or a directory) and/or
+       ``SSL_CERT_DIR`` set: exactly those CAs (a company bundle; as httpx, requests and curl do, it
+       replaces the default trust). ``SSL_CERT_FILE`` wins when both file variables are set.
     2. otherwise the operating system's trust store through ``truststore`` (macOS Keychain, Windows
        certificate store, the distribution's bundle on Linux), unless ``WORKBENCH_TRUSTSTORE=0``;
     3. otherwise (switched off, or truststore unusable here) certifi's Mozilla bundle.
@@ -154,26 +155,36 @@ def tls_context(environ: Mapping[str, str] | None = None) -> ssl.SSLContext:
     One context per setting is made and shared (loading a CA bundle costs ~50 ms).
     """
     env = os.environ if environ is None else environ
-    cafile = env.get("SSL_CERT_FILE") or None
+    file_var = next((n for n in CA_FILE_ENV if env.get(n)), CA_FILE_ENV[0])
+    cafile = env.get(file_var) or None
     capath = env.get("SSL_CERT_DIR") or None
     use_truststore = env.get(TRUSTSTORE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-    return _tls_context(cafile, capath, use_truststore)
+    return _tls_context(cafile, capath, use_truststore, file_var)
+
+
+#: Variables naming a CA bundle file, first found wins: the OpenSSL/httpx/curl name, then requests'
+#: (which may also name a directory of certificates, as ``SSL_CERT_DIR`` does).
+CA_FILE_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 
 
 @functools.lru_cache(maxsize=8)
-def _tls_context(cafile: str | None, capath: str | None, use_truststore: bool) -> ssl.SSLContext:
+def _tls_context(
+    cafile: str | None, capath: str | None, use_truststore: bool, file_var: str = "SSL_CERT_FILE"
+) -> ssl.SSLContext:
+    if cafile and file_var == "REQUESTS_CA_BUNDLE" and os.path.isdir(cafile):
+        cafile, capath = None, capath or cafile  # requests takes a directory here too
     if cafile or capath:
-        for name, path, ok in (("SSL_CERT_FILE", cafile, os.path.isfile), ("SSL_CERT_DIR", capath, os.path.isdir)):
+        for name, path, ok in ((file_var, cafile, os.path.isfile), ("SSL_CERT_DIR", capath, os.path.isdir)):
             if path and not ok(path):
                 raise OptionError(
-                    f"{name}={path!r}: no such {'file' if name == 'SSL_CERT_FILE' else 'directory'}",
+                    f"{name}={path!r}: no such {'directory' if name == 'SSL_CERT_DIR' else 'file'}",
                     hint=f"point {name} at your CA bundle (PEM), or unset it to use the system's trust store",
                 )
         try:
             return ssl.create_default_context(cafile=cafile, capath=capath)
         except ssl.SSLError as exc:
             raise OptionError(
-                f"SSL_CERT_FILE={cafile!r} / SSL_CERT_DIR={capath!r}: not a usable CA bundle ({exc.reason or exc})",
+                f"{file_var}={cafile!r} / SSL_CERT_DIR={capath!r}: not a usable CA bundle ({exc.reason or exc})",
                 hint="point it at PEM certificates of the certificate authorities to trust",
             ) from None
     if use_truststore:
@@ -254,12 +265,17 @@ def error_fields(body: Any) -> tuple[int | str | None, str | None, str]:
     return None, None, str(body.get("message") or "")
 
 
+#: Longest failure message kept (whole messages are a few hundred characters; this bounds a vendor
+#: that returns a huge error text). The runner prints the first message of each kind whole.
+MAX_MESSAGE_CHARS = 2_000
+
+
 def scrub(text: str, secrets: list[str]) -> str:
-    """``text`` with every secret replaced by ``***`` and cut to 300 characters."""
+    """``text`` with every secret replaced by ``***``, cut to ``MAX_MESSAGE_CHARS``."""
     for s in secrets:
         if s and len(s) >= 4:
             text = text.replace(s, "***")
-    return text[:300]
+    return text[:MAX_MESSAGE_CHARS]
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -287,7 +303,8 @@ def transport_error(exc: Exception, secrets: list[str]) -> ProviderError:
             ErrorKind.CERTIFICATE,
             scrub(
                 f"the server's TLS certificate is not trusted ({reason}); if a company CA or proxy signs it, "
-                f"set SSL_CERT_FILE to that CA bundle (PEM) or add the CA to the system's trust store",
+                f"set SSL_CERT_FILE (or REQUESTS_CA_BUNDLE) to that CA bundle (PEM) or add the CA to the system's "
+                "trust store",
                 secrets,
             ),
         )
@@ -626,7 +643,7 @@ def system_one_result(
         try:
             answers[qid] = normalise_answer(question, ans, question_id=qid)
         except AnswerError as exc:
-            failures[qid] = (ErrorKind.MALFORMED, str(exc)[:300])
+            failures[qid] = (ErrorKind.MALFORMED, str(exc)[:MAX_MESSAGE_CHARS])
     usage: dict = raw["usage"] if isinstance(raw.get("usage"), dict) else {}
     tokens = usage.get("input_tokens")
     tokens = int(tokens) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) else None

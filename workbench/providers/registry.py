@@ -137,3 +137,14 @@ def get_provider(spec: str, *, context: ProviderContext | None = None) -> Provid
     return build_http_provider(
         spec, env=context.env, transport=context.transport, timeout=context.timeout, **context.settings
     )
+
+
+def check_ready(provider: Provider) -> None:
+    """Raise a :class:`~workbench.errors.WorkbenchError` (nothing sent) when ``provider`` could only fail:
+    an HTTP provider without its API key or account id, or a model its vendor does not serve
+    (:func:`workbench.providers.remote.check_ready`). In-process providers are checked when built."""
+    if getattr(provider, "endpoint", None) is None:
+        return
+    from workbench.providers.remote import check_ready as check_remote
+
+    check_remote(provider)  # type: ignore[arg-type]

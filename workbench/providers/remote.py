@@ -2,7 +2,7 @@
 
 Specs (``prefix:model``; the model part may be empty to use the vendor default or env var)::
 
-    cloudflare:clef | cloudflare:clef-flash       Workers AI (env CLOUDFLARE_API_KEY or _API_TOKEN,
+    cloudflare:clef | cloudflare:clef-flash       Workers AI (env CLOUDFLARE_API_KEY, _API_TOKEN or _AUTH_TOKEN,
                                                   CLOUDFLARE_ACCOUNT_ID, CLOUDFLARE_CLEF_MODEL,
                                                   CLOUDFLARE_CLEF_BASE_URL)
     typesafe:jev-latest                           TypeSafe direct (TYPESAFE_API_KEY, TYPESAFE_BASE_URL)
@@ -38,9 +38,11 @@ from workbench.providers.cloudflare import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_WINDOW_TOKENS,
     MAX_IMAGES,
+    MODELS,
     CloudflareProvider,
     cloudflare_url,
 )
+from workbench.providers.cloudflare import KEY_ENV as CLOUDFLARE_KEY_ENV
 from workbench.providers.http import DEFAULT_MAX_CONNECTIONS, DEFAULT_TIMEOUT_S, Endpoint, HttpProvider
 from workbench.schema import PROFILES
 
@@ -322,7 +324,7 @@ def build_http_provider(
 
 def _cloudflare(spec: str, model: str, env: Mapping[str, str], settings: dict, common: dict) -> CloudflareProvider:
     model = settings.get("model") or model or env.get("CLOUDFLARE_CLEF_MODEL") or "clef"
-    key = _secret(settings.get("api_key") or _first(env, ("CLOUDFLARE_API_KEY", "CLOUDFLARE_API_TOKEN")))
+    key = _secret(settings.get("api_key") or _first(env, CLOUDFLARE_KEY_ENV))
     account = settings.get("account_id") or env.get("CLOUDFLARE_ACCOUNT_ID") or None
     base = settings.get("base_url") or env.get("CLOUDFLARE_CLEF_BASE_URL") or DEFAULT_BASE_URL
     window = settings.get("window_tokens") or env.get("CLOUDFLARE_CLEF_WINDOW_TOKENS") or DEFAULT_WINDOW_TOKENS
@@ -331,7 +333,7 @@ def _cloudflare(spec: str, model: str, env: Mapping[str, str], settings: dict, c
         url=cloudflare_url(base, account or "-", model),
         model=model,
         api_key=key,
-        key_env="CLOUDFLARE_API_KEY (or CLOUDFLARE_API_TOKEN)",
+        key_env=f"{CLOUDFLARE_KEY_ENV[0]} (or {', '.join(CLOUDFLARE_KEY_ENV[1:])})",
         request_id_headers=("cf-ai-req-id", "cf-ray"),
     )
     return CloudflareProvider(
@@ -344,6 +346,26 @@ def _cloudflare(spec: str, model: str, env: Mapping[str, str], settings: dict, c
         max_images=int(settings.get("max_images", MAX_IMAGES)),
         **common,
     )
+
+
+def check_ready(provider: HttpProvider) -> None:
+    """Raise :class:`ProviderSpecError` when no call of ``provider`` could succeed; send nothing.
+
+    The runner calls this before it creates a run, so that a missing credential or a misspelled model
+    is one line and exit code 2, not a run of ``authentication`` or ``invalid_request`` failures. It
+    looks at what :func:`build_http_provider` resolved (the key from any of the variables the vendor
+    accepts, or the ``api_key`` setting), so it accepts exactly what a call would. A model is refused
+    only where the library knows the vendor's closed list (Cloudflare's ``clef``, ``clef-flash``);
+    other vendors add models, and self-hosted servers take any name.
+    """
+    spec, ep = provider.spec, provider.endpoint
+    if isinstance(provider, CloudflareProvider) and provider.model not in MODELS:
+        raise ProviderSpecError(f"{spec}: unknown model {provider.model!r}", hint=f"known models: {', '.join(MODELS)}")
+    if ep.key_required and (ep.api_key is None or not ep.api_key.get_secret_value()):
+        raise ProviderSpecError(f"{spec}: no API key", hint=f"set {ep.key_env or 'the API key'}; nothing was run")
+    problem = provider.setting_problem() if isinstance(provider, CloudflareProvider) else None
+    if problem:
+        raise ProviderSpecError(f"{spec}: {problem}; nothing was run")
 
 
 _SECRET_PARAM = re.compile(r"(key|token|secret|password|passwd|auth|signature|sig)", re.IGNORECASE)
@@ -407,7 +429,7 @@ def _preset(spec: str, p: Preset, model: str, env: Mapping[str, str], settings: 
         url=endpoint_url(base, p.default_path),
         model=chosen,
         api_key=key,
-        key_env=p.key_env[0],
+        key_env=" or ".join(p.key_env),
         key_required=p.key_required,
         auth_header=p.auth_header,
         extra_headers=extra,

@@ -41,12 +41,13 @@ from typing import Any
 
 from workbench.errors import AnswerError, WorkbenchError
 from workbench.providers.base import DecisionRequest, DecisionResult, ErrorKind, ProviderError
-from workbench.providers.registry import ProviderContext, get_provider, public_spec
+from workbench.providers.registry import ProviderContext, check_ready, get_provider, public_spec
 from workbench.reporting import Reporter, default_reporter
 from workbench.runner.plan import KEY_VERSION, QuestionSlice, WorkUnit, build_units, plan_slices
 from workbench.schema import DecisionSchema
 from workbench.schema.answers import normalise_answer
 from workbench.store import calls as calls_store
+from workbench.wording import article
 
 #: Answers per write transaction, and the longest time an answer waits in memory.
 BATCH_ROWS = 500
@@ -79,7 +80,7 @@ class RunInterrupted(KeyboardInterrupt):
 
     def __init__(self, run_id: str):
         self.run_id = run_id
-        super().__init__(f"run {run_id} interrupted; continue with `workbench run --resume {run_id}`")
+        super().__init__(f"{run_id} interrupted; continue with `workbench run --resume {run_id}`")
 
 
 @dataclass
@@ -162,11 +163,14 @@ class _Scrubber:
         )
 
     def __call__(self, text: str | None) -> str | None:
-        if text is None:
-            return None
+        """``text`` as stored: scrubbed and cut to 500 characters."""
+        return None if text is None else self.full(text)[:500]
+
+    def full(self, text: str) -> str:
+        """``text`` with every credential value replaced by ``***``, whole (for the run summary)."""
         for s in self.secrets:
             text = text.replace(s, "***")
-        return text[:500]
+        return text
 
 
 # -- recording ------------------------------------------------------------------------------------
@@ -234,6 +238,7 @@ class _Recorder:
         self._failed_lock = threading.Lock()
         self.progress_cb: Callable[[], None] | None = None  # the reporter's tick
         self.replace = True  # False for a run with no rows yet: no earlier answers to delete
+        self.first_failures: dict[str, str] = {}  # failure kind -> its first message, whole and scrubbed
 
     # rows -----------------------------------------------------------------------------------------
     def failure(
@@ -247,6 +252,8 @@ class _Recorder:
     ) -> None:
         qids = questions if questions is not None else self.slices[unit.slice_index].question_ids
         msg = self.scrub(message)
+        if kind not in self.first_failures:
+            self.first_failures[kind] = self.scrub.full(message)
         for qid in qids:
             self.answers.append(
                 {
@@ -302,7 +309,10 @@ class _Recorder:
                 self.counters.answered += 1
             else:
                 kind, msg = result.failures.get(qid, (ErrorKind.MISSING, f"no answer for question {qid!r}"))
-                base.update(probs=None, failure_kind=str(getattr(kind, "value", kind)), failure_message=self.scrub(msg))
+                kind_name = str(getattr(kind, "value", kind))
+                base.update(probs=None, failure_kind=kind_name, failure_message=self.scrub(msg))
+                if kind_name not in self.first_failures:
+                    self.first_failures[kind_name] = self.scrub.full(msg)
                 self.counters.failed += 1
             self.answers.append(base)
         self.counters.units_done += 1
@@ -591,7 +601,7 @@ async def _drive_remote(
                 budget.settle(reserved, 0.0)
                 rec.failure(unit, _kind_name(err), str(err), latency_ms=(time.perf_counter() - t0) * 1000)
                 if err.kind in STOP_KINDS and stop.kind is None and not getattr(err, "kind_override", None):
-                    stop.kind, stop.message = err.kind.value, f"the run stopped after a {err.kind.value} failure"
+                    stop.kind, stop.message = err.kind.value, f"the run stopped after {article(err.kind.value)} failure"
                 continue
             assert result is not None  # _ask returns a result or an error
             row = call_row(unit, spec, model, run_id, result)
@@ -676,8 +686,10 @@ def build_provider(
 
     HTTP providers make their own client (:func:`workbench.providers.http.build_client`: httpx on
     aiohttp's pool, proxies and CA settings from the environment) unless a transport is injected.
+    A provider that could only fail (no API key, an unknown model: :func:`check_ready`) raises here,
+    before any run is created or resumed.
     """
-    return get_provider(
+    provider = get_provider(
         spec,
         context=ProviderContext(
             con=con,
@@ -689,6 +701,12 @@ def build_provider(
             settings={"max_connections": max(options.concurrency, 1), **(settings or {})},
         ),
     )
+    try:
+        check_ready(provider)
+    except WorkbenchError:
+        _run_coroutine(provider.aclose())  # its HTTP client, never used
+        raise
+    return provider
 
 
 def execute_run(
@@ -847,7 +865,7 @@ def execute_run(
             missing = calls_store.count_missing_answers(con, run_id, item_ids, question_ids)
             if missing:
                 reporter.log(
-                    f"run {run_id}: {missing} item × question(s) have no row after the last write; "
+                    f"{run_id}: {missing} item × question(s) have no row after the last write; "
                     "folding in this session's journal"
                 )
                 recovered += _fold_in(con, rec, units, item_ids, question_ids)
@@ -920,6 +938,8 @@ def _summary(con, run: dict, rec: _Recorder, stop: _Stop, recovered: int, status
         "emulated": bool(c.emulated or run.get("emulated") or calls_store.run_is_emulated(con, run["run_id"])),
         "stop_reason": stop.message or None,
         "stop_kind": stop.kind,  # authentication | quota | budget | None (workbench.runner.outcome)
+        # the first message of each failure kind of this session, whole (the store keeps 500 characters)
+        "first_failures": dict(rec.first_failures),
         **calls_store.run_summary(con, run["run_id"]),
         "this_session": {
             "units": c.units_total,

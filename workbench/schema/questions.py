@@ -40,6 +40,7 @@ from workbench_runtime.questions import (  # noqa: F401
 )
 
 from workbench.errors import SchemaError, WorkbenchError
+from workbench.wording import article
 
 #: Deepest nesting of mappings/lists a schema file may use (the System One shape needs 4; JSON
 #: instructions a few more). Deeper input is refused before a recursive parser can overflow.
@@ -319,7 +320,7 @@ def check_json_shape(
             for k in obj:
                 if not isinstance(k, str):
                     raise error(
-                        f"{source}: key {k!r} is a {type(k).__name__}, not a string",
+                        f"{source}: key {k!r} is {article(type(k).__name__)}, not a string",
                         hint="quote the key (JSON keys are strings)",
                     )
             return [*obj.keys(), *obj.values()]
@@ -368,7 +369,7 @@ def _check_scalar(value: Any, source: str, error: type[WorkbenchError] = SchemaE
             raise error(f"{source}: {value!r} is not a JSON number", hint="use a finite number or a string")
         return
     raise error(
-        f"{source}: {value!r} is a {type(value).__name__}, which JSON cannot carry",
+        f"{source}: {value!r} is {article(type(value).__name__)}, which JSON cannot carry",
         hint="quote it as a string (YAML reads unquoted dates and !!binary as other types)",
     )
 

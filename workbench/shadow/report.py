@@ -36,6 +36,7 @@ from workbench.shadow.drift import js_divergence, psi, window_bounds
 from workbench.shadow.policies import SidePolicy, is_accept
 from workbench.store.shadow import ShadowAnswers
 from workbench.thresholds.rules import top_two_fast
+from workbench.wording import run_ref
 
 PROMOTE, HOLD, REJECT = "PROMOTE", "HOLD", "REJECT"
 _RANK = {PROMOTE: 0, HOLD: 1, REJECT: 2}
@@ -1303,7 +1304,7 @@ def _certified_sides(
         try:
             out[side] = certified_side_policy(con, session[side], questions, options)
         except WorkbenchError as exc:
-            notes.append(f"no certified policy for the {side} (run {session[side]}): {exc.message}")
+            notes.append(f"no certified policy for the {side} ({run_ref(session[side])}): {exc.message}")
     return out, notes
 
 

@@ -379,7 +379,14 @@ def _cell_text(v: Any, where: str) -> str | None:
             ) from None
     if isinstance(v, (pd.Timestamp, np.datetime64)) or hasattr(v, "isoformat"):
         return str(v)
-    kind = "lists" if isinstance(v, (list, tuple, np.ndarray)) else f"{type(v).__name__} values"
+    # named as the file has them (JSON objects/lists, Parquet structs/maps), not as Python types ("dict values")
+    kind = (
+        "lists"
+        if isinstance(v, (list, tuple, np.ndarray))
+        else "objects (JSON objects or Parquet structs/maps)"
+        if isinstance(v, dict)
+        else f"values of type {type(v).__name__}"
+    )
     raise DataImportError(
         f"{where} holds {kind}, not text", hint="use a string column (or --state-column for JSON states)"
     )

@@ -341,7 +341,7 @@ def _question_of(con: duckdb.DuckDBPyConnection, run: dict, question: str):
     schema = load_stored_schema(con, run["schema_hash"])
     if question not in schema.questions:
         raise NotFoundError(
-            f"run {run['run_id']} has no question {question!r}", hint=f"questions: {', '.join(schema.question_ids)}"
+            f"{run['run_id']} has no question {question!r}", hint=f"questions: {', '.join(schema.question_ids)}"
         )
     return schema.questions[question]
 

@@ -48,6 +48,7 @@ from workbench.thresholds.guarantees import (
 )
 from workbench.thresholds.rules import rule_coordinates
 from workbench.thresholds.surface import default_grids
+from workbench.wording import run_ref
 
 CASCADE_METHODS = ("fixed-sequence", "holm")
 
@@ -129,7 +130,7 @@ def align_stages(stages: Sequence[RunAnswers], *, labelled: bool = True) -> Alig
     for s in stages[1:]:
         if s.question != q.question or list(s.option_ids) != list(q.option_ids):
             raise ThresholdError(
-                f"stage run {s.run_id} answers {s.question!r} with other options than run {q.run_id}",
+                f"stage {run_ref(s.run_id)} answers {s.question!r} with other options than {run_ref(q.run_id)}",
                 hint="every stage must answer the same question with the same options",
             )
     if q.qtype not in ("choice", "score"):

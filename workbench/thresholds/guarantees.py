@@ -543,7 +543,7 @@ def select_guarantee(
         n_min = min_items_to_certify(alpha / surface.loss_scale, delta_k)
         sizes = surface.class_accepted[:, 0, 0]
         notes.append(
-            f"{len(uncertified)} of {len(classes)} options are never auto-accepted: certifying one "
+            f"{len(uncertified)} of {len(classes)} options {'is' if len(uncertified) == 1 else 'are'} never auto-accepted: certifying one "
             f"option at alpha={alpha} needs at least {n_min} accepted calibration items with no error "
             f"(per-option level {delta_k:.3g}); the median option has "
             f"{int(np.median(sizes[classes]))} items here"

@@ -70,6 +70,7 @@ from workbench.thresholds.guarantees import (
     hoeffding_bentkus_upper_bound,
     strict_to_lax_paths,
 )
+from workbench.wording import article
 
 #: A pilot with fewer labelled items is too small to plan from.
 MIN_PILOT_ITEMS = 30
@@ -314,7 +315,7 @@ class LabelPlan:
         if self.recommended_labels is not None:
             head += (
                 f"about {self.recommended_labels} calibration labels to {what} with probability ≥ {self.power:g} "
-                f"(simulated from a {self.pilot['n_items']}-item pilot)"
+                f"(simulated from {article(str(self.pilot['n_items']) + '-item')} pilot)"
             )
         else:
             head += f"no size up to {self.curve[-1]['n_labels'] if self.curve else 0} labels reaches "

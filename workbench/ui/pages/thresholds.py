@@ -36,7 +36,9 @@ run = state.run_record(path, token, run_id)
 question = state.pick_question(run, container=right)
 qtype = run["question_types"][question]
 if "calibration" not in run["splits"] or "test" not in run["splits"]:
-    st.warning(f"This run has splits {run['splits']}; thresholds are fitted on `calibration` and judged on `test`.")
+    st.warning(
+        f"This run has splits {', '.join(map(str, run['splits']))}; thresholds are fitted on `calibration` and judged on `test`."
+    )
 
 defaults = state.threshold_defaults()
 recal_choices = ["as answered", "temperature", "isotonic"] + (["platt"] if qtype == "noul" else [])
