@@ -215,6 +215,14 @@ def compare_items(
 ) -> CompareItems:
     """:class:`CompareItems` of answered, labelled rows ``probs`` (m, k), ``labels`` (m,); ``rule``:
     ``(rule, calibrator dict or None)`` whose decisions are kept (:func:`_decide`)."""
+    return _items_counted(probs, labels, qtype, item_ids, rule)[0]
+
+
+def _items_counted(
+    probs: np.ndarray, labels: np.ndarray, qtype: str, item_ids: np.ndarray | None = None, rule=None
+) -> tuple[CompareItems, dict | None]:
+    """(:func:`compare_items`, the rule's :func:`~workbench.thresholds.evaluate.rule_counts` of these
+    rows, from the same decisions; None without a rule)."""
     conf, _ = top_label(probs, labels)
     out = CompareItems(
         item_ids=item_ids,
@@ -229,10 +237,30 @@ def compare_items(
         out.abs_level_error = np.abs(expected_level(probs) - np.asarray(labels))
     if qtype == "noul":
         out.p_yes = np.asarray(probs[:, 0], dtype=float)
+    counts = None
     if rule is not None:
-        dec = _decide(rule, probs)
+        from workbench.thresholds.evaluate import confusion_with_review
+
+        dec, n_nonfinite = _decide_counted(rule, probs)
         out.accepted, out.option = np.asarray(dec.accepted, dtype=bool), np.asarray(dec.option, dtype=np.int32)
-    return out
+        k = probs.shape[1]
+        counts = {
+            "confusion": confusion_with_review(labels, out.accepted, out.option, k),
+            "n_items": int(probs.shape[0]),
+            "n_failed": n_nonfinite,
+        }
+    return out, counts
+
+
+def _with_failed_rows(counts: dict | None, failed_labels: np.ndarray, k: int) -> dict | None:
+    """``counts`` of the answered, labelled rows plus the failed labelled rows (labels ``failed_labels``):
+    a failure is never accepted (its row is NaN), so it is counted under review, as failed."""
+    n = int(failed_labels.size)
+    if counts is None:
+        counts = {"confusion": np.zeros((k, k + 1), dtype=np.int64), "n_items": 0, "n_failed": 0}
+    confusion = counts["confusion"].copy()
+    confusion[:, k] += np.bincount(np.asarray(failed_labels, dtype=np.int64), minlength=k)[:k]
+    return {"confusion": confusion, "n_items": counts["n_items"] + n, "n_failed": counts["n_failed"] + n}
 
 
 def _item_stats(items: CompareItems, k: int, qtype: str = "choice"):
@@ -317,19 +345,50 @@ def _run_costs(con, run: dict, split: str) -> dict:
 
 
 def _policy_at_options(
-    con, run_id: str, question: str, options: ThresholdOptions, calibration_split: str, stream: bool | None = None
+    con,
+    run_id: str,
+    question: str,
+    options: ThresholdOptions,
+    calibration_split: str,
+    stream: bool | None = None,
+    *,
+    test_from_side: bool = False,
 ) -> dict:
     """Coverage and error on the comparison split at the rule ``options`` choose on the calibration split.
 
     The same call as ``workbench thresholds`` (:func:`workbench.workflows.thresholds_for_run`), so
-    with the same options the figures are the same as there.
+    with the same options the figures are the same as there. ``test_from_side``: the rule is chosen
+    without reading the test split; its test figures are then counted in the comparison's own pass
+    over that split (:func:`_policy_test`, the same counts as ``thresholds_for_run``'s test pass) and
+    the result is kept under ``"_result"`` until then.
     """
-    from workbench.workflows import thresholds_for_run
+    from workbench.workflows import _streams, thresholds_for_run
 
     try:
-        result = thresholds_for_run(con, run_id, question, options, calibration_split=calibration_split, stream=stream)
+        if test_from_side:
+            # the choice between the streamed and the in-memory path is the one thresholds_for_run
+            # makes with its test split (the same calibrator fit, the same rule)
+            stream = _streams(con, run_id, question, [calibration_split, "test"], stream)
+        result = thresholds_for_run(
+            con,
+            run_id,
+            question,
+            options,
+            calibration_split=calibration_split,
+            test_split=None if test_from_side else "test",
+            stream=stream,
+        )
     except WorkbenchError as exc:
         return {"not_chosen": str(exc)}
+    out = _policy_figures(result, options)
+    if test_from_side:
+        out["_result"] = result
+    return out
+
+
+def _policy_figures(result, options: ThresholdOptions) -> dict:
+    """What compare reports of a :class:`~workbench.thresholds.choose.ThresholdResult` (test figures
+    from ``result.test``), with the rule and calibrator under ``"_rule"`` / ``"_calibrator"``."""
     t = result.test or {}
     return {
         "objective": options.objective,
@@ -347,15 +406,37 @@ def _policy_at_options(
     }
 
 
+def _policy_test(result, options: ThresholdOptions, counts: dict | None) -> dict:
+    """:func:`_policy_figures` of ``result`` judged on the test split from the side's rule counts
+    (:func:`~workbench.thresholds.evaluate.rule_counts` summed over its labelled rows, as
+    ``thresholds_for_run`` judges it; None: no labelled row, no test report)."""
+    from workbench.thresholds.choose import _test_risks
+    from workbench.thresholds.evaluate import rule_report_from_counts
+
+    if counts is not None:
+        result.test = rule_report_from_counts(counts, option_ids=result.option_ids, confidence=options.confidence)
+        result.test_risks = _test_risks(result.test, options, result.option_ids)
+    out = _policy_figures(result, options)
+    out.pop("_rule"), out.pop("_calibrator")
+    return out
+
+
 def _decide(rule_and_calibrator: tuple, probs: np.ndarray):
     """The rule's decisions on ``probs`` after the calibrator it was chosen with (as a policy applies it)."""
+    return _decide_counted(rule_and_calibrator, probs)[0]
+
+
+def _decide_counted(rule_and_calibrator: tuple, probs: np.ndarray):
+    """(:func:`_decide`'s decisions, how many rows are not finite after the calibrator): what
+    :func:`~workbench.thresholds.evaluate.rule_counts` counts as failed."""
     from workbench.metrics.recalibrate import calibrator_from_dict
     from workbench.thresholds.choose import apply_calibrator
 
     rule, calibrator = rule_and_calibrator
     if calibrator is not None:
         probs = apply_calibrator(calibrator_from_dict(calibrator), probs)
-    return rule.decide(probs)
+    probs = np.atleast_2d(np.asarray(probs, dtype=float))
+    return rule.decide(probs), int((~np.isfinite(probs).all(axis=1)).sum())
 
 
 def _paired(
@@ -450,6 +531,9 @@ class _RunSide:
     labelled: np.ndarray  # (m,) int64 positions (item-id order) of the rows in items
     items: CompareItems
     keys: RunAnswers | None = None
+    #: with a rule: its :func:`~workbench.thresholds.evaluate.rule_counts` over the labelled rows
+    #: (answered or failed), what ``thresholds_for_run`` counts on the same split (None: no labelled row)
+    rule_counts: dict | None = None
 
     def get_keys(self, con) -> RunAnswers:
         if self.keys is None:
@@ -467,11 +551,14 @@ class _RunSide:
 def _side_in_memory(con, run_id: str, question: str, split: str, rule) -> _RunSide:
     ans = load_answers(con, run_id, question, [split])
     rows = np.flatnonzero(~ans.failed & (ans.labels >= 0))
+    counts = None
     if rows.size == 0:
         items = CompareItems.empty(0, ans.qtype, rule is not None)
         items.item_ids = ans.item_ids[rows]
     else:
-        items = compare_items(ans.probs[rows], ans.labels[rows], ans.qtype, ans.item_ids[rows], rule)
+        items, counts = _items_counted(ans.probs[rows], ans.labels[rows], ans.qtype, ans.item_ids[rows], rule)
+    if rule is not None and (ans.labels >= 0).any():
+        counts = _with_failed_rows(counts, ans.labels[ans.failed & (ans.labels >= 0)], len(ans.option_ids))
     ans.probs = np.zeros((len(ans.labels), 0))  # the items hold what the comparison needs
     return _RunSide(
         run_id,
@@ -485,6 +572,7 @@ def _side_in_memory(con, run_id: str, question: str, split: str, rule) -> _RunSi
         labelled=rows,
         items=items,
         keys=ans,
+        rule_counts=counts,
     )
 
 
@@ -497,6 +585,8 @@ def stream_side(con, run_id: str, question: str, split: str, rule=None) -> _RunS
     memory is a few compact numbers per item plus one batch, never the (n, k) matrix nor the ids
     (they stay in DuckDB). Rows are written at their item-id positions, so the items equal the
     in-memory ones."""
+    from workbench.thresholds.evaluate import add_rule_counts
+
     run = get_run(con, run_id)
     keys = load_answer_keys(con, run_id, question, [split], ids=False)  # names an unknown question
     q = load_stored_schema(con, run["schema_hash"]).questions[question]
@@ -508,15 +598,23 @@ def stream_side(con, run_id: str, question: str, split: str, rule=None) -> _RunS
     items = CompareItems.empty(rows.size, q.type, rule is not None)
     items.labels = labels[rows]
     n_items, n_failed, n_gold = len(labels), int(failed.sum()), int((labels >= 0).sum())
+    failed_labels = labels[failed & (labels >= 0)]
     del labels, failed
+    counts = None
     for pos, batch in iter_answer_batches(con, run_id, question, [split]):
         keep = np.flatnonzero(ok[pos])
         # slices of the batch: the calibrator and the rule copy the rows they get a few times
         for start in range(0, keep.size, ITEM_ROWS):
             sub = keep[start : start + ITEM_ROWS]
-            part = compare_items(batch.probs[sub], batch.labels[sub], batch.qtype, None, rule)
+            part, part_counts = _items_counted(batch.probs[sub], batch.labels[sub], batch.qtype, None, rule)
             items.put(index[pos[sub]], part)
-    return _RunSide(run_id, question, split, q.type, option_ids(q), n_items, n_failed, n_gold, rows, items)
+            if part_counts is not None:
+                counts = add_rule_counts(counts, part_counts)
+    if rule is not None and n_gold:
+        counts = _with_failed_rows(counts, failed_labels, len(option_ids(q)))
+    return _RunSide(
+        run_id, question, split, q.type, option_ids(q), n_items, n_failed, n_gold, rows, items, rule_counts=counts
+    )
 
 
 _PAIR_SQL = """
@@ -736,7 +834,10 @@ def compare_runs(
     if policy:
         for run in ordered:
             for q in (q for q in qids if q in schemas[run["run_id"]].questions):
-                pol = _policy_at_options(con, run["run_id"], q, options, calibration_split, stream)
+                # on the test split, the rule is judged in the pass that reads the run's items
+                pol = _policy_at_options(
+                    con, run["run_id"], q, options, calibration_split, stream, test_from_side=split == "test"
+                )
                 rule = pol.pop("_rule", None)
                 calibrator = pol.pop("_calibrator", None)
                 policies[(run["run_id"], q)] = (None if rule is None else (rule, calibrator), pol)
@@ -786,6 +887,8 @@ def compare_runs(
                 point = _item_point_metrics(items, qtype)
                 row["ece"] = point.pop("ece")
                 row["point_metrics"] = point
+            if pol is not None and "_result" in pol:
+                pol = _policy_test(pol["_result"], options, side.rule_counts)
             if pol is not None:
                 row["policy"] = pol
             if curves:
