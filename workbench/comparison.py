@@ -32,7 +32,13 @@ import pandas as pd
 
 from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError, WorkbenchError
-from workbench.metrics.bootstrap import bootstrap_many, mcnemar, paired_bootstrap, paired_from_replicates
+from workbench.metrics.bootstrap import (
+    bootstrap_many,
+    bootstrap_shared,
+    mcnemar,
+    paired_bootstrap,
+    paired_from_replicates,
+)
 from workbench.metrics.confusion import macro_f1_from_matrix
 from workbench.metrics.reliability import calibration_error, top_label
 from workbench.metrics.scores import _wmean, expected_level, item_brier, item_log_loss, item_rps
@@ -268,27 +274,52 @@ def _item_stats(items: CompareItems, k: int, qtype: str = "choice"):
 
     The same sums as :func:`workbench.metrics.scores.accuracy`, ``log_loss``, ``brier_score``, … on
     the matrix the items came from."""
-    correct = (items.pred == items.labels).astype(float)
+    stats = _items_stats([(items, k, qtype)])
+    return lambda w: stats(w)[0]
+
+
+def _items_stats(sets: Sequence[tuple[CompareItems, int, str]]):
+    """:func:`_item_stats` of several runs' items (``(items, k, qtype)`` each) as one function of the
+    resampling counts ``w`` returning one dict per run (for :func:`~workbench.metrics.bootstrap.bootstrap_shared`):
+    Σw is summed once, and runs whose items fall in the same confusion cells (a recalibration that
+    keeps every arg-max) share one weighted count of them. Each dict holds exactly the numbers
+    ``_item_stats`` of that run gives."""
     # confusion cell of each item (as :func:`~workbench.metrics.confusion.confusion_matrix` numbers
     # them): one bincount per replicate, no per-replicate casts of the int32 labels and predictions
-    cell = items.labels.astype(np.int64) * (k + 1) + items.pred
+    cells: list[np.ndarray] = []
+    same_as: list[int] = []  # per run: the first run with the same cells (itself when none)
+    for i, (items, k, _) in enumerate(sets):
+        cell = items.labels.astype(np.int64) * (k + 1) + items.pred
+        same_as.append(
+            next(
+                (j for j in range(i) if sets[j][1] == k and np.array_equal(cells[j], cell)),
+                i,
+            )
+        )
+        cells.append(cells[same_as[i]] if same_as[i] != i else cell)
 
-    n = len(correct)
-
-    def stats(w: np.ndarray | None) -> dict[str, float]:
-        counts = np.bincount(cell, weights=w, minlength=k * (k + 1)).reshape(k, k + 1)[:, :k]
+    def stats(w: np.ndarray | None) -> list[dict[str, float]]:
         total = float(w.sum()) if w is not None else None  # Σw once (each mean would sum it again)
-        out = {
-            # hits are the confusion matrix's diagonal: with integer resampling counts, exactly Σ w·correct
-            "accuracy": float(np.trace(counts) / (total if total is not None else n)) if n else float("nan"),
-            "macro_f1": macro_f1_from_matrix(counts.astype(float)),
-            "log_loss": _wmean(items.log_loss, w, total),
-            "brier": _wmean(items.brier, w, total),
-        }
-        if qtype == "score":
-            assert items.rps is not None and items.abs_level_error is not None
-            out["rps"] = _wmean(items.rps, w, total)
-            out["mae_expected_level"] = _wmean(items.abs_level_error, w, total)
+        counted: dict[int, np.ndarray] = {}
+        out = []
+        for i, (items, k, qtype) in enumerate(sets):
+            j = same_as[i]
+            if j not in counted:
+                counted[j] = np.bincount(cells[j], weights=w, minlength=k * (k + 1)).reshape(k, k + 1)[:, :k]
+            counts = counted[j]
+            n = len(items.labels)
+            fig = {
+                # hits are the confusion matrix's diagonal: with integer resampling counts, exactly Σ w·correct
+                "accuracy": float(np.trace(counts) / (total if total is not None else n)) if n else float("nan"),
+                "macro_f1": macro_f1_from_matrix(counts.astype(float)),
+                "log_loss": _wmean(items.log_loss, w, total),
+                "brier": _wmean(items.brier, w, total),
+            }
+            if qtype == "score":
+                assert items.rps is not None and items.abs_level_error is not None
+                fig["rps"] = _wmean(items.rps, w, total)
+                fig["mae_expected_level"] = _wmean(items.abs_level_error, w, total)
+            out.append(fig)
         return out
 
     return stats
@@ -846,6 +877,20 @@ def compare_runs(
     base_reps: dict[str, tuple[dict, dict]] = {}
     rows = []
     curve_of: dict[tuple[str, str], Any] = {}
+    #: question -> the baseline's row and (items, k, qtype), until its intervals are drawn
+    waiting: dict[str, tuple[dict, tuple[CompareItems, int, str]]] = {}
+
+    def _intervals(into: list[dict], sets: list[tuple[CompareItems, int, str]]) -> list[tuple[dict, dict]]:
+        """Bootstrap intervals of runs with as many items (one draw of the counts for all: the same
+        counts each run's own :func:`bootstrap_many` draws), written to their rows' ``metrics``;
+        returns each run's (estimates, replicates)."""
+        got = bootstrap_shared(_items_stats(sets), len(sets[0][0].labels), n_boot=n_boot, seed=seed, level=level)
+        out = []
+        for row_, (ci, kept) in zip(into, got, strict=True):
+            row_["metrics"] = {name: iv.to_dict() for name, iv in ci.items()}
+            out.append(({name: iv.estimate for name, iv in ci.items()}, kept))
+        return out
+
     for run in ordered:
         schema = schemas[run["run_id"]]
         costs = _run_costs(con, run, split)
@@ -878,12 +923,22 @@ def compare_runs(
                 "cost": costs,
             }
             reps: tuple[dict, dict] | None = None
-            if n_lab:
-                ci, kept = bootstrap_many(
-                    _item_stats(items, k, qtype), n_lab, n_boot=n_boot, seed=seed, level=level, keep_replicates=True
+            is_base = run["run_id"] == base["run_id"]
+            if not is_base and q in waiting:  # the baseline's intervals, with this run's when of its size
+                wait_row, wait_set = waiting.pop(q)
+                join = bool(n_lab) and len(wait_set[0].labels) == n_lab
+                got = _intervals(
+                    [wait_row, row] if join else [wait_row], [wait_set, (items, k, qtype)] if join else [wait_set]
                 )
-                reps = ({name: iv.estimate for name, iv in ci.items()}, kept)
-                row["metrics"] = {name: iv.to_dict() for name, iv in ci.items()}
+                base_reps[q] = got[0]
+                if join:
+                    reps = got[1]
+            if n_lab:
+                if is_base:  # drawn with the next run of the same size (the same counts): one draw for both
+                    row["metrics"] = None
+                    waiting[q] = (row, (items, k, qtype))
+                elif reps is None:
+                    reps = _intervals([row], [(items, k, qtype)])[0]
                 point = _item_point_metrics(items, qtype)
                 row["ece"] = point.pop("ece")
                 row["point_metrics"] = point
@@ -895,10 +950,8 @@ def compare_runs(
                 curve_of[(run["run_id"], q)] = side.curve()
             base_side = base_sides.get(q)
             pairs = None
-            if run["run_id"] == base["run_id"]:
+            if is_base:
                 base_sides[q] = side
-                if reps is not None:
-                    base_reps[q] = reps
             elif base_side is not None and option_ids(schema.questions[q]) == base_side.option_ids:
                 pairs = _pairs(con, base_side, side)
                 pa, pb = _aligned(base_side.items, items, *pairs)
@@ -938,6 +991,8 @@ def compare_runs(
             }
             rows.append(row)
             del side, items, pairs  # one other run's items at a time
+    for wait_row, wait_set in waiting.values():  # baselines compared with no run of their size
+        _intervals([wait_row], [wait_set])
     return Comparison(
         dataset=base["dataset"],
         split=split,
