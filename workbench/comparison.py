@@ -348,7 +348,19 @@ def _point_metrics(probs: np.ndarray, labels: np.ndarray, qtype: str) -> dict[st
     return _item_point_metrics(compare_items(probs, labels, qtype), qtype)
 
 
-def _run_costs(con, run: dict, split: str) -> dict:
+def _run_costs(con, run: dict, split: str, memo: dict | None = None) -> dict:
+    """Items, calls, cost per 1,000 items and latency of ``run``'s rows on ``split``; ``memo``: figures
+    already read, by the rows they were read from (a calibrated view's are its run's rows)."""
+    key = (answer_source(con, run)[0], run["dataset"], int(run["dataset_version"]), split)
+    if memo is not None and key in memo:
+        return dict(memo[key])
+    out = _read_costs(con, run, split)
+    if memo is not None:
+        memo[key] = dict(out)
+    return out
+
+
+def _read_costs(con, run: dict, split: str) -> dict:
     row = con.execute(
         """WITH a AS (
                SELECT a.* FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
@@ -393,13 +405,13 @@ def _policy_at_options(
     over that split (:func:`_policy_test`, the same counts as ``thresholds_for_run``'s test pass) and
     the result is kept under ``"_result"`` until then.
     """
-    from workbench.workflows import _streams, thresholds_for_run
+    from workbench.workflows import thresholds_for_run
 
     try:
         if test_from_side:
             # the choice between the streamed and the in-memory path is the one thresholds_for_run
             # makes with its test split (the same calibrator fit, the same rule)
-            stream = _streams(con, run_id, question, [calibration_split, "test"], stream)
+            stream = _streams_on(con, get_run(con, run_id), question, [calibration_split, "test"], stream)
         result = thresholds_for_run(
             con,
             run_id,
@@ -415,6 +427,23 @@ def _policy_at_options(
     if test_from_side:
         out["_result"] = result
     return out
+
+
+def _streams_on(con, run: dict, question: str, splits: list[str], stream: bool | None) -> bool:
+    """:func:`workbench.evaluation._streams` of ``splits``, its row count summed split by split: the
+    keys read of each split is one the comparison reads anyway (shared by ``shared_keys``), where the
+    splits together would be a keys read of their own."""
+    from workbench.evaluation import stream_cells
+    from workbench.store.runs import count_answers
+
+    if stream is not None:
+        return stream
+    questions = load_stored_schema(con, run["schema_hash"]).questions
+    if question not in questions:  # the loader names the question and the run's questions
+        return False
+    k = len(option_ids(questions[question]))
+    n = sum(count_answers(con, run["run_id"], question, [s]) for s in dict.fromkeys(splits))
+    return n * max(k, 2) > stream_cells()
 
 
 def _policy_figures(result, options: ThresholdOptions) -> dict:
@@ -879,6 +908,7 @@ def compare_runs(
     curve_of: dict[tuple[str, str], Any] = {}
     #: question -> the baseline's row and (items, k, qtype), until its intervals are drawn
     waiting: dict[str, tuple[dict, tuple[CompareItems, int, str]]] = {}
+    cost_memo: dict = {}
 
     def _intervals(into: list[dict], sets: list[tuple[CompareItems, int, str]]) -> list[tuple[dict, dict]]:
         """Bootstrap intervals of runs with as many items (one draw of the counts for all: the same
@@ -893,7 +923,7 @@ def compare_runs(
 
     for run in ordered:
         schema = schemas[run["run_id"]]
-        costs = _run_costs(con, run, split)
+        costs = _run_costs(con, run, split, cost_memo)
         for q in qids:
             if q not in schema.questions:
                 continue
