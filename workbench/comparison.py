@@ -429,6 +429,55 @@ def _policy_at_options(
     return out
 
 
+def _policies(
+    con,
+    runs: list[dict],
+    question: str,
+    options: ThresholdOptions,
+    calibration_split: str,
+    stream: bool | None,
+    *,
+    test_from_side: bool,
+) -> list[dict]:
+    """:func:`_policy_at_options` of each run; streamed runs that read the same answer rows (a run and
+    its calibrated views) are prepared together, one pass of those rows serving all
+    (:func:`workbench.workflows.streamed_thresholds_many`: each run's result is the one it gets alone)."""
+    from workbench.workflows import streamed_thresholds_many
+
+    out: list[dict | None] = [None] * len(runs)
+    groups: dict[tuple, list[int]] = {}
+    for i, run in enumerate(runs):
+        if _streams_on(con, run, question, [calibration_split, "test"], stream):
+            groups.setdefault(_read_key(con, run), []).append(i)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        try:
+            results = streamed_thresholds_many(
+                con,
+                [runs[i]["run_id"] for i in members],
+                question,
+                options,
+                calibration_split,
+                None if test_from_side else "test",
+            )
+        except WorkbenchError:
+            continue  # each run alone: each gets its own error
+        for i, result in zip(members, results, strict=True):
+            fig = _policy_figures(result, options)
+            if test_from_side:
+                fig["_result"] = result
+            out[i] = fig
+    return [
+        fig
+        if fig is not None
+        else _policy_at_options(
+            con, run["run_id"], question, options, calibration_split, stream, test_from_side=test_from_side
+        )
+        for fig, run in zip(out, runs, strict=True)
+    ]
+
+
 def _streams_on(con, run: dict, question: str, splits: list[str], stream: bool | None) -> bool:
     """:func:`workbench.evaluation._streams` of ``splits``, its row count summed split by split: the
     keys read of each split is one the comparison reads anyway (shared by ``shared_keys``), where the
@@ -645,36 +694,61 @@ def stream_side(con, run_id: str, question: str, split: str, rule=None) -> _RunS
     memory is a few compact numbers per item plus one batch, never the (n, k) matrix nor the ids
     (they stay in DuckDB). Rows are written at their item-id positions, so the items equal the
     in-memory ones."""
-    from workbench.thresholds.evaluate import add_rule_counts
+    return stream_sides(con, [(run_id, rule)], question, split)[0]
 
-    run = get_run(con, run_id)
-    keys = load_answer_keys(con, run_id, question, [split], ids=False)  # names an unknown question
+
+def _read_key(con, run: dict) -> tuple:
+    """Runs with the same key read the same answer rows (:func:`workbench.workflows.read_together`)."""
+    return (answer_source(con, run)[0], run["dataset"], int(run["dataset_version"]), run["schema_hash"])
+
+
+def stream_sides(con, runs: Sequence[tuple[str, Any]], question: str, split: str) -> list[_RunSide]:
+    """:func:`stream_side` of several ``(run id, rule)`` that read the same answer rows (a run and its
+    calibrated views: :func:`workbench.workflows.read_together`), from one pass over those rows: each
+    batch is read once and turned into every run's items as that run reads it."""
+    from workbench.thresholds.evaluate import add_rule_counts
+    from workbench.workflows import _as_read, _transforms, read_together
+
+    source, calibrators = read_together(con, [r for r, _ in runs])
+    transforms = _transforms(calibrators, question)
+    run = get_run(con, runs[0][0])
+    keys = load_answer_keys(con, runs[0][0], question, [split], ids=False)  # names an unknown question
     q = load_stored_schema(con, run["schema_hash"]).questions[question]
     labels, failed = keys.labels.astype(np.int32), keys.failed
     del keys
     ok = ~failed & (labels >= 0)
     rows = np.flatnonzero(ok)
     index = np.cumsum(ok, dtype=np.int64) - 1  # position -> slot in items (valid where ok)
-    items = CompareItems.empty(rows.size, q.type, rule is not None)
-    items.labels = labels[rows]
+    every = []
+    for _, rule in runs:
+        items = CompareItems.empty(rows.size, q.type, rule is not None)
+        items.labels = labels[rows]
+        every.append(items)
     n_items, n_failed, n_gold = len(labels), int(failed.sum()), int((labels >= 0).sum())
     failed_labels = labels[failed & (labels >= 0)]
     del labels, failed
-    counts = None
-    for pos, batch in iter_answer_batches(con, run_id, question, [split]):
+    counts: list[dict | None] = [None] * len(runs)
+    for pos, batch in iter_answer_batches(con, source, question, [split]):
         keep = np.flatnonzero(ok[pos])
         # slices of the batch: the calibrator and the rule copy the rows they get a few times
         for start in range(0, keep.size, ITEM_ROWS):
             sub = keep[start : start + ITEM_ROWS]
-            part, part_counts = _items_counted(batch.probs[sub], batch.labels[sub], batch.qtype, None, rule)
-            items.put(index[pos[sub]], part)
-            if part_counts is not None:
-                counts = add_rule_counts(counts, part_counts)
-    if rule is not None and n_gold:
-        counts = _with_failed_rows(counts, failed_labels, len(option_ids(q)))
-    return _RunSide(
-        run_id, question, split, q.type, option_ids(q), n_items, n_failed, n_gold, rows, items, rule_counts=counts
-    )
+            raw, sub_labels, at = batch.probs[sub], batch.labels[sub], index[pos[sub]]
+            for i, (t, (_, rule)) in enumerate(zip(transforms, runs, strict=True)):
+                part, part_counts = _items_counted(_as_read(t, raw), sub_labels, batch.qtype, None, rule)
+                every[i].put(at, part)
+                if part_counts is not None:
+                    counts[i] = add_rule_counts(counts[i], part_counts)
+    sides = []
+    for (run_id, rule), items, c in zip(runs, every, counts, strict=True):
+        if rule is not None and n_gold:
+            c = _with_failed_rows(c, failed_labels, len(option_ids(q)))
+        sides.append(
+            _RunSide(
+                run_id, question, split, q.type, option_ids(q), n_items, n_failed, n_gold, rows, items, rule_counts=c
+            )
+        )
+    return sides
 
 
 _PAIR_SQL = """
@@ -892,15 +966,19 @@ def compare_runs(
     # the policies first: each streams its run on its own, before any run's items are held
     policies: dict[tuple[str, str], tuple[Any, Any]] = {}
     if policy:
-        for run in ordered:
-            for q in (q for q in qids if q in schemas[run["run_id"]].questions):
-                # on the test split, the rule is judged in the pass that reads the run's items
-                pol = _policy_at_options(
-                    con, run["run_id"], q, options, calibration_split, stream, test_from_side=split == "test"
-                )
+        for q in qids:
+            members = [run for run in ordered if q in schemas[run["run_id"]].questions]
+            # on the test split, the rule is judged in the pass that reads the run's items
+            for run, pol in zip(
+                members,
+                _policies(con, members, q, options, calibration_split, stream, test_from_side=split == "test"),
+                strict=True,
+            ):
                 rule = pol.pop("_rule", None)
                 calibrator = pol.pop("_calibrator", None)
                 policies[(run["run_id"], q)] = (None if rule is None else (rule, calibrator), pol)
+    #: (run id, question) -> its side, read in the pass of an earlier run that reads the same rows
+    read_ahead: dict[tuple[str, str], _RunSide] = {}
     base_sides: dict[str, _RunSide] = {}
     #: question -> (estimates, replicates) of the baseline's intervals (reused by exactly paired runs)
     base_reps: dict[str, tuple[dict, dict]] = {}
@@ -931,8 +1009,22 @@ def compare_runs(
             k = len(option_ids(schema.questions[q]))
             # the rule's decisions are gathered in the same pass as the metrics
             rule, pol = policies.get((run["run_id"], q), (None, None))
-            if _streams(con, run, q, [split], stream):
-                side = stream_side(con, run["run_id"], q, split, rule)
+            if (run["run_id"], q) in read_ahead:
+                side = read_ahead.pop((run["run_id"], q))
+            elif _streams(con, run, q, [split], stream):
+                # the later runs that read the same rows are read in the same pass (their sides wait)
+                together = [run] + [
+                    r
+                    for r in ordered[ordered.index(run) + 1 :]
+                    if q in schemas[r["run_id"]].questions
+                    and _read_key(con, r) == _read_key(con, run)
+                    and _streams(con, r, q, [split], stream)
+                ]
+                sides = stream_sides(
+                    con, [(r["run_id"], policies.get((r["run_id"], q), (None, None))[0]) for r in together], q, split
+                )
+                side = sides[0]
+                read_ahead.update({(r["run_id"], q): other for r, other in zip(together[1:], sides[1:], strict=True)})
             else:
                 side = _side_in_memory(con, run["run_id"], q, split, rule)
             items = side.items
