@@ -158,36 +158,29 @@ def streamed_prepare_many(
     index[certify] = np.arange(certify.size)
     certify_labels = keys.labels[certify]
     del certify
-    coords = []
-    for _ in run_ids:
-        x, y = np.full(certify_labels.size, np.nan), np.full(certify_labels.size, np.nan)
-        coords.append([np.full(certify_labels.size, -1, dtype=np.int32), x, y, ("x", "y")])
+    m = certify_labels.size
+    xs, ys = [np.full(m, np.nan) for _ in run_ids], [np.full(m, np.nan) for _ in run_ids]
+    predicted = [np.full(m, -1, dtype=np.int32) for _ in run_ids]
+    names = [("x", "y") for _ in run_ids]
     for pos, b in iter_answer_batches(con, source, question, [calibration_split]):
         rows = role[pos] == 0
         if not rows.any():
             continue
         at = index[pos[rows]]
-        for t, calibrator, (predicted, x, y, _), i in zip(transforms, fitted, coords, range(len(coords)), strict=True):
+        for i, (t, calibrator) in enumerate(zip(transforms, fitted, strict=True)):
             c = rule_coordinates(
                 qtype,
                 apply_calibrator(calibrator, _as_read(t, b.probs[rows])),
                 abstain_options=abstain_idx,
                 level=options.level,
             )
-            x[at], y[at], predicted[at] = c.x, c.y, c.predicted
-            coords[i][3] = (c.x_name, c.y_name)
+            xs[i][at], ys[i][at], predicted[i][at] = c.x, c.y, c.predicted
+            names[i] = (c.x_name, c.y_name)
     out = []
-    for calibrator, (predicted, x, y, names) in zip(fitted, coords, strict=True):
+    for i, calibrator in enumerate(fitted):
+        coords = RuleCoordinates(predicted[i], xs[i], ys[i], *names[i])
         prep = prepare_from_coordinates(
-            question,
-            qtype,
-            opt_ids,
-            abstain_idx,
-            calibrator,
-            n_fit,
-            RuleCoordinates(predicted, x, y, *names),
-            certify_labels,
-            options,
+            question, qtype, opt_ids, abstain_idx, calibrator, n_fit, coords, certify_labels, options
         )
         out.append((prep, keys, note))
     return out
