@@ -936,9 +936,13 @@ def compare_runs(
         :func:`workbench.figures.comparison_figure` draws), computed from the items: the figure then
         needs no probability matrix.
 
-    Memory: every run's policy is chosen first (its own streamed pass); then the runs are read one
+    Memory: every run's policy is chosen first (streamed runs that read the same answer rows — a run
+    and its calibrated views — share those passes: :func:`_policies`); then the runs are read one
     after the other, holding the baseline's items and one other run's (a few compact numbers per
-    item: :class:`CompareItems`); runs are paired by DuckDB on their item ids (:func:`_pairs`).
+    item: :class:`CompareItems`), plus the items of later runs that read the same rows as the one
+    being read (one pass serves them all: :func:`stream_sides`); runs are paired by DuckDB on their
+    item ids (:func:`_pairs`). The chosen rules are judged on the test split in that same pass, and the
+    baseline's bootstrap draws serve the next run of as many items (:func:`~workbench.metrics.bootstrap.bootstrap_shared`).
     """
     runs, exp = resolve_runs(con, names)
     settings = exp.compare if exp is not None else None
