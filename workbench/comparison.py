@@ -32,7 +32,13 @@ import pandas as pd
 
 from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError, WorkbenchError
-from workbench.metrics.bootstrap import bootstrap_many, mcnemar, paired_bootstrap, paired_from_replicates
+from workbench.metrics.bootstrap import (
+    bootstrap_many,
+    bootstrap_shared,
+    mcnemar,
+    paired_bootstrap,
+    paired_from_replicates,
+)
 from workbench.metrics.confusion import macro_f1_from_matrix
 from workbench.metrics.reliability import calibration_error, top_label
 from workbench.metrics.scores import _wmean, expected_level, item_brier, item_log_loss, item_rps
@@ -215,6 +221,14 @@ def compare_items(
 ) -> CompareItems:
     """:class:`CompareItems` of answered, labelled rows ``probs`` (m, k), ``labels`` (m,); ``rule``:
     ``(rule, calibrator dict or None)`` whose decisions are kept (:func:`_decide`)."""
+    return _items_counted(probs, labels, qtype, item_ids, rule)[0]
+
+
+def _items_counted(
+    probs: np.ndarray, labels: np.ndarray, qtype: str, item_ids: np.ndarray | None = None, rule=None
+) -> tuple[CompareItems, dict | None]:
+    """(:func:`compare_items`, the rule's :func:`~workbench.thresholds.evaluate.rule_counts` of these
+    rows, from the same decisions; None without a rule)."""
     conf, _ = top_label(probs, labels)
     out = CompareItems(
         item_ids=item_ids,
@@ -229,10 +243,30 @@ def compare_items(
         out.abs_level_error = np.abs(expected_level(probs) - np.asarray(labels))
     if qtype == "noul":
         out.p_yes = np.asarray(probs[:, 0], dtype=float)
+    counts = None
     if rule is not None:
-        dec = _decide(rule, probs)
+        from workbench.thresholds.evaluate import confusion_with_review
+
+        dec, n_nonfinite = _decide_counted(rule, probs)
         out.accepted, out.option = np.asarray(dec.accepted, dtype=bool), np.asarray(dec.option, dtype=np.int32)
-    return out
+        k = probs.shape[1]
+        counts = {
+            "confusion": confusion_with_review(labels, out.accepted, out.option, k),
+            "n_items": int(probs.shape[0]),
+            "n_failed": n_nonfinite,
+        }
+    return out, counts
+
+
+def _with_failed_rows(counts: dict | None, failed_labels: np.ndarray, k: int) -> dict | None:
+    """``counts`` of the answered, labelled rows plus the failed labelled rows (labels ``failed_labels``):
+    a failure is never accepted (its row is NaN), so it is counted under review, as failed."""
+    n = int(failed_labels.size)
+    if counts is None:
+        counts = {"confusion": np.zeros((k, k + 1), dtype=np.int64), "n_items": 0, "n_failed": 0}
+    confusion = counts["confusion"].copy()
+    confusion[:, k] += np.bincount(np.asarray(failed_labels, dtype=np.int64), minlength=k)[:k]
+    return {"confusion": confusion, "n_items": counts["n_items"] + n, "n_failed": counts["n_failed"] + n}
 
 
 def _item_stats(items: CompareItems, k: int, qtype: str = "choice"):
@@ -240,27 +274,52 @@ def _item_stats(items: CompareItems, k: int, qtype: str = "choice"):
 
     The same sums as :func:`workbench.metrics.scores.accuracy`, ``log_loss``, ``brier_score``, … on
     the matrix the items came from."""
-    correct = (items.pred == items.labels).astype(float)
+    stats = _items_stats([(items, k, qtype)])
+    return lambda w: stats(w)[0]
+
+
+def _items_stats(sets: Sequence[tuple[CompareItems, int, str]]):
+    """:func:`_item_stats` of several runs' items (``(items, k, qtype)`` each) as one function of the
+    resampling counts ``w`` returning one dict per run (for :func:`~workbench.metrics.bootstrap.bootstrap_shared`):
+    Σw is summed once, and runs whose items fall in the same confusion cells (a recalibration that
+    keeps every arg-max) share one weighted count of them. Each dict holds exactly the numbers
+    ``_item_stats`` of that run gives."""
     # confusion cell of each item (as :func:`~workbench.metrics.confusion.confusion_matrix` numbers
     # them): one bincount per replicate, no per-replicate casts of the int32 labels and predictions
-    cell = items.labels.astype(np.int64) * (k + 1) + items.pred
+    cells: list[np.ndarray] = []
+    same_as: list[int] = []  # per run: the first run with the same cells (itself when none)
+    for i, (items, k, _) in enumerate(sets):
+        cell = items.labels.astype(np.int64) * (k + 1) + items.pred
+        same_as.append(
+            next(
+                (j for j in range(i) if sets[j][1] == k and np.array_equal(cells[j], cell)),
+                i,
+            )
+        )
+        cells.append(cells[same_as[i]] if same_as[i] != i else cell)
 
-    n = len(correct)
-
-    def stats(w: np.ndarray | None) -> dict[str, float]:
-        counts = np.bincount(cell, weights=w, minlength=k * (k + 1)).reshape(k, k + 1)[:, :k]
+    def stats(w: np.ndarray | None) -> list[dict[str, float]]:
         total = float(w.sum()) if w is not None else None  # Σw once (each mean would sum it again)
-        out = {
-            # hits are the confusion matrix's diagonal: with integer resampling counts, exactly Σ w·correct
-            "accuracy": float(np.trace(counts) / (total if total is not None else n)) if n else float("nan"),
-            "macro_f1": macro_f1_from_matrix(counts.astype(float)),
-            "log_loss": _wmean(items.log_loss, w, total),
-            "brier": _wmean(items.brier, w, total),
-        }
-        if qtype == "score":
-            assert items.rps is not None and items.abs_level_error is not None
-            out["rps"] = _wmean(items.rps, w, total)
-            out["mae_expected_level"] = _wmean(items.abs_level_error, w, total)
+        counted: dict[int, np.ndarray] = {}
+        out = []
+        for i, (items, k, qtype) in enumerate(sets):
+            j = same_as[i]
+            if j not in counted:
+                counted[j] = np.bincount(cells[j], weights=w, minlength=k * (k + 1)).reshape(k, k + 1)[:, :k]
+            counts = counted[j]
+            n = len(items.labels)
+            fig = {
+                # hits are the confusion matrix's diagonal: with integer resampling counts, exactly Σ w·correct
+                "accuracy": float(np.trace(counts) / (total if total is not None else n)) if n else float("nan"),
+                "macro_f1": macro_f1_from_matrix(counts.astype(float)),
+                "log_loss": _wmean(items.log_loss, w, total),
+                "brier": _wmean(items.brier, w, total),
+            }
+            if qtype == "score":
+                assert items.rps is not None and items.abs_level_error is not None
+                fig["rps"] = _wmean(items.rps, w, total)
+                fig["mae_expected_level"] = _wmean(items.abs_level_error, w, total)
+            out.append(fig)
         return out
 
     return stats
@@ -289,7 +348,19 @@ def _point_metrics(probs: np.ndarray, labels: np.ndarray, qtype: str) -> dict[st
     return _item_point_metrics(compare_items(probs, labels, qtype), qtype)
 
 
-def _run_costs(con, run: dict, split: str) -> dict:
+def _run_costs(con, run: dict, split: str, memo: dict | None = None) -> dict:
+    """Items, calls, cost per 1,000 items and latency of ``run``'s rows on ``split``; ``memo``: figures
+    already read, by the rows they were read from (a calibrated view's are its run's rows)."""
+    key = (answer_source(con, run)[0], run["dataset"], int(run["dataset_version"]), split)
+    if memo is not None and key in memo:
+        return dict(memo[key])
+    out = _read_costs(con, run, split)
+    if memo is not None:
+        memo[key] = dict(out)
+    return out
+
+
+def _read_costs(con, run: dict, split: str) -> dict:
     row = con.execute(
         """WITH a AS (
                SELECT a.* FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
@@ -317,19 +388,116 @@ def _run_costs(con, run: dict, split: str) -> dict:
 
 
 def _policy_at_options(
-    con, run_id: str, question: str, options: ThresholdOptions, calibration_split: str, stream: bool | None = None
+    con,
+    run_id: str,
+    question: str,
+    options: ThresholdOptions,
+    calibration_split: str,
+    stream: bool | None = None,
+    *,
+    test_from_side: bool = False,
 ) -> dict:
     """Coverage and error on the comparison split at the rule ``options`` choose on the calibration split.
 
     The same call as ``workbench thresholds`` (:func:`workbench.workflows.thresholds_for_run`), so
-    with the same options the figures are the same as there.
+    with the same options the figures are the same as there. ``test_from_side``: the rule is chosen
+    without reading the test split; its test figures are then counted in the comparison's own pass
+    over that split (:func:`_policy_test`, the same counts as ``thresholds_for_run``'s test pass) and
+    the result is kept under ``"_result"`` until then.
     """
     from workbench.workflows import thresholds_for_run
 
     try:
-        result = thresholds_for_run(con, run_id, question, options, calibration_split=calibration_split, stream=stream)
+        if test_from_side:
+            # the choice between the streamed and the in-memory path is the one thresholds_for_run
+            # makes with its test split (the same calibrator fit, the same rule)
+            stream = _streams_on(con, get_run(con, run_id), question, [calibration_split, "test"], stream)
+        result = thresholds_for_run(
+            con,
+            run_id,
+            question,
+            options,
+            calibration_split=calibration_split,
+            test_split=None if test_from_side else "test",
+            stream=stream,
+        )
     except WorkbenchError as exc:
         return {"not_chosen": str(exc)}
+    out = _policy_figures(result, options)
+    if test_from_side:
+        out["_result"] = result
+    return out
+
+
+def _policies(
+    con,
+    runs: list[dict],
+    question: str,
+    options: ThresholdOptions,
+    calibration_split: str,
+    stream: bool | None,
+    *,
+    test_from_side: bool,
+) -> list[dict]:
+    """:func:`_policy_at_options` of each run; streamed runs that read the same answer rows (a run and
+    its calibrated views) are prepared together, one pass of those rows serving all
+    (:func:`workbench.workflows.streamed_thresholds_many`: each run's result is the one it gets alone)."""
+    from workbench.workflows import streamed_thresholds_many
+
+    out: list[dict | None] = [None] * len(runs)
+    groups: dict[tuple, list[int]] = {}
+    for i, run in enumerate(runs):
+        if _streams_on(con, run, question, [calibration_split, "test"], stream):
+            groups.setdefault(_read_key(con, run), []).append(i)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        try:
+            results = streamed_thresholds_many(
+                con,
+                [runs[i]["run_id"] for i in members],
+                question,
+                options,
+                calibration_split,
+                None if test_from_side else "test",
+            )
+        except WorkbenchError:
+            continue  # each run alone: each gets its own error
+        for i, result in zip(members, results, strict=True):
+            fig = _policy_figures(result, options)
+            if test_from_side:
+                fig["_result"] = result
+            out[i] = fig
+    return [
+        fig
+        if fig is not None
+        else _policy_at_options(
+            con, run["run_id"], question, options, calibration_split, stream, test_from_side=test_from_side
+        )
+        for fig, run in zip(out, runs, strict=True)
+    ]
+
+
+def _streams_on(con, run: dict, question: str, splits: list[str], stream: bool | None) -> bool:
+    """:func:`workbench.evaluation._streams` of ``splits``, its row count summed split by split: the
+    keys read of each split is one the comparison reads anyway (shared by ``shared_keys``), where the
+    splits together would be a keys read of their own."""
+    from workbench.evaluation import stream_cells
+    from workbench.store.runs import count_answers
+
+    if stream is not None:
+        return stream
+    questions = load_stored_schema(con, run["schema_hash"]).questions
+    if question not in questions:  # the loader names the question and the run's questions
+        return False
+    k = len(option_ids(questions[question]))
+    n = sum(count_answers(con, run["run_id"], question, [s]) for s in dict.fromkeys(splits))
+    return n * max(k, 2) > stream_cells()
+
+
+def _policy_figures(result, options: ThresholdOptions) -> dict:
+    """What compare reports of a :class:`~workbench.thresholds.choose.ThresholdResult` (test figures
+    from ``result.test``), with the rule and calibrator under ``"_rule"`` / ``"_calibrator"``."""
     t = result.test or {}
     return {
         "objective": options.objective,
@@ -347,15 +515,37 @@ def _policy_at_options(
     }
 
 
+def _policy_test(result, options: ThresholdOptions, counts: dict | None) -> dict:
+    """:func:`_policy_figures` of ``result`` judged on the test split from the side's rule counts
+    (:func:`~workbench.thresholds.evaluate.rule_counts` summed over its labelled rows, as
+    ``thresholds_for_run`` judges it; None: no labelled row, no test report)."""
+    from workbench.thresholds.choose import _test_risks
+    from workbench.thresholds.evaluate import rule_report_from_counts
+
+    if counts is not None:
+        result.test = rule_report_from_counts(counts, option_ids=result.option_ids, confidence=options.confidence)
+        result.test_risks = _test_risks(result.test, options, result.option_ids)
+    out = _policy_figures(result, options)
+    out.pop("_rule"), out.pop("_calibrator")
+    return out
+
+
 def _decide(rule_and_calibrator: tuple, probs: np.ndarray):
     """The rule's decisions on ``probs`` after the calibrator it was chosen with (as a policy applies it)."""
+    return _decide_counted(rule_and_calibrator, probs)[0]
+
+
+def _decide_counted(rule_and_calibrator: tuple, probs: np.ndarray):
+    """(:func:`_decide`'s decisions, how many rows are not finite after the calibrator): what
+    :func:`~workbench.thresholds.evaluate.rule_counts` counts as failed."""
     from workbench.metrics.recalibrate import calibrator_from_dict
     from workbench.thresholds.choose import apply_calibrator
 
     rule, calibrator = rule_and_calibrator
     if calibrator is not None:
         probs = apply_calibrator(calibrator_from_dict(calibrator), probs)
-    return rule.decide(probs)
+    probs = np.atleast_2d(np.asarray(probs, dtype=float))
+    return rule.decide(probs), int((~np.isfinite(probs).all(axis=1)).sum())
 
 
 def _paired(
@@ -450,6 +640,9 @@ class _RunSide:
     labelled: np.ndarray  # (m,) int64 positions (item-id order) of the rows in items
     items: CompareItems
     keys: RunAnswers | None = None
+    #: with a rule: its :func:`~workbench.thresholds.evaluate.rule_counts` over the labelled rows
+    #: (answered or failed), what ``thresholds_for_run`` counts on the same split (None: no labelled row)
+    rule_counts: dict | None = None
 
     def get_keys(self, con) -> RunAnswers:
         if self.keys is None:
@@ -467,11 +660,14 @@ class _RunSide:
 def _side_in_memory(con, run_id: str, question: str, split: str, rule) -> _RunSide:
     ans = load_answers(con, run_id, question, [split])
     rows = np.flatnonzero(~ans.failed & (ans.labels >= 0))
+    counts = None
     if rows.size == 0:
         items = CompareItems.empty(0, ans.qtype, rule is not None)
         items.item_ids = ans.item_ids[rows]
     else:
-        items = compare_items(ans.probs[rows], ans.labels[rows], ans.qtype, ans.item_ids[rows], rule)
+        items, counts = _items_counted(ans.probs[rows], ans.labels[rows], ans.qtype, ans.item_ids[rows], rule)
+    if rule is not None and (ans.labels >= 0).any():
+        counts = _with_failed_rows(counts, ans.labels[ans.failed & (ans.labels >= 0)], len(ans.option_ids))
     ans.probs = np.zeros((len(ans.labels), 0))  # the items hold what the comparison needs
     return _RunSide(
         run_id,
@@ -485,6 +681,7 @@ def _side_in_memory(con, run_id: str, question: str, split: str, rule) -> _RunSi
         labelled=rows,
         items=items,
         keys=ans,
+        rule_counts=counts,
     )
 
 
@@ -497,26 +694,61 @@ def stream_side(con, run_id: str, question: str, split: str, rule=None) -> _RunS
     memory is a few compact numbers per item plus one batch, never the (n, k) matrix nor the ids
     (they stay in DuckDB). Rows are written at their item-id positions, so the items equal the
     in-memory ones."""
-    run = get_run(con, run_id)
-    keys = load_answer_keys(con, run_id, question, [split], ids=False)  # names an unknown question
+    return stream_sides(con, [(run_id, rule)], question, split)[0]
+
+
+def _read_key(con, run: dict) -> tuple:
+    """Runs with the same key read the same answer rows (:func:`workbench.workflows.read_together`)."""
+    return (answer_source(con, run)[0], run["dataset"], int(run["dataset_version"]), run["schema_hash"])
+
+
+def stream_sides(con, runs: Sequence[tuple[str, Any]], question: str, split: str) -> list[_RunSide]:
+    """:func:`stream_side` of several ``(run id, rule)`` that read the same answer rows (a run and its
+    calibrated views: :func:`workbench.workflows.read_together`), from one pass over those rows: each
+    batch is read once and turned into every run's items as that run reads it."""
+    from workbench.thresholds.evaluate import add_rule_counts
+    from workbench.workflows import _as_read, _transforms, read_together
+
+    source, calibrators = read_together(con, [r for r, _ in runs])
+    transforms = _transforms(calibrators, question)
+    run = get_run(con, runs[0][0])
+    keys = load_answer_keys(con, runs[0][0], question, [split], ids=False)  # names an unknown question
     q = load_stored_schema(con, run["schema_hash"]).questions[question]
     labels, failed = keys.labels.astype(np.int32), keys.failed
     del keys
     ok = ~failed & (labels >= 0)
     rows = np.flatnonzero(ok)
     index = np.cumsum(ok, dtype=np.int64) - 1  # position -> slot in items (valid where ok)
-    items = CompareItems.empty(rows.size, q.type, rule is not None)
-    items.labels = labels[rows]
+    every = []
+    for _, rule in runs:
+        items = CompareItems.empty(rows.size, q.type, rule is not None)
+        items.labels = labels[rows]
+        every.append(items)
     n_items, n_failed, n_gold = len(labels), int(failed.sum()), int((labels >= 0).sum())
+    failed_labels = labels[failed & (labels >= 0)]
     del labels, failed
-    for pos, batch in iter_answer_batches(con, run_id, question, [split]):
+    counts: list[dict | None] = [None] * len(runs)
+    for pos, batch in iter_answer_batches(con, source, question, [split]):
         keep = np.flatnonzero(ok[pos])
         # slices of the batch: the calibrator and the rule copy the rows they get a few times
         for start in range(0, keep.size, ITEM_ROWS):
             sub = keep[start : start + ITEM_ROWS]
-            part = compare_items(batch.probs[sub], batch.labels[sub], batch.qtype, None, rule)
-            items.put(index[pos[sub]], part)
-    return _RunSide(run_id, question, split, q.type, option_ids(q), n_items, n_failed, n_gold, rows, items)
+            raw, sub_labels, at = batch.probs[sub], batch.labels[sub], index[pos[sub]]
+            for i, (t, (_, rule)) in enumerate(zip(transforms, runs, strict=True)):
+                part, part_counts = _items_counted(_as_read(t, raw), sub_labels, batch.qtype, None, rule)
+                every[i].put(at, part)
+                if part_counts is not None:
+                    counts[i] = add_rule_counts(counts[i], part_counts)
+    sides = []
+    for (run_id, rule), items, c in zip(runs, every, counts, strict=True):
+        if rule is not None and n_gold:
+            c = _with_failed_rows(c, failed_labels, len(option_ids(q)))
+        sides.append(
+            _RunSide(
+                run_id, question, split, q.type, option_ids(q), n_items, n_failed, n_gold, rows, items, rule_counts=c
+            )
+        )
+    return sides
 
 
 _PAIR_SQL = """
@@ -704,9 +936,13 @@ def compare_runs(
         :func:`workbench.figures.comparison_figure` draws), computed from the items: the figure then
         needs no probability matrix.
 
-    Memory: every run's policy is chosen first (its own streamed pass); then the runs are read one
+    Memory: every run's policy is chosen first (streamed runs that read the same answer rows — a run
+    and its calibrated views — share those passes: :func:`_policies`); then the runs are read one
     after the other, holding the baseline's items and one other run's (a few compact numbers per
-    item: :class:`CompareItems`); runs are paired by DuckDB on their item ids (:func:`_pairs`).
+    item: :class:`CompareItems`), plus the items of later runs that read the same rows as the one
+    being read (one pass serves them all: :func:`stream_sides`); runs are paired by DuckDB on their
+    item ids (:func:`_pairs`). The chosen rules are judged on the test split in that same pass, and the
+    baseline's bootstrap draws serve the next run of as many items (:func:`~workbench.metrics.bootstrap.bootstrap_shared`).
     """
     runs, exp = resolve_runs(con, names)
     settings = exp.compare if exp is not None else None
@@ -734,20 +970,42 @@ def compare_runs(
     # the policies first: each streams its run on its own, before any run's items are held
     policies: dict[tuple[str, str], tuple[Any, Any]] = {}
     if policy:
-        for run in ordered:
-            for q in (q for q in qids if q in schemas[run["run_id"]].questions):
-                pol = _policy_at_options(con, run["run_id"], q, options, calibration_split, stream)
+        for q in qids:
+            members = [run for run in ordered if q in schemas[run["run_id"]].questions]
+            # on the test split, the rule is judged in the pass that reads the run's items
+            for run, pol in zip(
+                members,
+                _policies(con, members, q, options, calibration_split, stream, test_from_side=split == "test"),
+                strict=True,
+            ):
                 rule = pol.pop("_rule", None)
                 calibrator = pol.pop("_calibrator", None)
                 policies[(run["run_id"], q)] = (None if rule is None else (rule, calibrator), pol)
+    #: (run id, question) -> its side, read in the pass of an earlier run that reads the same rows
+    read_ahead: dict[tuple[str, str], _RunSide] = {}
     base_sides: dict[str, _RunSide] = {}
     #: question -> (estimates, replicates) of the baseline's intervals (reused by exactly paired runs)
     base_reps: dict[str, tuple[dict, dict]] = {}
     rows = []
     curve_of: dict[tuple[str, str], Any] = {}
+    #: question -> the baseline's row and (items, k, qtype), until its intervals are drawn
+    waiting: dict[str, tuple[dict, tuple[CompareItems, int, str]]] = {}
+    cost_memo: dict = {}
+
+    def _intervals(into: list[dict], sets: list[tuple[CompareItems, int, str]]) -> list[tuple[dict, dict]]:
+        """Bootstrap intervals of runs with as many items (one draw of the counts for all: the same
+        counts each run's own :func:`bootstrap_many` draws), written to their rows' ``metrics``;
+        returns each run's (estimates, replicates)."""
+        got = bootstrap_shared(_items_stats(sets), len(sets[0][0].labels), n_boot=n_boot, seed=seed, level=level)
+        out = []
+        for row_, (ci, kept) in zip(into, got, strict=True):
+            row_["metrics"] = {name: iv.to_dict() for name, iv in ci.items()}
+            out.append(({name: iv.estimate for name, iv in ci.items()}, kept))
+        return out
+
     for run in ordered:
         schema = schemas[run["run_id"]]
-        costs = _run_costs(con, run, split)
+        costs = _run_costs(con, run, split, cost_memo)
         for q in qids:
             if q not in schema.questions:
                 continue
@@ -755,8 +1013,22 @@ def compare_runs(
             k = len(option_ids(schema.questions[q]))
             # the rule's decisions are gathered in the same pass as the metrics
             rule, pol = policies.get((run["run_id"], q), (None, None))
-            if _streams(con, run, q, [split], stream):
-                side = stream_side(con, run["run_id"], q, split, rule)
+            if (run["run_id"], q) in read_ahead:
+                side = read_ahead.pop((run["run_id"], q))
+            elif _streams(con, run, q, [split], stream):
+                # the later runs that read the same rows are read in the same pass (their sides wait)
+                together = [run] + [
+                    r
+                    for r in ordered[ordered.index(run) + 1 :]
+                    if q in schemas[r["run_id"]].questions
+                    and _read_key(con, r) == _read_key(con, run)
+                    and _streams(con, r, q, [split], stream)
+                ]
+                sides = stream_sides(
+                    con, [(r["run_id"], policies.get((r["run_id"], q), (None, None))[0]) for r in together], q, split
+                )
+                side = sides[0]
+                read_ahead.update({(r["run_id"], q): other for r, other in zip(together[1:], sides[1:], strict=True)})
             else:
                 side = _side_in_memory(con, run["run_id"], q, split, rule)
             items = side.items
@@ -777,25 +1049,35 @@ def compare_runs(
                 "cost": costs,
             }
             reps: tuple[dict, dict] | None = None
-            if n_lab:
-                ci, kept = bootstrap_many(
-                    _item_stats(items, k, qtype), n_lab, n_boot=n_boot, seed=seed, level=level, keep_replicates=True
+            is_base = run["run_id"] == base["run_id"]
+            if not is_base and q in waiting:  # the baseline's intervals, with this run's when of its size
+                wait_row, wait_set = waiting.pop(q)
+                join = bool(n_lab) and len(wait_set[0].labels) == n_lab
+                got = _intervals(
+                    [wait_row, row] if join else [wait_row], [wait_set, (items, k, qtype)] if join else [wait_set]
                 )
-                reps = ({name: iv.estimate for name, iv in ci.items()}, kept)
-                row["metrics"] = {name: iv.to_dict() for name, iv in ci.items()}
+                base_reps[q] = got[0]
+                if join:
+                    reps = got[1]
+            if n_lab:
+                if is_base:  # drawn with the next run of the same size (the same counts): one draw for both
+                    row["metrics"] = None
+                    waiting[q] = (row, (items, k, qtype))
+                elif reps is None:
+                    reps = _intervals([row], [(items, k, qtype)])[0]
                 point = _item_point_metrics(items, qtype)
                 row["ece"] = point.pop("ece")
                 row["point_metrics"] = point
+            if pol is not None and "_result" in pol:
+                pol = _policy_test(pol["_result"], options, side.rule_counts)
             if pol is not None:
                 row["policy"] = pol
             if curves:
                 curve_of[(run["run_id"], q)] = side.curve()
             base_side = base_sides.get(q)
             pairs = None
-            if run["run_id"] == base["run_id"]:
+            if is_base:
                 base_sides[q] = side
-                if reps is not None:
-                    base_reps[q] = reps
             elif base_side is not None and option_ids(schema.questions[q]) == base_side.option_ids:
                 pairs = _pairs(con, base_side, side)
                 pa, pb = _aligned(base_side.items, items, *pairs)
@@ -835,6 +1117,8 @@ def compare_runs(
             }
             rows.append(row)
             del side, items, pairs  # one other run's items at a time
+    for wait_row, wait_set in waiting.values():  # baselines compared with no run of their size
+        _intervals([wait_row], [wait_set])
     return Comparison(
         dataset=base["dataset"],
         split=split,

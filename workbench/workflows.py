@@ -75,6 +75,43 @@ def streamed_prepare(
     """``(prepared question, keys-only calibration answers, note or None)``: what
     :func:`~workbench.thresholds.choose.prepare_question` builds, from a run read in batches
     (see :func:`streamed_thresholds`)."""
+    return streamed_prepare_many(con, [run_id], question, options, calibration_split)[0]
+
+
+def read_together(con, run_ids: Sequence[str]) -> tuple[str, list]:
+    """``(run whose rows all of ``run_ids`` read, each run's on-read transform (n, k) -> (n, k) of
+    ``question``'s probabilities or None)`` as a function of the question, for runs one streamed pass
+    can serve: a run and its calibrated views (:func:`~workbench.store.runs.answer_source`) on one
+    dataset version and schema. Raises ``ValueError`` for runs that read different rows."""
+    from workbench.store.runs import answer_source, get_run
+
+    runs = [get_run(con, r) for r in run_ids]
+    sources = [answer_source(con, r) for r in runs]
+    shared = {(s, r["dataset"], int(r["dataset_version"]), r["schema_hash"]) for (s, _), r in zip(sources, runs)}
+    if len(shared) != 1:
+        raise ValueError(f"runs {', '.join(run_ids)} do not read the same answer rows")
+    return sources[0][0], [c for _, c in sources]
+
+
+def _transforms(calibrators: list, question: str) -> list:
+    """Each run's on-read transform of ``question`` (None: its rows are read as stored)."""
+    from workbench.store.runs import _on_read_transform  # the transform iter_answer_batches applies
+
+    return [_on_read_transform(c, question) for c in calibrators]
+
+
+def _as_read(transform, probs: np.ndarray) -> np.ndarray:
+    """``probs`` (rows of the answer source) as the run reads them."""
+    return probs if transform is None else transform(probs)
+
+
+def streamed_prepare_many(
+    con, run_ids: Sequence[str], question: str, options: ThresholdOptions, calibration_split: str = "calibration"
+) -> list:
+    """:func:`streamed_prepare` of several runs that read the same answer rows (a run and its
+    calibrated views, :func:`read_together`), from one pass of their rows per step: the carve's rows
+    are gathered once (each run fits its calibrator on them as it reads them) and one pass computes
+    every run's rule coordinates. Each run's result is the one :func:`streamed_prepare` gives it alone."""
     from workbench.evaluation import FIT_ROWS_MAX
     from workbench.store.runs import gather_answer_rows, iter_answer_batches, load_answer_keys
     from workbench.thresholds.choose import (
@@ -86,7 +123,10 @@ def streamed_prepare(
     )
     from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
 
-    keys = load_answer_keys(con, run_id, question, [calibration_split], ids=False)
+    source, calibrators = read_together(con, run_ids)
+    transforms = _transforms(calibrators, question)
+    # the keys read is the source's (every run reads the same rows, ids, splits and gold labels)
+    keys = load_answer_keys(con, run_ids[0], question, [calibration_split], ids=False)
     opt_ids, qtype, k = list(keys.option_ids), keys.qtype, len(keys.option_ids)
     labelled = np.flatnonzero(keys.labels >= 0)  # positions of the rows the in-memory path keeps
     abstain_idx = check_question(question, qtype, opt_ids, labelled.size, options)
@@ -106,11 +146,11 @@ def streamed_prepare(
                 f"the calibrator was fitted on a seeded sample of {FIT_ROWS_MAX:,} of the {n_fit:,} rows "
                 "of its carve (the run is streamed)"
             )
-        probs, labels = gather_answer_rows(con, run_id, question, calibration_split, fit_rows)
-        calibrator = _fit_calibrator(options.calibrate, probs, labels)
+        probs, labels = gather_answer_rows(con, source, question, calibration_split, fit_rows)
+        fitted = [_fit_calibrator(options.calibrate, _as_read(t, probs), labels) for t in transforms]
         del probs, labels
     else:
-        calibrator = _fit_calibrator("none", np.zeros((0, k)), np.zeros(0, int))
+        fitted = [_fit_calibrator("none", np.zeros((0, k)), np.zeros(0, int)) for _ in transforms]
         fit_rows = None
     del labelled, carve, fit_rows
     certify = np.flatnonzero(role == 0)
@@ -118,24 +158,32 @@ def streamed_prepare(
     index[certify] = np.arange(certify.size)
     certify_labels = keys.labels[certify]
     del certify
-    x, y = np.full(certify_labels.size, np.nan), np.full(certify_labels.size, np.nan)
-    predicted = np.full(certify_labels.size, -1, dtype=np.int32)
-    names = ("x", "y")
-    for pos, b in iter_answer_batches(con, run_id, question, [calibration_split]):
+    m = certify_labels.size
+    xs, ys = [np.full(m, np.nan) for _ in run_ids], [np.full(m, np.nan) for _ in run_ids]
+    predicted = [np.full(m, -1, dtype=np.int32) for _ in run_ids]
+    names = [("x", "y") for _ in run_ids]
+    for pos, b in iter_answer_batches(con, source, question, [calibration_split]):
         rows = role[pos] == 0
         if not rows.any():
             continue
-        c = rule_coordinates(
-            qtype, apply_calibrator(calibrator, b.probs[rows]), abstain_options=abstain_idx, level=options.level
-        )
         at = index[pos[rows]]
-        x[at], y[at], predicted[at] = c.x, c.y, c.predicted
-        names = (c.x_name, c.y_name)
-    coords = RuleCoordinates(predicted, x, y, *names)
-    prep = prepare_from_coordinates(
-        question, qtype, opt_ids, abstain_idx, calibrator, n_fit, coords, certify_labels, options
-    )
-    return prep, keys, note
+        for i, (t, calibrator) in enumerate(zip(transforms, fitted, strict=True)):
+            c = rule_coordinates(
+                qtype,
+                apply_calibrator(calibrator, _as_read(t, b.probs[rows])),
+                abstain_options=abstain_idx,
+                level=options.level,
+            )
+            xs[i][at], ys[i][at], predicted[i][at] = c.x, c.y, c.predicted
+            names[i] = (c.x_name, c.y_name)
+    out = []
+    for i, calibrator in enumerate(fitted):
+        coords = RuleCoordinates(predicted[i], xs[i], ys[i], *names[i])
+        prep = prepare_from_coordinates(
+            question, qtype, opt_ids, abstain_idx, calibrator, n_fit, coords, certify_labels, options
+        )
+        out.append((prep, keys, note))
+    return out
 
 
 def streamed_thresholds(
@@ -156,27 +204,46 @@ def streamed_thresholds(
     (:func:`~workbench.thresholds.evaluate.rule_counts`). With a carve of at most
     :data:`workbench.evaluation.FIT_ROWS_MAX` rows every figure equals the in-memory path's.
     """
+    return streamed_thresholds_many(con, [run_id], question, options, calibration_split, test_split)[0]
+
+
+def streamed_thresholds_many(
+    con,
+    run_ids: Sequence[str],
+    question: str,
+    options: ThresholdOptions,
+    calibration_split: str = "calibration",
+    test_split: str | None = "test",
+) -> list[ThresholdResult]:
+    """:func:`streamed_thresholds` of several runs that read the same answer rows (:func:`read_together`),
+    each pass over those rows serving every run (:func:`streamed_prepare_many`); each run's result is
+    the one ``streamed_thresholds`` gives it alone."""
     from workbench.store.runs import iter_answer_batches
     from workbench.thresholds.choose import _finish, _test_risks, apply_calibrator, select_prepared
     from workbench.thresholds.evaluate import add_rule_counts, rule_counts, rule_report_from_counts
 
-    prep, keys, note = streamed_prepare(con, run_id, question, options, calibration_split)
-    calibrator, opt_ids = prep.calibrator, prep.option_ids
-    sel = select_prepared(prep, options, keys)
-    if note:
-        sel.notes.append(note)
-    result = _finish(prep, sel, options, keys, None)
+    results = []
+    for prep, keys, note in streamed_prepare_many(con, run_ids, question, options, calibration_split):
+        sel = select_prepared(prep, options, keys)
+        if note:
+            sel.notes.append(note)
+        results.append((prep, _finish(prep, sel, options, keys, None)))
     if test_split:
-        counts = None
-        for _, b in iter_answer_batches(con, run_id, question, [test_split]):
+        source, calibrators = read_together(con, run_ids)
+        transforms = _transforms(calibrators, question)
+        counts: list[dict | None] = [None] * len(results)
+        for _, b in iter_answer_batches(con, source, question, [test_split]):
             rows = b.labels >= 0
-            if rows.any():
-                probs = apply_calibrator(calibrator, b.probs[rows])
-                counts = add_rule_counts(counts, rule_counts(result.rule, probs, b.labels[rows]))
-        if counts is not None:
-            result.test = rule_report_from_counts(counts, option_ids=opt_ids, confidence=options.confidence)
-            result.test_risks = _test_risks(result.test, options, opt_ids)
-    return result
+            if not rows.any():
+                continue
+            for i, (t, (prep, result)) in enumerate(zip(transforms, results, strict=True)):
+                probs = apply_calibrator(prep.calibrator, _as_read(t, b.probs[rows]))
+                counts[i] = add_rule_counts(counts[i], rule_counts(result.rule, probs, b.labels[rows]))
+        for (prep, result), c in zip(results, counts, strict=True):
+            if c is not None:
+                result.test = rule_report_from_counts(c, option_ids=prep.option_ids, confidence=options.confidence)
+                result.test_risks = _test_risks(result.test, options, prep.option_ids)
+    return [result for _, result in results]
 
 
 def split_calibrator(con, run_id: str, question: str, method: str, *, seed: int = 0):

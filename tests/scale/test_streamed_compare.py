@@ -173,3 +173,70 @@ def test_the_risk_coverage_figure_from_the_items_is_the_figure_from_the_matrices
     assert got_curve.n_total == int((ans.labels >= 0).sum()) > int((~ans.failed & (ans.labels >= 0)).sum())
     assert np.array_equal(got_curve.coverage, ref.coverage) and np.array_equal(got_curve.risk, ref.risk)
     assert got_curve.aurc == pytest.approx(ref.aurc, abs=1e-12)
+
+
+def _counting_passes(monkeypatch) -> list[str]:
+    """Every streamed pass over a run's rows (the run read) from now on, in order."""
+    read = store_runs.iter_answer_batches
+    passes: list[str] = []
+
+    def counted(con, run_id, *args, **kwargs):
+        passes.append(run_id)
+        return read(con, run_id, *args, **kwargs)
+
+    monkeypatch.setattr(store_runs, "iter_answer_batches", counted)
+    monkeypatch.setattr(comparison, "iter_answer_batches", counted)
+    return passes
+
+
+def test_a_run_and_its_view_share_their_passes_and_each_gets_its_own_figures(store, tiny_batches, monkeypatch):
+    """A calibrated view reads its run's rows: compare prepares both runs' policies from one gather
+    of the calibrator carve and one pass of rule coordinates, and reads the test split once for both,
+    where each run alone takes its own three passes; every figure is the one each run gets alone
+    (`thresholds_for_run`'s rule and test figures, `stream_side`'s items)."""
+    from workbench.workflows import streamed_thresholds, streamed_thresholds_many, thresholds_for_run
+
+    con, run_id, view, _ = store
+    opts = ThresholdOptions(alpha=0.3)  # temperature scaling: the view fits a calibrator of its own
+    passes = _counting_passes(monkeypatch)
+    together = compare_runs(con, [run_id, view], questions=["intent"], n_boot=25, seed=4, options=opts, stream=True)
+    assert passes == [run_id] * 3  # the carve, the rule coordinates, the test split: the run's rows once each
+    rows = {r["run_id"]: r for r in together.rows}
+    for run in (run_id, view):
+        alone = thresholds_for_run(con, run, "intent", opts, stream=True)
+        pol = rows[run]["policy"]
+        assert pol["rule"] == alone.rule_dict() and pol["certified"] == alone.certified
+        for figure in ("coverage", "error", "n_accepted", "n_items"):
+            assert pol[figure] == alone.test[figure], figure
+    # the shared passes give each run exactly its own result and items
+    many = streamed_thresholds_many(con, [run_id, view], "intent", opts)
+    for run, got in zip((run_id, view), many, strict=True):
+        want = streamed_thresholds(con, run, "intent", opts)
+        assert got.rule_dict() == want.rule_dict() and got.calibrator == want.calibrator
+        assert got.test == want.test and got.selection.calibration == want.selection.calibration
+    rule = (many[1].rule, many[1].calibrator)
+    sides = comparison.stream_sides(con, [(run_id, None), (view, rule)], "intent", "test")
+    for side, (run, r) in zip(sides, ((run_id, None), (view, rule)), strict=True):
+        want = stream_side(con, run, "intent", "test", r)
+        for f in ("labels", "pred", "conf", "log_loss", "brier", "accepted", "option"):
+            a, b = getattr(side.items, f), getattr(want.items, f)
+            assert (a is None and b is None) or np.array_equal(a, b), f
+        assert np.array_equal(side.labelled, want.labelled) and side.n_failed == want.n_failed
+    assert np.array_equal(sides[1].rule_counts["confusion"], many[1].test["confusion"]["matrix"])
+
+
+def test_shared_bootstrap_draws_are_each_runs_own():
+    """`bootstrap_shared` draws each replicate's counts once for several sets of metrics: each set's
+    intervals and replicates are exactly those of its own `bootstrap_many`."""
+    from workbench.metrics.bootstrap import bootstrap_many, bootstrap_shared
+
+    rng = np.random.default_rng(0)
+    x, y = rng.random(300), rng.random(300) ** 2
+
+    def mean_of(v):
+        return lambda w: {"mean": float(np.mean(v)) if w is None else float(v @ w / w.sum())}
+
+    shared = bootstrap_shared(lambda w: [mean_of(x)(w), mean_of(y)(w)], 300, n_boot=50, seed=3, level=0.9)
+    for v, (ci, reps) in zip((x, y), shared, strict=True):
+        want_ci, want_reps = bootstrap_many(mean_of(v), 300, n_boot=50, seed=3, level=0.9, keep_replicates=True)
+        assert ci == want_ci and np.array_equal(reps["mean"], want_reps["mean"])

@@ -12,7 +12,7 @@ interval of a difference reflects item-level correlation (the compare/shadow lay
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, overload
 
@@ -107,23 +107,37 @@ def bootstrap_many(
     -------
     {name: Interval}, plus {name: replicates (n_boot,)} when ``keep_replicates``.
     """
-    estimate = dict(stats(None))
-    names = list(estimate)
-    reps = np.empty((n_boot, len(names)))
+    out, reps = bootstrap_shared(lambda w: [stats(w)], n, n_boot=n_boot, seed=seed, level=level)[0]
+    return (out, reps) if keep_replicates else out
+
+
+def bootstrap_shared(
+    stats: Callable[[np.ndarray | None], Sequence[Mapping[str, float]]],
+    n: int,
+    n_boot: int = 200,
+    seed: int = 0,
+    level: float = 0.95,
+) -> list[tuple[dict[str, Interval], dict[str, np.ndarray]]]:
+    """:func:`bootstrap_many` of several sets of metrics over the same n items with the same seed,
+    drawing each replicate's resampling counts once: ``stats(w)`` returns one {name: value} per set
+    (e.g. two runs answering the same items). Each set gets exactly what ``bootstrap_many(its stats,
+    n, n_boot, seed, level, keep_replicates=True)`` returns: (intervals, replicates)."""
+    estimates = [dict(e) for e in stats(None)]
+    names = [list(e) for e in estimates]
+    reps = [np.empty((n_boot if n > 0 else 0, len(nm))) for nm in names]
     if n > 0:
         with _single_threaded_blas():
             for b, w in enumerate(resample_counts(n, n_boot, seed)):
-                values = stats(w)
-                reps[b] = [values[k] for k in names]
-    else:
-        reps = np.empty((0, len(names)))
-    lo, hi = _percentiles(reps, level) if n_boot and n > 0 else (np.full(len(names), np.nan),) * 2
-    out = {
-        k: Interval(float(estimate[k]), float(lo[i]), float(hi[i]), level, n_boot if n > 0 else 0)
-        for i, k in enumerate(names)
-    }
-    if keep_replicates:
-        return out, {k: reps[:, i] for i, k in enumerate(names)}
+                for i, values in enumerate(stats(w)):
+                    reps[i][b] = [values[k] for k in names[i]]
+    out = []
+    for est, nm, r in zip(estimates, names, reps, strict=True):
+        lo, hi = _percentiles(r, level) if n_boot and n > 0 else (np.full(len(nm), np.nan),) * 2
+        intervals = {
+            k: Interval(float(est[k]), float(lo[i]), float(hi[i]), level, n_boot if n > 0 else 0)
+            for i, k in enumerate(nm)
+        }
+        out.append((intervals, {k: r[:, i] for i, k in enumerate(nm)}))
     return out
 
 
