@@ -93,7 +93,7 @@ def test_malformed_keys_and_signature_blocks_fail_closed(tmp_path, doc):
 @pytest.mark.skipif(HAS_CRYPTOGRAPHY, reason="only meaningful without the [ed25519] extra")
 def test_ed25519_without_the_extra_says_how_to_install_it(tmp_path, doc):
     pem = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n"
-    with pytest.raises(PolicyError, match=r"decision-workbench-runtime\[ed25519\]"):
+    with pytest.raises(PolicyError, match=r"pip install '\./runtime\[ed25519\]'"):
         Policy.from_dict(copy.deepcopy(doc), verify_key=write_key(tmp_path, "k.pub", pem))
 
 

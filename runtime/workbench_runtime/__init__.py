@@ -2,7 +2,7 @@
 
 Install it alone in a production service (dependencies: numpy and pydantic)::
 
-    pip install decision-workbench-runtime
+    pip install ./runtime              # from a checkout of the workbench repository
 
     from workbench_runtime import Policy
     policy = Policy.load("policy.json")          # fails closed on a corrupt/tampered/newer file

@@ -36,7 +36,10 @@ SIGNATURE_DOMAIN = b"workbench.policy.signature.v1\n"
 HMAC_PREFIX = "workbench-hmac-sha256:"
 ALGORITHMS = ("ed25519", "hmac-sha256")
 _MAX_KEY_FILE = 64 * 1024
-_INSTALL_HINT = "install the extra: pip install 'decision-workbench-runtime[ed25519]'"
+_INSTALL_HINT = (
+    "install the runtime's [ed25519] extra from the workbench checkout: pip install './runtime[ed25519]'"
+    " (or pip install cryptography)"
+)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,69 @@
+"""Make docs/img/thresholds.png: the Thresholds page of `workbench ui` in Debian's headless Chromium.
+
+    workbench demo --fast --out /tmp/demo
+    python docs/img/make_screenshot.py --db /tmp/demo/workbench.duckdb
+
+Starts the real Streamlit server on a free loopback port the way tests/ui/test_browser.py does, waits
+until the script run is over (Streamlit's status widget gone), and saves the top 1280 × 900 px as PNG.
+Needs playwright (the test extra) and /usr/bin/chromium.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.ui.test_browser import CHROMIUM, CHROMIUM_ARGS, _free_port, wait_idle  # noqa: E402
+from workbench.cli.ui import streamlit_command  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", type=Path, required=True, help="a store, e.g. the one `workbench demo --fast` leaves")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "thresholds.png")
+    ap.add_argument("--width", type=int, default=1280)
+    ap.add_argument("--height", type=int, default=900)
+    args = ap.parse_args()
+
+    from playwright.sync_api import sync_playwright
+
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_DB"}
+    proc = subprocess.Popen(
+        streamlit_command(args.db, port=port), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(url + "/_stcore/health", timeout=1).status == 200:
+                    break
+            except OSError:
+                if time.time() > deadline:
+                    raise SystemExit("streamlit did not start") from None
+                time.sleep(0.3)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page(viewport={"width": args.width, "height": args.height})
+            page.goto(f"{url}/thresholds")
+            wait_idle(page, timeout=180_000)
+            page.wait_for_timeout(1000)  # plotly's last redraw
+            page.screenshot(path=str(args.out))
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    print(f"wrote {args.out} ({args.out.stat().st_size // 1024} KB)")
+
+
+if __name__ == "__main__":
+    main()
