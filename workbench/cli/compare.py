@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, open_store, out_console
+from workbench.cli.common import emit_json, err_console, open_store, out_console
 
 
 def _fmt(v, pct: bool = False) -> str:
@@ -96,7 +96,8 @@ def register(app: typer.Typer) -> None:
             if html is not None or png is not None:
                 from workbench.figures import comparison_figure, write_figures
 
-                write_figures([comparison_figure(con, result)], html=html, png=png)
+                for path in write_figures([comparison_figure(con, result)], html=html, png=png):
+                    err_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
         if as_json:
             emit_json(result.to_dict())
             return
