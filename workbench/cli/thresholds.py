@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.cli.common import emit_json, err_console, open_store, out_console, print_table
 from workbench.errors import OptionError  # noqa: F401 - re-exported for `workbench policy export`
 from workbench.wording import plural
 
@@ -213,7 +213,7 @@ def _print_slices(question: str, sl: dict) -> None:
             _pct(err["value"]) + flag,
             f"[{_pct(err['low'])}, {_pct(err['high'])}]",
         )
-    out_console.print(table)
+    print_table(table)
 
 
 def _pct(v) -> str:
