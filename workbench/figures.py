@@ -189,9 +189,10 @@ def png_available() -> bool:
 
 
 def write_figures(figures: Sequence[Any], *, html: Path | None = None, png: Path | None = None) -> list[Path]:
-    """Write ``figures`` (plotly ``Figure`` objects) to one self-contained HTML file and/or PNG files.
+    """Write ``figures`` (plotly ``Figure`` objects) to one self-contained HTML file and/or one PNG file.
 
-    With several figures the PNGs are ``STEM-1.png``, ``STEM-2.png``, … next to ``png``. Returns the
+    Both hold every figure, top to bottom: the PNG is exactly the file asked for (several figures are
+    stacked in one image, 1,100 px wide), never ``STEM-1.png``, ``STEM-2.png`` next to it. Returns the
     paths written. Raises :class:`OptionError` when PNG output is asked without ``kaleido``.
     """
     written: list[Path] = []
@@ -212,11 +213,40 @@ def write_figures(figures: Sequence[Any], *, html: Path | None = None, png: Path
             encoding="utf-8",
         )
         written.append(html)
-    if png is not None:
+    if png is not None and figures:
         png = Path(png)
         png.parent.mkdir(parents=True, exist_ok=True)
-        for i, fig in enumerate(figures):
-            target = png if len(figures) == 1 else png.with_name(f"{png.stem}-{i + 1}{png.suffix or '.png'}")
-            fig.write_image(str(target), width=1100, height=int(fig.layout.height or 460), scale=1)
-            written.append(target)
+        _write_stacked_png(figures, png, width=1100)
+        written.append(png)
     return written
+
+
+def _write_stacked_png(figures: Sequence[Any], path: Path, *, width: int) -> None:
+    """One PNG of ``figures`` rendered ``width`` px wide and stacked top to bottom, written whole or not at all."""
+    import io
+    import os
+    import tempfile
+
+    from PIL import Image  # Pillow comes with streamlit, a dependency
+
+    images: list[Image.Image] = [
+        Image.open(io.BytesIO(fig.to_image(format="png", width=width, height=int(fig.layout.height or 460), scale=1)))
+        for fig in figures
+    ]
+    sheet: Image.Image
+    if len(images) == 1:
+        sheet = images[0]
+    else:
+        sheet = Image.new("RGB", (max(im.width for im in images), sum(im.height for im in images)), "white")
+        top = 0
+        for im in images:
+            sheet.paste(im.convert("RGB"), (0, top))
+            top += im.height
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            sheet.save(fh, format="PNG")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -75,20 +75,48 @@ def test_thresholds_html_draws_the_chosen_rule(ui_store, tmp_path):
     assert point.x[0] == pytest.approx(doc["calibration"]["coverage"])
 
 
-def test_thresholds_png_writes_one_image_per_figure(ui_store, tmp_path):
+def _drawn(image) -> bool:
+    return np.asarray(image.convert("L")).std() > 10  # something is drawn, not a blank page
+
+
+def test_thresholds_png_writes_the_file_asked_for_with_every_figure(ui_store, tmp_path):
     pytest.importorskip("kaleido")
     from PIL import Image
 
     db, meta = ui_store
-    out = tmp_path / "thr.png"
+    out = tmp_path / "figs" / "thr.png"
     res = _cli(db, "thresholds", meta["runs"]["sharp-model"], "--question", "intent", "--png", str(out))
     assert res.returncode == 0, res.stderr
-    images = sorted(tmp_path.glob("thr-*.png"))
-    assert [p.name for p in images] == ["thr-1.png", "thr-2.png"]
-    for p in images:
-        w, h = Image.open(p).size
-        assert w == 1100 and h >= 400
-        assert np.asarray(Image.open(p).convert("L")).std() > 10  # something is drawn, not a blank page
+    assert sorted(p.name for p in out.parent.iterdir()) == ["thr.png"]  # no thr-1.png, thr-2.png, no temp file
+    assert f"wrote {out}" in res.stderr
+    image = Image.open(out)
+    # the two figures (surface, risk–coverage: 460 px each by default) stacked, 1,100 px wide, both drawn
+    from workbench.figures import threshold_figures
+    from workbench.store.db import connect
+    from workbench.thresholds.choose import build_options
+    from workbench.workflows import thresholds_for_run
+
+    with connect(db, read_only=True) as con:
+        res_q = thresholds_for_run(con, meta["runs"]["sharp-model"], "intent", build_options())
+    heights = [int(f.layout.height or 460) for f in threshold_figures(res_q)]
+    assert len(heights) == 2
+    assert image.size == (1100, sum(heights))
+    assert _drawn(image.crop((0, 0, 1100, heights[0]))) and _drawn(image.crop((0, heights[0], 1100, sum(heights))))
+
+
+def test_compare_png_writes_the_file_asked_for(ui_store, tmp_path):
+    pytest.importorskip("kaleido")
+    from PIL import Image
+
+    db, meta = ui_store
+    out = tmp_path / "figs" / "compare.png"
+    runs = [meta["runs"]["sharp-model"], meta["runs"]["noisy-model"]]
+    res = _cli(db, "compare", *runs, "--n-boot", "50", "--png", str(out))
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["compare.png"]
+    assert f"wrote {out}" in res.stderr
+    image = Image.open(out)
+    assert image.width == 1100 and image.height >= 400 and _drawn(image)
 
 
 def test_compare_html_overlays_every_run(ui_store, tmp_path):

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from workbench.cli.common import fail, state
 
@@ -37,7 +39,32 @@ def _show_flags_as_flags() -> None:
 
 _show_flags_as_flags()
 
+#: ``workbench --help`` groups the commands in these panels, in workflow order, and lists each panel's
+#: commands in the order given here (a command or sub-app registered by an area must appear here:
+#: tests/test_cli_panels.py checks it).
+PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Data", ("datasets", "schema")),
+    ("Runs", ("run", "runs", "export")),
+    ("Evaluation", ("report", "calibrate", "label-issues", "compare", "robustness", "aggregate")),
+    ("Thresholds & policy", ("thresholds", "plan-labels", "cascade", "policy")),
+    ("Production", ("gate", "shadow", "monitor")),
+    ("Tools", ("demo", "ui", "emulator")),
+)
+
+_PANEL_OF = {command: panel for panel, commands in PANELS for command in commands}
+_ORDER = {command: i for i, command in enumerate(_PANEL_OF)}
+
+
+class _WorkflowGroup(TyperGroup):
+    """The root group: lists its commands in the order of `PANELS` (typer lists sub-apps after commands)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda name: _ORDER.get(name, len(_ORDER)))
+
+
 app = typer.Typer(
+    cls=_WorkflowGroup,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -94,6 +121,11 @@ for _area in AREAS:
             raise
         continue
     _mod.register(app)
+
+for _command in app.registered_commands:
+    _command.rich_help_panel = _PANEL_OF.get(_command.name or "", _command.rich_help_panel)
+for _group in app.registered_groups:
+    _group.rich_help_panel = _PANEL_OF.get(_group.name or "", _group.rich_help_panel)
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, out_console
+from workbench.cli.common import emit_json, err_console, out_console, print_table
 
 
 def register(app: typer.Typer) -> None:
@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
                 f"{a.ece:.4f}",
                 f"{a.mce:.4f}",
             )
-        out_console.print(t)
+        print_table(t)
         for q, a in rep.questions.items():
             s = a.surface_summary(max_error)
             w = s["widest"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, open_store, out_console
+from workbench.cli.common import emit_json, open_store, print_table
 
 
 def _pct(v) -> str:
@@ -53,7 +53,6 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit_json(doc)
             return
-        from rich.console import Console
         from rich.table import Table
 
         head = "certified" if result.certified else "NOT certified"
@@ -81,5 +80,4 @@ def register(app: typer.Typer) -> None:
                 f"${s['cost_per_1000']:.4f}",
                 "–" if s["latency_ms_p95"] is None else f"{s['latency_ms_p95']:.1f}",
             )
-        console = out_console if out_console.is_terminal else Console(width=200)
-        console.print(table)
+        print_table(table)

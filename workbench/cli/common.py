@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -77,6 +78,38 @@ def emit_json(obj: Any) -> None:
     """Print one JSON document on stdout (NaN/inf become null)."""
     sys.stdout.write(json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False) + "\n")
     sys.stdout.flush()
+
+
+def print_table(table: Any, console: Console | None = None) -> None:
+    """Print a rich ``Table`` with every row on one line when the output is a file or a pipe.
+
+    On a terminal, or with ``COLUMNS`` set, the table fits that width, as rich lays it out. Piped or
+    redirected without ``COLUMNS``, rich would assume 80 columns and wrap names into many-line cells
+    and cut intervals and headers; there the table is printed at its natural width instead (title and
+    caption included), so that a script, ``less -S`` or ``grep`` sees each row whole.
+    """
+    from rich.measure import Measurement
+
+    console = out_console if console is None else console
+    if console.is_terminal or os.environ.get("COLUMNS", "").strip():
+        console.print(table)
+        return
+    width = Measurement.get(console, console.options.update_width(1_000_000), table).maximum
+    for text in (getattr(table, "title", None), getattr(table, "caption", None)):
+        if text:
+            width = max(width, console.render_str(text).cell_len if isinstance(text, str) else text.cell_len)
+    if width <= console.width:
+        console.print(table)
+        return
+    # Console.print(width=…) never goes past the console's own width: print through a wider console on the same file
+    wide = Console(
+        file=console.file,
+        width=width,
+        color_system=console.color_system,  # type: ignore[arg-type]  # None (no colour) unless forced
+        no_color=console.no_color,
+        legacy_windows=console.legacy_windows,
+    )
+    wide.print(table)
 
 
 def cost_text(cost: float | None, emulated: bool, digits: int = 6) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, open_store, out_console
+from workbench.cli.common import emit_json, err_console, open_store, print_table
 
 
 def _fmt(v, pct: bool = False) -> str:
@@ -115,7 +115,8 @@ def register(app: typer.Typer) -> None:
             if html is not None or png is not None:
                 from workbench.figures import comparison_figure, write_figures
 
-                write_figures([comparison_figure(con, result)], html=html, png=png)
+                for path in write_figures([comparison_figure(con, result)], html=html, png=png):
+                    err_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
         if as_json:
             emit_json(result.to_dict())
             return
@@ -171,10 +172,8 @@ def register(app: typer.Typer) -> None:
                 _cost_cell(r["cost_per_1000"], emulated),
                 _fmt(r["latency_p95_ms"]),
             )
-        from rich.console import Console
 
-        console = out_console if out_console.is_terminal else Console(width=220)  # files/pipes: no wrapping
-        console.print(table)
+        print_table(table)
         for column in dict.fromkeys(slices or []):
             st = Table(title=f"by {column}: accuracy and paired Δ vs the baseline on the slice's items")
             for col in ("run", "question", column, "n", "accuracy [95%]", "Δacc vs baseline [95%]", "p McNemar"):
@@ -199,4 +198,4 @@ def register(app: typer.Typer) -> None:
                         else "–",
                         format_p((d.get("mcnemar") or {}).get("p_exact")),
                     )
-            console.print(st)
+            print_table(st)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console, print_id
+from workbench.cli.common import emit_json, err_console, open_store, out_console, print_id, print_table
 from workbench.errors import DataImportError
 from workbench.wording import plural
 
@@ -158,7 +158,7 @@ def register(app: typer.Typer) -> None:
                 ", ".join(map(str, r["questions"])),
                 str(r["fingerprint"])[:12],
             )
-        out_console.print(t)
+        print_table(t)
 
     @ds.command("show")
     def show(

@@ -21,8 +21,11 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
     ) -> None:
-        """Import BANKING77 + HWU64, run 3 providers × 2 schema variants (clef-flash EMULATED),
-        recalibrate, certify thresholds, export policy.json, and print how to open the UI."""
+        """Offline demo: BANKING77 + HWU64 through 3 providers × 2 schemas, thresholds, policy.json.
+
+        Imports both datasets, runs 3 providers × 2 schema variants (clef-flash EMULATED), recalibrates,
+        certifies thresholds, exports policy.json, and prints how to open the UI.
+        """
         from workbench.demo import print_summary, run_demo
         from workbench.reporting import RichReporter
         from workbench.thresholds.choose import build_options

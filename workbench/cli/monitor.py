@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, out_console
+from workbench.cli.common import emit_json, err_console, out_console, print_table
 from workbench.wording import plural
 
 
@@ -108,7 +108,7 @@ def register(app: typer.Typer) -> None:
                     err,
                     "—" if psi is None else f"{psi:.3f}",
                 )
-            out_console.print(t, width=max(out_console.width, 150))
+            print_table(t)
             out_console.print(inputs_line(rep), highlight=False, soft_wrap=True)
             for q, info in rep.questions.items():
                 sh = info["shadow"]

@@ -131,7 +131,8 @@ def register(app: typer.Typer) -> None:
         if html is not None:
             from workbench.figures import label_plan_figure, write_figures
 
-            write_figures([label_plan_figure(plan)], html=html)
+            for path in write_figures([label_plan_figure(plan)], html=html):
+                err_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
         doc = {"run_id": resolved, **plan.to_dict()}
         if as_json:
             emit_json(doc)

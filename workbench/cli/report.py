@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import cost_text, emit_json, err_console, open_store, out_console, print_id
+from workbench.cli.common import cost_text, emit_json, err_console, open_store, out_console, print_id, print_table
 from workbench.wording import plural
 
 
@@ -77,7 +77,7 @@ def _print_run_report(rep, compare=None, compare_title: str = "before") -> None:
                     row += [_fmt(getattr(o.decomposition, part)) if o.decomposition else "—", "—"]
                 row.append("Brier = reliability − resolution + uncertainty")
                 table.add_row(*row)
-        out_console.print(table)
+        print_table(table)
         if q.agreement is not None:
             _print_agreement(q.agreement)
 
@@ -99,15 +99,15 @@ def _print_slices(sr) -> None:
         table.add_column(sr.column, no_wrap=True)
         table.add_column("n", justify="right")
         for m in names:
-            table.add_column(f"{m}\n95% CI", justify="right", no_wrap=True)
+            table.add_column(f"{m} [95% CI]", justify="right", no_wrap=True)
         for value, r in per_value.items():
             row = [value, str(r.counts.get("n_labelled", 0))]
             for m in names:
                 iv = r.metrics.get(m)
-                row.append(f"{_fmt(iv.estimate, 3)}\n{_ci3(iv.low, iv.high)}" if iv is not None else "—")
+                row.append(f"{_fmt(iv.estimate, 3)} {_ci3(iv.low, iv.high)}" if iv is not None else "—")
             table.add_row(*row)
         out_console.print()
-        out_console.print(table)
+        print_table(table)
 
 
 def _print_agreement(ag) -> None:
@@ -127,7 +127,7 @@ def _print_agreement(ag) -> None:
     table.add_column("meaning", style="dim")
     for name, value in ag.annotators.items():
         table.add_row(name, _fmt(value), _fmt(ag.model.get(name)), AGREEMENT_INFO.get(name, ""))
-    out_console.print(table)
+    print_table(table)
     for note in [MODEL_COLUMN_NOTE, *ag.notes]:
         out_console.print(f"  [dim]{note}[/]", highlight=False)
 
@@ -330,7 +330,7 @@ def register(app: typer.Typer) -> None:
                     f"{r.p_given:.3f}",
                     f"{r.p_suggested:.3f}",
                 )
-            out_console.print(t)
+            print_table(t)
             if q in side:
                 b, c = side[q]
                 mt = Table(show_header=True, header_style="bold", title=f"{q} on test: all items vs without suspects")
@@ -348,4 +348,4 @@ def register(app: typer.Typer) -> None:
                         mt.add_row(
                             name, _fmt(bi.estimate), _ci(bi.low, bi.high), _fmt(ci.estimate), _ci(ci.low, ci.high)
                         )
-                out_console.print(mt)
+                print_table(mt)

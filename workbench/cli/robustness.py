@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli.common import emit_json, open_store, out_console
+from workbench.cli.common import emit_json, open_store, print_table
 from workbench.wording import run_ref
 
 
@@ -38,7 +38,6 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit_json(result)
             return
-        from rich.console import Console
         from rich.table import Table
 
         table = Table(
@@ -59,5 +58,4 @@ def register(app: typer.Typer) -> None:
                 _ci(pb["first"]["bias"], pb["first"]["bias_ci"]) if pb else "–",
                 _ci(pb["last"]["bias"], pb["last"]["bias_ci"]) if pb else "–",
             )
-        console = out_console if out_console.is_terminal else Console(width=220)
-        console.print(table)
+        print_table(table)

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from workbench.cli.common import cost_text, emit_json, err_console, open_store, out_console, print_id
+from workbench.cli.common import cost_text, emit_json, err_console, open_store, print_id, print_table
 from workbench.cli.outputs import FORCE, check_out_path
 from workbench.errors import WorkbenchError
 
@@ -382,7 +382,7 @@ def register(app: typer.Typer) -> None:
                 _number(r["latency_p50_ms"], 0),
             ]
             table.add_row(*cells)
-        out_console.print(table)
+        print_table(table)
 
     @app.command("export")
     def export(

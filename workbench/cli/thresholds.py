@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.cli.common import emit_json, err_console, open_store, out_console, print_table
 from workbench.errors import OptionError  # noqa: F401 - re-exported for `workbench policy export`
 from workbench.wording import plural
 
@@ -213,7 +213,7 @@ def _print_slices(question: str, sl: dict) -> None:
             _pct(err["value"]) + flag,
             f"[{_pct(err['low'])}, {_pct(err['high'])}]",
         )
-    out_console.print(table)
+    print_table(table)
 
 
 def _pct(v) -> str:
@@ -255,7 +255,9 @@ def register(app: typer.Typer) -> None:
             None, "--surface-out", help="Write the per-grid-point table (CSV) here."
         ),
         html: Path | None = typer.Option(None, "--html", help="Write the surface and risk–coverage figures (HTML)."),
-        png: Path | None = typer.Option(None, "--png", help="Write the figures as PNG (needs the kaleido extra)."),
+        png: Path | None = typer.Option(
+            None, "--png", help="Write the figures as one PNG, stacked (needs the kaleido extra)."
+        ),
         slices: list[str] = typer.Option(
             None,
             "--slice",
@@ -324,7 +326,8 @@ def register(app: typer.Typer) -> None:
         if figures:
             from workbench.figures import write_figures
 
-            write_figures(figures, html=html, png=png)
+            for path in write_figures(figures, html=html, png=png):
+                err_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
         doc = {
             "run_id": resolved,
             "settings": opts.settings(),

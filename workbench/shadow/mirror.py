@@ -47,9 +47,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import re
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -73,6 +73,9 @@ from workbench.shadow.challenger import (
 )
 from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, champion_record
 from workbench.shadow.serving import QuietServerLog, run_until_stopped
+
+#: Diagnostics of the mirror (a journal write that failed while the champion's answer went out unchanged).
+LOG = logging.getLogger("workbench.shadow.mirror")
 
 ITEM_ID_HEADER = "x-item-id"
 MiB = 1024 * 1024
@@ -496,7 +499,7 @@ class MirrorApp:
             await self.journal.append_durable(record)
         except Exception as exc:  # never change the champion's answer because our disk failed
             self.stats["journal_errors"] += 1
-            print(f"shadow mirror: journal write failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            LOG.error("shadow mirror: journal write failed: %s: %s", type(exc).__name__, exc)
         response = web.Response(status=status, reason=reason, headers=out_headers, body=raw)
         if not sampled:
             return response, None
@@ -544,7 +547,7 @@ class MirrorApp:
             self.journal.append(record)
         except Exception as exc:
             self.stats["journal_errors"] += 1
-            print(f"shadow mirror: journal write failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            LOG.error("shadow mirror: journal write failed: %s: %s", type(exc).__name__, exc)
 
 
 def _decoded(raw: bytes, encoding: str | None) -> str | None:
