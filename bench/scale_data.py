@@ -214,6 +214,26 @@ con.close()
 """
 
 
+#: A second floor: DuckDB alone writing the same rows into the store's three dataset tables (``items`` with its
+#: primary key, ``labels``, ``gold_labels``) of a fresh store, no checks and no fingerprint.
+_STORE_FLOOR = """
+import sys
+from workbench.store.datasets import FAST_PATH_MEMORY_LIMIT
+from workbench.store.db import connect
+src, db = sys.argv[1], sys.argv[2]
+con = connect(db)
+con.execute(f"SET memory_limit = '{FAST_PATH_MEMORY_LIMIT}'")  # what the import's writes run under
+reader = "read_parquet(?)" if src.endswith(".parquet") else "read_csv(?, header = true, all_varchar = true)"
+con.execute(f"CREATE TEMP VIEW f AS SELECT * FROM {reader}".replace("?", repr(src)))
+con.begin()
+con.execute("INSERT INTO items (dataset, version, item_id, state_text, split) SELECT 's', 1, id, text, split FROM f")
+con.execute("INSERT INTO labels SELECT 's', 1, id, 'intent', label, 'import' FROM f")
+con.execute("INSERT INTO gold_labels SELECT 's', 1, 'intent', id, split, label FROM f")
+con.commit()
+con.close()
+"""
+
+
 def _measured(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int]:
     """(CPU s = user + sys, peak RSS GB, exit code) of one child process."""
     import os
@@ -239,8 +259,9 @@ def import_bench(
     schema_runs: tuple[bool, ...] = (False, True),
 ) -> list[dict]:
     """``workbench datasets import`` of an ``n_items`` × ``k`` file, with and without ``--schema``, as a child
-    process per tree (``trees``: label → checkout; default this one), beside DuckDB alone reading the same
-    file into a table (the floor). Prints and returns CPU s and peak RSS of each, and the ratio to the floor."""
+        process per tree (``trees``: label → checkout; default this one), beside DuckDB alone reading the same
+        file into a table (the floor) and writing it, unchecked, into the store's three dataset tables (the store
+    floor). Prints and returns CPU s and peak RSS of each, and the ratio to the floor."""
     import os
     import shutil
 
@@ -271,6 +292,16 @@ def import_bench(
             flush=True,
         )
         rows.append({"format": fmt, "n": n_items, "run": "floor", "cpu_s": cpu, "rss_gb": rss, "rc": rc})
+        fresh()
+        tree = next(iter(trees.values()))
+        env = {**base_env, "PYTHONPATH": f"{tree}{os.pathsep}{tree / 'runtime'}"}
+        scpu, srss, rc = _measured([sys.executable, "-c", _STORE_FLOOR, str(src), str(db)], env)
+        print(
+            f"  {'store floor':<22} {scpu:7.1f} CPU s ({scpu / floor[0]:5.2f}x floor)  {srss:5.2f} GB "
+            f"({srss / floor[1]:5.2f}x floor)  (DuckDB INSERTs into items, labels, gold_labels; no checks)",
+            flush=True,
+        )
+        rows.append({"format": fmt, "n": n_items, "run": "store floor", "cpu_s": scpu, "rss_gb": srss, "rc": rc})
         for label, tree in trees.items():
             env = {**base_env, "PYTHONPATH": f"{tree}{os.pathsep}{tree / 'runtime'}", "WORKBENCH_DB": str(db)}
             for with_schema in schema_runs:
@@ -328,7 +359,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only-old", action="store_true", help="--import-bench: time only the --old checkout")
     ap.add_argument("--keep", action="store_true", help="--import-bench: keep the generated files")
     ap.add_argument(
-        "--runs", default="no-schema,schema", help="--import-bench: which imports (no-schema, schema), comma-separated"
+        "--runs",
+        default="no-schema,schema",
+        help="--import-bench: which imports (no-schema, schema), comma-separated; 'floors': the floors alone",
     )
     args = ap.parse_args(argv)
     if args.import_bench:
@@ -343,7 +376,9 @@ def main(argv: list[str] | None = None) -> None:
             formats=args.formats.split(","),
             trees=trees,
             keep=args.keep,
-            schema_runs=tuple(r.strip() == "schema" for r in args.runs.split(",")),
+            schema_runs=tuple(
+                r.strip() == "schema" for r in args.runs.split(",") if r.strip() in ("schema", "no-schema")
+            ),
         )
         print(json.dumps(rows))
         return
