@@ -4,6 +4,7 @@ the pandas path stores: the same fingerprint, items, labels and dataset row. Any
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -261,3 +262,23 @@ def test_what_the_streamed_path_cannot_prove_is_refused_by_the_pandas_path(tmp_p
         ds.import_dataset(con, [src], spec, SCHEMA2)
     assert calls == [None] and table_counts(con) == before
     con.close()
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 5, 7, 64, 1 << 24])
+def test_utf8_check_reads_blocks_and_names_the_line_and_byte(tmp_path, monkeypatch, block):
+    """The CSV UTF-8 check reads blocks (was the whole file at once): characters cut by a block boundary are
+    whole, and a bad byte is named at the line and with the value the whole-file decode named; the longest line
+    (what bounds DuckDB's ``max_line_size``) counts its newline."""
+    monkeypatch.setattr(ds, "UTF8_CHECK_BLOCK", block)
+    good = "id,text\nx-1,ça va ✓ 日本\nx-2,€uro 🙂\n".encode()
+    (tmp_path / "good.csv").write_bytes(good)
+    assert ds._check_utf8(tmp_path / "good.csv") == (len(good), max(len(line) + 1 for line in good.split(b"\n")[:-1]))
+    for bad, line in ((good + b"x-3,\xff\n", 4), (good[:12] + b"\xe2\x82" + good[12:], 2), (good + b"\xe2\x82", 4)):
+        (tmp_path / "bad.csv").write_bytes(bad)
+        try:
+            bad.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            expected = f"line {line} (byte 0x{bad[exc.start]:02x})"
+            assert bad.count(b"\n", 0, exc.start) + 1 == line
+        with pytest.raises(DataImportError, match=re.escape(expected)):
+            ds._check_utf8(tmp_path / "bad.csv")
