@@ -1286,20 +1286,20 @@ def _streamed_sql(
     checks = con.execute(
         f"SELECT count(*), count(DISTINCT {idc}),"
         f" count(*) FILTER (WHERE {idc} IS NULL OR NOT regexp_full_match({idc}, '{_PLAIN_ID}')),"
-        f" count(*) FILTER (WHERE {textc} IS NULL) FROM {src}"
+        f" count(*) FILTER (WHERE {textc} IS NULL), count(*) FILTER (WHERE NOT regexp_matches({textc}, '[!-~]'))"
+        f" FROM {src}"
     ).fetchone()
     assert checks is not None
-    n, n_distinct, bad_ids, no_text = (int(v) for v in checks)
+    n, n_distinct, bad_ids, no_text, not_ascii = (int(v) for v in checks)
     if n == 0 or n < FAST_PATH_MIN_ROWS or n != n_distinct or bad_ids or no_text:
         return None
     # a text without a visible ASCII character may still be blank (whitespace, invisible characters only): those
     # few are checked by the pandas path's own pattern, a batch at a time
-    reader = con.execute(f"SELECT {textc} FROM {src} WHERE NOT regexp_matches({textc}, '[!-~]')").fetch_record_batch(
-        HASH_BATCH_ROWS
-    )
-    for batch in reader:
-        if batch.num_rows and _blank(pd.Series(batch.column(0).to_pylist(), dtype=object)).any():
-            return None
+    if not_ascii:
+        query = f"SELECT {textc} FROM {src} WHERE NOT regexp_matches({textc}, '[!-~]')"
+        for batch in con.execute(query).fetch_record_batch(HASH_BATCH_ROWS):
+            if batch.num_rows and _blank(pd.Series(batch.column(0).to_pylist(), dtype=object)).any():
+                return None
 
     def distinct(c: str) -> list[tuple[Any, int]] | None:
         rows = con.execute(
