@@ -81,7 +81,15 @@ def register(app: typer.Typer) -> None:
             "--meta-column",
             help="Keep this column as item metadata, for `report --slice COL` (repeatable; part of the version).",
         ),
-        schema: Path | None = typer.Option(None, "--schema", help="Check labels against this schema."),
+        schema: Path | None = typer.Option(
+            None,
+            "--schema",
+            help="Decision schema (YAML/JSON) the labels must fit, stored with the version: each --label QUESTION"
+            " must be one of its questions and each label one of its options (yes/no questions also take"
+            " true/false/1/0, score questions a level's text); its option order breaks majority-vote ties."
+            " Without it, labels are stored as given (trimmed; blank/NaN: unlabelled). Either way the import"
+            " streams through DuckDB when the columns allow.",
+        ),
         append: bool = typer.Option(False, "--append", help="Add the rows to the latest version."),
         profile: str = typer.Option("default", "--profile", help="Limit profile the --schema must meet."),
         as_json: bool = typer.Option(False, "--json"),

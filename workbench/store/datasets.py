@@ -166,13 +166,7 @@ def _read_file(path: Path) -> pd.DataFrame:
     try:
         p = str(path)
         if kind in ("csv", "tsv"):
-            sep = "," if kind == "csv" else "\t"
-            rel = con.execute(
-                "SELECT * FROM read_csv(?, header = true, all_varchar = true, delim = ?, quote = '\"',"
-                " strict_mode = true, null_padding = false, ignore_errors = false, "
-                " auto_detect = true, max_line_size = ?)",
-                [p, sep, max(2_097_152, size + 1)],
-            )
+            rel = con.execute(f"SELECT * FROM {_csv_reader(path, kind, size)}")
         elif kind == "parquet":
             _check_header(_parquet_names(path), path)
             rel = con.execute("SELECT * FROM read_parquet(?)", [p])
@@ -197,6 +191,30 @@ def _read_file(path: Path) -> pd.DataFrame:
         # JSON text ('"a"', '1', '["a"]'): decoded here, each record's value is what it is in a plain column
         df[col] = [None if not isinstance(v, str) else json.loads(v) for v in df[col].tolist()]
     return df
+
+
+def _csv_reader(path: Path, kind: str, size: int, max_line: int | None = None) -> str:
+    """DuckDB's reader of a delimited file as ``datasets import`` reads it (every column as text), as SQL.
+
+    A record may be as long as the file unless ``max_line`` says otherwise (DuckDB's read buffers are 16 times
+    that size: a bound known from the file keeps them small; a longer record is an error, never a cut).
+    """
+    sep = "," if kind == "csv" else "\t"
+    return (
+        f"read_csv({_sql_text(str(path))}, header = true, all_varchar = true, delim = {_sql_text(sep)},"
+        " quote = '\"', strict_mode = true, null_padding = false, ignore_errors = false, auto_detect = true,"
+        f" max_line_size = {max(2_097_152, size + 1 if max_line is None else max_line)})"
+    )
+
+
+def _sql_text(v: str) -> str:
+    """``v`` as an SQL string literal."""
+    return "'" + v.replace("'", "''") + "'"
+
+
+def _sql_name(c: str) -> str:
+    """``c`` as an SQL identifier."""
+    return '"' + c.replace('"', '""') + '"'
 
 
 def _check_header(names: Sequence[str], path: Path) -> None:
@@ -282,24 +300,15 @@ def _check_json_constants(con: duckdb.DuckDBPyConnection, p: str, fmt: str, path
             )
 
 
-def _check_delimited(path: Path, sep: str) -> None:
+def _check_delimited(path: Path, sep: str) -> int:
     """Every row has the header's number of fields, the header has no duplicate, and the bytes are UTF-8.
 
     One pass with the C csv reader; its field size limit is raised to the file size for this call (a
-    long document in one field is a legitimate state), then restored.
+    long document in one field is a legitimate state), then restored. Returns the longest line in bytes.
     """
     import csv
 
-    data = path.read_bytes()
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise DataImportError(
-            f"{path}: not valid UTF-8 at line {line} (byte 0x{data[exc.start]:02x})", hint="re-save the file as UTF-8"
-        ) from None
-    size = len(data)
-    del data
+    size, longest = _check_utf8(path)
     line = 1
     old_limit = csv.field_size_limit()
     csv.field_size_limit(max(old_limit, min(size + 1, 2**31 - 1)))
@@ -322,6 +331,44 @@ def _check_delimited(path: Path, sep: str) -> None:
         raise DataImportError(f"{path}: line {line + 1}: {exc}", hint="fix the CSV quoting") from None
     finally:
         csv.field_size_limit(old_limit)
+    return longest
+
+
+#: Bytes decoded at a time by :func:`_check_utf8`.
+UTF8_CHECK_BLOCK = 1 << 24
+
+
+def _check_utf8(path: Path) -> tuple[int, int]:
+    """The file is UTF-8 (read a block at a time: bounded memory); names the line and byte where it is not.
+
+    Returns the file's size and its longest line in bytes (newline included)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    size = newlines = longest = run = 0
+    with path.open("rb") as fh:
+        while True:
+            block = fh.read(UTF8_CHECK_BLOCK)
+            pending = decoder.getstate()[0]  # an unfinished character from the previous block (never a newline)
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as exc:
+                data = pending + block
+                line = newlines + data.count(b"\n", 0, exc.start) + 1
+                raise DataImportError(
+                    f"{path}: not valid UTF-8 at line {line} (byte 0x{data[exc.start]:02x})",
+                    hint="re-save the file as UTF-8",
+                ) from None
+            if not block:
+                return size, max(longest, run)
+            size += len(block)
+            ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+            newlines += len(ends)
+            if len(ends):
+                longest = max(longest, run + int(ends[0]) + 1, int(np.diff(ends).max(initial=0)))
+                run = len(block) - int(ends[-1]) - 1
+            else:
+                run += len(block)
 
 
 def _first_line(exc: Exception) -> str:
@@ -584,52 +631,12 @@ def _frame_for_file(
     # labels
     label_rows = []
     for question, col in spec.labels.items():
-        if schema is not None and question not in schema.questions:
-            raise DataImportError(
-                f"--label {question}={col}: the schema has no question {question!r}",
-                hint=f"schema questions: {', '.join(schema.question_ids)}",
-            )
-        values = text_of(col, f"--label {question}").str.strip()
-        qtype = schema.questions[question].type if schema is not None else None
-        allowed = set(option_ids(schema.questions[question])) if schema is not None else set()
-        # missing: null/NaN, blank, or a NaN spelling that is not an option of the schema
-        absent = _blank(values) | (values.str.lower().isin(_MISSING_LABELS) & ~values.isin(allowed))
-        values = values.where(~absent, None)
+        _check_label_question(question, col, schema)
+        mapped, absent = _map_labels(
+            text_of(col, f"--label {question}"), question, col, schema, spec, lambda i: _row_ref(path, i, kind)
+        )
         if absent.any():
             stats.unlabelled[question] = int(absent.sum())
-        pos = spec.positive.get(question)
-        if pos is not None:
-            qtype = qtype or "noul"
-            mapped = values.map(lambda v: None if v is None else ("yes" if v == pos else "no"))
-        elif qtype == "noul":
-            low = values.str.lower()
-            mapped = low.map(
-                lambda v: None if v is None else ("yes" if v in _TRUE else "no" if v in _FALSE else "?" + v)
-            )
-        else:
-            mapped = values
-        bad_noul = mapped.fillna("").str.startswith("?")
-        if bad_noul.any():
-            i = int(np.flatnonzero(bad_noul.to_numpy())[0])
-            raise DataImportError(
-                f"{_row_ref(path, i, kind)}: label {values.iloc[i]!r} for yes/no question {question!r}",
-                hint=f"use yes/no/true/false/1/0, or --positive {question}=VALUE",
-            )
-        if schema is not None and qtype in ("choice", "score"):
-            if qtype == "score":
-                levels = [str(c) for c in schema.questions[question].criteria or []]
-                # a score label may be the level index or the level's text
-                mapped = mapped.map(
-                    lambda v: v if v is None or v in allowed else (str(levels.index(v)) if v in levels else v)
-                )
-            unknown = mapped.notna() & ~mapped.isin(allowed)
-            if unknown.any():
-                i = int(np.flatnonzero(unknown.to_numpy())[0])
-                raise DataImportError(
-                    f"{_row_ref(path, i, kind)}: label {mapped.iloc[i]!r} in column {col!r} is not an option of "
-                    f"question {question!r}",
-                    hint="add the option to the schema or fix the label",
-                )
         lab = pd.DataFrame({"item_id": ids, "question": question, "option_id": mapped, "annotator": ann})
         label_rows.append(lab[lab["option_id"].notna()])
     for question, columns in spec.label_votes.items():
@@ -640,6 +647,68 @@ def _frame_for_file(
         else pd.DataFrame(columns=["item_id", "question", "option_id", "annotator"])
     )
     return items.reset_index(drop=True), labels, stats
+
+
+def _check_label_question(question: str, col: str, schema: DecisionSchema | None) -> None:
+    if schema is not None and question not in schema.questions:
+        raise DataImportError(
+            f"--label {question}={col}: the schema has no question {question!r}",
+            hint=f"schema questions: {', '.join(schema.question_ids)}",
+        )
+
+
+def _map_labels(
+    texts: pd.Series,
+    question: str,
+    col: str,
+    schema: DecisionSchema | None,
+    spec: ImportSpec,
+    ref: Callable[[int], str],
+) -> tuple[pd.Series, pd.Series]:
+    """A ``--label`` column's text (None for missing) as stored option ids: ``(mapped, absent)``; ``mapped`` is
+    None where no label is stored, ``absent`` marks the values that mean "no label" (counted in a notice).
+
+    Stripped; blank, null and NaN spellings are absent; yes/no questions (or ``--positive``) map to yes/no;
+    score labels may be the level's text. Raises naming ``ref(i)`` (the i-th value's row) for a value that is
+    not an option. Vectorised over the values, so it maps a whole column or its distinct values alike.
+    """
+    values = texts.str.strip()
+    qtype = schema.questions[question].type if schema is not None else None
+    allowed = set(option_ids(schema.questions[question])) if schema is not None else set()
+    # missing: null/NaN, blank, or a NaN spelling that is not an option of the schema
+    absent = _blank(values) | (values.str.lower().isin(_MISSING_LABELS) & ~values.isin(allowed))
+    values = values.where(~absent, None)
+    pos = spec.positive.get(question)
+    if pos is not None:
+        qtype = qtype or "noul"
+        mapped = values.map(lambda v: None if v is None else ("yes" if v == pos else "no"))
+    elif qtype == "noul":
+        low = values.str.lower()
+        mapped = low.map(lambda v: None if v is None else ("yes" if v in _TRUE else "no" if v in _FALSE else "?" + v))
+    else:
+        mapped = values
+    bad_noul = mapped.fillna("").str.startswith("?")
+    if bad_noul.any():
+        i = int(np.flatnonzero(bad_noul.to_numpy())[0])
+        raise DataImportError(
+            f"{ref(i)}: label {values.iloc[i]!r} for yes/no question {question!r}",
+            hint=f"use yes/no/true/false/1/0, or --positive {question}=VALUE",
+        )
+    if schema is not None and qtype in ("choice", "score"):
+        if qtype == "score":
+            levels = [str(c) for c in schema.questions[question].criteria or []]
+            # a score label may be the level index or the level's text
+            mapped = mapped.map(
+                lambda v: v if v is None or v in allowed else (str(levels.index(v)) if v in levels else v)
+            )
+        unknown = mapped.notna() & ~mapped.isin(allowed)
+        if unknown.any():
+            i = int(np.flatnonzero(unknown.to_numpy())[0])
+            raise DataImportError(
+                f"{ref(i)}: label {mapped.iloc[i]!r} in column {col!r} is not an option of question {question!r}",
+                hint="add the option to the schema or fix the label",
+            )
+    return mapped, absent
 
 
 def _vote_count_rows(
@@ -824,7 +893,7 @@ def import_dataset(
     files = [Path(p) for p in paths]
     if not files:
         raise DataImportError("no file given", hint="workbench datasets import PATH --name NAME ...")
-    fast = _fast_plain_parquet(con, files, spec, schema)
+    fast = _streamed_import(con, files, spec, schema)
     if fast is not None:
         return fast
     frames = [_frame_for_file(p, spec, schema, len(files)) for p in files]
@@ -1061,157 +1130,316 @@ def _import_params(spec: ImportSpec, files: Sequence[Path]) -> dict[str, Any]:
 
 #: Plain printable-ASCII text whose first and last characters are visible: trimming and NFC leave it as is.
 _PLAIN_ID = "[!-~]([ -~]*[!-~])?"
-#: Rows per file above which ``import_dataset`` tries the DuckDB-only path (small files keep the pandas path).
-FAST_PATH_MIN_ROWS = 200_000
-#: DuckDB memory limit while the fast path runs (restored afterwards). A cap, not an allocation: committing the
-#: items' primary-key index needs more than 1 GB at 10M items (peak RSS 1.6 GB there, ``bench/scale_data.py``).
-FAST_PATH_MEMORY_LIMIT = "3GB"
+#: Rows (all files together) from which ``import_dataset`` takes the streamed path (tests set it high to compare
+#: the two paths; 0: every import the streamed path can take takes it).
+FAST_PATH_MIN_ROWS = 0
+#: DuckDB memory limit while the streamed path runs (restored afterwards). A cap, not an allocation: committing
+#: the items' primary-key index needs more than 1 GB at 10M items (``bench/scale_data.py --import-bench``).
+FAST_PATH_MEMORY_LIMIT = "1500MB"
+#: Distinct values of one label or split column the streamed path maps in Python (more: the pandas path).
+STREAMED_MAX_DISTINCT = 100_000
+#: The streamed path reads a CSV with records up to this many times its longest line (DuckDB's ``max_line_size``).
+STREAMED_LINE_FACTOR = 4
+#: Values spelled out in one SQL ``CASE`` or ``NOT IN`` of the streamed path (more: the pandas path).
+STREAMED_MAX_CASES = 2_000
 
 
-def _fast_plain_parquet(
+def _streamed_import(
     con: duckdb.DuckDBPyConnection, files: list[Path], spec: ImportSpec, schema: DecisionSchema | None
 ) -> DatasetInfo | None:
-    """The import of large, plain Parquet files entirely in DuckDB (streamed, bounded memory), or None.
+    """The import done by DuckDB over the files (streamed, bounded memory), or None for the pandas path.
 
-    Taken only when the pandas path would provably store the same rows: an id, a text and a split
-    column (or ``--split``), single-annotator ``--label`` columns of choice questions of ``schema``,
-    every id printable ASCII with visible first and last characters (so trimming and NFC change
-    nothing), unique, every text holding a visible character, every label exactly an option, every
-    split value a known split spelling. Anything else (and every error) goes the pandas path, which
-    names the offending row. The fingerprint is computed by the same SQL (:func:`_fingerprint`).
+    CSV and TSV files are first copied once into a temporary Parquet file by the same DuckDB reader (every column
+    as text), so the checks and the inserts scan columns instead of parsing the text again. Taken when it
+    provably stores what the pandas path stores (:func:`_streamed_plan`); anything else, and every error, goes
+    the pandas path, which names the offending file, row and field.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="workbench-import-") as tmp:
+        plan = _streamed_plan(con, files, spec, schema, Path(tmp))
+        if plan is None:
+            return None
+        return _streamed_write(con, files, spec, schema, plan)
+
+
+@dataclass
+class _StreamedPlan:
+    """What :func:`_streamed_write` inserts: SQL over the (staged) Parquet files and what the checks found."""
+
+    n: int
+    items_sql: str
+    labels_sql: str
+    gold_sql: str
+    unlabelled: dict[str, int]
+
+
+def _streamed_plan(
+    con: duckdb.DuckDBPyConnection,
+    files: list[Path],
+    spec: ImportSpec,
+    schema: DecisionSchema | None,
+    tmp: Path,
+) -> _StreamedPlan | None:
+    """The SQL of a streamed import, or None when the pandas path must do it.
+
+    Taken for ``--id-column``, ``--text-column`` and ``--label`` columns (with or without ``--schema``, any
+    question type, ``--positive``) and any split source (a column, ``--split``, file names, the fractions), when
+    every id is printable ASCII with visible first and last characters (trimming and NFC change nothing) and
+    unique, every text holds a visible character, and the label and split columns have few enough distinct
+    values: those are mapped in Python by the pandas path's own code (:func:`_map_labels`), so the stored
+    labels, the unlabelled counts and the splits are the same. A label or split the pandas path refuses sends
+    the import there to be named with its row.
     """
     import pyarrow.parquet as pq
 
     if (
-        schema is None
-        or not spec.id_column
+        not spec.id_column
         or not spec.text_column
         or not spec.labels
-        or not (spec.split_column or spec.split)
         or spec.state_column
         or spec.image_column
         or spec.group_column
         or spec.annotator_column
         or spec.label_votes
         or spec.meta_columns
-        or spec.positive
         or spec.append
-        or spec.test_fraction is not None
-        or spec.calibration_fraction
-        or any(_READERS.get(f.suffix.lower()) != "parquet" for f in files)
-        or any(q not in schema.questions or schema.questions[q].type != "choice" for q in spec.labels)
     ):
         return None
+    kinds = [_READERS.get(f.suffix.lower()) for f in files]
+    if any(k not in ("parquet", "csv", "tsv") for k in kinds):
+        return None
+    # the split of each row, chosen as the pandas path chooses it
+    file_splits: dict[str, str] = {}
+    if spec.split_column or spec.test_fraction is not None:
+        pass
+    elif spec.split:
+        if SPLIT_ALIASES.get(spec.split.lower(), spec.split) not in SPLITS:
+            return None
+    else:
+        for f in files:
+            named = _file_split(f) if len(files) > 1 else None
+            chosen = named or ("train" if spec.calibration_fraction is not None else None)
+            if chosen is None:
+                return None
+            file_splits[str(f)] = chosen
     cols = [
         spec.id_column,
         spec.text_column,
         *spec.labels.values(),
         *([spec.split_column] if spec.split_column else []),
     ]
+    sources: list[str] = []
     try:
-        for f in files:
-            _check_regular_file(f)
-            meta = pq.read_metadata(f)
-            schema_f = meta.schema.to_arrow_schema()
-            _check_header(schema_f.names, f)
-            if any(c not in schema_f.names or not pa.types.is_string(schema_f.field(c).type) for c in cols):
+        for i, (f, kind) in enumerate(zip(files, kinds, strict=True)):
+            try:
+                size = _check_regular_file(f)
+                longest = _check_delimited(f, "," if kind == "csv" else "\t") if kind in ("csv", "tsv") else 0
+            except DataImportError:
+                if i == 0:
+                    raise  # the pandas path refuses the first file with the same error before anything else
                 return None
-        if sum(pq.read_metadata(f).num_rows for f in files) < FAST_PATH_MIN_ROWS:
+            if kind == "parquet":
+                _check_header(_parquet_names(f), f)
+                src = f
+            else:
+                assert kind is not None
+                src = tmp / f"{i}.parquet"
+                # a record spanning lines (quoted newlines) longer than this is refused by DuckDB: the pandas path
+                reader = _csv_reader(f, kind, size, min(size + 1, STREAMED_LINE_FACTOR * longest))
+                con.execute(f"COPY (SELECT * FROM {reader}) TO {_sql_text(str(src))} (FORMAT parquet)")
+            file_schema = pq.read_schema(src)
+            if any(
+                c not in file_schema.names
+                or not (
+                    pa.types.is_string(file_schema.field(c).type) or pa.types.is_large_string(file_schema.field(c).type)
+                )
+                for c in cols
+            ):
+                return None
+            if pq.read_metadata(src).num_rows == 0:
+                return None
+            sources.append(str(src))
+        if file_splits and "filename" in pq.read_schema(sources[0]).names:
             return None
-    except (DataImportError, pa.ArrowException, OSError):
+        return _streamed_sql(con, files, sources, file_splits, spec, schema)
+    except DataImportError:
+        if not sources and files:
+            raise
+        return None
+    except (duckdb.Error, pa.ArrowException, OSError):
         return None  # the pandas path names the problem
-    src = "read_parquet($files)"
-    q = {"files": [str(f) for f in files]}
 
-    def col(c: str) -> str:
-        return '"' + c.replace('"', '""') + '"'
 
-    def lit(v: str) -> str:
-        return "'" + v.replace("'", "''") + "'"
-
-    idc, textc = col(spec.id_column), col(spec.text_column)
+def _streamed_sql(
+    con: duckdb.DuckDBPyConnection,
+    files: list[Path],
+    sources: list[str],
+    file_splits: dict[str, str],
+    spec: ImportSpec,
+    schema: DecisionSchema | None,
+) -> _StreamedPlan | None:
+    """:func:`_streamed_plan`'s checks (one DuckDB query each) and SQL over the Parquet ``sources``."""
+    assert spec.id_column and spec.text_column
+    by_source = dict(zip(sources, (str(f) for f in files), strict=True))
+    src = (
+        "read_parquet(["
+        + ", ".join(_sql_text(s) for s in sources)
+        + "]"
+        + (", filename = true" if file_splits else "")
+        + ")"
+    )
+    idc, textc = _sql_name(spec.id_column), _sql_name(spec.text_column)
     checks = con.execute(
         f"SELECT count(*), count(DISTINCT {idc}),"
         f" count(*) FILTER (WHERE {idc} IS NULL OR NOT regexp_full_match({idc}, '{_PLAIN_ID}')),"
-        f" count(*) FILTER (WHERE {textc} IS NULL OR NOT regexp_matches({textc}, '[!-~]'))"
-        f" FROM {src}",
-        q,
+        f" count(*) FILTER (WHERE {textc} IS NULL), count(*) FILTER (WHERE NOT regexp_matches({textc}, '[!-~]'))"
+        f" FROM {src}"
     ).fetchone()
     assert checks is not None
-    n, n_distinct, bad_ids, bad_text = (int(v) for v in checks)
-    if n == 0 or n != n_distinct or bad_ids or bad_text:
+    n, n_distinct, bad_ids, no_text, not_ascii = (int(v) for v in checks)
+    if n == 0 or n < FAST_PATH_MIN_ROWS or n != n_distinct or bad_ids or no_text:
         return None
-    for question, c in spec.labels.items():
-        allowed = set(option_ids(schema.questions[question]))
-        values = [r[0] for r in con.execute(f"SELECT DISTINCT {col(c)} FROM {src}", q).fetchall()]
-        if any(v is None or v not in allowed for v in values):
-            return None
-    if spec.split_column:
-        raw = [r[0] for r in con.execute(f"SELECT DISTINCT {col(spec.split_column)} FROM {src}", q).fetchall()]
-        mapping = {v: SPLIT_ALIASES.get((v or "").strip().lower()) for v in raw}
-        if any(m is None for m in mapping.values()):
-            return None
-        split_sql = (
+    # a text without a visible ASCII character may still be blank (whitespace, invisible characters only): those
+    # few are checked by the pandas path's own pattern, a batch at a time
+    if not_ascii:
+        query = f"SELECT {textc} FROM {src} WHERE NOT regexp_matches({textc}, '[!-~]')"
+        for batch in con.execute(query).fetch_record_batch(HASH_BATCH_ROWS):
+            if batch.num_rows and _blank(pd.Series(batch.column(0).to_pylist(), dtype=object)).any():
+                return None
+
+    def distinct(c: str) -> list[tuple[Any, int]] | None:
+        rows = con.execute(
+            f"SELECT {_sql_name(c)}, count(*) FROM {src} GROUP BY ALL LIMIT {STREAMED_MAX_DISTINCT + 1}"
+        ).fetchall()
+        return None if len(rows) > STREAMED_MAX_DISTINCT else [(r[0], int(r[1])) for r in rows]
+
+    def cases(expr: str, mapping: dict[str, str]) -> str:
+        return (
             "CASE "
-            + " ".join(
-                f"WHEN {col(spec.split_column)} = {lit(k)} THEN {lit(v)}"
-                for k, v in mapping.items()
-                if k is not None and v is not None
-            )
+            + expr
+            + " "
+            + " ".join(f"WHEN {_sql_text(k)} THEN {_sql_text(v)}" for k, v in mapping.items())
             + " END"
         )
-    else:
-        assert spec.split is not None
-        fixed = SPLIT_ALIASES.get(spec.split.lower(), spec.split)
-        if fixed not in SPLITS:
+
+    # splits
+    if spec.split_column:
+        found = distinct(spec.split_column)
+        if found is None:
             return None
-        split_sql = lit(fixed)
-    files_sql = "read_parquet([" + ", ".join(lit(f) for f in q["files"]) + "])"
+        spelled = {v: SPLIT_ALIASES.get((v or "").strip().lower()) for v, _ in found}
+        if any(m is None for m in spelled.values()) or len(spelled) > STREAMED_MAX_CASES:
+            return None
+        split_sql = cases(_sql_name(spec.split_column), {k: v for k, v in spelled.items() if k is not None and v})
+    elif spec.split:
+        split_sql = _sql_text(SPLIT_ALIASES.get(spec.split.lower(), spec.split))
+    elif spec.test_fraction is not None:
+        split_sql = f"CASE WHEN {_unit_sql(idc, spec.seed, 'test')} < {_double_sql(spec.test_fraction)} THEN 'test' ELSE 'train' END"
+    else:
+        split_sql = cases("filename", {s: file_splits[by_source[s]] for s in sources})
+    if spec.calibration_fraction:
+        split_sql = (
+            f"CASE WHEN ({split_sql}) = 'train' AND {_unit_sql(idc, spec.seed, 'calibration')}"
+            f" < {_double_sql(spec.calibration_fraction)} THEN 'calibration' ELSE ({split_sql}) END"
+        )
+
+    # labels: each column's distinct values mapped by the pandas path's code
+    labels_sql, gold_sql, unlabelled = [], [], {}
+    for question, c in spec.labels.items():
+        _check_label_question(question, c, schema)
+        found = distinct(c)
+        if found is None:
+            return None
+        raw = pd.Series([v for v, _ in found], dtype=object)
+        mapped, absent = _map_labels(raw, question, c, schema, spec, lambda i: f"value {i}")
+        counts = np.array([k for _, k in found], dtype=np.int64)
+        if absent.any():
+            unlabelled[question] = int(counts[absent.to_numpy(dtype=bool)].sum())
+        stored = mapped.notna().to_numpy(dtype=bool)  # pandas may spell "no label" NaN as well as None
+        kept = {str(r): str(m) for r, m, k in zip(raw, mapped, stored, strict=True) if k}
+        dropped = [str(r) for r, k in zip(raw, stored, strict=True) if not k and r is not None]
+        if all(k == v for k, v in kept.items()) and len(dropped) <= STREAMED_MAX_CASES:
+            option = _sql_name(c)
+            where = f"{option} IS NOT NULL" + (
+                f" AND {option} NOT IN ({', '.join(map(_sql_text, dropped))})" if dropped else ""
+            )
+        elif len(kept) <= STREAMED_MAX_CASES:
+            option = cases(_sql_name(c), kept)
+            where = f"({option}) IS NOT NULL"
+        else:
+            return None
+        labels_sql.append(
+            f"SELECT {idc} AS item_id, {_sql_text(question)} AS question, {option} AS option_id,"
+            f" {_sql_text(SINGLE_ANNOTATOR)} AS annotator FROM {src} WHERE {where}"
+        )
+        # one vote per item: each label row with its item's split, from the same file rows (no join)
+        gold_sql.append(
+            f"SELECT {_sql_text(question)} AS question, {idc} AS item_id, {split_sql} AS split, {option} AS gold"
+            f" FROM {src} WHERE {where}"
+        )
     items_sql = (
         f"SELECT {idc} AS item_id, {textc} AS state_text, NULL::VARCHAR AS state_json, NULL::VARCHAR[] AS images,"
-        f" {split_sql} AS split, NULL::VARCHAR AS grp, NULL::VARCHAR AS meta FROM {files_sql}"
+        f" {split_sql} AS split, NULL::VARCHAR AS grp, NULL::VARCHAR AS meta FROM {src}"
     )
-    labels_sql = " UNION ALL ".join(
-        f"SELECT {idc} AS item_id, {lit(question)} AS question, {col(c)} AS option_id,"
-        f" {lit(SINGLE_ANNOTATOR)} AS annotator FROM {files_sql}"
-        for question, c in spec.labels.items()
+    return _StreamedPlan(n, items_sql, " UNION ALL ".join(labels_sql), " UNION ALL ".join(gold_sql), unlabelled)
+
+
+def _unit_sql(key: str, seed: int, salt: str) -> str:
+    """:func:`_hash_unit` of the SQL expression ``key``, in SQL."""
+    return (
+        f"(CAST(('0x' || left(md5({key} || ':' || {_sql_text(str(seed))} || ':' || {_sql_text(salt)}), 8))::UBIGINT"
+        " AS DOUBLE) / 4294967296.0)"
     )
-    # one vote per item: each label row with its item's split, from the same file rows (no join)
-    gold_sql = " UNION ALL ".join(
-        f"SELECT {lit(question)} AS question, {idc} AS item_id, {split_sql} AS split, {col(c)} AS gold FROM {files_sql}"
-        for question, c in spec.labels.items()
-    )
-    con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_items AS {items_sql}")
+
+
+def _double_sql(x: float) -> str:
+    """``x`` as an SQL DOUBLE, exactly (a bare ``0.3`` would be a DECIMAL)."""
+    return f"CAST({_sql_text(repr(float(x)))} AS DOUBLE)"
+
+
+def _streamed_write(
+    con: duckdb.DuckDBPyConnection,
+    files: list[Path],
+    spec: ImportSpec,
+    schema: DecisionSchema | None,
+    plan: _StreamedPlan,
+) -> DatasetInfo:
+    """Fingerprint and write (one transaction) what :func:`_streamed_plan` checked."""
+    con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_items AS {plan.items_sql}")
+    con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_labels AS {plan.labels_sql}")
+    n, questions = plan.n, sorted(spec.labels)
+    notices = [
+        f"{k:,} row(s) have an empty or NaN label for {q!r} and were imported unlabelled"
+        for q, k in sorted(plan.unlabelled.items())
+    ]
+    extra: dict[str, Any] = {"shared_ids": None, "unlabelled": plan.unlabelled, "ids_normalised": 0, "notices": notices}
     with duckdb_settings(con, {"memory_limit": FAST_PATH_MEMORY_LIMIT}):  # DuckDB's buffer pool counts in RSS
-        con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_labels AS {labels_sql}")
         try:
             fingerprint = _fingerprint_of(con, "_fast_items", "_fast_labels")
             previous = con.execute(
                 "SELECT version, fingerprint FROM datasets WHERE name = ? ORDER BY version DESC LIMIT 1", [spec.name]
             ).fetchone()
-            shared = None
             if previous is not None:
-                shared = int(
+                extra["shared_ids"] = int(
                     con.execute(
                         "SELECT count(DISTINCT n.item_id) FROM _fast_items n JOIN items i"
                         " ON i.dataset = ? AND i.version = ? AND i.item_id = n.item_id",
                         [spec.name, int(previous[0])],
                     ).fetchone()[0]  # type: ignore[index]
                 )
-            questions = sorted(spec.labels)
-            extra: dict[str, Any] = {"shared_ids": shared, "unlabelled": {}, "ids_normalised": 0, "notices": []}
             if previous is not None and previous[1] == fingerprint:
                 return DatasetInfo(spec.name, int(previous[0]), fingerprint, False, n, questions, **extra)
             version = int(previous[0]) + 1 if previous else 1
             # one row per item and question (unique ids, one label column each): no item has two votes
-            fast_params = _import_params(spec, files) | {REPEATED_VOTES: {q: [] for q in questions}}
-            fast_params[GOLD_LABELS] = questions
+            params = _import_params(spec, files) | {REPEATED_VOTES: {q: [] for q in questions}}
+            params[GOLD_LABELS] = questions
             with transaction(con):
-                h = save_schema(con, schema)
+                h = save_schema(con, schema) if schema is not None else None
                 con.execute(
                     "INSERT INTO datasets (name, version, fingerprint, questions, schema_hash, n_items, params)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [spec.name, version, fingerprint, questions, h, n, json.dumps(fast_params)],
+                    [spec.name, version, fingerprint, questions, h, n, json.dumps(params)],
                 )
                 con.execute(
                     "INSERT INTO items (dataset, version, item_id, state_text, state_json, images, split, grp, meta)"
@@ -1223,8 +1451,8 @@ def _fast_plain_parquet(
                     [spec.name, version],
                 )
                 con.execute(
-                    f"INSERT INTO gold_labels (dataset, version, question, item_id, split, gold)"
-                    f" SELECT ?, ?, question, item_id, split, gold FROM ({gold_sql})",
+                    "INSERT INTO gold_labels (dataset, version, question, item_id, split, gold)"
+                    f" SELECT ?, ?, question, item_id, split, gold FROM ({plan.gold_sql})",
                     [spec.name, version],
                 )
         except duckdb.Error as exc:  # rolled back: nothing was written
