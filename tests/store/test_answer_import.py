@@ -731,3 +731,46 @@ def _same_to_1e12(a, b) -> None:
     xa = np.array([float(x) for x in re.findall(number, ta)])
     xb = np.array([float(x) for x in re.findall(number, tb)])
     np.testing.assert_allclose(xa, xb, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize(
+    "value, what",
+    [('"0.2"', "is a string"), ("NaN", "is NaN"), ("null", "is null"), ("[0.2]", "is an array")],
+)
+def test_jsonl_read_by_arrow_hands_a_later_bad_row_to_the_strict_reader(
+    master, store, tmp_path, monkeypatch, value, what
+):
+    """Arrow's JSON reader reads the good batches; at the first value the strict reader refuses (a batch with
+    NaN or null in a list, or Arrow's own refusal) the strict reader reads on from that row: the same error,
+    the same row number, and a good file imports the same run either way."""
+    from workbench.store import answer_import as ai
+
+    monkeypatch.setattr(ai, "ARROW_JSON_BLOCK", 4096)  # many Arrow batches of ~20 rows
+    rows = [json.dumps(r) for r in wide_table(master).to_pylist()]
+    path = tmp_path / "good.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    con = connect(store)
+    fast = import_answers(con, path, dataset="msgs", schema=schema(), name="fast")
+
+    def refuses(src, layout):  # Arrow refuses at once: the strict reader reads the whole file
+        raise pa.ArrowInvalid("refused")
+        yield
+
+    monkeypatch.setattr(ai, "_arrow_jsonl", refuses)
+    strict = import_answers(con, path, dataset="msgs", schema=schema(), name="strict")
+    same = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE a.probs IS NOT DISTINCT FROM b.probs AND a.failure_kind IS NOT"
+        " DISTINCT FROM b.failure_kind AND a.p_top IS NOT DISTINCT FROM b.p_top) FROM answers a JOIN answers b"
+        " USING (item_id, question) WHERE a.run_id = ? AND b.run_id = ?",
+        [fast, strict],
+    ).fetchone()
+    assert same == (2 * N, 2 * N)
+    con.close()
+    monkeypatch.undo()
+    monkeypatch.setattr(ai, "ARROW_JSON_BLOCK", 4096)
+    vec = wide_table(master).column("spam")[301].as_py()
+    rows[301] = rows[301].replace(json.dumps(vec), "[" + json.dumps(vec[0]) + ", " + value + "]")
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    msg = _refused(store, path, match="row 302: item 'm0301', column 'spam': ")
+    assert what in msg and "1 bad row: 1 type" in msg

@@ -14,10 +14,13 @@ Two layouts (docs/answer-files.md has the full contract):
 
 The layout is detected from the columns (``question`` and ``probs`` → long). Every vector is checked as
 a provider's answer is (:func:`workbench_runtime.answers.normalise_answer`): one value per option,
-finite, within [0, 1] (1e-9 slack, then clipped), summing to 1 within :data:`SUM_TOLERANCE` and
-re-normalised (vectors already within 1e-12 of 1 are stored as given, so an exported run re-imports
-bit for bit). Types are as strict as the runtime's: Parquet by its column types, JSONL by each value's JSON
-type (a string or boolean probability is refused, never converted). Ids must be items of the dataset
+finite, within [0, 1] (1e-9 slack, then clipped), summing to 1 within :data:`SUM_TOLERANCE`. The values
+are stored as given (clipped), with ``normalise_on_read`` where the sum is more than 1e-12 from 1: the
+store's ``answers`` view divides them by it (:data:`workbench.store.db.NORMALISED_PROBS`), so readers get
+the vectors re-normalised as the runtime does, and DuckDB compresses the file's short decimals (ALP) instead
+of full-precision quotients. Types are as strict as the runtime's: Parquet by its column types, JSONL by
+each value's JSON type (a string or boolean probability is refused, never converted; Arrow's typed JSON
+reader reads the file, and DuckDB's strict reader takes over from the first value it must name). Ids must be items of the dataset
 version, once per question; in the long layout every item needs every question. Any violation raises
 one :class:`DataImportError` naming the first offending row (file order), how many rows are bad and the
 fix; nothing is written (one transaction).
@@ -327,6 +330,21 @@ def _batches(src: _Source, layout: _Layout) -> Iterator[pa.RecordBatch]:
             finally:
                 pf.close()
         return
+    # Arrow's JSON reader first (typed, 3-4x less CPU): it refuses a value of another JSON type than the column's,
+    # which is what the strict reader below refuses too. It accepts NaN and null inside lists, which the strict
+    # reader names as type errors: from the first batch holding one (or Arrow's first refusal) on, the strict
+    # reader takes over at that row, so every error is named by it, with its row number
+    done = 0
+    try:
+        for batch in _arrow_jsonl(src, layout):
+            if not _plain_json_values(batch, layout):
+                break
+            yield batch
+            done += batch.num_rows
+        else:
+            return
+    except pa.ArrowInvalid:
+        pass
     # every value is read as JSON and converted by type (DuckDB's typed reader would turn "0.5" and true into
     # numbers, and any value into text); a value of the wrong JSON type comes out as NULL, with its JSON text
     # in the column TYPE_ERROR_PREFIX + name (NULL when the value is fine), which the checks report
@@ -339,12 +357,55 @@ def _batches(src: _Source, layout: _Layout) -> Iterator[pa.RecordBatch]:
     con = memory_connection()
     try:
         reader = con.execute(
-            f"SELECT {', '.join(select)} FROM read_json(?, format = 'newline_delimited', columns = {spec})",
+            f"SELECT {', '.join(select)} FROM read_json(?, format = 'newline_delimited', columns = {spec})"
+            + (f" OFFSET {done}" if done else ""),
             [[str(f) for f in src.files]],
         ).fetch_record_batch(BATCH_ROWS)
         yield from reader
     finally:
         con.close()
+
+
+#: Bytes of JSONL Arrow's reader parses at a time (one batch; ~40k rows of 77 probabilities). A line longer
+#: than this makes it refuse the file, and the strict reader reads it.
+ARROW_JSON_BLOCK = 16 << 20
+
+
+def _arrow_jsonl(src: _Source, layout: _Layout) -> Iterator[pa.RecordBatch]:
+    """The JSONL files' columns of ``layout`` read by Arrow with their types (probabilities: list<double>), file
+    by file in file order; raises ``pa.ArrowInvalid`` at a value of another JSON type (or unreadable JSON)."""
+    import pyarrow.json as pj
+
+    types = {c: pa.list_(pa.float64()) if t is None else t for c, t in layout.read.items()}
+    schema = pa.schema(list(types.items()))
+    parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    for f in src.files:
+        reader = pj.open_json(f, read_options=pj.ReadOptions(block_size=ARROW_JSON_BLOCK), parse_options=parse)
+        try:
+            for batch in reader:
+                if batch.schema != schema:
+                    batch = pa.RecordBatch.from_arrays([batch.column(c) for c in types], schema=schema)
+                yield batch
+        finally:
+            reader.close()
+
+
+def _plain_json_values(batch: pa.RecordBatch, layout: _Layout) -> bool:
+    """No value the strict reader refuses as a type error and Arrow's accepts: NaN/Infinity in a number or list
+    column, null inside a probability list."""
+    for c, t in layout.read.items():
+        col = batch.column(c)
+        if t is None:
+            col = col.flatten()  # the values of the non-null lists
+            if col.null_count:
+                return False
+        elif pa.types.is_floating(t):
+            col = col.drop_null()
+        else:
+            continue
+        if len(col) and not np.isfinite(np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)).all():
+            return False
+    return True
 
 
 #: JSONL: a column holding the JSON text of each value of the wrong type (NULL elsewhere), per column read.
