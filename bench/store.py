@@ -44,7 +44,7 @@ def main() -> None:
         )
         t0 = time.perf_counter()
         con.register("t", tbl)
-        con.execute("INSERT INTO answers (run_id, item_id, question, probs) SELECT * FROM t")
+        con.execute("INSERT INTO answer_rows (run_id, item_id, question, probs) SELECT * FROM t")
         con.execute("CHECKPOINT")
         t_write = time.perf_counter() - t0
         t0 = time.perf_counter()

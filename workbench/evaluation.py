@@ -35,7 +35,7 @@ from workbench.metrics.scores import item_log_loss
 from workbench.metrics.slices import SliceReports, length_buckets, slice_reports
 from workbench.schema import option_ids
 from workbench.store.datasets import load_item_meta, load_votes
-from workbench.store.db import transaction
+from workbench.store.db import ANSWERS_TABLE, transaction
 from workbench.store.runs import (
     count_answers,
     create_run,
@@ -530,7 +530,7 @@ def calibrate_run(
         update_run(con, new_id, status="done", summary={"calibration": summary})
     except BaseException:
         with transaction(con):
-            for table_name in ("answers", "calibrators", "runs"):
+            for table_name in (ANSWERS_TABLE, "calibrators", "runs"):
                 con.execute(f"DELETE FROM {table_name} WHERE run_id = ?", [new_id])
         raise
     return {

@@ -283,7 +283,7 @@ probes: [yes_no_inversion, irrelevant_context, instruction_paraphrase, {{name: o
             inv_id = first["runs"][1]["run_id"]
             before = load_answers(con, inv_id, "spam").probs
             con.execute(
-                "DELETE FROM answers WHERE run_id = ? AND item_id IN "
+                "DELETE FROM answer_rows WHERE run_id = ? AND item_id IN "
                 "(SELECT item_id FROM answers WHERE run_id = ? ORDER BY item_id LIMIT 10)",
                 [inv_id, inv_id],
             )

@@ -160,7 +160,7 @@ class _RowsVanish(_Wrapped):
                 " AND list_contains(?, item_id))",
                 [self.run_id, ids],
             )
-        self.cur.execute("DELETE FROM answers WHERE run_id = ? AND list_contains(?, item_id)", [self.run_id, ids])
+        self.cur.execute("DELETE FROM answer_rows WHERE run_id = ? AND list_contains(?, item_id)", [self.run_id, ids])
         self.deleted = ids
 
 
@@ -209,8 +209,8 @@ def test_rows_that_cannot_be_rebuilt_end_the_run_incomplete_not_done(tmp_path, e
 
 
 class _ConflictingRow(_Wrapped):
-    """At its ``n``-th request, another cursor writes a row for that very item × question (as another writer
-    could): the runner's batch holding the item's answer then violates the primary key and its write fails."""
+    """At its ``n``-th request, another cursor moves the answers table away (as another writer could): the
+    runner's next batch write then fails (no table to insert into)."""
 
     def __init__(self, inner, n: int, con, run_id: str):
         super().__init__(inner, n)
@@ -221,11 +221,7 @@ class _ConflictingRow(_Wrapped):
         self._seen += 1
         if self._seen == self._n:
             self.item_id = request.item_id
-            self.cur.execute(
-                "INSERT INTO answers (run_id, item_id, question, failure_kind, failure_message)"
-                " VALUES (?, ?, 'intent', 'test', 'written by another writer')",
-                [self.run_id, request.item_id],
-            )
+            self.cur.execute("ALTER TABLE answer_rows RENAME TO answer_rows_away")
         return await self._inner.decide(request)
 
 
@@ -240,14 +236,14 @@ def test_a_failed_write_propagates_and_its_calls_are_not_lost(tmp_path, emu, env
     name = import_banking(con, tmp_path / "data")
     run_id, provider = _new_run(con, name, env, limit=30, concurrency=2)
     wrapped = _ConflictingRow(provider, 8, con, run_id)
-    with pytest.raises(duckdb.ConstraintException):
+    with pytest.raises(duckdb.CatalogException):
         execute_run(con, run_id, env=env, provider=wrapped, progress=False)
     assert get_run(con, run_id)["status"] == "running"  # not "done": nothing could be recorded
     assert _leftover_segments(db), "the calls of the unwritten batch stay in the journal"
     asked = emu.request_count()
     assert asked < 30, "the failed write stopped the run"
 
-    con.execute("DELETE FROM answers WHERE run_id = ? AND failure_kind = 'test'", [run_id])
+    con.execute("ALTER TABLE answer_rows_away RENAME TO answer_rows")
     emu.set_faults(latency_ms=0.0)
     s = execute.resume_run(con, run_id, env=env, progress=False)
     assert (s["status"], s["answered"], s["failed"], s["missing"]) == ("done", 30, 0, 0)

@@ -177,7 +177,7 @@ def test_rows_whose_summaries_do_not_match_their_probabilities_are_not_served(tm
     probs, labels = calibrated_sample(60, 4, seed=2)
     con, run_id, *_ = build_store(tmp_path / "wb.duckdb", {"q": ("choice", ["a", "b", "c", "d"], probs, labels)}, 60)
     assert sa.point_report(con, run_id, "q", "test") is not None
-    con.execute(f"UPDATE answers SET {damage} WHERE item_id IN ('i00002', 'i00003')")  # one per split
+    con.execute(f"UPDATE answer_rows SET {damage} WHERE item_id IN ('i00002', 'i00003')")  # one per split
     assert sa.point_report(con, run_id, "q", "test") is None
     assert sa.grid_points(con, run_id, "q", ("calibration", "test")) is None
     con.close()
@@ -238,7 +238,7 @@ def test_stored_top_option_gives_the_points_of_the_probability_lists(tmp_path):
     assert np.array_equal(col[answered], top_option(top, p1)) and np.all(col[~answered] == -1)
     assert 0 < (~answered).sum() and col[[i for i, _ in rows].index("i00005")] == 0
     con.register("_top", pd.DataFrame({"item_id": [i for i, _ in rows], "t": col}))
-    con.execute("UPDATE answers SET top_option = _top.t FROM _top WHERE answers.item_id = _top.item_id")
+    con.execute("UPDATE answer_rows SET top_option = _top.t FROM _top WHERE answer_rows.item_id = _top.item_id")
     assert ag._top_option_written(con, run_id, "q")
     after = sa.grid_points(con, run_id, "q", ("calibration", "test"))
     assert after is not None
@@ -247,7 +247,7 @@ def test_stored_top_option_gives_the_points_of_the_probability_lists(tmp_path):
         assert np.array_equal(a.labels, b.labels)
         for name in ("predicted", "x", "y"):
             assert np.array_equal(getattr(a.coords, name), getattr(b.coords, name)), (split, name)
-    con.execute("UPDATE answers SET top_option = NULL WHERE item_id = 'i00010'")
+    con.execute("UPDATE answer_rows SET top_option = NULL WHERE item_id = 'i00010'")
     assert not ag._top_option_written(con, run_id, "q")
     con.close()
 

@@ -61,7 +61,7 @@ def store(tmp_path_factory):
         status="done",
     )
     con.execute(
-        "INSERT INTO answers SELECT * REPLACE ($other AS run_id,"
+        "INSERT INTO answer_rows BY NAME SELECT * REPLACE ($other AS run_id,"
         " CASE WHEN item_id LIKE '%5' THEN NULL ELSE list_reverse(probs) END AS probs,"
         " CASE WHEN item_id LIKE '%5' THEN 'server' ELSE failure_kind END AS failure_kind)"
         " FROM answers WHERE run_id = $run AND item_id NOT LIKE '%7'",

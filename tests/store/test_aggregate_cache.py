@@ -41,7 +41,7 @@ def test_an_aggregate_is_read_back_under_the_same_inputs_only(store):
     assert after_label != state
     # so does a new answer (count and latest created_at of the run's answers)
     con.execute(
-        "INSERT INTO answers (run_id, item_id, question, probs, p_top, margin) "
+        "INSERT INTO answer_rows (run_id, item_id, question, probs, p_top, margin) "
         "SELECT run_id, 'extra', question, probs, p_top, margin FROM answers WHERE run_id = ? LIMIT 1",
         [run_id],
     )

@@ -650,3 +650,127 @@ def test_long_layout_names_the_bad_row_of_a_later_question(master, store, tmp_pa
     pq.write_table(bad, tmp_path / "bad.parquet")
     msg = _refused(store, tmp_path / "bad.parquet", match=f"row {r + 1}: item '{items[r]}', question 'spam': 3 prob")
     assert "1 bad row: 1 length" in msg
+
+
+def test_vectors_are_stored_as_given_and_every_reader_sees_them_normalised(master, store, tmp_path):
+    """The import stores the file's 4-decimal values (DuckDB compresses them with ALP; the re-normalised
+    doubles it stored before took ~5x the space) and the store normalises them on read, in one place (the
+    ``answers`` view): every reader gets the very doubles of a run whose vectors were stored normalised."""
+    from workbench.engines import store_aggregates as sa
+    from workbench.store.db import ANSWERS_TABLE
+    from workbench.store.runs import insert_run, iter_answer_batches, write_answers
+
+    con = connect(store)
+    run_id = import_answers(con, write_wide(master, tmp_path / "a.parquet"), dataset="msgs", schema=schema(), name="a")
+    given = con.execute(
+        f"SELECT item_id, probs, normalise_on_read, deviation FROM {ANSWERS_TABLE}"
+        " WHERE run_id = ? AND question = 'topic' ORDER BY item_id",
+        [run_id],
+    ).fetch_arrow_table()
+    order = np.argsort(IDS)
+    ok = ~master["failed"][order]
+    stored = np.vstack([v for v in given.column("probs").to_pylist() if v is not None])
+    np.testing.assert_array_equal(stored, master["topic"][order][ok])  # the file's values, bit for bit
+    s = stored.sum(axis=1)
+    flag = np.array(given.column("normalise_on_read").to_pylist())
+    np.testing.assert_array_equal(flag[ok], np.abs(s - 1) > 1e-12)  # set where a division is due
+    assert not flag[~ok].any()
+
+    # the same vectors normalised before they are stored (as the runner writes), as a second run
+    rows = con.execute(
+        "SELECT item_id, question, probs, p_top, margin, top_option, entropy, deviation, failure_kind FROM answers"
+        " WHERE run_id = ?",
+        [run_id],
+    ).fetch_arrow_table()
+    run = get_run(con, run_id)
+    ref = "run-reference"
+    insert_run(
+        con, run_id=ref, dataset="msgs", dataset_version=1, schema=schema(), provider="test", splits=run["splits"],
+        name="ref", status="done",
+    )  # fmt: skip
+    write_answers(
+        con,
+        rows.set_column(0, "item_id", rows.column("item_id")).append_column("run_id", pa.array([ref] * rows.num_rows)),
+    )
+    assert (
+        con.execute(f"SELECT count(*) FROM {ANSWERS_TABLE} WHERE run_id = ? AND normalise_on_read", [ref]).fetchone()[0]
+        == 0
+    )
+    want = np.where((np.abs(s - 1) > 1e-12)[:, None], stored / np.where(np.abs(s - 1) > 1e-12, s, 1.0)[:, None], stored)
+    for q in ("topic", "spam"):
+        a, b = load_answers(con, run_id, q), load_answers(con, ref, q)
+        np.testing.assert_array_equal(a.probs, b.probs)
+        if q == "topic":
+            np.testing.assert_array_equal(a.probs[ok], want)  # numpy's division by the row sum, bit for bit
+        test_rows = load_answers(con, run_id, q, ["test"])
+        streamed = np.full_like(test_rows.probs, -1.0)
+        for pos, batch in iter_answer_batches(con, run_id, q, ["test"], batch_rows=64):
+            streamed[pos] = batch.probs
+        np.testing.assert_array_equal(streamed, test_rows.probs)
+        for split in ("calibration", "test"):  # the store's SQL aggregates (choice questions only)
+            ra, rb = sa.point_report(con, run_id, q, split), sa.point_report(con, ref, q, split)
+            assert (ra is None) == (rb is None) == (q != "topic")
+            _same_to_1e12(ra, rb)  # DuckDB's sums may add in another order: the last bit may differ
+            ga, gb = sa.grid_points(con, run_id, q, (split,)), sa.grid_points(con, ref, q, (split,))
+            _same_to_1e12(ga, gb)
+    for rid, out in ((run_id, tmp_path / "a.parquet.out"), (ref, tmp_path / "b.parquet.out")):
+        export_run(con, rid, "parquet", out.with_suffix(".parquet"))
+    ea = pq.read_table(tmp_path / "a.parquet.parquet", columns=["item_id", "question", "probs", "p_top", "margin"])
+    eb = pq.read_table(tmp_path / "b.parquet.parquet", columns=["item_id", "question", "probs", "p_top", "margin"])
+    assert ea.equals(eb)
+    con.close()
+
+
+def _same_to_1e12(a, b) -> None:
+    """Two results whose reprs hold the same text and the same numbers to a relative 1e-12."""
+    import re
+
+    number = r"-?\d+\.\d+(?:e[-+]?\d+)?|nan|inf"
+    ta, tb = repr(a), repr(b)
+    assert re.sub(number, "#", ta) == re.sub(number, "#", tb)
+    xa = np.array([float(x) for x in re.findall(number, ta)])
+    xb = np.array([float(x) for x in re.findall(number, tb)])
+    np.testing.assert_allclose(xa, xb, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize(
+    "value, what",
+    [('"0.2"', "is a string"), ("NaN", "is NaN"), ("null", "is null"), ("[0.2]", "is an array")],
+)
+def test_jsonl_read_by_arrow_hands_a_later_bad_row_to_the_strict_reader(
+    master, store, tmp_path, monkeypatch, value, what
+):
+    """Arrow's JSON reader reads the good batches; at the first value the strict reader refuses (a batch with
+    NaN or null in a list, or Arrow's own refusal) the strict reader reads on from that row: the same error,
+    the same row number, and a good file imports the same run either way."""
+    from workbench.store import answer_import as ai
+
+    monkeypatch.setattr(ai, "ARROW_JSON_BLOCK", 4096)  # many Arrow batches of ~20 rows
+    rows = [json.dumps(r) for r in wide_table(master).to_pylist()]
+    path = tmp_path / "good.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    con = connect(store)
+    fast = import_answers(con, path, dataset="msgs", schema=schema(), name="fast")
+
+    def refuses(src, layout):  # Arrow refuses at once: the strict reader reads the whole file
+        raise pa.ArrowInvalid("refused")
+        yield
+
+    monkeypatch.setattr(ai, "_arrow_jsonl", refuses)
+    strict = import_answers(con, path, dataset="msgs", schema=schema(), name="strict")
+    same = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE a.probs IS NOT DISTINCT FROM b.probs AND a.failure_kind IS NOT"
+        " DISTINCT FROM b.failure_kind AND a.p_top IS NOT DISTINCT FROM b.p_top) FROM answers a JOIN answers b"
+        " USING (item_id, question) WHERE a.run_id = ? AND b.run_id = ?",
+        [fast, strict],
+    ).fetchone()
+    assert same == (2 * N, 2 * N)
+    con.close()
+    monkeypatch.undo()
+    monkeypatch.setattr(ai, "ARROW_JSON_BLOCK", 4096)
+    vec = wide_table(master).column("spam")[301].as_py()
+    rows[301] = rows[301].replace(json.dumps(vec), "[" + json.dumps(vec[0]) + ", " + value + "]")
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    msg = _refused(store, path, match="row 302: item 'm0301', column 'spam': ")
+    assert what in msg and "1 bad row: 1 type" in msg

@@ -25,6 +25,58 @@ def test_migrations_are_forward_and_idempotent(db_path: Path):
     con.close()
 
 
+def test_answers_stored_normalised_before_migration_10_read_the_same_after_it(db_path: Path):
+    """A store written before answers were normalised on read (its rows normalised, under the old primary
+    key) migrates to the key-less table and the ``answers`` view; every row reads back bit for bit."""
+    from workbench.store import db as store_db
+
+    con = duckdb.connect(str(db_path))
+    con.execute(
+        "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMP DEFAULT current_timestamp)"
+    )
+    for version, sql in enumerate(store_db._MIGRATIONS[:9], start=1):
+        con.execute(sql)
+        con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
+    rng = np.random.default_rng(3)
+    raw = rng.dirichlet(np.ones(7), 50).round(4)
+    stored = raw / raw.sum(axis=1, keepdims=True)  # as the import stored them then: full-precision doubles
+    rows = pd.DataFrame(
+        {
+            "run_id": "r",
+            "item_id": [f"i{i:02d}" for i in range(50)],
+            "question": "q",
+            "probs": [list(v) if i % 10 else None for i, v in enumerate(stored)],
+            "p_top": stored.max(axis=1),
+            "deviation": raw.sum(axis=1) - 1,
+            "failure_kind": [None if i % 10 else "server" for i in range(50)],
+        }
+    )
+    con.register("_rows", rows)
+    con.execute("INSERT INTO answers BY NAME SELECT * FROM _rows")
+    con.close()
+
+    con = connect(db_path)
+    assert schema_version(con) == SCHEMA_VERSION
+    kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables").fetchall())
+    assert (kinds["answers"], kinds[store_db.ANSWERS_TABLE]) == ("VIEW", "BASE TABLE")
+    got = con.execute("SELECT item_id, probs, p_top, deviation, failure_kind FROM answers ORDER BY item_id").df()
+    assert got["item_id"].tolist() == rows["item_id"].tolist()
+    for i, v in enumerate(got["probs"]):
+        if i % 10:
+            np.testing.assert_array_equal(np.array(v), stored[i])  # read as stored: no second division
+        else:
+            assert v is None or v is pd.NA
+    np.testing.assert_array_equal(got["p_top"].to_numpy(), rows["p_top"].to_numpy())
+    assert con.execute(f"SELECT count(*) FROM {store_db.ANSWERS_TABLE} WHERE normalise_on_read").fetchone() == (0,)
+    # the view is the one normalising expression over the table
+    differ = con.execute(
+        f"SELECT count(*) FROM answers v JOIN (SELECT item_id, {store_db.NORMALISED_PROBS} AS p"
+        f" FROM {store_db.ANSWERS_TABLE}) t USING (item_id) WHERE v.probs IS DISTINCT FROM t.p"
+    ).fetchone()
+    assert differ == (0,)
+    con.close()
+
+
 def test_newer_database_is_refused(db_path: Path):
     con = connect(db_path)
     con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION + 5])
@@ -150,3 +202,33 @@ def test_duckdb_settings_are_put_back_even_when_the_block_fails(tmp_path):
     ).fetchone()
     # DuckDB prints the limit rounded down to 0.1 MiB, so a put-back limit can read 0.1 MiB lower (once: it is then exact)
     assert after[1] == before[1] and abs(_size_bytes(after[0]) - _size_bytes(before[0])) < 2**20 / 5
+
+
+def test_the_numpy_normalisation_gives_the_views_doubles(db_path: Path):
+    """``normalise_rows`` (the streamed reader's) and the ``answers`` view divide the same way, bit for bit."""
+    import pyarrow as pa
+
+    from workbench.store.db import ANSWERS_TABLE, normalise_rows
+
+    rng = np.random.default_rng(5)
+    raw = rng.dirichlet(np.ones(9), 300).round(4)
+    dev = raw.sum(axis=1) - 1
+    flag = np.abs(dev) > 1e-12
+    con = connect(db_path)
+    rows = pa.table(
+        {
+            "run_id": ["r"] * 300,
+            "item_id": [f"i{i:03d}" for i in range(300)],
+            "question": ["q"] * 300,
+            "probs": pa.array([list(v) for v in raw], type=pa.list_(pa.float64())),
+            "deviation": dev,
+            "normalise_on_read": pa.array([bool(f) if i % 7 else None for i, f in enumerate(flag)]),
+        }
+    )
+    con.register("_rows", rows)
+    con.execute(f"INSERT INTO {ANSWERS_TABLE} BY NAME SELECT * FROM _rows")
+    view = np.vstack(con.execute("SELECT probs FROM answers ORDER BY item_id").fetch_arrow_table()["probs"].to_pylist())
+    mine = normalise_rows(raw.copy(), rows["normalise_on_read"], rows["deviation"])
+    np.testing.assert_array_equal(mine, view)
+    assert not np.array_equal(view, raw)  # something was divided
+    con.close()

@@ -14,10 +14,13 @@ Two layouts (docs/answer-files.md has the full contract):
 
 The layout is detected from the columns (``question`` and ``probs`` → long). Every vector is checked as
 a provider's answer is (:func:`workbench_runtime.answers.normalise_answer`): one value per option,
-finite, within [0, 1] (1e-9 slack, then clipped), summing to 1 within :data:`SUM_TOLERANCE` and
-re-normalised (vectors already within 1e-12 of 1 are stored as given, so an exported run re-imports
-bit for bit). Types are as strict as the runtime's: Parquet by its column types, JSONL by each value's JSON
-type (a string or boolean probability is refused, never converted). Ids must be items of the dataset
+finite, within [0, 1] (1e-9 slack, then clipped), summing to 1 within :data:`SUM_TOLERANCE`. The values
+are stored as given (clipped), with ``normalise_on_read`` where the sum is more than 1e-12 from 1: the
+store's ``answers`` view divides them by it (:data:`workbench.store.db.NORMALISED_PROBS`), so readers get
+the vectors re-normalised as the runtime does, and DuckDB compresses the file's short decimals (ALP) instead
+of full-precision quotients. Types are as strict as the runtime's: Parquet by its column types, JSONL by
+each value's JSON type (a string or boolean probability is refused, never converted; Arrow's typed JSON
+reader reads the file, and DuckDB's strict reader takes over from the first value it must name). Ids must be items of the dataset
 version, once per question; in the long layout every item needs every question. Any violation raises
 one :class:`DataImportError` naming the first offending row (file order), how many rows are bad and the
 fix; nothing is written (one transaction).
@@ -54,7 +57,7 @@ from workbench.errors import DataImportError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.schema.answers import SUM_TOLERANCE
 from workbench.store.calls import _ANSWER_SCHEMA
-from workbench.store.db import duckdb_settings, fetch_scalar, memory_connection, transaction
+from workbench.store.db import ANSWERS_TABLE, duckdb_settings, fetch_scalar, memory_connection, transaction
 
 #: Rows per Arrow batch (65,536 × 77 doubles ≈ 40 MB per temporary).
 BATCH_ROWS = 65_536
@@ -92,7 +95,12 @@ _LONG_EXTRAS = {
 _LONG_IGNORED = {"run_id", "split", "label", "p_top", "margin", "entropy", "provider", "option_ids", "deviation"}
 #: The answers columns an import writes (the run id is a parameter; no vendor figure, cache key): the
 #: store's own answer schema (:mod:`workbench.store.calls`) without those.
-_OUT_SCHEMA = pa.schema([f for f in _ANSWER_SCHEMA if f.name not in ("run_id", "vendor_confidence", "cache_key")])
+#: Plus ``normalise_on_read``: the vectors are stored as given and normalised by the store's ``answers`` view
+#: (:data:`workbench.store.db.ANSWERS_VIEW`).
+_OUT_SCHEMA = pa.schema(
+    [f for f in _ANSWER_SCHEMA if f.name not in ("run_id", "vendor_confidence", "cache_key")]
+    + [pa.field("normalise_on_read", pa.bool_())]
+)
 _OUT_COLUMNS = [f.name for f in _OUT_SCHEMA]
 
 
@@ -322,6 +330,21 @@ def _batches(src: _Source, layout: _Layout) -> Iterator[pa.RecordBatch]:
             finally:
                 pf.close()
         return
+    # Arrow's JSON reader first (typed, 3-4x less CPU): it refuses a value of another JSON type than the column's,
+    # which is what the strict reader below refuses too. It accepts NaN and null inside lists, which the strict
+    # reader names as type errors: from the first batch holding one (or Arrow's first refusal) on, the strict
+    # reader takes over at that row, so every error is named by it, with its row number
+    done = 0
+    try:
+        for batch in _arrow_jsonl(src, layout):
+            if not _plain_json_values(batch, layout):
+                break
+            yield batch
+            done += batch.num_rows
+        else:
+            return
+    except pa.ArrowInvalid:
+        pass
     # every value is read as JSON and converted by type (DuckDB's typed reader would turn "0.5" and true into
     # numbers, and any value into text); a value of the wrong JSON type comes out as NULL, with its JSON text
     # in the column TYPE_ERROR_PREFIX + name (NULL when the value is fine), which the checks report
@@ -334,12 +357,55 @@ def _batches(src: _Source, layout: _Layout) -> Iterator[pa.RecordBatch]:
     con = memory_connection()
     try:
         reader = con.execute(
-            f"SELECT {', '.join(select)} FROM read_json(?, format = 'newline_delimited', columns = {spec})",
+            f"SELECT {', '.join(select)} FROM read_json(?, format = 'newline_delimited', columns = {spec})"
+            + (f" OFFSET {done}" if done else ""),
             [[str(f) for f in src.files]],
         ).fetch_record_batch(BATCH_ROWS)
         yield from reader
     finally:
         con.close()
+
+
+#: Bytes of JSONL Arrow's reader parses at a time (one batch; ~40k rows of 77 probabilities). A line longer
+#: than this makes it refuse the file, and the strict reader reads it.
+ARROW_JSON_BLOCK = 16 << 20
+
+
+def _arrow_jsonl(src: _Source, layout: _Layout) -> Iterator[pa.RecordBatch]:
+    """The JSONL files' columns of ``layout`` read by Arrow with their types (probabilities: list<double>), file
+    by file in file order; raises ``pa.ArrowInvalid`` at a value of another JSON type (or unreadable JSON)."""
+    import pyarrow.json as pj
+
+    types = {c: pa.list_(pa.float64()) if t is None else t for c, t in layout.read.items()}
+    schema = pa.schema(list(types.items()))
+    parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    for f in src.files:
+        reader = pj.open_json(f, read_options=pj.ReadOptions(block_size=ARROW_JSON_BLOCK), parse_options=parse)
+        try:
+            for batch in reader:
+                if batch.schema != schema:
+                    batch = pa.RecordBatch.from_arrays([batch.column(c) for c in types], schema=schema)
+                yield batch
+        finally:
+            reader.close()
+
+
+def _plain_json_values(batch: pa.RecordBatch, layout: _Layout) -> bool:
+    """No value the strict reader refuses as a type error and Arrow's accepts: NaN/Infinity in a number or list
+    column, null inside a probability list."""
+    for c, t in layout.read.items():
+        col = batch.column(c)
+        if t is None:
+            col = col.flatten()  # the values of the non-null lists
+            if col.null_count:
+                return False
+        elif pa.types.is_floating(t):
+            col = col.drop_null()
+        else:
+            continue
+        if len(col) and not np.isfinite(np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)).all():
+            return False
+    return True
 
 
 #: JSONL: a column holding the JSON text of each value of the wrong type (NULL elsewhere), per column read.
@@ -592,14 +658,20 @@ def _vectors(
     )
     if problems:
         return None
-    # one pass: rows within EXACT_SUM of 1 are divided by 1.0, which leaves every value as it is (IEEE)
+    # the values are stored as given (clipped), with normalise_on_read where they need dividing by their sum
+    # s = 1 + dev (the store's answers view divides them as this did before: the same doubles). The figures
+    # are of the normalised vector, a block at a time in a scratch buffer (rows within EXACT_SUM of 1 are
+    # divided by 1.0, which leaves every value as it is)
     need = np.abs(dev) > EXACT_SUM
     divisor = np.where(need, s, 1.0)
-    p, p1, p2, ent = np.empty_like(m), np.empty(n_ok), np.empty(n_ok), np.empty(n_ok)
+    p1, p2, ent = np.empty(n_ok), np.empty(n_ok), np.empty(n_ok)
     top = np.empty(n_ok, dtype=np.int32)
+    scratch = getattr(_SCRATCH, "block", None)
+    if scratch is None or scratch.size < CACHE_ROWS * k:
+        scratch = _SCRATCH.block = np.empty(CACHE_ROWS * k)
     for a in range(0, n_ok, CACHE_ROWS):  # divide, top two and entropy of a block while it is in cache
         b = min(a + CACHE_ROWS, n_ok)
-        block = np.divide(m[a:b], divisor[a:b, None], out=p[a:b])
+        block = np.divide(m[a:b], divisor[a:b, None], out=scratch[: (b - a) * k].reshape(b - a, k))
         top[a:b], p1[a:b], p2[a:b] = _top_two(block)
         ent[a:b] = _entropy(block)
 
@@ -612,7 +684,10 @@ def _vectors(
     top_option_column[valid] = top
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.where(valid, k, 0), out=offsets[1:])
-    vectors = pa.ListArray.from_arrays(pa.array(offsets), pa.array(p.reshape(-1)), mask=pa.array(~valid))
+    given = m.reshape(-1)  # the batch's values buffer holds this very array (the owner returned)
+    vectors = pa.ListArray.from_arrays(pa.array(offsets), pa.array(given), mask=pa.array(~valid))
+    renormalise = np.zeros(n, dtype=bool)
+    renormalise[valid] = need
     failed_kind = pc.if_else(pa.array(valid), pa.nulls(n, pa.string()), pc.fill_null(kinds, UNKNOWN_FAILURE))
     cols = {
         "item_id": ids,
@@ -625,11 +700,12 @@ def _vectors(
         "deviation": full(dev),
         "failure_kind": failed_kind,
         "failure_message": pc.if_else(pa.array(valid), pa.nulls(n, pa.string()), messages),
+        "normalise_on_read": pa.array(renormalise, type=pa.bool_()),
     }
     for name, typ in _LONG_EXTRAS.items():
         col = extras.get(name)
         cols[name] = pa.nulls(n, typ) if col is None else (col if col.type == typ else pc.cast(col, typ))
-    return pa.RecordBatch.from_arrays([cols[c] for c in _OUT_COLUMNS], schema=_OUT_SCHEMA), p
+    return pa.RecordBatch.from_arrays([cols[c] for c in _OUT_COLUMNS], schema=_OUT_SCHEMA), given
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:
@@ -943,17 +1019,17 @@ def import_answers(
         # item ids first, from the source's id column alone (outside the transaction: a join with 10M
         # uncommitted rows ran out of DuckDB's memory)
         ids = _source_items(con, src, layout, dataset, version, schema)
-        if ids.unknown:
-            stream.drain()  # a bad row is reported before an unknown item, as it is found first
+        if ids.unknown or ids.repeated:
+            stream.drain()  # a bad row is reported before an unknown item or a repeated key, as it is found first
             if stream.problems:
                 raise stream.problems.error(where)
-            raise ids.error(where, dataset, version)
+            raise ids.error(where, dataset, version) if ids.unknown else _duplicates(src, layout, where)
         with transaction(con):
             view = f"_answer_import_{run_id.replace('-', '_')}"
             con.register(view, stream.reader())
             try:
                 con.execute(
-                    f"INSERT INTO answers (run_id, {', '.join(_OUT_COLUMNS)})"
+                    f"INSERT INTO {ANSWERS_TABLE} (run_id, {', '.join(_OUT_COLUMNS)})"
                     f" SELECT $run, {', '.join(_OUT_COLUMNS)} FROM {view}",
                     {"run": run_id},
                 )
@@ -961,8 +1037,6 @@ def import_answers(
                 stream.drain()  # the error names the earliest bad row of the whole file, as before the insert
                 if stream.problems:
                     raise stream.problems.error(where) from None
-                if isinstance(exc, duckdb.ConstraintException):
-                    raise _duplicates(src, layout, where) from None
                 raise DataImportError(f"{where}: cannot import: {_first_line(exc)}", hint="fix the file") from None
             finally:
                 con.unregister(view)
@@ -972,7 +1046,7 @@ def import_answers(
                 raise DataImportError(f"{where}: no rows", hint="the file holds no answers")
             n_items = stream.rows if layout.kind == "wide" else ids.items
             if layout.kind == "long" and stream.rows != n_items * len(schema.question_ids):
-                raise _incomplete(src, schema, where)  # the key refused duplicates: a question is missing
+                raise _incomplete(src, schema, where)  # repeated keys were refused: a question is missing
             run_model = model or stream.tally.mode_model()
             insert_run(
                 con,
@@ -1035,6 +1109,7 @@ class _Items:
     example: str | None
     splits: list[str]
     items: int  # distinct item ids (the long layout's item count)
+    repeated: int  # rows beyond the first of their key (item id; long layout: item id and question)
 
     def error(self, where: str, dataset: str, version: int) -> DataImportError:
         return DataImportError(
@@ -1053,8 +1128,9 @@ def _source_items(
     schema: DecisionSchema,
 ) -> _Items:
     """Item ids of the source (its ``item_id`` column only) against the dataset version: how many rows name
-    unknown items (the long layout counts one question's rows), the first such id, the splits covered and
-    the distinct ids. Empty ids are left to the row checks."""
+    unknown items (the long layout counts one question's rows), the first such id, the splits covered, the
+    distinct ids and how many rows repeat a key (the store's answers table has no key constraint: this is
+    what keeps (run, item, question) unique). Empty ids are left to the row checks."""
     long = layout.kind == "long"
     cols = {"item_id": "VARCHAR", **({"question": "VARCHAR"} if long else {})}
     reader, params = _source_reader(src, cols)
@@ -1064,7 +1140,8 @@ def _source_items(
             f"SELECT count(*) FILTER (WHERE i.item_id IS NULL AND {one_q}),"
             f" min(a.item_id) FILTER (WHERE i.item_id IS NULL AND {one_q}),"
             f" list(DISTINCT i.split) FILTER (WHERE i.split IS NOT NULL AND {one_q}),"
-            f" {'count(DISTINCT a.item_id)' if long else '0'}"
+            f" {'count(DISTINCT a.item_id)' if long else '0'},"
+            f" count(*) - count(DISTINCT {'(a.item_id, a.question)' if long else 'a.item_id'})"
             f" FROM (SELECT item_id::VARCHAR AS item_id{', question' if long else ''} FROM {reader}) a"
             " LEFT JOIN items i ON i.dataset = ? AND i.version = ? AND i.item_id = a.item_id"
             " WHERE a.item_id IS NOT NULL",
@@ -1073,7 +1150,7 @@ def _source_items(
     except duckdb.Error as exc:
         raise DataImportError(f"{src.label()}: cannot read: {_first_line(exc)}", hint="fix the file") from None
     assert row is not None
-    return _Items(int(row[0] or 0), row[1], sorted(row[2] or []), int(row[3] or 0))
+    return _Items(int(row[0] or 0), row[1], sorted(row[2] or []), int(row[3] or 0), int(row[4] or 0))
 
 
 def _incomplete(src: _Source, schema: DecisionSchema, where: str) -> DataImportError:

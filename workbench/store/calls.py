@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.schema.answers import entropy, top_two
-from workbench.store.db import transaction
+from workbench.store.db import ANSWERS_TABLE, transaction
 
 CALL_FIELDS = [
     "cache_key",
@@ -257,12 +257,12 @@ def write_batch(
                 )
             if answers and replace:
                 con.execute(
-                    "DELETE FROM answers WHERE (run_id, item_id, question) IN "
+                    f"DELETE FROM {ANSWERS_TABLE} WHERE (run_id, item_id, question) IN "
                     "(SELECT run_id, item_id, question FROM _new_answers)"
                 )
             if answers:
                 con.execute(
-                    f"INSERT INTO answers ({', '.join(ANSWER_FIELDS)}) SELECT {', '.join(ANSWER_FIELDS)}"
+                    f"INSERT INTO {ANSWERS_TABLE} ({', '.join(ANSWER_FIELDS)}) SELECT {', '.join(ANSWER_FIELDS)}"
                     " FROM _new_answers"
                 )
     finally:

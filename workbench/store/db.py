@@ -10,9 +10,17 @@ Tables (schema version 1):
 - ``schemas`` — decision schemas by ``schema_hash`` (the file's wire form, as JSON).
 - ``runs`` — one experiment run: dataset version, schema hash, provider spec, model, status, summary.
 - ``calls`` — the response cache, keyed by ``cache_key`` = sha256(provider, model, exact request).
-- ``answers`` — (run_id, item_id, question): probabilities as ``DOUBLE[]`` in schema order, or a
+- ``answer_rows`` — (run_id, item_id, question): probabilities as ``DOUBLE[]`` in schema order, or a
   failure kind and message (never both). ``p_top``/``margin``/``entropy``/``top_option`` are the
   workbench's own (``top_option``: the arg-max option, -1 for a failure, NULL in older rows).
+  ``normalise_on_read`` true: ``probs`` holds the provider's values as given (clipped into [0, 1]),
+  which sum to ``1 + deviation``; false or NULL: ``probs`` is stored normalised (every row written
+  before migration 10, and the runner's rows).
+- ``answers`` — the view every reader reads (:data:`ANSWERS_VIEW`): ``answer_rows`` with ``probs``
+  normalised (divided by ``1 + deviation`` where ``normalise_on_read``: the very division the import
+  did before it stored the values as given, so the figures are the same bit for bit) and without the
+  ``normalise_on_read`` column. Writers insert into and delete from :data:`ANSWERS_TABLE`; nothing
+  reads it but the view.
 """
 
 from __future__ import annotations
@@ -30,6 +38,42 @@ import duckdb
 from workbench.errors import StoreError
 
 DEFAULT_DB = "workbench.duckdb"
+
+#: The table answers are written to (insert, delete); readers read the view :data:`ANSWERS_VIEW`.
+ANSWERS_TABLE = "answer_rows"
+#: ``probs`` of an :data:`ANSWERS_TABLE` row as every reader sees it: the one place stored probabilities are
+#: normalised. A row with ``normalise_on_read`` holds the values as given, divided here by their sum
+#: ``1 + deviation`` as the writer computed it (``1 + (s - 1)`` is ``s`` exactly for the sums a writer
+#: accepts, within 0.02 of 1: the same doubles as dividing by ``s`` before storing). The view
+#: :data:`ANSWERS_VIEW` (migration 10) is this expression over the table; a reader that needs the table's row
+#: ids (a view has none) selects it from the table. Frozen: changing it needs a migration that replaces the view.
+NORMALISED_PROBS = (
+    "CASE WHEN normalise_on_read THEN list_transform(probs, lambda x: x / (1::DOUBLE + deviation)) ELSE probs END"
+)
+
+
+def normalise_rows(probs: Any, flag: Any, deviation: Any) -> Any:
+    """:data:`NORMALISED_PROBS` over a dense (n, k) float64 matrix of table rows, in place: rows whose
+    ``normalise_on_read`` (Arrow, NULL = false) is set are divided by ``1 + deviation`` — the same IEEE
+    divisions, so the same doubles as the view (``tests/store/test_db.py`` checks it bit for bit).
+
+    For a streamed reader that reads :data:`ANSWERS_TABLE` itself (row ids) and builds the matrix anyway:
+    DuckDB's ``list_transform`` costs ~10 ns a value (0.75 CPU s per 77M, more than ALP saves on the scan),
+    numpy's division ~1 ns."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    need = np.asarray(pc.fill_null(flag, False).to_numpy(zero_copy_only=False), dtype=bool)
+    if need.any():
+        dev = np.asarray(deviation.to_numpy(zero_copy_only=False), dtype=np.float64)[need]
+        probs[need] = probs[need] / (1.0 + dev)[:, None]
+    return probs
+
+
+#: The view of :data:`ANSWERS_TABLE` every reader reads: its rows with ``probs`` as :data:`NORMALISED_PROBS`,
+#: without ``normalise_on_read``. ``*`` is expanded on every read, so a migration adding a column to the
+#: table needs no change to the view.
+ANSWERS_VIEW = "answers"
 
 _MIGRATIONS: list[str] = [
     # 1: initial layout
@@ -274,6 +318,41 @@ _MIGRATIONS: list[str] = [
     INSERT INTO shadow_answers_keyed BY NAME SELECT *, item_id AS request_id FROM shadow_answers;
     DROP TABLE shadow_answers;
     ALTER TABLE shadow_answers_keyed RENAME TO shadow_answers;
+    """,
+    # answers keep the provider's values as given and are normalised on read (issue 29): re-normalised
+    # 4-decimal vectors (0.0077 -> 0.007700770077007701) defeated DuckDB's ALP compression. The rows move
+    # to a table without the primary key (its index took 14% of a 1M-answer store and grew the memory of
+    # every large import; writers keep (run_id, item_id, question) unique themselves: the import checks
+    # the file, the runner deletes before it re-inserts), and `answers` becomes the one view readers read.
+    # Rows written before stay as they were (stored normalised: normalise_on_read is NULL).
+    """
+    CREATE TABLE answer_rows (
+        run_id VARCHAR NOT NULL,
+        item_id VARCHAR NOT NULL,
+        question VARCHAR NOT NULL,
+        probs DOUBLE[],                                -- schema order; NULL when failed; see normalise_on_read
+        p_top DOUBLE,
+        margin DOUBLE,
+        entropy DOUBLE,
+        deviation DOUBLE,                              -- provider sum - 1 (clipped values)
+        vendor_confidence DOUBLE,
+        failure_kind VARCHAR,
+        failure_message VARCHAR,
+        model VARCHAR,
+        latency_ms DOUBLE,
+        input_tokens INTEGER,
+        cost_usd DOUBLE,
+        cache_key VARCHAR,
+        cached BOOLEAN DEFAULT false,
+        created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+        top_option INTEGER,
+        normalise_on_read BOOLEAN                      -- true: probs as given, summing to 1 + deviation
+    );
+    INSERT INTO answer_rows BY NAME SELECT * FROM answers;
+    DROP TABLE answers;
+    CREATE VIEW answers AS SELECT * EXCLUDE (normalise_on_read) REPLACE ("""
+    + NORMALISED_PROBS
+    + """ AS probs) FROM answer_rows;
     """,
 ]
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError, StoreError
 from workbench.schema import DecisionSchema, option_ids
-from workbench.store.db import KEYS_MEMORY_LIMIT, stream_memory, transaction
+from workbench.store.db import ANSWERS_TABLE, KEYS_MEMORY_LIMIT, normalise_rows, stream_memory, transaction
 
 
 # -- schemas -------------------------------------------------------------------------------------
@@ -208,10 +208,12 @@ def write_answers(con: duckdb.DuckDBPyConnection, rows: pd.DataFrame | pa.Table,
         with transaction(con):
             if replace:
                 con.execute(
-                    "DELETE FROM answers WHERE (run_id, item_id, question) IN "
+                    f"DELETE FROM {ANSWERS_TABLE} WHERE (run_id, item_id, question) IN "
                     "(SELECT run_id, item_id, question FROM _incoming_answers)"
                 )
-            con.execute(f"INSERT INTO answers ({', '.join(cols)}) SELECT {', '.join(cols)} FROM _incoming_answers")
+            con.execute(
+                f"INSERT INTO {ANSWERS_TABLE} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM _incoming_answers"
+            )
     finally:
         con.unregister("_incoming_answers")
     return table.num_rows
@@ -366,6 +368,8 @@ def _answers_from_arrow(
         chunks = probs_col.chunks if isinstance(probs_col, pa.ChunkedArray) else [probs_col]
         flat = pa.concat_arrays([c.drop_null().flatten() if c.null_count else c.flatten() for c in chunks])
         probs[~failed] = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=float).reshape(-1, k)
+        if "normalise_on_read" in tbl.column_names:  # rows of the table itself (iter_answer_batches)
+            probs = normalise_rows(probs, tbl.column("normalise_on_read"), tbl.column("deviation"))
     if transform is not None:
         probs = transform(probs)
     if labels is None:
@@ -427,7 +431,9 @@ _KEYS_SQL = (
     + """), a AS (
             -- "failed" is computed on the scan: the join carries a boolean, never the lists
             SELECT rowid AS rid, item_id, probs IS NULL AS failed, failure_kind, cost_usd
-            FROM answers WHERE run_id = $run AND question = $q
+            FROM """
+    + ANSWERS_TABLE
+    + """ WHERE run_id = $run AND question = $q
         )
         SELECT {ids}a.rid, k.split, a.failed, k.label, a.failure_kind, a.cost_usd
         FROM a JOIN k ON k.item_id = a.item_id
@@ -638,14 +644,16 @@ def iter_answer_batches(
     params = {"run": source, "q": question}
     total = con.execute("SELECT count(*) FROM answers WHERE run_id = $run AND question = $q", params).fetchone()
     view = None
+    # the table itself (row ids, which the answers view has not): its probabilities as stored, normalised as the
+    # view reads them by db.normalise_rows in _answers_from_arrow (numpy divides 10x faster than list_transform)
     sql = (
-        "SELECT a.rowid AS rid, a.item_id, a.probs, a.failure_kind, a.latency_ms, a.cost_usd, a.input_tokens"
-        " FROM answers a WHERE a.run_id = $run AND a.question = $q"
+        "SELECT rowid AS rid, item_id, probs, normalise_on_read, deviation, failure_kind, latency_ms, cost_usd,"
+        f" input_tokens FROM {ANSWERS_TABLE} WHERE run_id = $run AND question = $q"
     )
     if total is None or int(total[0]) != n:  # the splits leave rows out: keep the keys' rows
         view = f"_wb_rids_{uuid.uuid4().hex[:10]}"
         con.register(view, pa.table({"rid": keys.srid}))
-        sql += f" AND a.rowid IN (SELECT rid FROM {view})"
+        sql += f" AND rowid IN (SELECT rid FROM {view})"
     seen = 0
     # DuckDB keeps its join tables, not the blocks it has read, and hands all back after the pass
     # (db.stream_memory): the caller's numpy work after a pass does not sit on top of DuckDB's cache
