@@ -121,3 +121,21 @@ def test_wire_request_headers_body_and_no_cookie_persistence(recorder, injected)
         assert headers["host"] == base.removeprefix("http://")
         assert "accept-encoding" in headers  # httpx's client defaults are still merged in
         assert "cookie" not in headers  # the Set-Cookie of the first answer is not sent back
+
+
+def test_no_cookie_sent_back_to_a_named_host(recorder):
+    """aiohttp's own cookie jar refuses cookies of an IP address but kept those of a host name and sent
+    them back with the next call; the client's session has no cookie jar at all."""
+    base, seen = recorder
+    base = base.replace("127.0.0.1", "localhost")
+    provider = build_http_provider("typesafe:jev-1.13.0", env=_env(base))
+    request = DecisionRequest(three_type_schema().subset(["stolen"]), "my card is gone")
+
+    async def twice():
+        try:
+            return [await provider.decide(request) for _ in range(2)]
+        finally:
+            await provider.aclose()
+
+    assert [r.request_id for r in run(twice())] == ["req-1", "req-2"]
+    assert [h.get("cookie") for h, _ in seen] == [None, None]

@@ -18,6 +18,7 @@ scrubbed from every error message. Providers do no retries, caching or storage (
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import os
@@ -32,7 +33,10 @@ from typing import Any
 
 import aiohttp
 import httpx
+import yarl
+from httpx._client import USE_CLIENT_DEFAULT, ClientState, UseClientDefault
 from httpx_aiohttp import HttpxAiohttpClient
+from httpx_aiohttp.transport import AiohttpTransport, map_aiohttp_exceptions
 from pydantic import SecretStr
 
 from workbench.errors import AnswerError, OptionError
@@ -123,6 +127,98 @@ class _NoCookies(httpx.Cookies):
         return None
 
 
+class WholeBodyTransport(AiohttpTransport):
+    """httpx-aiohttp's transport, reading each response body whole before handing it to httpx.
+
+    The stock transport gives httpx a stream that ``AsyncClient.send`` then reads through four
+    nested async iterators (aiohttp chunks, the transport's wrapper, httpx's bound stream, its
+    decoders) and closes with another round trip through aiohttp's context manager. A decision
+    response is a few kB, always read whole: here it is read inside the same exception mapping
+    (a failure while reading is the same ``httpx`` error as before), the connection goes back to
+    aiohttp's pool at once, and httpx gets a response that is already read — its
+    ``Content-Encoding`` decoded by httpx as before, the headers exactly the server's.
+
+    A request whose body is not in memory (a streamed upload) takes the stock path.
+
+    Its aiohttp session keeps no cookies either (:class:`StatelessClient`): the stock session's
+    cookie jar stored a ``Set-Cookie`` from a named host and sent it back with the next call.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._timeouts: dict[tuple[Any, Any, Any], aiohttp.ClientTimeout] = {}
+        # httpx URL object -> (that object, its yarl URL): a provider sends to one URL object
+        self._urls: dict[int, tuple[httpx.URL, yarl.URL]] = {}
+
+    def get_client(self) -> aiohttp.ClientSession:
+        """The stock session (aiohttp's pool with the same limits and TLS), without a cookie jar."""
+        if self.client is not None or self.uds:
+            return super().get_client()
+        limit = {"limit": self.limits.max_connections} if self.limits.max_connections is not None else {}
+        connector = aiohttp.TCPConnector(
+            keepalive_timeout=self.limits.keepalive_expiry,
+            ssl=self.ssl_context,
+            local_addr=(self.local_address, 0) if self.local_address else None,
+            **limit,  # type: ignore[arg-type]
+        )
+        return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+
+    def _url(self, url: httpx.URL) -> yarl.URL:
+        """The yarl URL aiohttp would parse from ``str(url)``, parsed once per URL object."""
+        hit = self._urls.get(id(url))
+        if hit is None or hit[0] is not url:
+            if len(self._urls) >= 64:
+                self._urls.clear()
+            hit = self._urls[id(url)] = (url, yarl.URL(str(url)))
+        return hit[1]
+
+    def _timeout(self, timeout: Mapping[str, Any]) -> aiohttp.ClientTimeout:
+        key = (timeout.get("connect"), timeout.get("read"), timeout.get("pool"))
+        found = self._timeouts.get(key)
+        if found is None:
+            found = self._timeouts[key] = aiohttp.ClientTimeout(sock_connect=key[0], sock_read=key[1], connect=key[2])
+        return found
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not isinstance(request.stream, httpx.ByteStream):
+            return await super().handle_async_request(request)
+        if not isinstance(self.client, aiohttp.ClientSession):
+            self.client = self.get_client()
+        t0 = time.perf_counter()
+        content = request.read()
+        proxy = self.proxy
+        with map_aiohttp_exceptions():
+            async with self.client.request(
+                method=request.method,
+                url=self._url(request.url),
+                headers=request.headers,
+                data=content or None,
+                allow_redirects=False,
+                auto_decompress=False,
+                compress=False,
+                timeout=self._timeout(request.extensions.get("timeout", {})),
+                server_hostname=request.extensions.get("sni_hostname"),
+                proxy=str(proxy.url) if proxy else None,
+                proxy_auth=aiohttp.BasicAuth(proxy.auth[0], proxy.auth[1]) if proxy and proxy.auth else None,
+                proxy_headers=proxy.headers if proxy else None,
+            ) as aio:
+                body = await aio.read()
+        version = aio.version or aiohttp.HttpVersion11
+        extensions: dict[str, Any] = {"http_version": b"HTTP/%d.%d" % (version.major, version.minor)}
+        if aio.reason:
+            extensions["reason_phrase"] = aio.reason.encode()
+        response = httpx.Response(
+            status_code=aio.status,
+            headers=aio.raw_headers,
+            stream=httpx.ByteStream(body),
+            request=request,
+            extensions=extensions,
+        )
+        response.read()  # decodes Content-Encoding and closes: AsyncClient.send finds it read
+        response.elapsed = datetime.timedelta(seconds=time.perf_counter() - t0)
+        return response
+
+
 class StatelessClient(HttpxAiohttpClient):
     """``httpx.AsyncClient`` (on aiohttp's transport) that keeps no cookies between calls.
 
@@ -130,7 +226,42 @@ class StatelessClient(HttpxAiohttpClient):
     a ``Set-Cookie`` (e.g. a CDN's bot-management cookie) is never sent back. It also saves
     httpx's cookie extraction, which wraps every response in urllib/email objects (~0.1 ms of
     CPU per call). Cookies passed explicitly per request are still sent.
+
+    Its pool transports are :class:`WholeBodyTransport`, and :meth:`send` takes a short path for
+    the providers' plain calls.
     """
+
+    def _init_transport(
+        self,
+        verify: ssl.SSLContext | str | bool = True,
+        cert: Any = None,
+        trust_env: bool = True,
+        http1: bool = True,
+        http2: bool = False,
+        limits: httpx.Limits = httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        transport: httpx.AsyncBaseTransport | None = None,
+        **kwargs: Any,
+    ) -> httpx.AsyncBaseTransport:
+        if transport is not None:
+            return transport
+        return WholeBodyTransport(
+            verify=verify, cert=cert, trust_env=trust_env, http1=http1, http2=http2, limits=limits
+        )
+
+    def _init_proxy_transport(
+        self,
+        proxy: httpx.Proxy,
+        verify: ssl.SSLContext | str | bool = True,
+        cert: Any = None,
+        trust_env: bool = True,
+        http1: bool = True,
+        http2: bool = False,
+        limits: httpx.Limits = httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        **kwargs: Any,
+    ) -> httpx.AsyncBaseTransport:
+        return WholeBodyTransport(
+            verify=verify, cert=cert, trust_env=trust_env, http1=http1, http2=http2, limits=limits, proxy=proxy
+        )
 
     @property
     def cookies(self) -> httpx.Cookies:
@@ -140,6 +271,46 @@ class StatelessClient(HttpxAiohttpClient):
     def cookies(self, value: Any) -> None:
         if value:
             raise ValueError("StatelessClient keeps no cookies; pass them per request")
+
+    async def send(
+        self,
+        request: httpx.Request,
+        *,
+        stream: bool = False,
+        auth: Any = USE_CLIENT_DEFAULT,
+        follow_redirects: Any = USE_CLIENT_DEFAULT,
+    ) -> httpx.Response:
+        """``httpx.AsyncClient.send``; a plain call takes a short path with the same result.
+
+        Plain: read whole (not ``stream``), no auth (neither the client's, the call's nor user
+        info in the URL), redirects not followed, no event hooks. httpx's own ``send`` then runs
+        an auth flow and a redirect loop that do nothing (two async generators and a loop per
+        call); the short path sends the one request through the same transport selection
+        (proxies), timeouts and logging, and records a redirect's ``next_request`` as httpx does.
+        """
+        if (
+            stream
+            or not isinstance(auth, UseClientDefault)
+            or self._auth is not None
+            or (self.follow_redirects if isinstance(follow_redirects, UseClientDefault) else follow_redirects)
+            or self._event_hooks["request"]
+            or self._event_hooks["response"]
+            or request.url.userinfo
+        ):
+            return await super().send(request, stream=stream, auth=auth, follow_redirects=follow_redirects)
+        if self._state == ClientState.CLOSED:
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
+        self._state = ClientState.OPENED
+        self._set_timeout(request)
+        response = await self._send_single_request(request)
+        try:
+            if response.has_redirect_location:
+                response.next_request = self._build_redirect_request(request, response)
+            await response.aread()
+            return response
+        except BaseException:
+            await response.aclose()
+            raise
 
 
 def tls_context(environ: Mapping[str, str] | None = None) -> ssl.SSLContext:
