@@ -305,6 +305,26 @@ def test_recover_journal_of_one_writer_leaves_the_others(tmp_path):
     other.close(delete=True)
 
 
+def test_journal_marker_lines_are_the_json_of_their_documents(tmp_path):
+    """``sent``/``settled`` markers are written without building a dict: the bytes are still exactly
+    ``json.dumps(doc, ensure_ascii=False, separators=(",", ":"))``, whatever the key or run id hold."""
+    odd = 'q"uote\\ back é \u2028 \x01'
+    for run_id in ("run-a", odd):
+        journal = calls_store.CallJournal(tmp_path / run_id.encode().hex(), run_id)
+        for key in ("0" * 64, odd):
+            journal.sent(key)
+            journal.settled(key)
+        journal.sent("carried")
+        segment = journal.rotate()  # the in-flight marker is rewritten into the next segment
+        assert segment is not None
+        lines = segment.read_text(encoding="utf-8") + journal._path.read_text(encoding="utf-8")
+        docs = [{kind: key, "run_id": run_id} for key in ("0" * 64, odd) for kind in ("sent", "settled")] + [
+            {"sent": "carried", "run_id": run_id}
+        ] * 2
+        assert lines == "".join(json.dumps(d, ensure_ascii=False, separators=(",", ":")) + "\n" for d in docs)
+        journal.close(delete=True)
+
+
 # -- stress: 1,000 items at concurrency 64 against a zero-latency emulator with its fault mix ------------------
 FAULT_MIX = {
     "rate_limit": 0.10,
