@@ -305,6 +305,21 @@ def test_recover_journal_of_one_writer_leaves_the_others(tmp_path):
     other.close(delete=True)
 
 
+def test_write_batch_keeps_one_call_per_key(tmp_path):
+    """A batch of distinct keys is inserted as is; a key already cached is ignored; a key twice in one batch
+    is stored once (the DISTINCT ON path)."""
+    con = connect(tmp_path / "wb.duckdb")
+
+    def call(key: str, run: str, n: int) -> dict:
+        return {"cache_key": key, "provider": SPEC, "response": json.dumps({"answers": {}, "n": n}), "run_id": run}
+
+    calls_store.write_batch(con, [call("k1", "a", 1), call("k2", "a", 2)], [])
+    calls_store.write_batch(con, [call("k1", "b", 3), call("k3", "b", 4), call("k3", "b", 5)], [])
+    rows = con.execute("SELECT cache_key, run_id, response->>'n' FROM calls ORDER BY cache_key").fetchall()
+    assert rows[:2] == [("k1", "a", "1"), ("k2", "a", "2")]
+    assert rows[2][:2] == ("k3", "b") and rows[2][2] in ("4", "5") and len(rows) == 3
+
+
 def test_journal_marker_lines_are_the_json_of_their_documents(tmp_path):
     """``sent``/``settled`` markers are written without building a dict: the bytes are still exactly
     ``json.dumps(doc, ensure_ascii=False, separators=(",", ":"))``, whatever the key or run id hold."""

@@ -250,10 +250,14 @@ def write_batch(
     try:
         with transaction(con):
             if calls:
+                # one row per key (a key twice in one INSERT fails even with OR IGNORE); a batch whose keys
+                # are distinct, as a runner's are, skips the DISTINCT ON that copies every response text
+                distinct = len({r.get("cache_key") for r in calls}) == len(calls)
                 con.execute(
                     f"INSERT OR IGNORE INTO calls ({', '.join(CALL_FIELDS)}) SELECT cache_key, provider,"
                     " model, response::JSON, model_answered, request_id, latency_ms, input_tokens, cost_usd,"
-                    " run_id, coalesce(emulated, false) FROM (SELECT DISTINCT ON (cache_key) * FROM _new_calls)"
+                    " run_id, coalesce(emulated, false) FROM "
+                    + ("_new_calls" if distinct else "(SELECT DISTINCT ON (cache_key) * FROM _new_calls)")
                 )
             if answers and replace:
                 con.execute(
