@@ -164,6 +164,7 @@ def test_short_send_path_matches_httpx_on_the_wire():
             r.http_version,
             r.reason_phrase,
             None if nxt is None else (nxt.method, str(nxt.url)),
+            (r.num_bytes_downloaded, r.is_closed, r.is_stream_consumed),
         )
 
     async def main():
