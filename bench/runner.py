@@ -23,6 +23,11 @@ ratios. The machine may be shared: compare ratios, and mind the load average pri
                            [--old /work/base] [--no-floor] [--json]
 
 Each request asks the 77-option BANKING77 ``intent`` question about one distinct message.
+
+Measured for issue 29 §7 (``--old /work/base --repeat 3``, 2 shared cores at load average 12):
+runner CPU 1.109 → 0.890 ms per call (0.80×; marginal between 616 and 3080 calls 1.07 → 0.86),
+51.5 % → 64.8 % of the ideal rate, peak RSS 274 → 267 MB; aiohttp alone 0.281 ms (this / floor 3.2).
+The target (≤ 0.5 ms) is not reached on this machine.
 """
 
 from __future__ import annotations
