@@ -128,8 +128,8 @@ def test_answers_identical_through_an_injected_httpx_transport():
         assert a.input_tokens == b.input_tokens and a.cost_usd == b.cost_usd
 
 
-def test_short_send_path_matches_httpx_on_the_wire():
-    """The client's short ``send`` path and its whole-body transport give what httpx's own client and
+def test_whole_body_transport_matches_httpx_on_the_wire():
+    """The client's whole-body transport gives what httpx's own client and
     transport give: status, headers exactly as sent (a chunked answer gains no Content-Length),
     gzip decoded, a redirect recorded but not followed, and the same request on the wire."""
     import gzip
@@ -177,7 +177,7 @@ def test_short_send_path_matches_httpx_on_the_wire():
         ):
             async with client:
                 out[name] = [seen(await client.post(url, content=b)) for b in (b"chunked", b"gzip", b"redirect", b"x")]
-                out[name].append(seen(await client.post(url, content=b"auth", auth=("u", "p"))))  # httpx's own path
+                out[name].append(seen(await client.post(url, content=b"auth", auth=("u", "p"))))  # with auth
                 r = await client.post(url, content=b"timed")
                 assert r.is_closed and r.elapsed.total_seconds() >= 0
         server.close()

@@ -139,3 +139,72 @@ def test_no_cookie_sent_back_to_a_named_host(recorder):
 
     assert [r.request_id for r in run(twice())] == ["req-1", "req-2"]
     assert [h.get("cookie") for h, _ in seen] == [None, None]
+
+
+class _Body(BaseHTTPRequestHandler):
+    """Answers every POST with ``type(self).body`` as it is (bytes)."""
+
+    body = b""
+
+    def do_POST(self):  # noqa: N802 (http.server API)
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(type(self).body)))
+        self.end_headers()
+        self.wfile.write(type(self).body)
+
+    def log_message(self, *args):
+        pass
+
+
+_ANSWER = {
+    "model": "jev-1.13.0",
+    "usage": {"input_tokens": 12},
+    "answers": {"stolen": {"type": "noul", "noul": 0.8, "note": "carte \u00e9 \u2603"}},
+}
+
+
+@pytest.mark.parametrize(
+    "spec, body, kept",
+    [
+        # a System One body: stored as received (spaces and \u escapes kept), json.loads gives raw back
+        ("typesafe:jev-1.13.0", json.dumps(_ANSWER, indent=1).encode(), True),
+        ("typesafe:jev-1.13.0", json.dumps(_ANSWER, ensure_ascii=False).encode(), True),
+        # a UTF-8 BOM (json.loads reads it from bytes only): parsed by httpx, stored re-serialised
+        ("typesafe:jev-1.13.0", b"\xef\xbb\xbf" + json.dumps(_ANSWER).encode(), False),
+        # Cloudflare's envelope: what is stored is the System One body inside it, re-serialised
+        ("cloudflare:clef-flash", json.dumps({"result": _ANSWER, "success": True, "errors": []}).encode(), False),
+    ],
+)
+def test_the_cached_response_is_the_body_as_received_when_it_is_system_one(spec, body, kept):
+    from workbench.runner.execute import call_row
+    from workbench.runner.plan import WorkUnit
+
+    _Body.body = body
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Body)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        provider = build_http_provider(spec, env=_env(f"http://127.0.0.1:{server.server_address[1]}"))
+        request = DecisionRequest(three_type_schema().subset(["stolen"]), "my card is gone")
+
+        async def once():
+            try:
+                return await provider.decide(request)
+            finally:
+                await provider.aclose()
+
+        result = run(once())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.raw == _ANSWER and result.answers["stolen"].probs.tolist() == pytest.approx([0.8, 0.2])
+    unit = WorkUnit(item_id="i", split="test", state=None, images=(), slice_index=0, cache_key="k")
+    row = call_row(unit, spec, "m", "run", result)
+    assert row is not None and json.loads(row["response"]) == _ANSWER
+    if kept:
+        assert result.raw_text == body.decode("utf-8") and row["response"] == result.raw_text
+    else:
+        assert result.raw_text is None
+        assert row["response"] == json.dumps(_ANSWER, ensure_ascii=False, separators=(",", ":"))

@@ -34,7 +34,6 @@ from typing import Any
 import aiohttp
 import httpx
 import yarl
-from httpx._client import USE_CLIENT_DEFAULT, ClientState, UseClientDefault
 from httpx_aiohttp import HttpxAiohttpClient
 from httpx_aiohttp.transport import AiohttpTransport, map_aiohttp_exceptions
 from pydantic import SecretStr
@@ -232,8 +231,7 @@ class StatelessClient(HttpxAiohttpClient):
     httpx's cookie extraction, which wraps every response in urllib/email objects (~0.1 ms of
     CPU per call). Cookies passed explicitly per request are still sent.
 
-    Its pool transports are :class:`WholeBodyTransport`, and :meth:`send` takes a short path for
-    the providers' plain calls.
+    Its pool transports are :class:`WholeBodyTransport`.
     """
 
     def _init_transport(
@@ -276,46 +274,6 @@ class StatelessClient(HttpxAiohttpClient):
     def cookies(self, value: Any) -> None:
         if value:
             raise ValueError("StatelessClient keeps no cookies; pass them per request")
-
-    async def send(
-        self,
-        request: httpx.Request,
-        *,
-        stream: bool = False,
-        auth: Any = USE_CLIENT_DEFAULT,
-        follow_redirects: Any = USE_CLIENT_DEFAULT,
-    ) -> httpx.Response:
-        """``httpx.AsyncClient.send``; a plain call takes a short path with the same result.
-
-        Plain: read whole (not ``stream``), no auth (neither the client's, the call's nor user
-        info in the URL), redirects not followed, no event hooks. httpx's own ``send`` then runs
-        an auth flow and a redirect loop that do nothing (two async generators and a loop per
-        call); the short path sends the one request through the same transport selection
-        (proxies), timeouts and logging, and records a redirect's ``next_request`` as httpx does.
-        """
-        if (
-            stream
-            or not isinstance(auth, UseClientDefault)
-            or self._auth is not None
-            or (self.follow_redirects if isinstance(follow_redirects, UseClientDefault) else follow_redirects)
-            or self._event_hooks["request"]
-            or self._event_hooks["response"]
-            or request.url.userinfo
-        ):
-            return await super().send(request, stream=stream, auth=auth, follow_redirects=follow_redirects)
-        if self._state == ClientState.CLOSED:
-            raise RuntimeError("Cannot send a request, as the client has been closed.")
-        self._state = ClientState.OPENED
-        self._set_timeout(request)
-        response = await self._send_single_request(request)
-        try:
-            if response.has_redirect_location:
-                response.next_request = self._build_redirect_request(request, response)
-            await response.aread()
-            return response
-        except BaseException:
-            await response.aclose()
-            raise
 
 
 def tls_context(environ: Mapping[str, str] | None = None) -> ssl.SSLContext:
@@ -712,8 +670,20 @@ class HttpProvider:
                 break
         if response.status_code >= 300:
             raise self._http_error(response, request_id)
+        # the body's text, kept for the call cache when it is the System One body itself (the stored
+        # response is then the text as received, not a re-serialisation of what it parsed to)
+        text: str | None
         try:
-            data = response.json()
+            text = response.content.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        try:
+            data = json.loads(text) if text is not None else None
+        except ValueError:  # not JSON as UTF-8 text: a BOM or UTF-16/32 are httpx's (json.loads of bytes) to read
+            text = None
+        try:
+            if text is None:
+                data = response.json()
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
             raise ProviderError(
                 ErrorKind.MALFORMED,
@@ -728,6 +698,8 @@ class HttpProvider:
             raise
         result = self._result(request, raw, latency_ms=latency_ms, request_id=request_id)
         result.emulated = EMULATOR_HEADER in response.headers
+        if raw is data and text is not None:
+            result.raw_text = text
         return result
 
     def _http_error(self, response: httpx.Response, request_id: str | None) -> ProviderError:

@@ -398,7 +398,12 @@ def call_row(unit: WorkUnit, spec: str, model: str | None, run_id: str, result: 
         "cache_key": unit.cache_key,
         "provider": spec,
         "model": model,
-        "response": json.dumps(result.raw, ensure_ascii=False, separators=(",", ":")),
+        # as received when the body was System One already (json.loads reads it back to ``raw``)
+        "response": (
+            result.raw_text
+            if result.raw_text is not None
+            else json.dumps(result.raw, ensure_ascii=False, separators=(",", ":"))
+        ),
         "model_answered": result.model,
         "request_id": result.request_id,
         "latency_ms": result.latency_ms,
