@@ -280,6 +280,35 @@ def test_count_missing_answers_counts_pairs_without_a_row(tmp_path):
     assert calls_store.count_missing_answers(con, "r", [], ["q1"]) == 0
 
 
+def test_answer_vectors_buffered_as_arrays_are_stored_as_lists_of_the_same_bits(tmp_path):
+    """The recorder buffers each answer's numpy vector (no list of Python floats): what is stored, and the
+    summaries, are bit for bit those of the same vectors given as lists; failures stay NULL."""
+    import numpy as np
+
+    con = connect(tmp_path / "wb.duckdb")
+    rng = np.random.default_rng(7)
+    vecs = [rng.dirichlet(np.ones(k)) for k in (77, 77, 3, 77)] + [np.array([-0.0, 1.0, np.nan])]
+    for run, as_list in (("arrays", False), ("lists", True)):
+        rows = [
+            {
+                "run_id": run,
+                "item_id": f"i{n}",
+                "question": "q",
+                "probs": v.tolist() if as_list else v,
+                "deviation": 0.0,
+            }
+            for n, v in enumerate(vecs)
+        ] + [{"run_id": run, "item_id": "f", "question": "q", "probs": None, "failure_kind": "server"}]
+        calls_store.write_batch(con, [], rows, replace=False)
+    cols = "item_id, probs, p_top, margin, top_option, entropy, failure_kind"
+    got = {
+        run: con.execute(f"SELECT {cols} FROM answers WHERE run_id = ? ORDER BY item_id", [run]).fetchall()
+        for run in ("arrays", "lists")
+    }
+    assert repr(got["arrays"]) == repr(got["lists"])  # repr: NaN and -0.0 compared as written
+    assert got["arrays"][0][:2] == ("f", None) and got["arrays"][1][1] == vecs[0].tolist()
+
+
 def test_recover_journal_of_one_writer_leaves_the_others(tmp_path):
     db = tmp_path / "wb.duckdb"
     con = connect(db)

@@ -304,9 +304,9 @@ class _Recorder:
             }
             ans = result.answers.get(qid)
             if ans is not None:
-                base.update(
-                    probs=ans.probs.tolist(), deviation=float(ans.deviation), vendor_confidence=ans.vendor_confidence
-                )
+                # the vector itself (never changed in place): answers_table hands it to Arrow as it is,
+                # ten times cheaper per row than a list of Python floats
+                base.update(probs=ans.probs, deviation=float(ans.deviation), vendor_confidence=ans.vendor_confidence)
                 self.counters.answered += 1
             else:
                 kind, msg = result.failures.get(qid, (ErrorKind.MISSING, f"no answer for question {qid!r}"))

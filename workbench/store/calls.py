@@ -199,7 +199,8 @@ def answers_table(rows: Sequence[dict]) -> pa.Table:
     """Arrow table of answer rows; ``p_top``/``margin``/``top_option``/``entropy`` computed here, vectorised.
 
     Each row has the keys of :data:`ANSWER_FIELDS` (summaries may be absent). Rows with
-    ``probs is None`` are failures and get NULL summaries.
+    ``probs is None`` are failures and get NULL summaries. ``probs`` is a float vector: a numpy array
+    (what the runner buffers; Arrow converts it without a Python float per value) or a list.
     """
     n = len(rows)
     p_top_, margin_, entropy_ = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
