@@ -173,8 +173,14 @@ _ANSWER = {
         ("typesafe:jev-1.13.0", json.dumps(_ANSWER, ensure_ascii=False).encode(), True),
         # a UTF-8 BOM (json.loads reads it from bytes only): parsed by httpx, stored re-serialised
         ("typesafe:jev-1.13.0", b"\xef\xbb\xbf" + json.dumps(_ANSWER).encode(), False),
-        # Cloudflare's envelope: what is stored is the System One body inside it, re-serialised
+        # Cloudflare's envelope: what is stored is the System One body inside it, as received when the
+        # envelope is compact with "result" first (the service's own form), else re-serialised
         ("cloudflare:clef-flash", json.dumps({"result": _ANSWER, "success": True, "errors": []}).encode(), False),
+        (
+            "cloudflare:clef-flash",
+            ('{"result":' + json.dumps(_ANSWER, indent=1) + ',"success":true,"errors":[]}').encode(),
+            "result",
+        ),
     ],
 )
 def test_the_cached_response_is_the_body_as_received_when_it_is_system_one(spec, body, kept):
@@ -203,8 +209,48 @@ def test_the_cached_response_is_the_body_as_received_when_it_is_system_one(spec,
     unit = WorkUnit(item_id="i", split="test", state=None, images=(), slice_index=0, cache_key="k")
     row = call_row(unit, spec, "m", "run", result)
     assert row is not None and json.loads(row["response"]) == _ANSWER
-    if kept:
+    if kept == "result":
+        assert result.raw_text == json.dumps(_ANSWER, indent=1) and row["response"] == result.raw_text
+    elif kept:
         assert result.raw_text == body.decode("utf-8") and row["response"] == result.raw_text
     else:
         assert result.raw_text is None
         assert row["response"] == json.dumps(_ANSWER, ensure_ascii=False, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"result":{"answers":{"a":{"noul":0.5}},"model":"m"},"success":true,"errors":[],"messages":[]}',
+        '{"result":{"x":[1,2.50,"\\u00e9"]}}',
+        '{"result":{"x":1} , "success":true}',
+        '{"result":{"x":1},\n "success":true}\n',
+        '{"result":{"x":1},"result":{"x":2}}',
+        '{"result": {"x":1},"success":true}',
+        '{"result":[1,2],"success":true}',
+        '{"result":null}',
+        '{"result":NaN,"b":Infinity}',
+        '{"other":1,"result":{"x":1}}',
+        '{"result":{"x":1},}',
+        '{"result":{"x":1},"success":tru}',
+        '{"result":{"x":1}',
+        '{"result":{"x":1}}x',
+        '{"result":',
+        "[1]",
+        "",
+    ],
+)
+def test_envelope_parse_is_json_loads(text):
+    """_loads_envelope gives what json.loads gives (or fails where it fails), and the member's exact text."""
+    from workbench.providers.http import _loads_envelope
+
+    try:
+        want = json.loads(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            _loads_envelope(text)
+        return
+    got, member = _loads_envelope(text)
+    assert repr(got) == repr(want)  # repr: key order, NaN and nested values as json.loads gives them
+    if member is not None:
+        assert repr(json.loads(member)) == repr(want["result"]) and text[len('{"result":') :].startswith(member)

@@ -126,6 +126,36 @@ class _NoCookies(httpx.Cookies):
         return None
 
 
+_DECODER = json.JSONDecoder()  # json.loads' own configuration
+_RESULT_FIRST = '{"result":'
+
+
+def _loads_envelope(text: str) -> tuple[Any, str | None]:
+    """``json.loads(text)``, and the exact text of its ``result`` member when the body is an envelope
+    written compactly with ``result`` first (``{"result":{...},"success":true,...}``, Cloudflare's).
+
+    The member is parsed where it stands (``raw_decode``), then the other members: the same objects,
+    in the same order, as ``json.loads`` of the whole, at the cost of one parse. Anything else (spaces
+    after the key, a second ``result`` member, ...) is ``json.loads(text)`` with no member text.
+    """
+    if not text.startswith(_RESULT_FIRST):
+        return json.loads(text), None
+    try:
+        result, end = _DECODER.raw_decode(text, len(_RESULT_FIRST))
+    except ValueError:
+        return json.loads(text), None
+    tail = text[end:]
+    if tail.startswith(",") and tail[1:].lstrip(" \t\n\r").startswith('"'):  # another member follows
+        rest = json.loads("{" + tail[1:])
+    elif tail.rstrip(" \t\n\r") == "}":
+        rest = {}
+    else:
+        return json.loads(text), None
+    if not isinstance(rest, dict) or "result" in rest:  # a repeated key: the last wins, in the first's place
+        return json.loads(text), None
+    return {"result": result, **rest}, text[len(_RESULT_FIRST) : end]
+
+
 class WholeBodyTransport(AiohttpTransport):
     """httpx-aiohttp's transport, reading each response body whole before handing it to httpx.
 
@@ -677,8 +707,9 @@ class HttpProvider:
             text = response.content.decode("utf-8")
         except UnicodeDecodeError:
             text = None
+        result_text = None
         try:
-            data = json.loads(text) if text is not None else None
+            data, result_text = _loads_envelope(text) if text is not None else (None, None)
         except ValueError:  # not JSON as UTF-8 text: a BOM or UTF-16/32 are httpx's (json.loads of bytes) to read
             text = None
         try:
@@ -698,8 +729,11 @@ class HttpProvider:
             raise
         result = self._result(request, raw, latency_ms=latency_ms, request_id=request_id)
         result.emulated = EMULATOR_HEADER in response.headers
-        if raw is data and text is not None:
-            result.raw_text = text
+        if text is not None:
+            if raw is data:
+                result.raw_text = text
+            elif result_text is not None and isinstance(data, dict) and raw is data.get("result"):
+                result.raw_text = result_text  # an envelope's System One body (Cloudflare), as received
         return result
 
     def _http_error(self, response: httpx.Response, request_id: str | None) -> ProviderError:

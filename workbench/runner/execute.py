@@ -291,7 +291,7 @@ class _Recorder:
         share_cost = None if cost is None else cost / n_q
         model = result.model or self.model
         for pos, qid in enumerate(sl.question_ids):
-            base = {
+            base: dict[str, Any] = {
                 "run_id": self.run_id,
                 "item_id": unit.item_id,
                 "question": qid,
