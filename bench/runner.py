@@ -28,6 +28,11 @@ Measured for issue 29 §7 (``--old /work/base --repeat 3``, 2 shared cores at lo
 runner CPU 1.109 → 0.890 ms per call (0.80×; marginal between 616 and 3080 calls 1.07 → 0.86),
 51.5 % → 64.8 % of the ideal rate, peak RSS 274 → 267 MB; aiohttp alone 0.281 ms (this / floor 3.2).
 The target (≤ 0.5 ms) is not reached on this machine.
+Then (answer vectors buffered as arrays, cheaper normalise_answer, the System One body cached as received,
+httpx short send path removed): at load 4, 0.932 → 0.785 ms (0.84×), peak RSS 275 → 267 MB, aiohttp alone
+0.257 (this / floor 3.05); at load 10.5, 1.128 → 0.897 (0.80×), floor 0.214. Still not ≤ 0.5 ms: per call,
+DuckDB's INSERT + commit of the answer and call rows (~60-80 µs at threads=1), aiohttp + the event loop,
+json parse, and the journal write remain.
 """
 
 from __future__ import annotations
