@@ -66,6 +66,27 @@ def _number_or_none(value: Any) -> float | None:
     return v if np.isfinite(v) else None
 
 
+_FLOAT_ONLY = {float}
+#: id(question) -> (question, its criteria object, option ids, their set); questions are frozen models
+_IDS: dict[int, tuple[Any, Any, list[str], frozenset[str]]] = {}
+
+
+def _option_ids(question: Noul | Choice | Score) -> tuple[list[str], frozenset[str]]:
+    """:func:`option_ids` and their set, made once per question object (a run asks the same few)."""
+    hit = _IDS.get(id(question))
+    if (
+        hit is None
+        or hit[0] is not question
+        or hit[1] is not question.criteria
+        or len(hit[2]) != len(question.criteria or ())
+    ):
+        if len(_IDS) >= 256:
+            _IDS.clear()
+        ids = option_ids(question)
+        hit = _IDS[id(question)] = (question, question.criteria, ids, frozenset(ids))
+    return hit[2], hit[3]
+
+
 def normalise_answer(
     question: Noul | Choice | Score,
     answer: Any,
@@ -98,13 +119,12 @@ def normalise_answer(
         p_yes = _prob(answer.get("noul"), where)
         return NormalisedAnswer(np.array([p_yes, 1.0 - p_yes]), 0.0, conf)
 
-    ids = option_ids(question)
+    ids, id_set = _option_ids(question)
     raw = answer.get("probabilities")
     if not isinstance(raw, dict) or not raw:
         raise AnswerError(f"{where}: no 'probabilities' object")
-    id_set = set(ids)
-    unknown = [k for k in raw if k not in id_set]
-    if unknown:
+    if not id_set.issuperset(raw):
+        unknown = [k for k in raw if k not in id_set]
         raise AnswerError(f"{where}: unknown option {_short(unknown[0])} (not in the schema)")
     if strict and len(raw) != len(ids):
         missing = [k for k in ids if k not in raw]
@@ -114,12 +134,16 @@ def normalise_answer(
         )
     values = [raw.get(k, 0.0) for k in ids]
     vec = None
-    if all(type(v) is float for v in values):  # the common case; ints (0, 1, or huge) take the checked path
+    lo = hi = 0.0
+    if set(map(type, values)) == _FLOAT_ONLY:  # the common case; ints (0, 1, or huge) take the checked path
         vec = np.asarray(values, dtype=float)
-    if vec is None or not (np.isfinite(vec).all() and (vec >= -1e-9).all() and (vec <= 1 + 1e-9).all()):
+        lo, hi = vec.min(), vec.max()  # NaN makes both comparisons below false, as an infinity does one
+    if vec is None or not (lo >= -1e-9 and hi <= 1 + 1e-9):
         # slow path: checks each value and names the offending option precisely
         vec = np.array([_prob(v, f"{where}.{k}") for k, v in zip(ids, values)])
-    vec = np.clip(vec, 0.0, 1.0)
+        lo, hi = vec.min(), vec.max()
+    if lo < 0.0 or hi > 1.0:  # within 1e-9 of [0, 1]: clipped (np.clip is the identity inside)
+        vec = np.clip(vec, 0.0, 1.0)
     total = float(vec.sum())
     deviation = total - 1.0
     if abs(deviation) > tol:

@@ -126,3 +126,67 @@ def test_answers_identical_through_an_injected_httpx_transport():
         assert a.raw == b.raw and a.request_id and b.request_id
         assert (a.answers["intent"].probs == b.answers["intent"].probs).all()
         assert a.input_tokens == b.input_tokens and a.cost_usd == b.cost_usd
+
+
+def test_whole_body_transport_matches_httpx_on_the_wire():
+    """The client's whole-body transport gives what httpx's own client and
+    transport give: status, headers exactly as sent (a chunked answer gains no Content-Length),
+    gzip decoded, a redirect recorded but not followed, and the same request on the wire."""
+    import gzip
+
+    packed = gzip.compress(b'{"zipped": true}')
+
+    async def handler(reader, writer, state):
+        while True:
+            body = await _read_request(reader)
+            state.setdefault("bodies", []).append(body)
+            if body == b"chunked":
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nx-a: 1\r\nx-a: 2\r\n\r\n"
+                    b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+                )
+            elif body == b"gzip":
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n%s" % (len(packed), packed)
+                )
+            elif body == b"redirect":
+                writer.write(b"HTTP/1.1 302 Found\r\nlocation: /elsewhere\r\ncontent-length: 2\r\n\r\nno")
+            else:
+                writer.write(b"HTTP/1.1 503 Busy\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+
+    def seen(r: httpx.Response):
+        nxt = r.next_request
+        return (
+            r.status_code,
+            r.headers.multi_items(),
+            r.content,
+            r.http_version,
+            r.reason_phrase,
+            None if nxt is None else (nxt.method, str(nxt.url)),
+            (r.num_bytes_downloaded, r.is_closed, r.is_stream_consumed),
+        )
+
+    async def main():
+        server, port, state = await _serve(handler)
+        url = f"http://127.0.0.1:{port}/x"
+        out = {}
+        for name, client in (
+            ("ours", build_client()),
+            ("httpx", httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(), follow_redirects=False)),
+        ):
+            async with client:
+                out[name] = [seen(await client.post(url, content=b)) for b in (b"chunked", b"gzip", b"redirect", b"x")]
+                out[name].append(seen(await client.post(url, content=b"auth", auth=("u", "p"))))  # with auth
+                r = await client.post(url, content=b"timed")
+                assert r.is_closed and r.elapsed.total_seconds() >= 0
+        server.close()
+        await server.wait_closed()
+        return out, state["bodies"]
+
+    out, bodies = asyncio.run(main())
+    assert out["ours"] == out["httpx"]
+    assert out["ours"][0][1][:2] == [("transfer-encoding", "chunked"), ("x-a", "1")]
+    assert out["ours"][1][2] == b'{"zipped": true}'
+    assert out["ours"][2][0] == 302 and out["ours"][2][5][1].endswith("/elsewhere")  # recorded, not followed
+    assert bodies == [b"chunked", b"gzip", b"redirect", b"x", b"auth", b"timed"] * 2

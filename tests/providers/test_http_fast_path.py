@@ -121,3 +121,136 @@ def test_wire_request_headers_body_and_no_cookie_persistence(recorder, injected)
         assert headers["host"] == base.removeprefix("http://")
         assert "accept-encoding" in headers  # httpx's client defaults are still merged in
         assert "cookie" not in headers  # the Set-Cookie of the first answer is not sent back
+
+
+def test_no_cookie_sent_back_to_a_named_host(recorder):
+    """aiohttp's own cookie jar refuses cookies of an IP address but kept those of a host name and sent
+    them back with the next call; the client's session has no cookie jar at all."""
+    base, seen = recorder
+    base = base.replace("127.0.0.1", "localhost")
+    provider = build_http_provider("typesafe:jev-1.13.0", env=_env(base))
+    request = DecisionRequest(three_type_schema().subset(["stolen"]), "my card is gone")
+
+    async def twice():
+        try:
+            return [await provider.decide(request) for _ in range(2)]
+        finally:
+            await provider.aclose()
+
+    assert [r.request_id for r in run(twice())] == ["req-1", "req-2"]
+    assert [h.get("cookie") for h, _ in seen] == [None, None]
+
+
+class _Body(BaseHTTPRequestHandler):
+    """Answers every POST with ``type(self).body`` as it is (bytes)."""
+
+    body = b""
+
+    def do_POST(self):  # noqa: N802 (http.server API)
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(type(self).body)))
+        self.end_headers()
+        self.wfile.write(type(self).body)
+
+    def log_message(self, *args):
+        pass
+
+
+_ANSWER = {
+    "model": "jev-1.13.0",
+    "usage": {"input_tokens": 12},
+    "answers": {"stolen": {"type": "noul", "noul": 0.8, "note": "carte \u00e9 \u2603"}},
+}
+
+
+@pytest.mark.parametrize(
+    "spec, body, kept",
+    [
+        # a System One body: stored as received (spaces and \u escapes kept), json.loads gives raw back
+        ("typesafe:jev-1.13.0", json.dumps(_ANSWER, indent=1).encode(), True),
+        ("typesafe:jev-1.13.0", json.dumps(_ANSWER, ensure_ascii=False).encode(), True),
+        # a UTF-8 BOM (json.loads reads it from bytes only): parsed by httpx, stored re-serialised
+        ("typesafe:jev-1.13.0", b"\xef\xbb\xbf" + json.dumps(_ANSWER).encode(), False),
+        # Cloudflare's envelope: what is stored is the System One body inside it, as received when the
+        # envelope is compact with "result" first (the service's own form), else re-serialised
+        ("cloudflare:clef-flash", json.dumps({"result": _ANSWER, "success": True, "errors": []}).encode(), False),
+        (
+            "cloudflare:clef-flash",
+            ('{"result":' + json.dumps(_ANSWER, indent=1) + ',"success":true,"errors":[]}').encode(),
+            "result",
+        ),
+    ],
+)
+def test_the_cached_response_is_the_body_as_received_when_it_is_system_one(spec, body, kept):
+    from workbench.runner.execute import call_row
+    from workbench.runner.plan import WorkUnit
+
+    _Body.body = body
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Body)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        provider = build_http_provider(spec, env=_env(f"http://127.0.0.1:{server.server_address[1]}"))
+        request = DecisionRequest(three_type_schema().subset(["stolen"]), "my card is gone")
+
+        async def once():
+            try:
+                return await provider.decide(request)
+            finally:
+                await provider.aclose()
+
+        result = run(once())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.raw == _ANSWER and result.answers["stolen"].probs.tolist() == pytest.approx([0.8, 0.2])
+    unit = WorkUnit(item_id="i", split="test", state=None, images=(), slice_index=0, cache_key="k")
+    row = call_row(unit, spec, "m", "run", result)
+    assert row is not None and json.loads(row["response"]) == _ANSWER
+    if kept == "result":
+        assert result.raw_text == json.dumps(_ANSWER, indent=1) and row["response"] == result.raw_text
+    elif kept:
+        assert result.raw_text == body.decode("utf-8") and row["response"] == result.raw_text
+    else:
+        assert result.raw_text is None
+        assert row["response"] == json.dumps(_ANSWER, ensure_ascii=False, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"result":{"answers":{"a":{"noul":0.5}},"model":"m"},"success":true,"errors":[],"messages":[]}',
+        '{"result":{"x":[1,2.50,"\\u00e9"]}}',
+        '{"result":{"x":1} , "success":true}',
+        '{"result":{"x":1},\n "success":true}\n',
+        '{"result":{"x":1},"result":{"x":2}}',
+        '{"result": {"x":1},"success":true}',
+        '{"result":[1,2],"success":true}',
+        '{"result":null}',
+        '{"result":NaN,"b":Infinity}',
+        '{"other":1,"result":{"x":1}}',
+        '{"result":{"x":1},}',
+        '{"result":{"x":1},"success":tru}',
+        '{"result":{"x":1}',
+        '{"result":{"x":1}}x',
+        '{"result":',
+        "[1]",
+        "",
+    ],
+)
+def test_envelope_parse_is_json_loads(text):
+    """_loads_envelope gives what json.loads gives (or fails where it fails), and the member's exact text."""
+    from workbench.providers.http import _loads_envelope
+
+    try:
+        want = json.loads(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            _loads_envelope(text)
+        return
+    got, member = _loads_envelope(text)
+    assert repr(got) == repr(want)  # repr: key order, NaN and nested values as json.loads gives them
+    if member is not None:
+        assert repr(json.loads(member)) == repr(want["result"]) and text[len('{"result":') :].startswith(member)

@@ -276,6 +276,35 @@ def test_count_missing_answers_counts_pairs_without_a_row(tmp_path):
     assert calls_store.count_missing_answers(con, "r", [], ["q1"]) == 0
 
 
+def test_answer_vectors_buffered_as_arrays_are_stored_as_lists_of_the_same_bits(tmp_path):
+    """The recorder buffers each answer's numpy vector (no list of Python floats): what is stored, and the
+    summaries, are bit for bit those of the same vectors given as lists; failures stay NULL."""
+    import numpy as np
+
+    con = connect(tmp_path / "wb.duckdb")
+    rng = np.random.default_rng(7)
+    vecs = [rng.dirichlet(np.ones(k)) for k in (77, 77, 3, 77)] + [np.array([-0.0, 1.0, np.nan])]
+    for run, as_list in (("arrays", False), ("lists", True)):
+        rows = [
+            {
+                "run_id": run,
+                "item_id": f"i{n}",
+                "question": "q",
+                "probs": v.tolist() if as_list else v,
+                "deviation": 0.0,
+            }
+            for n, v in enumerate(vecs)
+        ] + [{"run_id": run, "item_id": "f", "question": "q", "probs": None, "failure_kind": "server"}]
+        calls_store.write_batch(con, [], rows, replace=False)
+    cols = "item_id, probs, p_top, margin, top_option, entropy, failure_kind"
+    got = {
+        run: con.execute(f"SELECT {cols} FROM answers WHERE run_id = ? ORDER BY item_id", [run]).fetchall()
+        for run in ("arrays", "lists")
+    }
+    assert repr(got["arrays"]) == repr(got["lists"])  # repr: NaN and -0.0 compared as written
+    assert got["arrays"][0][:2] == ("f", None) and got["arrays"][1][1] == vecs[0].tolist()
+
+
 def test_recover_journal_of_one_writer_leaves_the_others(tmp_path):
     db = tmp_path / "wb.duckdb"
     con = connect(db)
@@ -299,6 +328,41 @@ def test_recover_journal_of_one_writer_leaves_the_others(tmp_path):
     assert con.execute("SELECT count(*) FROM billed_unanswered").fetchone()[0] == 0, "k2 was answered, not lost"
     assert [p.name for p in _leftover_segments(db)] == [f"{other.writer}.1.jsonl"], "another run's segment stays"
     other.close(delete=True)
+
+
+def test_write_batch_keeps_one_call_per_key(tmp_path):
+    """A batch of distinct keys is inserted as is; a key already cached is ignored; a key twice in one batch
+    is stored once (the DISTINCT ON path)."""
+    con = connect(tmp_path / "wb.duckdb")
+
+    def call(key: str, run: str, n: int) -> dict:
+        return {"cache_key": key, "provider": SPEC, "response": json.dumps({"answers": {}, "n": n}), "run_id": run}
+
+    calls_store.write_batch(con, [call("k1", "a", 1), call("k2", "a", 2)], [])
+    calls_store.write_batch(con, [call("k1", "b", 3), call("k3", "b", 4), call("k3", "b", 5)], [])
+    rows = con.execute("SELECT cache_key, run_id, response->>'n' FROM calls ORDER BY cache_key").fetchall()
+    assert rows[:2] == [("k1", "a", "1"), ("k2", "a", "2")]
+    assert rows[2][:2] == ("k3", "b") and rows[2][2] in ("4", "5") and len(rows) == 3
+
+
+def test_journal_marker_lines_are_the_json_of_their_documents(tmp_path):
+    """``sent``/``settled`` markers are written without building a dict: the bytes are still exactly
+    ``json.dumps(doc, ensure_ascii=False, separators=(",", ":"))``, whatever the key or run id hold."""
+    odd = 'q"uote\\ back é \u2028 \x01'
+    for run_id in ("run-a", odd):
+        journal = calls_store.CallJournal(tmp_path / run_id.encode().hex(), run_id)
+        for key in ("0" * 64, odd):
+            journal.sent(key)
+            journal.settled(key)
+        journal.sent("carried")
+        segment = journal.rotate()  # the in-flight marker is rewritten into the next segment
+        assert segment is not None
+        lines = segment.read_text(encoding="utf-8") + journal._path.read_text(encoding="utf-8")
+        docs = [{kind: key, "run_id": run_id} for key in ("0" * 64, odd) for kind in ("sent", "settled")] + [
+            {"sent": "carried", "run_id": run_id}
+        ] * 2
+        assert lines == "".join(json.dumps(d, ensure_ascii=False, separators=(",", ":")) + "\n" for d in docs)
+        journal.close(delete=True)
 
 
 # -- stress: 1,000 items at concurrency 64 against a zero-latency emulator with its fault mix ------------------

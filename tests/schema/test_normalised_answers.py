@@ -173,3 +173,76 @@ def test_summaries_on_known_rows():
 def test_a_single_answer_vector_is_treated_as_one_row():
     top, p1, p2 = top_two(np.array([0.2, 0.7, 0.1]))
     assert (top.tolist(), p1.tolist(), p2.tolist()) == ([1], [0.7], [0.2])
+
+
+def _reference_normalise(question, answer: dict, qid: str, strict: bool = False):
+    """normalise_answer's choice/score path as it was before the fast path (issue 29 §7), for comparison."""
+    from workbench_runtime.answers import _prob
+
+    where = f"answer {qid!r}"
+    ids = option_ids(question)
+    raw = answer["probabilities"]
+    unknown = [k for k in raw if k not in set(ids)]
+    if unknown:
+        raise AnswerError(f"{where}: unknown option {unknown[0]!r} (not in the schema)")
+    values = [raw.get(k, 0.0) for k in ids]
+    vec = None
+    if all(type(v) is float for v in values):
+        vec = np.asarray(values, dtype=float)
+    if vec is None or not (np.isfinite(vec).all() and (vec >= -1e-9).all() and (vec <= 1 + 1e-9).all()):
+        vec = np.array([_prob(v, f"{where}.{k}") for k, v in zip(ids, values)])
+    vec = np.clip(vec, 0.0, 1.0)
+    total = float(vec.sum())
+    if abs(total - 1.0) > SUM_TOLERANCE:
+        raise AnswerError(f"{where}: probabilities sum to {total:.4f}, more than {SUM_TOLERANCE} from 1")
+    return vec / total, total - 1.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_fast_path_gives_the_reference_bits_and_errors(seed):
+    """Values at and just past the edges (-1e-9, -0.0, 1 + 1e-9, NaN, inf, ints, bools, strings, partial
+    maps): the same vector bit for bit, the same deviation, or the same error message."""
+    rng = np.random.default_rng(seed)
+    edge = [
+        0.0,
+        -0.0,
+        -1e-9,
+        -2e-9,
+        1.0,
+        1 + 1e-9,
+        1 + 2e-9,
+        float("nan"),
+        float("inf"),
+        -float("inf"),
+        0,
+        1,
+        True,
+        "0.5",
+        None,
+        10**400,
+    ]
+    for question in (TOPIC, URGENCY):
+        ids = option_ids(question)
+        for _ in range(300):
+            p = np.round(rng.dirichlet(np.ones(len(ids))), int(rng.integers(2, 6)))
+            probs: dict = {k: float(v) for k, v in zip(ids, p)}
+            if rng.random() < 0.5:
+                probs[ids[int(rng.integers(len(ids)))]] = edge[int(rng.integers(len(edge)))]
+            if rng.random() < 0.2:
+                del probs[ids[int(rng.integers(len(ids)))]]
+            if rng.random() < 0.05:
+                probs["nope"] = 0.1
+            if not probs:
+                continue
+            answer = {"type": question.type, "probabilities": probs}
+            try:
+                want = _reference_normalise(question, answer, "q")
+            except AnswerError as exc:
+                with pytest.raises(AnswerError) as got_exc:
+                    normalise_answer(question, answer, question_id="q")
+                if "unknown option" not in str(exc):  # the reference names it without the bounded repr
+                    assert str(got_exc.value) == str(exc)
+                continue
+            got = normalise_answer(question, answer, question_id="q")
+            assert got.probs.tobytes() == want[0].tobytes()
+            assert got.deviation == want[1]

@@ -92,6 +92,8 @@ class DecisionResult:
     latency_ms: float | None = None
     raw: dict | None = None  # the response body in System One form (for the cache/replay)
     emulated: bool = False  # answered by workbench's emulator: its cost is an estimate, nothing was billed
+    #: the response body as received when ``raw`` is that body parsed (a System One service), else None
+    raw_text: str | None = None
 
 
 @runtime_checkable

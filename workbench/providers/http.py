@@ -18,6 +18,7 @@ scrubbed from every error message. Providers do no retries, caching or storage (
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import os
@@ -32,7 +33,9 @@ from typing import Any
 
 import aiohttp
 import httpx
+import yarl
 from httpx_aiohttp import HttpxAiohttpClient
+from httpx_aiohttp.transport import AiohttpTransport, map_aiohttp_exceptions
 from pydantic import SecretStr
 
 from workbench.errors import AnswerError, OptionError
@@ -123,6 +126,133 @@ class _NoCookies(httpx.Cookies):
         return None
 
 
+_DECODER = json.JSONDecoder()  # json.loads' own configuration
+_RESULT_FIRST = '{"result":'
+
+
+def _loads_envelope(text: str) -> tuple[Any, str | None]:
+    """``json.loads(text)``, and the exact text of its ``result`` member when the body is an envelope
+    written compactly with ``result`` first (``{"result":{...},"success":true,...}``, Cloudflare's).
+
+    The member is parsed where it stands (``raw_decode``), then the other members: the same objects,
+    in the same order, as ``json.loads`` of the whole, at the cost of one parse. Anything else (spaces
+    after the key, a second ``result`` member, ...) is ``json.loads(text)`` with no member text.
+    """
+    if not text.startswith(_RESULT_FIRST):
+        return json.loads(text), None
+    try:
+        result, end = _DECODER.raw_decode(text, len(_RESULT_FIRST))
+    except ValueError:
+        return json.loads(text), None
+    tail = text[end:]
+    if tail.startswith(",") and tail[1:].lstrip(" \t\n\r").startswith('"'):  # another member follows
+        rest = json.loads("{" + tail[1:])
+    elif tail.rstrip(" \t\n\r") == "}":
+        rest = {}
+    else:
+        return json.loads(text), None
+    if not isinstance(rest, dict) or "result" in rest:  # a repeated key: the last wins, in the first's place
+        return json.loads(text), None
+    return {"result": result, **rest}, text[len(_RESULT_FIRST) : end]
+
+
+class WholeBodyTransport(AiohttpTransport):
+    """httpx-aiohttp's transport, reading each response body whole before handing it to httpx.
+
+    The stock transport gives httpx a stream that ``AsyncClient.send`` then reads through four
+    nested async iterators (aiohttp chunks, the transport's wrapper, httpx's bound stream, its
+    decoders) and closes with another round trip through aiohttp's context manager. A decision
+    response is a few kB, always read whole: here it is read inside the same exception mapping
+    (a failure while reading is the same ``httpx`` error as before), the connection goes back to
+    aiohttp's pool at once, and httpx gets a response that is already read — its
+    ``Content-Encoding`` decoded by httpx as before, the headers exactly the server's.
+
+    A request whose body is not in memory (a streamed upload) takes the stock path.
+
+    Its aiohttp session keeps no cookies either (:class:`StatelessClient`): the stock session's
+    cookie jar stored a ``Set-Cookie`` from a named host and sent it back with the next call.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._timeouts: dict[tuple[Any, Any, Any], aiohttp.ClientTimeout] = {}
+        # httpx URL object -> (that object, its yarl URL): a provider sends to one URL object
+        self._urls: dict[int, tuple[httpx.URL, yarl.URL]] = {}
+
+    def get_client(self) -> aiohttp.ClientSession:
+        """The stock session (aiohttp's pool with the same limits and TLS), without a cookie jar."""
+        if self.client is not None or self.uds:
+            return super().get_client()
+        limit = {"limit": self.limits.max_connections} if self.limits.max_connections is not None else {}
+        connector = aiohttp.TCPConnector(
+            keepalive_timeout=self.limits.keepalive_expiry,
+            ssl=self.ssl_context,
+            local_addr=(self.local_address, 0) if self.local_address else None,
+            **limit,  # type: ignore[arg-type]
+        )
+        return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+
+    def _url(self, url: httpx.URL) -> yarl.URL:
+        """The yarl URL aiohttp would parse from ``str(url)``, parsed once per URL object."""
+        hit = self._urls.get(id(url))
+        if hit is None or hit[0] is not url:
+            if len(self._urls) >= 64:
+                self._urls.clear()
+            hit = self._urls[id(url)] = (url, yarl.URL(str(url)))
+        return hit[1]
+
+    def _timeout(self, timeout: Mapping[str, Any]) -> aiohttp.ClientTimeout:
+        key = (timeout.get("connect"), timeout.get("read"), timeout.get("pool"))
+        found = self._timeouts.get(key)
+        if found is None:
+            found = self._timeouts[key] = aiohttp.ClientTimeout(sock_connect=key[0], sock_read=key[1], connect=key[2])
+        return found
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not isinstance(request.stream, httpx.ByteStream):
+            return await super().handle_async_request(request)
+        if not isinstance(self.client, aiohttp.ClientSession):
+            self.client = self.get_client()
+        t0 = time.perf_counter()
+        content = request.read()
+        proxy = self.proxy
+        with map_aiohttp_exceptions():
+            async with self.client.request(
+                method=request.method,
+                url=self._url(request.url),
+                headers=request.headers,
+                data=content or None,
+                allow_redirects=False,
+                auto_decompress=False,
+                compress=False,
+                timeout=self._timeout(request.extensions.get("timeout", {})),
+                server_hostname=request.extensions.get("sni_hostname"),
+                proxy=str(proxy.url) if proxy else None,
+                proxy_auth=aiohttp.BasicAuth(proxy.auth[0], proxy.auth[1]) if proxy and proxy.auth else None,
+                proxy_headers=proxy.headers if proxy else None,
+            ) as aio:
+                body = await aio.read()
+        version = aio.version or aiohttp.HttpVersion11
+        extensions: dict[str, Any] = {"http_version": b"HTTP/%d.%d" % (version.major, version.minor)}
+        if aio.reason:
+            extensions["reason_phrase"] = aio.reason.encode()
+        response = httpx.Response(
+            status_code=aio.status,
+            headers=aio.raw_headers,
+            stream=httpx.ByteStream(body),
+            request=request,
+            extensions=extensions,
+        )
+        if "Content-Encoding" in aio.headers:
+            response.read()  # httpx decodes it (and closes): AsyncClient.send finds it read
+        else:  # what read() leaves, without its decoder and chunker (a tenth of the CPU)
+            response._content = body
+            response._num_bytes_downloaded = len(body)
+            response.is_stream_consumed = response.is_closed = True
+        response.elapsed = datetime.timedelta(seconds=time.perf_counter() - t0)
+        return response
+
+
 class StatelessClient(HttpxAiohttpClient):
     """``httpx.AsyncClient`` (on aiohttp's transport) that keeps no cookies between calls.
 
@@ -130,7 +260,41 @@ class StatelessClient(HttpxAiohttpClient):
     a ``Set-Cookie`` (e.g. a CDN's bot-management cookie) is never sent back. It also saves
     httpx's cookie extraction, which wraps every response in urllib/email objects (~0.1 ms of
     CPU per call). Cookies passed explicitly per request are still sent.
+
+    Its pool transports are :class:`WholeBodyTransport`.
     """
+
+    def _init_transport(
+        self,
+        verify: ssl.SSLContext | str | bool = True,
+        cert: Any = None,
+        trust_env: bool = True,
+        http1: bool = True,
+        http2: bool = False,
+        limits: httpx.Limits = httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        transport: httpx.AsyncBaseTransport | None = None,
+        **kwargs: Any,
+    ) -> httpx.AsyncBaseTransport:
+        if transport is not None:
+            return transport
+        return WholeBodyTransport(
+            verify=verify, cert=cert, trust_env=trust_env, http1=http1, http2=http2, limits=limits
+        )
+
+    def _init_proxy_transport(
+        self,
+        proxy: httpx.Proxy,
+        verify: ssl.SSLContext | str | bool = True,
+        cert: Any = None,
+        trust_env: bool = True,
+        http1: bool = True,
+        http2: bool = False,
+        limits: httpx.Limits = httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        **kwargs: Any,
+    ) -> httpx.AsyncBaseTransport:
+        return WholeBodyTransport(
+            verify=verify, cert=cert, trust_env=trust_env, http1=http1, http2=http2, limits=limits, proxy=proxy
+        )
 
     @property
     def cookies(self) -> httpx.Cookies:
@@ -553,8 +717,21 @@ class HttpProvider:
                 break
         if response.status_code >= 300:
             raise self._http_error(response, request_id)
+        # the body's text, kept for the call cache when it is the System One body itself (the stored
+        # response is then the text as received, not a re-serialisation of what it parsed to)
+        text: str | None
         try:
-            data = response.json()
+            text = response.content.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        result_text = None
+        try:
+            data, result_text = _loads_envelope(text) if text is not None else (None, None)
+        except ValueError:  # not JSON as UTF-8 text: a BOM or UTF-16/32 are httpx's (json.loads of bytes) to read
+            text = None
+        try:
+            if text is None:
+                data = response.json()
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
             raise ProviderError(
                 ErrorKind.MALFORMED,
@@ -569,6 +746,11 @@ class HttpProvider:
             raise
         result = self._result(request, raw, latency_ms=latency_ms, request_id=request_id)
         result.emulated = EMULATOR_HEADER in response.headers
+        if text is not None:
+            if raw is data:
+                result.raw_text = text
+            elif result_text is not None and isinstance(data, dict) and raw is data.get("result"):
+                result.raw_text = result_text  # an envelope's System One body (Cloudflare), as received
         return result
 
     def _http_error(self, response: httpx.Response, request_id: str | None) -> ProviderError:

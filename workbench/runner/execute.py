@@ -47,6 +47,7 @@ from workbench.runner.plan import KEY_VERSION, QuestionSlice, WorkUnit, build_un
 from workbench.schema import DecisionSchema
 from workbench.schema.answers import normalise_answer
 from workbench.store import calls as calls_store
+from workbench.store.db import duckdb_settings
 from workbench.wording import article
 
 #: Answers per write transaction, and the longest time an answer waits in memory.
@@ -69,6 +70,13 @@ BACKOFF_CAP_S = 8.0
 #: server then arrive spread out instead of in one burst of ``concurrency`` that queues behind
 #: the event loop (measured: 85 % → 90+ % of the ideal rate at 100 ms, concurrency 32).
 RAMP_UP_S = 0.1
+#: DuckDB settings while the run asks and writes (put back afterwards). One thread: the loop's only
+#: queries are the recorder's batch writes (a few hundred rows each), which a second DuckDB thread
+#: does not speed up but costs CPU in scheduling (bench/runner.py: ~0.1 ms of CPU per call less).
+LOOP_SETTINGS: dict[str, Any] = {"threads": 1}
+#: Least seconds between two progress updates (a rich bar redraws 4 times a second; an update per
+#: call cost the CLI more than the bar shows). The last update is always made.
+PROGRESS_EVERY_S = 0.1
 #: Kinds after which no further call is made in this run.
 STOP_KINDS = {ErrorKind.AUTH, ErrorKind.QUOTA}
 NOT_ASKED = "not_asked"
@@ -290,7 +298,7 @@ class _Recorder:
         share_cost = None if cost is None else cost / n_q
         model = result.model or self.model
         for pos, qid in enumerate(sl.question_ids):
-            base = {
+            base: dict[str, Any] = {
                 "run_id": self.run_id,
                 "item_id": unit.item_id,
                 "question": qid,
@@ -303,9 +311,9 @@ class _Recorder:
             }
             ans = result.answers.get(qid)
             if ans is not None:
-                base.update(
-                    probs=ans.probs.tolist(), deviation=float(ans.deviation), vendor_confidence=ans.vendor_confidence
-                )
+                # the vector itself (never changed in place): answers_table hands it to Arrow as it is,
+                # ten times cheaper per row than a list of Python floats
+                base.update(probs=ans.probs, deviation=float(ans.deviation), vendor_confidence=ans.vendor_confidence)
                 self.counters.answered += 1
             else:
                 kind, msg = result.failures.get(qid, (ErrorKind.MISSING, f"no answer for question {qid!r}"))
@@ -400,7 +408,12 @@ def call_row(unit: WorkUnit, spec: str, model: str | None, run_id: str, result: 
         "cache_key": unit.cache_key,
         "provider": spec,
         "model": model,
-        "response": json.dumps(result.raw, ensure_ascii=False, separators=(",", ":")),
+        # as received when the body was System One already (json.loads reads it back to ``raw``)
+        "response": (
+            result.raw_text
+            if result.raw_text is not None
+            else json.dumps(result.raw, ensure_ascii=False, separators=(",", ":"))
+        ),
         "model_answered": result.model,
         "request_id": result.request_id,
         "latency_ms": result.latency_ms,
@@ -820,11 +833,17 @@ def execute_run(
     to_ask: list[WorkUnit] = []
     stop = _Stop()
     status = "done"
-    with _run_task(reporter, progress, spec, len(todo)) as task:
+    with _run_task(reporter, progress, spec, len(todo)) as task, duckdb_settings(con, LOOP_SETTINGS):
+        shown = [0.0]  # when the progress was last updated
 
-        def tick() -> None:
+        def tick(*, last: bool = False) -> None:
+            # at most PROGRESS_EVERY_S apart (a bar redraws 4 times a second), and once at the end
+            now = time.perf_counter()
+            if now - shown[0] < PROGRESS_EVERY_S and not last:
+                return
+            shown[0] = now
             c = rec.counters
-            elapsed = max(time.perf_counter() - c.t_start, 1e-9)
+            elapsed = max(now - c.t_start, 1e-9)
             task.update(c.units_done, f"{c.units_done / elapsed:7.1f}/s fail {c.failed} ${c.cost_paid:.4f}")
 
         rec.progress_cb = tick if progress else None
@@ -846,6 +865,8 @@ def execute_run(
                 _run_coroutine(provider.aclose())  # nothing to ask: release the HTTP client
         except BaseException as exc:
             status = "interrupted"
+            if progress:
+                tick(last=True)
             try:
                 rec.flush_now()  # also retries a batch whose write failed; if this raises, the journal stays
             finally:
@@ -871,6 +892,8 @@ def execute_run(
                 recovered += _fold_in(con, rec, units, item_ids, question_ids)
                 missing = calls_store.count_missing_answers(con, run_id, item_ids, question_ids)
         finally:
+            if progress:
+                tick(last=True)
             rec.close()
     if stop.kind is not None:
         status = "stopped"

@@ -199,7 +199,8 @@ def answers_table(rows: Sequence[dict]) -> pa.Table:
     """Arrow table of answer rows; ``p_top``/``margin``/``top_option``/``entropy`` computed here, vectorised.
 
     Each row has the keys of :data:`ANSWER_FIELDS` (summaries may be absent). Rows with
-    ``probs is None`` are failures and get NULL summaries.
+    ``probs is None`` are failures and get NULL summaries. ``probs`` is a float vector: a numpy array
+    (what the runner buffers; Arrow converts it without a Python float per value) or a list.
     """
     n = len(rows)
     p_top_, margin_, entropy_ = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
@@ -250,10 +251,14 @@ def write_batch(
     try:
         with transaction(con):
             if calls:
+                # one row per key (a key twice in one INSERT fails even with OR IGNORE); a batch whose keys
+                # are distinct, as a runner's are, skips the DISTINCT ON that copies every response text
+                distinct = len({r.get("cache_key") for r in calls}) == len(calls)
                 con.execute(
                     f"INSERT OR IGNORE INTO calls ({', '.join(CALL_FIELDS)}) SELECT cache_key, provider,"
                     " model, response::JSON, model_answered, request_id, latency_ms, input_tokens, cost_usd,"
-                    " run_id, coalesce(emulated, false) FROM (SELECT DISTINCT ON (cache_key) * FROM _new_calls)"
+                    " run_id, coalesce(emulated, false) FROM "
+                    + ("_new_calls" if distinct else "(SELECT DISTINCT ON (cache_key) * FROM _new_calls)")
                 )
             if answers and replace:
                 con.execute(
@@ -271,6 +276,10 @@ def write_batch(
 
 
 # -- journal -------------------------------------------------------------------------------------
+#: A JSON string literal exactly as ``json.dumps(..., ensure_ascii=False)`` writes it (the C encoder).
+_json_str = json.encoder.encode_basestring
+
+
 class CallJournal:
     """Append-only segments of call rows written between two batch commits (see module docstring).
 
@@ -293,6 +302,8 @@ class CallJournal:
         self._fd: int | None = None
         self._path: Path | None = None
         self.in_flight: dict[str, int] = {}  # cache_key -> requests in flight with that key
+        # the tail of a marker line: the bytes json.dumps writes for ``"run_id": run_id`` and the end
+        self._marker_tail = f',"run_id":{_json_str(run_id)}}}\n'
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
             self._open()
@@ -307,10 +318,15 @@ class CallJournal:
         if self._fd is not None:
             os.write(self._fd, (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
 
+    def _marker(self, kind: str, cache_key: str) -> None:
+        """``{kind: cache_key, "run_id": run_id}`` as :meth:`_write` would write it, without building a dict."""
+        if self._fd is not None:
+            os.write(self._fd, f'{{"{kind}":{_json_str(cache_key)}{self._marker_tail}'.encode())
+
     def sent(self, cache_key: str) -> None:
         """Record that a request for ``cache_key`` is about to leave (call before sending)."""
         self.in_flight[cache_key] = self.in_flight.get(cache_key, 0) + 1
-        self._write({"sent": cache_key, "run_id": self.run_id})
+        self._marker("sent", cache_key)
 
     def _land(self, cache_key: str | None) -> None:
         n = self.in_flight.get(cache_key or "", 0)
@@ -323,7 +339,7 @@ class CallJournal:
         """The request for ``cache_key`` ended without a response to keep (an error, a partial answer)."""
         if cache_key in self.in_flight:
             self._land(cache_key)
-            self._write({"settled": cache_key, "run_id": self.run_id})
+            self._marker("settled", cache_key)
 
     def append(self, call: dict) -> None:
         self._land(call.get("cache_key"))
@@ -338,7 +354,7 @@ class CallJournal:
         self._open()
         for key, n in self.in_flight.items():  # still in flight: their markers move to the new segment
             for _ in range(n):
-                self._write({"sent": key, "run_id": self.run_id})
+                self._marker("sent", key)
         return done
 
     def close(self, *, delete: bool) -> None:
