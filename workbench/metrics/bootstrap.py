@@ -53,7 +53,9 @@ def resample_cell_counts(cells: np.ndarray, n_cells: int, n_boot: int, seed: int
     n = len(cells)
     rng = np.random.default_rng(seed)
     for _ in range(n_boot):
-        yield np.bincount(cells[rng.integers(0, n, size=n)], minlength=n_cells).astype(float)
+        w = np.zeros(n_cells)
+        np.add.at(w, cells[rng.integers(0, n, size=n)], 1.0)  # as in resample_counts: exact float counts
+        yield w
 
 
 @dataclass
