@@ -297,12 +297,30 @@ def _items_stats(sets: Sequence[tuple[CompareItems, int, str]]):
             )
         )
         cells.append(cells[same_as[i]] if same_as[i] != i else cell)
+    # every run's per-item figures as the rows of one matrix: a replicate's weighted sums are one
+    # matrix-vector product (each row's Σ x·w, one read of w) instead of a dot product per figure
+    names: list[list[str]] = []
+    rows: list[np.ndarray] = []
+    for items, _, qtype in sets:
+        got = {"log_loss": items.log_loss, "brier": items.brier}
+        if qtype == "score":
+            assert items.rps is not None and items.abs_level_error is not None
+            got |= {"rps": items.rps, "mae_expected_level": items.abs_level_error}
+        names.append(list(got))
+        rows.extend(got.values())
+    n_rows = len(sets[0][0].labels) if sets else 0
+    matrix = np.empty((len(rows), n_rows))
+    for r, x in enumerate(rows):
+        matrix[r] = x
 
     def stats(w: np.ndarray | None) -> list[dict[str, float]]:
-        total = float(w.sum()) if w is not None else None  # Σw once (each mean would sum it again)
+        # w: resampling counts of n draws (integers), so Σw is exactly n
+        total = float(n_rows) if w is not None else None
+        sums = matrix @ w if w is not None and n_rows else None
         counted: dict[int, np.ndarray] = {}
         out = []
-        for i, (items, k, qtype) in enumerate(sets):
+        r = 0
+        for i, (items, k, _) in enumerate(sets):
             j = same_as[i]
             if j not in counted:
                 counted[j] = np.bincount(cells[j], weights=w, minlength=k * (k + 1)).reshape(k, k + 1)[:, :k]
@@ -312,13 +330,13 @@ def _items_stats(sets: Sequence[tuple[CompareItems, int, str]]):
                 # hits are the confusion matrix's diagonal: with integer resampling counts, exactly Σ w·correct
                 "accuracy": float(np.trace(counts) / (total if total is not None else n)) if n else float("nan"),
                 "macro_f1": macro_f1_from_matrix(counts.astype(float)),
-                "log_loss": _wmean(items.log_loss, w, total),
-                "brier": _wmean(items.brier, w, total),
             }
-            if qtype == "score":
-                assert items.rps is not None and items.abs_level_error is not None
-                fig["rps"] = _wmean(items.rps, w, total)
-                fig["mae_expected_level"] = _wmean(items.abs_level_error, w, total)
+            for name in names[i]:
+                if sums is None or total is None:
+                    fig[name] = _wmean(rows[r], None)
+                else:
+                    fig[name] = float(sums[r] / total)
+                r += 1
             out.append(fig)
         return out
 

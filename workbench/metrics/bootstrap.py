@@ -37,7 +37,11 @@ def resample_counts(n: int, n_boot: int, seed: int = 0) -> Iterator[np.ndarray]:
     """Yield ``n_boot`` count vectors (n,) float of a seeded multinomial (n draws with replacement)."""
     rng = np.random.default_rng(seed)
     for _ in range(n_boot):
-        yield np.bincount(rng.integers(0, n, size=n), minlength=n).astype(float)
+        # the draws counted straight into floats (each +1 exact): the numbers of
+        # ``np.bincount(draws, minlength=n).astype(float)`` without an int64 vector and its cast
+        w = np.zeros(n)
+        np.add.at(w, rng.integers(0, n, size=n), 1.0)
+        yield w
 
 
 def resample_cell_counts(cells: np.ndarray, n_cells: int, n_boot: int, seed: int = 0) -> Iterator[np.ndarray]:
@@ -49,7 +53,9 @@ def resample_cell_counts(cells: np.ndarray, n_cells: int, n_boot: int, seed: int
     n = len(cells)
     rng = np.random.default_rng(seed)
     for _ in range(n_boot):
-        yield np.bincount(cells[rng.integers(0, n, size=n)], minlength=n_cells).astype(float)
+        w = np.zeros(n_cells)
+        np.add.at(w, cells[rng.integers(0, n, size=n)], 1.0)  # as in resample_counts: exact float counts
+        yield w
 
 
 @dataclass

@@ -78,12 +78,18 @@ class TemperatureScaling(_applied.TemperatureScaling):
         p, y = _fit_rows(probs, labels)
         z = _log_probs(p)
         z_true = z[np.arange(len(y)), y]
+        # each row's largest z, once: dividing by a positive t keeps the same entry largest and rounds
+        # it the same way, so max(z / t) is exactly max(z) / t
+        z_max = z.max(axis=1)
 
         def nll(log_t: float) -> float:
-            s = z / math.exp(log_t)
-            m = s.max(axis=1)
-            lse = m + np.log(np.exp(s - m[:, None]).sum(axis=1))
-            return float(np.mean(lse - z_true / math.exp(log_t)))
+            t = math.exp(log_t)
+            s = z / t
+            m = z_max / t
+            s -= m[:, None]
+            np.exp(s, out=s)  # in place: the same numbers as exp(s - m), one temporary fewer
+            lse = m + np.log(s.sum(axis=1))
+            return float(np.mean(lse - z_true / t))
 
         res = minimize_scalar(nll, bounds=(-7.0, 7.0), method="bounded", options={"xatol": 1e-7})
         self.temperature = float(math.exp(res.x))

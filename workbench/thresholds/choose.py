@@ -610,8 +610,12 @@ def _fit_calibrator(method: str, probs: np.ndarray, labels: np.ndarray):
 
 def apply_calibrator(cal, probs: np.ndarray) -> np.ndarray:
     """Calibrate answered rows; failed (NaN) rows stay NaN."""
-    out = np.full_like(probs, np.nan, dtype=float)
     ok = np.isfinite(probs).all(axis=1)
+    if ok.all():
+        # every row answered: the calibrators map rows one by one into a new array, so the rows are
+        # the same numbers without a copy of them in and out
+        return np.asarray(cal.transform(probs), dtype=float)
+    out = np.full_like(probs, np.nan, dtype=float)
     if ok.any():
         out[ok] = cal.transform(probs[ok])
     return out
