@@ -110,7 +110,7 @@ def test_lock_held_by_another_process_is_reported(db_path: Path):
     proc.start()
     try:
         assert ready.wait(30)
-        with pytest.raises(StoreError, match="locked"):
+        with pytest.raises(StoreError, match=r"is being written by another process \(PID \d+\)"):
             connect(db_path)
     finally:
         done.set()

@@ -33,9 +33,22 @@ state = _State()
 
 
 def open_store(read_only: bool = False):
-    from workbench.store.db import connect
+    """The store for a ``with`` block: read-write, or (``read_only``) a read as the UI reads it.
 
-    return connect(state.db_path, read_only=read_only)
+    A read-only command goes through :func:`workbench.store.snapshot.read_connection`: the live file
+    when no writer holds it, else a snapshot of what was committed, so it works while a ``workbench
+    run`` writes. A writing command fails at once (one line naming the holder's PID) while another
+    process writes the store.
+    """
+    from workbench.store.db import check_store_file, connect
+
+    if not read_only:
+        return connect(state.db_path)
+    from workbench.store.snapshot import read_connection
+
+    path = str(state.db_path)
+    check_store_file(path, read_only=True)  # no other connection of ours is open yet: reading its header is safe
+    return read_connection(path)
 
 
 def _default(o: Any) -> Any:

@@ -414,14 +414,22 @@ def memory_connection() -> duckdb.DuckDBPyConnection:
     return con
 
 
+_HOLDER_PID = re.compile(r"\(PID (\d+)\)")
+
+
 def _open_error(path: str, exc: duckdb.Error) -> StoreError:
-    """Name what went wrong opening ``path``: held by another process, not a DuckDB store, or other."""
+    """Name what went wrong opening ``path``: held by another process, not a DuckDB store, or other.
+
+    Held: one short line naming the holder's PID and whether it writes or reads (DuckDB's own
+    message, ~400 characters of lock internals, is left out)."""
     msg = " ".join(str(exc).split())[:300]
     if _LOCK_MESSAGE.search(msg) and not _CORRUPT_MESSAGE.search(msg):
-        return StoreError(
-            f"{path}: the database is locked by another process ({msg})",
-            hint="wait for the other workbench command to finish, or use another --db",
-        )
+        found = _HOLDER_PID.search(str(exc))
+        holder = f"another process (PID {found.group(1)})" if found else "another process"
+        doing = "read" if _HELD_BY_READER in " ".join(str(exc).split()).lower() else "written"
+        err = StoreError(f"{path} is being {doing} by {holder}", hint="wait for it or use another --db")
+        err.held = True  # type: ignore[attr-defined]  # read by workbench.store.snapshot: read a snapshot instead
+        return err
     if _CORRUPT_MESSAGE.search(msg):
         return StoreError(
             f"{path}: not a readable workbench database (corrupt, or another file format): {msg}",
@@ -478,6 +486,23 @@ def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
             marker.unlink(missing_ok=True)
 
 
+def check_store_file(path: str, *, read_only: bool, sniff: bool = True) -> None:
+    """Refuse, before DuckDB opens it, a ``path`` that cannot be a store: missing (read-only), not a
+    regular file, or (``sniff``: reads its first bytes) a SQLite database."""
+    p = Path(path)
+    if read_only and not p.exists():
+        raise StoreError(
+            f"{path}: no workbench database here", hint="import a dataset first, or pass --db / set WORKBENCH_DB"
+        )
+    if p.exists() and not p.is_file():
+        raise StoreError(f"{path}: not a regular file", hint="pass --db with the path of a .duckdb file")
+    if sniff and p.is_file() and _head(p).startswith(b"SQLite format 3\x00"):
+        raise StoreError(
+            f"{path}: is a SQLite database, not a workbench (DuckDB) store",
+            hint="pass --db with a .duckdb file, or a new path to create one",
+        )
+
+
 def connect(
     path: str | Path | None = None, *, read_only: bool = False, sniff: bool = True
 ) -> duckdb.DuckDBPyConnection:
@@ -489,18 +514,7 @@ def connect(
     """
     path = str(path if path is not None else default_db_path())
     if path != ":memory:":
-        p = Path(path)
-        if read_only and not p.exists():
-            raise StoreError(
-                f"{path}: no workbench database here", hint="import a dataset first, or pass --db / set WORKBENCH_DB"
-            )
-        if p.exists() and not p.is_file():
-            raise StoreError(f"{path}: not a regular file", hint="pass --db with the path of a .duckdb file")
-        if sniff and p.is_file() and _head(p).startswith(b"SQLite format 3\x00"):
-            raise StoreError(
-                f"{path}: is a SQLite database, not a workbench (DuckDB) store",
-                hint="pass --db with a .duckdb file, or a new path to create one",
-            )
+        check_store_file(path, read_only=read_only, sniff=sniff)
     con = _open(path, read_only)
     try:
         con.execute("SET python_enable_replacements = false")

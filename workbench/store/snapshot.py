@@ -149,6 +149,8 @@ def forget(path: str) -> None:
 def _is_held_by_writer(exc: Exception) -> bool:
     """True when opening read-only failed because another connection holds the file read-write
     (another process's lock, or this process's own read-write connection to the same file)."""
+    if getattr(exc, "held", False):  # workbench.store.db: another process holds the file
+        return True
     msg = " ".join(str(exc).split()).lower()
     return "lock" in msg or "different configuration" in msg
 
