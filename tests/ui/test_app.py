@@ -138,6 +138,9 @@ def test_calibration_page_matches_the_metrics_library(ui_store):
     at.slider(key="cal_bins").set_value(8).run()
     assert not at.exception
     assert len(at.get("plotly_chart")) >= 3
+    # the confusion matrix is drawn (issue 27 §6: it was left out past 30 options)
+    confusion = [c for c in at.get("plotly_chart") if "cal_confusion_chart" in c.proto.id]
+    assert len(confusion) == 1 and '"heatmap"' in confusion[0].proto.spec
 
 
 def test_export_policy_from_thresholds_then_view_diff_and_refuse_tampered(ui_store):

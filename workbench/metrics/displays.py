@@ -309,12 +309,14 @@ class ConfusionDisplay:
                 hovertemplate="label %{y}<br>decision %{x}<br>%{z}<extra></extra>",
             )
         )
-        fig.update_yaxes(autorange="reversed", title_text="gold label")
-        fig.update_xaxes(title_text="decision (last column: routed to review)")
+        many = len(cols) > 30  # banking77: 77 options; every label stays on its axis, in a smaller font
+        tick = {"tickfont": {"size": 8}, "dtick": 1} if many else {}
+        fig.update_yaxes(autorange="reversed", title_text="gold label", **tick)
+        fig.update_xaxes(title_text="decision (last column: routed to review)", **tick)
         fig.update_layout(
             title=f"{self.title} — review rate {self.result.review_rate:.1%}",
             template="plotly_white",
-            height=max(400, 18 * len(cols) + 150),
+            height=12 * len(cols) + 250 if many else max(400, 18 * len(cols) + 150),
         )
         self.figure_ = fig
         return fig
