@@ -216,6 +216,16 @@ def test_compare_page_pairs_runs_against_the_baseline(ui_store):
     assert row["d_accuracy"] > 0 and row["p_mcnemar"] < 0.05  # the sharp model is clearly better
     diff = next(d.value for d in at.dataframe if "p_mcnemar" in d.value.columns and "accuracy" not in d.value.columns)
     assert diff["run_id"].tolist() == [meta["runs"]["sharp-model"]]
+    # p-values through the CLI's formatter (issue 27 §6: the page showed `p 0.0000` where the CLI says `< 0.001`)
+    from workbench.cli.compare import format_p as cli_format_p
+    from workbench.wording import format_p
+
+    assert cli_format_p is format_p  # one formatter, not two
+    shown = diff.iloc[0]
+    assert shown["p_mcnemar"] == format_p(row["p_mcnemar"]) and shown["p_mcnemar"] != "0.0000"
+    assert shown["p_bootstrap"] == format_p(row["p_bootstrap"], 200)
+    if row["p_bootstrap"] == 0:
+        assert shown["p_bootstrap"] == "< 0.005"
 
 
 def test_shadow_page_reports_agreement_flips_and_verdict(ui_store):

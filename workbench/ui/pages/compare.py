@@ -14,6 +14,7 @@ import streamlit as st
 
 from workbench.errors import WorkbenchError
 from workbench.ui import state
+from workbench.wording import format_p
 
 st.title("Compare")
 
@@ -252,6 +253,11 @@ diff = frame.loc[
         "d_coverage",
     ],
 ]
+# p-values as `workbench compare` prints them (one formatter): a bootstrap p of 0 is "< 1/(n_boot+1)", never 0.0000
+diff = diff.assign(
+    p_bootstrap=[format_p(v, int(n_boot)) for v in diff["p_bootstrap"]],
+    p_mcnemar=[format_p(v) for v in diff["p_mcnemar"]],
+)
 st.dataframe(
     diff,
     hide_index=True,
@@ -263,8 +269,6 @@ st.dataframe(
             "d_accuracy",
             "d_accuracy_low",
             "d_accuracy_high",
-            "p_bootstrap",
-            "p_mcnemar",
             "d_log_loss",
             "d_coverage",
         )
