@@ -108,6 +108,19 @@ def test_thresholds_page_sliders_update_figures_live(ui_store):
     assert at.select_slider(key="thr_x").value == pytest.approx(expected.params["tau"])
     assert at.select_slider(key="thr_y").value == pytest.approx(expected.params["margin"])
     assert any("Certified at" in s.value for s in at.success)
+    # issue 27 §6: the caption describes what is drawn, and the markers mean the same on both charts
+    charts = {c.proto.id.rsplit("-", 1)[-1]: json.loads(c.proto.spec)["data"] for c in at.get("plotly_chart")}
+    surface = {t.get("name"): t for t in charts["thr_surface_chart"]}
+    curve = {t.get("name"): t for t in charts["thr_curve_chart"]}
+    caption = next(c.value for c in at.caption if c.value.startswith("Left:"))
+    if "certified region" in surface:  # blue dots drawn: the caption counts them
+        assert "blue dots are the" in caption and "no blue dots" not in caption
+        assert surface["certified region"]["marker"]["color"] != surface["chosen"]["marker"]["color"]
+    else:
+        assert "no blue dots" in caption
+    assert surface["certified"]["marker"]["symbol"] == "star" and surface["chosen"]["marker"]["symbol"] == "x"
+    assert curve["★ certified rule: operating point"]["marker"]["symbol"] == "star"
+    assert curve["✕ sliders: operating point"]["marker"]["symbol"] == "x"
 
 
 def test_calibration_page_matches_the_metrics_library(ui_store):
