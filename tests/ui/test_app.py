@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from store_builder import APP
 from store_builder import on_grid as _on_grid
@@ -380,6 +381,23 @@ def test_per_class_guarantee_table_and_export(ui_store):
     assert doc["questions"]["intent"]["objective"]["per_class"] is True
 
 
+def test_runs_page_names_a_purely_emulated_cost(ui_store):
+    """Issue 27 §6: with only emulated runs, the Runs page showed "Cost (USD) 3.09" as if billed."""
+    path, meta = ui_store
+    from workbench.store.db import connect
+
+    con = connect(path)
+    con.execute("UPDATE runs SET emulated = true")
+    con.close()
+    at = _app("runs")
+    table = next(d.value for d in at.dataframe if "emulated" in d.value.columns)
+    assert table["emulated"].all()
+    cost = next(m for m in at.metric if "cost" in m.label.lower())
+    simulated = table["cost_usd"].sum(min_count=1)
+    assert cost.label == "Emulated cost (USD)"
+    assert cost.value == ("unknown" if pd.isna(simulated) else f"~{simulated:.4f}")
+
+
 def test_emulated_runs_are_marked_on_runs_and_compare(ui_store):
     """The runner's ``emulated`` flag (list_runs) marks a run on the Runs table, in run pickers and on Compare."""
     path, meta = ui_store
@@ -387,6 +405,13 @@ def test_emulated_runs_are_marked_on_runs_and_compare(ui_store):
     table = next(d.value for d in at.dataframe if "emulated" in d.value.columns)
     marked = dict(zip(table["run_id"], table["emulated"]))
     assert marked == {meta["runs"]["noisy-model"]: True, meta["runs"]["sharp-model"]: False}
+    # the cost metric counts real providers only; the emulated run's simulated cost is named as such
+    cost = next(m for m in at.metric if "Cost" in m.label)
+    real = table.loc[~table["emulated"], "cost_usd"].sum(min_count=1)
+    assert cost.label == "Cost (USD)" and cost.value == ("unknown" if pd.isna(real) else f"{real:.4f}")
+    simulated = table.loc[table["emulated"], "cost_usd"].sum(min_count=1)
+    if not pd.isna(simulated):
+        assert f"~{simulated:.4f} of simulated cost" in cost.proto.help
     assert {"accuracy", "ECE"} <= set(table.columns)
     picker = at.selectbox(key="run_id")
     assert "EMULATED" in picker.format_func(meta["runs"]["noisy-model"])
