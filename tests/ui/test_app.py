@@ -262,6 +262,11 @@ def test_shadow_page_reports_agreement_flips_and_verdict(ui_store):
     expected = (a.probs[both].argmax(1) == b.probs[both].argmax(1)).mean()
     shown = next(m.value for m in at.metric if m.label == "Agreement (top answer)")
     assert shown == f"{100 * expected:.1f}%"
+    # the flip matrix fills the left half; the drift chart's right axis title has room (issue 27 §6)
+    charts = {c.proto.id.rsplit("-", 1)[-1]: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+    assert charts["sh_flip_chart_intent"]["data"][0]["type"] == "heatmap"
+    if "sh_drift_chart_intent" in charts:
+        assert charts["sh_drift_chart_intent"]["layout"]["yaxis2"]["automargin"] is True
     # the default routing is the CLI's (`shadow report` without flags: each side's certified policy at the
     # threshold defaults), so the verdict is the library's with defaults
     assert at.radio(key="sh_champion_kind").value == "none" and at.radio(key="sh_challenger_kind").value == "none"
