@@ -508,3 +508,13 @@ def test_large_run_pages_show_point_estimates_first_then_intervals_and_frontier_
     at.selectbox(key="run_id").set_value(run_id).run()
     assert not any(b.key == "cal_boot_go" for b in at.button)
     assert any(aggregate_cache.cache_dir(path).iterdir())
+
+
+def test_policy_page_question_table_fits(ui_store):
+    """Issue 27 §6: the question table's last column was cut; α and δ share a column and every column is sized."""
+    path, meta = ui_store
+    at = _app("policy")
+    table = next(d for d in at.dataframe if "rule" in d.value.columns)
+    assert list(table.value.columns)[-3:] == ["coverage (test)", "error (test)", "error 95% high"]
+    assert "α / δ" in table.value.columns and len(table.value.columns) == 11
+    assert table.value["α / δ"].iloc[0] == "0.2 / 0.1"
