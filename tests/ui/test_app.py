@@ -427,6 +427,10 @@ def test_emulated_runs_are_marked_on_runs_and_compare(ui_store):
     provider = dict(zip(figures["run_id"], figures["provider"]))
     assert provider[meta["runs"]["noisy-model"]].endswith("(EMULATED)")
     assert "EMULATED" not in provider[meta["runs"]["sharp-model"]]
+    # under the bars the mark goes on its own line and the axis makes room (issue 27 §6: labels were cut)
+    bar = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "cmp_bar_chart" in c.proto.id)
+    ticks = [x for t in bar["data"] for x in t["x"]]
+    assert "synthetic:noisy-model<br>(EMULATED)" in ticks and bar["layout"]["xaxis"]["automargin"] is True
 
 
 def test_thresholds_page_plans_labels_like_the_cli(ui_store):

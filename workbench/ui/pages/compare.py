@@ -142,7 +142,8 @@ for variant, g in frame.groupby(frame["variant"].fillna("—")):
     fig.add_trace(
         go.Bar(
             name=str(variant),
-            x=g["provider"],
+            # the emulated mark on its own line: long provider names were cut under the bars (issue 27 §6)
+            x=g["provider"].str.replace(" (EMULATED)", "<br>(EMULATED)", regex=False),
             y=g["accuracy"],
             error_y={
                 "type": "data",
@@ -154,10 +155,11 @@ for variant, g in frame.groupby(frame["variant"].fillna("—")):
     )
 fig.update_layout(
     barmode="group",
-    height=400,
+    height=440,
     title={"text": "Accuracy with 95% bootstrap intervals", "x": 0, "xanchor": "left"},
     yaxis_title="accuracy",
-    legend={"orientation": "h", "y": -0.25, "x": 0, "title": {"text": "schema variant"}},
+    xaxis={"automargin": True},
+    legend={"orientation": "h", "y": -0.3, "x": 0, "title": {"text": "schema variant"}},
     margin={"t": 50, "l": 60, "r": 20},
 )
 
