@@ -122,6 +122,7 @@ def test_thresholds_page_sliders_update_figures_live(ui_store):
     assert surface["certified"]["marker"]["symbol"] == "star" and surface["chosen"]["marker"]["symbol"] == "x"
     assert curve["★ certified rule: operating point"]["marker"]["symbol"] == "star"
     assert curve["✕ sliders: operating point"]["marker"]["symbol"] == "x"
+    assert curve["✕ sliders: operating point"]["marker"]["color"] == surface["chosen"]["marker"]["color"]
 
 
 def test_calibration_page_matches_the_metrics_library(ui_store):

@@ -291,6 +291,7 @@ if front is not None:
         )
     )
 curve_fig = RiskCoverageDisplay.overlay(curves, title="Calibration: risk–coverage").figure_
+curve_fig.update_traces(selector={"name": "✕ sliders: operating point"}, marker_color="#8e24aa")  # as on the left
 pc1, pc2 = st.columns(2)
 pc1.plotly_chart(surface_fig, key="thr_surface_chart")
 pc2.plotly_chart(curve_fig, key="thr_curve_chart")
