@@ -66,8 +66,13 @@ def threshold_figures(result: Any) -> list:
     d = result.to_dict()
     point = _rule_point(d["rule"], result.qtype) if sel.feasible and sel.x is not None else None
     settings = f"α={opts.alpha:g}, δ={opts.delta:g}, recalibration {opts.calibrate}"
+    # the grid points the selection itself certified (its carve and test order): the ★ is one of them; the
+    # all-items region of certified_region() could leave it outside (issue 27 §6)
+    own = getattr(sel, "region", None)
     region = (
-        certified_region(
+        np.asarray(own, bool)
+        if opts.objective == "guarantee" and own is not None and np.shape(own) == result.surface.errors.shape
+        else certified_region(
             result.surface,
             alpha=opts.alpha,
             delta=opts.delta,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["article", "plural", "run_ref"]
+__all__ = ["article", "format_p", "plural", "run_ref"]
 
 #: Words that start with a vowel letter but a consonant sound ("a user"), or the reverse ("an hour").
 _CONSONANT_SOUND = re.compile(r"^(u[bcfhjkst][aeiou]|uni|use|usu|uti|eu|one|once|ur[aeiou])", re.IGNORECASE)
@@ -53,3 +53,18 @@ def run_ref(run: str) -> str:
     ('run-3f2a9c0d1e', 'run baseline')
     """
     return run if run.startswith("run-") else f"run {run}"
+
+
+def format_p(p: float | None, n_boot: int | None = None) -> str:
+    """A p-value as people read it: ``< 0.001`` (or below the bootstrap's resolution), else 2–3 digits.
+
+    A bootstrap p-value of 0 means "smaller than 1 / n_boot", never zero.
+    """
+    if p is None or (isinstance(p, float) and p != p):
+        return "–"
+    floor = 1.0 / (n_boot + 1) if n_boot else 0.0
+    if p <= 0.0 or p < floor:
+        return f"< {max(floor, 1e-16):.2g}" if floor else "< 1e-16"
+    if p < 0.001:
+        return "< 0.001" if floor >= 0.001 else f"{p:.1e}"
+    return f"{p:.3f}" if p < 0.1 else f"{p:.2f}"

@@ -47,6 +47,16 @@ def test_confusion_display_review_column():
     assert "review rate" in d.figure_.layout.title.text
 
 
+def test_confusion_display_draws_every_option_of_a_77_option_question():
+    # issue 27 §6: banking77's 77 options got no matrix on the Calibration page; the display draws them all
+    probs, labels = calibrated_sample(2000, 77, seed=3)
+    opts = [f"intent_{j}" for j in range(77)]
+    d = ConfusionDisplay.from_predictions(labels, probs, opts)
+    z = np.asarray(d.figure_.data[0].z)
+    assert z.shape == (77, 78) and z.sum() == (labels >= 0).sum()
+    assert list(d.figure_.data[0].y) == opts and d.figure_.layout.yaxis.dtick == 1
+
+
 # -- risk–coverage and threshold surface --------------------------------------------------------------
 def _brute_force_risk_coverage(probs, labels):
     """Accept items with top probability >= t for every distinct t: (coverage, risk) per t, by a plain loop."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from store_builder import APP
 from store_builder import on_grid as _on_grid
@@ -108,6 +109,20 @@ def test_thresholds_page_sliders_update_figures_live(ui_store):
     assert at.select_slider(key="thr_x").value == pytest.approx(expected.params["tau"])
     assert at.select_slider(key="thr_y").value == pytest.approx(expected.params["margin"])
     assert any("Certified at" in s.value for s in at.success)
+    # issue 27 §6: the caption describes what is drawn, and the markers mean the same on both charts
+    charts = {c.proto.id.rsplit("-", 1)[-1]: json.loads(c.proto.spec)["data"] for c in at.get("plotly_chart")}
+    surface = {t.get("name"): t for t in charts["thr_surface_chart"]}
+    curve = {t.get("name"): t for t in charts["thr_curve_chart"]}
+    caption = next(c.value for c in at.caption if c.value.startswith("Left:"))
+    if "certified region" in surface:  # blue dots drawn: the caption counts them
+        assert "blue dots are the" in caption and "no blue dots" not in caption
+        assert surface["certified region"]["marker"]["color"] != surface["chosen"]["marker"]["color"]
+    else:
+        assert "no blue dots" in caption
+    assert surface["certified"]["marker"]["symbol"] == "star" and surface["chosen"]["marker"]["symbol"] == "x"
+    assert curve["★ certified rule: operating point"]["marker"]["symbol"] == "star"
+    assert curve["✕ sliders: operating point"]["marker"]["symbol"] == "x"
+    assert curve["✕ sliders: operating point"]["marker"]["color"] == surface["chosen"]["marker"]["color"]
 
 
 def test_calibration_page_matches_the_metrics_library(ui_store):
@@ -138,6 +153,9 @@ def test_calibration_page_matches_the_metrics_library(ui_store):
     at.slider(key="cal_bins").set_value(8).run()
     assert not at.exception
     assert len(at.get("plotly_chart")) >= 3
+    # the confusion matrix is drawn (issue 27 §6: it was left out past 30 options)
+    confusion = [c for c in at.get("plotly_chart") if "cal_confusion_chart" in c.proto.id]
+    assert len(confusion) == 1 and '"heatmap"' in confusion[0].proto.spec
 
 
 def test_export_policy_from_thresholds_then_view_diff_and_refuse_tampered(ui_store):
@@ -213,6 +231,16 @@ def test_compare_page_pairs_runs_against_the_baseline(ui_store):
     assert row["d_accuracy"] > 0 and row["p_mcnemar"] < 0.05  # the sharp model is clearly better
     diff = next(d.value for d in at.dataframe if "p_mcnemar" in d.value.columns and "accuracy" not in d.value.columns)
     assert diff["run_id"].tolist() == [meta["runs"]["sharp-model"]]
+    # p-values through the CLI's formatter (issue 27 §6: the page showed `p 0.0000` where the CLI says `< 0.001`)
+    from workbench.cli.compare import format_p as cli_format_p
+    from workbench.wording import format_p
+
+    assert cli_format_p is format_p  # one formatter, not two
+    shown = diff.iloc[0]
+    assert shown["p_mcnemar"] == format_p(row["p_mcnemar"]) and shown["p_mcnemar"] != "0.0000"
+    assert shown["p_bootstrap"] == format_p(row["p_bootstrap"], 200)
+    if row["p_bootstrap"] == 0:
+        assert shown["p_bootstrap"] == "< 0.005"
 
 
 def test_shadow_page_reports_agreement_flips_and_verdict(ui_store):
@@ -235,6 +263,11 @@ def test_shadow_page_reports_agreement_flips_and_verdict(ui_store):
     expected = (a.probs[both].argmax(1) == b.probs[both].argmax(1)).mean()
     shown = next(m.value for m in at.metric if m.label == "Agreement (top answer)")
     assert shown == f"{100 * expected:.1f}%"
+    # the flip matrix fills the left half; the drift chart's right axis title has room (issue 27 §6)
+    charts = {c.proto.id.rsplit("-", 1)[-1]: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+    assert charts["sh_flip_chart_intent"]["data"][0]["type"] == "heatmap"
+    if "sh_drift_chart_intent" in charts:
+        assert charts["sh_drift_chart_intent"]["layout"]["yaxis2"]["automargin"] is True
     # the default routing is the CLI's (`shadow report` without flags: each side's certified policy at the
     # threshold defaults), so the verdict is the library's with defaults
     assert at.radio(key="sh_champion_kind").value == "none" and at.radio(key="sh_challenger_kind").value == "none"
@@ -354,6 +387,23 @@ def test_per_class_guarantee_table_and_export(ui_store):
     assert doc["questions"]["intent"]["objective"]["per_class"] is True
 
 
+def test_runs_page_names_a_purely_emulated_cost(ui_store):
+    """Issue 27 §6: with only emulated runs, the Runs page showed "Cost (USD) 3.09" as if billed."""
+    path, meta = ui_store
+    from workbench.store.db import connect
+
+    con = connect(path)
+    con.execute("UPDATE runs SET emulated = true")
+    con.close()
+    at = _app("runs")
+    table = next(d.value for d in at.dataframe if "emulated" in d.value.columns)
+    assert table["emulated"].all()
+    cost = next(m for m in at.metric if "cost" in m.label.lower())
+    simulated = table["cost_usd"].sum(min_count=1)
+    assert cost.label == "Emulated cost (USD)"
+    assert cost.value == ("unknown" if pd.isna(simulated) else f"~{simulated:.4f}")
+
+
 def test_emulated_runs_are_marked_on_runs_and_compare(ui_store):
     """The runner's ``emulated`` flag (list_runs) marks a run on the Runs table, in run pickers and on Compare."""
     path, meta = ui_store
@@ -361,6 +411,13 @@ def test_emulated_runs_are_marked_on_runs_and_compare(ui_store):
     table = next(d.value for d in at.dataframe if "emulated" in d.value.columns)
     marked = dict(zip(table["run_id"], table["emulated"]))
     assert marked == {meta["runs"]["noisy-model"]: True, meta["runs"]["sharp-model"]: False}
+    # the cost metric counts real providers only; the emulated run's simulated cost is named as such
+    cost = next(m for m in at.metric if "Cost" in m.label)
+    real = table.loc[~table["emulated"], "cost_usd"].sum(min_count=1)
+    assert cost.label == "Cost (USD)" and cost.value == ("unknown" if pd.isna(real) else f"{real:.4f}")
+    simulated = table.loc[table["emulated"], "cost_usd"].sum(min_count=1)
+    if not pd.isna(simulated):
+        assert f"~{simulated:.4f} of simulated cost" in cost.proto.help
     assert {"accuracy", "ECE"} <= set(table.columns)
     picker = at.selectbox(key="run_id")
     assert "EMULATED" in picker.format_func(meta["runs"]["noisy-model"])
@@ -371,6 +428,10 @@ def test_emulated_runs_are_marked_on_runs_and_compare(ui_store):
     provider = dict(zip(figures["run_id"], figures["provider"]))
     assert provider[meta["runs"]["noisy-model"]].endswith("(EMULATED)")
     assert "EMULATED" not in provider[meta["runs"]["sharp-model"]]
+    # under the bars the mark goes on its own line and the axis makes room (issue 27 §6: labels were cut)
+    bar = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "cmp_bar_chart" in c.proto.id)
+    ticks = [x for t in bar["data"] for x in t["x"]]
+    assert "synthetic:noisy-model<br>(EMULATED)" in ticks and bar["layout"]["xaxis"]["automargin"] is True
 
 
 def test_thresholds_page_plans_labels_like_the_cli(ui_store):
@@ -452,3 +513,13 @@ def test_large_run_pages_show_point_estimates_first_then_intervals_and_frontier_
     at.selectbox(key="run_id").set_value(run_id).run()
     assert not any(b.key == "cal_boot_go" for b in at.button)
     assert any(aggregate_cache.cache_dir(path).iterdir())
+
+
+def test_policy_page_question_table_fits(ui_store):
+    """Issue 27 §6: the question table's last column was cut; α and δ share a column and every column is sized."""
+    path, meta = ui_store
+    at = _app("policy")
+    table = next(d for d in at.dataframe if "rule" in d.value.columns)
+    assert list(table.value.columns)[-3:] == ["coverage (test)", "error (test)", "error 95% high"]
+    assert "α / δ" in table.value.columns and len(table.value.columns) == 11
+    assert table.value["α / δ"].iloc[0] == "0.2 / 0.1"

@@ -70,6 +70,12 @@ def test_thresholds_html_draws_the_chosen_rule(ui_store, tmp_path):
     assert (star.x[0], star.y[0]) == pytest.approx((doc["rule"]["tau"], doc["rule"]["margin"]))
     region = certified_region(result.surface, alpha=0.2, delta=0.1)
     assert region.any() and np.all(result.surface.error_rate[region] < 0.2)  # certified ⇒ observed error below α
+    # the dots are the grid points the selection certified (its own carve and test order): the ★ is one of
+    # them (issue 27 §6: drawn from all items, the region could leave the ★ outside)
+    dots = next(t for t in surface_fig.data if t.name == "certified region")
+    assert (star.x[0], star.y[0]) in set(zip(np.asarray(dots.x, float).tolist(), np.asarray(dots.y, float).tolist()))
+    assert int(np.asarray(result.selection.region).sum()) == result.selection.guarantee["n_certified_points"]
+    assert "region" not in result.selection.to_dict()
     np.testing.assert_allclose(np.asarray(surface_fig.data[0].z, float), result.surface.error_rate.T)
     point = next(t for t in curve_fig.data if t.mode == "markers")
     assert point.x[0] == pytest.approx(doc["calibration"]["coverage"])

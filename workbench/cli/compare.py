@@ -7,27 +7,13 @@ from pathlib import Path
 import typer
 
 from workbench.cli.common import emit_json, err_console, open_store, print_table
+from workbench.wording import format_p  # one p-value formatter for the CLI and the UI
 
 
 def _fmt(v, pct: bool = False) -> str:
     if v is None or (isinstance(v, float) and v != v):
         return "–"
     return f"{v:.1%}" if pct else (f"{v:.4g}" if isinstance(v, float) else str(v))
-
-
-def format_p(p, n_boot: int | None = None) -> str:
-    """A p-value as people read it: ``< 0.001`` (or below the bootstrap's resolution), else 2–3 digits.
-
-    A bootstrap p-value of 0 means "smaller than 1 / n_boot", never zero.
-    """
-    if p is None or (isinstance(p, float) and p != p):
-        return "–"
-    floor = 1.0 / (n_boot + 1) if n_boot else 0.0
-    if p <= 0.0 or p < floor:
-        return f"< {max(floor, 1e-16):.2g}" if floor else "< 1e-16"
-    if p < 0.001:
-        return "< 0.001" if floor >= 0.001 else f"{p:.1e}"
-    return f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
 
 
 def _cost_cell(cost, emulated: bool) -> str:

@@ -302,11 +302,17 @@ def register(app: typer.Typer) -> None:
         champion_run: str = typer.Option(..., "--champion-run", help="Run answered by the champion."),
         challenger_run: str = typer.Option(..., "--challenger-run", help="Run answered by the challenger."),
         name: str = typer.Option(..., "--name", help="Shadow session name."),
-        split: list[str] = typer.Option(None, "--split", help="Only these splits (repeatable)."),
+        split: list[str] = typer.Option(
+            None,
+            "--split",
+            help="Splits to replay (repeatable; default: test — each side's policy is fitted on the calibration "
+            "split, so replaying it would judge the policies on their own fitting data).",
+        ),
         replace: bool = typer.Option(False, "--replace"),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
-        """Replay a dataset through champion and challenger (two stored runs) as a shadow session."""
+        """Replay a dataset's test split (or --split) through champion and challenger (two stored runs) as a
+        shadow session."""
         from workbench.store.shadow import replay_runs
 
         with open_store() as con:
@@ -315,7 +321,7 @@ def register(app: typer.Typer) -> None:
                 shadow=name,
                 champion_run=champion_run,
                 challenger_run=challenger_run,
-                splits=split or None,
+                splits=split or ["test"],
                 replace=replace,
             )
         if as_json:

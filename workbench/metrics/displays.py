@@ -309,12 +309,14 @@ class ConfusionDisplay:
                 hovertemplate="label %{y}<br>decision %{x}<br>%{z}<extra></extra>",
             )
         )
-        fig.update_yaxes(autorange="reversed", title_text="gold label")
-        fig.update_xaxes(title_text="decision (last column: routed to review)")
+        many = len(cols) > 30  # banking77: 77 options; every label stays on its axis, in a smaller font
+        tick = {"tickfont": {"size": 8}, "dtick": 1} if many else {}
+        fig.update_yaxes(autorange="reversed", title_text="gold label", **tick)
+        fig.update_xaxes(title_text="decision (last column: routed to review)", **tick)
         fig.update_layout(
             title=f"{self.title} — review rate {self.result.review_rate:.1%}",
             template="plotly_white",
-            height=max(400, 18 * len(cols) + 150),
+            height=12 * len(cols) + 250 if many else max(400, 18 * len(cols) + 150),
         )
         self.figure_ = fig
         return fig
@@ -343,7 +345,8 @@ class RiskCoverageDisplay:
 
     ``curves`` is a list of ``(name, coverage (m,), risk (m,))`` with coverage ascending in [0, 1];
     ``points`` a list of ``(name, coverage, error)`` operating points (e.g. each run's certified
-    policy) drawn as markers in their curve's colour when the names match. Build one per run with
+    policy) drawn as ★ markers in their curve's colour when the names match; a 4th element names
+    another plotly marker symbol (e.g. ``"x"`` for an exploration point, as the threshold surface draws it). Build one per run with
     :meth:`from_predictions` or :meth:`from_surface` and overlay them with :meth:`overlay`.
 
     Examples
@@ -435,14 +438,18 @@ class RiskCoverageDisplay:
                     hovertemplate="coverage %{x:.3f}<br>error among accepted %{y:.3f}<extra>" + name + "</extra>",
                 )
             )
-        for k, (name, cov, err) in enumerate(self.points):
+        for k, (name, cov, err, *symbol) in enumerate(self.points):
             fig.add_trace(
                 go.Scatter(
                     x=[cov],
                     y=[err],
                     mode="markers",
                     name=f"{name}: operating point",
-                    marker=dict(symbol="star", size=14, color=colour_of.get(name, _COLOURS[k % len(_COLOURS)])),
+                    marker=dict(
+                        symbol=symbol[0] if symbol else "star",
+                        size=14,
+                        color=colour_of.get(name, _COLOURS[k % len(_COLOURS)]),
+                    ),
                     line=dict(color="black"),
                     showlegend=False,
                     hovertemplate=f"{name}<br>coverage %{{x:.3f}}<br>error %{{y:.3f}}<extra></extra>",
@@ -575,13 +582,13 @@ class ThresholdSurfaceDisplay:
                     x=self.x_grid[ii[::stride]],
                     y=self.y_grid[jj[::stride]],
                     mode="markers",
-                    marker=dict(size=4, color="#1f3fbf", opacity=0.55),
+                    marker=dict(size=6, color="#1f3fbf", opacity=0.8, line=dict(color="white", width=0.5)),
                     name="certified region",
                     hoverinfo="skip",
                 )
             )
         for pt, name, symbol, colour in (
-            (self.chosen, "chosen", "x", "#1f3fbf"),
+            (self.chosen, "chosen", "x", "#8e24aa"),  # not the blue of the certified dots
             (self.certified, "certified", "star", "#111111"),
         ):
             if pt is not None and pt[0] is not None and pt[1] is not None:

@@ -304,9 +304,13 @@ class Selection:
     target: dict | None = None
     feasible: bool = True
     notes: list[str] = field(default_factory=list)
+    #: (A, B) bool: the grid points this selection certified (global guarantee only; the certifying carve
+    #: with its learned test order), so a figure's dots hold the chosen point. Not part of ``to_dict``.
+    region: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d.pop("region", None)
         if self.per_class is not None:
             d["per_class"] = {
                 str(k): (None if v is None else [float(v[0]), float(v[1])]) for k, v in self.per_class.items()
@@ -444,6 +448,7 @@ def select_guarantee(
                 },
                 feasible=False,
                 notes=["no grid point is certified at this alpha/delta: everything goes to review"],
+                region=ok,
             )
         i, j = best
         acc, err = int(surface.accepted[i, j]), int(surface.errors[i, j])
@@ -484,6 +489,7 @@ def select_guarantee(
                 "n_starts": n_starts if method == "fixed-sequence" and not use_order else None,
                 **extra,
             },
+            region=ok,
         )
     if surface.class_accepted is None or surface.class_errors is None:
         raise ThresholdError("per-class guarantees need a surface with per-class counts")

@@ -170,8 +170,9 @@ elif large and not cw_now:
 st.subheader("Confusion matrix (top option, no routing) and per-class figures")
 view = st.radio("Probabilities for the matrix", list(variants), horizontal=True, key="cal_confusion_view")
 confusion = state.confusion_display(path, token, run_id, question, split, variants[view])
-if len(options) <= 30:
-    st.plotly_chart(confusion.figure_, key="cal_confusion_chart")
+# every option count gets its matrix (banking77 has 77 options): past 20 columns the cells lose their numbers
+# (hover shows them) and the labels shrink, as ConfusionDisplay draws them
+st.plotly_chart(confusion.figure_, key="cal_confusion_chart")
 per_class = confusion.result.per_class_frame()
 st.dataframe(per_class, hide_index=True, width="stretch", key="cal_per_class")
 st.download_button(

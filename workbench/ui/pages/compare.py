@@ -14,6 +14,7 @@ import streamlit as st
 
 from workbench.errors import WorkbenchError
 from workbench.ui import state
+from workbench.wording import format_p
 
 st.title("Compare")
 
@@ -141,7 +142,8 @@ for variant, g in frame.groupby(frame["variant"].fillna("—")):
     fig.add_trace(
         go.Bar(
             name=str(variant),
-            x=g["provider"],
+            # the emulated mark on its own line: long provider names were cut under the bars (issue 27 §6)
+            x=g["provider"].str.replace(" (EMULATED)", "<br>(EMULATED)", regex=False),
             y=g["accuracy"],
             error_y={
                 "type": "data",
@@ -153,10 +155,11 @@ for variant, g in frame.groupby(frame["variant"].fillna("—")):
     )
 fig.update_layout(
     barmode="group",
-    height=400,
+    height=440,
     title={"text": "Accuracy with 95% bootstrap intervals", "x": 0, "xanchor": "left"},
     yaxis_title="accuracy",
-    legend={"orientation": "h", "y": -0.25, "x": 0, "title": {"text": "schema variant"}},
+    xaxis={"automargin": True},
+    legend={"orientation": "h", "y": -0.3, "x": 0, "title": {"text": "schema variant"}},
     margin={"t": 50, "l": 60, "r": 20},
 )
 
@@ -252,6 +255,11 @@ diff = frame.loc[
         "d_coverage",
     ],
 ]
+# p-values as `workbench compare` prints them (one formatter): a bootstrap p of 0 is "< 1/(n_boot+1)", never 0.0000
+diff = diff.assign(
+    p_bootstrap=[format_p(v, int(n_boot)) for v in diff["p_bootstrap"]],
+    p_mcnemar=[format_p(v) for v in diff["p_mcnemar"]],
+)
 st.dataframe(
     diff,
     hide_index=True,
@@ -263,8 +271,6 @@ st.dataframe(
             "d_accuracy",
             "d_accuracy_low",
             "d_accuracy_high",
-            "p_bootstrap",
-            "p_mcnemar",
             "d_log_loss",
             "d_coverage",
         )

@@ -126,6 +126,8 @@ m[5].metric(
 )
 
 x = [w["start"] if w["start"] is not None else w["window"] for w in wins]
+# one window: a category axis (a time axis around one instant drew sub-millisecond ticks, issue 27 §6)
+one_window = len(wins) == 1
 
 # -- per-window figures ------------------------------------------------------------------------------
 st.subheader("Per window")
@@ -168,8 +170,15 @@ fig.add_scatter(
 )
 fig.add_hline(y=info["alpha"], line_dash="dash", line_color="black", annotation_text="α", row=3, col=1)
 fig.update_layout(height=720, barmode="overlay", margin={"t": 40, "b": 30}, legend={"orientation": "h"})
-fig.update_yaxes(tickformat=".0%", row=2, col=1)
-fig.update_yaxes(tickformat=".0%", row=3, col=1)
+# shares stay on a 0–100% scale and the error axis reaches just past α or the highest interval: plotly's
+# autorange around one point drew a 150% axis (issue 27 §6)
+err_top = max(
+    [info["alpha"], *(w["error_high"] for w in wins if w["error"] is not None and w["error_high"] is not None)]
+)
+fig.update_yaxes(tickformat=".0%", range=[0, 1.05], row=2, col=1)
+fig.update_yaxes(tickformat=".0%", range=[0, min(1.05, 1.25 * err_top)], row=3, col=1)
+if one_window:
+    fig.update_xaxes(type="category")
 st.plotly_chart(fig, key="mon_windows_chart", width="stretch")
 
 # -- the confidence sequence and the alarm -------------------------------------------------------------
@@ -247,6 +256,8 @@ else:
     dr.add_hline(y=0.1, line_dash="dot", line_color="#999", annotation_text="0.1 moderate")
     dr.add_hline(y=0.25, line_dash="dash", line_color="#d62728", annotation_text="0.25 large")
     dr.update_layout(height=320, yaxis_title="PSI", margin={"t": 30}, legend={"orientation": "h", "y": 1.15})
+    if one_window:
+        dr.update_xaxes(type="category")
     st.plotly_chart(dr, key="mon_drift_chart", width="stretch")
 mm = go.Figure()
 mm.add_scatter(x=x, y=[w["model_mismatch_share"] for w in wins], name="other model", mode="lines+markers")
@@ -257,6 +268,8 @@ mm.update_layout(
     margin={"t": 30},
     legend={"orientation": "h", "y": 1.2},
 )
+if one_window:
+    mm.update_xaxes(type="category")
 st.plotly_chart(mm, key="mon_mismatch_chart", width="stretch")
 
 # -- recertification -----------------------------------------------------------------------------------

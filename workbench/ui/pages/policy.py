@@ -115,8 +115,7 @@ for q, qp in model.questions.items():
             "calibrator": qp.calibrator.type,
             "objective": qp.objective.kind,
             "certified": qp.objective.certified,
-            "alpha": qp.objective.alpha,
-            "delta": qp.objective.delta,
+            "α / δ": " / ".join("—" if v is None else f"{v:g}" for v in (qp.objective.alpha, qp.objective.delta)),
             "coverage (test)": test.coverage.value if test else None,
             "error (test)": test.error.value if test else None,
             "error 95% high": test.error.high if test else None,
@@ -127,11 +126,22 @@ st.dataframe(
     hide_index=True,
     width="stretch",
     key="pol_questions",
+    # every column fits the page (the last one was cut, issue 27 §6): the rule's full text is printed below,
+    # so its cell stays small; the short columns are small
     column_config={
-        "rule": st.column_config.TextColumn("rule", width="large"),
-        "coverage (test)": st.column_config.NumberColumn(format="%.3f"),
-        "error (test)": st.column_config.NumberColumn(format="%.3f"),
-        "error 95% high": st.column_config.NumberColumn(format="%.3f"),
+        "question": st.column_config.TextColumn("question", width="small"),
+        "type": st.column_config.TextColumn("type", width="small"),
+        "options": st.column_config.NumberColumn("options", width="small"),
+        "rule": st.column_config.TextColumn("rule", width="small"),
+        "calibrator": st.column_config.TextColumn("calibrator", width="small"),
+        "objective": st.column_config.TextColumn("objective", width="small"),
+        "certified": st.column_config.CheckboxColumn("certified", width="small"),
+        "α / δ": st.column_config.TextColumn("α / δ", width="small"),
+        "coverage (test)": st.column_config.NumberColumn("coverage", format="%.3f", width="small", help="test split"),
+        "error (test)": st.column_config.NumberColumn("error", format="%.3f", width="small", help="test split"),
+        "error 95% high": st.column_config.NumberColumn(
+            "error ≤", format="%.3f", width="small", help="upper end of the 95% interval of the test error"
+        ),
     },
 )
 for r in rows:  # the table cell may be narrower than a long rule: the full text, once per question

@@ -141,8 +141,25 @@ if state.store_ready():
         c[0].metric("Runs", len(runs))
         c[1].metric("Answers", f"{int(runs['n_answers'].sum()):,}")
         c[2].metric("Failures", f"{int(runs['n_failed'].sum()):,}")
-        total_cost = runs["cost_usd"].sum(min_count=1)
-        c[3].metric("Cost (USD)", "unknown" if pd.isna(total_cost) else f"{total_cost:.4f}")
+        # an emulated run's cost is what the real service would bill, never money spent: kept apart (issue 27 §6)
+        emulated_runs = state.is_emulated(runs)
+        billed = runs.loc[~emulated_runs, "cost_usd"].sum(min_count=1)
+        simulated = runs.loc[emulated_runs, "cost_usd"].sum(min_count=1)
+        if emulated_runs.all():
+            c[3].metric(
+                "Emulated cost (USD)",
+                "unknown" if pd.isna(simulated) else f"~{simulated:.4f}",
+                help="Every run was answered by the project's emulator: this is the price it simulates, "
+                "nothing was billed.",
+            )
+        else:
+            c[3].metric(
+                "Cost (USD)",
+                "unknown" if pd.isna(billed) else f"{billed:.4f}",
+                help="Billed by real providers"
+                + ("" if pd.isna(simulated) else f"; emulated runs add ~{simulated:.4f} of simulated cost (not billed)")
+                + ".",
+            )
         heads = state.run_headlines(path, token)
         shown = runs.assign(emulated=state.is_emulated(runs))
         questions = heads["question"].value_counts().index.tolist()[:3]  # the store's main questions

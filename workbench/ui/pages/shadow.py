@@ -212,7 +212,12 @@ for q in rep["questions"]:
     counts = np.asarray(flips["counts"])
     opts = flips["options"]
     f1, f2 = st.columns(2)
-    if len(opts) <= 40:
+    # every option count gets its flip matrix (banking77's 77 options left the left half empty, issue 27 §6):
+    # past 40 options the rows are denser and the labels smaller
+    many = len(opts) > 40
+    flip_height = 10 * len(opts) + 200 if many else max(380, 16 * len(opts) + 160)
+    tick = {"tickfont": {"size": 8}, "dtick": 1} if many else {}
+    if opts:
         fig = go.Figure(
             go.Heatmap(
                 z=np.log1p(counts),
@@ -228,14 +233,12 @@ for q in rep["questions"]:
         )
         fig.update_layout(
             title={"text": "Flip matrix: top answers (requests)", "x": 0, "xanchor": "left"},
-            height=max(380, 16 * len(opts) + 160),
-            yaxis={"autorange": "reversed", "automargin": True, "title": "champion answer"},
-            xaxis={"automargin": True, "title": "challenger answer"},
+            height=flip_height,
+            yaxis={"autorange": "reversed", "automargin": True, "title": "champion answer", **tick},
+            xaxis={"automargin": True, "title": "challenger answer", **tick},
             margin={"t": 50, "r": 10},
         )
         f1.plotly_chart(fig, key=f"sh_flip_chart_{q['question']}")
-    else:
-        f1.caption(f"{len(opts)} options: the most frequent flips are listed below.")
     drift = q.get("drift") or {}
     windows = pd.DataFrame(drift.get("windows") or [])
     if not windows.empty:
@@ -261,7 +264,7 @@ for q in rep["questions"]:
         dfig.update_layout(
             title={"text": "Drift of p_top per window (vs the first)", "x": 0, "xanchor": "left"},
             barmode="group",
-            height=max(380, 16 * len(opts) + 160) if len(opts) <= 40 else 380,
+            height=380 if many else flip_height,
             xaxis_title=f"window ({drift.get('windows_by', '')})",
             yaxis={"title": "PSI", "rangemode": "tozero"},
             yaxis2={
@@ -271,9 +274,10 @@ for q in rep["questions"]:
                 "range": [0, 1],
                 "dtick": 0.2,
                 "showgrid": False,
+                "automargin": True,  # the right axis title was cut (issue 27 §6)
             },
             legend={"orientation": "h", "y": -0.25, "x": 0},
-            margin={"t": 50, "r": 60},
+            margin={"t": 50, "r": 80},
         )
         f2.plotly_chart(dfig, key=f"sh_drift_chart_{q['question']}")
     if flips["top_flips"]:

@@ -269,9 +269,13 @@ surface_fig = ThresholdSurfaceDisplay.from_surface(
     region=region,
     title="Calibration: error (colour), coverage (lines)",
 ).figure_
-grid_curve = RiskCoverageDisplay.from_surface(
-    surface, name="best grid rule", point=(cal_point["coverage"], cal_point["error_rate"] or 0.0)
-)
+# the same markers on both charts: ✕ = the sliders' rule, ★ = the certified rule (issue 27 §6: ★ meant the
+# sliders on this chart and the certified rule on the other)
+grid_curve = RiskCoverageDisplay.from_surface(surface, name="best grid rule")
+grid_curve.points = [("✕ sliders", cal_point["coverage"], cal_point["error_rate"] or 0.0, "x")]
+cert_cal = certified.get("calibration") or {}
+if cert_xy is not None and cert_cal.get("coverage") is not None:
+    grid_curve.points.append(("★ certified rule", cert_cal["coverage"], cert_cal.get("error_rate") or 0.0))
 curves = [grid_curve]
 if front is not None:
     certified_pts = front.loc[front["certified coverage"] > 0]  # α where something is certified
@@ -287,14 +291,29 @@ if front is not None:
         )
     )
 curve_fig = RiskCoverageDisplay.overlay(curves, title="Calibration: risk–coverage").figure_
+curve_fig.update_traces(selector={"name": "✕ sliders: operating point"}, marker_color="#8e24aa")  # as on the left
 pc1, pc2 = st.columns(2)
 pc1.plotly_chart(surface_fig, key="thr_surface_chart")
 pc2.plotly_chart(curve_fig, key="thr_curve_chart")
+n_region = int(np.asarray(region, bool).sum()) if region is not None else 0
 st.caption(
-    "Left: blue dots are the grid rules Learn-then-Test certifies on all calibration items (fixed "
-    "strict→lax paths); ✕ is the sliders' point, ★ the certified rule `workbench thresholds` reports (fitted on "
-    "its own carve of the calibration split). Right: lowest calibration error per coverage over the grid "
-    "(exploration) and the certified coverage at each α."
+    "Left: "
+    + (
+        f"blue dots are the {n_region:,} grid rules Learn-then-Test certifies on all calibration items (fixed "
+        "strict→lax paths)"
+        if n_region
+        else f"no grid rule is certified on all calibration items at α={float(alpha):g}, δ={float(delta):g} (no "
+        "blue dots)"
+    )
+    + "; on both charts ✕ is the sliders' rule"
+    + (
+        ", ★ the certified rule `workbench thresholds` reports (fitted on its own carve of the calibration split, "
+        "so it may sit just outside the dots)"
+        if cert_xy is not None
+        else " (nothing certified: no ★)"
+    )
+    + ". Right: lowest calibration error per coverage over the grid (exploration) and the certified coverage at "
+    "each α."
 )
 if front is None:
     st.caption(
