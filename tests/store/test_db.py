@@ -25,9 +25,8 @@ def test_migrations_are_forward_and_idempotent(db_path: Path):
     con.close()
 
 
-def test_answers_stored_normalised_before_migration_10_read_the_same_after_it(db_path: Path):
-    """A store written before answers were normalised on read (its rows normalised, under the old primary
-    key) migrates to the key-less table and the ``answers`` view; every row reads back bit for bit."""
+def _store_of_schema_9(db_path: Path) -> tuple[pd.DataFrame, np.ndarray]:
+    """A store as the workbench before migration 10 wrote it: 50 answers of one run in the old table."""
     from workbench.store import db as store_db
 
     con = duckdb.connect(str(db_path))
@@ -54,7 +53,15 @@ def test_answers_stored_normalised_before_migration_10_read_the_same_after_it(db
     con.register("_rows", rows)
     con.execute("INSERT INTO answers BY NAME SELECT * FROM _rows")
     con.close()
+    return rows, stored
 
+
+def test_answers_stored_normalised_before_migration_10_read_the_same_after_it(db_path: Path):
+    """A store written before answers were normalised on read (its rows normalised, under the old primary
+    key) migrates to the key-less table and the ``answers`` view; every row reads back bit for bit."""
+    from workbench.store import db as store_db
+
+    rows, stored = _store_of_schema_9(db_path)
     con = connect(db_path)
     assert schema_version(con) == SCHEMA_VERSION
     kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables").fetchall())
@@ -74,6 +81,30 @@ def test_answers_stored_normalised_before_migration_10_read_the_same_after_it(db
         f" FROM {store_db.ANSWERS_TABLE}) t USING (item_id) WHERE v.probs IS DISTINCT FROM t.p"
     ).fetchone()
     assert differ == (0,)
+    con.close()
+
+
+@pytest.mark.parametrize("through", ["connect", "read_connection"])
+def test_a_read_only_open_of_an_older_store_upgrades_it_first(db_path: Path, through: str):
+    """Read-only commands and the UI read today's tables (``answer_rows``), so a store of an older
+    schema is migrated once by a short read-write open before the read-only one."""
+    from workbench.store import db as store_db
+    from workbench.store.snapshot import read_connection
+
+    rows, stored = _store_of_schema_9(db_path)
+    query = f"SELECT count(*), count(probs) FROM {store_db.ANSWERS_TABLE}"
+    if through == "connect":
+        con = connect(db_path, read_only=True)
+        assert schema_version(con) == SCHEMA_VERSION
+        assert con.execute(query).fetchone() == (50, 45)
+        con.close()
+    else:
+        with read_connection(str(db_path)) as con:
+            assert schema_version(con) == SCHEMA_VERSION
+            assert con.execute(query).fetchone() == (50, 45)
+    con = connect(db_path, read_only=True)  # already upgraded: a plain read-only open
+    got = con.execute("SELECT probs FROM answers ORDER BY item_id").fetchall()
+    np.testing.assert_array_equal(np.array(got[1][0]), stored[1])
     con.close()
 
 

@@ -522,8 +522,14 @@ def connect(
         no_progress_bar(con)
         if not read_only:
             migrate(con)
-        else:
-            schema_version(con)  # a file DuckDB opens but cannot read fails here, not in the first query
+        elif schema_version(con) < SCHEMA_VERSION and path != ":memory:":
+            # a store written by an older workbench: readers expect today's tables (migration 10 moved
+            # the answers into `answer_rows`), so upgrade it once, then read it as asked
+            con.close()
+            _upgrade(path)
+            con = _open(path, read_only)
+            no_progress_bar(con)
+            con.execute("SET python_enable_replacements = false")
     except duckdb.Error as exc:
         con.close()
         raise _open_error(path, exc) from None
@@ -531,6 +537,22 @@ def connect(
         con.close()
         raise
     return con
+
+
+def _upgrade(path: str) -> None:
+    """Apply the pending migrations to the store at ``path`` through a short read-write open."""
+    try:
+        con = _open(path, False)
+    except StoreError as exc:
+        raise StoreError(
+            f"{path} was written by an older workbench and must be upgraded once before it can be read; "
+            f"that needs write access ({exc.message})",
+            hint="run this command again when no other process holds the store, where the file is writable",
+        ) from None
+    try:
+        migrate(con)
+    finally:
+        con.close()
 
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
