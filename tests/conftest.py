@@ -34,7 +34,10 @@ def run_cli(
     cmd = [sys.executable, "-c", "from workbench.cli import main; main()"]
     if db is not None:
         cmd += ["--db", str(db)]
-    full_env = {**os.environ, **(env or {})}
+    # pytest-xdist workers carry COLUMNS=80/LINES=24 from the controller's terminal: a piped CLI would lay its
+    # tables out at 80 columns there and at full width under `-n 0`; a test wanting a width passes it in ``env``
+    inherited = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    full_env = {**inherited, **(env or {})}
     proc = subprocess.run([*cmd, *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT)
     if check and proc.returncode != 0:
         raise AssertionError(f"workbench {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
