@@ -438,7 +438,7 @@ def run_demo(
     finally:
         con.close()
 
-    summary = summary_frame(runs)
+    summary = summary_frame(runs, opts.alpha if opts.objective == "guarantee" else None)
     best = _best_policy(runs)
     policy_path = None
     if best is not None:
@@ -461,6 +461,13 @@ def run_demo(
 def _certify_and_export(wb: Any, con: Any, r: DemoRun, opts: Any, policy_dir: Path) -> None:
     """Figures of one run, its policy at ``opts`` (written under ``policy_dir``) and its test figures."""
     r.figures = _figures(con, r.run_id, "intent")
+    if opts.objective == "guarantee":  # the frontier's edge: what α this run could promise at this δ
+        from workbench.workflows import smallest_certified_alpha
+
+        try:
+            r.figures["certifies_from_alpha"] = smallest_certified_alpha(con, r.run_id, "intent", opts)
+        except WorkbenchError as exc:
+            r.figures["frontier_error"] = exc.message
     path = policy_dir / f"{r.dataset}-{r.provider.replace(':', '_')}-{r.variant}.json"
     try:
         policy = wb.build_policy(con, r.run_id, r.questions, opts, out=path, created_by="workbench demo")
@@ -499,8 +506,27 @@ def _best_policy(runs: list[DemoRun]) -> DemoRun | None:
     return max(ok, key=lambda r: (r.dataset == "banking77", not r.emulated, r.figures.get("cal_coverage") or 0))
 
 
-def summary_frame(runs: list[DemoRun]) -> pd.DataFrame:
-    """One row per run: accuracy, ECE before/after temperature, certified (τ, m), coverage, error."""
+def next_step(r: DemoRun, alpha: float) -> str:
+    """What to try for a run that certifies nothing at ``alpha`` ("" when it certifies).
+
+    More labels when the calibration split is below the size certifying needs at ``alpha``; a looser
+    α when a larger one on the frontier certifies; a stronger model when no α up to 50 % does."""
+    f = r.figures
+    if f.get("certified"):
+        return ""
+    needed, have = f.get("n_calibration_needed") or 0, f.get("n_calibration") or 0
+    a = f.get("certifies_from_alpha")
+    looser = f"a looser α (--max-error {a:g})" if a is not None else ""
+    if have < needed:
+        return f"more labels (≥{needed:,} cal)" + (f" or {looser}" if looser else "")
+    if looser:
+        return f"{looser} or a stronger model"
+    return "a stronger model (nothing certifies up to α 0.5)"
+
+
+def summary_frame(runs: list[DemoRun], alpha: float | None = None) -> pd.DataFrame:
+    """One row per run: accuracy, ECE before/after temperature, the smallest certifying α (and, with
+    ``alpha``, what to try when it is above ``alpha``), certified (τ, m), coverage, error."""
     rows = []
     for r in runs:
         f = r.figures
@@ -514,6 +540,8 @@ def summary_frame(runs: list[DemoRun]) -> pd.DataFrame:
                 "accuracy": f.get("accuracy"),
                 "ece": f.get("ece"),
                 "ece_temp": f.get("ece_temperature"),
+                "certifies_from_alpha": f.get("certifies_from_alpha"),
+                "next_step": next_step(r, alpha) if alpha is not None else None,
                 "tau": f.get("tau"),
                 "margin": f.get("margin"),
                 "cal_coverage": f.get("cal_coverage"),
@@ -530,19 +558,28 @@ def _short_provider(spec: str, emulated: bool) -> str:
 
 
 def print_summary(result: DemoResult, console=None) -> None:
-    """The short table and the command that opens the UI (stderr by default)."""
+    """The short table and the next-step commands (stdout by default; the demo's progress goes to stderr).
+
+    Commands are printed with ``soft_wrap=True``: a narrow terminal or a pipe never breaks one across lines,
+    so each can be copied whole."""
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(stderr=True)
+    console = console or Console()
     if not console.is_terminal and console.width < 160:  # logs and pipes: keep the table on one line per run
-        console = Console(stderr=console.stderr, width=160)
+        console = Console(file=console.file, width=160)
 
     def pct(v):
         return "—" if v is None or v != v else f"{100 * v:.0f}%"
 
     def num(v):
         return "—" if v is None or v != v else f"{v:.2f}"
+
+    def alpha_text(f):
+        if "certifies_from_alpha" not in f:
+            return "—"
+        a = f["certifies_from_alpha"]
+        return f"{100 * a:g}%" if a is not None else "> 50%"
 
     t = Table(
         title=f"workbench demo: {len(result.runs)} runs in {result.seconds:.0f} s (question: intent)",
@@ -551,7 +588,19 @@ def print_summary(result: DemoResult, console=None) -> None:
         box=None,
         header_style="bold",
     )
-    cols = ("dataset", "provider", "variant", "run", "acc", "ECE raw→T", "τ / m", "cov cal", "cov test", "err test")
+    cols = (
+        "dataset",
+        "provider",
+        "variant",
+        "run",
+        "acc",
+        "ECE raw→T",
+        "certifies from α",
+        "τ / m",
+        "cov cal",
+        "cov test",
+        "err test",
+    )
     for col in cols:
         t.add_column(col, justify="left" if col in ("dataset", "provider", "variant", "run") else "right", no_wrap=True)
     for r in result.runs:
@@ -569,12 +618,23 @@ def print_summary(result: DemoResult, console=None) -> None:
             r.run_id,
             pct(f.get("accuracy")),
             ece,
+            alpha_text(f),
             thr,
             pct(f.get("cal_coverage")),
             pct(f.get("test_coverage")),
             pct(f.get("test_error")),
         )
     console.print(t)
+    target = result.settings.get("alpha")
+    behind = [r for r in result.runs if "certifies_from_alpha" in r.figures and not r.figures.get("certified")]
+    if behind and target is not None:
+        console.print(f"what to try for the {len(behind)} runs that certify only above α {target:g}:", highlight=False)
+        for r in behind:
+            console.print(
+                f"  {r.run_id} ({r.dataset} · {_short_provider(r.provider, r.emulated)} · {r.variant}): "
+                f"{next_step(r, float(target))}",
+                highlight=False,
+            )
     console.print(
         "acc/ECE on test (ECE raw → after temperature scaling fitted on calibration); τ/m certified by "
         f"Learn-then-Test on calibration at {result.settings_text} (P(error among accepted > α) ≤ δ); "
@@ -591,6 +651,7 @@ def print_summary(result: DemoResult, console=None) -> None:
             f"policy: [bold]{result.policy_path}[/] from {source}, question intent, certified at "
             f"{result.settings_text} (one per run in {result.out_dir / 'policies'})",
             highlight=False,
+            soft_wrap=True,
         )
     else:
         needed = max((r.figures.get("n_calibration_needed") or 0 for r in result.runs), default=0)
@@ -610,8 +671,9 @@ def print_summary(result: DemoResult, console=None) -> None:
     if result.shadow:
         console.print(
             f"shadow replay (tfidf champion vs zero-shot challenger, certified policies at the same settings): "
-            f"[bold]workbench --db {result.db_path} shadow report {result.shadow}[/]"
+            f"[bold]workbench --db {result.db_path} shadow report {result.shadow}[/]",
+            soft_wrap=True,
         )
     console.print("open the UI on the result:")
     for cmd in result.ui_commands:
-        console.print(f"  [bold]{cmd}[/]")
+        console.print(f"  [bold]{cmd}[/]", soft_wrap=True, highlight=False)

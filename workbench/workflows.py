@@ -328,6 +328,25 @@ def frontier_for_run(
     return [select_prepared(prep, replace(opts, alpha=float(a)), keys) for a in alphas]
 
 
+#: The α grid of :func:`smallest_certified_alpha`: 0.5 % steps up to 10 %, then 1 % steps up to 50 %.
+ALPHA_STEPS: tuple[float, ...] = tuple(round(0.005 * i, 3) for i in range(1, 21)) + tuple(
+    round(0.01 * i, 2) for i in range(11, 51)
+)
+
+
+def smallest_certified_alpha(
+    con, run_id: str, question: str, options: ThresholdOptions, alphas: Sequence[float] = ALPHA_STEPS
+) -> float | None:
+    """The smallest α of ``alphas`` at which ``question`` of ``run_id`` certifies a rule (other settings
+    as ``options``), or ``None`` when none of them does.
+
+    Certification is monotone in α (the fixed-sequence order does not depend on α), so the first
+    certified point of one :func:`frontier_for_run` call is the frontier's edge."""
+    grid = sorted(float(a) for a in alphas)
+    sels = frontier_for_run(con, run_id, question, options, grid)
+    return next((a for a, s in zip(grid, sels) if s.certified and s.feasible), None)
+
+
 def plan_labels_for_run(
     con,
     run_id: str,
