@@ -156,6 +156,7 @@ class DemoResult:
     settings: dict = field(default_factory=dict)  # ThresholdOptions.settings() of every policy
     settings_text: str = ""  # ThresholdOptions.describe()
     policy_run: str | None = None  # the run policy.json was certified on
+    traffic: dict | None = None  # the simulated decision log and outcomes of policy.json (simulate_traffic)
 
     @property
     def ui_commands(self) -> list[str]:
@@ -173,7 +174,19 @@ class DemoResult:
             "runs": [r.__dict__ for r in self.runs],
             "summary": self.summary.to_dict(orient="records"),
             "ui": self.ui_commands,
+            "traffic": self.traffic,
+            "monitor": self.monitor_command,
         }
+
+    @property
+    def monitor_command(self) -> str | None:
+        """``workbench monitor`` on the simulated traffic of policy.json (None without it)."""
+        if not self.traffic or not self.policy_path:
+            return None
+        return (
+            f"workbench monitor --policy {self.policy_path} --decisions {self.traffic['decisions']} "
+            f"--outcomes {self.traffic['outcomes']}"
+        )
 
 
 # -- the pipeline ------------------------------------------------------------------------------------
@@ -444,6 +457,17 @@ def run_demo(
     if best is not None:
         policy_path = out / "policy.json"
         policy_path.write_bytes(Path(str(best.policy_path)).read_bytes())
+    traffic = None
+    if best is not None and policy_path is not None:
+        con = wb.connect(db, read_only=True)
+        try:
+            traffic = simulate_traffic(con, best.run_id, policy_path, out)
+        finally:
+            con.close()
+        log(
+            f"simulated traffic for policy.json: {traffic['n_decisions']:,} decisions over {traffic['days']} days "
+            f"(day {traffic['drifted_day']} drifted) in {traffic['decisions']}"
+        )
     return DemoResult(
         out,
         db,
@@ -455,7 +479,94 @@ def run_demo(
         settings=opts.settings(),
         settings_text=opts.describe(),
         policy_run=best.run_id if best else None,
+        traffic=traffic,
     )
+
+
+#: The simulated traffic: the test split spread over DAYS days from TRAFFIC_START, day DRIFTED_DAY drifted.
+TRAFFIC_DAYS = 5
+DRIFTED_DAY = 4
+TRAFFIC_START = "2026-01-05T08:00:00+00:00"
+#: On the drifted day the served model answers flatter: probabilities ** (1 / DRIFT_TEMPERATURE), renormalised.
+DRIFT_TEMPERATURE = 2.5
+
+
+def simulate_traffic(con: Any, run_id: str, policy_path: Path, folder: Path) -> dict:
+    """A decision log and outcomes for ``policy_path``, as production would make them.
+
+    The labelled test answers of ``run_id`` are replayed in item order as System One responses over
+    :data:`TRAFFIC_DAYS` days (evenly spaced); on day :data:`DRIFTED_DAY` the model answers flatter
+    (temperature :data:`DRIFT_TEMPERATURE`), the drift ``workbench monitor`` should see. Every response goes
+    through the runtime ``Policy.decide`` into the runtime's ``DecisionLog`` (``decisions.jsonl``); the
+    outcomes file (``outcomes.jsonl``) gives each decision's true label. Both are written in ``folder`` (the
+    demo's store folder, where the UI's Monitor page looks by default) and rewritten whole."""
+    import json
+    from datetime import datetime, timedelta
+
+    import numpy as np
+    from workbench_runtime.decision_log import DecisionLog, log_files
+
+    import workbench as wb
+    from workbench.policy.runtime import Policy
+
+    policy = Policy.load(policy_path)
+    ans = wb.load_answers(con, run_id, "intent", ["test"]).labelled()
+    n = len(ans.labels)
+    if n == 0:
+        raise DemoError(f"run {run_id} has no labelled test answers to simulate traffic from")
+    models = policy.model.validity.models
+    model = models[0] if models else policy.model.source.model or policy.model.source.provider
+    schema_hash = policy.model.decision_schema.hash
+    opt_ids = list(ans.option_ids)
+    day = np.minimum((np.arange(n) * TRAFFIC_DAYS) // n, TRAFFIC_DAYS - 1) + 1
+    probs = np.array(ans.probs, dtype=float)
+    drift = day == DRIFTED_DAY
+    flat = np.power(np.clip(probs[drift], 0.0, None), 1.0 / DRIFT_TEMPERATURE)
+    probs[drift] = flat / flat.sum(axis=1, keepdims=True)
+    per_day = np.bincount(day, minlength=TRAFFIC_DAYS + 1)[1:]
+    start = datetime.fromisoformat(TRAFFIC_START)
+    times = iter(
+        [
+            start + timedelta(days=int(d) - 1, seconds=int(k * (10 * 3600) // max(1, per_day[d - 1])))
+            for d, k in zip(day, np.concatenate([np.arange(c) for c in per_day]))
+        ]
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    decisions, outcomes = folder / "decisions.jsonl", folder / "outcomes.jsonl"
+    for f in [*log_files(decisions), outcomes]:  # a rerun replaces the log and its rotated backups
+        f.unlink(missing_ok=True)
+    tmp = folder / ".outcomes.jsonl.tmp"  # hidden: the Monitor page's outcomes.* never sees it half-written
+    with DecisionLog(decisions, clock=lambda: next(times)) as dlog, tmp.open("w", encoding="utf-8") as out:
+        for i in range(n):
+            p = probs[i]
+            did = f"demo-{i:06d}"
+            if np.isfinite(p).all():
+                response: dict = {
+                    "model": model,
+                    "answers": {
+                        "intent": {
+                            "type": "choice",
+                            "choice": opt_ids[int(p.argmax())],
+                            "probabilities": dict(zip(opt_ids, p.tolist())),
+                        }
+                    },
+                }
+            else:
+                response = {"error": {"kind": "transient", "message": "HTTP 503"}}
+            policy.decide(response, schema_hash=schema_hash, decision_id=did, log=dlog)
+            out.write(json.dumps({"decision_id": did, "question": "intent", "outcome": opt_ids[ans.labels[i]]}) + "\n")
+        if dlog.n_errors:
+            raise DemoError(f"the decision log could not be written: {dlog.last_error}")
+    tmp.replace(outcomes)
+    return {
+        "decisions": str(decisions),
+        "outcomes": str(outcomes),
+        "n_decisions": n,
+        "days": TRAFFIC_DAYS,
+        "drifted_day": DRIFTED_DAY,
+        "start": TRAFFIC_START,
+        "run_id": run_id,
+    }
 
 
 def _certify_and_export(wb: Any, con: Any, r: DemoRun, opts: Any, policy_dir: Path) -> None:
@@ -674,6 +785,14 @@ def print_summary(result: DemoResult, console=None) -> None:
             f"[bold]workbench --db {result.db_path} shadow report {result.shadow}[/]",
             soft_wrap=True,
         )
+    if result.monitor_command:
+        tr = result.traffic or {}
+        console.print(
+            f"monitor policy.json on {tr.get('n_decisions', 0):,} simulated decisions over {tr.get('days')} days "
+            f"(day {tr.get('drifted_day')} drifted; also on the UI's Monitor page):",
+            highlight=False,
+        )
+        console.print(f"  [bold]{result.monitor_command}[/]", soft_wrap=True, highlight=False)
     console.print("open the UI on the result:")
     for cmd in result.ui_commands:
         console.print(f"  [bold]{cmd}[/]", soft_wrap=True, highlight=False)
