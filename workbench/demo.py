@@ -677,8 +677,8 @@ def print_summary(result: DemoResult, console=None) -> None:
     from rich.table import Table
 
     console = console or Console()
-    if not console.is_terminal and console.width < 160:  # logs and pipes: keep the table on one line per run
-        console = Console(file=console.file, width=160)
+    if not console.is_terminal and console.width < 180:  # logs and pipes: keep the table on one line per run
+        console = Console(file=console.file, width=180)
 
     def pct(v):
         return "—" if v is None or v != v else f"{100 * v:.0f}%"

@@ -340,11 +340,39 @@ def smallest_certified_alpha(
     """The smallest α of ``alphas`` at which ``question`` of ``run_id`` certifies a rule (other settings
     as ``options``), or ``None`` when none of them does.
 
-    Certification is monotone in α (the fixed-sequence order does not depend on α), so the first
-    certified point of one :func:`frontier_for_run` call is the frontier's edge."""
+    Certification is monotone in α (the fixed-sequence order does not depend on α), so this is the edge
+    of :func:`frontier_for_run` over ``alphas``, found by bisection on one prepared question: about
+    log2(len(alphas)) + 1 selections instead of one per α."""
+    from dataclasses import replace
+
+    from workbench.store.runs import load_answers
+    from workbench.thresholds.choose import prepare_question, select_prepared
+
     grid = sorted(float(a) for a in alphas)
-    sels = frontier_for_run(con, run_id, question, options, grid)
-    return next((a for a, s in zip(grid, sels) if s.certified and s.feasible), None)
+    if not grid:
+        return None
+    opts = replace(options, objective="guarantee")
+    keys: Any
+    if not _streams(con, run_id, question, ["calibration"], None):
+        keys = load_answers(con, run_id, question, ["calibration"])
+        prep = prepare_question(keys, opts)
+    else:
+        prep, keys, _ = streamed_prepare(con, run_id, question, opts)
+
+    def certifies(i: int) -> bool:
+        sel = select_prepared(prep, replace(opts, alpha=grid[i]), keys)
+        return bool(sel.certified and sel.feasible)
+
+    if not certifies(len(grid) - 1):
+        return None
+    lo, hi = -1, len(grid) - 1  # grid[hi] certifies; grid[lo] does not (lo = -1: below the grid)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if certifies(mid):
+            hi = mid
+        else:
+            lo = mid
+    return grid[hi]
 
 
 def plan_labels_for_run(
