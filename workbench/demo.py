@@ -156,6 +156,7 @@ class DemoResult:
     settings: dict = field(default_factory=dict)  # ThresholdOptions.settings() of every policy
     settings_text: str = ""  # ThresholdOptions.describe()
     policy_run: str | None = None  # the run policy.json was certified on
+    traffic: dict | None = None  # the simulated decision log and outcomes of policy.json (simulate_traffic)
 
     @property
     def ui_commands(self) -> list[str]:
@@ -173,7 +174,19 @@ class DemoResult:
             "runs": [r.__dict__ for r in self.runs],
             "summary": self.summary.to_dict(orient="records"),
             "ui": self.ui_commands,
+            "traffic": self.traffic,
+            "monitor": self.monitor_command,
         }
+
+    @property
+    def monitor_command(self) -> str | None:
+        """``workbench monitor`` on the simulated traffic of policy.json (None without it)."""
+        if not self.traffic or not self.policy_path:
+            return None
+        return (
+            f"workbench monitor --policy {self.policy_path} --decisions {self.traffic['decisions']} "
+            f"--outcomes {self.traffic['outcomes']}"
+        )
 
 
 # -- the pipeline ------------------------------------------------------------------------------------
@@ -438,12 +451,23 @@ def run_demo(
     finally:
         con.close()
 
-    summary = summary_frame(runs)
+    summary = summary_frame(runs, opts.alpha if opts.objective == "guarantee" else None)
     best = _best_policy(runs)
     policy_path = None
     if best is not None:
         policy_path = out / "policy.json"
         policy_path.write_bytes(Path(str(best.policy_path)).read_bytes())
+    traffic = None
+    if best is not None and policy_path is not None:
+        con = wb.connect(db, read_only=True)
+        try:
+            traffic = simulate_traffic(con, best.run_id, policy_path, out)
+        finally:
+            con.close()
+        log(
+            f"simulated traffic for policy.json: {traffic['n_decisions']:,} decisions over {traffic['days']} days "
+            f"(day {traffic['drifted_day']} drifted) in {traffic['decisions']}"
+        )
     return DemoResult(
         out,
         db,
@@ -455,12 +479,106 @@ def run_demo(
         settings=opts.settings(),
         settings_text=opts.describe(),
         policy_run=best.run_id if best else None,
+        traffic=traffic,
     )
+
+
+#: The simulated traffic: the test split spread over DAYS days from TRAFFIC_START, day DRIFTED_DAY drifted.
+TRAFFIC_DAYS = 5
+DRIFTED_DAY = 4
+TRAFFIC_START = "2026-01-05T08:00:00+00:00"
+#: On the drifted day the served model answers flatter: probabilities ** (1 / DRIFT_TEMPERATURE), renormalised.
+DRIFT_TEMPERATURE = 2.5
+
+
+def simulate_traffic(con: Any, run_id: str, policy_path: Path, folder: Path) -> dict:
+    """A decision log and outcomes for ``policy_path``, as production would make them.
+
+    The labelled test answers of ``run_id`` are replayed in item order as System One responses over
+    :data:`TRAFFIC_DAYS` days (evenly spaced); on day :data:`DRIFTED_DAY` the model answers flatter
+    (temperature :data:`DRIFT_TEMPERATURE`), the drift ``workbench monitor`` should see. Every response goes
+    through the runtime ``Policy.decide`` into the runtime's ``DecisionLog`` (``decisions.jsonl``); the
+    outcomes file (``outcomes.jsonl``) gives each decision's true label. Both are written in ``folder`` (the
+    demo's store folder, where the UI's Monitor page looks by default) and rewritten whole."""
+    import json
+    from datetime import datetime, timedelta
+
+    import numpy as np
+    from workbench_runtime.decision_log import DecisionLog, log_files
+
+    import workbench as wb
+    from workbench.policy.runtime import Policy
+
+    policy = Policy.load(policy_path)
+    ans = wb.load_answers(con, run_id, "intent", ["test"]).labelled()
+    n = len(ans.labels)
+    if n == 0:
+        raise DemoError(f"run {run_id} has no labelled test answers to simulate traffic from")
+    models = policy.model.validity.models
+    model = models[0] if models else policy.model.source.model or policy.model.source.provider
+    schema_hash = policy.model.decision_schema.hash
+    opt_ids = list(ans.option_ids)
+    day = np.minimum((np.arange(n) * TRAFFIC_DAYS) // n, TRAFFIC_DAYS - 1) + 1
+    probs = np.array(ans.probs, dtype=float)
+    drift = day == DRIFTED_DAY
+    flat = np.power(np.clip(probs[drift], 0.0, None), 1.0 / DRIFT_TEMPERATURE)
+    probs[drift] = flat / flat.sum(axis=1, keepdims=True)
+    per_day = np.bincount(day, minlength=TRAFFIC_DAYS + 1)[1:]
+    start = datetime.fromisoformat(TRAFFIC_START)
+    times = iter(
+        [
+            start + timedelta(days=int(d) - 1, seconds=int(k * (10 * 3600) // max(1, per_day[d - 1])))
+            for d, k in zip(day, np.concatenate([np.arange(c) for c in per_day]))
+        ]
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    decisions, outcomes = folder / "decisions.jsonl", folder / "outcomes.jsonl"
+    for f in [*log_files(decisions), outcomes]:  # a rerun replaces the log and its rotated backups
+        f.unlink(missing_ok=True)
+    tmp = folder / ".outcomes.jsonl.tmp"  # hidden: the Monitor page's outcomes.* never sees it half-written
+    with DecisionLog(decisions, clock=lambda: next(times)) as dlog, tmp.open("w", encoding="utf-8") as out:
+        for i in range(n):
+            p = probs[i]
+            did = f"demo-{i:06d}"
+            if np.isfinite(p).all():
+                response: dict = {
+                    "model": model,
+                    "answers": {
+                        "intent": {
+                            "type": "choice",
+                            "choice": opt_ids[int(p.argmax())],
+                            "probabilities": dict(zip(opt_ids, p.tolist())),
+                        }
+                    },
+                }
+            else:
+                response = {"error": {"kind": "transient", "message": "HTTP 503"}}
+            policy.decide(response, schema_hash=schema_hash, decision_id=did, log=dlog)
+            out.write(json.dumps({"decision_id": did, "question": "intent", "outcome": opt_ids[ans.labels[i]]}) + "\n")
+        if dlog.n_errors:
+            raise DemoError(f"the decision log could not be written: {dlog.last_error}")
+    tmp.replace(outcomes)
+    return {
+        "decisions": str(decisions),
+        "outcomes": str(outcomes),
+        "n_decisions": n,
+        "days": TRAFFIC_DAYS,
+        "drifted_day": DRIFTED_DAY,
+        "start": TRAFFIC_START,
+        "run_id": run_id,
+    }
 
 
 def _certify_and_export(wb: Any, con: Any, r: DemoRun, opts: Any, policy_dir: Path) -> None:
     """Figures of one run, its policy at ``opts`` (written under ``policy_dir``) and its test figures."""
     r.figures = _figures(con, r.run_id, "intent")
+    if opts.objective == "guarantee":  # the frontier's edge: what α this run could promise at this δ
+        from workbench.workflows import smallest_certified_alpha
+
+        try:
+            r.figures["certifies_from_alpha"] = smallest_certified_alpha(con, r.run_id, "intent", opts)
+        except WorkbenchError as exc:
+            r.figures["frontier_error"] = exc.message
     path = policy_dir / f"{r.dataset}-{r.provider.replace(':', '_')}-{r.variant}.json"
     try:
         policy = wb.build_policy(con, r.run_id, r.questions, opts, out=path, created_by="workbench demo")
@@ -499,8 +617,27 @@ def _best_policy(runs: list[DemoRun]) -> DemoRun | None:
     return max(ok, key=lambda r: (r.dataset == "banking77", not r.emulated, r.figures.get("cal_coverage") or 0))
 
 
-def summary_frame(runs: list[DemoRun]) -> pd.DataFrame:
-    """One row per run: accuracy, ECE before/after temperature, certified (τ, m), coverage, error."""
+def next_step(r: DemoRun, alpha: float) -> str:
+    """What to try for a run that certifies nothing at ``alpha`` ("" when it certifies).
+
+    More labels when the calibration split is below the size certifying needs at ``alpha``; a looser
+    α when a larger one on the frontier certifies; a stronger model when no α up to 50 % does."""
+    f = r.figures
+    if f.get("certified"):
+        return ""
+    needed, have = f.get("n_calibration_needed") or 0, f.get("n_calibration") or 0
+    a = f.get("certifies_from_alpha")
+    looser = f"a looser α (--max-error {a:g})" if a is not None else ""
+    if have < needed:
+        return f"more labels (≥{needed:,} cal)" + (f" or {looser}" if looser else "")
+    if looser:
+        return f"{looser} or a stronger model"
+    return "a stronger model (nothing certifies up to α 0.5)"
+
+
+def summary_frame(runs: list[DemoRun], alpha: float | None = None) -> pd.DataFrame:
+    """One row per run: accuracy, ECE before/after temperature, the smallest certifying α (and, with
+    ``alpha``, what to try when it is above ``alpha``), certified (τ, m), coverage, error."""
     rows = []
     for r in runs:
         f = r.figures
@@ -514,6 +651,8 @@ def summary_frame(runs: list[DemoRun]) -> pd.DataFrame:
                 "accuracy": f.get("accuracy"),
                 "ece": f.get("ece"),
                 "ece_temp": f.get("ece_temperature"),
+                "certifies_from_alpha": f.get("certifies_from_alpha"),
+                "next_step": next_step(r, alpha) if alpha is not None else None,
                 "tau": f.get("tau"),
                 "margin": f.get("margin"),
                 "cal_coverage": f.get("cal_coverage"),
@@ -530,19 +669,28 @@ def _short_provider(spec: str, emulated: bool) -> str:
 
 
 def print_summary(result: DemoResult, console=None) -> None:
-    """The short table and the command that opens the UI (stderr by default)."""
+    """The short table and the next-step commands (stdout by default; the demo's progress goes to stderr).
+
+    Commands are printed with ``soft_wrap=True``: a narrow terminal or a pipe never breaks one across lines,
+    so each can be copied whole."""
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(stderr=True)
-    if not console.is_terminal and console.width < 160:  # logs and pipes: keep the table on one line per run
-        console = Console(stderr=console.stderr, width=160)
+    console = console or Console()
+    if not console.is_terminal and console.width < 180:  # logs and pipes: keep the table on one line per run
+        console = Console(file=console.file, width=180)
 
     def pct(v):
         return "—" if v is None or v != v else f"{100 * v:.0f}%"
 
     def num(v):
         return "—" if v is None or v != v else f"{v:.2f}"
+
+    def alpha_text(f):
+        if "certifies_from_alpha" not in f:
+            return "—"
+        a = f["certifies_from_alpha"]
+        return f"{100 * a:g}%" if a is not None else "> 50%"
 
     t = Table(
         title=f"workbench demo: {len(result.runs)} runs in {result.seconds:.0f} s (question: intent)",
@@ -551,7 +699,19 @@ def print_summary(result: DemoResult, console=None) -> None:
         box=None,
         header_style="bold",
     )
-    cols = ("dataset", "provider", "variant", "run", "acc", "ECE raw→T", "τ / m", "cov cal", "cov test", "err test")
+    cols = (
+        "dataset",
+        "provider",
+        "variant",
+        "run",
+        "acc",
+        "ECE raw→T",
+        "certifies from α",
+        "τ / m",
+        "cov cal",
+        "cov test",
+        "err test",
+    )
     for col in cols:
         t.add_column(col, justify="left" if col in ("dataset", "provider", "variant", "run") else "right", no_wrap=True)
     for r in result.runs:
@@ -569,12 +729,23 @@ def print_summary(result: DemoResult, console=None) -> None:
             r.run_id,
             pct(f.get("accuracy")),
             ece,
+            alpha_text(f),
             thr,
             pct(f.get("cal_coverage")),
             pct(f.get("test_coverage")),
             pct(f.get("test_error")),
         )
     console.print(t)
+    target = result.settings.get("alpha")
+    behind = [r for r in result.runs if "certifies_from_alpha" in r.figures and not r.figures.get("certified")]
+    if behind and target is not None:
+        console.print(f"what to try for the {len(behind)} runs that certify only above α {target:g}:", highlight=False)
+        for r in behind:
+            console.print(
+                f"  {r.run_id} ({r.dataset} · {_short_provider(r.provider, r.emulated)} · {r.variant}): "
+                f"{next_step(r, float(target))}",
+                highlight=False,
+            )
     console.print(
         "acc/ECE on test (ECE raw → after temperature scaling fitted on calibration); τ/m certified by "
         f"Learn-then-Test on calibration at {result.settings_text} (P(error among accepted > α) ≤ δ); "
@@ -591,6 +762,7 @@ def print_summary(result: DemoResult, console=None) -> None:
             f"policy: [bold]{result.policy_path}[/] from {source}, question intent, certified at "
             f"{result.settings_text} (one per run in {result.out_dir / 'policies'})",
             highlight=False,
+            soft_wrap=True,
         )
     else:
         needed = max((r.figures.get("n_calibration_needed") or 0 for r in result.runs), default=0)
@@ -610,8 +782,17 @@ def print_summary(result: DemoResult, console=None) -> None:
     if result.shadow:
         console.print(
             f"shadow replay (tfidf champion vs zero-shot challenger, certified policies at the same settings): "
-            f"[bold]workbench --db {result.db_path} shadow report {result.shadow}[/]"
+            f"[bold]workbench --db {result.db_path} shadow report {result.shadow}[/]",
+            soft_wrap=True,
         )
+    if result.monitor_command:
+        tr = result.traffic or {}
+        console.print(
+            f"monitor policy.json on {tr.get('n_decisions', 0):,} simulated decisions over {tr.get('days')} days "
+            f"(day {tr.get('drifted_day')} drifted; also on the UI's Monitor page):",
+            highlight=False,
+        )
+        console.print(f"  [bold]{result.monitor_command}[/]", soft_wrap=True, highlight=False)
     console.print("open the UI on the result:")
     for cmd in result.ui_commands:
-        console.print(f"  [bold]{cmd}[/]")
+        console.print(f"  [bold]{cmd}[/]", soft_wrap=True, highlight=False)

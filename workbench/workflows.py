@@ -328,6 +328,53 @@ def frontier_for_run(
     return [select_prepared(prep, replace(opts, alpha=float(a)), keys) for a in alphas]
 
 
+#: The α grid of :func:`smallest_certified_alpha`: 0.5 % steps up to 10 %, then 1 % steps up to 50 %.
+ALPHA_STEPS: tuple[float, ...] = tuple(round(0.005 * i, 3) for i in range(1, 21)) + tuple(
+    round(0.01 * i, 2) for i in range(11, 51)
+)
+
+
+def smallest_certified_alpha(
+    con, run_id: str, question: str, options: ThresholdOptions, alphas: Sequence[float] = ALPHA_STEPS
+) -> float | None:
+    """The smallest α of ``alphas`` at which ``question`` of ``run_id`` certifies a rule (other settings
+    as ``options``), or ``None`` when none of them does.
+
+    Certification is monotone in α (the fixed-sequence order does not depend on α), so this is the edge
+    of :func:`frontier_for_run` over ``alphas``, found by bisection on one prepared question: about
+    log2(len(alphas)) + 1 selections instead of one per α."""
+    from dataclasses import replace
+
+    from workbench.store.runs import load_answers
+    from workbench.thresholds.choose import prepare_question, select_prepared
+
+    grid = sorted(float(a) for a in alphas)
+    if not grid:
+        return None
+    opts = replace(options, objective="guarantee")
+    keys: Any
+    if not _streams(con, run_id, question, ["calibration"], None):
+        keys = load_answers(con, run_id, question, ["calibration"])
+        prep = prepare_question(keys, opts)
+    else:
+        prep, keys, _ = streamed_prepare(con, run_id, question, opts)
+
+    def certifies(i: int) -> bool:
+        sel = select_prepared(prep, replace(opts, alpha=grid[i]), keys)
+        return bool(sel.certified and sel.feasible)
+
+    if not certifies(len(grid) - 1):
+        return None
+    lo, hi = -1, len(grid) - 1  # grid[hi] certifies; grid[lo] does not (lo = -1: below the grid)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if certifies(mid):
+            hi = mid
+        else:
+            lo = mid
+    return grid[hi]
+
+
 def plan_labels_for_run(
     con,
     run_id: str,

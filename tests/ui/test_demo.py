@@ -82,3 +82,114 @@ def test_rerunning_the_demo_reuses_its_runs(demo):
     assert len(list_runs(con)) == 12
     con.close()
     assert again.summary.drop(columns=["run_id"]).equals(first.summary.drop(columns=["run_id"]))
+
+
+@pytest.mark.slow
+def test_every_row_says_from_which_alpha_it_certifies(demo):
+    """The "certifies from α" figure is the library's frontier edge: it certifies there, not one step below."""
+    from dataclasses import replace
+
+    import workbench as wb
+    from workbench.demo import next_step
+    from workbench.store.db import connect
+    from workbench.workflows import ALPHA_STEPS, frontier_for_run
+
+    result, _, _ = demo
+    summary = result.summary
+    assert "certifies_from_alpha" in summary.columns and "next_step" in summary.columns
+    opts = replace(wb.ThresholdOptions(), alpha=0.2)
+    con = connect(result.db_path, read_only=True)
+    try:
+        for r in result.runs:
+            a = r.figures["certifies_from_alpha"]
+            certified = bool(r.figures.get("certified"))
+            if certified:  # monotone in α: certified at 0.2 means the edge is at or below it
+                assert a is not None and a <= 0.2 + 1e-12
+                assert next_step(r, 0.2) == ""
+            else:
+                assert a is None or a > 0.2
+                assert next_step(r, 0.2)
+            if a is not None:
+                i = ALPHA_STEPS.index(a)
+                probe = list(ALPHA_STEPS[max(0, i - 1) : i + 1])
+                sels = frontier_for_run(con, r.run_id, "intent", opts, probe)
+                assert sels[-1].certified and sels[-1].feasible
+                if i > 0:
+                    assert not (sels[0].certified and sels[0].feasible)
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+def test_cli_demo_prints_the_summary_on_stdout_and_progress_on_stderr(demo, tmp_path):
+    """`workbench demo --fast > out.txt` keeps the summary; commands are whole lines even at 60 columns."""
+    import subprocess
+    import sys
+
+    first, _, _ = demo
+    env = {**os.environ, "COLUMNS": "60"}
+    for k in ("CLOUDFLARE_API_KEY", "CLOUDFLARE_ACCOUNT_ID", "CLOUDFLARE_CLEF_BASE_URL"):
+        env.pop(k, None)
+    out_file = tmp_path / "out.txt"
+    with out_file.open("w") as fh:
+        proc = subprocess.run(
+            [sys.executable, "-m", "workbench", "demo", "--fast", "--max-error", "0.2", "--out", str(first.out_dir)],
+            stdout=fh,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=900,
+        )
+    assert proc.returncode == 0, proc.stderr
+    out = out_file.read_text()
+    assert "workbench demo: 12 runs" in out and "certifies from α" in out
+    assert f"  workbench ui --db {first.db_path}\n" in out  # one unbroken line
+    assert f"workbench --db {first.db_path} shadow report demo-banking77-tfidf-vs-minilm" in out
+    assert "(already in the store)" in proc.stderr and "(already in the store)" not in out
+    assert f"  {first.monitor_command}\n" in out  # the simulated traffic's monitor command, one line
+    assert "workbench demo: 12 runs" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_demo_leaves_traffic_that_monitor_reads_with_one_drifted_day(demo):
+    """The exported policy's simulated traffic: the runtime's DecisionLog, outcomes for every decision, and the
+    drifted day standing out in `workbench monitor` (a real subprocess) and on the Monitor page."""
+    import json
+    import subprocess
+    import sys
+
+    from workbench_runtime.decision_log import read_decision_log
+
+    from workbench.demo import DRIFTED_DAY, TRAFFIC_DAYS
+
+    result, _, _ = demo
+    t = result.traffic
+    assert t is not None and result.policy_path is not None and t["run_id"] == result.policy_run
+    records = read_decision_log(t["decisions"])
+    outcomes = [json.loads(line) for line in open(t["outcomes"], encoding="utf-8")]
+    assert len(records) == len(outcomes) == t["n_decisions"] > 0
+    assert {r["decision_id"] for r in records} == {o["decision_id"] for o in outcomes}
+    assert result.monitor_command == (
+        f"workbench monitor --policy {result.policy_path} --decisions {t['decisions']} --outcomes {t['outcomes']}"
+    )
+    cmd = result.monitor_command.split()[1:] + ["--window", "1D", "--json"]
+    proc = subprocess.run([sys.executable, "-m", "workbench", *cmd], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    wins = sorted(doc["windows"], key=lambda w: w["first_decision"])
+    assert len(wins) == TRAFFIC_DAYS
+    assert all(w["model_mismatch_share"] == 0 and w["schema_mismatch_share"] == 0 for w in wins)
+    psi = [w["drift"]["p_top"]["psi"] for w in wins]
+    drifted = psi[DRIFTED_DAY - 1]
+    others = [p for i, p in enumerate(psi) if i != DRIFTED_DAY - 1]
+    assert drifted > 0.25 and drifted > 2 * max(others)  # a few dozen items a day in --fast: clean days are noisy
+
+
+@pytest.mark.slow
+def test_monitor_page_opens_on_the_demo_traffic(demo, monkeypatch):
+    result, _, _ = demo
+    monkeypatch.setenv("WORKBENCH_DB", str(result.db_path))
+    at = AppTest.from_file(str(APP), default_timeout=120).run()
+    at.switch_page("workbench/ui/pages/monitor.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not any("Point this page" in i.value for i in at.info)  # it found policy.json and the logs

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console
+from workbench.cli.common import emit_json, err_console, out_console
 
 
 def register(app: typer.Typer) -> None:
@@ -35,4 +35,4 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit_json(result.to_dict())
             return
-        print_summary(result, err_console)
+        print_summary(result, out_console)  # the summary on stdout, progress on stderr
