@@ -27,6 +27,19 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "wb.duckdb"
 
 
+#: Folders whose every test is long (hypothesis fuzzing of file readers at 300 examples each).
+SLOW_FOLDERS = ("tests/fuzz/",)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``slow`` what the README's ``python -m pytest`` leaves to ``.ci/run``'s ``-m slow`` pass: the
+    fuzz suites and every test that starts Spark (a JVM: 15-55 s each), besides the tests marked by hand."""
+    for item in items:
+        uses_spark = "spark" in getattr(item, "fixturenames", ()) or "spark" in item.name
+        if item.nodeid.startswith(SLOW_FOLDERS) or uses_spark:
+            item.add_marker(pytest.mark.slow)
+
+
 def run_cli(
     *args: str, db: Path | None = None, env: dict | None = None, check: bool = False, timeout: float = 600
 ) -> subprocess.CompletedProcess:
