@@ -1202,8 +1202,11 @@ def shadow_pair_aggregates(
                 }
             for i, p in enumerate(("pc", "pd")):
                 for g, w, b, n, total in rows(
-                    f"SELECT grp, win, least(floor(least(greatest({p}, 0.0), 1.0) * 10), 9)::INTEGER, count(*), sum({p})"
-                    f" FROM {wsrc} WHERE win IS NOT NULL AND isfinite({p}) GROUP BY ALL"
+                    f"SELECT grp, win, least(floor(least(greatest({p}, 0.0), 1.0) * 10), 9)::INTEGER, count(*),"
+                    # an exact DECIMAL sum and a fixed row order: DuckDB's parallel double sum
+                    # changes in the last bit from run to run, so two surfaces disagreed
+                    f" sum({p}::DECIMAL(38, 18))::DOUBLE"
+                    f" FROM {wsrc} WHERE win IS NOT NULL AND isfinite({p}) GROUP BY ALL ORDER BY ALL"
                 ):
                     entry = out[g]["windows"][int(w)]
                     entry["hist"][i][int(b)] += int(n)
