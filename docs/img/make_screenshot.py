@@ -2,6 +2,9 @@
 
     workbench demo --fast --out /tmp/demo
     python docs/img/make_screenshot.py --db /tmp/demo/workbench.duckdb
+    python docs/img/make_screenshot.py --db /tmp/demo/workbench.duckdb --pages all --out-dir /tmp/shots
+
+``--pages all`` (or a comma-separated list of page names) saves one ``PAGE.png`` per page in ``--out-dir``.
 
 Starts the real Streamlit server on a free loopback port the way tests/ui/test_browser.py does, waits
 until the script run is over (Streamlit's status widget gone), and saves the top 1280 × 900 px as PNG.
@@ -31,7 +34,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "thresholds.png")
     ap.add_argument("--width", type=int, default=1280)
     ap.add_argument("--height", type=int, default=900)
+    ap.add_argument("--pages", default="thresholds", help="'all' or comma-separated page names (with --out-dir)")
+    ap.add_argument("--out-dir", type=Path, help="one PNG per page here")
     args = ap.parse_args()
+    from workbench.ui.app import PAGES
+
+    names = [f.removesuffix(".py") for f, _, _ in PAGES] if args.pages == "all" else args.pages.split(",")
+    shots = [(n, args.out_dir / f"{n}.png") for n in names] if args.out_dir else [(names[0], args.out)]
 
     from playwright.sync_api import sync_playwright
 
@@ -54,15 +63,17 @@ def main() -> None:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             page = browser.new_page(viewport={"width": args.width, "height": args.height})
-            page.goto(f"{url}/thresholds")
-            wait_idle(page, timeout=180_000)
-            page.wait_for_timeout(1000)  # plotly's last redraw
-            page.screenshot(path=str(args.out))
+            for name, out in shots:
+                page.goto(f"{url}/{name}")
+                wait_idle(page, timeout=180_000)
+                page.wait_for_timeout(1000)  # plotly's last redraw
+                out.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(out))
+                print(f"wrote {out} ({out.stat().st_size // 1024} KB)")
             browser.close()
     finally:
         proc.terminate()
         proc.wait(10)
-    print(f"wrote {args.out} ({args.out.stat().st_size // 1024} KB)")
 
 
 if __name__ == "__main__":
