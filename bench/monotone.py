@@ -82,7 +82,7 @@ def build_store(path: Path) -> dict[str, str]:
 def measure(store: Path, ids: dict[str, str], alphas, seeds, orders=ORDERS) -> list[dict]:
     """One row per (run, question, seed, α, order): certified, coverage and error of the chosen rule."""
     import workbench as wb
-    from workbench.thresholds.choose import ThresholdOptions, _finish, prepare_question
+    from workbench.thresholds.choose import ThresholdOptions, evaluate_on, finish_result, prepare_question
     from workbench.thresholds.guarantees import certify_surface
 
     con = wb.connect(store, read_only=True)
@@ -108,7 +108,9 @@ def measure(store: Path, ids: dict[str, str], alphas, seeds, orders=ORDERS) -> l
                                 seed=o.seed,
                                 order=order,
                             )
-                            res = _finish(prep, sel, o, cal, test)
+                            n_cal = int((cal.labels >= 0).sum())
+                            res = finish_result(prep, sel, o, question=q, n_calibration=n_cal)
+                            res.attach_test(evaluate_on(res, test))
                             t = res.test or {}
                             rows.append(
                                 {

@@ -25,12 +25,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "runtime")]
 
 
 def certify(probs, labels, opts, gx, gy, qtype):
-    from workbench.thresholds.choose import _fit_calibrator, apply_calibrator
+    from workbench.metrics.recalibrate import apply_calibrator, fit_calibrator
     from workbench.thresholds.guarantees import select_guarantee_split
     from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
 
     fit = np.random.default_rng(opts.seed).random(len(labels)) < opts.calibrator_fraction
-    cal = _fit_calibrator(opts.calibrate, probs[fit], labels[fit])
+    cal = fit_calibrator(opts.calibrate, probs[fit], labels[fit])
     co = rule_coordinates(qtype, apply_calibrator(cal, probs[~fit]))
     correct = co.predicted == labels[~fit]
     pooled = RuleCoordinates(np.zeros(len(correct), int), co.x, co.y, co.x_name, co.y_name)

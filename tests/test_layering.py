@@ -1,14 +1,18 @@
-"""The layering of CONTRIBUTING.md, enforced: no module imports a higher floor, no cycles among packages.
+"""The layering of CONTRIBUTING.md, enforced: no module imports a higher floor, no cycles among packages
+nor among modules, no private name imported from another package.
 
 Every ``import workbench.X`` / ``from workbench.X import …`` in ``workbench/`` counts, including the
-lazy ones inside functions (a lazy import still makes the lower floor depend on the higher one).
+lazy ones inside functions (a lazy import still makes the lower floor depend on the higher one, and a
+lazy import back into a module that imports you is still a cycle).
 A new top-level module or package must be given a floor in :data:`FLOORS` (and in CONTRIBUTING.md).
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -72,8 +76,8 @@ def _unit(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    rel = path.relative_to(root).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
@@ -185,3 +189,227 @@ def test_the_checker_sees_a_climbing_import(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("def f():\n    from workbench.cli.common import err_console\n    return err_console\n")
     assert _imports(f) == [("workbench.cli.common", 2)]
+
+
+# -- modules: cycles and private names ------------------------------------------------------------
+
+#: Module-level cycles being removed elsewhere, as sorted tuples of their modules, with the reason;
+#: keep this empty.
+KNOWN_MODULE_CYCLES: dict[tuple[str, ...], str] = {}
+
+#: Private names imported from another package being removed elsewhere, ``(importer, "module.name")``
+#: with the reason; keep this empty.
+KNOWN_PRIVATE_IMPORTS: dict[tuple[str, str], str] = {}
+
+
+@dataclass(frozen=True)
+class ModuleImport:
+    """One import of a ``workbench`` module by another: ``src`` imports ``dst`` at ``where`` (file:line),
+    naming ``name`` (``from dst import name``; ``None`` for ``import dst`` or a submodule import)."""
+
+    src: str
+    dst: str
+    where: str
+    name: str | None = None
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def module_imports(package: Path) -> list[ModuleImport]:
+    """Every import of one module of ``package`` by another (lazy ones inside functions included).
+
+    ``from a.b import c`` imports module ``a.b.c`` when that is a module of the package (else the name
+    ``c`` of ``a.b``); ``import a.b.c`` imports ``a.b.c``. The packages a module is in are not counted
+    (importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first, but depends on neither), so a
+    package ``__init__`` that re-exports its submodules is no cycle. ``m._x`` after ``import a.m as m``
+    (or ``from a import m``) counts as a use of the name ``_x`` of ``a.m``.
+    """
+    root = package.parent
+    paths = {_module_name(p, root): p for p in sorted(package.rglob("*.py"))}
+    top = package.name
+    out: list[ModuleImport] = []
+    for src, path in paths.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        bound: dict[str, str] = {}  # local name -> module it stands for
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] == top:
+                        out.append(ModuleImport(src, a.name, where))
+                        if a.asname:
+                            bound[a.asname] = a.name
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.split(".")[0] != top:
+                    continue
+                for a in node.names:
+                    sub = f"{node.module}.{a.name}"
+                    if sub in paths:
+                        out.append(ModuleImport(src, sub, where))
+                        bound[a.asname or a.name] = sub
+                    else:
+                        out.append(ModuleImport(src, node.module, where, a.name))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in bound
+                and _is_private(node.attr)
+            ):
+                where = f"{path.relative_to(root)}:{node.lineno}"
+                out.append(ModuleImport(src, bound[node.value.id], where, node.attr))
+    return [m for m in out if m.dst != m.src]
+
+
+def module_cycles(imports: list[ModuleImport]) -> list[list[tuple[str, str]]]:
+    """One cycle per strongly connected set of modules, as ``[(module, "file:line" of its import of the
+    next one), …]`` (the last imports the first), found with Tarjan's algorithm and a shortest path."""
+    graph: dict[str, dict[str, str]] = defaultdict(dict)
+    for m in imports:
+        graph[m.src].setdefault(m.dst, m.where)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(graph) + 100))
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                connect(v)
+    finally:
+        sys.setrecursionlimit(limit)
+
+    cycles = []
+    for component in components:
+        inside = set(component)
+        start = component[0]
+        # breadth-first from start back to start, inside the component: a shortest cycle through it
+        came: dict[str, str] = {}
+        frontier = [start]
+        while frontier and start not in came:
+            nxt = []
+            for v in frontier:
+                for w in sorted(graph[v]):
+                    if w in inside and w not in came:
+                        came[w] = v
+                        nxt.append(w)
+            frontier = nxt
+        back = [came[start]]  # walking the cycle backwards from start: who imports start, who imports that, ...
+        while back[-1] != start:
+            back.append(came[back[-1]])
+        path = [start, *reversed(back[:-1])]  # start imports path[1], ..., and path[-1] imports start
+        cycles.append([(v, graph[v][path[(i + 1) % len(path)]]) for i, v in enumerate(path)])
+    return cycles
+
+
+def _describe_cycle(cycle: list[tuple[str, str]]) -> str:
+    names = [v for v, _ in cycle]
+    steps = "\n".join(f"    {v} imports {names[(i + 1) % len(names)]} at {where}" for i, (v, where) in enumerate(cycle))
+    return " -> ".join([*names, names[0]]) + "\n" + steps
+
+
+def test_no_cycles_among_modules():
+    """No module imports, directly or through others, a module that imports it (lazy imports included:
+    a cycle broken only by importing inside a function still ties the two modules together)."""
+    cycles = [
+        c for c in module_cycles(module_imports(PACKAGE)) if tuple(sorted(v for v, _ in c)) not in KNOWN_MODULE_CYCLES
+    ]
+    assert not cycles, (
+        f"{len(cycles)} module cycle(s); move what both need down into a module neither imports, or invert one import:\n"
+        + "\n".join(_describe_cycle(c) for c in cycles)
+    )
+
+
+def private_imports(imports: list[ModuleImport]) -> list[ModuleImport]:
+    """Imports of a private name (``_x``, not ``__x__``) or of a private module from another module."""
+    return [
+        m
+        for m in imports
+        if (m.name is not None and _is_private(m.name)) or any(_is_private(part) for part in m.dst.split(".")[1:])
+    ]
+
+
+def _crosses_packages(m: ModuleImport) -> bool:
+    return _unit(m.src) != _unit(m.dst)
+
+
+def test_no_private_name_is_imported_from_another_package():
+    """A name another package needs is API: public, with a docstring stating its shapes and ranges."""
+    found = [
+        f"{m.where}: {m.src} imports {m.dst}" + (f".{m.name}" if m.name else "")
+        for m in private_imports(module_imports(PACKAGE))
+        if _crosses_packages(m) and (m.src, f"{m.dst}.{m.name}" if m.name else m.dst) not in KNOWN_PRIVATE_IMPORTS
+    ]
+    assert not found, (
+        f"{len(found)} private name(s) imported across packages; make them public (documented) or move them:\n"
+        + "\n".join(found)
+    )
+
+
+def test_the_checker_sees_module_cycles_and_private_names(tmp_path):
+    """A cycle made by a lazy import, the file and line of each import of it, and a private name taken
+    from another package, both as ``from m import _x`` and as ``m._x``; a package that re-exports its
+    submodules is no cycle."""
+    pkg = tmp_path / "workbench"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "b").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a" / "__init__.py").write_text("from workbench.a.one import f\n")
+    (pkg / "a" / "one.py").write_text("from workbench.a.two import g\n\n\ndef f():\n    return g()\n")
+    (pkg / "a" / "two.py").write_text(
+        "def g():\n    from workbench.a import one\n\n    return one\n\n\ndef _h():\n    return 1\n"
+    )
+    (pkg / "b" / "__init__.py").write_text("")
+    (pkg / "b" / "three.py").write_text(
+        "from workbench.a.two import _h\nfrom workbench.a import two\n\n\ndef k():\n    return _h() + two._h()\n"
+    )
+    imports = module_imports(pkg)
+    cycles = module_cycles(imports)
+    assert len(cycles) == 1
+    assert cycles[0] == [("workbench.a.one", "workbench/a/one.py:1"), ("workbench.a.two", "workbench/a/two.py:2")]
+    assert "workbench.a.one -> workbench.a.two -> workbench.a.one" in _describe_cycle(cycles[0])
+    private = private_imports(imports)
+    assert sorted((m.src, m.dst, m.name, m.where) for m in private) == [
+        ("workbench.b.three", "workbench.a.two", "_h", "workbench/b/three.py:1"),
+        ("workbench.b.three", "workbench.a.two", "_h", "workbench/b/three.py:6"),
+    ]
+    assert all(_crosses_packages(m) for m in private)
+
+
+if __name__ == "__main__":  # python tests/test_layering.py: the counts the tests above keep at 0, and more
+    found = module_imports(PACKAGE)
+    private = private_imports(found)
+    print(f"module cycles: {len(module_cycles(found))}")
+    for label, rows in (
+        ("private names imported across packages", [m for m in private if _crosses_packages(m)]),
+        ("private names imported across modules", private),
+    ):
+        print(f"{label}: {len({(m.src, m.dst, m.name) for m in rows})} (importer, module, name)")
+        for m in rows:
+            print(f"    {m.where}: {m.src} imports {m.dst}" + (f".{m.name}" if m.name else ""))

@@ -41,7 +41,7 @@ from workbench.metrics.bootstrap import (
 )
 from workbench.metrics.confusion import macro_f1_from_matrix
 from workbench.metrics.reliability import calibration_error, top_label
-from workbench.metrics.scores import _wmean, expected_level, item_brier, item_log_loss, item_rps
+from workbench.metrics.scores import expected_level, item_brier, item_log_loss, item_rps, weighted_mean
 from workbench.schema import option_ids
 from workbench.store.runs import (  # the SQL of the readers: compare ranks and pairs ids in DuckDB
     answer_source,
@@ -333,7 +333,7 @@ def _items_stats(sets: Sequence[tuple[CompareItems, int, str]]):
             }
             for name in names[i]:
                 if sums is None or total is None:
-                    fig[name] = _wmean(rows[r], None)
+                    fig[name] = weighted_mean(rows[r], None)
                 else:
                     fig[name] = float(sums[r] / total)
                 r += 1
@@ -497,7 +497,7 @@ def _policies(
 
 
 def _streams_on(con, run: dict, question: str, splits: list[str], stream: bool | None) -> bool:
-    """:func:`workbench.evaluation._streams` of ``splits``, its row count summed split by split: the
+    """:func:`workbench.evaluation.should_stream` of ``splits``, its row count summed split by split: the
     keys read of each split is one the comparison reads anyway (shared by ``shared_keys``), where the
     splits together would be a keys read of their own."""
     from workbench.evaluation import stream_cells
@@ -537,12 +537,10 @@ def _policy_test(result, options: ThresholdOptions, counts: dict | None) -> dict
     """:func:`_policy_figures` of ``result`` judged on the test split from the side's rule counts
     (:func:`~workbench.thresholds.evaluate.rule_counts` summed over its labelled rows, as
     ``thresholds_for_run`` judges it; None: no labelled row, no test report)."""
-    from workbench.thresholds.choose import _test_risks
     from workbench.thresholds.evaluate import rule_report_from_counts
 
     if counts is not None:
-        result.test = rule_report_from_counts(counts, option_ids=result.option_ids, confidence=options.confidence)
-        result.test_risks = _test_risks(result.test, options, result.option_ids)
+        result.attach_test(rule_report_from_counts(counts, option_ids=result.option_ids, confidence=options.confidence))
     out = _policy_figures(result, options)
     out.pop("_rule"), out.pop("_calibrator")
     return out
@@ -556,8 +554,7 @@ def _decide(rule_and_calibrator: tuple, probs: np.ndarray):
 def _decide_counted(rule_and_calibrator: tuple, probs: np.ndarray):
     """(:func:`_decide`'s decisions, how many rows are not finite after the calibrator): what
     :func:`~workbench.thresholds.evaluate.rule_counts` counts as failed."""
-    from workbench.metrics.recalibrate import calibrator_from_dict
-    from workbench.thresholds.choose import apply_calibrator
+    from workbench.metrics.recalibrate import apply_calibrator, calibrator_from_dict
 
     rule, calibrator = rule_and_calibrator
     if calibrator is not None:
@@ -725,10 +722,10 @@ def stream_sides(con, runs: Sequence[tuple[str, Any]], question: str, split: str
     calibrated views: :func:`workbench.workflows.read_together`), from one pass over those rows: each
     batch is read once and turned into every run's items as that run reads it."""
     from workbench.thresholds.evaluate import add_rule_counts
-    from workbench.workflows import _as_read, _transforms, read_together
+    from workbench.workflows import as_read, read_together, read_transforms
 
     source, calibrators = read_together(con, [r for r, _ in runs])
-    transforms = _transforms(calibrators, question)
+    transforms = read_transforms(calibrators, question)
     run = get_run(con, runs[0][0])
     keys = load_answer_keys(con, runs[0][0], question, [split], ids=False)  # names an unknown question
     q = load_stored_schema(con, run["schema_hash"]).questions[question]
@@ -753,7 +750,7 @@ def stream_sides(con, runs: Sequence[tuple[str, Any]], question: str, split: str
             sub = keep[start : start + ITEM_ROWS]
             raw, sub_labels, at = batch.probs[sub], batch.labels[sub], index[pos[sub]]
             for i, (t, (_, rule)) in enumerate(zip(transforms, runs, strict=True)):
-                part, part_counts = _items_counted(_as_read(t, raw), sub_labels, batch.qtype, None, rule)
+                part, part_counts = _items_counted(as_read(t, raw), sub_labels, batch.qtype, None, rule)
                 every[i].put(at, part)
                 if part_counts is not None:
                     counts[i] = add_rule_counts(counts[i], part_counts)
@@ -980,7 +977,7 @@ def compare_runs(
         raise NotFoundError(
             f"the baseline run has no question {unknown[0]!r}", hint=f"questions: {', '.join(base_schema.question_ids)}"
         )
-    from workbench.evaluation import _streams
+    from workbench.evaluation import should_stream
 
     # baseline first, so its items are known when the others are paired with it
     ordered = [base] + [r for r in runs if r["run_id"] != base["run_id"]]
@@ -1033,14 +1030,14 @@ def compare_runs(
             rule, pol = policies.get((run["run_id"], q), (None, None))
             if (run["run_id"], q) in read_ahead:
                 side = read_ahead.pop((run["run_id"], q))
-            elif _streams(con, run, q, [split], stream):
+            elif should_stream(con, run, q, [split], stream):
                 # the later runs that read the same rows are read in the same pass (their sides wait)
                 together = [run] + [
                     r
                     for r in ordered[ordered.index(run) + 1 :]
                     if q in schemas[r["run_id"]].questions
                     and _read_key(con, r) == _read_key(con, run)
-                    and _streams(con, r, q, [split], stream)
+                    and should_stream(con, r, q, [split], stream)
                 ]
                 sides = stream_sides(
                     con, [(r["run_id"], policies.get((r["run_id"], q), (None, None))[0]) for r in together], q, split

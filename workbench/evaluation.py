@@ -117,7 +117,7 @@ def report_run(
     for q in questions:
         options: dict[str, Any] = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level, "smooth": smooth}
         excluded = (exclude_items or {}).get(q)
-        if _streams(con, run, q, splits, stream):
+        if should_stream(con, run, q, splits, stream):
             if labels != "majority" or slice_list:
                 raise WorkbenchError(
                     f"{run['run_id']} is too large to report {q!r} with "
@@ -178,7 +178,10 @@ def stream_cells() -> int:
     return int(os.environ.get("WORKBENCH_STREAM_CELLS") or STREAM_CELLS)
 
 
-def _streams(con: Any, run: dict, question: str, splits: Sequence[str] | None, stream: bool | None) -> bool:
+def should_stream(con: Any, run: dict, question: str, splits: Sequence[str] | None, stream: bool | None) -> bool:
+    """Whether ``question`` of ``run`` (a run row, :func:`~workbench.store.runs.get_run`) on ``splits`` is read
+    in batches: ``stream`` when given (True/False), else whether its answers × options exceed
+    :func:`stream_cells` (a question the run does not have: False, its loader names it)."""
     if stream is not None:
         return stream
     questions = load_stored_schema(con, run["schema_hash"]).questions
@@ -191,7 +194,7 @@ def _streams(con: Any, run: dict, question: str, splits: Sequence[str] | None, s
 def is_large(con: Any, run_id: str, question: str, splits: Sequence[str] | None) -> bool:
     """True when ``question`` of ``run_id`` on ``splits`` has more probabilities than :func:`stream_cells`
     (the size above which every store-backed figure is computed from batches)."""
-    return _streams(con, get_run(con, run_id), question, splits, None)
+    return should_stream(con, get_run(con, run_id), question, splits, None)
 
 
 def stream_question_report(
@@ -396,8 +399,9 @@ def agreement_for_run(
 FIT_ROWS_MAX = 100_000
 
 
-def _fit_sample(con: Any, run_id: str, question: str, split: str, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """(probs, labels) of the answered, labelled rows of ``split`` in item-id order, and how many there were.
+def fit_sample(con: Any, run_id: str, question: str, split: str, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(probs (m, k), labels (m,) in [0, k)) of the answered, labelled rows of ``split`` in item-id order,
+    and how many such rows there were (>= m): what a calibrator is fitted on.
 
     One read without probabilities (labels, failures) and one streamed pass; when there are more than
     :data:`FIT_ROWS_MAX` such rows, a seeded sample of that many is kept (so memory is bounded by
@@ -475,7 +479,7 @@ def calibrate_run(
             )
     fitted, summary = {}, {}
     for q in qs:
-        probs, labels, available = _fit_sample(con, run["run_id"], q, fit_split, seed)
+        probs, labels, available = fit_sample(con, run["run_id"], q, fit_split, seed)
         if len(labels) < 2:
             raise CalibrationFitError(
                 f"{run['run_id']} has {plural(len(labels), 'answered, labelled item')} on "

@@ -61,12 +61,13 @@ def thresholds_for_run(
     return choose_thresholds(calibration, test, options)
 
 
-#: Questions with more probabilities than this (n items × k options) are streamed (see ``evaluation``).
 def _streams(con, run_id: str, question: str, splits: list[str], stream: bool | None) -> bool:
-    from workbench.evaluation import _streams as report_streams
+    """:func:`workbench.evaluation.should_stream` of a run id: ``stream`` when given, else whether the question
+    has more probabilities (n items × k options) than ``workbench.evaluation.stream_cells()``."""
+    from workbench.evaluation import should_stream
     from workbench.store.runs import get_run
 
-    return report_streams(con, get_run(con, run_id), question, splits, stream)
+    return should_stream(con, get_run(con, run_id), question, splits, stream)
 
 
 def streamed_prepare(
@@ -93,15 +94,17 @@ def read_together(con, run_ids: Sequence[str]) -> tuple[str, list]:
     return sources[0][0], [c for _, c in sources]
 
 
-def _transforms(calibrators: list, question: str) -> list:
-    """Each run's on-read transform of ``question`` (None: its rows are read as stored)."""
-    from workbench.store.runs import _on_read_transform  # the transform iter_answer_batches applies
+def read_transforms(calibrators: list, question: str) -> list:
+    """Each run's on-read transform of ``question``, (n, k) -> (n, k) (None: its rows are read as stored), from
+    the calibrators of :func:`read_together`: what :func:`~workbench.store.runs.iter_answer_batches` applies."""
+    from workbench.store.runs import on_read_transform  # the transform iter_answer_batches applies
 
-    return [_on_read_transform(c, question) for c in calibrators]
+    return [on_read_transform(c, question) for c in calibrators]
 
 
-def _as_read(transform, probs: np.ndarray) -> np.ndarray:
-    """``probs`` (rows of the answer source) as the run reads them."""
+def as_read(transform, probs: np.ndarray) -> np.ndarray:
+    """``probs`` (n, k) (rows of the answer source) as the run reads them: through ``transform`` (one of
+    :func:`read_transforms`) when it is not None."""
     return probs if transform is None else transform(probs)
 
 
@@ -113,18 +116,13 @@ def streamed_prepare_many(
     are gathered once (each run fits its calibrator on them as it reads them) and one pass computes
     every run's rule coordinates. Each run's result is the one :func:`streamed_prepare` gives it alone."""
     from workbench.evaluation import FIT_ROWS_MAX
+    from workbench.metrics.recalibrate import apply_calibrator, fit_calibrator
     from workbench.store.runs import gather_answer_rows, iter_answer_batches, load_answer_keys
-    from workbench.thresholds.choose import (
-        _fit_calibrator,
-        apply_calibrator,
-        calibrator_carve,
-        check_question,
-        prepare_from_coordinates,
-    )
+    from workbench.thresholds.choose import calibrator_carve, check_question, prepare_from_coordinates
     from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
 
     source, calibrators = read_together(con, run_ids)
-    transforms = _transforms(calibrators, question)
+    transforms = read_transforms(calibrators, question)
     # the keys read is the source's (every run reads the same rows, ids, splits and gold labels)
     keys = load_answer_keys(con, run_ids[0], question, [calibration_split], ids=False)
     opt_ids, qtype, k = list(keys.option_ids), keys.qtype, len(keys.option_ids)
@@ -147,10 +145,10 @@ def streamed_prepare_many(
                 "of its carve (the run is streamed)"
             )
         probs, labels = gather_answer_rows(con, source, question, calibration_split, fit_rows)
-        fitted = [_fit_calibrator(options.calibrate, _as_read(t, probs), labels) for t in transforms]
+        fitted = [fit_calibrator(options.calibrate, as_read(t, probs), labels) for t in transforms]
         del probs, labels
     else:
-        fitted = [_fit_calibrator("none", np.zeros((0, k)), np.zeros(0, int)) for _ in transforms]
+        fitted = [fit_calibrator("none", np.zeros((0, k)), np.zeros(0, int)) for _ in transforms]
         fit_rows = None
     del labelled, carve, fit_rows
     certify = np.flatnonzero(role == 0)
@@ -170,7 +168,7 @@ def streamed_prepare_many(
         for i, (t, calibrator) in enumerate(zip(transforms, fitted, strict=True)):
             c = rule_coordinates(
                 qtype,
-                apply_calibrator(calibrator, _as_read(t, b.probs[rows])),
+                apply_calibrator(calibrator, as_read(t, b.probs[rows])),
                 abstain_options=abstain_idx,
                 level=options.level,
             )
@@ -218,8 +216,9 @@ def streamed_thresholds_many(
     """:func:`streamed_thresholds` of several runs that read the same answer rows (:func:`read_together`),
     each pass over those rows serving every run (:func:`streamed_prepare_many`); each run's result is
     the one ``streamed_thresholds`` gives it alone."""
+    from workbench.metrics.recalibrate import apply_calibrator
     from workbench.store.runs import iter_answer_batches
-    from workbench.thresholds.choose import _finish, _test_risks, apply_calibrator, select_prepared
+    from workbench.thresholds.choose import finish_result, select_prepared
     from workbench.thresholds.evaluate import add_rule_counts, rule_counts, rule_report_from_counts
 
     results = []
@@ -227,32 +226,34 @@ def streamed_thresholds_many(
         sel = select_prepared(prep, options, keys)
         if note:
             sel.notes.append(note)
-        results.append((prep, _finish(prep, sel, options, keys, None)))
+        n_calibration = int(np.count_nonzero(keys.labels >= 0))
+        results.append((prep, finish_result(prep, sel, options, question=question, n_calibration=n_calibration)))
     if test_split:
         source, calibrators = read_together(con, run_ids)
-        transforms = _transforms(calibrators, question)
+        transforms = read_transforms(calibrators, question)
         counts: list[dict | None] = [None] * len(results)
         for _, b in iter_answer_batches(con, source, question, [test_split]):
             rows = b.labels >= 0
             if not rows.any():
                 continue
             for i, (t, (prep, result)) in enumerate(zip(transforms, results, strict=True)):
-                probs = apply_calibrator(prep.calibrator, _as_read(t, b.probs[rows]))
+                probs = apply_calibrator(prep.calibrator, as_read(t, b.probs[rows]))
                 counts[i] = add_rule_counts(counts[i], rule_counts(result.rule, probs, b.labels[rows]))
         for (prep, result), c in zip(results, counts, strict=True):
             if c is not None:
-                result.test = rule_report_from_counts(c, option_ids=prep.option_ids, confidence=options.confidence)
-                result.test_risks = _test_risks(result.test, options, prep.option_ids)
+                result.attach_test(
+                    rule_report_from_counts(c, option_ids=prep.option_ids, confidence=options.confidence)
+                )
     return [result for _, result in results]
 
 
 def split_calibrator(con, run_id: str, question: str, method: str, *, seed: int = 0):
     """A ``method`` calibrator fitted on the answered, labelled rows of the run's calibration split
     (at most ``evaluation.FIT_ROWS_MAX`` of them, a seeded sample beyond), read in batches."""
-    from workbench.evaluation import _fit_sample
+    from workbench.evaluation import fit_sample
     from workbench.metrics.recalibrate import make_calibrator
 
-    probs, labels, _ = _fit_sample(con, run_id, question, "calibration", seed)
+    probs, labels, _ = fit_sample(con, run_id, question, "calibration", seed)
     return make_calibrator(method).fit(probs, labels)
 
 
@@ -277,8 +278,8 @@ def labelled_items(
     con, run_id: str, question: str, split: str, *, calibrator: Any = None, option: int | None = None
 ) -> LabelledItems:
     """:class:`LabelledItems` of ``split`` (probabilities passed through ``calibrator`` when given)."""
+    from workbench.metrics.recalibrate import apply_calibrator
     from workbench.store.runs import iter_answer_batches, load_answer_keys
-    from workbench.thresholds.choose import apply_calibrator
     from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
 
     keys = load_answer_keys(con, run_id, question, [split], ids=False)

@@ -24,7 +24,7 @@ from workbench.metrics.slices import MISSING, length_buckets, slice_groups
 from workbench.store.datasets import ImportSpec, dataset_info, import_dataset, load_item_meta
 from workbench.store.db import connect, table_counts
 from workbench.store.runs import load_answers
-from workbench.thresholds.guarantees import clopper_pearson, wilson
+from workbench.thresholds.bounds import clopper_pearson, wilson
 
 SCHEMA = str(ROOT / "experiments" / "schemas" / "sms_spam.yaml")
 N_BOOT = 50

@@ -11,8 +11,8 @@ import pytest
 from sklearn.metrics import brier_score_loss
 from sklearn.metrics import log_loss as sk_log_loss
 
-from workbench.metrics.report import choice_report, noul_report
-from workbench.metrics.soft import item_soft_floors, soft_brier, soft_ece, soft_log_loss, soft_report, vote_shares
+from workbench.metrics.report import choice_report, noul_report, soft_report
+from workbench.metrics.soft import item_soft_floors, soft_brier, soft_ece, soft_log_loss, vote_shares
 
 
 def _data(n: int, k: int, seed: int, max_votes: int = 5):

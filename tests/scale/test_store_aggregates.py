@@ -151,6 +151,11 @@ def test_grid_points_give_the_surface_and_the_rules_test_figures(store, question
         ("intent", ThresholdOptions(calibrate="none", alpha=0.01)),  # nothing certified
         ("intent", ThresholdOptions(calibrate="none", alpha=0.3, per_class=True)),
         ("urgent", ThresholdOptions(calibrate="none", alpha=0.2)),
+        # misroute costs and a critical option: the test cost and critical rates (attach_test) too
+        (
+            "intent",
+            ThresholdOptions(calibrate="none", alpha=0.9, costs={"o0": {"*": 2.0}}, constraints={"o3": 0.9}),
+        ),
     ],
 )
 def test_certified_from_points_equals_thresholds_for_run(store, question, opts):
@@ -158,6 +163,8 @@ def test_certified_from_points_equals_thresholds_for_run(store, question, opts):
     pts = sa.grid_points(con, run_id, question, ("calibration", "test"), grid=opts.grid)
     assert pts is not None
     mine = sa.certified_from_points(question, pts["calibration"], pts["test"], opts)
+    if opts.costs is not None:  # certified, so the test cost and critical rates are figures
+        assert mine is not None and mine.certified and mine.test_risks and mine.test_risks["cost"]["n_accepted"] > 0
     for stream in (False, True):
         ref = thresholds_for_run(con, run_id, question, opts, stream=stream).to_dict()
         assert mine is not None and mine.to_dict() == ref

@@ -134,6 +134,10 @@ def test_calibrated_view_stores_parameters_and_reads_the_parent_transformed(stor
         ("intent", {"calibrate": "none", "objective": "coverage", "target_coverage": 0.5}),
         ("urgent", {"alpha": 0.2}),
         ("severity", {"alpha": 0.3, "calibrate": "none"}),
+        # misroute costs and critical options: the test cost and critical rates (attach_test) too
+        ("intent", {"alpha": 0.9, "calibrate": "none", "costs": {"o0": {"*": 2.0}}, "constraints": {"o3": 0.9}}),
+        ("intent", {"alpha": 0.6, "constraints": {"o3": 0.5}}),
+        ("intent", {"objective": "cost", "costs": {"o0": {"*": 3.0}, "o1": {"o2": 2.0}}, "error_cost": 0.5}),
     ],
 )
 def test_streamed_thresholds_equal_the_in_memory_thresholds(store, tiny_batches, question, kw):
@@ -145,6 +149,8 @@ def test_streamed_thresholds_equal_the_in_memory_thresholds(store, tiny_batches,
     mem = thresholds_for_run(con, run_id, question, opts, stream=False)
     streamed = thresholds_for_run(con, run_id, question, opts, stream=True)
     assert mem.test is not None and mem.test["n_items"] > 300
+    if opts.costs is not None or opts.constraints:  # a rule that accepts, so its test risks are figures
+        assert mem.test["n_accepted"] > 100 and mem.test_risks is not None
     _same(mem.to_dict(), streamed.to_dict(), question)
     assert np.array_equal(mem.surface.accepted, streamed.surface.accepted)
 

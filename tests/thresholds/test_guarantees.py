@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from tests.thresholds.synth import choice_data
+from workbench.thresholds.bounds import clopper_pearson, wilson
 from workbench.thresholds.guarantees import (
     ThresholdError,
     binomial_upper_bound,
-    clopper_pearson,
     error_cost_weights,
     fixed_sequence_rejections,
     hoeffding_bentkus_p_values,
@@ -18,7 +18,6 @@ from workbench.thresholds.guarantees import (
     select_guarantee,
     select_target,
     strict_to_lax_paths,
-    wilson,
 )
 from workbench.thresholds.surface import risk_coverage_surface
 

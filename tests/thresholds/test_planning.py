@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import copy_store, run_cli
 from tests.thresholds.synth import choice_data, noul_data
 from workbench.errors import OptionError
-from workbench.thresholds.choose import ThresholdOptions, _fit_calibrator, apply_calibrator, choose_thresholds
+from workbench.thresholds.choose import ThresholdOptions, apply_calibrator, choose_thresholds, fit_calibrator
 from workbench.thresholds.guarantees import select_guarantee, select_guarantee_split
 from workbench.thresholds.planning import certify_batch, logistic_errors, plan_labels_from_pilot
 from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
@@ -129,7 +129,7 @@ def _certify_like_workbench(probs: np.ndarray, labels: np.ndarray, opts: Thresho
     carve, the fixed-sequence order learned on the seeded held-apart share; class counts are left out
     (they do not enter the pooled certificate), which makes a draw ~10× faster."""
     fit = np.random.default_rng(opts.seed).random(len(labels)) < opts.calibrator_fraction
-    cal = _fit_calibrator(opts.calibrate, probs[fit], labels[fit])
+    cal = fit_calibrator(opts.calibrate, probs[fit], labels[fit])
     coords = rule_coordinates("choice", apply_calibrator(cal, probs[~fit]))
     correct = coords.predicted == labels[~fit]
     pooled = RuleCoordinates(np.zeros(len(correct), int), coords.x, coords.y, coords.x_name, coords.y_name)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.engines.sessions import DuckDBEngine, Engine, SparkEngine, _is_remote, open_engine
+from workbench.engines.sessions import DuckDBEngine, Engine, SparkEngine, is_remote, open_engine
 from workbench.errors import OptionError
 
 DECISION_FIELDS = [
@@ -170,7 +170,7 @@ def _is_parquet(path: str) -> bool:
     """A Parquet file, a directory of them (hive partitions), or a remote prefix that is not JSON Lines."""
     if path.endswith(".parquet"):
         return True
-    if _is_remote(path):
+    if is_remote(path):
         return not path.endswith((".jsonl", ".json", ".ndjson", ".gz"))
     return Path(path).is_dir() and next(Path(path).rglob("*.parquet"), None) is not None
 
@@ -511,9 +511,9 @@ def _files(paths: Sequence[str | Path], what: str) -> list[str]:
     """Local paths and globs expanded (each must exist); remote URLs (``s3a://…``) and directories as given."""
     from workbench.monitor.logs import expand_paths
 
-    local = [str(p) for p in paths if not _is_remote(str(p)) and not Path(str(p)).is_dir()]
+    local = [str(p) for p in paths if not is_remote(str(p)) and not Path(str(p)).is_dir()]
     out = expand_paths(local, what) if local else []
-    return out + [str(p) for p in paths if _is_remote(str(p)) or Path(str(p)).is_dir()]
+    return out + [str(p) for p in paths if is_remote(str(p)) or Path(str(p)).is_dir()]
 
 
 def monitor_on_engine(

@@ -30,7 +30,8 @@ def _lit(x: float) -> str:
     return f"CAST('{float(x)!r}' AS DOUBLE)"
 
 
-def _is_remote(path: str) -> bool:
+def is_remote(path: str) -> bool:
+    """True for a URL (``s3://…``, ``https://…``), False for a local path."""
     return "://" in path
 
 
@@ -148,7 +149,7 @@ class DuckDBEngine(Engine):
         files: list[str] = []
         for p in paths:
             s = str(p)
-            if _is_remote(s) or any(c in s for c in "*?["):
+            if is_remote(s) or any(c in s for c in "*?["):
                 files.append(s)
             elif Path(s).is_dir():
                 files.append(str(Path(s) / "**" / "*.parquet"))
@@ -256,7 +257,7 @@ class SparkEngine(Engine):
         names: list[str] = []
         for p in paths:
             s = str(p)
-            if _is_remote(s):
+            if is_remote(s):
                 names.append(s)
                 continue
             hits = sorted(glob.glob(s)) if any(c in s for c in "*?[") else ([s] if Path(s).exists() else [])

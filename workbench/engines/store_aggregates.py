@@ -127,15 +127,8 @@ def certified_from_points(
 
     ``surface``: the calibration points' risk–coverage surface if the caller has drawn it (see
     :func:`workbench.thresholds.choose.prepare_from_coordinates`, which checks that it fits)."""
-    from workbench.answers import RunAnswers
-    from workbench.thresholds.choose import (
-        _finish,
-        _fit_calibrator,
-        _test_risks,
-        check_question,
-        prepare_from_coordinates,
-        select_prepared,
-    )
+    from workbench.metrics.recalibrate import fit_calibrator
+    from workbench.thresholds.choose import check_question, finish_result, prepare_from_coordinates, select_prepared
     from workbench.thresholds.evaluate import evaluate_rule_at
 
     if options.calibrate not in ("none", "identity") or options.objective != "guarantee" or options.abstain_options:
@@ -146,39 +139,24 @@ def certified_from_points(
     k = len(opt_ids)
     labels = np.asarray(calibration.labels, dtype=np.int64)
     abstain = check_question(question, calibration.qtype, opt_ids, len(labels), options)
-    calibrator = _fit_calibrator("none", np.zeros((0, k)), np.zeros(0, int))
+    calibrator = fit_calibrator("none", np.zeros((0, k)), np.zeros(0, int))
     coords = _int64(calibration.coords)
     prep = prepare_from_coordinates(
         question, calibration.qtype, opt_ids, abstain, calibrator, 0, coords, labels, options, surface=surface
     )
-    n = len(labels)
-    keys = RunAnswers(
-        run_id="",
-        question=question,
-        qtype=calibration.qtype,
-        option_ids=opt_ids,
-        item_ids=np.broadcast_to(np.array(None, dtype=object), (n,)),
-        splits=np.broadcast_to(np.array("calibration", dtype=object), (n,)),
-        probs=np.zeros((n, 0)),
-        labels=labels,
-        failed=coords.predicted < 0,
-        failure_kind=np.broadcast_to(np.array(None, dtype=object), (n,)),
-        latency_ms=np.broadcast_to(np.nan, (n,)),
-        cost_usd=np.broadcast_to(np.nan, (n,)),
-        input_tokens=np.broadcast_to(np.nan, (n,)),
-    )
-    sel = select_prepared(prep, options, keys)
-    result = _finish(prep, sel, options, keys, None)
+    sel = select_prepared(prep, options)  # the guarantee objective: no API cost is read
+    result = finish_result(prep, sel, options, question=question, n_calibration=len(labels))
     if test is not None and len(test.labels):
-        result.test = evaluate_rule_at(
-            result.rule,
-            _int64(test.coords),
-            np.asarray(test.labels, dtype=np.int64),
-            n_options=k,
-            option_ids=opt_ids,
-            confidence=options.confidence,
+        result.attach_test(
+            evaluate_rule_at(
+                result.rule,
+                _int64(test.coords),
+                np.asarray(test.labels, dtype=np.int64),
+                n_options=k,
+                option_ids=opt_ids,
+                confidence=options.confidence,
+            )
         )
-        result.test_risks = _test_risks(result.test, options, opt_ids)
     return result
 
 

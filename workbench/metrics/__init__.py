@@ -56,7 +56,7 @@ _LAZY = {
     "ConfusionDisplay": "displays",
     "RiskCoverageDisplay": "displays",
     "ThresholdSurfaceDisplay": "displays",
-    "soft_report": "soft",
+    "soft_report": "report",
     "soft_log_loss": "soft",
     "soft_brier": "soft",
     "soft_ece": "soft",

@@ -78,7 +78,9 @@ class Interval:
         }
 
 
-def _percentiles(reps: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+def percentiles(reps: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """The two-sided percentile interval at ``level`` in (0, 1) of each column of ``reps`` (n_boot, m)
+    (NaN replicates ignored): ``(low, high)``, each (m,); empty arrays when ``reps`` is empty."""
     alpha = (1.0 - level) / 2.0
     with np.errstate(all="ignore"):
         lo = np.nanquantile(reps, alpha, axis=0) if reps.size else np.array([])
@@ -138,7 +140,7 @@ def bootstrap_shared(
                     reps[i][b] = [values[k] for k in names[i]]
     out = []
     for est, nm, r in zip(estimates, names, reps, strict=True):
-        lo, hi = _percentiles(r, level) if n_boot and n > 0 else (np.full(len(nm), np.nan),) * 2
+        lo, hi = percentiles(r, level) if n_boot and n > 0 else (np.full(len(nm), np.nan),) * 2
         intervals = {
             k: Interval(float(est[k]), float(lo[i]), float(hi[i]), level, n_boot if n > 0 else 0)
             for i, k in enumerate(nm)
@@ -226,7 +228,7 @@ def paired_from_replicates(
 def _paired_result(
     est_a: dict, est_b: dict, names: list[str], diffs: np.ndarray, n_boot: int, level: float
 ) -> dict[str, PairedDifference]:
-    lo, hi = _percentiles(diffs, level) if n_boot else (np.full(len(names), np.nan),) * 2
+    lo, hi = percentiles(diffs, level) if n_boot else (np.full(len(names), np.nan),) * 2
     out = {}
     for i, k in enumerate(names):
         d = diffs[:, i][np.isfinite(diffs[:, i])]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from workbench.metrics.bootstrap import PairedDifference, _percentiles
+from workbench.metrics.bootstrap import PairedDifference, percentiles
 
 #: ``stats(W)``: W (r, cells) float weights per cell → {name: (r,) values}.
 CellStats = Callable[[np.ndarray], Mapping[str, np.ndarray]]
@@ -54,7 +54,7 @@ def paired_cell_bootstrap(
         w = poisson_cell_weights(counts, n_boot, seed)
         va, vb = stats_a(w), stats_b(w)
         diffs = np.column_stack([np.asarray(vb[k], float) - np.asarray(va[k], float) for k in names])
-        lo, hi = _percentiles(diffs, level)
+        lo, hi = percentiles(diffs, level)
     else:
         diffs = np.empty((0, len(names)))
         lo = hi = np.full(len(names), np.nan)

@@ -172,3 +172,28 @@ def make_calibrator(method: str):
 def calibrator_from_dict(d: dict):
     """Rebuild a fitted calibrator from :meth:`to_dict` output (raises on unknown types or bad params)."""
     return _applied.calibrator_from_dict(d, CALIBRATORS)
+
+
+def fit_calibrator(method: str, probs: np.ndarray, labels: np.ndarray):
+    """A ``method`` calibrator fitted on ``probs`` (n, k), rows summing to 1 (NaN rows ignored) and
+    ``labels`` (n,) in [0, k) (labels < 0 ignored); ``none`` or ``identity`` gives the identity
+    calibrator without fitting (``probs`` and ``labels`` are then not read and may be empty)."""
+    identity = method in ("none", "identity")
+    cal = make_calibrator("identity" if identity else method)
+    if not identity:
+        cal.fit(probs, labels)
+    return cal
+
+
+def apply_calibrator(cal: Any, probs: np.ndarray) -> np.ndarray:
+    """``probs`` (n, k) through the fitted calibrator ``cal``: (n, k) float, answered rows calibrated,
+    failed (NaN) rows left NaN."""
+    ok = np.isfinite(probs).all(axis=1)
+    if ok.all():
+        # every row answered: the calibrators map rows one by one into a new array, so the rows are
+        # the same numbers without a copy of them in and out
+        return np.asarray(cal.transform(probs), dtype=float)
+    out = np.full_like(probs, np.nan, dtype=float)
+    if ok.any():
+        out[ok] = cal.transform(probs[ok])
+    return out

@@ -32,6 +32,7 @@ from workbench.metrics import reliability as rel
 from workbench.metrics import scores as sc
 from workbench.metrics.bootstrap import Interval, bootstrap_many
 from workbench.metrics.confusion import ConfusionResult, confusion_result, macro_f1_from_matrix
+from workbench.metrics.soft import item_soft_brier, item_soft_floors, item_soft_log_loss, vote_shares
 
 #: What a report scores against: the majority label of an item's votes, or the vote distribution.
 LABEL_MODES = ("majority", "soft")
@@ -689,6 +690,69 @@ REPORTERS: dict[str, Callable[..., QuestionReport]] = {
 }
 
 
+def soft_report(
+    probs: np.ndarray,
+    counts: np.ndarray,
+    option_ids: list[str] | None = None,
+    *,
+    qtype: str = "choice",
+    question: str = "",
+    n_bins: int = 15,
+    n_boot: int = 200,
+    seed: int = 0,
+    level: float = 0.95,
+    failure_kinds: Iterable | None = None,
+    exclude: np.ndarray | None = None,
+):
+    """A :class:`QuestionReport` of the soft scores (:mod:`workbench.metrics.soft`) with bootstrap intervals.
+
+    ``counts`` (n, k) are the votes per item (an item without votes counts as unlabelled); the
+    reliability curves are top-label with the vote share of the predicted option as accuracy.
+    """
+    probs = np.asarray(probs, dtype=float)
+    counts = np.asarray(counts, dtype=float)
+    k = probs.shape[1]
+    opts = option_ids or [str(j) for j in range(k)]
+    has_votes = np.where(counts.sum(axis=1) > 0, 0, -1)
+    keep, tallies = _split_rows(probs, has_votes, failure_kinds, exclude)
+    tallies["n_votes"] = int(counts[keep].sum())
+    params = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level, "labels": "soft"}
+    report = QuestionReport(question, qtype, list(opts), tallies, params=params)
+    p, c = _take_rows(probs, keep), counts[keep]
+    n = p.shape[0]
+    if n == 0:
+        return report
+    q = vote_shares(c)
+    pred = p.argmax(axis=1)
+    conf = p[np.arange(n), pred]
+    share = q[np.arange(n), pred]
+    ll = item_soft_log_loss(p, q)
+    br = item_soft_brier(p, q, qtype)
+    ent, br_floor = item_soft_floors(q, qtype)
+    top = _Bins(share, conf, n_bins)
+
+    def stats(w: np.ndarray | None) -> dict[str, float]:
+        su, sq = top.stats(w)
+        return {
+            "soft_accuracy": _wmean(share, w),
+            "soft_log_loss": _wmean(ll, w),
+            "soft_brier": _wmean(br, w),
+            "soft_ece_uniform": rel.ece_from_stats(su),
+            "soft_ece_quantile": rel.ece_from_stats(sq),
+            "soft_log_loss_floor": _wmean(ent, w),
+            "soft_brier_floor": _wmean(br_floor, w),
+        }
+
+    report.metrics = _intervals(stats, n, n_boot, seed, level)
+    report.replicate = (keep, stats)
+    su, sq = top.stats(None)
+    report.curves = {
+        "top_label_uniform": rel.curve_from_stats(su, "uniform", "top-label (vote share)"),
+        "top_label_quantile": rel.curve_from_stats(sq, "quantile", "top-label (vote share)"),
+    }
+    return report
+
+
 def question_report(
     answers: Any, *, exclude_items: Iterable[str] | None = None, labels: str = "majority", **kwargs: Any
 ) -> QuestionReport:
@@ -704,8 +768,6 @@ def question_report(
     if labels not in LABEL_MODES:
         raise WorkbenchError(f"labels={labels!r} is not one of {', '.join(LABEL_MODES)}", hint="--labels soft|majority")
     if labels == "soft":
-        from workbench.metrics.soft import soft_report
-
         if answers.votes is None:
             raise WorkbenchError(
                 f"question {answers.question!r}: no votes loaded for soft labels",

@@ -17,8 +17,9 @@ import numpy as np
 LOG_LOSS_FLOOR = float(np.finfo(float).eps)
 
 
-def _wmean(x: np.ndarray, w: np.ndarray | None, total: float | None = None) -> float:
-    """Mean of ``x`` weighted by ``w`` (``total``: Σw, when the caller has it already)."""
+def weighted_mean(x: np.ndarray, w: np.ndarray | None, total: float | None = None) -> float:
+    """Mean of ``x`` (n,) weighted by ``w`` (n,) >= 0, or unweighted when ``w`` is None (``total``: Σw,
+    when the caller has it already); NaN when ``x`` is empty."""
     if x.size == 0:
         return float("nan")
     return float(np.mean(x)) if w is None else float(np.dot(x, w) / (w.sum() if total is None else total))
@@ -61,7 +62,7 @@ def expected_level(probs: np.ndarray) -> np.ndarray:
 # -- headline scores -----------------------------------------------------------------------------
 def accuracy(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
     """Fraction of items whose arg-max option is the label, in [0, 1]."""
-    return _wmean((np.asarray(probs).argmax(axis=1) == np.asarray(labels)).astype(float), sample_weight)
+    return weighted_mean((np.asarray(probs).argmax(axis=1) == np.asarray(labels)).astype(float), sample_weight)
 
 
 def top_k_accuracy(probs: np.ndarray, labels: np.ndarray, k: int = 3) -> float:
@@ -82,7 +83,7 @@ def top_k_accuracy(probs: np.ndarray, labels: np.ndarray, k: int = 3) -> float:
 
 def log_loss(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
     """Mean negative log-likelihood of the label (nats), ≥ 0."""
-    return _wmean(item_log_loss(probs, labels), sample_weight)
+    return weighted_mean(item_log_loss(probs, labels), sample_weight)
 
 
 def brier_score(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
@@ -90,13 +91,13 @@ def brier_score(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray
 
     For a yes/no question this is twice the binary Brier score on P(yes) (see :func:`binary_brier`).
     """
-    return _wmean(item_brier(probs, labels), sample_weight)
+    return weighted_mean(item_brier(probs, labels), sample_weight)
 
 
 def binary_brier(y_true: np.ndarray, y_score: np.ndarray) -> float:
     """Mean (y_score − y_true)², in [0, 1] (scikit-learn's ``brier_score_loss``)."""
     y_true = np.asarray(y_true, dtype=float)
-    return _wmean((np.asarray(y_score, dtype=float) - y_true) ** 2, None)
+    return weighted_mean((np.asarray(y_score, dtype=float) - y_true) ** 2, None)
 
 
 @dataclass
@@ -238,17 +239,19 @@ def average_precision(y_true: np.ndarray, y_score: np.ndarray) -> float:
 # -- ordinal ------------------------------------------------------------------------------------
 def ranked_probability_score(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
     """Mean RPS (normalised by k − 1, so in [0, 1]); lower is better."""
-    return _wmean(item_rps(probs, labels), sample_weight)
+    return weighted_mean(item_rps(probs, labels), sample_weight)
 
 
 def mae_expected_level(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
     """Mean |E[level] − label| in levels."""
-    return _wmean(np.abs(expected_level(probs) - np.asarray(labels)), sample_weight)
+    return weighted_mean(np.abs(expected_level(probs) - np.asarray(labels)), sample_weight)
 
 
 def within_one_accuracy(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
     """Fraction of items whose arg-max level is at most one level from the label."""
-    return _wmean((np.abs(np.asarray(probs).argmax(axis=1) - np.asarray(labels)) <= 1).astype(float), sample_weight)
+    return weighted_mean(
+        (np.abs(np.asarray(probs).argmax(axis=1) - np.asarray(labels)) <= 1).astype(float), sample_weight
+    )
 
 
 def quadratic_weighted_kappa(

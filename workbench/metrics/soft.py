@@ -15,12 +15,11 @@ of the item — so with one vote per item it equals the hard score:
   vote distribution exactly would score. The distance to the floor is the model's own share.
 
 Cross-checked in the tests against scikit-learn's ``log_loss``/``brier_score_loss`` over the
-expanded votes with sample weights 1/votes per item.
+expanded votes with sample weights 1/votes per item. The report of these scores with bootstrap
+intervals is :func:`workbench.metrics.report.soft_report`.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 import numpy as np
 
@@ -84,68 +83,3 @@ def soft_ece(probs: np.ndarray, counts: np.ndarray, n_bins: int = 15, strategy: 
     pred = p.argmax(axis=1)
     conf = p[rows, pred]
     return rel.calibration_error(q[rows, pred], conf, n_bins=n_bins, strategy=strategy)
-
-
-def soft_report(
-    probs: np.ndarray,
-    counts: np.ndarray,
-    option_ids: list[str] | None = None,
-    *,
-    qtype: str = "choice",
-    question: str = "",
-    n_bins: int = 15,
-    n_boot: int = 200,
-    seed: int = 0,
-    level: float = 0.95,
-    failure_kinds: Iterable | None = None,
-    exclude: np.ndarray | None = None,
-):
-    """A :class:`~workbench.metrics.report.QuestionReport` of the soft scores with bootstrap intervals.
-
-    ``counts`` (n, k) are the votes per item (an item without votes counts as unlabelled); the
-    reliability curves are top-label with the vote share of the predicted option as accuracy.
-    """
-    from workbench.metrics.report import QuestionReport, _Bins, _intervals, _split_rows, _take_rows, _wmean
-
-    probs = np.asarray(probs, dtype=float)
-    counts = np.asarray(counts, dtype=float)
-    k = probs.shape[1]
-    opts = option_ids or [str(j) for j in range(k)]
-    has_votes = np.where(counts.sum(axis=1) > 0, 0, -1)
-    keep, tallies = _split_rows(probs, has_votes, failure_kinds, exclude)
-    tallies["n_votes"] = int(counts[keep].sum())
-    params = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level, "labels": "soft"}
-    report = QuestionReport(question, qtype, list(opts), tallies, params=params)
-    p, c = _take_rows(probs, keep), counts[keep]
-    n = p.shape[0]
-    if n == 0:
-        return report
-    q = vote_shares(c)
-    pred = p.argmax(axis=1)
-    conf = p[np.arange(n), pred]
-    share = q[np.arange(n), pred]
-    ll = item_soft_log_loss(p, q)
-    br = item_soft_brier(p, q, qtype)
-    ent, br_floor = item_soft_floors(q, qtype)
-    top = _Bins(share, conf, n_bins)
-
-    def stats(w: np.ndarray | None) -> dict[str, float]:
-        su, sq = top.stats(w)
-        return {
-            "soft_accuracy": _wmean(share, w),
-            "soft_log_loss": _wmean(ll, w),
-            "soft_brier": _wmean(br, w),
-            "soft_ece_uniform": rel.ece_from_stats(su),
-            "soft_ece_quantile": rel.ece_from_stats(sq),
-            "soft_log_loss_floor": _wmean(ent, w),
-            "soft_brier_floor": _wmean(br_floor, w),
-        }
-
-    report.metrics = _intervals(stats, n, n_boot, seed, level)
-    report.replicate = (keep, stats)
-    su, sq = top.stats(None)
-    report.curves = {
-        "top_label_uniform": rel.curve_from_stats(su, "uniform", "top-label (vote share)"),
-        "top_label_quantile": rel.curve_from_stats(sq, "quantile", "top-label (vote share)"),
-    }
-    return report

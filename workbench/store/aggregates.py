@@ -41,7 +41,7 @@ import numpy as np
 
 from workbench.schema import option_ids
 from workbench.store.db import duckdb_settings
-from workbench.store.runs import ITEMS_WITH_GOLD_SQL, _answers_params, _question_of, answer_source, get_run, gold_cte
+from workbench.store.runs import ITEMS_WITH_GOLD_SQL, answer_source, answers_params, get_run, gold_cte, question_of
 
 #: DuckDB's memory limit while one of these queries runs (``WORKBENCH_AGGREGATE_MEMORY`` overrides it). Its
 #: joins hold the item ids of a whole dataset version: at 10M items they need about 2 GB to run without
@@ -135,10 +135,10 @@ def _rows_sql(
 
 def _run_split(con: duckdb.DuckDBPyConnection, run_id: str, question: str, split: str) -> tuple[dict, str, list, dict]:
     run = get_run(con, run_id)
-    q = _question_of(con, run, question)
+    q = question_of(con, run, question)
     opts = option_ids(q)
     source, _ = answer_source(con, run)
-    return run, q.type, opts, _answers_params(run, question, source, opts, [split])
+    return run, q.type, opts, answers_params(run, question, source, opts, [split])
 
 
 def metric_sums(
@@ -274,10 +274,10 @@ def grid_points(con: duckdb.DuckDBPyConnection, run_id: str, question: str, spli
     row of the run has one (no probability list is read), else ``list_position(probs, p_top) - 1``.
     """
     run = get_run(con, run_id)
-    q = _question_of(con, run, question)
+    q = question_of(con, run, question)
     qtype, opts = q.type, option_ids(q)
     source, _ = answer_source(con, run)
-    params = _answers_params(run, question, source, opts, list(splits))
+    params = answers_params(run, question, source, opts, list(splits))
     inf, minus_inf = "CAST('inf' AS DOUBLE)", "CAST('-inf' AS DOUBLE)"
     # a choice question's stored arg-max, when every row of the run has one: no probability list is read
     stored = qtype == "choice" and _top_option_written(con, source, question)

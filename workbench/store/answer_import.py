@@ -56,7 +56,7 @@ import pyarrow.compute as pc
 from workbench.errors import DataImportError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.schema.answers import SUM_TOLERANCE
-from workbench.store.calls import _ANSWER_SCHEMA
+from workbench.store.calls import ANSWER_SCHEMA
 from workbench.store.db import ANSWERS_TABLE, duckdb_settings, fetch_scalar, memory_connection, transaction
 
 #: Rows per Arrow batch (65,536 × 77 doubles ≈ 40 MB per temporary).
@@ -98,7 +98,7 @@ _LONG_IGNORED = {"run_id", "split", "label", "p_top", "margin", "entropy", "prov
 #: Plus ``normalise_on_read``: the vectors are stored as given and normalised by the store's ``answers`` view
 #: (:data:`workbench.store.db.ANSWERS_VIEW`).
 _OUT_SCHEMA = pa.schema(
-    [f for f in _ANSWER_SCHEMA if f.name not in ("run_id", "vendor_confidence", "cache_key")]
+    [f for f in ANSWER_SCHEMA if f.name not in ("run_id", "vendor_confidence", "cache_key")]
     + [pa.field("normalise_on_read", pa.bool_())]
 )
 _OUT_COLUMNS = [f.name for f in _OUT_SCHEMA]

@@ -55,7 +55,8 @@ _CALL_SCHEMA = pa.schema(
         ("emulated", pa.bool_()),
     ]
 )
-_ANSWER_SCHEMA = pa.schema(
+#: The Arrow schema of a batch of answer rows as written to the answers table (one row per item and question).
+ANSWER_SCHEMA = pa.schema(
     [
         ("run_id", pa.string()),
         ("item_id", pa.string()),
@@ -77,7 +78,7 @@ _ANSWER_SCHEMA = pa.schema(
         ("cached", pa.bool_()),
     ]
 )
-ANSWER_FIELDS = [f.name for f in _ANSWER_SCHEMA]
+ANSWER_FIELDS = [f.name for f in ANSWER_SCHEMA]
 
 
 # -- paths ---------------------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def answers_table(rows: Sequence[dict]) -> pa.Table:
         p_top_[idx], margin_[idx], entropy_[idx] = p1, p1 - p2, entropy(m)
         top_[idx] = top_option(top, p1)
     cols: dict[str, Any] = {}
-    for f in _ANSWER_SCHEMA:
+    for f in ANSWER_SCHEMA:
         if f.name == "p_top":
             cols[f.name] = pa.array(p_top_, type=pa.float64(), from_pandas=True)
         elif f.name == "margin":
@@ -226,7 +227,7 @@ def answers_table(rows: Sequence[dict]) -> pa.Table:
             cols[f.name] = pa.array(entropy_, type=pa.float64(), from_pandas=True)
         else:
             cols[f.name] = pa.array([r.get(f.name) for r in rows], type=f.type)
-    return pa.table(cols, schema=_ANSWER_SCHEMA)
+    return pa.table(cols, schema=ANSWER_SCHEMA)
 
 
 def calls_table(rows: Sequence[dict]) -> pa.Table:

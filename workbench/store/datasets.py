@@ -33,7 +33,7 @@ from workbench.errors import DataImportError, NotFoundError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.schema.questions import parse_json_text
 from workbench.store.db import duckdb_settings, memory_connection, transaction
-from workbench.store.runs import save_schema
+from workbench.store.schemas import save_schema
 
 SPLITS = ("train", "calibration", "test")
 #: Other spellings accepted in a split column or a file name.
@@ -1698,7 +1698,7 @@ def dataset_info(con: duckdb.DuckDBPyConnection, name: str, version: int | None 
 def _stored_schema(con: duckdb.DuckDBPyConnection, schema_hash: str | None) -> DecisionSchema | None:
     if not schema_hash:
         return None
-    from workbench.store.runs import load_stored_schema
+    from workbench.store.schemas import load_stored_schema
 
     return load_stored_schema(con, schema_hash)
 

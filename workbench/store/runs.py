@@ -23,24 +23,7 @@ from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError, StoreError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.store.db import ANSWERS_TABLE, KEYS_MEMORY_LIMIT, normalise_rows, stream_memory, transaction
-
-
-# -- schemas -------------------------------------------------------------------------------------
-def save_schema(con: duckdb.DuckDBPyConnection, schema: DecisionSchema) -> str:
-    """Store ``schema`` by hash (idempotent) and return the hash."""
-    h = schema.hash
-    con.execute(
-        "INSERT INTO schemas (schema_hash, name, body) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-        [h, schema.name, json.dumps(schema.to_file_dict(), ensure_ascii=False)],
-    )
-    return h
-
-
-def load_stored_schema(con: duckdb.DuckDBPyConnection, schema_hash: str) -> DecisionSchema:
-    row = con.execute("SELECT body FROM schemas WHERE schema_hash = ?", [schema_hash]).fetchone()
-    if row is None:
-        raise NotFoundError(f"schema {schema_hash[:12]} is not in the store")
-    return DecisionSchema.from_dict(json.loads(row[0]), source=f"schema {schema_hash[:12]}")
+from workbench.store.schemas import load_stored_schema, save_schema
 
 
 # -- runs ----------------------------------------------------------------------------------------
@@ -240,7 +223,7 @@ def answer_source(con: duckdb.DuckDBPyConnection, run: dict) -> tuple[str, dict[
     return str(run["run_id"]), None
 
 
-def _on_read_transform(calibrators: dict[str, dict] | None, question: str):
+def on_read_transform(calibrators: dict[str, dict] | None, question: str):
     """The stored calibrator of ``question`` as a function (n, k) -> (n, k), or None (nothing to apply)."""
     if calibrators is None or question not in calibrators:
         return None
@@ -258,8 +241,10 @@ def _on_read_transform(calibrators: dict[str, dict] | None, question: str):
     return transform
 
 
-def _answers_params(run: dict, question: str, source: str, opts: list[str], splits) -> dict:
-    """The parameters of :data:`_ANSWERS_SQL` (``source``: the run whose rows are read)."""
+def answers_params(run: dict, question: str, source: str, opts: list[str], splits) -> dict:
+    """The named parameters of the answer readers' SQL (:data:`_ANSWERS_SQL`, :func:`gold_cte`): dataset,
+    version, question, ``source`` (the run whose rows are read), ``opts`` (the option ids, in schema
+    order) and ``splits`` (None: every split)."""
     return {
         "ds": run["dataset"],
         "v": int(run["dataset_version"]),
@@ -339,7 +324,8 @@ _ANSWERS_SQL = (
 )
 
 
-def _question_of(con: duckdb.DuckDBPyConnection, run: dict, question: str):
+def question_of(con: duckdb.DuckDBPyConnection, run: dict, question: str):
+    """The schema question ``question`` of ``run`` (a run row); raises NotFoundError naming the run's questions."""
     schema = load_stored_schema(con, run["schema_hash"])
     if question not in schema.questions:
         raise NotFoundError(
@@ -409,16 +395,16 @@ def load_answers(
     The whole (n, k) matrix is held in memory; :func:`iter_answer_batches` streams it instead.
     """
     run = get_run(con, run_id)
-    q = _question_of(con, run, question)
+    q = question_of(con, run, question)
     opts = option_ids(q)
     source, calibrators = answer_source(con, run)
     split_list = list(splits) if splits else None
     rel = con.execute(
         _ANSWERS_SQL.format(gold=gold_cte(con, run, question)),
-        _answers_params(run, question, source, opts, split_list),
+        answers_params(run, question, source, opts, split_list),
     )
     tbl = rel.fetch_arrow_table()
-    return _answers_from_arrow(tbl, run, question, q.type, opts, _on_read_transform(calibrators, question))
+    return _answers_from_arrow(tbl, run, question, q.type, opts, on_read_transform(calibrators, question))
 
 
 #: The keys read: every answer row of the run and question on the splits with its row id in
@@ -506,7 +492,7 @@ def _read_keys(
                 return scope[(*base, want)]
     sql = _KEYS_SQL.format(gold=gold_cte(con, run, question, of_splits=True), ids="a.item_id, " if ids else "")
     with stream_memory(con, KEYS_MEMORY_LIMIT):  # the sort needs only its own memory; nothing stays cached after it
-        tbl = con.execute(sql, _answers_params(run, question, source, opts, splits)).fetch_arrow_table()
+        tbl = con.execute(sql, answers_params(run, question, source, opts, splits)).fetch_arrow_table()
     rid = np.asarray(tbl.column("rid").to_numpy(), dtype=np.int64)
     order = np.argsort(rid, kind="stable")
     split_values, split_codes = _coded(tbl.column("split"))
@@ -548,7 +534,7 @@ def load_answer_keys(
     string per item is ~70 bytes (700 MB at 10M items). With one split, ``splits`` is likewise a
     view of that split's name."""
     run = get_run(con, run_id)
-    q = _question_of(con, run, question)
+    q = question_of(con, run, question)
     opts = option_ids(q)
     split_list = list(splits) if splits else None
     keys = _read_keys(con, run, question, opts, split_list, ids)
@@ -632,10 +618,10 @@ def iter_answer_batches(
     every probability to disk.
     """
     run = get_run(con, run_id)
-    q = _question_of(con, run, question)
+    q = question_of(con, run, question)
     opts = option_ids(q)
     source, calibrators = answer_source(con, run)
-    transform = _on_read_transform(calibrators, question)
+    transform = on_read_transform(calibrators, question)
     split_list = list(splits) if splits else None
     keys = _read_keys(con, run, question, opts, split_list, False)
     n = len(keys)
@@ -703,7 +689,7 @@ def gather_answer_rows(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(probs (m, k), labels (m,)) of the rows at positions ``rows`` ((n,) bool over ``split`` in
     item-id order), in that order: one streamed pass filling one preallocated matrix."""
-    k = len(option_ids(_question_of(con, get_run(con, run_id), question)))
+    k = len(option_ids(question_of(con, get_run(con, run_id), question)))
     slot = np.cumsum(rows) - 1  # position -> row of the output
     probs, labels = np.empty((int(rows.sum()), k)), np.empty(int(rows.sum()), dtype=np.int64)
     for pos, b in iter_answer_batches(con, run_id, question, [split]):

@@ -7,6 +7,12 @@ When a calibrator is fitted, it is fitted on a fixed, seeded part of the calibra
 were fixed before the items it tests, so the same items must not serve both purposes. With the
 fixed-sequence method a further seeded share (``order_fraction``) of the remaining items only learns
 the test order. Calibration figures of a guarantee are those of the certifying items.
+
+The steps are public, so that every path to a threshold figure takes the same ones: in memory
+(:func:`choose_thresholds`), over a run read in batches (:mod:`workbench.workflows`) and from the
+store's SQL points (:mod:`workbench.engines.store_aggregates`) — :func:`prepare_question` (or
+:func:`prepare_from_coordinates`), :func:`select_prepared`, :func:`finish_result`, then
+:meth:`ThresholdResult.attach_test` with the test report however it was computed.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from workbench_runtime.model import FALLBACK_ACTIONS
 
 from workbench.answers import RunAnswers
 from workbench.errors import OptionError
+from workbench.metrics.recalibrate import apply_calibrator, fit_calibrator
 from workbench.thresholds.evaluate import evaluate_rule
 from workbench.thresholds.guarantees import (
     Selection,
@@ -276,7 +283,8 @@ def calibration_size_needed(opts: ThresholdOptions, n_options: int | None = None
         ``n_calibration`` (the split size), ``n_certifying`` (accepted certifying items with no
         error), ``test_level``, ``alpha``, ``delta``.
     """
-    from workbench.thresholds.guarantees import min_items_to_certify, strict_to_lax_paths
+    from workbench.thresholds.bounds import min_items_to_certify
+    from workbench.thresholds.guarantees import strict_to_lax_paths
 
     if opts.method == "holm":
         level = opts.delta / opts.grid**2
@@ -476,6 +484,17 @@ class ThresholdResult:
     #: the fitted calibrator the rule is applied after (test figures per slice re-apply it)
     fitted_calibrator: Any = field(default=None, repr=False, compare=False)
 
+    def attach_test(self, report: dict | None) -> None:
+        """Set the rule's report on the test split (``None``: no labelled test item) and the misroute cost
+        and critical-option rates it implies (with costs or constraints).
+
+        ``report`` is a :func:`~workbench.thresholds.evaluate.evaluate_rule` dict, however computed: in
+        memory (:func:`evaluate_on`), from counts summed over batches
+        (:func:`~workbench.thresholds.evaluate.rule_report_from_counts`) or from rule coordinates
+        (:func:`~workbench.thresholds.evaluate.evaluate_rule_at`)."""
+        self.test = report
+        self.test_risks = None if report is None else _test_risks(report, self.options, self.option_ids)
+
     @property
     def certified(self) -> bool:
         """True only when the guarantee objective certified a rule that accepts something."""
@@ -599,28 +618,6 @@ def _labelled(ans: RunAnswers) -> RunAnswers:
     return ans.select(ans.labels >= 0)
 
 
-def _fit_calibrator(method: str, probs: np.ndarray, labels: np.ndarray):
-    from workbench.metrics.recalibrate import make_calibrator
-
-    cal = make_calibrator("identity" if method in ("none", "identity") else method)
-    if method not in ("none", "identity"):
-        cal.fit(probs, labels)
-    return cal
-
-
-def apply_calibrator(cal, probs: np.ndarray) -> np.ndarray:
-    """Calibrate answered rows; failed (NaN) rows stay NaN."""
-    ok = np.isfinite(probs).all(axis=1)
-    if ok.all():
-        # every row answered: the calibrators map rows one by one into a new array, so the rows are
-        # the same numbers without a copy of them in and out
-        return np.asarray(cal.transform(probs), dtype=float)
-    out = np.full_like(probs, np.nan, dtype=float)
-    if ok.any():
-        out[ok] = cal.transform(probs[ok])
-    return out
-
-
 def selection_to_rule(
     sel: Selection, qtype: str, n_options: int, opts: ThresholdOptions, abstain_idx: list[int]
 ) -> Rule:
@@ -704,10 +701,10 @@ def prepare_question(calibration: RunAnswers, opts: ThresholdOptions) -> Prepare
     fit_mask = calibrator_carve(len(labels), opts)
     if fit_mask is not None:
         n_fit = int(fit_mask.sum())
-        calibrator = _fit_calibrator(opts.calibrate, probs[fit_mask], labels[fit_mask])
+        calibrator = fit_calibrator(opts.calibrate, probs[fit_mask], labels[fit_mask])
         probs, labels = probs[~fit_mask], labels[~fit_mask]
     else:
-        calibrator = _fit_calibrator("none", probs, labels)
+        calibrator = fit_calibrator("none", probs, labels)
     probs = apply_calibrator(calibrator, probs)
     from workbench.thresholds.rules import rule_coordinates
 
@@ -811,8 +808,14 @@ def _critical_options(opts: ThresholdOptions, opt_ids: list[str]) -> list[str]:
     return list(opts.constraints or {})
 
 
-def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration: RunAnswers) -> Selection:
-    """The objective's selection on a prepared question (``calibration`` gives the mean API cost)."""
+def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration: RunAnswers | None = None) -> Selection:
+    """The objective's selection on a prepared question: the step every path shares (in memory, a run
+    read in batches, the store's SQL points), between :func:`prepare_question` (or
+    :func:`prepare_from_coordinates`) and :func:`finish_result`.
+
+    ``calibration``: the calibration answers, read only by the cost objective without
+    ``opts.api_cost_per_item``, for the mean API cost per item (the answers' known ``cost_usd``; 0 when
+    none is known or ``calibration`` is None)."""
     if opts.objective == "guarantee":
         classes = [c for c in range(len(prep.option_ids)) if c not in prep.abstain_idx]
         return certify_surface(
@@ -831,7 +834,7 @@ def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration:
     if opts.objective == "cost":
         api = opts.api_cost_per_item
         if api is None:
-            c = calibration.cost_usd
+            c = calibration.cost_usd if calibration is not None else np.zeros(0)
             api = float(np.nanmean(c)) if np.isfinite(c).any() else 0.0
         return select_cost(prep.surface, review_cost=opts.review_cost, api_cost_per_item=api)
     if opts.objective == "manual":
@@ -867,7 +870,12 @@ def choose_thresholds(
     opts = opts or ThresholdOptions()
     prep = prepare_question(calibration, opts)
     sel = select_prepared(prep, opts, calibration)
-    return _finish(prep, sel, opts, calibration, test)
+    result = finish_result(
+        prep, sel, opts, question=calibration.question, n_calibration=int(np.count_nonzero(calibration.labels >= 0))
+    )
+    if test is not None:
+        result.attach_test(evaluate_on(result, test))
+    return result
 
 
 def certified_frontier(calibration: RunAnswers, opts: ThresholdOptions, alphas: Sequence[float]) -> list[Selection]:
@@ -881,10 +889,29 @@ def certified_frontier(calibration: RunAnswers, opts: ThresholdOptions, alphas: 
     return [select_prepared(prep, replace(opts, alpha=float(a)), calibration) for a in alphas]
 
 
-def _finish(
-    prep: PreparedQuestion, sel: Selection, opts: ThresholdOptions, calibration: RunAnswers, test: RunAnswers | None
+def finish_result(
+    prep: PreparedQuestion, sel: Selection, opts: ThresholdOptions, *, question: str, n_calibration: int
 ) -> ThresholdResult:
-    """Rule of a selection, its per-class counts at the chosen point, and its test report."""
+    """The :class:`ThresholdResult` of a selection (:func:`select_prepared`) on a prepared question, not
+    yet judged on test: the rule it stands for, the per-class counts at the chosen grid point, the
+    calibration size needed when the guarantee certified nothing, and the finite-batch view.
+
+    The one finishing step of every path: :func:`choose_thresholds` (in memory),
+    :func:`workbench.workflows.streamed_thresholds` (a run read in batches) and
+    :func:`workbench.engines.store_aggregates.certified_from_points` (the store's SQL points). Each
+    then judges the rule on the test split its own way and hands the report to
+    :meth:`ThresholdResult.attach_test` (in memory: :func:`evaluate_on`).
+
+    Parameters
+    ----------
+    question : str
+        The question id.
+    n_calibration : int
+        Labelled items (answered or failed) of the calibration split, reported next to the size needed.
+
+    ``sel`` is finished in place: critical options' indices in its guarantee become option ids, and the
+    sentence on the size needed joins its notes.
+    """
     surface, opt_ids, k = prep.surface, prep.option_ids, len(prep.option_ids)
     rule = selection_to_rule(sel, prep.qtype, k, opts, prep.abstain_idx)
     if sel.guarantee is not None and (opts.costs is not None or opts.constraints):
@@ -907,23 +934,11 @@ def _finish(
             if surface.class_accepted[c, i, j] > 0
         }
 
-    test_report = None
-    if test is not None:
-        t = _labelled(test)
-        if len(t.labels):
-            test_report = evaluate_rule(
-                rule,
-                apply_calibrator(prep.calibrator, t.probs),
-                t.labels,
-                option_ids=opt_ids,
-                confidence=opts.confidence,
-            )
-    test_risks = _test_risks(test_report, opts, opt_ids) if test_report is not None else None
     needed = None
     if opts.objective == "guarantee" and not (sel.certified and sel.feasible):
         needed = {
             **calibration_size_needed(opts, k),
-            "n_calibration_now": int(np.count_nonzero(calibration.labels >= 0)),
+            "n_calibration_now": int(n_calibration),
             "n_certifying_now": sel.calibration.get("n_items"),
         }
         sel.notes.append(needed_sentence(needed))
@@ -942,7 +957,7 @@ def _finish(
             confidence=opts.confidence,
         )
     return ThresholdResult(
-        calibration.question,
+        question,
         prep.qtype,
         opt_ids,
         opts,
@@ -950,19 +965,35 @@ def _finish(
         sel,
         rule,
         surface,
-        test_report,
+        None,
         prep.n_fit,
         per_class_point,
         needed,
         batch,
-        test_risks,
+        None,
         prep.calibrator,
+    )
+
+
+def evaluate_on(result: ThresholdResult, test: RunAnswers) -> dict | None:
+    """The test report (:func:`~workbench.thresholds.evaluate.evaluate_rule`) of ``result``'s rule on the
+    labelled items of ``test`` (failures count as reviews), after the calibrator the rule was chosen
+    with; None when ``test`` has no labelled item."""
+    t = _labelled(test)
+    if not len(t.labels):
+        return None
+    return evaluate_rule(
+        result.rule,
+        apply_calibrator(result.fitted_calibrator, t.probs),
+        t.labels,
+        option_ids=result.option_ids,
+        confidence=result.options.confidence,
     )
 
 
 def _test_risks(test_report: dict, opts: ThresholdOptions, opt_ids: list[str]) -> dict | None:
     """Misroute cost and critical-option misroute rates of the rule on the test split (from its confusion)."""
-    from workbench.thresholds.guarantees import clopper_pearson
+    from workbench.thresholds.bounds import clopper_pearson
     from workbench.thresholds.risks import cost_matrix
 
     if opts.costs is None and not opts.constraints:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.thresholds.guarantees import clopper_pearson, wilson
+from workbench.thresholds.bounds import clopper_pearson, wilson
 from workbench.thresholds.rules import ChoiceRule, NoulRule, Rule, RuleCoordinates
 
 
@@ -187,8 +187,8 @@ def evaluate_rule_by_slice(
         error interval lies entirely above α) and ``warnings`` (one sentence per such slice). With
         misroute costs α is in cost units, so no error-rate comparison is made (``None``).
     """
+    from workbench.metrics.recalibrate import apply_calibrator
     from workbench.metrics.slices import slice_groups
-    from workbench.thresholds.choose import apply_calibrator
 
     labelled = test.labels >= 0  # as the whole-split figures: labelled items, failures never accepted
     probs = apply_calibrator(result.fitted_calibrator, test.probs[labelled])

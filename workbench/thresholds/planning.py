@@ -386,9 +386,9 @@ def plan_labels_from_pilot(
     """
     from workbench.thresholds.choose import (
         ThresholdOptions,
-        _fit_calibrator,
         apply_calibrator,
         calibration_size_needed,
+        fit_calibrator,
     )
     from workbench.thresholds.rules import rule_coordinates
     from workbench.thresholds.surface import _bin_index, default_grids
@@ -445,7 +445,7 @@ def plan_labels_from_pilot(
 
     def fit(method: str, rows: np.ndarray):
         ok = rows[answered[rows]]
-        return _fit_calibrator(method, probs[ok], labels[ok])
+        return fit_calibrator(method, probs[ok], labels[ok])
 
     def cells(calibrator, error_model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Grid cell (-1: never accepted), accepted option and P(wrong) of every pool item."""

@@ -35,6 +35,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from workbench.thresholds.bounds import (
+    ThresholdError,
+    binomial_upper_bound,
+    hoeffding_bentkus_p_values,
+    hoeffding_bentkus_upper_bound,
+    kl_bernoulli,
+)
 from workbench.thresholds.surface import Surface
 
 #: How the output and the policy file state the joint certificate.
@@ -56,7 +63,6 @@ def cost_matrix(costs: Mapping[str, Mapping[str, float]] | None, option_ids: Seq
     ThresholdError
         An option that is not one of ``option_ids`` (named, with the options listed).
     """
-    from workbench.thresholds.guarantees import ThresholdError
 
     if costs is None:
         return None
@@ -90,12 +96,10 @@ def bounded_loss_p_values(loss_sum: np.ndarray, n: np.ndarray, alpha: float) -> 
     """
     from scipy.stats import binom
 
-    from workbench.thresholds.guarantees import _kl_bernoulli
-
     loss_sum = np.asarray(loss_sum, dtype=float)
     n = np.asarray(n, dtype=float)
     r_hat = np.where(n > 0, loss_sum / np.maximum(n, 1), 1.0)
-    hoeffding = np.exp(-n * _kl_bernoulli(np.minimum(r_hat, alpha), alpha))
+    hoeffding = np.exp(-n * kl_bernoulli(np.minimum(r_hat, alpha), alpha))
     bentkus = math.e * binom.cdf(np.ceil(np.round(loss_sum, 9)), n, alpha)
     return np.where(n > 0, np.clip(np.minimum(hoeffding, bentkus), 0.0, 1.0), 1.0)
 
@@ -105,7 +109,6 @@ def main_p_values(surface: Surface, alpha: float, cls: int | None = None) -> np.
 
     ``cls``: the same among items accepted as that option (per-class certification).
     """
-    from workbench.thresholds.guarantees import hoeffding_bentkus_p_values
 
     if cls is None:
         acc, err, loss = surface.accepted, surface.errors, surface.loss
@@ -120,7 +123,6 @@ def main_p_values(surface: Surface, alpha: float, cls: int | None = None) -> np.
 
 def constraint_p_values(surface: Surface, constraints: Sequence[tuple[int, float]]) -> np.ndarray:
     """p-values of ``H_c: P(accepted as another option | true c) > β_c``, shape ``(m, A, B)``."""
-    from workbench.thresholds.guarantees import ThresholdError, hoeffding_bentkus_p_values
 
     if not constraints:
         return np.ones((0, *surface.accepted.shape))
@@ -166,7 +168,6 @@ def joint_order(
     certified in 97% at 76% test coverage (per-α order: 100%, 75%); intent, ``calendar_query``
     β = 0.15 — 55% at 23% (per-α order: 83%, 27%).
     """
-    from workbench.thresholds.guarantees import hoeffding_bentkus_upper_bound
 
     if cls is None:
         acc, err, loss = order_surface.accepted, order_surface.errors, order_surface.loss
@@ -211,10 +212,8 @@ def bounded_upper_bounds(loss_sum: np.ndarray, n: np.ndarray, level: float) -> n
 def _bounded_p(loss_sum: np.ndarray, n: np.ndarray, a: np.ndarray) -> np.ndarray:
     from scipy.stats import binom
 
-    from workbench.thresholds.guarantees import _kl_bernoulli
-
     r_hat = np.where(n > 0, loss_sum / np.maximum(n, 1), 1.0)
-    hoeffding = np.exp(-n * _kl_bernoulli(np.minimum(r_hat, a), a))  # type: ignore[arg-type]  # elementwise
+    hoeffding = np.exp(-n * kl_bernoulli(np.minimum(r_hat, a), a))  # type: ignore[arg-type]  # elementwise
     bentkus = math.e * binom.cdf(np.ceil(np.round(loss_sum, 9)), n, a)
     return np.minimum(hoeffding, bentkus)
 
@@ -228,7 +227,6 @@ def constraints_at(
     surface: Surface, i: int, j: int, constraints: Sequence[tuple[int, float]], level: float
 ) -> list[dict]:
     """Calibration figures of each constraint at grid point ``(i, j)`` (option as an index)."""
-    from workbench.thresholds.guarantees import binomial_upper_bound
 
     if not constraints:
         return []
