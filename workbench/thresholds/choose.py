@@ -47,6 +47,7 @@ OBJECTIVES = ("guarantee", "cost", "coverage", "error", "manual")
 METHODS = ("fixed-sequence", "holm")
 RECALIBRATIONS = ("none", "temperature", "isotonic", "platt")
 LEVELS = ("top", "expected")
+GUARANTEE_FOR = ("population", "batch")
 
 
 @dataclass
@@ -75,6 +76,11 @@ class ThresholdOptions:
     - ``constraints`` — ``{critical option: beta}``: of the items whose true option is the critical
       one, at most ``beta`` may be auto-accepted as another option. Certified jointly with the main
       risk at ``delta`` (guarantee objective, global rule; not with ``per_class``).
+
+    The guarantee is for the population error rate by default. ``guarantee_for="batch"`` certifies the
+    rule so that the error rate among the next ``batch`` accepted items exceeds ``alpha`` with probability
+    at most ``delta`` (:func:`~workbench.thresholds.batch.batch_certificate_levels`): stricter, as a
+    weekly batch judged on its own needs.
 
     Every value is checked on construction; a bad one raises :class:`~workbench.errors.OptionError`
     naming the parameter (the CLI shows it as its flag, e.g. ``alpha`` as ``--max-error``).
@@ -117,6 +123,9 @@ class ThresholdOptions:
     seed: int = 0
     confidence: float = 0.95
     batch: int = 1000  # the finite-batch view: the next `batch` accepted items (thresholds.batch)
+    # "batch": certify that the next `batch` accepted items' error rate exceeds alpha with probability at
+    # most delta (thresholds.batch.batch_certificate_levels), instead of the population error rate
+    guarantee_for: str = "population"
     costs: dict[str, dict[str, float]] | None = None  # misroute cost [true][accepted]; unlisted 1, diagonal 0
     constraints: dict[str, float] | None = None  # critical option -> beta (largest share misrouted)
 
@@ -175,6 +184,14 @@ class ThresholdOptions:
         if self.batch < 1:
             raise bad(
                 "batch", f"must be at least 1, got {self.batch}", "the number of accepted items in a batch, e.g. 1000"
+            )
+        if self.guarantee_for not in GUARANTEE_FOR:
+            raise bad("guarantee_for", f"{self.guarantee_for!r} is not one of {', '.join(GUARANTEE_FOR)}")
+        if self.guarantee_for == "batch" and self.costs is not None:
+            raise bad(
+                "guarantee_for",
+                "'batch' bounds the share of wrong accepts in a batch, not an expected misroute cost",
+                "drop costs, or keep the population guarantee",
             )
         if self.n_paths < 1 or self.n_starts < 1:
             raise bad("n_paths" if self.n_paths < 1 else "n_starts", "must be at least 1")
@@ -242,6 +259,9 @@ class ThresholdOptions:
             out["costs"] = self.costs
         if self.constraints is not None:
             out["constraints"] = self.constraints
+        if self.guarantee_for == "batch":
+            out["guarantee_for"] = "batch"
+            out["batch"] = self.batch
         return out
 
     def describe(self) -> str:
@@ -254,7 +274,8 @@ class ThresholdOptions:
         if self.constraints:
             crit = ", critical " + ", ".join(f"{o} ≤ {b:g}" for o, b in self.constraints.items()) + " (joint)"
         if self.objective == "guarantee":
-            return f"{a}, δ = {self.delta:g}, {recal}, {self.method}, grid {self.grid}{crit}"
+            scope = f", for the next {self.batch} accepted" if self.guarantee_for == "batch" else ""
+            return f"{a}, δ = {self.delta:g}{scope}, {recal}, {self.method}, grid {self.grid}{crit}"
         costs = ", misroute costs" if self.costs is not None else ""
         return f"objective {self.objective} (NOT certified), {a}, {recal}, grid {self.grid}{costs}"
 
@@ -808,6 +829,16 @@ def _critical_options(opts: ThresholdOptions, opt_ids: list[str]) -> list[str]:
     return list(opts.constraints or {})
 
 
+def certified_levels(opts: ThresholdOptions) -> tuple[float, float]:
+    """The (α, δ) the guarantee objective certifies the population error rate at: ``opts.alpha`` and
+    ``opts.delta``, or with ``guarantee_for="batch"`` the stricter levels that bound the next batch."""
+    if opts.guarantee_for == "batch":
+        from workbench.thresholds.batch import batch_certificate_levels
+
+        return batch_certificate_levels(opts.alpha, opts.delta, opts.batch)
+    return opts.alpha, opts.delta
+
+
 def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration: RunAnswers | None = None) -> Selection:
     """The objective's selection on a prepared question: the step every path shares (in memory, a run
     read in batches, the store's SQL points), between :func:`prepare_question` (or
@@ -818,10 +849,11 @@ def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration:
     none is known or ``calibration`` is None)."""
     if opts.objective == "guarantee":
         classes = [c for c in range(len(prep.option_ids)) if c not in prep.abstain_idx]
-        return certify_surface(
+        alpha, delta = certified_levels(opts)
+        sel = certify_surface(
             prep.surface,
-            alpha=opts.alpha,
-            delta=opts.delta,
+            alpha=alpha,
+            delta=delta,
             method=cast(Literal["fixed-sequence", "holm"], opts.method),  # checked by ThresholdOptions
             per_class=opts.per_class,
             classes=classes,
@@ -831,6 +863,15 @@ def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration:
             n_starts=opts.n_starts,
             constraints=[(prep.option_ids.index(o), float(b)) for o, b in (opts.constraints or {}).items()],
         )
+        if opts.guarantee_for == "batch" and sel.guarantee is not None:
+            sel.guarantee["for"] = {
+                "batch": opts.batch,
+                "alpha": opts.alpha,
+                "delta": opts.delta,
+                "alpha_population": alpha,
+                "delta_population": delta,
+            }
+        return sel
     if opts.objective == "cost":
         api = opts.api_cost_per_item
         if api is None:
@@ -948,9 +989,11 @@ def finish_result(
         from workbench.thresholds.batch import batch_view
 
         certified = opts.objective == "guarantee" and sel.certified
+        alpha_pop, delta_pop = certified_levels(opts) if certified else (opts.alpha, opts.delta)
         batch = batch_view(
             alpha=opts.alpha,
-            delta=opts.delta if certified else None,
+            delta=delta_pop if certified else None,
+            population_alpha=alpha_pop if opts.guarantee_for == "batch" else None,
             n_batch=opts.batch,
             accepted=int(acc),
             errors=int(err or 0),
