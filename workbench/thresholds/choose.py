@@ -521,6 +521,25 @@ class ThresholdResult:
         """True only when the guarantee objective certified a rule that accepts something."""
         return bool(self.selection.certified and self.selection.feasible)
 
+    @property
+    def warnings(self) -> list[str]:
+        """Sentences every surface prints next to the verdict: today one, when the whole test split's error
+        interval lies entirely above α although a rule was certified (the test split contradicts the
+        certificate: a shifted test split, or the rare 1-in-1/δ calibration draw)."""
+        from workbench.thresholds.evaluate import error_above_alpha, error_above_alpha_sentence
+
+        opts = self.options
+        if not self.certified or opts.costs is not None or not error_above_alpha(self.test, opts.alpha):
+            return []
+        assert self.test is not None
+        where = f"{self.question}, whole test split"
+        return [
+            error_above_alpha_sentence(where, self.test, opts.alpha, opts.confidence)
+            + f", although the rule is certified at α = {opts.alpha:g}, δ = {opts.delta:g} on the calibration split:"
+            " the test split may differ from the calibration split (shift), or this is the ≤ δ chance the "
+            "certificate allows"
+        ]
+
     def summary(self) -> str:
         """One line: certified or not, coverage and error on test, with the settings (α, δ, recalibration)."""
         t = self.test or {}
@@ -535,6 +554,8 @@ class ThresholdResult:
         line = f"{self.question}: {head}; {figures} [{self.options.describe()}]"
         if self.needed:
             line += f"; {needed_sentence(self.needed)}"
+        for w in self.warnings:
+            line += f"; WARNING {w}"
         return line
 
     def rule_dict(self) -> dict:
@@ -554,6 +575,7 @@ class ThresholdResult:
             "type": self.qtype,
             "objective": self.options.objective,
             "certified": self.certified,
+            "warnings": self.warnings,
             "feasible": self.selection.feasible,
             "settings": self.options.settings(),
             "calibration_size_needed": self.needed,

@@ -158,6 +158,23 @@ def rule_report_from_counts(
     }
 
 
+def error_above_alpha(report: dict | None, alpha: float) -> bool:
+    """True when the error interval of an :func:`evaluate_rule` report lies entirely above ``alpha``."""
+    low = ((report or {}).get("error") or {}).get("low")
+    return low is not None and low > alpha
+
+
+def error_above_alpha_sentence(where: str, report: dict, alpha: float, confidence: float) -> str:
+    """The one warning, in the same words on every surface, for an error interval entirely above α
+    (a slice of the test split, or the whole of it: then the test split contradicts the certificate)."""
+    err = report["error"]
+    return (
+        f"{where}: error among accepted {err['value']:.1%} ({int(round(100 * confidence))}% interval "
+        f"[{err['low']:.1%}, {err['high']:.1%}], {report['n_errors']}/{report['n_accepted']}) lies entirely "
+        f"above α = {alpha:g}"
+    )
+
+
 def evaluate_rule_by_slice(
     result,
     test,
@@ -218,8 +235,6 @@ def evaluate_rule_by_slice(
         )
         if above:
             warnings.append(
-                f"{result.question}, slice {value!r}: error among accepted {fig['error']['value']:.1%} "
-                f"({int(100 * opts.confidence)}% interval [{low:.1%}, {fig['error']['high']:.1%}], "
-                f"{fig['n_errors']}/{fig['n_accepted']}) lies entirely above α = {alpha:g}"
+                error_above_alpha_sentence(f"{result.question}, slice {value!r}", fig, alpha, opts.confidence)
             )
     return {"alpha": alpha, "confidence": opts.confidence, "slices": rows, "warnings": warnings}
