@@ -520,6 +520,7 @@ def _policy_figures(result, options: ThresholdOptions) -> dict:
     return {
         "objective": options.objective,
         "certified": result.certified,
+        "warnings": result.warnings,
         "feasible": result.selection.feasible,
         "settings": options.settings(),
         "rule": result.rule_dict(),

@@ -254,6 +254,8 @@ class GateResult:
     n_boot: int
     results: list[RequirementResult] = field(default_factory=list)
     baseline_run: str | None = None
+    #: sentences printed with the verdict (a certified policy contradicted by the split; see _Measure)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -274,6 +276,7 @@ class GateResult:
             "n_requirements": len(self.results),
             "n_failed": self.n_failed,
             "requirements": [r.to_dict() for r in self.results],
+            "warnings": self.warnings,
         }
 
 
@@ -286,6 +289,9 @@ class _Measure:
     kept: np.ndarray
     stats: Callable[[np.ndarray | None], Mapping[str, float]]
     intervals: dict[str, Any]
+    #: with a certified policy whose error interval on the split lies entirely above its α: the sentence
+    #: `workbench thresholds` prints in that case (thresholds.evaluate.certificate_contradicted_sentence)
+    warning: str | None = None
 
 
 def _policy_measure(con: Any, run_id: str, question: str, split: str, policy_path: Path, opts: RequirementsFile):
@@ -328,7 +334,21 @@ def _policy_measure(con: Any, run_id: str, question: str, split: str, policy_pat
         }
 
     intervals = bootstrap_many(stats, n, n_boot=opts.n_boot, seed=opts.seed, level=opts.level)
-    return _Measure(ans.item_ids[labelled].astype(str), np.ones(n, bool), stats, intervals)
+    warning = None
+    obj = cq.qp.objective
+    if obj.certified and obj.costs is None and obj.alpha is not None and obj.delta is not None:
+        from workbench.thresholds.evaluate import certificate_contradicted_sentence, error_above_alpha, rate_interval
+
+        n_acc, n_err = int(accepted.sum()), int(wrong.sum())
+        report = {
+            "error": rate_interval(n_err, n_acc, "clopper-pearson", opts.level),
+            "n_errors": n_err,
+            "n_accepted": n_acc,
+        }
+        if error_above_alpha(report, obj.alpha):
+            where = f"{question}, whole {split} split under {policy_path.name}"
+            warning = certificate_contradicted_sentence(where, report, obj.alpha, obj.delta, opts.level)
+    return _Measure(ans.item_ids[labelled].astype(str), np.ones(n, bool), stats, intervals, warning)
 
 
 def _report_measure(con: Any, run_id: str, question: str, split: str, opts: RequirementsFile, smooth: bool):
@@ -506,6 +526,8 @@ def evaluate_gate(
     out = GateResult(run, reqs.split, reqs.level, reqs.n_boot, baseline_run=base)
     for req in reqs.requirements:
         m = measure(run, req)
+        if m.warning and m.warning not in out.warnings:
+            out.warnings.append(m.warning)
         iv = m.intervals[req.metric]
         value, low, high = float(iv.estimate), float(iv.low), float(iv.high)
         judged = {"value": value, "low": low, "high": high}[req.judged_on]

@@ -526,19 +526,14 @@ class ThresholdResult:
         """Sentences every surface prints next to the verdict: today one, when the whole test split's error
         interval lies entirely above α although a rule was certified (the test split contradicts the
         certificate: a shifted test split, or the rare 1-in-1/δ calibration draw)."""
-        from workbench.thresholds.evaluate import error_above_alpha, error_above_alpha_sentence
+        from workbench.thresholds.evaluate import certificate_contradicted_sentence, error_above_alpha
 
         opts = self.options
         if not self.certified or opts.costs is not None or not error_above_alpha(self.test, opts.alpha):
             return []
         assert self.test is not None
         where = f"{self.question}, whole test split"
-        return [
-            error_above_alpha_sentence(where, self.test, opts.alpha, opts.confidence)
-            + f", although the rule is certified at α = {opts.alpha:g}, δ = {opts.delta:g} on the calibration split:"
-            " the test split may differ from the calibration split (shift), or this is the ≤ δ chance the "
-            "certificate allows"
-        ]
+        return [certificate_contradicted_sentence(where, self.test, opts.alpha, opts.delta, opts.confidence)]
 
     def summary(self) -> str:
         """One line: certified or not, coverage and error on test, with the settings (α, δ, recalibration)."""

@@ -175,6 +175,16 @@ def error_above_alpha_sentence(where: str, report: dict, alpha: float, confidenc
     )
 
 
+def certificate_contradicted_sentence(where: str, report: dict, alpha: float, delta: float, confidence: float) -> str:
+    """The warning every surface (thresholds, cascade, compare, the gate, the UI) prints when a certified
+    rule's error interval on a whole test split lies entirely above α: the slice sentence plus why."""
+    return (
+        error_above_alpha_sentence(where, report, alpha, confidence)
+        + f", although the rule is certified at α = {alpha:g}, δ = {delta:g} on the calibration split: the test"
+        " split may differ from the calibration split (shift), or this is the ≤ δ chance the certificate allows"
+    )
+
+
 def evaluate_rule_by_slice(
     result,
     test,
