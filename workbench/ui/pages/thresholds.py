@@ -218,6 +218,8 @@ except WorkbenchError as exc:
     state.show_error(exc)
     st.stop()
 st.caption(state.settings_caption(alpha, delta, calibrate, method))
+for w in certified.get("warnings") or []:  # the test split contradicts the certificate: as the CLI says it
+    st.warning(w)
 
 # -- the certified rule per slice (`workbench thresholds --slice COLUMN`) -----------------------------------
 slice_by = st.selectbox(
