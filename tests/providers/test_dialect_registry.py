@@ -1,0 +1,174 @@
+"""The dialect registry: one object per wire format, both halves, and a new format added as one module.
+
+A toy format defined here (as a contributor's new module would be) is registered, and with no other
+code the provider speaks it and the real emulator serves it over loopback HTTP: answers, refusals
+found by its emulator half, and errors worded its way and classified by the shared HTTP code.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from workbench.providers import dialects
+from workbench.providers.base import DecisionRequest, ErrorKind, ProviderError
+from workbench.providers.dialects import base
+from workbench.providers.dialects.systemone import CLEF_LIMITS, system_one_answers, validate_system_one
+from workbench.providers.http import Endpoint, HttpProvider
+from workbench.providers.remote import PRESETS, build_http_provider, endpoint_url
+from workbench.schema import PROFILES, option_ids
+
+from .conftest import run, three_type_schema
+
+STOLEN = "Someone stole my card yesterday and I think money was lost, please block the card"
+
+
+class Toy(dialects.Dialect):
+    """A made-up format: ``{"m": model, "s": state, "q": questions}`` → ``{"a": answers, "n": tokens}``."""
+
+    name = "toy"
+    paths = frozenset({"/toy/v1/ask"})
+
+    def headers(self, provider: Any) -> dict[str, str]:
+        return {"x-toy-model": provider.model or ""}
+
+    def build_body(self, provider: Any, request: DecisionRequest) -> dict:
+        return {"m": provider.model, "s": request.state, "q": request.schema.to_wire()}
+
+    def to_system_one(self, provider: Any, data: Any, response: httpx.Response, request: DecisionRequest) -> dict:
+        if not isinstance(data, dict) or not isinstance(data.get("a"), dict):
+            raise ProviderError(ErrorKind.MALFORMED, "toy: no 'a' object")
+        return {"model": data.get("m"), "answers": data["a"], "usage": {"input_tokens": data.get("n")}}
+
+    def route_model(self, path: str, headers: Mapping[str, str], body: bytes) -> str | None:
+        return headers.get("x-toy-model")
+
+    def parse_request(self, body: Any, headers: Mapping[str, str], model: str | None) -> dialects.Served:
+        if not isinstance(body, dict) or set(body) != {"m", "s", "q"}:
+            raise dialects.Reject("schema", "a toy body has exactly m, s and q")
+        state, questions, images = validate_system_one(
+            {"state": body["s"], "questions": body["q"]}, CLEF_LIMITS, allowed_fields=frozenset({"state", "questions"})
+        )
+        return dialects.Served(state, questions, images, {"answered_model": body["m"]})
+
+    def render_answer(self, questions, probs, *, tokens, ctx, rid, rng, refusal) -> dialects.Reply:
+        answers = system_one_answers(questions, probs, confidence="pmax")
+        return 200, {"a": answers, "m": ctx["answered_model"], "n": tokens}, {"x-toy-id": rid}
+
+    def render_error(self, status, code, message, *, loc, model_side, rid, rng) -> dialects.Reply:
+        return status, {"error": {"message": f"toy says: {message}", "code": code}}, {"x-toy-id": rid}
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """The toy dialect registered for one test (the registry is restored afterwards)."""
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
+    return dialects.register(Toy())
+
+
+def _toy_provider(emu) -> HttpProvider:
+    endpoint = Endpoint(
+        vendor="toy",
+        url=f"{emu.base_url}/toy/v1/ask",
+        model="toy-1",
+        key_required=False,
+        request_id_headers=("x-toy-id",),
+    )
+    return HttpProvider("toy:toy-1", endpoint, PROFILES["cloudflare-clef"], wire=dialects.get("toy"))
+
+
+async def _decide(provider: HttpProvider, request: DecisionRequest):
+    try:
+        return await provider.decide(request)
+    finally:
+        await provider.aclose()
+
+
+def test_a_new_dialect_is_spoken_and_served_with_no_other_code(emu, toy):
+    schema = three_type_schema()
+    result = run(_decide(_toy_provider(emu), DecisionRequest(schema, STOLEN)))
+    assert result.failures == {} and result.model == "toy-1" and result.request_id
+    assert result.input_tokens > 0
+    intent = result.answers["intent"].probs
+    assert abs(intent.sum() - 1) < 1e-12
+    assert option_ids(schema.questions["intent"])[int(intent.argmax())] == "lost_or_stolen_card"
+    assert emu.stats["by_path"] == {"/toy/v1/ask": 1} and emu.stats["by_model"] == {"toy-1": 1}
+
+
+def test_a_new_dialect_words_its_own_errors_and_they_classify(emu, toy):
+    emu.set_faults(rate_limit=1.0)
+    with pytest.raises(ProviderError) as info:
+        run(_decide(_toy_provider(emu), DecisionRequest(three_type_schema(), STOLEN)))
+    assert info.value.kind is ErrorKind.RATE_LIMIT and info.value.status == 429 and info.value.sent
+    assert "toy says: Capacity temporarily exceeded" in str(info.value)
+
+
+def test_a_new_dialects_emulator_half_refuses_a_body_it_does_not_read(emu, toy):
+    with httpx.Client() as client:
+        response = client.post(f"{emu.base_url}/toy/v1/ask", json={"m": "toy-1", "s": "x"})
+    assert response.status_code == 400
+    assert response.json() == {"error": {"message": "toy says: a toy body has exactly m, s and q", "code": 5006}}
+
+
+def test_the_registry_refuses_a_second_dialect_of_the_same_name_and_names_the_known_ones(toy):
+    with pytest.raises(ValueError, match="already registered"):
+        dialects.register(Toy())
+    with pytest.raises(KeyError, match="unknown dialect 'nope'.*systemone.*toy"):
+        dialects.get("nope")
+
+
+def test_every_registered_dialect_has_both_halves():
+    names = [d.name for d in dialects.registered()]
+    assert names == ["systemone", "cloudflare", "openai", "perplexity", "vercel"]
+    for d in dialects.registered():
+        for member in ("build_body", "to_system_one", "parse_request", "render_answer"):
+            assert getattr(type(d), member) is not getattr(dialects.Dialect, member), (d.name, member)
+        assert d.recorded in ("systemone", "cloudflare", "openai", "vercel")
+
+
+@pytest.mark.parametrize("vendor", sorted(PRESETS))
+def test_every_preset_names_a_dialect_that_serves_its_default_path(vendor):
+    preset = PRESETS[vendor]
+    path = httpx.URL(endpoint_url("http://127.0.0.1:1", preset.default_path)).path
+    assert dialects.get(preset.dialect).serves(path)
+    provider = build_http_provider(f"{vendor}:m", env={f"{preset.url_env[0]}": "http://127.0.0.1:1"})
+    assert provider.wire is dialects.get(preset.dialect)
+    run(provider.aclose())
+
+
+@pytest.mark.parametrize("name", ["systemone", "cloudflare", "openai", "perplexity", "vercel"])
+def test_each_dialect_reads_back_the_body_its_client_half_builds(name):
+    """Client half → emulator half on the same object: the questions the service reads are the ones asked."""
+    wire = dialects.get(name)
+    provider = build_http_provider(
+        {
+            "systemone": "systemone:http://127.0.0.1:1/v1/systemone?model=m",
+            "cloudflare": "cloudflare:clef",
+            "openai": "openai:gpt-6-luna",
+            "perplexity": "perplexity:pplx-decider-v1-27b",
+            "vercel": "vercel:typesafe-ai/jev",
+        }[name],
+        env={"CLOUDFLARE_ACCOUNT_ID": "acc"},
+    )
+    schema = three_type_schema()
+    request = DecisionRequest(schema, STOLEN)
+    headers = httpx.Headers(wire.headers(provider))
+    served = wire.parse_request(wire.build_body(provider, request), headers, provider.model)
+    assert served.state == STOLEN
+    assert list(served.questions) == list(schema.questions)
+    for qid, q in served.questions.items():
+        n = 2 if q["type"] == "noul" else len(q["criteria"])
+        assert n == len(option_ids(schema.questions[qid]))
+    probs = {qid: np.full(len(option_ids(schema.questions[qid])), 1.0) for qid in schema.questions}
+    probs = {qid: p / p.sum() for qid, p in probs.items()}
+    status, body, _ = wire.render_answer(
+        served.questions, probs, tokens=7, ctx=served.ctx, rid="r", rng=random.Random(0), refusal=0.0
+    )
+    raw = wire.to_system_one(provider, body, httpx.Response(status), request)
+    assert set(raw["answers"]) == set(schema.questions)
+    run(provider.aclose())
