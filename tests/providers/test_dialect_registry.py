@@ -56,12 +56,12 @@ class Toy(dialects.Dialect):
         )
         return dialects.Served(state, questions, images, {"answered_model": body["m"]})
 
-    def render_answer(self, questions, probs, *, tokens, ctx, rid, rng, refusal) -> dialects.Reply:
-        answers = system_one_answers(questions, probs, confidence="pmax")
-        return 200, {"a": answers, "m": ctx["answered_model"], "n": tokens}, {"x-toy-id": rid}
+    def render_answer(self, a: dialects.Answer) -> dialects.Reply:
+        answers = system_one_answers(a.questions, a.probs, confidence="pmax")
+        return 200, {"a": answers, "m": a.ctx["answered_model"], "n": a.tokens}, {"x-toy-id": a.rid}
 
-    def render_error(self, status, code, message, *, loc, model_side, rid, rng) -> dialects.Reply:
-        return status, {"error": {"message": f"toy says: {message}", "code": code}}, {"x-toy-id": rid}
+    def render_error(self, e: dialects.Error) -> dialects.Reply:
+        return e.status, {"error": {"message": f"toy says: {e.message}", "code": e.code}}, {"x-toy-id": e.rid}
 
 
 @pytest.fixture
@@ -166,9 +166,22 @@ def test_each_dialect_reads_back_the_body_its_client_half_builds(name):
         assert n == len(option_ids(schema.questions[qid]))
     probs = {qid: np.full(len(option_ids(schema.questions[qid])), 1.0) for qid in schema.questions}
     probs = {qid: p / p.sum() for qid, p in probs.items()}
-    status, body, _ = wire.render_answer(
-        served.questions, probs, tokens=7, ctx=served.ctx, rid="r", rng=random.Random(0), refusal=0.0
-    )
+    answer = dialects.Answer(served.questions, probs, 7, served.ctx, "r", random.Random(0), 0.0)
+    status, body, _ = wire.render_answer(answer)
     raw = wire.to_system_one(provider, body, httpx.Response(status), request)
     assert set(raw["answers"]) == set(schema.questions)
     run(provider.aclose())
+
+
+def test_a_shared_path_words_errors_generically_until_the_body_says_which_format(emu):
+    """``/v1/decisions`` is OpenAI's and Perplexity's: a body that is not JSON gets the plain error object."""
+    with httpx.Client() as client:
+        response = client.post(f"{emu.base_url}/v1/decisions", content=b"[1,")
+        openai = client.post(f"{emu.base_url}/v1/decisions", json={"model": "m", "input": "x", "questions": [{}]})
+        pplx = client.post(f"{emu.base_url}/v1/decisions", json={"state": "x", "questions": {}})
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {"message": "Invalid request: body is not valid JSON", "type": "invalid_request_error", "code": 6003}
+    }
+    assert openai.status_code == 400 and openai.json()["error"]["param"] == "questions.0"  # OpenAI's wording
+    assert pplx.status_code == 400 and pplx.json()["detail"]["error_type"] == "invalid_request"  # System One's

@@ -42,13 +42,14 @@ from workbench.emulator.answering import (
 from workbench.emulator.faults import FaultConfig
 from workbench.providers import dialects
 from workbench.providers.base import EMULATOR_HEADER
-from workbench.providers.dialects import Dialect, Reject
+from workbench.providers.dialects import Answer, Dialect, Error, Reject
 
 # ------------------------------------------------------------------------------------------------
 # Requests and answers as the dialect code sees them (aiohttp does the HTTP)
 # ------------------------------------------------------------------------------------------------
 #: The dialect that words the answer to an unknown URI or method (Cloudflare's API answers them 400/7000).
 NO_ROUTE_DIALECT = "cloudflare"
+_SHARED_PATH = Dialect()  # words errors ``{"error": {message, type, code}}`` (the base class's)
 _REASONS = {413: "Payload Too Large", 422: "Unprocessable Entity", 529: "Site Overloaded"}
 _HARD_MAX_BODY = 16 * 1024 * 1024  # beyond the documented 13 MiB body cap: refuse without reading
 
@@ -316,7 +317,9 @@ class EmulatorServer:
             return self._admin(req)
         served = [d for d in dialects.registered() if d.serves(req.path)]
         if served:
-            dialect, model = served[0], served[0].route_model(req.path, req.headers, req.body)
+            # a path several formats share (``/v1/decisions``): the generic error object until the body is read
+            dialect = served[0] if len(served) == 1 else _SHARED_PATH
+            model = served[0].route_model(req.path, req.headers, req.body)
         else:
             dialect, model = dialects.get(NO_ROUTE_DIALECT), None
         call = _Call(dialect, served, req.path, model, self._rng_for(req.body))
@@ -434,9 +437,7 @@ class EmulatorServer:
     ) -> HttpResponse:
         rid = str(uuid.UUID(int=call.rng.getrandbits(128)))
         return HttpResponse.json(
-            *call.dialect.render_answer(
-                questions, probs, tokens=tokens, ctx=ctx, rid=rid, rng=call.rng, refusal=self.faults.refusal
-            )
+            *call.dialect.render_answer(Answer(questions, probs, tokens, ctx, rid, call.rng, self.faults.refusal))
         )
 
     def _error(
@@ -444,7 +445,7 @@ class EmulatorServer:
     ) -> HttpResponse:
         rid = str(uuid.UUID(int=call.rng.getrandbits(128)))
         return HttpResponse.json(
-            *call.dialect.render_error(status, code, message, loc=loc, model_side=model_side, rid=rid, rng=call.rng)
+            *call.dialect.render_error(Error(status, code, message, loc, model_side, rid, call.rng))
         )
 
     # -- admin -------------------------------------------------------------------------------------

@@ -715,7 +715,7 @@ class HttpProvider:
                 request_id=request_id,
             ) from None
         try:
-            raw = self.to_system_one(data, response, request)
+            raw = self.wire.to_system_one(self, data, response, request)
         except ProviderError as exc:
             exc.request_id = exc.request_id or request_id
             raise

@@ -7,14 +7,14 @@ against the emulator (see CONTRIBUTING.md, "Adding a provider").
 """
 
 from workbench.providers.dialects import cloudflare, openai, perplexity, systemone, vercel
-from workbench.providers.dialects.base import Dialect, Reject, Reply, Served, get, register, registered
+from workbench.providers.dialects.base import Answer, Dialect, Error, Reject, Reply, Served, get, register, registered
 
-# Registration order is the emulator's order of routes: on a path several formats serve
-# (``/v1/decisions``), the first one words the errors found before the body is read.
+# Registration order is the emulator's order of routes (on a path several formats serve, the first
+# whose ``claims`` accepts the body answers).
 register(systemone.SystemOne())
 register(cloudflare.Cloudflare())
 register(openai.OpenAIDecisions())
 register(perplexity.Perplexity())
 register(vercel.Vercel())
 
-__all__ = ["Dialect", "Reject", "Reply", "Served", "get", "register", "registered"]
+__all__ = ["Answer", "Dialect", "Error", "Reject", "Reply", "Served", "get", "register", "registered"]

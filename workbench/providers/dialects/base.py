@@ -34,6 +34,30 @@ class Served(NamedTuple):
     ctx: dict  # what rendering needs: ``answered_model``, and any dialect-specific keys
 
 
+class Answer(NamedTuple):
+    """What the emulator answers one request with, for :meth:`Dialect.render_answer`."""
+
+    questions: dict  # System One question map, as :meth:`Dialect.parse_request` read it
+    probs: dict[str, np.ndarray]  # per question, probabilities in option order
+    tokens: int  # input tokens billed
+    ctx: dict  # :attr:`Served.ctx`
+    rid: str  # request id
+    rng: random.Random  # this request's draws (reproducible per body and attempt)
+    refusal: float  # OpenAI: chance that one question is refused
+
+
+class Error(NamedTuple):
+    """One error to word, for :meth:`Dialect.render_error`."""
+
+    status: int
+    code: int | None  # Cloudflare's numeric code (e.g. 3040 rate limit, 4006 quota, 5006 schema)
+    message: str
+    loc: tuple  # where in the body, for a validation error
+    model_side: bool  # refused by the model (422/529), not the gateway
+    rid: str
+    rng: random.Random
+
+
 class Reject(Exception):
     """A request refused by validation: ``kind`` is 'schema' (400/5006) or 'model' (422/5012)."""
 
@@ -120,25 +144,13 @@ class Dialect:
         """Validate the parsed JSON body; raise :class:`Reject` as the service would."""
         raise NotImplementedError
 
-    def render_answer(
-        self,
-        questions: dict,
-        probs: dict[str, np.ndarray],
-        *,
-        tokens: int,
-        ctx: dict,
-        rid: str,
-        rng: random.Random,
-        refusal: float,
-    ) -> Reply:
+    def render_answer(self, a: Answer) -> Reply:
         """The 200 answer to ``questions`` with probability vectors ``probs`` (option order)."""
         raise NotImplementedError
 
-    def render_error(
-        self, status: int, code: int | None, message: str, *, loc: tuple, model_side: bool, rid: str, rng: random.Random
-    ) -> Reply:
+    def render_error(self, e: Error) -> Reply:
         """An error as the vendor words it; the default is the ``{"error": {message, type, code}}`` object."""
-        return status, {"error": error_object(status, code, message)}, {"x-request-id": rid}
+        return e.status, {"error": error_object(e.status, e.code, e.message)}, {"x-request-id": e.rid}
 
 
 _ERROR_TYPES = {

@@ -30,10 +30,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
-import numpy as np
 
 from workbench.providers.base import DecisionRequest, ErrorKind, ProviderError
-from workbench.providers.dialects.base import Reject, Reply, Served
+from workbench.providers.dialects.base import Answer, Error, Reject, Reply, Served
 from workbench.providers.dialects.systemone import CLEF_LIMITS, SystemOne, system_one_answers, validate_system_one
 from workbench.providers.http import HttpProvider, classify_http_error, error_fields
 
@@ -132,46 +131,31 @@ class Cloudflare(SystemOne):
         )
         return Served(state, questions, images, {"answered_model": answered})
 
-    def render_answer(
-        self,
-        questions: dict,
-        probs: dict[str, np.ndarray],
-        *,
-        tokens: int,
-        ctx: dict,
-        rid: str,
-        rng: random.Random,
-        refusal: float,
-    ) -> Reply:
-        model = ctx["answered_model"]
+    def render_answer(self, a: Answer) -> Reply:
+        model = a.ctx["answered_model"]
         result = {
             "model": model,
-            "answers": system_one_answers(questions, probs, confidence="gini"),
-            "usage": {"input_tokens": tokens, "output_tokens": 0},
+            "answers": system_one_answers(a.questions, a.probs, confidence="gini"),
+            "usage": {"input_tokens": a.tokens, "output_tokens": 0},
         }
-        neurons = tokens * _NEURONS_PER_MTOK[model] / 1e6
-        headers = {**_ray_headers(rng), "cf-ai-req-id": rid, "cf-ai-neurons": f"{neurons:.2f}"}
+        neurons = a.tokens * _NEURONS_PER_MTOK[model] / 1e6
+        headers = {**_ray_headers(a.rng), "cf-ai-req-id": a.rid, "cf-ai-neurons": f"{neurons:.2f}"}
         return 200, {"result": result, "success": True, "errors": [], "messages": []}, headers
 
-    def render_error(
-        self, status: int, code: int | None, message: str, *, loc: tuple, model_side: bool, rid: str, rng: random.Random
-    ) -> Reply:
-        headers = _ray_headers(rng)
-        if model_side:  # model-side refusals nest a second envelope and end with the request uuid
+    def render_error(self, e: Error) -> Reply:
+        headers, message = _ray_headers(e.rng), e.message
+        if e.model_side:  # model-side refusals nest a second envelope and end with the request uuid
             inner = {
                 "error": {
-                    "type": "invalid_request" if status == 422 else "server_error",
+                    "type": "invalid_request" if e.status == 422 else "server_error",
                     "message": message,
-                    "details": {"path": list(map(str, loc))},
+                    "details": {"path": list(map(str, e.loc))},
                 }
             }
-            message = f"AiError: AiError: {json.dumps(inner)} ({rid})"
-            headers["cf-ai-req-id"] = rid
-        return (
-            status,
-            {"success": False, "errors": [{"code": code, "message": message}], "result": {}, "messages": []},
-            headers,
-        )
+            message = f"AiError: AiError: {json.dumps(inner)} ({e.rid})"
+            headers["cf-ai-req-id"] = e.rid
+        envelope = {"success": False, "errors": [{"code": e.code, "message": message}], "result": {}, "messages": []}
+        return e.status, envelope, headers
 
 
 def _ray_headers(rng: random.Random) -> dict[str, str]:

@@ -13,7 +13,6 @@ matched back by ``name`` (by position when unnamed). ``{"type": "refusal"}`` bec
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +20,7 @@ import httpx
 import numpy as np
 
 from workbench.providers.base import DecisionRequest, ErrorKind, ProviderError
-from workbench.providers.dialects.base import Dialect, Reject, Reply, Served, error_object, r4
+from workbench.providers.dialects.base import Answer, Dialect, Error, Reject, Reply, Served, error_object, r4
 from workbench.providers.dialects.systemone import Limits, check_images
 from workbench.providers.http import HttpProvider
 from workbench.providers.tokens import render_state
@@ -219,9 +218,8 @@ def _openai_input(inp: Any) -> tuple[Any, list]:
     return "\n\n".join(texts), images
 
 
-def render_openai(
-    ctx: dict, questions: dict, probs: dict[str, np.ndarray], tokens: int, rng: random.Random, refusal: float
-) -> dict:
+def render_openai(a: Answer) -> dict:
+    ctx, questions, probs, tokens, rng, refusal = a.ctx, a.questions, a.probs, a.tokens, a.rng, a.refusal
     answers = []
     for (qid, q), name in zip(questions.items(), ctx["names"]):
         p = probs[qid]
@@ -305,21 +303,9 @@ class OpenAIDecisions(Dialect):
     def parse_request(self, body: Any, headers: Mapping[str, str], model: str | None) -> Served:
         return Served(*parse_openai(body))
 
-    def render_answer(
-        self,
-        questions: dict,
-        probs: dict[str, np.ndarray],
-        *,
-        tokens: int,
-        ctx: dict,
-        rid: str,
-        rng: random.Random,
-        refusal: float,
-    ) -> Reply:
-        return 200, render_openai(ctx, questions, probs, tokens, rng, refusal), {"x-request-id": rid}
+    def render_answer(self, a: Answer) -> Reply:
+        return 200, render_openai(a), {"x-request-id": a.rid}
 
-    def render_error(
-        self, status: int, code: int | None, message: str, *, loc: tuple, model_side: bool, rid: str, rng: random.Random
-    ) -> Reply:
-        err = {**error_object(status, code, message), "param": ".".join(map(str, loc)) or None}
-        return status, {"error": err}, {"x-request-id": rid}
+    def render_error(self, e: Error) -> Reply:
+        err = {**error_object(e.status, e.code, e.message), "param": ".".join(map(str, e.loc)) or None}
+        return e.status, {"error": err}, {"x-request-id": e.rid}

@@ -8,12 +8,11 @@ OpenAI Decisions shares the path; the emulator tells them apart by the ``questio
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 from typing import Any
 
 from workbench.providers.base import DecisionRequest
-from workbench.providers.dialects.base import Reject, Reply, Served
+from workbench.providers.dialects.base import Error, Reject, Reply, Served
 from workbench.providers.dialects.systemone import Limits, SystemOne, check_images, validate_system_one, wire_state
 from workbench.providers.http import HttpProvider
 
@@ -61,12 +60,8 @@ class Perplexity(SystemOne):
             state = rest[0] if len(rest) == 1 else rest
         return Served(state, questions, image_urls, {"answered_model": body["model"]})
 
-    def render_error(
-        self, status: int, code: int | None, message: str, *, loc: tuple, model_side: bool, rid: str, rng: random.Random
-    ) -> Reply:
-        status, body, headers = super().render_error(
-            status, code, message, loc=loc, model_side=model_side, rid=rid, rng=rng
-        )
+    def render_error(self, e: Error) -> Reply:
+        status, body, headers = super().render_error(e)
         if status == 429:
             headers["retry-after"] = "1"  # Perplexity sends Retry-After: 1 (seconds) on 429 (§3.6)
         return status, body, headers

@@ -10,7 +10,6 @@ emulated service cannot drift apart.
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import httpx
 import numpy as np
 
 from workbench.providers.base import DecisionRequest, ErrorKind, ProviderError
-from workbench.providers.dialects.base import Dialect, Reject, Reply, Served, dumps, r4
+from workbench.providers.dialects.base import Answer, Dialect, Error, Reject, Reply, Served, dumps, r4
 from workbench.providers.http import HttpProvider
 from workbench.schema.questions import PROFILES
 
@@ -235,32 +234,17 @@ class SystemOne(Dialect):
         state, questions, images = validate_system_one(body, CLEF_LIMITS, allowed_fields=_FIELDS)
         return Served(state, questions, images, {"answered_model": body.get("model") or "systemone-emulator"})
 
-    def render_answer(
-        self,
-        questions: dict,
-        probs: dict[str, np.ndarray],
-        *,
-        tokens: int,
-        ctx: dict,
-        rid: str,
-        rng: random.Random,
-        refusal: float,
-    ) -> Reply:
+    def render_answer(self, a: Answer) -> Reply:
         body = {
-            "model": ctx["answered_model"],
-            "answers": system_one_answers(questions, probs, confidence="pmax"),
-            "usage": {"input_tokens": tokens, "output_tokens": 0},
+            "model": a.ctx["answered_model"],
+            "answers": system_one_answers(a.questions, a.probs, confidence="pmax"),
+            "usage": {"input_tokens": a.tokens, "output_tokens": 0},
         }
-        return 200, body, {"x-request-id": rid}
+        return 200, body, {"x-request-id": a.rid}
 
-    def render_error(
-        self, status: int, code: int | None, message: str, *, loc: tuple, model_side: bool, rid: str, rng: random.Random
-    ) -> Reply:
-        if status == 422:
-            return (
-                422,
-                {"detail": [{"type": "value_error", "loc": ["body", *loc], "msg": message}]},
-                {"x-request-id": rid},
-            )
-        etype = "quota_exceeded" if status == 429 and code == 4006 else _ERROR_TYPES.get(status, "error")
-        return status, {"detail": {"error_type": etype, "message": message, "code": code}}, {"x-request-id": rid}
+    def render_error(self, e: Error) -> Reply:
+        headers = {"x-request-id": e.rid}
+        if e.status == 422:
+            return 422, {"detail": [{"type": "value_error", "loc": ["body", *e.loc], "msg": e.message}]}, headers
+        etype = "quota_exceeded" if e.status == 429 and e.code == 4006 else _ERROR_TYPES.get(e.status, "error")
+        return e.status, {"detail": {"error_type": etype, "message": e.message, "code": e.code}}, headers

@@ -10,7 +10,6 @@ Errors ``{"error": {message, type, code}}`` are classified by ``type`` first (se
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +17,7 @@ import httpx
 import numpy as np
 
 from workbench.providers.base import DecisionRequest, ErrorKind, ProviderError
-from workbench.providers.dialects.base import Dialect, Reject, Reply, Served
+from workbench.providers.dialects.base import Answer, Dialect, Reject, Reply, Served
 from workbench.providers.dialects.systemone import CLEF_LIMITS, system_one_answers, validate_system_one, wire_state
 from workbench.providers.http import HttpProvider
 
@@ -133,15 +132,5 @@ class Vercel(Dialect):
     def parse_request(self, body: Any, headers: Mapping[str, str], model: str | None) -> Served:
         return Served(*parse_vercel(headers, body))
 
-    def render_answer(
-        self,
-        questions: dict,
-        probs: dict[str, np.ndarray],
-        *,
-        tokens: int,
-        ctx: dict,
-        rid: str,
-        rng: random.Random,
-        refusal: float,
-    ) -> Reply:
-        return 200, render_vercel(questions, probs, tokens), {"x-request-id": rid, "x-inference-id": rid}
+    def render_answer(self, a: Answer) -> Reply:
+        return 200, render_vercel(a.questions, a.probs, a.tokens), {"x-request-id": a.rid, "x-inference-id": a.rid}
