@@ -30,7 +30,7 @@ import time
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 import httpx
@@ -43,9 +43,6 @@ from workbench.errors import AnswerError, OptionError
 from workbench.providers.base import EMULATOR_HEADER, DecisionRequest, DecisionResult, ErrorKind, ProviderError
 from workbench.providers.prices import cost_usd
 from workbench.schema import DecisionSchema, LimitProfile, normalise_answer, validate_limits
-
-if TYPE_CHECKING:
-    from workbench.providers.dialects.base import Dialect
 
 #: Per-call timeout in seconds (issue 3: default 5 s, configurable).
 DEFAULT_TIMEOUT_S = 5.0
@@ -549,7 +546,7 @@ class HttpProvider:
         endpoint: Endpoint,
         limits: LimitProfile | None,
         *,
-        wire: Dialect,
+        wire: Any,  # a workbench.providers.dialects.Dialect (not imported: the dialects import this module)
         timeout: float = DEFAULT_TIMEOUT_S,
         transport: httpx.AsyncBaseTransport | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
