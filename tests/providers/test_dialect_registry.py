@@ -7,8 +7,10 @@ found by its emulator half, and errors worded its way and classified by the shar
 
 from __future__ import annotations
 
+import ast
 import random
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -185,3 +187,21 @@ def test_a_shared_path_words_errors_generically_until_the_body_says_which_format
     }
     assert openai.status_code == 400 and openai.json()["error"]["param"] == "questions.0"  # OpenAI's wording
     assert pplx.status_code == 400 and pplx.json()["detail"]["error_type"] == "invalid_request"  # System One's
+
+
+def test_no_module_outside_the_dialects_switches_on_a_dialect_name():
+    """The formats are told apart by their objects only: no ``x == "vercel"`` or ``x in ("openai", ...)``."""
+    names = {d.name for d in dialects.registered()} | {d.recorded for d in dialects.registered()}
+    package = Path(dialects.__file__).resolve().parents[2]
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.parent.name == "dialects" and path.parent.parent.name == "providers":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare):
+                continue
+            for side in (node.left, *node.comparators):
+                elts = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                if any(isinstance(e, ast.Constant) and e.value in names for e in elts):
+                    found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []
