@@ -33,7 +33,10 @@ import httpx
 
 from workbench.providers.base import DecisionRequest, ErrorKind, ProviderError
 from workbench.providers.dialects.base import Answer, Error, Reject, Reply, Served
-from workbench.providers.dialects.systemone import CLEF_LIMITS, SystemOne, system_one_answers, validate_system_one
+from workbench.providers.dialects.systemone import (
+    SystemOne,
+    system_one_answers,
+)
 from workbench.providers.http import HttpProvider, classify_http_error, error_fields
 
 DEFAULT_BASE_URL = "https://api.cloudflare.com/client/v4"
@@ -126,10 +129,7 @@ class Cloudflare(SystemOne):
             answered = model
         else:
             answered = "clef-flash"  # measured 2026-10-03: a body without model was answered by clef-flash
-        state, questions, images = validate_system_one(
-            body, CLEF_LIMITS, allowed_fields=frozenset({"model", "state", "questions", "images"})
-        )
-        return Served(state, questions, images, {"answered_model": answered})
+        return super().parse_request(body, headers, model)._replace(ctx={"answered_model": answered})
 
     def render_answer(self, a: Answer) -> Reply:
         model = a.ctx["answered_model"]
