@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from workbench.providers.base import DecisionRequest, ErrorKind, ProviderError
-from workbench.providers.openai_decisions import from_openai_answers, to_openai_questions
+from workbench.providers.dialects.openai import from_openai_answers, to_openai_questions
+from workbench.providers.dialects.vercel import from_vercel_answers, to_vercel_questions
 from workbench.providers.remote import ProviderSpecError, build_http_provider, endpoint_url
-from workbench.providers.vercel import from_vercel_answers, to_vercel_questions
 from workbench.schema import DecisionSchema, option_ids
 
 from .conftest import SECRET, run, three_type_schema

@@ -10,7 +10,6 @@ import os
 import signal
 
 import workbench.providers.remote  # noqa: F401 - imported once, in the fork server
-import workbench.providers.systemone  # noqa: F401
 from workbench.providers.http import build_client
 from workbench.runner import execute
 from workbench.runner.execute import RunOptions, build_provider, execute_run

@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import ROOT
 from workbench.emulator import run_emulator
 from workbench.errors import WorkbenchError
-from workbench.providers.cloudflare import KEY_ENV as CLOUDFLARE_KEY_ENV
+from workbench.providers.dialects.cloudflare import KEY_ENV as CLOUDFLARE_KEY_ENV
 from workbench.providers.registry import check_ready
 from workbench.providers.remote import PRESETS, build_http_provider
 from workbench.schema import DecisionSchema

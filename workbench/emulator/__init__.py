@@ -56,7 +56,8 @@ CLI: ``workbench emulator --port 8787 [--host 127.0.0.1] [--latency-ms 100] [--l
 [--tls-cert cert.pem --tls-key key.pem]``.
 
 Modules: :mod:`~workbench.emulator.server` (routing, faults, admin API on aiohttp's HTTP server,
-``run_emulator``), :mod:`~workbench.emulator.dialects` (validation and rendering per dialect),
+``run_emulator``; validation and rendering per wire format are the emulator halves of
+:mod:`workbench.providers.dialects`),
 :mod:`~workbench.emulator.faults` (:class:`FaultConfig`), :mod:`~workbench.emulator.answering`
 (tokenizer and answerers) and :mod:`~workbench.emulator.process` (``run_emulator_process``).
 
@@ -75,10 +76,12 @@ from workbench.emulator.answering import (
     server_token_count,
     truncate_tokens,
 )
-from workbench.emulator.dialects import CLEF_LIMITS, PERPLEXITY_LIMITS, Limits, Reject, validate_system_one
 from workbench.emulator.faults import PUBLISHED_LATENCY_MS, FaultConfig
 from workbench.emulator.process import EmulatorProcess, run_emulator_process
 from workbench.emulator.server import EmulatorServer, EmulatorStats, run_emulator
+from workbench.providers.dialects import Reject
+from workbench.providers.dialects.perplexity import PERPLEXITY_LIMITS
+from workbench.providers.dialects.systemone import CLEF_LIMITS, Limits, validate_system_one
 
 __all__ = [
     "CLEF_LIMITS",

@@ -39,29 +39,17 @@ from workbench.emulator.answering import (
     server_token_count,
     truncate_tokens,
 )
-from workbench.emulator.dialects import (
-    CF_MODELS,
-    CF_ROUTE,
-    CLEF_LIMITS,
-    PERPLEXITY_LIMITS,
-    SYSTEMONE_PATHS,
-    VERCEL_PATHS,
-    Reject,
-    check_images,
-    parse_openai,
-    parse_vercel,
-    peek_model,
-    render_openai,
-    render_vercel,
-    system_one_answers,
-    validate_system_one,
-)
 from workbench.emulator.faults import FaultConfig
+from workbench.providers import dialects
 from workbench.providers.base import EMULATOR_HEADER
+from workbench.providers.dialects import Answer, Dialect, Error, Reject
 
 # ------------------------------------------------------------------------------------------------
 # Requests and answers as the dialect code sees them (aiohttp does the HTTP)
 # ------------------------------------------------------------------------------------------------
+#: The dialect that words the answer to an unknown URI or method (Cloudflare's API answers them 400/7000).
+NO_ROUTE_DIALECT = "cloudflare"
+_SHARED_PATH = Dialect()  # words errors ``{"error": {message, type, code}}`` (the base class's)
 _REASONS = {413: "Payload Too Large", 422: "Unprocessable Entity", 529: "Site Overloaded"}
 _HARD_MAX_BODY = 16 * 1024 * 1024  # beyond the documented 13 MiB body cap: refuse without reading
 
@@ -164,9 +152,10 @@ class EmulatorStats:
 
 @dataclass
 class _Call:
-    """One decision request being handled: its route and what the fault draw decided."""
+    """One decision request being handled: its dialect and what the fault draw decided."""
 
-    route: str  # cloudflare | systemone | perplexity | openai | vercel
+    dialect: Dialect  # the one that words the answer (one of ``served``, once the body is read)
+    served: list[Dialect]  # the dialects serving the path (empty: no route)
     path: str
     model: str | None
     rng: random.Random
@@ -326,20 +315,14 @@ class EmulatorServer:
     async def _dispatch(self, req: HttpRequest) -> HttpResponse:
         if req.path.startswith("/_emulator/"):
             return self._admin(req)
-        cf = CF_ROUTE.match(req.path)
-        if cf:
-            route, model = "cloudflare", cf.group(2)
-        elif req.path in SYSTEMONE_PATHS:
-            route, model = "systemone", None
-        elif req.path == "/v1/decisions":
-            route, model = "decisions", None
-        elif req.path in VERCEL_PATHS:
-            route, model = "vercel", req.headers.get("ai-model-id")
+        served = [d for d in dialects.registered() if d.serves(req.path)]
+        if served:
+            # a path several formats share (``/v1/decisions``): the generic error object until the body is read
+            dialect = served[0] if len(served) == 1 else _SHARED_PATH
+            model = served[0].route_model(req.path, req.headers, req.body)
         else:
-            route, model = "none", None
-        if route != "none" and route != "cloudflare" and route != "vercel":
-            model = peek_model(req.body)
-        call = _Call(route, req.path, model, self._rng_for(req.body))
+            dialect, model = dialects.get(NO_ROUTE_DIALECT), None
+        call = _Call(dialect, served, req.path, model, self._rng_for(req.body))
         self._stats.arrived(req.path, model)
         try:
             resp = await self._route(req, call)
@@ -358,11 +341,12 @@ class EmulatorServer:
 
     async def _route(self, req: HttpRequest, call: _Call) -> HttpResponse:
         t0 = time.perf_counter()
-        if call.route == "none" or req.method != "POST":
-            call.route = "cloudflare"  # Cloudflare's API answers unknown URIs this way
+        if not call.served or req.method != "POST":
+            call.dialect = dialects.get(NO_ROUTE_DIALECT)
             return self._error(call, 400, 7000, "No route for that URI")
-        if call.route == "cloudflare" and call.model not in CF_MODELS:
-            return self._error(call, 400, 7000, "No route for that URI")
+        no_route = call.dialect.route_problem(call.model)
+        if no_route:
+            return self._error(call, 400, 7000, no_route)
         if self.require_token is not None and not self._authorised(req):
             return self._error(call, 401, 10000, "Authentication error")
         if len(req.body) > self.max_body_bytes:
@@ -371,12 +355,10 @@ class EmulatorServer:
             body = json.loads(req.body.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
             return self._error(call, 400, 6003, "Invalid request: body is not valid JSON")
-        if call.route == "decisions":
-            call.route = (
-                "openai" if isinstance(body, dict) and isinstance(body.get("questions"), list) else "perplexity"
-            )
+        if len(call.served) > 1:  # a path several formats share: the body tells which it is
+            call.dialect = next((d for d in call.served if d.claims(body)), call.served[0])
         try:
-            state, questions, images, ctx = self._parse(req, call, body)
+            state, questions, images, ctx = call.dialect.parse_request(body, req.headers, call.model)
         except Reject as rej:
             status, code = (400, 5006) if rej.kind == "schema" else (422, 5012)
             return self._error(call, status, code, rej.message, loc=rej.loc, model_side=rej.kind == "model")
@@ -432,47 +414,6 @@ class EmulatorServer:
             return True
         return req.headers.get("api-subscription-key") == self.require_token
 
-    def _parse(self, req: HttpRequest, call: _Call, body: Any) -> tuple[Any, dict, list, dict]:
-        if call.route == "cloudflare":
-            if isinstance(body, dict) and "model" in body:
-                if not isinstance(body["model"], str) or body["model"].strip() not in CF_MODELS:
-                    raise Reject("schema", "model must be one of clef, clef-flash", ("model",))
-                if body["model"].strip() != call.model:
-                    raise Reject(
-                        "schema",
-                        f"model {body['model'].strip()!r} does not match the URL model {call.model!r}",
-                        ("model",),
-                    )
-                answered = call.model
-            else:
-                answered = "clef-flash"  # measured 2026-10-03: a body without model was answered by clef-flash
-            state, questions, images = validate_system_one(
-                body, CLEF_LIMITS, allowed_fields=frozenset({"model", "state", "questions", "images"})
-            )
-            return state, questions, images, {"answered_model": answered}
-        if call.route == "systemone":
-            state, questions, images = validate_system_one(
-                body, CLEF_LIMITS, allowed_fields=frozenset({"model", "state", "questions", "images"})
-            )
-            return state, questions, images, {"answered_model": (body.get("model") or "systemone-emulator")}
-        if call.route == "perplexity":
-            if not isinstance(body, dict) or not body.get("model"):
-                raise Reject("schema", "model is required", ("model",))
-            state, questions, _ = validate_system_one(
-                body, PERPLEXITY_LIMITS, allowed_fields=frozenset({"model", "state", "questions"})
-            )
-            image_urls: list = []
-            if isinstance(state, list):
-                parts = [p for p in state if isinstance(p, dict) and p.get("type") == "image_url"]
-                image_urls = [(p.get("image_url") or {}).get("url") for p in parts]
-                check_images(image_urls, PERPLEXITY_LIMITS)
-                rest = [p for p in state if p not in parts]
-                state = rest[0] if len(rest) == 1 else rest
-            return state, questions, image_urls, {"answered_model": body["model"]}
-        if call.route == "openai":
-            return parse_openai(body)
-        return parse_vercel(req.headers, body)
-
     async def _answer(self, questions: dict, state: Any) -> dict[str, np.ndarray]:
         if self._inline:
             raw = self.answerer(questions, state)
@@ -495,94 +436,17 @@ class EmulatorServer:
         self, call: _Call, questions: dict, probs: dict[str, np.ndarray], tokens: int, ctx: dict
     ) -> HttpResponse:
         rid = str(uuid.UUID(int=call.rng.getrandbits(128)))
-        if call.route == "cloudflare":
-            model = ctx["answered_model"]
-            result = {
-                "model": model,
-                "answers": system_one_answers(questions, probs, confidence="gini"),
-                "usage": {"input_tokens": tokens, "output_tokens": 0},
-            }
-            neurons = tokens * {"clef": 21_818.0, "clef-flash": 8_182.0}[model] / 1e6
-            return HttpResponse.json(
-                200,
-                {"result": result, "success": True, "errors": [], "messages": []},
-                {**self._cf_headers(call, reached=True), "cf-ai-req-id": rid, "cf-ai-neurons": f"{neurons:.2f}"},
-            )
-        if call.route in ("systemone", "perplexity"):
-            body = {
-                "model": ctx["answered_model"],
-                "answers": system_one_answers(questions, probs, confidence="pmax"),
-                "usage": {"input_tokens": tokens, "output_tokens": 0},
-            }
-            return HttpResponse.json(200, body, {"x-request-id": rid})
-        if call.route == "openai":
-            return HttpResponse.json(
-                200, render_openai(ctx, questions, probs, tokens, call.rng, self.faults.refusal), {"x-request-id": rid}
-            )
         return HttpResponse.json(
-            200, render_vercel(questions, probs, tokens), {"x-request-id": rid, "x-inference-id": rid}
+            *call.dialect.render_answer(Answer(questions, probs, tokens, ctx, rid, call.rng, self.faults.refusal))
         )
-
-    def _cf_headers(self, call: _Call, *, reached: bool) -> dict[str, str]:
-        ray = f"{call.rng.getrandbits(64):016x}-IAD"
-        return {"cf-ray": ray, "api-version": "2026-10-01.epoch", "cache-control": "no-store"}
 
     def _error(
         self, call: _Call, status: int, code: int | None, message: str, *, loc: tuple = (), model_side: bool = False
     ) -> HttpResponse:
         rid = str(uuid.UUID(int=call.rng.getrandbits(128)))
-        if call.route == "cloudflare":
-            msg = message
-            headers = self._cf_headers(call, reached=model_side)
-            if model_side:  # model-side refusals nest a second envelope and end with the request uuid
-                inner = {
-                    "error": {
-                        "type": "invalid_request" if status == 422 else "server_error",
-                        "message": message,
-                        "details": {"path": list(map(str, loc))},
-                    }
-                }
-                msg = f"AiError: AiError: {json.dumps(inner)} ({rid})"
-                headers["cf-ai-req-id"] = rid
-            return HttpResponse.json(
-                status,
-                {"success": False, "errors": [{"code": code, "message": msg}], "result": {}, "messages": []},
-                headers,
-            )
-        if call.route in ("systemone", "perplexity"):
-            if status == 422:
-                return HttpResponse.json(
-                    422,
-                    {"detail": [{"type": "value_error", "loc": ["body", *loc], "msg": message}]},
-                    {"x-request-id": rid},
-                )
-            etype = {
-                400: "invalid_request",
-                401: "authentication_error",
-                413: "max_tokens_exceeded",
-                429: "quota_exceeded" if code == 4006 else "rate_limit",
-                500: "internal_server_error",
-                529: "overloaded",
-            }.get(status, "error")
-            headers = {"x-request-id": rid}
-            if call.route == "perplexity" and status == 429:
-                headers["retry-after"] = "1"  # Perplexity sends Retry-After: 1 (seconds) on 429 (§3.6)
-            return HttpResponse.json(
-                status, {"detail": {"error_type": etype, "message": message, "code": code}}, headers
-            )
-        etype = {
-            400: "invalid_request_error",
-            401: "authentication_error",
-            413: "invalid_request_error",
-            422: "invalid_request_error",
-            429: "insufficient_quota" if code == 4006 else "rate_limit_exceeded",
-            500: "internal_server_error",
-            529: "overloaded_error",
-        }.get(status, "error")
-        err: dict[str, Any] = {"message": message, "type": etype, "code": code}
-        if call.route == "openai":
-            err["param"] = ".".join(map(str, loc)) or None
-        return HttpResponse.json(status, {"error": err}, {"x-request-id": rid})
+        return HttpResponse.json(
+            *call.dialect.render_error(Error(status, code, message, loc, model_side, rid, call.rng))
+        )
 
     # -- admin -------------------------------------------------------------------------------------
     def _admin(self, req: HttpRequest) -> HttpResponse:

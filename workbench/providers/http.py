@@ -8,9 +8,10 @@
   exactly as providers.md's Cloudflare table and issue 3 say: 401 → authentication; 403 →
   invalid_request; 413 or code 5021 → max_tokens_exceeded; 429 with code 4006 (or a quota type)
   → quota, other 429 → rate_limit; 5xx and 529 → server; other 4xx → invalid_request.
-* :class:`HttpProvider` runs one call for a dialect subclass: local refusals (``sent=False``),
-  POST, latency, request id, error classification, answer normalisation and cost. A dialect only
-  builds the body and translates the response into the System One shape.
+* :class:`HttpProvider` runs one call in the wire format of its dialect object
+  (:mod:`workbench.providers.dialects`): local refusals (``sent=False``), POST, latency, request
+  id, error classification, answer normalisation and cost. The dialect builds the body and headers
+  and translates the response into the System One shape.
 
 Secrets are :class:`pydantic.SecretStr`; their value is read only where a header is built and is
 scrubbed from every error message. Providers do no retries, caching or storage (the runner does).
@@ -264,37 +265,15 @@ class StatelessClient(HttpxAiohttpClient):
     Its pool transports are :class:`WholeBodyTransport`.
     """
 
-    def _init_transport(
-        self,
-        verify: ssl.SSLContext | str | bool = True,
-        cert: Any = None,
-        trust_env: bool = True,
-        http1: bool = True,
-        http2: bool = False,
-        limits: httpx.Limits = httpx.Limits(max_connections=100, max_keepalive_connections=20),
-        transport: httpx.AsyncBaseTransport | None = None,
-        **kwargs: Any,
-    ) -> httpx.AsyncBaseTransport:
-        if transport is not None:
-            return transport
-        return WholeBodyTransport(
-            verify=verify, cert=cert, trust_env=trust_env, http1=http1, http2=http2, limits=limits
-        )
+    # httpx passes the pool options (verify, cert, trust_env, http1, http2, limits) as keywords, and
+    # the proxy alone by position
+    def _init_transport(self, *args: Any, **options: Any) -> httpx.AsyncBaseTransport:
+        transport = options.pop("transport", None)
+        return transport if transport is not None else WholeBodyTransport(*args, **options)
 
-    def _init_proxy_transport(
-        self,
-        proxy: httpx.Proxy,
-        verify: ssl.SSLContext | str | bool = True,
-        cert: Any = None,
-        trust_env: bool = True,
-        http1: bool = True,
-        http2: bool = False,
-        limits: httpx.Limits = httpx.Limits(max_connections=100, max_keepalive_connections=20),
-        **kwargs: Any,
-    ) -> httpx.AsyncBaseTransport:
-        return WholeBodyTransport(
-            verify=verify, cert=cert, trust_env=trust_env, http1=http1, http2=http2, limits=limits, proxy=proxy
-        )
+    def _init_proxy_transport(self, *args: Any, **options: Any) -> httpx.AsyncBaseTransport:
+        (proxy,) = args
+        return WholeBodyTransport(proxy=proxy, **options)
 
     @property
     def cookies(self) -> httpx.Cookies:
@@ -542,6 +521,7 @@ class Endpoint:
     auth_header: str = "authorization"  # or "api-subscription-key" (Sarvam)
     extra_headers: dict[str, str] = field(default_factory=dict)
     request_id_headers: tuple[str, ...] = ("x-request-id",)
+    account_id: str | None = None  # Cloudflare: part of the URL path, checked before any call
 
     @property
     def public_url(self) -> str:
@@ -553,13 +533,12 @@ class Endpoint:
 
 
 class HttpProvider:
-    """A remote decision model behind one HTTP endpoint; subclasses implement one wire dialect.
+    """A remote decision model behind one HTTP endpoint, speaking the wire format ``wire``.
 
-    Members used by the runner: ``spec``, ``model``, ``dialect``, ``limits``, :meth:`decide`,
-    :meth:`aclose`. After a 401 the instance refuses further calls (``authentication``, not sent).
+    Members used by the runner: ``spec``, ``model``, ``dialect`` (``wire.recorded``), ``limits``,
+    :meth:`decide`, :meth:`aclose`. After a 401 the instance refuses further calls
+    (``authentication``, not sent).
     """
-
-    dialect = "systemone"
 
     def __init__(
         self,
@@ -567,6 +546,7 @@ class HttpProvider:
         endpoint: Endpoint,
         limits: LimitProfile | None,
         *,
+        wire: Any,  # a workbench.providers.dialects.Dialect (not imported: the dialects import this module)
         timeout: float = DEFAULT_TIMEOUT_S,
         transport: httpx.AsyncBaseTransport | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
@@ -576,6 +556,8 @@ class HttpProvider:
     ):
         self.spec = spec
         self.endpoint = endpoint
+        self.wire = wire
+        self.dialect = wire.recorded
         self.model = endpoint.model
         self.limits = limits
         self.timeout = timeout
@@ -593,19 +575,17 @@ class HttpProvider:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(spec={self.spec!r}, model={self.model!r}, url={self.endpoint.public_url!r})"
 
-    # -- hooks for dialects ----------------------------------------------------------------------
+    # -- what the dialect decides -----------------------------------------------------------------
     def build_body(self, request: DecisionRequest) -> dict:
-        raise NotImplementedError
+        return self.wire.build_body(self, request)
+
+    def render_body(self, request: DecisionRequest) -> str:
+        """The request body exactly as sent (the runner hashes this text for the cache key)."""
+        return self.wire.render_body(self, request)
 
     def to_system_one(self, data: Any, response: httpx.Response, request: DecisionRequest) -> dict:
         """Translate a 2xx body into ``{"model", "answers": {qid: answer}, "usage": {...}}``."""
-        raise NotImplementedError
-
-    def dialect_headers(self) -> dict[str, str]:
-        return {}
-
-    def preflight(self, request: DecisionRequest) -> None:
-        """Dialect-specific local refusals (raise ``ProviderError(sent=False)``)."""
+        return self.wire.to_system_one(self, data, response, request)
 
     # -- shared machinery -------------------------------------------------------------------------
     @property
@@ -622,7 +602,7 @@ class HttpProvider:
             else:
                 h[self.endpoint.auth_header] = key.get_secret_value()
         h.update(self.endpoint.extra_headers)
-        h.update(self.dialect_headers())
+        h.update(self.wire.headers(self))
         return h
 
     def _prepare(self, client: httpx.AsyncClient) -> tuple[httpx.URL, list[tuple[bytes, bytes]], dict]:
@@ -634,7 +614,7 @@ class HttpProvider:
         self._prepared = (url, [(b"Host", url.netloc)] + headers.raw, {"timeout": client.timeout.as_dict()})
         return self._prepared
 
-    def _schema_facts(self, schema: DecisionSchema) -> tuple[str, list]:
+    def schema_facts(self, schema: DecisionSchema) -> tuple[str, list]:
         """(``questions`` JSON as sent, limit violations) of one schema object, computed once."""
         hit = self._schema_cache.get(id(schema))
         if hit is None or hit[0] is not schema:
@@ -644,14 +624,6 @@ class HttpProvider:
             violations = validate_limits(schema, self.limits) if self.limits is not None else []
             hit = self._schema_cache[id(schema)] = (schema, wire, violations)
         return hit[1], hit[2]
-
-    def render_body(self, request: DecisionRequest) -> str:
-        """The request body exactly as sent: compact JSON of :meth:`build_body`.
-
-        The runner hashes this text for the cache key, so a dialect that renders faster (see
-        :class:`~workbench.providers.systemone.SystemOneProvider`) must return the same text.
-        """
-        return json.dumps(self.build_body(request), ensure_ascii=False, separators=(",", ":"))
 
     def _refuse(self, kind: ErrorKind, message: str) -> ProviderError:
         return ProviderError(kind, f"{self.spec}: {message}", sent=False)
@@ -665,7 +637,7 @@ class HttpProvider:
         if self.model is not None and not is_plain_name(self.model):
             raise self._refuse(ErrorKind.INVALID, f"model name {self.model!r} is not a plain name")
         if self.limits is not None:
-            violations = self._schema_facts(request.schema)[1]
+            violations = self.schema_facts(request.schema)[1]
             if violations:
                 more = f" (+{len(violations) - 1} more)" if len(violations) > 1 else ""
                 raise self._refuse(ErrorKind.INVALID, f"{violations[0]}{more}")
@@ -687,8 +659,8 @@ class HttpProvider:
         """One call. Raises :class:`ProviderError` for a whole-call failure; per-question
         failures (refusal, missing or malformed answer) go to ``result.failures``."""
         self._check_common(request)
-        self.preflight(request)
-        content = self.render_body(request).encode("utf-8")
+        self.wire.preflight(self, request)
+        content = self.wire.render_body(self, request).encode("utf-8")
         if self.max_body_bytes is not None and len(content) > self.max_body_bytes:
             raise self._refuse(
                 ErrorKind.MAX_TOKENS, f"request body is {len(content):,} bytes, over {self.max_body_bytes:,}"
@@ -740,7 +712,7 @@ class HttpProvider:
                 request_id=request_id,
             ) from None
         try:
-            raw = self.to_system_one(data, response, request)
+            raw = self.wire.to_system_one(self, data, response, request)
         except ProviderError as exc:
             exc.request_id = exc.request_id or request_id
             raise

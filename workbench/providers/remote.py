@@ -1,4 +1,4 @@
-"""Spec string → remote provider: one preset per vendor on top of the four wire dialects.
+"""Spec string → remote provider: one preset per vendor on top of the wire formats of :mod:`~workbench.providers.dialects`.
 
 Specs (``prefix:model``; the model part may be empty to use the vendor default or env var)::
 
@@ -33,16 +33,15 @@ import httpx
 from pydantic import SecretStr
 
 from workbench.errors import WorkbenchError
-from workbench.providers.cloudflare import (
+from workbench.providers import dialects
+from workbench.providers.dialects.cloudflare import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_WINDOW_TOKENS,
     MAX_IMAGES,
-    MODELS,
-    CloudflareProvider,
     cloudflare_url,
 )
-from workbench.providers.cloudflare import KEY_ENV as CLOUDFLARE_KEY_ENV
+from workbench.providers.dialects.cloudflare import KEY_ENV as CLOUDFLARE_KEY_ENV
 from workbench.providers.http import DEFAULT_MAX_CONNECTIONS, DEFAULT_TIMEOUT_S, Endpoint, HttpProvider
 from workbench.schema import PROFILES
 
@@ -53,10 +52,10 @@ class ProviderSpecError(WorkbenchError):
 
 @dataclass(frozen=True)
 class Preset:
-    """How one vendor is reached; the dialect decides the body shape."""
+    """How one vendor is reached; the dialect (a name in :mod:`~workbench.providers.dialects`) decides the wire format."""
 
     vendor: str
-    dialect: str  # systemone | openai | vercel
+    dialect: str
     default_url: str | None  # None: self-hosted, the base URL env var is required
     url_env: tuple[str, ...]
     key_env: tuple[str, ...]
@@ -68,7 +67,6 @@ class Preset:
     request_id_headers: tuple[str, ...] = ("x-request-id",)
     auth_header: str = "authorization"
     max_images: int | None = 4
-    images_in_state: bool = False
 
 
 PRESETS: dict[str, Preset] = {
@@ -101,7 +99,7 @@ PRESETS: dict[str, Preset] = {
     ),
     "perplexity": Preset(
         "perplexity",
-        "systemone",
+        "perplexity",
         "https://api.perplexity.ai/v1/decisions",
         ("PERPLEXITY_DECIDER_BASE_URL", "PERPLEXITY_BASE_URL"),
         ("PERPLEXITY_API_KEY",),
@@ -112,7 +110,6 @@ PRESETS: dict[str, Preset] = {
         "/v1/decisions",
         ("x-request-id",),
         max_images=8,
-        images_in_state=True,
     ),
     "laya": Preset(
         "laya",
@@ -311,10 +308,9 @@ def build_http_provider(
         transport=transport,
         max_connections=int(settings.get("max_connections", DEFAULT_MAX_CONNECTIONS)),
     )
-    if prefix == "cloudflare":
-        return _cloudflare(spec, rest.strip(), env, settings, common)
-    if prefix == "systemone":
-        return _generic_systemone(spec, rest.strip(), env, settings, common)
+    own_builder = {"cloudflare": _cloudflare, "systemone": _generic_systemone}.get(prefix)  # URL built from the spec
+    if own_builder is not None:
+        return own_builder(spec, rest.strip(), env, settings, common)
     if prefix not in PRESETS:
         raise ProviderSpecError(
             f"unknown provider spec {spec!r}", hint=f"use one of {', '.join(p + ':MODEL' for p in HTTP_PREFIXES)}"
@@ -322,7 +318,7 @@ def build_http_provider(
     return _preset(spec, PRESETS[prefix], rest.strip(), env, settings, common)
 
 
-def _cloudflare(spec: str, model: str, env: Mapping[str, str], settings: dict, common: dict) -> CloudflareProvider:
+def _cloudflare(spec: str, model: str, env: Mapping[str, str], settings: dict, common: dict) -> HttpProvider:
     model = settings.get("model") or model or env.get("CLOUDFLARE_CLEF_MODEL") or "clef"
     key = _secret(settings.get("api_key") or _first(env, CLOUDFLARE_KEY_ENV))
     account = settings.get("account_id") or env.get("CLOUDFLARE_ACCOUNT_ID") or None
@@ -335,12 +331,13 @@ def _cloudflare(spec: str, model: str, env: Mapping[str, str], settings: dict, c
         api_key=key,
         key_env=f"{CLOUDFLARE_KEY_ENV[0]} (or {', '.join(CLOUDFLARE_KEY_ENV[1:])})",
         request_id_headers=("cf-ai-req-id", "cf-ray"),
+        account_id=account,
     )
-    return CloudflareProvider(
+    return HttpProvider(
         spec,
         endpoint,
         _profile(settings.get("profile", "cloudflare-clef")),
-        account_id=account,
+        wire=dialects.get("cloudflare"),
         window_tokens=int(window),
         max_body_bytes=int(settings.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES)),
         max_images=int(settings.get("max_images", MAX_IMAGES)),
@@ -358,12 +355,12 @@ def check_ready(provider: HttpProvider) -> None:
     only where the library knows the vendor's closed list (Cloudflare's ``clef``, ``clef-flash``);
     other vendors add models, and self-hosted servers take any name.
     """
-    spec, ep = provider.spec, provider.endpoint
-    if isinstance(provider, CloudflareProvider) and provider.model not in MODELS:
-        raise ProviderSpecError(f"{spec}: unknown model {provider.model!r}", hint=f"known models: {', '.join(MODELS)}")
+    spec, ep, known = provider.spec, provider.endpoint, provider.wire.known_models
+    if known is not None and provider.model not in known:
+        raise ProviderSpecError(f"{spec}: unknown model {provider.model!r}", hint=f"known models: {', '.join(known)}")
     if ep.key_required and (ep.api_key is None or not ep.api_key.get_secret_value()):
         raise ProviderSpecError(f"{spec}: no API key", hint=f"set {ep.key_env or 'the API key'}; nothing was run")
-    problem = provider.setting_problem() if isinstance(provider, CloudflareProvider) else None
+    problem = provider.wire.setting_problem(provider)
     if problem:
         raise ProviderSpecError(f"{spec}: {problem}; nothing was run")
 
@@ -381,8 +378,6 @@ def public_url(url: str) -> str:
 
 
 def _generic_systemone(spec: str, url: str, env: Mapping[str, str], settings: dict, common: dict) -> HttpProvider:
-    from workbench.providers.systemone import SystemOneProvider
-
     if not url:
         raise ProviderSpecError(f"{spec!r}: no URL", hint="use systemone:http://HOST:PORT/v1/systemone?model=NAME")
     parts = urlsplit(url)
@@ -402,10 +397,11 @@ def _generic_systemone(spec: str, url: str, env: Mapping[str, str], settings: di
         request_id_headers=("x-request-id", "x-typesafe-request-id", "cf-ai-req-id"),
     )
     # the provider's spec is what gets stored and printed: never with a credential in it
-    return SystemOneProvider(
+    return HttpProvider(
         f"systemone:{public_url(url)}",
         endpoint,
         _profile(profile),
+        wire=dialects.get("systemone"),
         max_images=int(settings.get("max_images", 4)),
         **common,
     )
@@ -437,14 +433,4 @@ def _preset(spec: str, p: Preset, model: str, env: Mapping[str, str], settings: 
     )
     limits = _profile(settings.get("profile", p.profile))
     max_images = int(settings.get("max_images", p.max_images if p.max_images is not None else 4))
-    if p.dialect == "openai":
-        from workbench.providers.openai_decisions import OpenAIDecisionsProvider
-
-        return OpenAIDecisionsProvider(spec, endpoint, limits, max_images=max_images, **common)
-    if p.dialect == "vercel":
-        from workbench.providers.vercel import VercelProvider
-
-        return VercelProvider(spec, endpoint, limits, max_images=max_images, **common)
-    from workbench.providers.systemone import SystemOneProvider
-
-    return SystemOneProvider(spec, endpoint, limits, max_images=max_images, images_in_state=p.images_in_state, **common)
+    return HttpProvider(spec, endpoint, limits, wire=dialects.get(p.dialect), max_images=max_images, **common)

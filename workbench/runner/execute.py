@@ -796,14 +796,7 @@ def execute_run(
 
     recovered = calls_store.recover_journal(con)
     items = load_items(con, run["dataset"], int(run["dataset_version"]), splits=run["splits"] or None, limit=opts.limit)
-    build_body = getattr(provider, "build_body", None)
     render = getattr(provider, "render_body", None)  # the body text exactly as the dialect sends it
-    if not callable(render):
-        render = None
-        if callable(build_body):
-
-            def render(request: DecisionRequest) -> str:  # the body exactly as the dialect serialises it
-                return json.dumps(build_body(request), ensure_ascii=False, separators=(",", ":"))
 
     # The endpoint is part of the key: answers from an emulator or a proxy must never be served
     # as answers of the real service (the public URL has no query string, so no secret).
@@ -816,7 +809,7 @@ def execute_run(
         model=model,
         dialect=dialect,
         keyed_by_item=bool(getattr(provider, "keyed_by_item", False)),
-        render=render,
+        render=render if callable(render) else None,
     )
 
     done = calls_store.answered_questions(con, run_id)

@@ -2,7 +2,7 @@
 
 Cache-key granularity is the request: ``cache_key`` = sha256 over (key-format version, public
 provider spec, model, dialect, the exact request body). For HTTP providers the body is the one
-their dialect sends (``provider.build_body``, serialised as on the wire); for in-process
+their dialect sends (``provider.render_body``, the text on the wire); for in-process
 providers it is the System One request. Keys keep the schema's own order — never a sorted
 copy — because option order changes answers.
 
