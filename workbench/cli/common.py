@@ -142,6 +142,39 @@ def print_id(identifier: str) -> None:
     sys.stdout.flush()
 
 
+def emit_result(doc: Any, as_json: bool, text: Any) -> None:
+    """A command's result: with ``--json`` the one JSON document ``doc``; else ``text`` for people on
+    stdout (a string, or a callable that makes it from ``doc``)."""
+    if as_json:
+        emit_json(doc)
+    else:
+        out_console.print(text(doc) if callable(text) else text)
+
+
+def emit_created(
+    doc: Any, as_json: bool, identifier: str, *lines: str | None, notes: tuple[str | None, ...] = ()
+) -> None:
+    """What a creating command prints: with ``--json`` the one JSON document ``doc``; else ``lines``
+    (rich markup) and ``notes`` (plain text) for people on stderr, then the id alone on stdout
+    (:func:`print_id`). A ``None`` line is skipped."""
+    if as_json:
+        emit_json(doc)
+        return
+    for line in lines:
+        if line:
+            err_console.print(line)
+    for note in notes:
+        if note:
+            err_console.print(note, markup=False)
+    print_id(identifier)
+
+
+def write_text_file(path: Path, text: str) -> None:
+    """Write a report file (``--markdown``, ``--junit`` …), making its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
 def fail(message: str, code: int = 2) -> None:
     """One line on stderr, non-zero exit."""
     print(f"error: {message}", file=sys.stderr)

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from workbench.cli.common import cost_text, emit_json, err_console, open_store, out_console, print_id, print_table
+from workbench.cli.common import (
+    cost_text,
+    emit_created,
+    emit_json,
+    err_console,
+    open_store,
+    out_console,
+    print_table,
+)
 from workbench.wording import plural
 
 
@@ -160,33 +169,14 @@ def register(app: typer.Typer) -> None:
         """Every metric per question with 95% bootstrap intervals (before/after for a calibrated view)."""
         from workbench.evaluation import label_issues_for_runs, report_run
 
+        settings: dict[str, Any] = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "labels": labels}
         with open_store(read_only=True) as con:
-            rep = report_run(
-                con,
-                run_id,
-                question,
-                split,
-                n_bins=n_bins,
-                n_boot=n_boot,
-                seed=seed,
-                labels=labels,
-                slices=slices or None,
-            )
+            rep = report_run(con, run_id, question, split, slices=slices or None, **settings)
             clean = None
             if exclude_label_issues:
                 issues = label_issues_for_runs(con, [rep.run["run_id"]], question)
-                clean = report_run(
-                    con,
-                    run_id,
-                    question,
-                    split,
-                    n_bins=n_bins,
-                    n_boot=n_boot,
-                    seed=seed,
-                    exclude_items={q: li.item_ids for q, li in issues.items()},
-                    with_before=False,
-                    labels=labels,
-                )
+                without: dict[str, Any] = {q: li.item_ids for q, li in issues.items()}
+                clean = report_run(con, run_id, question, split, exclude_items=without, with_before=False, **settings)
         if as_json:
             doc = rep.to_dict()
             # one shape whatever the options: the key is always there (null unless asked for)
@@ -229,22 +219,18 @@ def register(app: typer.Typer) -> None:
             out = calibrate_run(
                 con, run_id, method, questions=question or None, fit_split=fit_split, eval_split=eval_split, name=name
             )
-        if as_json:
-            emit_json(out)
-            return
-        err_console.print(
-            f"stored calibrated view [bold]{out['run_id']}[/] of {out['parent_run_id']} ({method}, "
-            f"fitted on {fit_split})"
-        )
+        lines = [
+            f"stored calibrated view [bold]{out['run_id']}[/] of {out['parent_run_id']} ({method}, fitted on {fit_split})"
+        ]
         for q, s in out["questions"].items():
             extra = f" T={s['temperature']:.3f}" if "temperature" in s else ""
-            err_console.print(
+            lines.append(
                 f"{q}: top-label ECE on {eval_split} {_fmt(s.get('ece_before'))} → "
                 f"{_fmt(s.get('ece_after'))}, log loss {_fmt(s.get('log_loss_before'))} → "
                 f"{_fmt(s.get('log_loss_after'))} (fit n={s['n_fit']}){extra}"
             )
-        err_console.print(f"next: workbench report {out['run_id']}")
-        print_id(out["run_id"])
+        lines.append(f"next: workbench report {out['run_id']}")
+        emit_created(out, as_json, out["run_id"], *lines)
 
     @app.command("label-issues")
     def label_issues(

@@ -60,7 +60,15 @@ ORDERS = ("upper-bound", "learned-per-alpha")
 
 
 class ThresholdError(WorkbenchError):
-    """Threshold selection was asked something impossible (bad α/δ, empty data, unknown objective)."""
+    """Threshold selection was asked something impossible (bad α/δ, empty data, unknown objective).
+
+    ``parameter``, as for :class:`~workbench.errors.OptionError`, names the option the message starts with
+    (the CLI shows it as its flag).
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None, parameter: str | None = None):
+        super().__init__(message, hint=hint)
+        self.parameter = parameter
 
 
 # -- p-values and FWER procedures -----------------------------------------------------------------
