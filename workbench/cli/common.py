@@ -11,6 +11,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+import typer
 from rich.console import Console
 
 #: Progress bars, logs and tables go to stderr so that stdout carries only the JSON document.
@@ -30,6 +31,23 @@ class _State:
 
 
 state = _State()
+
+#: ``--json``: print exactly one JSON document on stdout (every reporting command takes it).
+AS_JSON = typer.Option(False, "--json", help="Print the result as one JSON document on stdout.")
+
+
+#: ``--host`` of the commands that serve HTTP: loopback unless asked.
+HOST = typer.Option("127.0.0.1", "--host", help="Address to bind; loopback by default.")
+
+
+def slice_option(what: str, note: str = "") -> Any:
+    """``--slice COLUMN`` (repeatable): ``what`` per slice of an item metadata column or of the state's length."""
+    return typer.Option(
+        None,
+        "--slice",
+        help=f"Also {what} per slice of this item metadata column (kept at import with --meta-column), or "
+        f"'state_length' (quartile buckets of the state's length){note}; repeatable.",
+    )
 
 
 def open_store(read_only: bool = False):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, print_table
+from workbench.cli.common import AS_JSON, emit_json, err_console, open_store, print_table, slice_option
 from workbench.cli.threshold_options import threshold_options
 from workbench.wording import format_p  # one p-value formatter for the CLI and the UI
 
@@ -60,13 +60,8 @@ def register(app: typer.Typer) -> None:
         no_policy: bool = typer.Option(False, "--no-policy", help="Skip choosing a policy per run."),
         html: Path | None = typer.Option(None, "--html", help="Write the risk–coverage overlay of the runs (HTML)."),
         png: Path | None = typer.Option(None, "--png", help="Write the overlay as PNG (needs the kaleido extra)."),
-        slices: list[str] = typer.Option(
-            None,
-            "--slice",
-            help="Also compare per slice of this item metadata column (--meta-column at import) or 'state_length'"
-            " (repeatable).",
-        ),
-        as_json: bool = typer.Option(False, "--json"),
+        slices: list[str] = slice_option("compare"),
+        as_json: bool = AS_JSON,
         *,
         options: ThresholdOptions | None,
     ) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from workbench.cli.common import (
+    AS_JSON,
     cost_text,
     emit_created,
     emit_json,
@@ -16,6 +17,7 @@ from workbench.cli.common import (
     open_store,
     out_console,
     print_table,
+    slice_option,
 )
 from workbench.wording import plural
 
@@ -158,13 +160,8 @@ def register(app: typer.Typer) -> None:
         exclude_label_issues: bool = typer.Option(
             False, "--exclude-label-issues", help="Also report without suspected label errors, side by side."
         ),
-        slices: list[str] = typer.Option(
-            None,
-            "--slice",
-            help="Also report per slice of this item metadata column (kept at import with --meta-column), or "
-            "'state_length' (quartile buckets of the state's length); repeatable.",
-        ),
-        as_json: bool = typer.Option(False, "--json"),
+        slices: list[str] = slice_option("report"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Every metric per question with 95% bootstrap intervals (before/after for a calibrated view)."""
         from workbench.evaluation import label_issues_for_runs, report_run
@@ -207,7 +204,7 @@ def register(app: typer.Typer) -> None:
         fit_split: str = typer.Option("calibration", "--fit-split", help="Split the calibrator is fitted on."),
         eval_split: str = typer.Option("test", "--eval-split", help="Split for the before/after figures."),
         name: str | None = typer.Option(None, "--name", help="Name of the calibrated view."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Fit a calibrator per question and store a calibrated view of the run (a new run)."""
         from workbench.evaluation import calibrate_run
@@ -243,7 +240,7 @@ def register(app: typer.Typer) -> None:
         with_metrics: bool = typer.Option(
             True, "--metrics/--no-metrics", help="Show test metrics of the first run with and without the suspects."
         ),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Items whose label a confident provider (or a consensus of runs) disputes, ranked."""
         import pandas as pd

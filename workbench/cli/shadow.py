@@ -8,7 +8,17 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from workbench.cli.common import emit_created, emit_json, err_console, open_store, out_console, print_id
+from workbench.cli.common import (
+    AS_JSON,
+    HOST,
+    emit_created,
+    emit_json,
+    err_console,
+    open_store,
+    out_console,
+    print_id,
+    slice_option,
+)
 from workbench.cli.outputs import FORCE, check_out_path
 from workbench.cli.threshold_options import threshold_options
 from workbench.errors import WorkbenchError
@@ -120,7 +130,7 @@ def register(app: typer.Typer) -> None:
         champion: str | None = typer.Option(None, "--champion", help="Label of the champion (e.g. its model)."),
         challenger: str | None = typer.Option(None, "--challenger", help="Label of the challenger."),
         replace: bool = typer.Option(False, "--replace", help="Overwrite an existing session."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Import production logs (or later outcomes, joined by item id) into a shadow session."""
         from workbench.store.shadow import import_traffic, repeated_items_note
@@ -148,7 +158,7 @@ def register(app: typer.Typer) -> None:
             ..., "--challenger", help="Challenger System One endpoint URL (?model=NAME rewrites the body's model)."
         ),
         port: int = typer.Option(8790, "--port"),
-        host: str = typer.Option("127.0.0.1", "--host"),
+        host: str = HOST,
         name: str = typer.Option("mirror", "--name", help="Shadow session name."),
         journal: Path | None = JOURNAL,
         champion_timeout: float = typer.Option(30.0, "--champion-timeout", help="Seconds."),
@@ -213,9 +223,9 @@ def register(app: typer.Typer) -> None:
         spool: Path = typer.Option(
             ..., "--spool", help="Directory nginx's proxy_store writes champion answers to ($request_id files)."
         ),
-        port: int = typer.Option(8791, "--port"),
-        host: str = typer.Option("127.0.0.1", "--host"),
         name: str = typer.Option("nginx", "--name", help="Shadow session name."),
+        port: int = typer.Option(8791, "--port"),
+        host: str = HOST,
         journal: Path | None = JOURNAL,
         champion: str | None = typer.Option(None, "--champion", help="Label of the champion for the store."),
         champion_timeout: float = typer.Option(
@@ -283,7 +293,7 @@ def register(app: typer.Typer) -> None:
         journal: Path = typer.Argument(..., help="Mirror journal (JSON lines)."),
         name: str = typer.Option(..., "--name"),
         schema: Path | None = typer.Option(None, "--schema"),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Load (again) a mirror journal into the store; safe to repeat while the mirror runs."""
         from workbench.store.shadow import ingest_journal, repeated_items_note
@@ -305,7 +315,7 @@ def register(app: typer.Typer) -> None:
             "split, so replaying it would judge the policies on their own fitting data).",
         ),
         replace: bool = typer.Option(False, "--replace"),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Replay a dataset's test split (or --split) through champion and challenger (two stored runs) as a
         shadow session."""
@@ -323,7 +333,7 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Argument(..., help="Shadow session."),
         out: Path = typer.Option(..., "--out", "-o", help="Traffic file: .jsonl, .parquet or .csv."),
         force: bool = FORCE,
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Write a session as a traffic file (the format `shadow import` reads)."""
         from workbench.store.shadow import export_session
@@ -384,13 +394,8 @@ def register(app: typer.Typer) -> None:
         ),
         n_boot: int = typer.Option(1000, "--n-boot"),
         seed: int = typer.Option(0, "--seed"),
-        slices: list[str] = typer.Option(
-            None,
-            "--slice",
-            help="Also report per slice of this column: a replayed session's dataset metadata (--meta-column at "
-            "import), or 'state_length' (quartile buckets of the state's length) for any session; repeatable.",
-        ),
-        as_json: bool = typer.Option(False, "--json"),
+        slices: list[str] = slice_option("report", " (metadata: replayed sessions; state_length: any session)"),
+        as_json: bool = AS_JSON,
         *,
         options: ThresholdOptions,
     ) -> None:
@@ -439,7 +444,7 @@ def register(app: typer.Typer) -> None:
         out_name: str | None = typer.Option(None, "--name", help="New session name (default SESSION+MODEL)."),
         concurrency: int = typer.Option(8, "--concurrency"),
         replace: bool = typer.Option(False, "--replace", help="Overwrite an existing session of that name."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Run a new challenger over a session's logged states, in one step: a new session pairs the
         logged champion with the new run (then `workbench shadow report NEW`)."""

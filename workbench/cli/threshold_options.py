@@ -185,17 +185,24 @@ def _parse_error_cost(error_cost: float, class_error_cost: list[str] | None, cos
             raise OptionError(f"--cost-matrix {cost_matrix}: cannot read JSON ({exc})") from None
         return data  # list of lists [true][accepted] (checked against the option count later)
     if class_error_cost:
-        out: dict[str, float] = {}
-        for item in class_error_cost:
-            key, sep, val = item.partition("=")
-            try:
-                out[key.strip()] = float(val)
-            except ValueError:
-                sep = ""
-            if not sep:
-                raise OptionError(f"--class-error-cost {item!r} is not OPTION=COST", hint="e.g. refund=50")
-        return out
+        return _keyed_numbers(class_error_cost, "=", "--class-error-cost", "OPTION=COST", "e.g. refund=50")
     return error_cost
+
+
+def _keyed_numbers(items: list[str] | None, sep: str, flag: str, form: str, hint: str) -> dict[str, float]:
+    """``KEY<sep>NUMBER`` flag values (split at the last ``sep``) as ``{key: number}``; a malformed one
+    raises an OptionError naming the flag and the form."""
+    out: dict[str, float] = {}
+    for item in items or []:
+        key, found, text = item.rpartition(sep)
+        try:
+            value = float(text) if found and key.strip() else None
+        except ValueError:
+            value = None
+        if value is None:
+            raise OptionError(f"{flag} {item!r} is not {form}", hint=hint)
+        out[key.strip()] = value
+    return out
 
 
 def parse_cost_flags(cost: list[str] | None, costs_file: Path | None) -> dict[str, dict[str, float]] | None:
@@ -215,38 +222,20 @@ def parse_cost_flags(cost: list[str] | None, costs_file: Path | None) -> dict[st
                 hint="e.g. 'hate: {offensive: 10, neither: 10}'",
             )
         out = {str(t): {str(a): v for a, v in row.items()} for t, row in data.items()}
+    form, hint = "TRUE:ACCEPTED=COST", "e.g. --cost hate:offensive=10 (ACCEPTED may be * for every other option)"
     for item in cost or []:
-        pair, sep, val = item.rpartition("=")
+        ((pair, value),) = _keyed_numbers([item], "=", "--cost", form, hint).items()
         true, colon, acc = pair.partition(":")
-        try:
-            value = float(val)
-        except ValueError:
-            sep = ""
-        if not sep or not colon or not true.strip() or not acc.strip():
-            raise OptionError(
-                f"--cost {item!r} is not TRUE:ACCEPTED=COST",
-                hint="e.g. --cost hate:offensive=10 (ACCEPTED may be * for every other option)",
-            )
+        if not colon or not true.strip() or not acc.strip():
+            raise OptionError(f"--cost {item!r} is not {form}", hint=hint)
         out.setdefault(true.strip(), {})[acc.strip()] = value
     return out or None
 
 
 def parse_critical_flags(critical: list[str] | None) -> dict[str, float] | None:
     """``--critical OPTION:BETA`` (repeatable) as the ``constraints`` option."""
-    out: dict[str, float] = {}
-    for item in critical or []:
-        opt, sep, val = item.rpartition(":")
-        try:
-            beta = float(val)
-        except ValueError:
-            sep = ""
-        if not sep or not opt.strip():
-            raise OptionError(
-                f"--critical {item!r} is not OPTION:BETA",
-                hint="e.g. --critical hate:0.05 (at most 5% of true hate items auto-accepted as another option)",
-            )
-        out[opt.strip()] = beta
-    return out or None
+    hint = "e.g. --critical hate:0.05 (at most 5% of true hate items auto-accepted as another option)"
+    return _keyed_numbers(critical, ":", "--critical", "OPTION:BETA", hint) or None
 
 
 def build_options(**flags: Any) -> ThresholdOptions:

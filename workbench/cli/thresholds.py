@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console, print_table
+from workbench.cli.common import AS_JSON, emit_json, err_console, open_store, out_console, print_table, slice_option
 from workbench.cli.threshold_options import threshold_options
 from workbench.wording import plural
 
@@ -154,14 +154,10 @@ def register(app: typer.Typer) -> None:
         png: Path | None = typer.Option(
             None, "--png", help="Write the figures as one PNG, stacked (needs the kaleido extra)."
         ),
-        slices: list[str] = typer.Option(
-            None,
-            "--slice",
-            help="Also give test coverage/error of the chosen rule per slice of this item metadata column "
-            "(--meta-column at import) or 'state_length'; warns when a slice's error interval lies above α "
-            "(repeatable).",
+        slices: list[str] = slice_option(
+            "give test coverage/error of the chosen rule", "; warns when a slice's error interval lies above α"
         ),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
         *,
         options: ThresholdOptions,
     ) -> None:
