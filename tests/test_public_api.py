@@ -112,15 +112,17 @@ def test_docstring_examples_run_in_order(tmp_path):
 # -- one options type, one set of defaults -----------------------------------------------------------
 def test_cli_option_defaults_are_threshold_options_defaults():
     import workbench.thresholds
-    from workbench.cli.thresholds import OPTION_DEFAULTS
-    from workbench.thresholds.choose import ThresholdOptions, build_options
+    from workbench.cli.threshold_options import FLAGS, build_options
+    from workbench.thresholds.choose import ThresholdOptions
 
     assert workbench.thresholds.ThresholdOptions is ThresholdOptions is wb.ThresholdOptions  # one type, three doors
     defaults = ThresholdOptions()
-    for name, option in OPTION_DEFAULTS.items():
-        assert option.default == getattr(defaults, name), name
+    for flag in FLAGS:  # a flag that stands for a field alone has the field's default
+        if len([f for f in FLAGS if f.field == flag.field]) == 1 and flag.annotation in (str, int, float, bool):
+            assert flag.default == getattr(defaults, flag.field), flag.flag
     assert build_options() == defaults
-    assert {f.name for f in fields(ThresholdOptions)} >= set(OPTION_DEFAULTS)
+    assert build_options(**{f.name: f.default for f in FLAGS}) == defaults
+    assert {f.name for f in fields(ThresholdOptions)} >= {f.field for f in FLAGS}
     assert (defaults.alpha, defaults.delta, defaults.calibrate, defaults.method, defaults.grid) == (
         0.05,
         0.1,

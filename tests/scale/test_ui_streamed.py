@@ -43,7 +43,7 @@ def _figures(path: str, run_id: str, question: str, recal: str | None) -> dict:
     st.cache_resource.clear()
     state.refresh()
     token = store_token(path)
-    settings = state.threshold_settings(max_error=0.2, delta=0.1, method="fixed-sequence", calibrate=recal or "none")
+    settings = state.threshold_settings(alpha=0.2, delta=0.1, method="fixed-sequence", calibrate=recal or "none")
     surf = state.threshold_surface(path, token, run_id, question, "calibration", recal)
     rel = state.reliability_display(path, token, run_id, question, "test", recal, 10, "uniform")
     conf = state.confusion_display(path, token, run_id, question, "test", recal)

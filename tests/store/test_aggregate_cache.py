@@ -82,7 +82,7 @@ def test_a_large_page_reads_the_kept_report_and_frontier_of_another_session(stor
     con.close()
     monkeypatch.setenv("WORKBENCH_STREAM_CELLS", "1")  # every split is "large": the streamed path
     token = store_token(path)
-    settings = state.threshold_settings(max_error=0.3, delta=0.2, method="fixed-sequence", calibrate="none")
+    settings = state.threshold_settings(alpha=0.3, delta=0.2, method="fixed-sequence", calibrate="none")
     alphas = (0.2, 0.3)
     assert state.kept_question_report(path, token, run_id, "intent", "test", None, 10, 20) is None
     assert state.kept_frontier(path, token, run_id, "intent", settings, alphas) is None

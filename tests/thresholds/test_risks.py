@@ -18,11 +18,8 @@ from tests.thresholds.test_monotone import SWEEP, _assert_monotone
 from workbench.errors import OptionError
 from workbench.thresholds.choose import (
     ThresholdOptions,
-    build_options,
     calibration_size_needed,
     certified_frontier,
-    parse_cost_flags,
-    parse_critical_flags,
 )
 from workbench.thresholds.guarantees import (
     ThresholdError,
@@ -187,18 +184,7 @@ def test_options_check_costs_and_constraints():
         ThresholdOptions(objective="cost", error_cost={"a": 3}, costs={"a": {"*": 2}})
 
 
-def test_flags_parse_into_options(tmp_path):
-    f = tmp_path / "costs.yaml"
-    f.write_text("hate:\n  offensive: 10\n  neither: 10\noffensive: {neither: 2}\n", encoding="utf-8")
-    costs = parse_cost_flags(["hate:neither=20", "neither:*=3"], f)
-    assert costs == {"hate": {"offensive": 10, "neither": 20.0}, "offensive": {"neither": 2}, "neither": {"*": 3.0}}
-    assert parse_critical_flags(["hate:0.05"]) == {"hate": 0.05}
-    with pytest.raises(OptionError, match="TRUE:ACCEPTED=COST"):
-        parse_cost_flags(["hate=10"], None)
-    with pytest.raises(OptionError, match="OPTION:BETA"):
-        parse_critical_flags(["hate"])
-    o = build_options(max_error=0.5, cost=["hate:*=10"], critical=["hate:0.05"])
-    assert o.costs == {"hate": {"*": 10.0}} and o.constraints == {"hate": 0.05}
+def test_calibration_size_needed_with_critical_options():
     need = calibration_size_needed(ThresholdOptions(alpha=0.5, calibrate="none", **_crit()))
     assert need["n_true_certifying"] == {"hate": 45}  # 0.95^45 = 0.0994 <= delta = 0.1 < 0.95^44
     assert need["n_certifying"] == 45  # alpha 0.5 in cost units, largest cost 10: a 5% misroute rate

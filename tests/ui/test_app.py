@@ -444,7 +444,7 @@ def test_thresholds_page_plans_labels_like_the_cli(ui_store):
     at.button(key="thr_plan_go").click().run()
     assert not at.exception, [e.value for e in at.exception]
     from workbench.store.db import connect
-    from workbench.thresholds.choose import build_options
+    from workbench.thresholds.choose import ThresholdOptions
     from workbench.workflows import plan_labels_for_run
 
     con = connect(path, read_only=True)
@@ -452,7 +452,7 @@ def test_thresholds_page_plans_labels_like_the_cli(ui_store):
         con,
         meta["runs"]["sharp-model"],
         "intent",
-        build_options(max_error=0.2, delta=0.1, method="fixed-sequence", calibrate="temperature"),
+        ThresholdOptions(alpha=0.2, delta=0.1, method="fixed-sequence", calibrate="temperature"),
     )
     con.close()
     shown = _texts(at)

@@ -82,13 +82,13 @@ def test_certified_section_equals_cli_and_library(ui_store, calibrate):
     # the library call, with the options the CLI builds from the same flags
     from workbench.store.db import connect
     from workbench.store.runs import load_answers
-    from workbench.thresholds.choose import build_options, choose_thresholds
+    from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
 
     con = connect(path, read_only=True)
     cal = load_answers(con, run_id, "intent", ["calibration"])
     test = load_answers(con, run_id, "intent", ["test"])
     con.close()
-    lib = choose_thresholds(cal, test, build_options(max_error=ALPHA, delta=DELTA, calibrate=calibrate)).to_dict()
+    lib = choose_thresholds(cal, test, ThresholdOptions(alpha=ALPHA, delta=DELTA, calibrate=calibrate)).to_dict()
     cli = _cli_json(path, run_id, "--calibrate", calibrate)
     assert cli["certified"] and cli["feasible"]
     assert cli["rule"] == lib["rule"] and cli["guarantee"]["risk_upper_bound"] == lib["guarantee"]["risk_upper_bound"]

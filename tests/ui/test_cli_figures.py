@@ -99,11 +99,11 @@ def test_thresholds_png_writes_the_file_asked_for_with_every_figure(ui_store, tm
     # the two figures (surface, risk–coverage: 460 px each by default) stacked, 1,100 px wide, both drawn
     from workbench.figures import threshold_figures
     from workbench.store.db import connect
-    from workbench.thresholds.choose import build_options
+    from workbench.thresholds.choose import ThresholdOptions
     from workbench.workflows import thresholds_for_run
 
     with connect(db, read_only=True) as con:
-        res_q = thresholds_for_run(con, meta["runs"]["sharp-model"], "intent", build_options())
+        res_q = thresholds_for_run(con, meta["runs"]["sharp-model"], "intent", ThresholdOptions())
     heights = [int(f.layout.height or 460) for f in threshold_figures(res_q)]
     assert len(heights) == 2
     assert image.size == (1100, sum(heights))

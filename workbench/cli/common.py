@@ -11,6 +11,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+import typer
 from rich.console import Console
 
 #: Progress bars, logs and tables go to stderr so that stdout carries only the JSON document.
@@ -30,6 +31,23 @@ class _State:
 
 
 state = _State()
+
+#: ``--json``: print exactly one JSON document on stdout (every reporting command takes it).
+AS_JSON = typer.Option(False, "--json", help="Print the result as one JSON document on stdout.")
+
+
+#: ``--host`` of the commands that serve HTTP: loopback unless asked.
+HOST = typer.Option("127.0.0.1", "--host", help="Address to bind; loopback by default.")
+
+
+def slice_option(what: str, note: str = "") -> Any:
+    """``--slice COLUMN`` (repeatable): ``what`` per slice of an item metadata column or of the state's length."""
+    return typer.Option(
+        None,
+        "--slice",
+        help=f"Also {what} per slice of this item metadata column (kept at import with --meta-column), or "
+        f"'state_length' (quartile buckets of the state's length){note}; repeatable.",
+    )
 
 
 def open_store(read_only: bool = False):
@@ -140,6 +158,39 @@ def print_id(identifier: str) -> None:
     """
     sys.stdout.write(f"{identifier}\n")
     sys.stdout.flush()
+
+
+def emit_result(doc: Any, as_json: bool, text: Any) -> None:
+    """A command's result: with ``--json`` the one JSON document ``doc``; else ``text`` for people on
+    stdout (a string, or a callable that makes it from ``doc``)."""
+    if as_json:
+        emit_json(doc)
+    else:
+        out_console.print(text(doc) if callable(text) else text)
+
+
+def emit_created(
+    doc: Any, as_json: bool, identifier: str, *lines: str | None, notes: tuple[str | None, ...] = ()
+) -> None:
+    """What a creating command prints: with ``--json`` the one JSON document ``doc``; else ``lines``
+    (rich markup) and ``notes`` (plain text) for people on stderr, then the id alone on stdout
+    (:func:`print_id`). A ``None`` line is skipped."""
+    if as_json:
+        emit_json(doc)
+        return
+    for line in lines:
+        if line:
+            err_console.print(line)
+    for note in notes:
+        if note:
+            err_console.print(note, markup=False)
+    print_id(identifier)
+
+
+def write_text_file(path: Path, text: str) -> None:
+    """Write a report file (``--markdown``, ``--junit`` …), making its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
 
 
 def fail(message: str, code: int = 2) -> None:

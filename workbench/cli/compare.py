@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, print_table
+from workbench.cli.common import AS_JSON, emit_json, err_console, open_store, print_table, slice_option
+from workbench.cli.threshold_options import threshold_options
 from workbench.wording import format_p  # one p-value formatter for the CLI and the UI
+
+if TYPE_CHECKING:
+    from workbench.thresholds.choose import ThresholdOptions
 
 
 def _fmt(v, pct: bool = False) -> str:
@@ -42,6 +47,7 @@ def keep_freed_arrays() -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("compare")
+    @threshold_options("compare", optional=True)
     def compare(
         names: list[str] = typer.Argument(..., help="Run ids, experiment names or experiment files."),
         baseline: str | None = typer.Option(
@@ -52,38 +58,20 @@ def register(app: typer.Typer) -> None:
         n_boot: int | None = typer.Option(None, "--n-boot", help="Bootstrap replicates (default 1000)."),
         seed: int | None = typer.Option(None, "--seed"),
         no_policy: bool = typer.Option(False, "--no-policy", help="Skip choosing a policy per run."),
-        max_error: float | None = typer.Option(
-            None,
-            "--max-error",
-            help="α of the policy whose coverage/error is shown (default 0.05 or the experiment's).",
-        ),
-        delta: float | None = typer.Option(None, "--delta", help="δ of that policy (default 0.1 or the experiment's)."),
-        calibrate: str | None = typer.Option(
-            None, "--calibrate", help="Recalibration before choosing it (default temperature or the experiment's)."
-        ),
         html: Path | None = typer.Option(None, "--html", help="Write the risk–coverage overlay of the runs (HTML)."),
         png: Path | None = typer.Option(None, "--png", help="Write the overlay as PNG (needs the kaleido extra)."),
-        slices: list[str] = typer.Option(
-            None,
-            "--slice",
-            help="Also compare per slice of this item metadata column (--meta-column at import) or 'state_length'"
-            " (repeatable).",
-        ),
-        as_json: bool = typer.Option(False, "--json"),
+        slices: list[str] = slice_option("compare"),
+        as_json: bool = AS_JSON,
+        *,
+        options: ThresholdOptions | None,
     ) -> None:
-        """Metrics, cost, latency, coverage/error at the chosen policy, and paired tests vs a baseline."""
+        """Metrics, cost, latency, coverage/error at the chosen policy, and paired tests vs a baseline.
+
+        The policy whose coverage/error is shown is chosen with the threshold options given, or
+        else with the experiment file's objective (else the defaults of `workbench thresholds`)."""
         from workbench.comparison import compare_runs
 
         keep_freed_arrays()
-        options = None
-        if any(v is not None for v in (max_error, delta, calibrate)):
-            from workbench.thresholds.choose import DEFAULTS, build_options
-
-            options = build_options(
-                max_error=DEFAULTS.alpha if max_error is None else max_error,
-                delta=DEFAULTS.delta if delta is None else delta,
-                calibrate=DEFAULTS.calibrate if calibrate is None else calibrate,
-            )
         with open_store(read_only=True) as con:
             result = compare_runs(
                 con,

@@ -8,18 +8,13 @@ from __future__ import annotations
 
 import re
 
-#: Library parameter → CLI flag, where the flag is not simply ``--`` + the name with dashes.
+from workbench.cli.threshold_options import FLAGS as THRESHOLD_FLAGS
+
+#: Library parameter → CLI flag, where the flag is not simply ``--`` + the name with dashes: the
+#: threshold options' flags as declared in :mod:`workbench.cli.threshold_options`, and a few others.
 FLAGS = {
-    "alpha": "--max-error",
-    "n_paths": "--paths",
-    "n_starts": "--starts",
-    "abstain_options": "--abstain-option",
-    "api_cost_per_item": "--api-cost",
-    "class_error_cost": "--class-error-cost",
+    **{f.field: f.flag for f in reversed(THRESHOLD_FLAGS)},  # the first flag of a field wins
     "n_draws": "--draws",
-    "costs": "--cost",
-    "costs_file": "--costs",
-    "constraints": "--critical",
     "questions": "--question",
     "splits": "--split",
 }

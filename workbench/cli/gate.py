@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.cli.common import emit_json, err_console, open_store, out_console, write_text_file
 
 
 def register(app: typer.Typer) -> None:
@@ -42,12 +42,9 @@ def register(app: typer.Typer) -> None:
             result = evaluate_gate(
                 con, run_id, reqs, base_dir=requirements.resolve().parent, baseline=baseline, max_drop=max_drop
             )
-        if junit is not None:
-            junit.parent.mkdir(parents=True, exist_ok=True)
-            junit.write_text(junit_xml(result), encoding="utf-8")
-        if markdown is not None:
-            markdown.parent.mkdir(parents=True, exist_ok=True)
-            markdown.write_text(markdown_table(result), encoding="utf-8")
+        for path, render in ((junit, junit_xml), (markdown, markdown_table)):
+            if path is not None:
+                write_text_file(path, render(result))
         if as_json:
             emit_json(result.to_dict())
         else:

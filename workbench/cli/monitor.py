@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, out_console, print_table
+from workbench.cli.common import emit_json, err_console, out_console, print_table, write_text_file
 from workbench.wording import plural
 
 
@@ -72,8 +72,7 @@ def register(app: typer.Typer) -> None:
         for w in rep.warnings:
             err_console.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
         if markdown is not None:
-            markdown.parent.mkdir(parents=True, exist_ok=True)
-            markdown.write_text(to_markdown(rep), encoding="utf-8")
+            write_text_file(markdown, to_markdown(rep))
         if as_json:
             emit_json(rep.to_dict())
         else:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from workbench.cli.common import emit_json, open_store, out_console
-from workbench.cli.thresholds import CAL_FRACTION, CALIBRATE, DELTA, GRID, MAX_ERROR, METHOD, ORDER_FRACTION, SEED
+from workbench.cli.threshold_options import threshold_options
 from workbench.wording import plural
+
+if TYPE_CHECKING:
+    from workbench.thresholds.choose import ThresholdOptions
 
 
 def _line(text: str) -> None:
@@ -63,20 +67,14 @@ def print_plan(doc: dict) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("plan-labels")
+    @threshold_options("plan-labels")
     def plan_labels(
         run_id: str = typer.Argument(..., help="Run id (or name) whose labelled items are the pilot."),
         question: str = typer.Option(..., "--question", "-q", help="Question id."),
-        max_error: float = MAX_ERROR,
-        delta: float = DELTA,
         target_coverage: float | None = typer.Option(
             None, "--target-coverage", help="Also require the certified coverage to reach this."
         ),
         power: float = typer.Option(0.8, "--power", help="Required probability of certifying."),
-        calibrate: str = CALIBRATE,
-        method: str = METHOD,
-        grid: int = GRID,
-        calibrator_fraction: float = CAL_FRACTION,
-        order_fraction: float = ORDER_FRACTION,
         pilot_split: str = typer.Option(
             "calibration", "--pilot-split", help="Split whose labelled items are the pilot."
         ),
@@ -89,34 +87,24 @@ def register(app: typer.Typer) -> None:
         draws: int = typer.Option(200, "--draws", help="Simulated calibration splits per size."),
         max_labels: int = typer.Option(20000, "--max-labels", help="Largest calibration split simulated."),
         errors: str = typer.Option("logistic", "--errors", help="Error model: logistic | observed."),
-        seed: int = SEED,
         html: Path | None = typer.Option(None, "--html", help="Write the curve as a plotly chart (HTML)."),
         as_json: bool = typer.Option(False, "--json"),
+        *,
+        options: ThresholdOptions,
     ) -> None:
         """How many calibration labels certify at --max-error with probability ≥ --power (simulated from a pilot)."""
         from workbench.cli.common import err_console
-        from workbench.cli.thresholds import build_options
         from workbench.reporting import RichReporter
         from workbench.store.runs import get_run
         from workbench.workflows import plan_labels_for_run
 
-        opts = build_options(
-            max_error=max_error,
-            delta=delta,
-            calibrate=calibrate,
-            method=method,
-            grid=grid,
-            calibrator_fraction=calibrator_fraction,
-            order_fraction=order_fraction,
-            seed=seed,
-        )
         with open_store(read_only=True) as con:
             resolved = get_run(con, run_id)["run_id"]
             plan = plan_labels_for_run(
                 con,
                 resolved,
                 question,
-                opts,
+                options,
                 pilot_split=pilot_split,
                 pilot_size=pilot_size,
                 unlabelled_splits=list(unlabelled_split or []),
@@ -125,7 +113,7 @@ def register(app: typer.Typer) -> None:
                 n_draws=draws,
                 max_labels=max_labels,
                 errors=errors,
-                seed=seed,
+                seed=options.seed,
                 reporter=RichReporter(err_console, progress=not as_json),
             )
         if html is not None:

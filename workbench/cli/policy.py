@@ -4,45 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console
+from workbench.cli.common import emit_json, emit_result, err_console, open_store, out_console
 from workbench.cli.outputs import FORCE, check_out_path
-from workbench.cli.thresholds import (
-    ABSTAIN,
-    API_COST,
-    BATCH,
-    CAL_FRACTION,
-    CALIBRATE,
-    CLASS_ERROR_COST,
-    COST,
-    COST_MATRIX,
-    COSTS_FILE,
-    CRITICAL,
-    DELTA,
-    ERROR_COST,
-    FALLBACK,
-    GRID,
-    LEVEL,
-    MAX_ERROR,
-    METHOD,
-    OBJECTIVE,
-    ORDER_FRACTION,
-    PATHS,
-    PER_CLASS,
-    REVIEW_COST,
-    SEED,
-    STARTS,
-    TARGET_COVERAGE,
-    TARGET_ERROR,
-    OptionError,
-    build_options,
-    certified_word,
-)
-from workbench.errors import PolicyError
+from workbench.cli.threshold_options import threshold_options
+from workbench.cli.thresholds import certified_word
+from workbench.errors import OptionError, PolicyError
 from workbench.wording import plural
+
+if TYPE_CHECKING:
+    from workbench.thresholds.choose import ThresholdOptions
 
 
 def _read_json_records(path: Path, flag: str) -> tuple[list, bool]:
@@ -150,11 +124,41 @@ def _check_other_out(file: Path, out: Path | None, force: bool) -> None:
         check_out_path(out, force=force)
 
 
+def _check_policy(file: Path, key: Path | None, as_json: bool, verify: bool) -> None:
+    """`policy validate` (``verify``: `policy verify`): the report of :func:`validate_file`, or one line."""
+    from workbench.policy.io import validate_file
+
+    report = validate_file(file, verify_key=key)
+    sig = report.get("signature") or {}
+    if verify:
+        text = f"{file}: signature by {sig['alg']} key {sig['key_id']} verified ({report['content_hash'][:19]}…)"
+    else:
+        text = (
+            f"{file}: valid policy {report['policy_version']} ({report['content_hash'][:19]}…), "
+            f"questions {', '.join(report['questions'])}"
+            + (f"; signature by {sig['key_id']} verified" if key is not None else "")
+            + (f"; mode {report['mode']}" if report["mode"] != "live" else "")
+        )
+    emit_result(report, as_json, text)
+
+
+# Options of the commands that rewrite a policy file (enable, disable, mode).
+RESIGN_KEY = typer.Option(None, "--key", help="Re-sign with this secret key file.")
+REWRITE_OUT = typer.Option(None, "--out", "-o", help="Write here (default: in place).")
+
+
+def _rewrite(file: Path, out: Path | None, key: Path | None, force: bool, as_json: bool, change) -> None:
+    """Apply ``change`` (verified model -> rollout change) to a policy file, write it and report it."""
+    _check_other_out(file, out, force)
+    _write_rollout(file, out, change(_load_for_rewrite(file, key)), key, as_json)
+
+
 def register(app: typer.Typer) -> None:
     pol = typer.Typer(help="Export, validate, apply and diff threshold policy files.", no_args_is_help=True)
     app.add_typer(pol, name="policy")
 
     @pol.command("export")
+    @threshold_options("policy export")
     def export(
         run_id: str = typer.Argument(..., help="Run id (or name)."),
         question: list[str] = typer.Option(..., "--question", "-q", help="Question id (repeatable)."),
@@ -173,34 +177,10 @@ def register(app: typer.Typer) -> None:
         ),
         any_model: bool = typer.Option(False, "--any-model", help="Do not bind the policy to the run's model."),
         created_by: str | None = typer.Option(None, "--created-by"),
-        objective: str = OBJECTIVE,
-        max_error: float = MAX_ERROR,
-        delta: float = DELTA,
-        method: str = METHOD,
-        calibrate: str = CALIBRATE,
-        per_class: bool = PER_CLASS,
-        review_cost: float = REVIEW_COST,
-        error_cost: float = ERROR_COST,
-        class_error_cost: list[str] | None = CLASS_ERROR_COST,
-        cost_matrix: Path | None = COST_MATRIX,
-        api_cost: float | None = API_COST,
-        target_coverage: float | None = TARGET_COVERAGE,
-        target_error: float | None = TARGET_ERROR,
-        grid: int = GRID,
-        paths: int = PATHS,
-        starts: int = STARTS,
-        abstain_option: list[str] | None = ABSTAIN,
-        level: str = LEVEL,
-        fallback: str = FALLBACK,
-        calibrator_fraction: float = CAL_FRACTION,
-        seed: int = SEED,
-        order_fraction: float = ORDER_FRACTION,
-        batch: int = BATCH,
-        cost: list[str] | None = COST,
-        costs_file: Path | None = COSTS_FILE,
-        critical: list[str] | None = CRITICAL,
         force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json"),
+        *,
+        options: ThresholdOptions,
     ) -> None:
         """Choose thresholds for a run's questions and write a versioned, hashed policy file."""
         from workbench.policy.build import build_policy
@@ -219,41 +199,13 @@ def register(app: typer.Typer) -> None:
                 f"--policy-version {policy_version!r} is not a semantic version",
                 hint="use MAJOR.MINOR.PATCH, e.g. 1.2.0",
             ) from None
-        opts = build_options(
-            objective=objective,
-            max_error=max_error,
-            delta=delta,
-            method=method,
-            calibrate=calibrate,
-            per_class=per_class,
-            review_cost=review_cost,
-            error_cost=error_cost,
-            class_error_cost=class_error_cost,
-            cost_matrix=cost_matrix,
-            api_cost=api_cost,
-            target_coverage=target_coverage,
-            target_error=target_error,
-            grid=grid,
-            paths=paths,
-            starts=starts,
-            abstain_option=abstain_option,
-            level=level,
-            fallback=fallback,
-            calibrator_fraction=calibrator_fraction,
-            seed=seed,
-            order_fraction=order_fraction,
-            batch=batch,
-            cost=cost,
-            costs_file=costs_file,
-            critical=critical,
-        )
         with open_store(read_only=True) as con:
             try:
                 model, results = build_policy(
                     con,
                     run_id,
                     question,
-                    opts,
+                    options,
                     policy_version=policy_version,
                     max_state_tokens=max_state_tokens,
                     created_by=created_by,
@@ -270,12 +222,12 @@ def register(app: typer.Typer) -> None:
                 jev_warnings = write_jev_thresholds(
                     model, target, jev_gate_metrics_on_run(con, model.source.run_id or run_id)
                 )
-        doc = {
+        doc: dict[str, Any] = {
             "path": str(out),
             "content_hash": model.content_hash,
             "policy_version": model.policy_version,
             "run_id": model.source.run_id,
-            "settings": opts.settings(),
+            "settings": options.settings(),
             "certified": all(r.certified for r in results.values()),
             "questions": {
                 q: {
@@ -310,7 +262,7 @@ def register(app: typer.Typer) -> None:
 
             out_console.print(
                 f"wrote {out} ({model.content_hash}, version {model.policy_version}) from run "
-                f"{model.source.run_id or run_id}; {opts.describe()}",
+                f"{model.source.run_id or run_id}; {options.describe()}",
                 highlight=False,
                 soft_wrap=True,
             )
@@ -346,18 +298,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Check JSON Schema, format version, content hash, options and (with --key) the signature; exit 2 if anything is wrong."""
-        from workbench.policy.io import validate_file
-
-        report = validate_file(file, verify_key=key)
-        if as_json:
-            emit_json(report)
-        else:
-            out_console.print(
-                f"{file}: valid policy {report['policy_version']} ({report['content_hash'][:19]}…), "
-                f"questions {', '.join(report['questions'])}"
-                + (f"; signature by {report['signature']['key_id']} verified" if key is not None else "")
-                + (f"; mode {report['mode']}" if report["mode"] != "live" else "")
-            )
+        _check_policy(file, key, as_json, verify=False)
 
     @pol.command("apply")
     def apply(
@@ -541,16 +482,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Check the signature (and everything `validate` checks); exit 2 if unsigned, wrongly signed or changed."""
-        from workbench.policy.io import validate_file
-
-        report = validate_file(file, verify_key=key)
-        if as_json:
-            emit_json(report)
-        else:
-            sig = report["signature"]
-            out_console.print(
-                f"{file}: signature by {sig['alg']} key {sig['key_id']} verified ({report['content_hash'][:19]}…)"
-            )
+        _check_policy(file, key, as_json, verify=True)
 
     def _rollout_command(enable: bool):
         def command(
@@ -558,18 +490,23 @@ def register(app: typer.Typer) -> None:
             option: list[str] | None = typer.Option(None, "--option", help="Option id (repeatable)."),
             all_options: bool = typer.Option(False, "--all", help="Every option of the question."),
             question: str | None = typer.Option(None, "--question", "-q", help="Question (needed when ambiguous)."),
-            key: Path | None = typer.Option(None, "--key", help="Re-sign with this secret key file."),
-            out: Path | None = typer.Option(None, "--out", "-o", help="Write here (default: in place)."),
+            key: Path | None = RESIGN_KEY,
+            out: Path | None = REWRITE_OUT,
             force: bool = FORCE,
             as_json: bool = typer.Option(False, "--json"),
         ) -> None:
             from workbench.policy.rollout import set_enabled
 
-            _check_other_out(file, out, force)
-
-            model = _load_for_rewrite(file, key)
-            change = set_enabled(model, option or [], enable=enable, question=question, all_options=all_options)
-            _write_rollout(file, out, change, key, as_json)
+            _rewrite(
+                file,
+                out,
+                key,
+                force,
+                as_json,
+                lambda model: set_enabled(
+                    model, option or [], enable=enable, question=question, all_options=all_options
+                ),
+            )
 
         command.__doc__ = (
             "Enable auto-accept for options (gradual rollout); bumps the minor version."
@@ -587,15 +524,12 @@ def register(app: typer.Typer) -> None:
         new_mode: str = typer.Argument(
             ..., metavar="live|shadow", help="shadow: everything to the fallback, would-be decisions recorded."
         ),
-        key: Path | None = typer.Option(None, "--key", help="Re-sign with this secret key file."),
-        out: Path | None = typer.Option(None, "--out", "-o", help="Write here (default: in place)."),
+        key: Path | None = RESIGN_KEY,
+        out: Path | None = REWRITE_OUT,
         force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Switch a policy between live and shadow mode; bumps the minor version."""
         from workbench.policy.rollout import set_mode
 
-        _check_other_out(file, out, force)
-
-        model = _load_for_rewrite(file, key)
-        _write_rollout(file, out, set_mode(model, new_mode), key, as_json)
+        _rewrite(file, out, key, force, as_json, lambda model: set_mode(model, new_mode))

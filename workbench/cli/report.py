@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from workbench.cli.common import cost_text, emit_json, err_console, open_store, out_console, print_id, print_table
+from workbench.cli.common import (
+    AS_JSON,
+    cost_text,
+    emit_created,
+    emit_json,
+    err_console,
+    open_store,
+    out_console,
+    print_table,
+    slice_option,
+)
 from workbench.wording import plural
 
 
@@ -149,44 +160,20 @@ def register(app: typer.Typer) -> None:
         exclude_label_issues: bool = typer.Option(
             False, "--exclude-label-issues", help="Also report without suspected label errors, side by side."
         ),
-        slices: list[str] = typer.Option(
-            None,
-            "--slice",
-            help="Also report per slice of this item metadata column (kept at import with --meta-column), or "
-            "'state_length' (quartile buckets of the state's length); repeatable.",
-        ),
-        as_json: bool = typer.Option(False, "--json"),
+        slices: list[str] = slice_option("report"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Every metric per question with 95% bootstrap intervals (before/after for a calibrated view)."""
         from workbench.evaluation import label_issues_for_runs, report_run
 
+        settings: dict[str, Any] = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "labels": labels}
         with open_store(read_only=True) as con:
-            rep = report_run(
-                con,
-                run_id,
-                question,
-                split,
-                n_bins=n_bins,
-                n_boot=n_boot,
-                seed=seed,
-                labels=labels,
-                slices=slices or None,
-            )
+            rep = report_run(con, run_id, question, split, slices=slices or None, **settings)
             clean = None
             if exclude_label_issues:
                 issues = label_issues_for_runs(con, [rep.run["run_id"]], question)
-                clean = report_run(
-                    con,
-                    run_id,
-                    question,
-                    split,
-                    n_bins=n_bins,
-                    n_boot=n_boot,
-                    seed=seed,
-                    exclude_items={q: li.item_ids for q, li in issues.items()},
-                    with_before=False,
-                    labels=labels,
-                )
+                without: dict[str, Any] = {q: li.item_ids for q, li in issues.items()}
+                clean = report_run(con, run_id, question, split, exclude_items=without, with_before=False, **settings)
         if as_json:
             doc = rep.to_dict()
             # one shape whatever the options: the key is always there (null unless asked for)
@@ -217,7 +204,7 @@ def register(app: typer.Typer) -> None:
         fit_split: str = typer.Option("calibration", "--fit-split", help="Split the calibrator is fitted on."),
         eval_split: str = typer.Option("test", "--eval-split", help="Split for the before/after figures."),
         name: str | None = typer.Option(None, "--name", help="Name of the calibrated view."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Fit a calibrator per question and store a calibrated view of the run (a new run)."""
         from workbench.evaluation import calibrate_run
@@ -229,22 +216,18 @@ def register(app: typer.Typer) -> None:
             out = calibrate_run(
                 con, run_id, method, questions=question or None, fit_split=fit_split, eval_split=eval_split, name=name
             )
-        if as_json:
-            emit_json(out)
-            return
-        err_console.print(
-            f"stored calibrated view [bold]{out['run_id']}[/] of {out['parent_run_id']} ({method}, "
-            f"fitted on {fit_split})"
-        )
+        lines = [
+            f"stored calibrated view [bold]{out['run_id']}[/] of {out['parent_run_id']} ({method}, fitted on {fit_split})"
+        ]
         for q, s in out["questions"].items():
             extra = f" T={s['temperature']:.3f}" if "temperature" in s else ""
-            err_console.print(
+            lines.append(
                 f"{q}: top-label ECE on {eval_split} {_fmt(s.get('ece_before'))} → "
                 f"{_fmt(s.get('ece_after'))}, log loss {_fmt(s.get('log_loss_before'))} → "
                 f"{_fmt(s.get('log_loss_after'))} (fit n={s['n_fit']}){extra}"
             )
-        err_console.print(f"next: workbench report {out['run_id']}")
-        print_id(out["run_id"])
+        lines.append(f"next: workbench report {out['run_id']}")
+        emit_created(out, as_json, out["run_id"], *lines)
 
     @app.command("label-issues")
     def label_issues(
@@ -257,7 +240,7 @@ def register(app: typer.Typer) -> None:
         with_metrics: bool = typer.Option(
             True, "--metrics/--no-metrics", help="Show test metrics of the first run with and without the suspects."
         ),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Items whose label a confident provider (or a consensus of runs) disputes, ranked."""
         import pandas as pd

@@ -120,6 +120,107 @@ def _number(value: Any, digits: int) -> str:
     return "-" if value is None or value != value else f"{value:.{digits}f}"
 
 
+def _run(
+    experiment,
+    dataset,
+    schema,
+    provider,
+    split,
+    limit,
+    concurrency,
+    rate,
+    max_cost,
+    run_name,
+    timeout,
+    questions_per_request,
+    resume,
+    experiment_name,
+    variant,
+    progress,
+    as_json,
+) -> None:
+    from workbench.reporting import RichReporter
+    from workbench.runner import resume_run, run_experiment
+
+    if experiment is not None:
+        try:
+            from workbench.experiments import run_experiment_file
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("workbench.experiments"):
+                raise WorkbenchError(
+                    f"{experiment}: experiment files are not supported in this build",
+                    hint="use --dataset/--schema/--provider",
+                ) from None
+            raise
+        with open_store() as con:
+            result = run_experiment_file(
+                experiment,
+                con=con,
+                concurrency=concurrency,
+                limit=limit,
+                rate=parse_rate(rate),
+                max_cost=max_cost,
+                timeout=timeout,
+                progress=progress,
+                reporter=RichReporter(err_console),
+            )
+        summaries = []
+        for r in result["runs"]:
+            s = dict(r.get("summary") or {})
+            s.update(run_id=r["run_id"], provider=r["provider"], status=r["status"], variant=r["variant"])
+            summaries.append(s)
+        info = {k: result[k] for k in ("experiment", "dataset", "source")}
+        _emit_runs(summaries, as_json, experiment=info)
+        return
+    with open_store() as con:
+        if resume:
+            summaries = [
+                resume_run(
+                    con,
+                    resume,
+                    env=os.environ,
+                    progress=progress,
+                    reporter=RichReporter(err_console),
+                    concurrency=concurrency,
+                    rate=parse_rate(rate),
+                    max_cost=max_cost,
+                    timeout=timeout,
+                )
+            ]
+        else:
+            missing = [o for o, v in (("--dataset", dataset), ("--schema", schema), ("--provider", provider)) if not v]
+            if missing:
+                raise WorkbenchError(
+                    f"missing {', '.join(missing)}",
+                    hint="workbench run --dataset NAME --schema FILE --provider SPEC, or workbench run --resume RUN_ID",
+                )
+            from workbench.schema import load_schema
+            from workbench.store.runs import get_run
+
+            sch = load_schema(schema)
+            run_ids = run_experiment(
+                con,
+                dataset=dataset,
+                schema=sch,
+                provider_specs=list(provider),
+                splits=list(split) if split else None,
+                limit=limit,
+                concurrency=concurrency or 8,
+                rate=parse_rate(rate),
+                max_cost=max_cost,
+                run_name=run_name,
+                experiment=experiment_name,
+                variant=variant,
+                env=os.environ,
+                timeout=timeout or 5.0,
+                questions_per_request=questions_per_request,
+                progress=progress,
+                reporter=RichReporter(err_console),
+            )
+            summaries = [get_run(con, r)["summary"] for r in run_ids]
+    _emit_runs(summaries, as_json)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("run", epilog=EXIT_CODES_HELP)
     def run(
@@ -155,134 +256,15 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the run summaries as JSON."),
     ) -> None:
         """Run a schema over a dataset through one or more providers (cached, resumable)."""
+        flags = dict(locals())  # the parameters above, by name
+        progress = not flags.pop("no_progress")
         from workbench.runner import RunInterrupted
 
         try:
-            _run(
-                experiment,
-                dataset,
-                schema,
-                provider,
-                split,
-                limit,
-                concurrency,
-                rate,
-                max_cost,
-                run_name,
-                timeout,
-                questions_per_request,
-                resume,
-                experiment_name,
-                variant,
-                not no_progress,
-                as_json,
-            )
+            _run(**flags, progress=progress)
         except RunInterrupted as exc:
             err_console.print(f"[yellow]{exc}[/]")
             raise typer.Exit(130) from None
-
-    def _run(
-        experiment,
-        dataset,
-        schema,
-        provider,
-        split,
-        limit,
-        concurrency,
-        rate,
-        max_cost,
-        run_name,
-        timeout,
-        questions_per_request,
-        resume,
-        experiment_name,
-        variant,
-        progress,
-        as_json,
-    ) -> None:
-        from workbench.reporting import RichReporter
-        from workbench.runner import resume_run, run_experiment
-
-        if experiment is not None:
-            try:
-                from workbench.experiments import run_experiment_file
-            except ModuleNotFoundError as exc:
-                if exc.name and exc.name.startswith("workbench.experiments"):
-                    raise WorkbenchError(
-                        f"{experiment}: experiment files are not supported in this build",
-                        hint="use --dataset/--schema/--provider",
-                    ) from None
-                raise
-            with open_store() as con:
-                result = run_experiment_file(
-                    experiment,
-                    con=con,
-                    concurrency=concurrency,
-                    limit=limit,
-                    rate=parse_rate(rate),
-                    max_cost=max_cost,
-                    timeout=timeout,
-                    progress=progress,
-                    reporter=RichReporter(err_console),
-                )
-            summaries = []
-            for r in result["runs"]:
-                s = dict(r.get("summary") or {})
-                s.update(run_id=r["run_id"], provider=r["provider"], status=r["status"], variant=r["variant"])
-                summaries.append(s)
-            info = {k: result[k] for k in ("experiment", "dataset", "source")}
-            _emit_runs(summaries, as_json, experiment=info)
-            return
-        with open_store() as con:
-            if resume:
-                summaries = [
-                    resume_run(
-                        con,
-                        resume,
-                        env=os.environ,
-                        progress=progress,
-                        reporter=RichReporter(err_console),
-                        concurrency=concurrency,
-                        rate=parse_rate(rate),
-                        max_cost=max_cost,
-                        timeout=timeout,
-                    )
-                ]
-            else:
-                missing = [
-                    o for o, v in (("--dataset", dataset), ("--schema", schema), ("--provider", provider)) if not v
-                ]
-                if missing:
-                    raise WorkbenchError(
-                        f"missing {', '.join(missing)}",
-                        hint="workbench run --dataset NAME --schema FILE --provider SPEC, "
-                        "or workbench run --resume RUN_ID",
-                    )
-                from workbench.schema import load_schema
-                from workbench.store.runs import get_run
-
-                sch = load_schema(schema)
-                run_ids = run_experiment(
-                    con,
-                    dataset=dataset,
-                    schema=sch,
-                    provider_specs=list(provider),
-                    splits=list(split) if split else None,
-                    limit=limit,
-                    concurrency=concurrency or 8,
-                    rate=parse_rate(rate),
-                    max_cost=max_cost,
-                    run_name=run_name,
-                    experiment=experiment_name,
-                    variant=variant,
-                    env=os.environ,
-                    timeout=timeout or 5.0,
-                    questions_per_request=questions_per_request,
-                    progress=progress,
-                    reporter=RichReporter(err_console),
-                )
-                summaries = [get_run(con, r)["summary"] for r in run_ids]
-        _emit_runs(summaries, as_json)
 
     runs = typer.Typer(help="List experiment runs; import answers computed elsewhere.", no_args_is_help=True)
     app.add_typer(runs, name="runs")

@@ -4,14 +4,28 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console, print_id
+from workbench.cli.common import (
+    AS_JSON,
+    HOST,
+    emit_created,
+    emit_json,
+    err_console,
+    open_store,
+    out_console,
+    print_id,
+    slice_option,
+)
 from workbench.cli.outputs import FORCE, check_out_path
-from workbench.cli.thresholds import CALIBRATE, DELTA, MAX_ERROR
+from workbench.cli.threshold_options import threshold_options
 from workbench.errors import WorkbenchError
 from workbench.wording import plural
+
+if TYPE_CHECKING:
+    from workbench.thresholds.choose import ThresholdOptions
 
 
 def _schema_from(schema: Path | None, policy: Path | None):
@@ -53,6 +67,54 @@ def _headers(values: list[str] | None) -> dict[str, str]:
     return out
 
 
+# Options shared by `shadow serve` and `shadow collect`.
+JOURNAL = typer.Option(None, "--journal", help="Append-only log (default shadow-NAME.jsonl).")
+CHALLENGER_TIMEOUT = typer.Option(5.0, "--challenger-timeout", help="Seconds.")
+MAX_IN_FLIGHT = typer.Option(256, "--max-challenger-in-flight", help="Challenger calls beyond this are shed (logged).")
+CHALLENGER_HEADER = typer.Option(
+    None, "--challenger-header", help="NAME=ENVVAR header for the challenger (repeatable)."
+)
+INGEST = typer.Option(True, "--ingest/--no-ingest", help="Load the journal into the store on exit.")
+MAX_JOURNAL_BODY = typer.Option("1MiB", "--max-journal-body", help="Bodies above this are journaled as sha256 + size.")
+
+
+def _journal_settings(
+    name: str,
+    journal: Path | None,
+    timeouts: tuple[float, float],
+    max_in_flight: int,
+    challenger_header: list[str] | None,
+    max_journal_body: str,
+) -> dict:
+    """The settings the mirror and the collector share (journal path, timeouts, challenger headers)."""
+    from workbench.shadow.mirror import parse_size
+
+    return dict(
+        journal=journal or Path(f"shadow-{name}.jsonl"),
+        name=name,
+        champion_timeout=timeouts[0],
+        challenger_timeout=timeouts[1],
+        max_challenger_in_flight=max_in_flight,
+        challenger_headers=_headers(challenger_header),
+        max_journal_body=parse_size(max_journal_body, option="--max-journal-body"),
+    )
+
+
+def _ingest_after(path: Path, name: str, champion: str | None, challenger: str) -> None:
+    """Load a stopped mirror's or collector's journal into the store (``--ingest``)."""
+    from workbench.store.shadow import ingest_journal, repeated_items_note
+
+    if not path.exists():
+        return
+    with open_store() as con:
+        s = ingest_journal(
+            con, path, shadow=name, champion=_public(champion) if champion else None, challenger=_public(challenger)
+        )
+    err_console.print(f"ingested {s['n_requests']} requests into session {name}")
+    if note := repeated_items_note(s):
+        err_console.print(note, markup=False)
+
+
 def register(app: typer.Typer) -> None:
     sh = typer.Typer(
         help="Shadow mode: compare a challenger with the champion on the same traffic.", no_args_is_help=True
@@ -68,7 +130,7 @@ def register(app: typer.Typer) -> None:
         champion: str | None = typer.Option(None, "--champion", help="Label of the champion (e.g. its model)."),
         challenger: str | None = typer.Option(None, "--challenger", help="Label of the challenger."),
         replace: bool = typer.Option(False, "--replace", help="Overwrite an existing session."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Import production logs (or later outcomes, joined by item id) into a shadow session."""
         from workbench.store.shadow import import_traffic, repeated_items_note
@@ -83,16 +145,11 @@ def register(app: typer.Typer) -> None:
                 challenger=challenger,
                 replace=replace,
             )
-        if as_json:
-            emit_json(summary)
-        else:
-            err_console.print(
-                f"shadow [bold]{name}[/]: {summary['kind']} imported, "
-                f"{summary['n_requests']} requests, {summary['n_outcomes']} outcomes"
-            )
-            if note := repeated_items_note(summary):
-                err_console.print(note, markup=False)
-            print_id(name)
+        line = (
+            f"shadow [bold]{name}[/]: {summary['kind']} imported, "
+            f"{summary['n_requests']} requests, {summary['n_outcomes']} outcomes"
+        )
+        emit_created(summary, as_json, name, line, notes=(repeated_items_note(summary),))
 
     @sh.command("serve")
     def serve_(
@@ -101,19 +158,15 @@ def register(app: typer.Typer) -> None:
             ..., "--challenger", help="Challenger System One endpoint URL (?model=NAME rewrites the body's model)."
         ),
         port: int = typer.Option(8790, "--port"),
-        host: str = typer.Option("127.0.0.1", "--host"),
+        host: str = HOST,
         name: str = typer.Option("mirror", "--name", help="Shadow session name."),
-        journal: Path | None = typer.Option(None, "--journal", help="Append-only log (default shadow-NAME.jsonl)."),
+        journal: Path | None = JOURNAL,
         champion_timeout: float = typer.Option(30.0, "--champion-timeout", help="Seconds."),
-        challenger_timeout: float = typer.Option(5.0, "--challenger-timeout", help="Seconds."),
-        max_in_flight: int = typer.Option(
-            256, "--max-challenger-in-flight", help="Challenger calls beyond this are shed (logged)."
-        ),
-        challenger_header: list[str] = typer.Option(
-            None, "--challenger-header", help="NAME=ENVVAR header for the challenger (repeatable)."
-        ),
+        challenger_timeout: float = CHALLENGER_TIMEOUT,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        challenger_header: list[str] = CHALLENGER_HEADER,
         sample_rate: float = typer.Option(1.0, "--sample-rate", help="Share of requests mirrored to the challenger."),
-        ingest: bool = typer.Option(True, "--ingest/--no-ingest", help="Load the journal into the store on exit."),
+        ingest: bool = INGEST,
         max_body: str = typer.Option("8MiB", "--max-body", help="Largest request body; larger ones get 413."),
         max_buffered: str = typer.Option(
             "128MiB", "--max-buffered", help="Request bodies held in memory at once; beyond it 503 + Retry-After."
@@ -128,9 +181,7 @@ def register(app: typer.Typer) -> None:
             75.0, "--idle-timeout", help="Seconds a connection may wait between requests."
         ),
         max_connections: int = typer.Option(1024, "--max-connections", help="Open connections; more are closed."),
-        max_journal_body: str = typer.Option(
-            "1MiB", "--max-journal-body", help="Bodies above this are journaled as sha256 + size."
-        ),
+        max_journal_body: str = MAX_JOURNAL_BODY,
     ) -> None:
         """Live mirror: answer with the champion (unchanged), shadow the challenger, log both durably.
 
@@ -139,40 +190,26 @@ def register(app: typer.Typer) -> None:
         """
         from workbench.shadow.mirror import MirrorConfig, parse_size, serve
 
-        path = journal or Path(f"shadow-{name}.jsonl")
-        config = MirrorConfig(
-            champion=champion,
-            challenger=challenger,
-            journal=path,
-            name=name,
-            champion_timeout=champion_timeout,
-            challenger_timeout=challenger_timeout,
-            max_challenger_in_flight=max_in_flight,
-            challenger_headers=_headers(challenger_header),
-            sample_rate=sample_rate,
-            max_body_bytes=parse_size(max_body, option="--max-body"),
-            max_buffered_bytes=parse_size(max_buffered, option="--max-buffered"),
-            header_timeout=header_timeout,
-            body_timeout=body_timeout,
-            idle_timeout=idle_timeout,
-            max_connections=max_connections,
-            max_journal_body=parse_size(max_journal_body, option="--max-journal-body"),
+        shared = _journal_settings(
+            name, journal, (champion_timeout, challenger_timeout), max_in_flight, challenger_header, max_journal_body
         )
+        path = shared["journal"]
+        sizes = {"max_body_bytes": (max_body, "--max-body"), "max_buffered_bytes": (max_buffered, "--max-buffered")}
+        shared.update({key: parse_size(text, option=flag) for key, (text, flag) in sizes.items()})
+        waits: dict[str, Any] = {
+            "header_timeout": header_timeout,
+            "body_timeout": body_timeout,
+            "idle_timeout": idle_timeout,
+        }
+        shared["max_connections"] = max_connections
+        config = MirrorConfig(champion=champion, challenger=challenger, sample_rate=sample_rate, **waits, **shared)
         config.validate()
         err_console.print(f"shadow mirror [bold]{name}[/] on http://{host}:{port}{config.path} (journal {path})")
 
         def _after(app_) -> None:
             err_console.print(f"stopped after {app_.stats['requests']} requests")
-            if ingest and path.exists():
-                from workbench.store.shadow import ingest_journal, repeated_items_note
-
-                with open_store() as con:
-                    s = ingest_journal(
-                        con, path, shadow=name, champion=_public(champion), challenger=_public(config.challenger)
-                    )
-                err_console.print(f"ingested {s['n_requests']} requests into session {name}")
-                if note := repeated_items_note(s):
-                    err_console.print(note, markup=False)
+            if ingest:
+                _ingest_after(path, name, champion, config.challenger)
 
         serve(config, host=host, port=port, on_closed=_after)
 
@@ -186,21 +223,17 @@ def register(app: typer.Typer) -> None:
         spool: Path = typer.Option(
             ..., "--spool", help="Directory nginx's proxy_store writes champion answers to ($request_id files)."
         ),
-        port: int = typer.Option(8791, "--port"),
-        host: str = typer.Option("127.0.0.1", "--host"),
         name: str = typer.Option("nginx", "--name", help="Shadow session name."),
-        journal: Path | None = typer.Option(None, "--journal", help="Append-only log (default shadow-NAME.jsonl)."),
+        port: int = typer.Option(8791, "--port"),
+        host: str = HOST,
+        journal: Path | None = JOURNAL,
         champion: str | None = typer.Option(None, "--champion", help="Label of the champion for the store."),
         champion_timeout: float = typer.Option(
             30.0, "--champion-timeout", help="Seconds to wait for the champion's stored answer."
         ),
-        challenger_timeout: float = typer.Option(5.0, "--challenger-timeout", help="Seconds."),
-        max_in_flight: int = typer.Option(
-            256, "--max-challenger-in-flight", help="Challenger calls beyond this are shed (logged)."
-        ),
-        challenger_header: list[str] = typer.Option(
-            None, "--challenger-header", help="NAME=ENVVAR header for the challenger (repeatable)."
-        ),
+        challenger_timeout: float = CHALLENGER_TIMEOUT,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        challenger_header: list[str] = CHALLENGER_HEADER,
         max_body_bytes: int = typer.Option(
             8 * 1024 * 1024,
             "--max-body-bytes",
@@ -211,10 +244,8 @@ def register(app: typer.Typer) -> None:
             "--syslog-port",
             help="UDP port for nginx's JSON access log (access_log syslog:...): champion statuses and latencies.",
         ),
-        ingest: bool = typer.Option(True, "--ingest/--no-ingest", help="Load the journal into the store on exit."),
-        max_journal_body: str = typer.Option(
-            "1MiB", "--max-journal-body", help="Bodies above this are journaled as sha256 + size."
-        ),
+        ingest: bool = INGEST,
+        max_journal_body: str = MAX_JOURNAL_BODY,
         max_held: str = typer.Option(
             "256MiB",
             "--max-held",
@@ -228,21 +259,13 @@ def register(app: typer.Typer) -> None:
         from workbench.shadow.collector import CollectorConfig, collect
         from workbench.shadow.mirror import parse_size
 
-        path = journal or Path(f"shadow-{name}.jsonl")
-        config = CollectorConfig(
-            challenger=challenger,
-            journal=path,
-            spool=spool,
-            name=name,
-            champion_timeout=champion_timeout,
-            challenger_timeout=challenger_timeout,
-            max_challenger_in_flight=max_in_flight,
-            challenger_headers=_headers(challenger_header),
-            syslog_port=syslog_port,
-            max_body_bytes=max_body_bytes,
-            max_journal_body=parse_size(max_journal_body, option="--max-journal-body"),
-            max_held_bytes=parse_size(max_held, option="--max-held"),
+        shared = _journal_settings(
+            name, journal, (champion_timeout, challenger_timeout), max_in_flight, challenger_header, max_journal_body
         )
+        path = shared["journal"]
+        shared["max_held_bytes"] = parse_size(max_held, option="--max-held")
+        shared.update(spool=spool, syslog_port=syslog_port, max_body_bytes=max_body_bytes)
+        config = CollectorConfig(challenger=challenger, **shared)
 
         def _ready(bound: int) -> None:
             err_console.print(
@@ -255,20 +278,8 @@ def register(app: typer.Typer) -> None:
                 f"({c.stats['champion_not_stored']} champion answers not stored, "
                 f"{c.stats['dropped_held_bytes']} dropped over --max-held)"
             )
-            if ingest and path.exists():
-                from workbench.store.shadow import ingest_journal, repeated_items_note
-
-                with open_store() as con:
-                    s = ingest_journal(
-                        con,
-                        path,
-                        shadow=name,
-                        champion=_public(champion) if champion else None,
-                        challenger=_public(config.challenger),
-                    )
-                err_console.print(f"ingested {s['n_requests']} requests into session {name}")
-                if note := repeated_items_note(s):
-                    err_console.print(note, markup=False)
+            if ingest:
+                _ingest_after(path, name, champion, config.challenger)
 
         try:
             collect(config, host=host, port=port, on_closed=_after, ready=_ready)
@@ -282,20 +293,15 @@ def register(app: typer.Typer) -> None:
         journal: Path = typer.Argument(..., help="Mirror journal (JSON lines)."),
         name: str = typer.Option(..., "--name"),
         schema: Path | None = typer.Option(None, "--schema"),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Load (again) a mirror journal into the store; safe to repeat while the mirror runs."""
         from workbench.store.shadow import ingest_journal, repeated_items_note
 
         with open_store() as con:
             s = ingest_journal(con, journal, shadow=name, schema=_schema_from(schema, None))
-        if as_json:
-            emit_json(s)
-        else:
-            err_console.print(f"{s['n_requests']} requests ({s['n_challenger_lost']} challenger lost) in {name}")
-            if note := repeated_items_note(s):
-                err_console.print(note, markup=False)
-            print_id(name)
+        line = f"{s['n_requests']} requests ({s['n_challenger_lost']} challenger lost) in {name}"
+        emit_created(s, as_json, name, line, notes=(repeated_items_note(s),))
 
     @sh.command("replay")
     def replay_(
@@ -309,33 +315,25 @@ def register(app: typer.Typer) -> None:
             "split, so replaying it would judge the policies on their own fitting data).",
         ),
         replace: bool = typer.Option(False, "--replace"),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Replay a dataset's test split (or --split) through champion and challenger (two stored runs) as a
         shadow session."""
         from workbench.store.shadow import replay_runs
 
         with open_store() as con:
-            s = replay_runs(
-                con,
-                shadow=name,
-                champion_run=champion_run,
-                challenger_run=challenger_run,
-                splits=split or ["test"],
-                replace=replace,
-            )
-        if as_json:
-            emit_json(s)
-        else:
-            err_console.print(f"shadow [bold]{name}[/]: {s['n_requests']} items replayed, {s['n_outcomes']} outcomes")
-            print_id(name)
+            sides = {"champion_run": champion_run, "challenger_run": challenger_run}
+            s = replay_runs(con, shadow=name, splits=split or ["test"], replace=replace, **sides)
+        emit_created(
+            s, as_json, name, f"shadow [bold]{name}[/]: {s['n_requests']} items replayed, {s['n_outcomes']} outcomes"
+        )
 
     @sh.command("export")
     def export_(
         name: str = typer.Argument(..., help="Shadow session."),
         out: Path = typer.Option(..., "--out", "-o", help="Traffic file: .jsonl, .parquet or .csv."),
         force: bool = FORCE,
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Write a session as a traffic file (the format `shadow import` reads)."""
         from workbench.store.shadow import export_session
@@ -361,6 +359,7 @@ def register(app: typer.Typer) -> None:
             out_console.print(df.to_string(index=False) if not df.empty else "no shadow sessions")
 
     @sh.command("report")
+    @threshold_options("shadow report")
     def report_(
         name: str = typer.Argument(..., help="Shadow session."),
         champion_policy: Path | None = typer.Option(
@@ -395,16 +394,10 @@ def register(app: typer.Typer) -> None:
         ),
         n_boot: int = typer.Option(1000, "--n-boot"),
         seed: int = typer.Option(0, "--seed"),
-        max_error: float = MAX_ERROR,
-        delta: float = DELTA,
-        calibrate: str = CALIBRATE,
-        slices: list[str] = typer.Option(
-            None,
-            "--slice",
-            help="Also report per slice of this column: a replayed session's dataset metadata (--meta-column at "
-            "import), or 'state_length' (quartile buckets of the state's length) for any session; repeatable.",
-        ),
-        as_json: bool = typer.Option(False, "--json"),
+        slices: list[str] = slice_option("report", " (metadata: replayed sessions; state_length: any session)"),
+        as_json: bool = AS_JSON,
+        *,
+        options: ThresholdOptions,
     ) -> None:
         """Agreement, flips, directional disagreements, review load, error, cost, latency, drift, verdict.
 
@@ -412,7 +405,6 @@ def register(app: typer.Typer) -> None:
         sessions) at --max-error / --delta / --calibrate: the defaults of `workbench thresholds`."""
         from workbench.shadow.policies import load_side_policy, parse_rule_options
         from workbench.shadow.report import Criteria, shadow_report
-        from workbench.thresholds.choose import build_options
 
         criteria = Criteria(
             max_error_increase=max_error_increase,
@@ -437,7 +429,7 @@ def register(app: typer.Typer) -> None:
                 n_boot=n_boot,
                 seed=seed,
                 period=period,
-                options=build_options(max_error=max_error, delta=delta, calibrate=calibrate),
+                options=options,
                 slices=slices or None,
             )
         if as_json:
@@ -452,7 +444,7 @@ def register(app: typer.Typer) -> None:
         out_name: str | None = typer.Option(None, "--name", help="New session name (default SESSION+MODEL)."),
         concurrency: int = typer.Option(8, "--concurrency"),
         replace: bool = typer.Option(False, "--replace", help="Overwrite an existing session of that name."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Run a new challenger over a session's logged states, in one step: a new session pairs the
         logged champion with the new run (then `workbench shadow report NEW`)."""

@@ -4,95 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console, print_table
-from workbench.errors import OptionError  # noqa: F401 - re-exported for `workbench policy export`
+from workbench.cli.common import AS_JSON, emit_json, err_console, open_store, out_console, print_table, slice_option
+from workbench.cli.threshold_options import threshold_options
 from workbench.wording import plural
 
-
-def build_options(**options):
-    """:func:`workbench.thresholds.choose.build_options` — the one option builder, shared with the UI's
-    Thresholds page (imported on call so `workbench --help` stays fast)."""
-    from workbench.thresholds.choose import build_options as _build_options
-
-    return _build_options(**options)
-
-
-# Shared typer options (also used by `workbench policy export`, `compare` and `shadow report`). Their
-# defaults are ThresholdOptions' own (workbench.thresholds.choose.DEFAULTS, listed here as literals so
-# that `workbench --help` does not import numpy; tests/test_public_api.py checks they agree).
-OBJECTIVE = typer.Option("guarantee", "--objective", help="guarantee | cost | coverage | error.")
-MAX_ERROR = typer.Option(0.05, "--max-error", help="α: largest error rate among auto-accepted items.")
-DELTA = typer.Option(0.1, "--delta", help="δ: allowed probability that the true error exceeds --max-error.")
-METHOD = typer.Option("fixed-sequence", "--method", help="FWER control: fixed-sequence | holm.")
-CALIBRATE = typer.Option(
-    "temperature",
-    "--calibrate",
-    help="none | temperature | isotonic | platt (fitted on part of the calibration split).",
-)
-PER_CLASS = typer.Option(False, "--per-class", help="One (tau, margin) per option, Bonferroni over options.")
-REVIEW_COST = typer.Option(1.0, "--review-cost", help="Cost of one human review (cost objective).")
-ERROR_COST = typer.Option(10.0, "--error-cost", help="Cost of one wrong auto-accept (cost objective).")
-CLASS_ERROR_COST = typer.Option(None, "--class-error-cost", help="OPTION=COST for a wrong accept of OPTION.")
-COST_MATRIX = typer.Option(None, "--cost-matrix", help="JSON K×K list, cost[true][accepted].")
-COST = typer.Option(
-    None,
-    "--cost",
-    help="TRUE:ACCEPTED=COST misroute cost (repeatable; ACCEPTED may be *; unlisted misroutes cost 1). "
-    "With the guarantee objective --max-error is then the largest expected misroute cost per accepted item.",
-)
-COSTS_FILE = typer.Option(None, "--costs", help="YAML/JSON {true: {accepted: cost}} misroute costs (--cost wins).")
-CRITICAL = typer.Option(
-    None,
-    "--critical",
-    help="OPTION:BETA: at most BETA of the items truly OPTION may be auto-accepted as another option, "
-    "certified jointly with --max-error (repeatable; guarantee objective, not with --per-class).",
-)
-API_COST = typer.Option(None, "--api-cost", help="API cost per item (default: the run's mean).")
-TARGET_COVERAGE = typer.Option(None, "--target-coverage", help="Coverage target (uncertified point estimate).")
-TARGET_ERROR = typer.Option(None, "--target-error", help="Error target (uncertified point estimate).")
-GRID = typer.Option(100, "--grid", help="Grid points per threshold axis.")
-ORDER_FRACTION = typer.Option(
-    0.3,
-    "--order-fraction",
-    help="Fixed-sequence: share of calibration items that "
-    "only learn the strict→lax test order, the same for every --max-error (0: data-independent column paths).",
-)
-PATHS = typer.Option(10, "--paths", help="Fixed-sequence with --order-fraction 0: margin columns tested.")
-STARTS = typer.Option(10, "--starts", help="Fixed-sequence with --order-fraction 0: starting points per column.")
-ABSTAIN = typer.Option(None, "--abstain-option", help="Option that always goes to review (repeatable).")
-LEVEL = typer.Option("top", "--level", help="score questions: top | expected level.")
-FALLBACK = typer.Option("review", "--fallback", help="Action when not accepted: review | escalate | hold.")
-CAL_FRACTION = typer.Option(
-    0.3, "--calibrator-fraction", help="Share of the calibration split used to fit the calibrator."
-)
-SEED = typer.Option(0, "--seed", help="Seed of the calibrator-fit carve-out.")
-BATCH = typer.Option(
-    1000, "--batch", help="Finite-batch view: chance that the error among the next N accepted items exceeds α."
-)
-
-#: CLI option → its default, checked against ThresholdOptions by the tests (one set of defaults).
-OPTION_DEFAULTS = {
-    "objective": OBJECTIVE,
-    "alpha": MAX_ERROR,
-    "delta": DELTA,
-    "method": METHOD,
-    "calibrate": CALIBRATE,
-    "per_class": PER_CLASS,
-    "review_cost": REVIEW_COST,
-    "error_cost": ERROR_COST,
-    "grid": GRID,
-    "order_fraction": ORDER_FRACTION,
-    "n_paths": PATHS,
-    "n_starts": STARTS,
-    "level": LEVEL,
-    "fallback": FALLBACK,
-    "calibrator_fraction": CAL_FRACTION,
-    "seed": SEED,
-    "batch": BATCH,
-}
+if TYPE_CHECKING:
+    from workbench.thresholds.choose import ThresholdOptions
 
 
 def _fmt(x) -> str:
@@ -222,35 +143,10 @@ def _pct(v) -> str:
 
 def register(app: typer.Typer) -> None:
     @app.command("thresholds")
+    @threshold_options("thresholds")
     def thresholds(
         run_id: str = typer.Argument(..., help="Run id (or name)."),
         question: list[str] = typer.Option(..., "--question", "-q", help="Question id (repeatable)."),
-        objective: str = OBJECTIVE,
-        max_error: float = MAX_ERROR,
-        delta: float = DELTA,
-        method: str = METHOD,
-        calibrate: str = CALIBRATE,
-        per_class: bool = PER_CLASS,
-        review_cost: float = REVIEW_COST,
-        error_cost: float = ERROR_COST,
-        class_error_cost: list[str] | None = CLASS_ERROR_COST,
-        cost_matrix: Path | None = COST_MATRIX,
-        api_cost: float | None = API_COST,
-        target_coverage: float | None = TARGET_COVERAGE,
-        target_error: float | None = TARGET_ERROR,
-        grid: int = GRID,
-        paths: int = PATHS,
-        starts: int = STARTS,
-        abstain_option: list[str] | None = ABSTAIN,
-        level: str = LEVEL,
-        fallback: str = FALLBACK,
-        calibrator_fraction: float = CAL_FRACTION,
-        seed: int = SEED,
-        order_fraction: float = ORDER_FRACTION,
-        cost: list[str] | None = COST,
-        costs_file: Path | None = COSTS_FILE,
-        critical: list[str] | None = CRITICAL,
-        batch: int = BATCH,
         surface_out: Path | None = typer.Option(
             None, "--surface-out", help="Write the per-grid-point table (CSV) here."
         ),
@@ -258,53 +154,23 @@ def register(app: typer.Typer) -> None:
         png: Path | None = typer.Option(
             None, "--png", help="Write the figures as one PNG, stacked (needs the kaleido extra)."
         ),
-        slices: list[str] = typer.Option(
-            None,
-            "--slice",
-            help="Also give test coverage/error of the chosen rule per slice of this item metadata column "
-            "(--meta-column at import) or 'state_length'; warns when a slice's error interval lies above α "
-            "(repeatable).",
+        slices: list[str] = slice_option(
+            "give test coverage/error of the chosen rule", "; warns when a slice's error interval lies above α"
         ),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
+        *,
+        options: ThresholdOptions,
     ) -> None:
         """Choose routing thresholds for questions of a run and judge them on the test split."""
         from workbench.store.runs import get_run
         from workbench.workflows import threshold_slices_for_run, thresholds_for_run
 
-        opts = build_options(
-            objective=objective,
-            max_error=max_error,
-            delta=delta,
-            method=method,
-            calibrate=calibrate,
-            per_class=per_class,
-            review_cost=review_cost,
-            error_cost=error_cost,
-            class_error_cost=class_error_cost,
-            cost_matrix=cost_matrix,
-            api_cost=api_cost,
-            target_coverage=target_coverage,
-            target_error=target_error,
-            grid=grid,
-            paths=paths,
-            starts=starts,
-            abstain_option=abstain_option,
-            level=level,
-            fallback=fallback,
-            calibrator_fraction=calibrator_fraction,
-            seed=seed,
-            order_fraction=order_fraction,
-            cost=cost,
-            costs_file=costs_file,
-            critical=critical,
-            batch=batch,
-        )
         figures: list = []
         with open_store(read_only=True) as con:
             results = []
             resolved = get_run(con, run_id)["run_id"]
             for q in question:
-                res = thresholds_for_run(con, resolved, q, opts)
+                res = thresholds_for_run(con, resolved, q, options)
                 if surface_out is not None:
                     import pandas as pd
 
@@ -330,7 +196,7 @@ def register(app: typer.Typer) -> None:
                 err_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
         doc = {
             "run_id": resolved,
-            "settings": opts.settings(),
+            "settings": options.settings(),
             "certified": all(r["certified"] for r in results),
             "questions": {r["question"]: r for r in results},
         }

@@ -1,11 +1,11 @@
 """thresholds layer: risk–coverage surfaces, Learn-then-Test guarantees, choosing a routing rule.
 
-``ThresholdOptions`` (the one options type), ``build_options``, ``choose_thresholds`` and
+``ThresholdOptions`` (the one options type), ``choose_thresholds`` and
 ``calibration_size_needed`` live in :mod:`workbench.thresholds.choose` and are re-exported here
 (loaded on first use, so importing a submodule such as ``rules`` stays light).
 """
 
-_CHOOSE = ("ThresholdOptions", "ThresholdResult", "build_options", "choose_thresholds", "calibration_size_needed")
+_CHOOSE = ("ThresholdOptions", "ThresholdResult", "choose_thresholds", "calibration_size_needed")
 
 
 def __getattr__(name: str):

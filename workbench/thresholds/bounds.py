@@ -17,7 +17,15 @@ from workbench.errors import WorkbenchError
 
 
 class ThresholdError(WorkbenchError):
-    """Threshold selection was asked something impossible (bad α/δ, empty data, unknown objective)."""
+    """Threshold selection was asked something impossible (bad α/δ, empty data, unknown objective).
+
+    ``parameter``, as for :class:`~workbench.errors.OptionError`, names the option the message starts with
+    (the CLI shows it as its flag).
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None, parameter: str | None = None):
+        super().__init__(message, hint=hint)
+        self.parameter = parameter
 
 
 def kl_bernoulli(a: np.ndarray, b: float) -> np.ndarray:

@@ -18,10 +18,8 @@ store's SQL points (:mod:`workbench.engines.store_aggregates`) — :func:`prepar
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -237,7 +235,7 @@ class ThresholdOptions:
                 raise bad(
                     "constraints",
                     "(critical options) are certified for one global rule, not for per-class rules",
-                    "drop per-class (--per-class): the constraint makes the one rule as strict as the critical option needs",
+                    "drop per_class: the constraint makes the one rule as strict as the critical option needs",
                 )
 
     def max_cost(self) -> float:
@@ -283,7 +281,7 @@ class ThresholdOptions:
         return dict(self.__dict__)
 
 
-#: The defaults, for callers that print or compare them (CLI option defaults are read from here).
+#: The defaults, for callers that print or compare them.
 DEFAULTS = ThresholdOptions()
 
 
@@ -333,157 +331,6 @@ def calibration_size_needed(opts: ThresholdOptions, n_options: int | None = None
         # a constraint's p-value is over the items of its true option, accepted or not
         out["n_true_certifying"] = {o: min_items_to_certify(b, level) for o, b in opts.constraints.items()}
     return out
-
-
-def parse_costs(error_cost: float, class_error_cost: list[str] | None, cost_matrix: Path | None):
-    """``error_cost`` scalar, ``class_error_cost`` ``OPT=COST`` overrides, or a ``cost_matrix`` JSON file."""
-    if cost_matrix is not None:
-        try:
-            data = json.loads(Path(cost_matrix).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise OptionError(f"cost_matrix {cost_matrix}: cannot read JSON ({exc})", parameter="cost_matrix") from None
-        return data  # list of lists [true][accepted] (checked against the option count later)
-    if class_error_cost:
-        out: dict[str, float] = {}
-        for item in class_error_cost:
-            key, sep, val = item.partition("=")
-            try:
-                out[key.strip()] = float(val)
-            except ValueError:
-                sep = ""
-            if not sep:
-                raise OptionError(
-                    f"class_error_cost {item!r} is not OPTION=COST", hint="e.g. refund=50", parameter="class_error_cost"
-                )
-        return {**out} if out else error_cost
-    return error_cost
-
-
-def parse_cost_flags(cost: list[str] | None, costs_file: Path | None) -> dict[str, dict[str, float]] | None:
-    """``--cost TRUE:ACCEPTED=COST`` (repeatable; ``ACCEPTED`` may be ``*``) and ``--costs FILE``
-    (YAML or JSON ``{true: {accepted: cost}}``; flags override the file) as the ``costs`` option."""
-    out: dict[str, dict[str, float]] = {}
-    if costs_file is not None:
-        import yaml
-
-        try:
-            data = yaml.safe_load(Path(costs_file).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise OptionError(
-                f"costs {costs_file}: cannot read it ({str(exc).splitlines()[0]})", parameter="costs"
-            ) from None
-        if not isinstance(data, dict) or not all(isinstance(r, dict) for r in data.values()):
-            raise OptionError(
-                f"costs {costs_file}: must map a true option to {{accepted option: cost}}",
-                hint="e.g. 'hate: {offensive: 10, neither: 10}'",
-                parameter="costs",
-            )
-        out = {str(t): {str(a): v for a, v in row.items()} for t, row in data.items()}
-    for item in cost or []:
-        pair, sep, val = item.rpartition("=")
-        true, colon, acc = pair.partition(":")
-        try:
-            value = float(val)
-        except ValueError:
-            sep = ""
-        if not sep or not colon or not true.strip() or not acc.strip():
-            raise OptionError(
-                f"cost {item!r} is not TRUE:ACCEPTED=COST",
-                hint="e.g. --cost hate:offensive=10 (ACCEPTED may be * for every other option)",
-                parameter="cost",
-            )
-        out.setdefault(true.strip(), {})[acc.strip()] = value
-    return out or None
-
-
-def parse_critical_flags(critical: list[str] | None) -> dict[str, float] | None:
-    """``--critical OPTION:BETA`` (repeatable) as the ``constraints`` option."""
-    out: dict[str, float] = {}
-    for item in critical or []:
-        opt, sep, val = item.rpartition(":")
-        try:
-            beta = float(val)
-        except ValueError:
-            sep = ""
-        if not sep or not opt.strip():
-            raise OptionError(
-                f"critical {item!r} is not OPTION:BETA",
-                hint="e.g. --critical hate:0.05 (at most 5% of true hate items auto-accepted as another option)",
-                parameter="critical",
-            )
-        out[opt.strip()] = beta
-    return out or None
-
-
-def build_options(
-    *,
-    objective: str = DEFAULTS.objective,
-    max_error: float = DEFAULTS.alpha,
-    delta: float = DEFAULTS.delta,
-    method: str = DEFAULTS.method,
-    calibrate: str = DEFAULTS.calibrate,
-    per_class: bool = DEFAULTS.per_class,
-    review_cost: float = DEFAULTS.review_cost,
-    error_cost: float = 10.0,
-    class_error_cost: list[str] | None = None,
-    cost_matrix: Path | None = None,
-    api_cost: float | None = None,
-    target_coverage: float | None = None,
-    target_error: float | None = None,
-    manual_rule: dict[str, float] | None = None,
-    grid: int = DEFAULTS.grid,
-    paths: int = DEFAULTS.n_paths,
-    starts: int = DEFAULTS.n_starts,
-    abstain_option: list[str] | None = None,
-    level: str = DEFAULTS.level,
-    fallback: str = DEFAULTS.fallback,
-    calibrator_fraction: float = DEFAULTS.calibrator_fraction,
-    seed: int = DEFAULTS.seed,
-    order_fraction: float = DEFAULTS.order_fraction,
-    batch: int = DEFAULTS.batch,
-    cost: list[str] | None = None,
-    costs_file: Path | None = None,
-    critical: list[str] | None = None,
-) -> ThresholdOptions:
-    """:class:`ThresholdOptions` from the command line's option names — the builder behind
-    ``workbench thresholds``, ``workbench policy export`` and the Thresholds page of the UI.
-
-    Keyword names are the CLI options' (``max_error`` is ``alpha``, ``paths``/``starts`` are
-    ``n_paths``/``n_starts``, ``api_cost`` is ``api_cost_per_item``, ``cost``/``costs_file`` make
-    ``costs`` (:func:`parse_cost_flags`), ``critical`` makes ``constraints``); defaults are
-    :class:`ThresholdOptions`' own.
-
-    Raises
-    ------
-    OptionError
-        When a value is outside its allowed set or range (naming the :class:`ThresholdOptions` field).
-    """
-    return ThresholdOptions(
-        objective=objective,
-        alpha=max_error,
-        delta=delta,
-        method=method,
-        calibrate=calibrate,
-        per_class=per_class,
-        review_cost=review_cost,
-        error_cost=parse_costs(error_cost, class_error_cost, cost_matrix),
-        api_cost_per_item=api_cost,
-        target_coverage=target_coverage,
-        target_error=target_error,
-        manual_rule=dict(manual_rule) if manual_rule else None,
-        grid=grid,
-        n_paths=paths,
-        n_starts=starts,
-        abstain_options=list(abstain_option or []),
-        level=level,
-        fallback=fallback,
-        calibrator_fraction=calibrator_fraction,
-        seed=seed,
-        order_fraction=order_fraction,
-        batch=batch,
-        costs=parse_cost_flags(cost, costs_file),
-        constraints=parse_critical_flags(critical),
-    )
 
 
 @dataclass
@@ -712,7 +559,7 @@ def check_question(question: str, qtype: str, opt_ids: list[str], n_labelled: in
             hint=f"options: {', '.join(opt_ids[:20])}",
         )
     if opts.abstain_options and qtype != "choice":
-        raise ThresholdError("--abstain-option applies to choice questions only")
+        raise ThresholdError("abstain_options apply to choice questions only", parameter="abstain_options")
     return [opt_ids.index(o) for o in opts.abstain_options]
 
 
@@ -787,7 +634,7 @@ def prepare_from_coordinates(
         if isinstance(ec, dict):
             bad = [o for o in ec if o not in opt_ids]
             if bad:
-                raise ThresholdError(f"--error-cost names unknown option {bad[0]!r}")
+                raise ThresholdError(f"error_cost names unknown option {bad[0]!r}", parameter="error_cost")
             ec = {opt_ids.index(o): v for o, v in ec.items()}
         if matrix is not None:  # error_cost is a number here (ThresholdOptions checks it)
             ec = float(cast(float, ec)) * matrix

@@ -24,16 +24,21 @@ def session_policies() -> dict[str, str]:
 def export_policy_json(path: str, run_id: str, question: str, settings: dict, policy_version: str = "1.0.0") -> str:
     """Build and hash a policy for ``question`` of ``run_id``; returns the file's JSON text.
 
-    ``settings`` are keyword arguments of :func:`workbench.thresholds.choose.build_options` (the
-    CLI's option names), so the options are built exactly as ``workbench policy export`` builds them.
+    ``settings`` are :class:`~workbench.thresholds.choose.ThresholdOptions` fields, so the options are
+    those ``workbench policy export`` builds from the same flags.
     """
     from workbench.policy.build import build_policy
-    from workbench.thresholds.choose import build_options
+    from workbench.thresholds.choose import ThresholdOptions
     from workbench.ui.state import read_connection
 
     with read_connection(path) as con:
         model, _ = build_policy(
-            con, run_id, [question], build_options(**settings), policy_version=policy_version, created_by="workbench ui"
+            con,
+            run_id,
+            [question],
+            ThresholdOptions(**settings),
+            policy_version=policy_version,
+            created_by="workbench ui",
         )
     return model.to_json()
 
@@ -77,7 +82,7 @@ def export_section(
         options.update(
             review_cost=float(st.session_state.get("thr_review_cost", 1.0)),
             error_cost=float(st.session_state.get("thr_error_cost", 10.0)),
-            api_cost=float(st.session_state.get("thr_api_cost", 0.0)),
+            api_cost_per_item=float(st.session_state.get("thr_api_cost", 0.0)),
         )
     elif objective == "coverage":
         options["target_coverage"] = st.slider("Target coverage", 0.05, 1.0, 0.8, 0.05, key="pol_target_coverage")

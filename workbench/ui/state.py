@@ -1017,10 +1017,27 @@ def shadow_report(
 
 
 def threshold_settings(**settings) -> tuple:
-    """Hashable cache key of threshold settings: sorted ``(name, value)`` pairs whose names are the
-    keyword arguments of :func:`workbench.thresholds.choose.build_options` (the CLI's option names,
-    e.g. ``max_error``, ``delta``, ``method``, ``calibrate``, ``per_class``)."""
+    """Hashable cache key of threshold settings: sorted ``(name, value)`` pairs whose names are
+    :class:`ThresholdOptions` fields (``alpha``, ``delta``, ``method``, ``calibrate``, ``per_class`` …),
+    turned into options by ``ThresholdOptions(**dict(settings))``."""
     return tuple(sorted(settings.items()))
+
+
+#: ThresholdOptions fields the UI has no control for, with the reason (every other field has one:
+#: tests/cli/test_options_declared_once.py checks the pages against the dataclass).
+THRESHOLD_FIELDS_NOT_IN_UI: dict[str, str] = {
+    "grid": "the sliders move on the certified grid, so the UI keeps its 100 points (GRID_POINTS)",
+    **{
+        f: "advanced Learn-then-Test tuning: kept at the defaults every surface shares (the CLI and API set it)"
+        for f in ("n_paths", "n_starts", "calibrator_fraction", "order_fraction", "seed", "confidence")
+    },
+    "abstain_options": "per-option routing is edited in the policy file (policy enable/disable), not on the page",
+    "level": "score questions are certified at their top level; the expected level is a CLI/API choice",
+    "fallback": "the policy's fallback is edited in the policy file; the page shows review",
+    "batch": "the finite-batch view is printed by workbench thresholds; the page shows calibration and test",
+    "costs": "a misroute cost matrix is a file (workbench thresholds --costs): no page control yet",
+    "constraints": "critical options (workbench thresholds --critical): no page control yet",
+}
 
 
 @st.cache_data(show_spinner="Certifying thresholds…", max_entries=64)
@@ -1031,17 +1048,16 @@ def certified_thresholds(path: str, token: tuple, run_id: str, question: str, se
     ``settings`` comes from :func:`threshold_settings`. Only the small result dict is cached (not
     the surface), so a cache hit on every slider move stays cheap.
     """
-    from workbench.thresholds.choose import build_options
     from workbench.workflows import thresholds_for_run
 
     def certify() -> dict:
         with read_connection(path) as con:
-            return thresholds_for_run(con, run_id, question, build_options(**dict(settings))).to_dict()
+            return thresholds_for_run(con, run_id, question, ThresholdOptions(**dict(settings))).to_dict()
 
     def from_points() -> dict:
         from workbench.engines.store_aggregates import certified_from_points
 
-        opts = build_options(**dict(settings))
+        opts = ThresholdOptions(**dict(settings))
         pts = grid_points(path, token, run_id, question) if opts.grid == GRID_POINTS else None
         res = None
         if pts is not None and "calibration" in pts and len(pts["calibration"].labels):
@@ -1063,11 +1079,10 @@ def certified_frontier(
     :func:`workbench.thresholds.choose.certified_frontier`: each point is the selection
     ``choose_thresholds`` makes at that α (0 where nothing is certified). Of a large run, kept between
     sessions (:func:`kept`; :func:`kept_frontier` looks it up without computing)."""
-    from workbench.thresholds.choose import build_options
     from workbench.workflows import frontier_for_run
 
     def frontier() -> pd.DataFrame:
-        opts = build_options(**dict(settings))
+        opts = ThresholdOptions(**dict(settings))
         with read_connection(path) as con:
             sels = frontier_for_run(con, run_id, question, opts, [float(a) for a in alphas])
         coverage = [s.calibration["coverage"] if s.feasible else 0.0 for s in sels]
@@ -1099,7 +1114,6 @@ def label_plan(
     """``workbench plan-labels`` for the question: :func:`workbench.workflows.plan_labels_for_run` with
     the options of ``settings``; the plan's ``to_dict()`` plus its figure (``"figure"``)."""
     from workbench.figures import label_plan_figure
-    from workbench.thresholds.choose import build_options
     from workbench.workflows import plan_labels_for_run
 
     with read_connection(path) as con:
@@ -1107,7 +1121,7 @@ def label_plan(
             con,
             run_id,
             question,
-            build_options(**dict(settings)),
+            ThresholdOptions(**dict(settings)),
             pilot_size=pilot_size,
             target_coverage=target_coverage,
             power=power,
@@ -1284,10 +1298,9 @@ def certified_threshold_slices(
 ) -> dict:
     """``workbench thresholds --slice COLUMN --json``'s slice section for the question: test coverage and
     error of the certified rule per slice, with intervals and warnings."""
-    from workbench.thresholds.choose import build_options
     from workbench.workflows import threshold_slices_for_run, thresholds_for_run
 
-    opts = build_options(**dict(settings))
+    opts = ThresholdOptions(**dict(settings))
     with read_connection(path) as con:
         res = thresholds_for_run(con, run_id, question, opts)
         return threshold_slices_for_run(con, run_id, res, column)

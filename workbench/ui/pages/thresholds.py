@@ -6,9 +6,9 @@ Two kinds of figures, labelled as such on the page:
   per slider move); test-split figures come from applying the rule with
   :func:`workbench.thresholds.evaluate.evaluate_rule`. Nothing here is certified.
 * **certified** (Learn-then-Test section, frontier, policy export): every figure comes from
-  :func:`workbench.thresholds.choose.choose_thresholds` with options from
-  :func:`workbench.thresholds.choose.build_options` — the call behind ``workbench thresholds`` and
-  ``workbench policy export`` — so the screen, the CLI and the exported policy agree.
+  :func:`workbench.thresholds.choose.choose_thresholds` with
+  :class:`~workbench.thresholds.choose.ThresholdOptions` — the options behind ``workbench thresholds``
+  and ``workbench policy export`` — so the screen, the CLI and the exported policy agree.
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ st.caption(
 
 from workbench.thresholds.guarantees import select_cost  # noqa: E402
 
-settings = state.threshold_settings(max_error=float(alpha), delta=float(delta), method=method, calibrate=calibrate)
+settings = state.threshold_settings(alpha=float(alpha), delta=float(delta), method=method, calibrate=calibrate)
 alphas = tuple(np.round(np.linspace(0.01, 0.3, 30), 3).tolist())
 # a large run is streamed for its frontier (one more pass, then a selection per α): drawn on request, or at
 # once when a session already kept it
