@@ -346,7 +346,7 @@ def _policy_measure(con: Any, run_id: str, question: str, split: str, policy_pat
             "n_accepted": n_acc,
         }
         if error_above_alpha(report, obj.alpha):
-            where = f"{question}, whole {split} split under {policy_path.name}"
+            where = f"{question} ({policy_path.name}), whole {split} split"
             warning = certificate_contradicted_sentence(where, report, obj.alpha, obj.delta, opts.level)
     return _Measure(ans.item_ids[labelled].astype(str), np.ones(n, bool), stats, intervals, warning)
 

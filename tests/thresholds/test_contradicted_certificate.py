@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.thresholds.synth import choice_data
 from tests.thresholds.test_batch import _answers
@@ -39,3 +40,116 @@ def test_no_warning_when_the_test_split_agrees():
     test = _answers(*choice_data(rng, 3000, k=5, scale=4.0))
     res = choose_thresholds(cal, test, ThresholdOptions(calibrate="none"))
     assert res.certified and res.warnings == [] and res.to_dict()["warnings"] == []
+
+
+# -- every surface: the CLI's thresholds / compare / gate, the API and the UI ---------------------------
+
+
+@pytest.fixture(scope="module")
+def shifted_store(tmp_path_factory):
+    """A real store: a synthetic model calibrated on the calibration split, over-confident on a shifted test
+    split (a third of the test items confidently wrong), so a certified rule's test error lies above α."""
+    import pandas as pd
+
+    from workbench.schema import DecisionSchema
+    from workbench.store.datasets import ImportSpec, import_dataset
+    from workbench.store.db import connect
+    from workbench.store.runs import create_run, update_run, write_answers
+
+    tmp = tmp_path_factory.mktemp("shifted")
+    rng = np.random.default_rng(28)
+    n, options = 8000, ["card", "transfer", "other"]
+    gold = rng.integers(0, 3, n)
+    pd.DataFrame(
+        {
+            "id": [f"t{i:05d}" for i in range(n)],
+            "text": [f"ticket {i}" for i in range(n)],
+            "topic": np.take(options, gold),
+        }
+    ).to_csv(tmp / "tickets.csv", index=False)
+    schema = DecisionSchema.from_dict(
+        {"questions": {"topic": {"type": "choice", "instructions": "Topic?", "criteria": dict.fromkeys(options)}}}
+    )
+    db = tmp / "wb.duckdb"
+    con = connect(db)
+    spec = ImportSpec(
+        name="tickets", text_column="text", id_column="id", labels={"topic": "topic"},
+        test_fraction=0.4, calibration_fraction=0.4,
+    )  # fmt: skip
+    info = import_dataset(con, [tmp / "tickets.csv"], spec, schema)
+    rows = con.execute("SELECT item_id, split FROM items WHERE split <> 'train' ORDER BY item_id").fetchnumpy()
+    truth = gold[np.array([int(i[1:]) for i in rows["item_id"]])]
+    # calibrated: the top option is right with probability = its confidence
+    conf = rng.uniform(0.85, 1.0, len(truth))
+    right = rng.random(len(truth)) < conf
+    test = rows["split"] == "test"
+    right[test & (rng.random(len(truth)) < 0.33)] = False  # the shift: a third of the test items wrong
+    conf[test] = np.maximum(conf[test], 0.97)  # and confidently so
+    top = np.where(right, truth, (truth + rng.integers(1, 3, len(truth))) % 3)
+    probs = np.full((len(truth), 3), 0.0) + ((1 - conf) / 2)[:, None]
+    probs[np.arange(len(truth)), top] = conf
+    run_id = create_run(
+        con, dataset="tickets", dataset_version=info.version, schema=schema, provider="synthetic:shifted",
+        splits=["calibration", "test"], name="shifted-model",
+    )  # fmt: skip
+    write_answers(
+        con, pd.DataFrame({"run_id": run_id, "item_id": rows["item_id"], "question": "topic", "probs": list(probs)})
+    )
+    update_run(con, run_id, status="done")
+    con.close()
+    return {"db": db, "run_id": run_id, "tmp": tmp}
+
+
+def _is_the_warning(w: str) -> bool:
+    return "whole test split: error among accepted" in w and "lies entirely above α = 0.05" in w and "certified" in w
+
+
+def test_every_surface_warns_in_the_same_words(shifted_store, monkeypatch):
+    import json
+
+    import workbench as wb
+    from tests.conftest import run_cli
+
+    db, run_id = shifted_store["db"], shifted_store["run_id"]
+    doc = json.loads(run_cli("thresholds", run_id, "-q", "topic", "--json", db=db, check=True).stdout)
+    q = doc["questions"]["topic"]
+    assert q["certified"] and len(q["warnings"]) == 1 and _is_the_warning(q["warnings"][0]), q["warnings"]
+    words = q["warnings"][0]
+    text = run_cli("thresholds", run_id, "-q", "topic", db=db, check=True).stdout
+    assert f"WARNING {words}" in text and "CERTIFIED" in text
+    # the API: the same sentence
+    con = wb.connect(db, read_only=True)
+    try:
+        assert wb.choose_thresholds(con, run_id, "topic").warnings == [words]
+    finally:
+        con.close()
+    # compare: the run's policy figures carry it, and the text prints it
+    cmp = json.loads(run_cli("compare", run_id, "--n-boot", "50", "--json", db=db, check=True).stdout)
+    (row,) = cmp["rows"]
+    assert row["policy"]["warnings"] == [words]
+    assert f"WARNING {run_id}: {words}" in run_cli("compare", run_id, "--n-boot", "50", db=db, check=True).stdout
+    # the gate, judging the exported policy on the test split
+    policy = shifted_store["tmp"] / "policy.json"
+    run_cli("policy", "export", run_id, "-q", "topic", "--out", str(policy), db=db, check=True)
+    req = shifted_store["tmp"] / "req.yaml"
+    req.write_text(
+        f"split: test\nn_boot: 50\nrequirements:\n  - {{question: topic, metric: coverage_at_policy, min: 0.01, policy: {policy}}}\n",
+        encoding="utf-8",
+    )
+    gate = json.loads(run_cli("gate", run_id, "-r", str(req), "--json", db=db).stdout)
+    (gw,) = gate["warnings"]
+    assert (
+        _is_the_warning(gw)
+        and gw.split(": ", 1)[1].split(", although")[0] == words.split(": ", 1)[1].split(", although")[0]
+    )
+    assert f"WARNING {gw}" in run_cli("gate", run_id, "-r", str(req), db=db).stdout
+    # the UI's Thresholds page
+    from streamlit.testing.v1 import AppTest
+
+    from tests.ui.store_builder import APP
+
+    monkeypatch.setenv("WORKBENCH_DB", str(db))
+    at = AppTest.from_file(str(APP), default_timeout=120).run()
+    at.switch_page("workbench/ui/pages/thresholds.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert words in [w.value for w in at.warning], [w.value for w in at.warning]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from workbench.cli.common import AS_JSON, emit_json, err_console, open_store, print_table, slice_option
+from workbench.cli.common import AS_JSON, emit_json, err_console, open_store, out_console, print_table, slice_option
 from workbench.cli.threshold_options import threshold_options
 from workbench.wording import format_p  # one p-value formatter for the CLI and the UI
 
@@ -148,6 +148,9 @@ def register(app: typer.Typer) -> None:
             )
 
         print_table(table)
+        for row in result.rows:  # a certified policy the test split contradicts: the words thresholds prints
+            for w in (row.get("policy") or {}).get("warnings") or []:
+                out_console.print(f"WARNING {row['run_id']}: {w}", highlight=False, soft_wrap=True, markup=False)
         for column in dict.fromkeys(slices or []):
             st = Table(title=f"by {column}: accuracy and paired Δ vs the baseline on the slice's items")
             for col in ("run", "question", column, "n", "accuracy [95%]", "Δacc vs baseline [95%]", "p McNemar"):

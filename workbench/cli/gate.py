@@ -51,6 +51,8 @@ def register(app: typer.Typer) -> None:
             for r in result.results:
                 mark = "[green]PASS[/]" if r.passed else "[red]FAIL[/]"
                 out_console.print(f"{mark} {r.requirement.label()}: {r.message}", highlight=False, soft_wrap=True)
+            for w in result.warnings:  # a certified policy the judged split contradicts
+                out_console.print(f"WARNING {w}", highlight=False, soft_wrap=True, markup=False)
             out_console.print(
                 f"gate {'passed' if result.passed else 'FAILED'}: {len(result.results) - result.n_failed} of "
                 f"{len(result.results)} requirements hold on run {result.run_id} ({result.split})"

@@ -117,6 +117,14 @@ FLAGS: tuple[Flag, ...] = (
         "Finite-batch view: chance that the error among the next N accepted items exceeds α.",
     ),
     Flag(
+        "guarantee_for",
+        "--guarantee-for",
+        str,
+        "population",
+        "population | batch: certify the long-run error rate (default), or that the error among the next "
+        "--batch accepted items exceeds --max-error with probability at most --delta (stricter).",
+    ),
+    Flag(
         "costs",
         "--cost",
         list[str] | None,

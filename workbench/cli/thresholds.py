@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich.markup import escape
 
 from workbench.cli.common import AS_JSON, emit_json, err_console, open_store, out_console, print_table, slice_option
 from workbench.cli.threshold_options import threshold_options
@@ -46,6 +47,8 @@ def _print_result(res: dict) -> None:
 
     rule = res["rule"]
     _line(f"[bold]{res['question']}[/bold] ({res['type']}), objective {res['objective']} — {certified_word(res)}")
+    for w in res.get("warnings") or []:  # the test split contradicts the certificate (as --slice words it)
+        _line(f"  [bold]WARNING[/bold] {escape(w)}")
     _line(f"  settings: {settings_text(res['settings'])}")
     if res.get("calibration_size_needed"):
         _line(f"  {needed_sentence(res['calibration_size_needed'])}")
@@ -53,8 +56,14 @@ def _print_result(res: dict) -> None:
     g = res.get("guarantee")
     if g:
         risk = "expected misroute cost among accepted" if g.get("risk") else "error among accepted"
+        if g.get("for"):  # guarantee_for batch: the batch statement, then the population level behind it
+            f = g["for"]
+            _line(
+                f"  guarantee: P(error among the next {f['batch']} accepted > {f['alpha']:g}) <= {f['delta']:g},"
+                f" by certifying P({risk} > {f['alpha_population']:.4g}) <= {f['delta_population']:g}"
+            )
         _line(
-            f"  guarantee: P({risk} > {g['alpha']}) <= {g['delta']} ({g['method']}),"
+            f"  guarantee: P({risk} > {g['alpha']:.4g}) <= {g['delta']:g} ({g['method']}),"
             f" n_calibration={g['n_calibration']}, upper bound {_fmt(g.get('risk_upper_bound'))}"
         )
         if g.get("costs"):
@@ -74,7 +83,12 @@ def _print_result(res: dict) -> None:
         if bg:
             _line(
                 f"  next {b['n']} accepted items: P(error > {b['alpha']:g}) <= {bg['p_exceed_at_most']:.3f} guaranteed"
-                f" (δ + binomial tail at α); at most {plural(bg['tolerance_errors'], 'error')}"
+                + (
+                    " (δ + binomial tail at α)"
+                    if res["settings"].get("guarantee_for") != "batch"
+                    else f" (δ/2 + binomial tail at α' = {bg['certified_rate']:.4g})"
+                )
+                + f"; at most {plural(bg['tolerance_errors'], 'error')}"
                 f" ({100 * bg['tolerance_rate']:.1f}%) with probability >= {bg['tolerance_probability']:.2f}"
             )
         _line(

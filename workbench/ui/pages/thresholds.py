@@ -183,17 +183,30 @@ st.caption(
 
 # -- certified frontier ---------------------------------------------------------------------------------
 st.subheader("Certified thresholds (Learn-then-Test)")
-g1, g2, g3 = st.columns(3)
+g1, g2, g3, g4 = st.columns(4)
 alpha = g1.number_input(
     "α: max error among accepted", 0.005, 0.5, float(defaults.alpha), 0.005, format="%.3f", key="thr_alpha"
 )
 delta = g2.number_input("δ: allowed failure probability", 0.01, 0.5, float(defaults.delta), 0.01, key="thr_delta")
 methods = ["fixed-sequence", "holm"]
 method = g3.selectbox("Family-wise control", methods, index=methods.index(defaults.method), key="thr_method")
+scopes = {"population": "the long-run error rate", "batch": f"each batch of {defaults.batch} accepted"}
+guarantee_for = g4.selectbox(
+    "Guarantee for",
+    list(scopes),
+    index=list(scopes).index(defaults.guarantee_for),
+    format_func=scopes.get,
+    key="thr_guarantee_for",
+    help=f"batch: P(error among the next {defaults.batch} accepted items > α) ≤ δ — stricter than the population "
+    "guarantee, whose rules sit near α and so exceed it in a share of batches.",
+)
 calibrate = recal_method or "none"
 cli = (
     f"workbench thresholds {run_id} --question {question} --max-error {alpha:g} --delta {delta:g} "
-    f"--method {method}" + (f" --calibrate {calibrate}" if calibrate != defaults.calibrate else "") + " --json"
+    f"--method {method}"
+    + (f" --calibrate {calibrate}" if calibrate != defaults.calibrate else "")
+    + (f" --guarantee-for {guarantee_for}" if guarantee_for != defaults.guarantee_for else "")
+    + " --json"
 )
 st.caption(
     f"Everything in this section (and the frontier dotted on the risk–coverage plot) is what `{cli}` "
@@ -202,7 +215,9 @@ st.caption(
 
 from workbench.thresholds.guarantees import select_cost  # noqa: E402
 
-settings = state.threshold_settings(alpha=float(alpha), delta=float(delta), method=method, calibrate=calibrate)
+settings = state.threshold_settings(
+    alpha=float(alpha), delta=float(delta), method=method, calibrate=calibrate, guarantee_for=guarantee_for
+)
 alphas = tuple(np.round(np.linspace(0.01, 0.3, 30), 3).tolist())
 # a large run is streamed for its frontier (one more pass, then a selection per α): drawn on request, or at
 # once when a session already kept it
