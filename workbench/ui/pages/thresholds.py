@@ -190,12 +190,12 @@ alpha = g1.number_input(
 delta = g2.number_input("δ: allowed failure probability", 0.01, 0.5, float(defaults.delta), 0.01, key="thr_delta")
 methods = ["fixed-sequence", "holm"]
 method = g3.selectbox("Family-wise control", methods, index=methods.index(defaults.method), key="thr_method")
-scopes = {"population": "the long-run error rate", "batch": f"each batch of {defaults.batch} accepted"}
+scopes: dict[str, str] = {"population": "the long-run error rate", "batch": f"each batch of {defaults.batch} accepted"}
 guarantee_for = g4.selectbox(
     "Guarantee for",
     list(scopes),
     index=list(scopes).index(defaults.guarantee_for),
-    format_func=scopes.get,
+    format_func=lambda scope: scopes[scope],
     key="thr_guarantee_for",
     help=f"batch: P(error among the next {defaults.batch} accepted items > α) ≤ δ — stricter than the population "
     "guarantee, whose rules sit near α and so exceed it in a share of batches.",
