@@ -32,6 +32,7 @@ import pandas as pd
 
 from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError, WorkbenchError
+from workbench.evaluation import should_stream
 from workbench.metrics.bootstrap import (
     bootstrap_many,
     bootstrap_shared,
@@ -429,7 +430,9 @@ def _policy_at_options(
         if test_from_side:
             # the choice between the streamed and the in-memory path is the one thresholds_for_run
             # makes with its test split (the same calibrator fit, the same rule)
-            stream = _streams_on(con, get_run(con, run_id), question, [calibration_split, "test"], stream)
+            stream = should_stream(
+                con, get_run(con, run_id), question, [calibration_split, "test"], stream, split_by_split=True
+            )
         result = thresholds_for_run(
             con,
             run_id,
@@ -465,7 +468,7 @@ def _policies(
     out: list[dict | None] = [None] * len(runs)
     groups: dict[tuple, list[int]] = {}
     for i, run in enumerate(runs):
-        if _streams_on(con, run, question, [calibration_split, "test"], stream):
+        if should_stream(con, run, question, [calibration_split, "test"], stream, split_by_split=True):
             groups.setdefault(_read_key(con, run), []).append(i)
     for members in groups.values():
         if len(members) < 2:
@@ -494,23 +497,6 @@ def _policies(
         )
         for fig, run in zip(out, runs, strict=True)
     ]
-
-
-def _streams_on(con, run: dict, question: str, splits: list[str], stream: bool | None) -> bool:
-    """:func:`workbench.evaluation.should_stream` of ``splits``, its row count summed split by split: the
-    keys read of each split is one the comparison reads anyway (shared by ``shared_keys``), where the
-    splits together would be a keys read of their own."""
-    from workbench.evaluation import stream_cells
-    from workbench.store.runs import count_answers
-
-    if stream is not None:
-        return stream
-    questions = load_stored_schema(con, run["schema_hash"]).questions
-    if question not in questions:  # the loader names the question and the run's questions
-        return False
-    k = len(option_ids(questions[question]))
-    n = sum(count_answers(con, run["run_id"], question, [s]) for s in dict.fromkeys(splits))
-    return n * max(k, 2) > stream_cells()
 
 
 def _policy_figures(result, options: ThresholdOptions) -> dict:
@@ -978,7 +964,6 @@ def compare_runs(
         raise NotFoundError(
             f"the baseline run has no question {unknown[0]!r}", hint=f"questions: {', '.join(base_schema.question_ids)}"
         )
-    from workbench.evaluation import should_stream
 
     # baseline first, so its items are known when the others are paired with it
     ordered = [base] + [r for r in runs if r["run_id"] != base["run_id"]]
