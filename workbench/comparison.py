@@ -818,6 +818,14 @@ def _aligned(
     return base.take(ia), other.take(ib)
 
 
+def _get(d: dict, *keys: str) -> Any:
+    """``d[k1][k2]…``, ``None`` where a level is missing or ``None``."""
+    v: Any = d
+    for k in keys:
+        v = (v or {}).get(k)
+    return v
+
+
 @dataclass
 class Comparison:
     """Result of :func:`compare_runs`: one entry per (run, question) and the paired differences."""
@@ -860,25 +868,25 @@ class Comparison:
                     "emulated": bool(r.get("emulated")),
                     "n": r["n_labelled"],
                     "failed": r["n_failed"],
-                    "accuracy": (m.get("accuracy") or {}).get("estimate"),
-                    "accuracy_low": (m.get("accuracy") or {}).get("low"),
-                    "accuracy_high": (m.get("accuracy") or {}).get("high"),
-                    "macro_f1": (m.get("macro_f1") or {}).get("estimate"),
-                    "log_loss": (m.get("log_loss") or {}).get("estimate"),
-                    "brier": (m.get("brier") or {}).get("estimate"),
+                    "accuracy": _get(m, "accuracy", "estimate"),
+                    "accuracy_low": _get(m, "accuracy", "low"),
+                    "accuracy_high": _get(m, "accuracy", "high"),
+                    "macro_f1": _get(m, "macro_f1", "estimate"),
+                    "log_loss": _get(m, "log_loss", "estimate"),
+                    "brier": _get(m, "brier", "estimate"),
                     "ece": r.get("ece"),
                     "cost_per_1000": r["cost"]["cost_per_1000_items"],
                     "latency_p50_ms": r["cost"]["latency_p50_ms"],
                     "latency_p95_ms": r["cost"]["latency_p95_ms"],
-                    "coverage": (p.get("coverage") or {}).get("value"),
-                    "error": (p.get("error") or {}).get("value"),
-                    "d_accuracy": (dm.get("accuracy") or {}).get("difference"),
-                    "d_accuracy_low": (dm.get("accuracy") or {}).get("low"),
-                    "d_accuracy_high": (dm.get("accuracy") or {}).get("high"),
-                    "p_bootstrap": (dm.get("accuracy") or {}).get("p_value"),
-                    "p_mcnemar": (d.get("mcnemar") or {}).get("p_exact"),
-                    "d_log_loss": (dm.get("log_loss") or {}).get("difference"),
-                    "d_coverage": ((d.get("policy") or {}).get("coverage") or {}).get("difference"),
+                    "coverage": _get(p, "coverage", "value"),
+                    "error": _get(p, "error", "value"),
+                    "d_accuracy": _get(dm, "accuracy", "difference"),
+                    "d_accuracy_low": _get(dm, "accuracy", "low"),
+                    "d_accuracy_high": _get(dm, "accuracy", "high"),
+                    "p_bootstrap": _get(dm, "accuracy", "p_value"),
+                    "p_mcnemar": _get(d, "mcnemar", "p_exact"),
+                    "d_log_loss": _get(dm, "log_loss", "difference"),
+                    "d_coverage": _get(d, "policy", "coverage", "difference"),
                     "is_baseline": r["is_baseline"],
                 }
             )
