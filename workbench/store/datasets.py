@@ -531,6 +531,12 @@ def _frame_for_file(
     def text_of(col: str, option: str) -> pd.Series:
         return _as_text(_column(df, col, path, option), f"{path}: column {col!r}", row_ref)
 
+    def filled_text_of(col: str, option: str, what: str, hint: str) -> pd.Series:
+        """:func:`text_of` a column no row may leave blank (the first blank row refused, naming its item)."""
+        values = text_of(col, option)
+        _refuse_first(_blank(values), row_ref, lambda i: f"empty {what} in column {col!r} (item {ids.iloc[i]!r})", hint)
+        return values
+
     items = pd.DataFrame(index=df.index)
     if spec.id_column:
         raw_ids = text_of(spec.id_column, "--id-column")
@@ -544,11 +550,10 @@ def _frame_for_file(
         ids = pd.Series([f"{prefix}-{i + 1:05d}" for i in range(len(df))], index=df.index)
     items["item_id"] = ids
     if spec.text_column:
-        text = text_of(spec.text_column, "--text-column")
-        _refuse_first(
-            _blank(text),
-            row_ref,
-            lambda i: f"empty text in column {spec.text_column!r} (item {ids.iloc[i]!r})",
+        text = filled_text_of(
+            spec.text_column,
+            "--text-column",
+            "text",
             "remove the row or fill in its text (whitespace and invisible characters do not count)",
         )
         items["state_text"] = text
@@ -620,13 +625,8 @@ def _frame_for_file(
 
     # annotators (long format): one id per row, never blank
     if spec.annotator_column:
-        ann = text_of(spec.annotator_column, "--annotator-column")
-        _refuse_first(
-            _blank(ann),
-            row_ref,
-            lambda i: f"empty annotator in column {spec.annotator_column!r} (item {ids.iloc[i]!r})",
-            "every row of the long format names its annotator",
-        )
+        hint = "every row of the long format names its annotator"
+        ann = filled_text_of(spec.annotator_column, "--annotator-column", "annotator", hint)
         ann = normalise_ids(ann)
         items["annotator"] = ann
     else:
