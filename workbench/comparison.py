@@ -32,6 +32,7 @@ import pandas as pd
 
 from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError, WorkbenchError
+from workbench.evaluation import should_stream
 from workbench.metrics.bootstrap import (
     bootstrap_many,
     bootstrap_shared,
@@ -429,7 +430,9 @@ def _policy_at_options(
         if test_from_side:
             # the choice between the streamed and the in-memory path is the one thresholds_for_run
             # makes with its test split (the same calibrator fit, the same rule)
-            stream = _streams_on(con, get_run(con, run_id), question, [calibration_split, "test"], stream)
+            stream = should_stream(
+                con, get_run(con, run_id), question, [calibration_split, "test"], stream, split_by_split=True
+            )
         result = thresholds_for_run(
             con,
             run_id,
@@ -465,7 +468,7 @@ def _policies(
     out: list[dict | None] = [None] * len(runs)
     groups: dict[tuple, list[int]] = {}
     for i, run in enumerate(runs):
-        if _streams_on(con, run, question, [calibration_split, "test"], stream):
+        if should_stream(con, run, question, [calibration_split, "test"], stream, split_by_split=True):
             groups.setdefault(_read_key(con, run), []).append(i)
     for members in groups.values():
         if len(members) < 2:
@@ -494,23 +497,6 @@ def _policies(
         )
         for fig, run in zip(out, runs, strict=True)
     ]
-
-
-def _streams_on(con, run: dict, question: str, splits: list[str], stream: bool | None) -> bool:
-    """:func:`workbench.evaluation.should_stream` of ``splits``, its row count summed split by split: the
-    keys read of each split is one the comparison reads anyway (shared by ``shared_keys``), where the
-    splits together would be a keys read of their own."""
-    from workbench.evaluation import stream_cells
-    from workbench.store.runs import count_answers
-
-    if stream is not None:
-        return stream
-    questions = load_stored_schema(con, run["schema_hash"]).questions
-    if question not in questions:  # the loader names the question and the run's questions
-        return False
-    k = len(option_ids(questions[question]))
-    n = sum(count_answers(con, run["run_id"], question, [s]) for s in dict.fromkeys(splits))
-    return n * max(k, 2) > stream_cells()
 
 
 def _policy_figures(result, options: ThresholdOptions) -> dict:
@@ -832,6 +818,14 @@ def _aligned(
     return base.take(ia), other.take(ib)
 
 
+def _get(d: dict, *keys: str) -> Any:
+    """``d[k1][k2]…``, ``None`` where a level is missing or ``None``."""
+    v: Any = d
+    for k in keys:
+        v = (v or {}).get(k)
+    return v
+
+
 @dataclass
 class Comparison:
     """Result of :func:`compare_runs`: one entry per (run, question) and the paired differences."""
@@ -874,25 +868,25 @@ class Comparison:
                     "emulated": bool(r.get("emulated")),
                     "n": r["n_labelled"],
                     "failed": r["n_failed"],
-                    "accuracy": (m.get("accuracy") or {}).get("estimate"),
-                    "accuracy_low": (m.get("accuracy") or {}).get("low"),
-                    "accuracy_high": (m.get("accuracy") or {}).get("high"),
-                    "macro_f1": (m.get("macro_f1") or {}).get("estimate"),
-                    "log_loss": (m.get("log_loss") or {}).get("estimate"),
-                    "brier": (m.get("brier") or {}).get("estimate"),
+                    "accuracy": _get(m, "accuracy", "estimate"),
+                    "accuracy_low": _get(m, "accuracy", "low"),
+                    "accuracy_high": _get(m, "accuracy", "high"),
+                    "macro_f1": _get(m, "macro_f1", "estimate"),
+                    "log_loss": _get(m, "log_loss", "estimate"),
+                    "brier": _get(m, "brier", "estimate"),
                     "ece": r.get("ece"),
                     "cost_per_1000": r["cost"]["cost_per_1000_items"],
                     "latency_p50_ms": r["cost"]["latency_p50_ms"],
                     "latency_p95_ms": r["cost"]["latency_p95_ms"],
-                    "coverage": (p.get("coverage") or {}).get("value"),
-                    "error": (p.get("error") or {}).get("value"),
-                    "d_accuracy": (dm.get("accuracy") or {}).get("difference"),
-                    "d_accuracy_low": (dm.get("accuracy") or {}).get("low"),
-                    "d_accuracy_high": (dm.get("accuracy") or {}).get("high"),
-                    "p_bootstrap": (dm.get("accuracy") or {}).get("p_value"),
-                    "p_mcnemar": (d.get("mcnemar") or {}).get("p_exact"),
-                    "d_log_loss": (dm.get("log_loss") or {}).get("difference"),
-                    "d_coverage": ((d.get("policy") or {}).get("coverage") or {}).get("difference"),
+                    "coverage": _get(p, "coverage", "value"),
+                    "error": _get(p, "error", "value"),
+                    "d_accuracy": _get(dm, "accuracy", "difference"),
+                    "d_accuracy_low": _get(dm, "accuracy", "low"),
+                    "d_accuracy_high": _get(dm, "accuracy", "high"),
+                    "p_bootstrap": _get(dm, "accuracy", "p_value"),
+                    "p_mcnemar": _get(d, "mcnemar", "p_exact"),
+                    "d_log_loss": _get(dm, "log_loss", "difference"),
+                    "d_coverage": _get(d, "policy", "coverage", "difference"),
                     "is_baseline": r["is_baseline"],
                 }
             )
@@ -978,7 +972,6 @@ def compare_runs(
         raise NotFoundError(
             f"the baseline run has no question {unknown[0]!r}", hint=f"questions: {', '.join(base_schema.question_ids)}"
         )
-    from workbench.evaluation import should_stream
 
     # baseline first, so its items are known when the others are paired with it
     ordered = [base] + [r for r in runs if r["run_id"] != base["run_id"]]

@@ -178,17 +178,32 @@ def stream_cells() -> int:
     return int(os.environ.get("WORKBENCH_STREAM_CELLS") or STREAM_CELLS)
 
 
-def should_stream(con: Any, run: dict, question: str, splits: Sequence[str] | None, stream: bool | None) -> bool:
+def should_stream(
+    con: Any,
+    run: dict,
+    question: str,
+    splits: Sequence[str] | None,
+    stream: bool | None,
+    *,
+    split_by_split: bool = False,
+) -> bool:
     """Whether ``question`` of ``run`` (a run row, :func:`~workbench.store.runs.get_run`) on ``splits`` is read
     in batches: ``stream`` when given (True/False), else whether its answers × options exceed
-    :func:`stream_cells` (a question the run does not have: False, its loader names it)."""
+    :func:`stream_cells` (a question the run does not have: False, its loader names it).
+
+    ``split_by_split`` counts the rows one split at a time and sums them (a caller that reads each split's
+    keys anyway shares those counts, where the splits together would be a read of their own)."""
     if stream is not None:
         return stream
     questions = load_stored_schema(con, run["schema_hash"]).questions
     if question not in questions:  # the loader names the question and the run's questions
         return False
     k = len(option_ids(questions[question]))
-    return count_answers(con, run["run_id"], question, splits) * max(k, 2) > stream_cells()
+    if split_by_split and splits is not None:
+        n = sum(count_answers(con, run["run_id"], question, [s]) for s in dict.fromkeys(splits))
+    else:
+        n = count_answers(con, run["run_id"], question, splits)
+    return n * max(k, 2) > stream_cells()
 
 
 def is_large(con: Any, run_id: str, question: str, splits: Sequence[str] | None) -> bool:

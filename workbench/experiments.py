@@ -230,25 +230,29 @@ def run_experiment_file(
     results = []
     for vname, variant in exp.variants.items():
         schema = load_schema(variant.schema_file)
+        # what the variant's runs and its probed runs are run with
+        settings: dict[str, Any] = {
+            "limit": limit or exp.limit,
+            "concurrency": concurrency or exp.concurrency or 8,
+            "rate": rate,
+            "max_cost": max_cost,
+            "timeout": timeout or exp.timeout or 5.0,
+            "questions_per_request": variant.questions_per_request,
+            "env": env,
+            "transport": transport,
+            "progress": progress,
+            "reporter": reporter,
+        }
         run_ids = run_experiment(
             con,
             dataset=exp.dataset,
             schema=schema,
             provider_specs=list(exp.providers),
             splits=exp.splits,
-            limit=limit or exp.limit,
-            concurrency=concurrency or exp.concurrency or 8,
-            rate=rate,
-            max_cost=max_cost,
             run_name=f"{exp.name}/{vname}",
             experiment=exp.name,
             variant=vname,
-            env=env,
-            timeout=timeout or exp.timeout or 5.0,
-            questions_per_request=variant.questions_per_request,
-            transport=transport,
-            progress=progress,
-            reporter=reporter,
+            **settings,
         )
         for provider, run_id in zip(exp.providers, run_ids):
             run = get_run(con, run_id)
@@ -262,25 +266,7 @@ def run_experiment_file(
                 }
             )
         for setting in exp.probes:
-            results.extend(
-                _run_probe(
-                    con,
-                    exp,
-                    vname,
-                    schema,
-                    setting,
-                    limit=limit or exp.limit,
-                    concurrency=concurrency or exp.concurrency or 8,
-                    rate=rate,
-                    max_cost=max_cost,
-                    timeout=timeout or exp.timeout or 5.0,
-                    questions_per_request=variant.questions_per_request,
-                    env=env,
-                    transport=transport,
-                    progress=progress,
-                    reporter=reporter,
-                )
-            )
+            results.extend(_run_probe(con, exp, vname, schema, setting, **settings))
     for r in results:
         s = r["summary"] or {}
         reporter.log(

@@ -9,6 +9,7 @@ item is accepted and the review column is all zeros.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -67,6 +68,18 @@ class ConfusionResult:
     f1: np.ndarray
     support: np.ndarray
 
+    #: The per-option arrays, in the columns of :meth:`per_class_frame`.
+    PER_CLASS: ClassVar[tuple[str, ...]] = (
+        "support",
+        "precision",
+        "precision_low",
+        "precision_high",
+        "recall",
+        "recall_low",
+        "recall_high",
+        "f1",
+    )
+
     @property
     def macro_f1(self) -> float:
         """Mean F1 over options that occur in the labels or the decisions (scikit-learn's convention)."""
@@ -85,19 +98,7 @@ class ConfusionResult:
         )
 
     def per_class_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(
-            {
-                "option": self.option_ids,
-                "support": self.support,
-                "precision": self.precision,
-                "precision_low": self.precision_low,
-                "precision_high": self.precision_high,
-                "recall": self.recall,
-                "recall_low": self.recall_low,
-                "recall_high": self.recall_high,
-                "f1": self.f1,
-            }
-        )
+        return pd.DataFrame({"option": self.option_ids, **{f: getattr(self, f) for f in self.PER_CLASS}})
 
     def to_dict(self) -> dict:
         return {

@@ -184,6 +184,12 @@ def _SCHEMA() -> Any:  # noqa: N802 - a constant built lazily (pyarrow is import
     )
 
 
+def _value(rec: dict, name: str, text: bool) -> Any:
+    """Field ``name`` of ``rec``; an empty cell of a text format (CSV) is no value."""
+    v = rec.get(name)
+    return None if text and v == "" else v
+
+
 def _check_row(
     rec: dict,
     where: str,
@@ -196,18 +202,14 @@ def _check_row(
     rows: _Rows,
 ) -> None:
     """One record (a JSON object, or a CSV/Parquet row as a dict): kept in ``rows`` or counted in ``check``."""
-    did = rec.get("decision_id")
-    if text and did == "":
-        did = None
+    did = _value(rec, "decision_id", text)
     if did is None or did == "":
         check._reject("missing_decision_id", where, "no decision_id")
         return
     if not isinstance(did, str):
         check._reject("bad_decision_id", where, f"decision_id {_short(did)} is not a string")
         return
-    q = rec.get("question")
-    if text and q == "":
-        q = None
+    q = _value(rec, "question", text)
     if q is None:
         if default_question is None:
             check._reject("bad_question", where, "no question, and the policy has several")
@@ -216,9 +218,7 @@ def _check_row(
     elif not isinstance(q, str):
         check._reject("bad_question", where, f"question {_short(q)} is not a string")
         return
-    o = rec.get("outcome")
-    if text and o == "":
-        o = None
+    o = _value(rec, "outcome", text)
     v = rec.get("override")
     if text and isinstance(v, str):
         v = None if v.strip() == "" else _CSV_BOOL.get(v.strip().lower(), v)

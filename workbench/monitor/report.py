@@ -98,6 +98,25 @@ def _share(num: float, den: float) -> float | None:
     return float(num) / float(den) if den else None
 
 
+def _error_fields(n_known: int, n_errors: int, low: float, high: float) -> dict:
+    """A window's known outcomes, its errors among them and their rate with its interval (None: none known)."""
+    return {
+        "n_known": int(n_known),
+        "n_errors": int(n_errors),
+        "error": _share(n_errors, n_known),
+        "error_low": None if not n_known else float(low),
+        "error_high": None if not n_known else float(high),
+    }
+
+
+def _evidence_fields(at: tuple | None) -> dict:
+    """The e-value and the lower bound of the error rate of the sequential test at a window's end."""
+    return {
+        "e_value": None if at is None else float(math.exp(min(at[0], 700.0))),
+        "lower_bound": None if at is None else at[1],
+    }
+
+
 def _drift(ref: dict | None, cur: np.ndarray, names: list) -> dict:
     """PSI and JS of the shares ``cur`` (counts) against the reference counts (``None`` when unknown)."""
     from workbench.shadow.drift import js_divergence, psi
@@ -432,11 +451,7 @@ def report_from_source(
                     "n_override_known": int(n_ovk),
                     "n_overrides": int(n_ov),
                     "override_rate": _share(n_ov, n_ovk),
-                    "n_known": int(n_k),
-                    "n_errors": int(n_e),
-                    "error": _share(n_e, n_k),
-                    "error_low": None if not n_k else float(lo[i]),
-                    "error_high": None if not n_k else float(hi[i]),
+                    **_error_fields(n_k, n_e, lo[i], hi[i]),
                     "model_mismatch_share": _share(n_model, n),
                     "schema_mismatch_share": _share(n_schema, n),
                     "drift": {
@@ -444,19 +459,13 @@ def report_from_source(
                         "margin": _drift(ref.get("margin") if ref else None, m_counts[i], bins),
                         "option": _drift(ref.get("option") if ref else None, o_counts[i], list(qp.options)),
                     },
-                    "e_value": None if at is None else float(math.exp(min(at[0], 700.0))),
-                    "lower_bound": None if at is None else at[1],
+                    **_evidence_fields(at),
                     "alarm": alarm.first_alarm is not None and fired_idx is not None and fired_idx <= i1,
                     "shadow": {
                         "n_would_accept": int(n_held),
                         "would_accept_coverage": _share(n_held, n),
-                        "n_known": int(n_hk),
-                        "n_errors": int(n_he),
-                        "error": _share(n_he, n_hk),
-                        "error_low": None if not n_hk else float(slo[i]),
-                        "error_high": None if not n_hk else float(shi[i]),
-                        "e_value": None if s_at is None else float(math.exp(min(s_at[0], 700.0))),
-                        "lower_bound": None if s_at is None else s_at[1],
+                        **_error_fields(n_hk, n_he, slo[i], shi[i]),
+                        **_evidence_fields(s_at),
                         "alarm": s_fired_idx is not None and s_fired_idx <= i1,
                     },
                 }
@@ -481,21 +490,13 @@ def report_from_source(
                 "n_accepted": n_acc,
                 "coverage": _share(n_acc, n),
                 "review_load": n - n_acc,
-                "n_known": n_k,
-                "n_errors": n_e,
-                "error": _share(n_e, n_k),
-                "error_low": float(elo[0]) if n_k else None,
-                "error_high": float(ehi[0]) if n_k else None,
+                **_error_fields(n_k, n_e, elo[0], ehi[0]),
                 "override_rate": _share(n_ov, n_ovk),
             },
             "shadow": {
                 "n_would_accept": n_held,
                 "would_accept_coverage": _share(n_held, n),
-                "n_known": n_hk,
-                "n_errors": n_he,
-                "error": _share(n_he, n_hk),
-                "error_low": float(selo[0]) if n_hk else None,
-                "error_high": float(sehi[0]) if n_hk else None,
+                **_error_fields(n_hk, n_he, selo[0], sehi[0]),
             },
             "sequence": alarm.to_dict(),
             "shadow_sequence": s_alarm.to_dict(),
@@ -598,6 +599,13 @@ def _num(x: float | None, digits: int = 3) -> str:
     return "—" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
+def _error_text(figures: dict) -> str:
+    """``error [low, high]`` of :func:`_error_fields` as percentages (— when no outcome is known)."""
+    if figures["error"] is None:
+        return "—"
+    return f"{_pct(figures['error'])} [{_pct(figures['error_low'])}, {_pct(figures['error_high'])}]"
+
+
 def markdown(report: MonitorReport) -> str:
     """A Markdown summary: the verdict, per-window figures and the recertification hint."""
     d = report.to_dict()
@@ -619,7 +627,7 @@ def markdown(report: MonitorReport) -> str:
         "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for w in d["windows"]:
-        err = "—" if w["error"] is None else f"{_pct(w['error'])} [{_pct(w['error_low'])}, {_pct(w['error_high'])}]"
+        err = _error_text(w)
         off = max(w["model_mismatch_share"] or 0.0, w["schema_mismatch_share"] or 0.0)
         lines.append(
             f"| {w['question']} | {w['window']} | {w['traffic']} | {_pct(w['coverage'])} | {w['review_load']} | "
@@ -632,11 +640,7 @@ def markdown(report: MonitorReport) -> str:
         lines.append("")
         sh = info["shadow"]
         if sh["n_would_accept"]:
-            err = (
-                "—"
-                if sh["error"] is None
-                else f"{_pct(sh['error'])} [{_pct(sh['error_low'])}, {_pct(sh['error_high'])}]"
-            )
+            err = _error_text(sh)
             lines.append(
                 f"**Shadow ({q})**: {sh['n_would_accept']} decisions held back by the rollout; would-accept coverage "
                 f"{_pct(sh['would_accept_coverage'])}, error {err} on {sh['n_known']} known outcomes"

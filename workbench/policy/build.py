@@ -135,6 +135,22 @@ def _reference(cal, res: ThresholdResult) -> dict:
     return {"split": "calibration", **reference_histograms(probs, calibrated, list(res.option_ids))}
 
 
+def _dataset_spec(con, run: dict) -> DatasetSpec:
+    """The dataset version ``run`` was made on (fingerprint and split seed unknown when it is not stored)."""
+    from workbench.store.datasets import dataset_info
+
+    try:
+        info = dataset_info(con, run["dataset"], int(run["dataset_version"]))
+    except NotFoundError:
+        info = {"fingerprint": None, "params": {}}
+    return DatasetSpec(
+        name=str(run["dataset"]),
+        version=int(run["dataset_version"]),
+        fingerprint=info.get("fingerprint"),
+        split_seed=(info.get("params") or {}).get("seed"),
+    )
+
+
 def build_policy(
     con,
     run_id: str,
@@ -166,7 +182,6 @@ def build_policy(
     -------
     policy, results
     """
-    from workbench.store.datasets import dataset_info
     from workbench.store.runs import get_run, load_answers, load_stored_schema
 
     if not questions:
@@ -178,10 +193,6 @@ def build_policy(
             raise NotFoundError(
                 f"{run['run_id']} has no question {q!r}", hint=f"questions: {', '.join(schema.question_ids)}"
             )
-    try:
-        info = dataset_info(con, run["dataset"], int(run["dataset_version"]))
-    except NotFoundError:
-        info = {"fingerprint": None, "params": {}}
     results: dict[str, ThresholdResult] = {}
     qpolicies: dict[str, QuestionPolicy] = {}
     for q in questions:
@@ -210,12 +221,7 @@ def build_policy(
             dialect=None if run.get("dialect") is None else str(run["dialect"]),
         ),
         decision_schema=SchemaSpec(hash=schema.hash, name=schema.name, questions=schema.to_wire()),
-        dataset=DatasetSpec(
-            name=str(run["dataset"]),
-            version=int(run["dataset_version"]),
-            fingerprint=info.get("fingerprint"),
-            split_seed=(info.get("params") or {}).get("seed"),
-        ),
+        dataset=_dataset_spec(con, run),
         questions=qpolicies,
         validity=Validity(
             schema_hashes=[schema.hash],
@@ -325,7 +331,6 @@ def build_cascade_policy(
     runtime accepts a stage's answer only from that stage's model.
     """
     from workbench.policy.model import CASCADE_FORMAT_VERSION, CascadeSpec, CascadeStage
-    from workbench.store.datasets import dataset_info
     from workbench.store.runs import get_run, load_stored_schema
 
     runs = [get_run(con, r) for r in result.run_ids]
@@ -337,10 +342,6 @@ def build_cascade_policy(
         )
     first = runs[0]
     schema = load_stored_schema(con, first["schema_hash"])
-    try:
-        info = dataset_info(con, first["dataset"], int(first["dataset_version"]))
-    except NotFoundError:
-        info = {"fingerprint": None, "params": {}}
 
     def source(run) -> Source:
         m = run.get("model")
@@ -391,12 +392,7 @@ def build_cascade_policy(
         workbench_version=workbench_version,
         source=stages[0].source,
         decision_schema=SchemaSpec(hash=schema.hash, name=schema.name, questions=schema.to_wire()),
-        dataset=DatasetSpec(
-            name=str(first["dataset"]),
-            version=int(first["dataset_version"]),
-            fingerprint=info.get("fingerprint"),
-            split_seed=(info.get("params") or {}).get("seed"),
-        ),
+        dataset=_dataset_spec(con, first),
         questions={result.question: qpolicy},
         validity=Validity(
             schema_hashes=[schema.hash],

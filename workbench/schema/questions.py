@@ -428,6 +428,10 @@ def validate_limits(schema: DecisionSchema, profile: str | LimitProfile = "defau
     if profile.max_questions is not None and n_q > profile.max_questions:
         out.append(Violation(None, "questions", f"{n_q} questions", f"{profile.name}: at most {profile.max_questions}"))
     total = 0
+    counted = {  # question type: its fewest and most criteria, and what they are
+        "choice": (profile.min_options, profile.max_options, "options"),
+        "score": (profile.min_levels, profile.max_levels, "levels"),
+    }
     for qid, q in schema.questions.items():
         if profile.id_pattern and not re.fullmatch(profile.id_pattern, qid):
             out.append(
@@ -438,34 +442,16 @@ def validate_limits(schema: DecisionSchema, profile: str | LimitProfile = "defau
                     f"{profile.name}: {profile.id_pattern}",
                 )
             )
-        if q.type == "choice":
+        if q.type == "choice" or q.type == "score":
+            low, high, unit = counted[q.type]
             n = len(q.criteria)
             total += n
-            if n < profile.min_options or (profile.max_options is not None and n > profile.max_options):
-                out.append(
-                    Violation(
-                        qid,
-                        "criteria",
-                        f"{n} options",
-                        f"{profile.name}: {profile.min_options}–{profile.max_options or '∞'} options",
-                    )
-                )
-            if profile.id_pattern is not None:
+            if n < low or (high is not None and n > high):
+                out.append(Violation(qid, "criteria", f"{n} {unit}", f"{profile.name}: {low}–{high or '∞'} {unit}"))
+            if q.type == "choice" and profile.id_pattern is not None:
                 bad = [k for k in q.criteria if not str(k).strip()]
                 if bad:
                     out.append(Violation(qid, "criteria", "empty option id", "non-empty option ids"))
-        elif q.type == "score":
-            n = len(q.criteria)
-            total += n
-            if n < profile.min_levels or (profile.max_levels is not None and n > profile.max_levels):
-                out.append(
-                    Violation(
-                        qid,
-                        "criteria",
-                        f"{n} levels",
-                        f"{profile.name}: {profile.min_levels}–{profile.max_levels or '∞'} levels",
-                    )
-                )
         else:
             total += 2
     if profile.max_total_options is not None and total > profile.max_total_options:

@@ -40,6 +40,7 @@ from workbench.wording import run_ref
 
 PROMOTE, HOLD, REJECT = "PROMOTE", "HOLD", "REJECT"
 _RANK = {PROMOTE: 0, HOLD: 1, REJECT: 2}
+_STATUS_VERDICT = {"pass": PROMOTE, "fail": REJECT, "inconclusive": HOLD}  # what a gate alone implies
 
 
 @dataclass
@@ -570,6 +571,11 @@ def judge(questions: list[dict], criteria: Criteria) -> tuple[str, list[Gate]]:
     missing or inconclusive).
     """
     gates: list[Gate] = []
+
+    def add(gate: str, status: str, message: str, value: Any, limit: Any, question: str | None, verdict: str = ""):
+        """A gate whose verdict is its status's (pass: PROMOTE, fail: REJECT, inconclusive: HOLD) unless given."""
+        gates.append(Gate(gate, status, verdict or _STATUS_VERDICT[status], message, value, limit, question))
+
     for q in questions:
         qid = q["question"]
         # the challenger's failures in excess of the champion's, paired on the same requests
@@ -577,7 +583,7 @@ def judge(questions: list[dict], criteria: Criteria) -> tuple[str, list[Gate]]:
         rate = paired["challenger_excess_rate"]
         total = q["failures"]["challenger"]["rate"]
         if rate is None:
-            gates.append(Gate("failures", "inconclusive", HOLD, "no requests", None, criteria.max_failure_rate, qid))
+            add("failures", "inconclusive", "no requests", None, criteria.max_failure_rate, qid)
         else:
             netted = (
                 f" (challenger failures {total:.2%} of requests, {paired['both']} of them on requests the champion"
@@ -586,222 +592,80 @@ def judge(questions: list[dict], criteria: Criteria) -> tuple[str, list[Gate]]:
                 else ""
             )
             failed = rate > criteria.max_failure_rate
-            gates.append(
-                Gate(
-                    "failures",
-                    "fail" if failed else "pass",
-                    REJECT if failed else PROMOTE,
-                    (
-                        f"challenger failed on {rate:.1%} of requests the champion answered"
-                        if failed
-                        else f"challenger failure rate beyond the champion's {rate:.2%}"
-                    )
-                    + netted,
-                    rate,
-                    criteria.max_failure_rate,
-                    qid,
-                )
+            message = (
+                f"challenger failed on {rate:.1%} of requests the champion answered"
+                if failed
+                else f"challenger failure rate beyond the champion's {rate:.2%}"
             )
+            add("failures", "fail" if failed else "pass", message + netted, rate, criteria.max_failure_rate, qid)
 
         load = q.get("review_load")
+        min_gain = criteria.min_coverage_gain
         if load is None:
-            gates.append(
-                Gate(
-                    "coverage",
-                    "inconclusive",
-                    HOLD,
-                    "no policy for one side: coverage not judged",
-                    None,
-                    criteria.min_coverage_gain,
-                    qid,
-                )
-            )
+            add("coverage", "inconclusive", "no policy for one side: coverage not judged", None, min_gain, qid)
         else:
             gain, hi = load["coverage_gain"], load["coverage_gain_high"]
-            if gain >= criteria.min_coverage_gain:
-                gates.append(
-                    Gate(
-                        "coverage",
-                        "pass",
-                        PROMOTE,
-                        f"auto-accept rate {gain:+.1%} (review load {load['change']:+.1%})",
-                        gain,
-                        criteria.min_coverage_gain,
-                        qid,
-                    )
+            if gain >= min_gain:
+                add(
+                    "coverage",
+                    "pass",
+                    f"auto-accept rate {gain:+.1%} (review load {load['change']:+.1%})",
+                    gain,
+                    min_gain,
+                    qid,
                 )
-            elif np.isfinite(hi) and hi < criteria.min_coverage_gain:
-                gates.append(
-                    Gate(
-                        "coverage",
-                        "fail",
-                        REJECT,
-                        f"auto-accept rate {gain:+.1%}, interval below the {criteria.min_coverage_gain:+.1%} required",
-                        gain,
-                        criteria.min_coverage_gain,
-                        qid,
-                    )
-                )
+            elif np.isfinite(hi) and hi < min_gain:
+                message = f"auto-accept rate {gain:+.1%}, interval below the {min_gain:+.1%} required"
+                add("coverage", "fail", message, gain, min_gain, qid)
             else:
-                gates.append(
-                    Gate(
-                        "coverage",
-                        "inconclusive",
-                        HOLD,
-                        f"auto-accept rate {gain:+.1%} below the {criteria.min_coverage_gain:+.1%} required "
-                        "but within the interval",
-                        gain,
-                        criteria.min_coverage_gain,
-                        qid,
-                    )
-                )
+                message = f"auto-accept rate {gain:+.1%} below the {min_gain:+.1%} required but within the interval"
+                add("coverage", "inconclusive", message, gain, min_gain, qid)
 
         err = q.get("error")
+        max_up = criteria.max_error_increase
         if err is None:
-            gates.append(
-                Gate(
-                    "error",
-                    "inconclusive",
-                    HOLD,
-                    "no policy for one side: error not judged",
-                    None,
-                    criteria.max_error_increase,
-                    qid,
-                )
-            )
+            add("error", "inconclusive", "no policy for one side: error not judged", None, max_up, qid)
         elif err["n_known"] < criteria.min_outcomes:
-            gates.append(
-                Gate(
-                    "error",
-                    "inconclusive",
-                    HOLD,
-                    f"{err['n_known']} known outcomes, {criteria.min_outcomes} needed",
-                    err["n_known"],
-                    criteria.min_outcomes,
-                    qid,
-                )
-            )
+            message = f"{err['n_known']} known outcomes, {criteria.min_outcomes} needed"
+            add("error", "inconclusive", message, err["n_known"], criteria.min_outcomes, qid)
         else:
             d = err["error_among_accepted"]
-            if d["low"] > criteria.max_error_increase:
-                gates.append(
-                    Gate(
-                        "error",
-                        "fail",
-                        REJECT,
-                        f"error among accepted {d['a']:.2%} → {d['b']:.2%} "
-                        f"(+{d['difference']:.2%}, interval [{d['low']:+.2%}, {d['high']:+.2%}])",
-                        d["difference"],
-                        criteria.max_error_increase,
-                        qid,
-                    )
-                )
-            elif d["high"] <= criteria.max_error_increase:
-                gates.append(
-                    Gate(
-                        "error",
-                        "pass",
-                        PROMOTE,
-                        f"error among accepted {d['a']:.2%} → {d['b']:.2%} "
-                        f"(interval [{d['low']:+.2%}, {d['high']:+.2%}])",
-                        d["difference"],
-                        criteria.max_error_increase,
-                        qid,
-                    )
-                )
+            interval = f"interval [{d['low']:+.2%}, {d['high']:+.2%}]"
+            if d["low"] > max_up:
+                message = f"error among accepted {d['a']:.2%} → {d['b']:.2%} (+{d['difference']:.2%}, {interval})"
+                add("error", "fail", message, d["difference"], max_up, qid)
+            elif d["high"] <= max_up:
+                message = f"error among accepted {d['a']:.2%} → {d['b']:.2%} ({interval})"
+                add("error", "pass", message, d["difference"], max_up, qid)
             else:
-                gates.append(
-                    Gate(
-                        "error",
-                        "inconclusive",
-                        HOLD,
-                        f"error change {d['difference']:+.2%} with interval [{d['low']:+.2%}, {d['high']:+.2%}]"
-                        f" straddling the {criteria.max_error_increase:+.2%} allowed",
-                        d["difference"],
-                        criteria.max_error_increase,
-                        qid,
-                    )
-                )
+                message = f"error change {d['difference']:+.2%} with {interval} straddling the {max_up:+.2%} allowed"
+                add("error", "inconclusive", message, d["difference"], max_up, qid)
 
         drift = q["drift"]["max_psi_challenger"]
-        if criteria.max_drift_psi is not None and drift is not None and drift > criteria.max_drift_psi:
-            gates.append(
-                Gate(
-                    "drift",
-                    "fail",
-                    HOLD,
-                    f"challenger p_top PSI up to {drift:.3f} across windows",
-                    drift,
-                    criteria.max_drift_psi,
-                    qid,
-                )
-            )
-        elif criteria.max_drift_psi is not None:
-            gates.append(
-                Gate(
-                    "drift",
-                    "pass",
-                    PROMOTE,
-                    f"challenger p_top PSI ≤ {drift if drift is not None else 0:.3f}",
-                    drift,
-                    criteria.max_drift_psi,
-                    qid,
-                )
-            )
+        max_psi = criteria.max_drift_psi
+        if max_psi is not None and drift is not None and drift > max_psi:
+            add("drift", "fail", f"challenger p_top PSI up to {drift:.3f} across windows", drift, max_psi, qid, HOLD)
+        elif max_psi is not None:
+            message = f"challenger p_top PSI ≤ {drift if drift is not None else 0:.3f}"
+            add("drift", "pass", message, drift, max_psi, qid)
 
     if questions:  # latency and cost are per request: judged on the first question's rows
         q = questions[0]
         p95 = q["latency_ms"]["challenger"]["p95"]
-        if criteria.max_p95_latency_ms is not None:
+        max_p95 = criteria.max_p95_latency_ms
+        if max_p95 is not None:
             if p95 is None:
-                gates.append(
-                    Gate(
-                        "latency", "inconclusive", HOLD, "challenger latency unknown", None, criteria.max_p95_latency_ms
-                    )
-                )
-            elif p95 > criteria.max_p95_latency_ms:
-                gates.append(
-                    Gate("latency", "fail", REJECT, f"challenger p95 {p95:.0f} ms", p95, criteria.max_p95_latency_ms)
-                )
+                add("latency", "inconclusive", "challenger latency unknown", None, max_p95, None)
             else:
-                gates.append(
-                    Gate("latency", "pass", PROMOTE, f"challenger p95 {p95:.0f} ms", p95, criteria.max_p95_latency_ms)
-                )
+                add("latency", "fail" if p95 > max_p95 else "pass", f"challenger p95 {p95:.0f} ms", p95, max_p95, None)
         change = q["cost_per_1000"]["change"]
-        if criteria.max_cost_increase_per_1000 is not None:
+        max_cost = criteria.max_cost_increase_per_1000
+        if max_cost is not None:
             if change is None:
-                gates.append(
-                    Gate(
-                        "cost",
-                        "inconclusive",
-                        HOLD,
-                        "cost unknown for one side",
-                        None,
-                        criteria.max_cost_increase_per_1000,
-                    )
-                )
-            elif change > criteria.max_cost_increase_per_1000:
-                gates.append(
-                    Gate(
-                        "cost",
-                        "fail",
-                        REJECT,
-                        f"cost {change:+.4f} USD per 1,000 requests",
-                        change,
-                        criteria.max_cost_increase_per_1000,
-                    )
-                )
+                add("cost", "inconclusive", "cost unknown for one side", None, max_cost, None)
             else:
-                gates.append(
-                    Gate(
-                        "cost",
-                        "pass",
-                        PROMOTE,
-                        f"cost {change:+.4f} USD per 1,000 requests",
-                        change,
-                        criteria.max_cost_increase_per_1000,
-                    )
-                )
+                message = f"cost {change:+.4f} USD per 1,000 requests"
+                add("cost", "fail" if change > max_cost else "pass", message, change, max_cost, None)
     if not gates:
         return HOLD, [Gate("data", "inconclusive", HOLD, "no requests in the session")]
     verdict = max((g.verdict for g in gates), key=_RANK.__getitem__)

@@ -444,6 +444,13 @@ def _blank(text: pd.Series) -> pd.Series:
     return text.isna() | text.fillna("").str.fullmatch(_BLANK)
 
 
+def _refuse_first(mask: pd.Series, row_ref: Callable[[int], str], what: Callable[[int], str], hint: str) -> None:
+    """A DataImportError naming the first row where ``mask`` holds (``row_ref(i)``: ``what(i)``), if any."""
+    if mask.any():
+        i = int(np.flatnonzero(mask.to_numpy())[0])
+        raise DataImportError(f"{row_ref(i)}: {what(i)}", hint=hint)
+
+
 def normalise_ids(ids: pd.Series) -> pd.Series:
     """Item ids as stored: surrounding whitespace/invisible characters removed, Unicode NFC.
 
@@ -518,18 +525,24 @@ def _frame_for_file(
             hint="--text-column for text states, --state-column for JSON states",
         )
 
+    def row_ref(i: int) -> str:
+        return _row_ref(path, i, kind)
+
     def text_of(col: str, option: str) -> pd.Series:
-        return _as_text(_column(df, col, path, option), f"{path}: column {col!r}", lambda i: _row_ref(path, i, kind))
+        return _as_text(_column(df, col, path, option), f"{path}: column {col!r}", row_ref)
+
+    def filled_text_of(col: str, option: str, what: str, hint: str) -> pd.Series:
+        """:func:`text_of` a column no row may leave blank (the first blank row refused, naming its item)."""
+        values = text_of(col, option)
+        _refuse_first(_blank(values), row_ref, lambda i: f"empty {what} in column {col!r} (item {ids.iloc[i]!r})", hint)
+        return values
 
     items = pd.DataFrame(index=df.index)
     if spec.id_column:
         raw_ids = text_of(spec.id_column, "--id-column")
-        missing = _blank(raw_ids)
-        if missing.any():
-            i = int(np.flatnonzero(missing.to_numpy())[0])
-            raise DataImportError(
-                f"{_row_ref(path, i, kind)}: empty id in column {spec.id_column!r}", hint="every row needs an id"
-            )
+        _refuse_first(
+            _blank(raw_ids), row_ref, lambda i: f"empty id in column {spec.id_column!r}", "every row needs an id"
+        )
         ids = normalise_ids(raw_ids)
         stats.ids_normalised = int((ids != raw_ids).sum())
     else:
@@ -537,14 +550,12 @@ def _frame_for_file(
         ids = pd.Series([f"{prefix}-{i + 1:05d}" for i in range(len(df))], index=df.index)
     items["item_id"] = ids
     if spec.text_column:
-        text = text_of(spec.text_column, "--text-column")
-        empty = _blank(text)
-        if empty.any():
-            i = int(np.flatnonzero(empty.to_numpy())[0])
-            raise DataImportError(
-                f"{_row_ref(path, i, kind)}: empty text in column {spec.text_column!r} (item {ids.iloc[i]!r})",
-                hint="remove the row or fill in its text (whitespace and invisible characters do not count)",
-            )
+        text = filled_text_of(
+            spec.text_column,
+            "--text-column",
+            "text",
+            "remove the row or fill in its text (whitespace and invisible characters do not count)",
+        )
         items["state_text"] = text
         items["state_json"] = None
     else:
@@ -580,13 +591,12 @@ def _frame_for_file(
     if spec.split_column:
         raw = text_of(spec.split_column, "--split-column").fillna("").str.strip().str.lower()
         mapped = raw.map(SPLIT_ALIASES)
-        bad = mapped.isna()
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DataImportError(
-                f"{_row_ref(path, i, kind)}: split {raw.iloc[i]!r} is not one of train, calibration, test",
-                hint="fix the split column or carve splits with --test-fraction",
-            )
+        _refuse_first(
+            mapped.isna(),
+            row_ref,
+            lambda i: f"split {raw.iloc[i]!r} is not one of train, calibration, test",
+            "fix the split column or carve splits with --test-fraction",
+        )
         items["split"] = mapped
     elif spec.split:
         items["split"] = SPLIT_ALIASES.get(spec.split.lower(), spec.split)
@@ -615,14 +625,8 @@ def _frame_for_file(
 
     # annotators (long format): one id per row, never blank
     if spec.annotator_column:
-        ann = text_of(spec.annotator_column, "--annotator-column")
-        blank_ann = _blank(ann)
-        if blank_ann.any():
-            i = int(np.flatnonzero(blank_ann.to_numpy())[0])
-            raise DataImportError(
-                f"{_row_ref(path, i, kind)}: empty annotator in column {spec.annotator_column!r} (item {ids.iloc[i]!r})",
-                hint="every row of the long format names its annotator",
-            )
+        hint = "every row of the long format names its annotator"
+        ann = filled_text_of(spec.annotator_column, "--annotator-column", "annotator", hint)
         ann = normalise_ids(ann)
         items["annotator"] = ann
     else:
@@ -632,9 +636,7 @@ def _frame_for_file(
     label_rows = []
     for question, col in spec.labels.items():
         _check_label_question(question, col, schema)
-        mapped, absent = _map_labels(
-            text_of(col, f"--label {question}"), question, col, schema, spec, lambda i: _row_ref(path, i, kind)
-        )
+        mapped, absent = _map_labels(text_of(col, f"--label {question}"), question, col, schema, spec, row_ref)
         if absent.any():
             stats.unlabelled[question] = int(absent.sum())
         lab = pd.DataFrame({"item_id": ids, "question": question, "option_id": mapped, "annotator": ann})

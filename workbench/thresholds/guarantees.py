@@ -240,6 +240,28 @@ def _calibration_summary(surface: Surface, accepted: int, errors: int) -> dict:
     }
 
 
+def _select_point(objective: str, certified: bool, surface: Surface, i: int, j: int, **fields) -> Selection:
+    """The :class:`Selection` of grid point ``(i, j)`` of ``surface`` (one rule for every option)."""
+    acc, err = int(surface.accepted[i, j]), int(surface.errors[i, j])
+    return Selection(
+        objective,
+        certified,
+        float(surface.x_grid[i]),
+        float(surface.y_grid[j]),
+        surface.params(i, j),
+        None,
+        _calibration_summary(surface, acc, err),
+        **fields,
+    )
+
+
+def _select_nothing(objective: str, surface: Surface, **fields) -> Selection:
+    """The infeasible :class:`Selection`: no rule, everything goes to review."""
+    return Selection(
+        objective, False, None, None, {}, None, _calibration_summary(surface, 0, 0), feasible=False, **fields
+    )
+
+
 def select_guarantee(
     surface: Surface,
     *,
@@ -316,14 +338,9 @@ def select_guarantee(
         ok, level = _rejections(p, delta, method, n_paths, n_starts, seq)
         best = _best_by_coverage(surface.accepted, surface.errors, ok)
         if best is None:
-            return Selection(
+            return _select_nothing(  # nothing certified: the rule accepts nothing
                 "guarantee",
-                False,  # nothing certified: the rule accepts nothing
-                None,
-                None,
-                {},
-                None,
-                _calibration_summary(surface, 0, 0),
+                surface,
                 guarantee={
                     "alpha": alpha,
                     "delta": delta,
@@ -336,7 +353,6 @@ def select_guarantee(
                     "p_value": None,
                     **_risk_fields(surface, constraints),
                 },
-                feasible=False,
                 notes=["no grid point is certified at this alpha/delta: everything goes to review"],
                 region=ok,
             )
@@ -353,14 +369,12 @@ def select_guarantee(
             extra["calibration_cost"] = lsum * surface.loss_scale / max(acc, 1)
         if constraints:
             extra["constraints"] = risks.constraints_at(surface, i, j, constraints, level)
-        return Selection(
+        return _select_point(
             "guarantee",
             True,
-            float(surface.x_grid[i]),
-            float(surface.y_grid[j]),
-            surface.params(i, j),
-            None,
-            _calibration_summary(surface, acc, err),
+            surface,
+            i,
+            j,
             guarantee={
                 "alpha": alpha,
                 "delta": delta,
@@ -688,16 +702,13 @@ def select_cost(surface: Surface, *, review_cost: float, api_cost_per_item: floa
     best_point = _best_by_coverage(surface.accepted, surface.errors, cand)
     assert best_point is not None  # the minimum of per_item is always a candidate
     i, j = best_point
-    acc, err = int(surface.accepted[i, j]), int(surface.errors[i, j])
     review_everything = review_cost * surface.n_total / n + api_cost_per_item
-    return Selection(
+    return _select_point(
         "cost",
         False,
-        float(surface.x_grid[i]),
-        float(surface.y_grid[j]),
-        surface.params(i, j),
-        None,
-        _calibration_summary(surface, acc, err),
+        surface,
+        i,
+        j,
         cost={
             "expected_cost_per_item": float(per_item[i, j]),
             "review_cost": review_cost,
@@ -768,16 +779,10 @@ def select_target(
         ok = (surface.accepted > 0) & (np.nan_to_num(err_rate, nan=np.inf) <= target_error)
         best = _best_by_coverage(surface.accepted, surface.errors, ok)
         if best is None:
-            return Selection(
+            return _select_nothing(
                 "error",
-                False,
-                None,
-                None,
-                {},
-                None,
-                _calibration_summary(surface, 0, 0),
+                surface,
                 target={"target_error": target_error},
-                feasible=False,
                 notes=[
                     "no grid point reaches this error on calibration; everything goes to review",
                     "point estimate: NOT certified",
@@ -785,15 +790,12 @@ def select_target(
             )
         i, j = best
         kind = {"target_error": target_error}
-    acc, err = int(surface.accepted[i, j]), int(surface.errors[i, j])
-    return Selection(
+    return _select_point(
         "coverage" if target_coverage is not None else "error",
         False,
-        float(surface.x_grid[i]),
-        float(surface.y_grid[j]),
-        surface.params(i, j),
-        None,
-        _calibration_summary(surface, acc, err),
+        surface,
+        i,
+        j,
         target=kind,
         notes=[
             "point estimate on the calibration split: NOT certified; the test error "

@@ -110,12 +110,7 @@ def main_p_values(surface: Surface, alpha: float, cls: int | None = None) -> np.
     ``cls``: the same among items accepted as that option (per-class certification).
     """
 
-    if cls is None:
-        acc, err, loss = surface.accepted, surface.errors, surface.loss
-    else:
-        assert surface.class_accepted is not None and surface.class_errors is not None
-        acc, err = surface.class_accepted[cls], surface.class_errors[cls]
-        loss = None if surface.class_loss is None else surface.class_loss[cls]
+    acc, err, loss = surface.counts(cls)
     if loss is None:  # 0/1 loss: every misroute costs loss_scale (1 without costs)
         return hoeffding_bentkus_p_values(err, acc, alpha / surface.loss_scale)
     return bounded_loss_p_values(loss, acc, alpha / surface.loss_scale)
@@ -169,12 +164,7 @@ def joint_order(
     β = 0.15 — 55% at 23% (per-α order: 83%, 27%).
     """
 
-    if cls is None:
-        acc, err, loss = order_surface.accepted, order_surface.errors, order_surface.loss
-    else:
-        assert order_surface.class_accepted is not None and order_surface.class_errors is not None
-        acc, err = order_surface.class_accepted[cls], order_surface.class_errors[cls]
-        loss = None if order_surface.class_loss is None else order_surface.class_loss[cls]
+    acc, err, loss = order_surface.counts(cls)
     acc = np.asarray(acc)
     if order == "learned-per-alpha":
         p = (

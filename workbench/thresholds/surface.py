@@ -85,6 +85,15 @@ class Surface:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.accepted > 0, self.errors / np.maximum(self.accepted, 1), np.nan)
 
+    def counts(self, cls: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(accepted, errors, loss)`` at every grid point, or (``cls``) those of the items accepted as
+        that option; ``loss`` is ``None`` for 0/1 errors."""
+        if cls is None:
+            return self.accepted, self.errors, self.loss
+        assert self.class_accepted is not None and self.class_errors is not None
+        loss = None if self.class_loss is None else self.class_loss[cls]
+        return self.class_accepted[cls], self.class_errors[cls], loss
+
     def params(self, i: int, j: int) -> dict[str, float]:
         """Rule parameters of grid point ``(i, j)``."""
         if self.y_name == "tau_no":

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from workbench.errors import NotFoundError
+from workbench.errors import NotFoundError, WorkbenchError
 from workbench.store import snapshot as _snap
 from workbench.store.snapshot import store_token
 from workbench.thresholds.choose import ThresholdOptions
@@ -1221,6 +1221,16 @@ def show_error(exc: Exception) -> None:
     st.error(f"{message}" + (f"  \n*{hint}*" if hint else ""))
 
 
+@contextmanager
+def stop_on_error() -> Iterator[None]:
+    """The block's WorkbenchError shown as :func:`show_error` does, and the page stopped there."""
+    try:
+        yield
+    except WorkbenchError as exc:
+        show_error(exc)
+        st.stop()
+
+
 __all__ = [
     "KEY_DB",
     "KEY_RUN",
@@ -1254,6 +1264,7 @@ __all__ = [
     "pick_run",
     "pick_question",
     "show_error",
+    "stop_on_error",
     "NotFoundError",
 ]
 

@@ -47,7 +47,7 @@ if after_method and split == "calibration":
 
 #: Bootstrap replicates of the metric intervals: those of ``workbench report`` (its ``--n-boot`` default).
 N_BOOT = 200
-try:
+with state.stop_on_error():
     variants = {"as answered": None} | ({after: after_method} if after_method else {})
     # a large run streams its answers for each figure: the point estimates come first, the bootstrap
     # intervals (the same 200 replicates as `workbench report`) on request, or at once when a session kept them
@@ -66,9 +66,6 @@ try:
             rep = state.question_report(path, token, run_id, question, split, m, n_bins, n_boot=N_BOOT)
         reports[name] = rep
     top = state.reliability_display(path, token, run_id, question, split, after_method, n_bins, strategy)
-except WorkbenchError as exc:
-    state.show_error(exc)
-    st.stop()
 if top is None:
     st.warning(f"No answered, labelled items on `{split}`.")
     st.stop()

@@ -168,11 +168,8 @@ labels = tuple(f"{p} · {v}" for p, v in zip(frame["provider"], frame["variant"]
 points = tuple(
     (float(c), float(e)) if pd.notna(c) and pd.notna(e) else None for c, e in zip(frame["coverage"], frame["error"])
 )
-try:
+with state.stop_on_error():
     rc = state.risk_coverage_display(path, token, tuple(frame["run_id"]), labels, question, split, points)
-except WorkbenchError as exc:
-    state.show_error(exc)
-    st.stop()
 p1, p2 = st.columns(2)
 p1.plotly_chart(fig, key="cmp_bar_chart")
 p2.plotly_chart(rc.figure_, key="cmp_risk_coverage_chart")

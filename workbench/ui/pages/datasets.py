@@ -75,11 +75,8 @@ def _import_form(path: str) -> None:
 
 if state.store_ready():
     path, token = state.current()
-    try:
+    with state.stop_on_error():
         frame = state.datasets_frame(path, token)
-    except WorkbenchError as exc:
-        state.show_error(exc)
-        st.stop()
     if frame.empty:
         st.info("No dataset in this store yet: import one below, or run `workbench demo`.")
     else:

@@ -16,7 +16,6 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from workbench.errors import WorkbenchError
 from workbench.ui import state
 
 st.title("Monitor")
@@ -77,7 +76,7 @@ if not Path(policy_path).exists() or not decision_files:
         "(`Policy.decide(response, decision_id=..., log=DecisionLog(path))`); outcomes are optional."
     )
     st.stop()
-try:
+with state.stop_on_error():
     doc = _monitor(
         policy_path,
         tuple(decision_files),
@@ -85,9 +84,6 @@ try:
         window,
         _token([policy_path, *decision_files, *outcome_files]),
     )
-except WorkbenchError as exc:
-    state.show_error(exc)
-    st.stop()
 
 if doc["alarm"]:
     st.error("**ALARM** — " + "  \n".join(doc["reasons"]))

@@ -211,12 +211,9 @@ if not runs.empty:
     if run_id != "(none)":
         from workbench.policy.build import diff_on_run
 
-        try:
+        with state.stop_on_error():
             with state.read_connection(path) as con:
                 moves = diff_on_run(con, a, b, run_id)
-        except WorkbenchError as exc:
-            state.show_error(exc)
-            st.stop()
         rows = []
         for q, mv in moves["questions"].items():
             if "coverage_change" not in mv:

@@ -12,7 +12,6 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from workbench.errors import WorkbenchError
 from workbench.ui import state
 
 st.title("Runs")
@@ -129,11 +128,8 @@ def _progress() -> None:
 
 if state.store_ready():
     path, token = state.current()
-    try:
+    with state.stop_on_error():
         runs = state.runs_frame(path, token)
-    except WorkbenchError as exc:
-        state.show_error(exc)
-        st.stop()
     if runs.empty:
         st.info("No runs yet. Launch one below, or run `workbench demo`.")
     else:

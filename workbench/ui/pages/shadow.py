@@ -157,11 +157,8 @@ with st.expander("Rollout criteria", expanded=False):
     if p95:
         criteria["max_p95_latency_ms"] = float(p95)
 
-try:
+with state.stop_on_error():
     rep = state.shadow_report(path, token, shadow, champion, challenger, tuple(sorted(criteria.items())))
-except WorkbenchError as exc:
-    state.show_error(exc)
-    st.stop()
 
 verdict = rep["verdict"]
 box = {"PROMOTE": st.success, "HOLD": st.warning, "REJECT": st.error}.get(verdict, st.info)

@@ -58,12 +58,9 @@ recal = st.radio(
 )
 recal_method = None if recal == "as answered" else recal
 
-try:
+with state.stop_on_error():
     surface = state.threshold_surface(path, token, run_id, question, "calibration", recal_method)
     test = state.rule_points(path, token, run_id, question, "test", recal_method)
-except WorkbenchError as exc:
-    state.show_error(exc)
-    st.stop()
 if surface.n_total == 0:
     st.warning("No labelled calibration items in this run.")
     st.stop()
@@ -223,15 +220,12 @@ alphas = tuple(np.round(np.linspace(0.01, 0.3, 30), 3).tolist())
 # once when a session already kept it
 large = state.is_large(path, token, run_id, question, "calibration")
 front_key = f"thr_front|{run_id}|{question}|{settings}"
-try:
+with state.stop_on_error():
     certified = state.certified_thresholds(path, token, run_id, question, settings)
     if large and not st.session_state.get(front_key):
         front = state.kept_frontier(path, token, run_id, question, settings, alphas)
     else:
         front = state.certified_frontier(path, token, run_id, question, settings, alphas)
-except WorkbenchError as exc:
-    state.show_error(exc)
-    st.stop()
 st.caption(state.settings_caption(alpha, delta, calibrate, method))
 for w in certified.get("warnings") or []:  # the test split contradicts the certificate: as the CLI says it
     st.warning(w)
@@ -345,13 +339,10 @@ if front is None:
 if not is_noul and st.toggle(
     "Per-class guarantees (one certified (τ, m) per option, Bonferroni over options)", key="thr_per_class"
 ):
-    try:
+    with state.stop_on_error():
         per_res = state.certified_thresholds(
             path, token, run_id, question, state.threshold_settings(**dict(settings), per_class=True)
         )
-    except WorkbenchError as exc:
-        state.show_error(exc)
-        st.stop()
     per_g = per_res["selection"]["guarantee"] or {}  # per-class entries keyed by option id
     rows = [
         {"option": opt, **{kk: vv for kk, vv in v.items() if not isinstance(vv, dict)}}
