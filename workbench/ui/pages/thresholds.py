@@ -201,6 +201,7 @@ st.caption(
 )
 
 from workbench.thresholds.guarantees import select_cost  # noqa: E402
+from workbench.thresholds.planning import range_text  # noqa: E402
 
 settings = state.threshold_settings(max_error=float(alpha), delta=float(delta), method=method, calibrate=calibrate)
 alphas = tuple(np.round(np.linspace(0.01, 0.3, 30), 3).tolist())
@@ -391,6 +392,9 @@ with st.expander("How many calibration labels? (plan-labels)", expanded=False):
                 st.markdown(f"**{rec} calibration labels** certify with probability ≥ {power:g} ({verdict}).")
             else:
                 st.markdown(f"**No simulated size** reaches probability {power:g} ({verdict}).")
+            st.caption(f"Labels needed — {range_text(plan['labels_range'])}.")
+            for w in plan["warnings"]:
+                st.warning(w)
             for m in plan["messages"]:
                 st.warning(m)
             st.plotly_chart(plan["figure"], key="thr_plan_chart")
