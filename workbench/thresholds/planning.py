@@ -256,18 +256,19 @@ def logistic_errors(p_wrong: np.ndarray, wrong: np.ndarray, counts: np.ndarray, 
     a = np.zeros(len(z))
     b = np.ones(len(z))
     ridge = 1e-3
-    for _ in range(n_iter):
-        q = 1 / (1 + np.exp(-(a[:, None] + b[:, None] * zp)))
-        r = w * (q - y)
-        g0, g1 = r.sum(1) + ridge * a, (r * zp).sum(1) + ridge * (b - 1)
-        h = w * q * (1 - q)
-        h00, h01, h11 = h.sum(1) + ridge, (h * zp).sum(1), (h * zp * zp).sum(1) + ridge
-        det = h00 * h11 - h01 * h01
-        da, db = (h11 * g0 - h01 * g1) / det, (h00 * g1 - h01 * g0) / det
-        a, b = a - da, b - db
-        if max(np.abs(da).max(), np.abs(db).max()) < 1e-9:
-            break
-    return 1 / (1 + np.exp(-(a[:, None] + b[:, None] * z)))
+    with np.errstate(over="ignore"):  # exp(±large) is inf: a sigmoid of exactly 0 or 1
+        for _ in range(n_iter):
+            q = 1 / (1 + np.exp(-(a[:, None] + b[:, None] * zp)))
+            r = w * (q - y)
+            g0, g1 = r.sum(1) + ridge * a, (r * zp).sum(1) + ridge * (b - 1)
+            h = w * q * (1 - q)
+            h00, h01, h11 = h.sum(1) + ridge, (h * zp).sum(1), (h * zp * zp).sum(1) + ridge
+            det = h00 * h11 - h01 * h01
+            da, db = (h11 * g0 - h01 * g1) / det, (h00 * g1 - h01 * g0) / det
+            a, b = a - da, b - db
+            if max(np.abs(da).max(), np.abs(db).max()) < 1e-9:
+                break
+        return 1 / (1 + np.exp(-(a[:, None] + b[:, None] * z)))
 
 
 def success_curves(
@@ -296,7 +297,8 @@ def success_curves(
     e = np.ones(len(k))
     ridge = 1e-2
     for _ in range(n_iter):
-        q = 1 / (1 + np.exp(-(c[:, None] + e[:, None] * x)))
+        with np.errstate(over="ignore"):
+            q = 1 / (1 + np.exp(-(c[:, None] + e[:, None] * x)))
         r = trials * q - k
         g0, g1 = r.sum(1) + ridge * c, (r * x).sum(1) + ridge * e
         h = trials * q * (1 - q)
