@@ -424,7 +424,7 @@ def plan_labels(
     >>> plan.status, plan.pilot["n_items"], plan.recommended_labels is not None
     ('ok', 300, True)
     >>> print(plan.summary())  # doctest: +ELLIPSIS
-    spam: about ... calibration labels to certify at α = 0.05, δ = 0.1 with probability ≥ 0.8 (simulated from a 300-item pilot)
+    spam: about ... calibration labels to certify at α = 0.05, δ = 0.1 with probability ≥ 0.8 (simulated from a 300-item pilot; N over 40 pilot bootstraps: 10% ..., median ..., 90% ...; recommended: the 90% quantile)
     """
     from workbench.workflows import plan_labels_for_run
 
