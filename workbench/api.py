@@ -406,13 +406,15 @@ def plan_labels(
     a labelled pilot of the run (``workbench plan-labels``).
 
     ``kwargs``: ``pilot_split`` ("calibration"), ``pilot_size`` (a seeded subset), ``unlabelled_splits``,
-    ``target_coverage``, ``power`` (0.8), ``n_draws`` (200), ``max_labels`` (20000), ``errors``
-    ("logistic" | "observed"), ``seed``, ``reporter``.
+    ``target_coverage``, ``power`` (0.8), ``confidence`` (0.9), ``n_draws`` (200), ``max_labels``
+    (20000), ``errors`` ("logistic" | "observed"), ``seed``, ``reporter``.
 
     Returns
     -------
     LabelPlan
-        ``recommended_labels`` (None when no simulated size reaches ``power``), ``status`` (``ok``,
+        ``recommended_labels`` (the N that ``confidence`` of the pilot's bootstrap replicates need; None
+        when that is beyond ``max_labels``), ``labels_range`` (10 % / median / 90 % of N over the
+        replicates), ``warnings`` (the pilot's best rule within its own noise of α), ``status`` (``ok``,
         ``pilot_too_small``, ``unreachable``, ``beyond_max_labels``), ``curve``, ``messages``,
         ``summary()``, ``to_frame()``, ``to_dict()``.
 
@@ -422,7 +424,7 @@ def plan_labels(
     >>> plan.status, plan.pilot["n_items"], plan.recommended_labels is not None
     ('ok', 300, True)
     >>> print(plan.summary())  # doctest: +ELLIPSIS
-    spam: about ... calibration labels to certify at α = 0.05, δ = 0.1 with probability ≥ 0.8 (simulated from a 300-item pilot)
+    spam: about ... calibration labels to certify at α = 0.05, δ = 0.1 with probability ≥ 0.8 (simulated from a 300-item pilot; N over 40 pilot bootstraps: 10% ..., median ..., 90% ...; recommended: the 90% quantile)
     """
     from workbench.workflows import plan_labels_for_run
 

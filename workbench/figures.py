@@ -167,6 +167,17 @@ def label_plan_figure(plan: Any):
         )
     )
     fig.add_hline(y=plan.power, line_dash="dash", line_color="grey", annotation_text=f"required {plan.power:g}")
+    span = getattr(plan, "labels_range", None) or {}
+    if span.get("low") is not None:
+        fig.add_vrect(
+            x0=span["low"],
+            x1=span["high"] if span.get("high") is not None else max(n),
+            fillcolor="green",
+            opacity=0.08,
+            line_width=0,
+            annotation_text="N over the pilot's bootstraps (10–90%)",
+            annotation_position="bottom left",
+        )
     if plan.recommended_labels is not None:
         fig.add_vline(
             x=plan.recommended_labels,

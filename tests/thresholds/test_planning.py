@@ -19,7 +19,14 @@ from tests.thresholds.synth import choice_data, noul_data
 from workbench.errors import OptionError
 from workbench.thresholds.choose import ThresholdOptions, apply_calibrator, choose_thresholds, fit_calibrator
 from workbench.thresholds.guarantees import select_guarantee, select_guarantee_split
-from workbench.thresholds.planning import certify_batch, logistic_errors, plan_labels_from_pilot
+from workbench.thresholds.planning import (
+    certify_batch,
+    error_interval,
+    logistic_errors,
+    plan_labels_from_pilot,
+    sizes_needed,
+    success_curves,
+)
 from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
 from workbench.thresholds.surface import default_grids, surface_from_coordinates
 
@@ -214,3 +221,75 @@ def test_unlabelled_answers_widen_the_population():
     assert plan.pilot["n_unlabelled"] == 2000 and plan.pilot["n_items"] == 300
     assert any("2000 unlabelled items widen the population" in m for m in plan.messages)
     assert plan.status == "ok" and plan.curve[-1]["p_certify"] >= 0.9
+
+
+# -- the plan states its uncertainty (issue 28 §3) ---------------------------------------------------
+def test_success_curves_recover_each_replicates_crossing():
+    """Replicates whose probability of success is a known logistic in log N: the fit finds each one's N at
+    ``power``; a replicate that never succeeds needs more than the largest size."""
+    rng = np.random.default_rng(11)
+    sizes = np.geomspace(100, 20000, 15).round()
+    log_n = np.log(sizes)
+    true_n = np.array([300.0, 1000.0, 4000.0])  # P = 0.8 there
+    slope = 3.0
+    p = 1 / (1 + np.exp(-(np.log(0.8 / 0.2) + slope * (log_n[None, :] - np.log(true_n)[:, None]))))
+    trials = 2000
+    wins = np.vstack([rng.binomial(trials, p), np.zeros((1, len(sizes)), dtype=int)])
+    c, e = success_curves(log_n, wins, trials)
+    need = sizes_needed(c, e, log_n, 0.8, int(sizes[0]), int(sizes[-1]))
+    np.testing.assert_allclose(need[:3], true_n, rtol=0.05)
+    assert np.isinf(need[3])
+
+
+def test_error_interval_is_clopper_pearson():
+    from statsmodels.stats.proportion import proportion_confint
+
+    for e, a in [(0, 40), (7, 223), (12, 247), (40, 40)]:
+        lo, hi = proportion_confint(e, a, alpha=0.1, method="beta")
+        np.testing.assert_allclose(error_interval(e, a, 0.9), (lo, hi), atol=1e-12)
+
+
+def test_plan_labels_reports_n_as_an_interval_and_warns_within_the_noise(tmp_path, b77_tfidf_master):
+    """A 300-item BANKING77 pilot: the CLI's --json and text and the API object carry the spread of N over
+    the pilot's bootstrap replicates; the recommendation is its 90 % quantile; a coverage target whose
+    best pilot rule has an error interval containing α is warned about, a modest one is not."""
+    import workbench as wb
+    from workbench.thresholds.planning import range_text
+
+    db = copy_store(b77_tfidf_master["db"], tmp_path / "wb.duckdb")
+    run_id = b77_tfidf_master["run_id"]
+    common = ("plan-labels", run_id, "-q", "intent", "--pilot-size", "300", "--max-labels", "6000", "--draws", "120")
+    hard = json.loads(run_cli(*common, "--target-coverage", "0.8", "--json", db=db, check=True).stdout)
+    easy = json.loads(run_cli(*common, "--target-coverage", "0.3", "--json", db=db, check=True).stdout)
+    for plan in (hard, easy):
+        r = plan["labels_range"]
+        assert r["replicates"] == 40 and r["confidence"] == 0.9
+        known = [v for v in (r["low"], r["median"], r["high"]) if v is not None]
+        assert known == sorted(known) and r["low"] is not None
+        rec = plan["recommended_labels"]
+        if rec is not None:  # the 90 % quantile: at least 90 % of the replicates need no more
+            row = next(x for x in plan["curve"] if x["n_labels"] == rec)
+            assert row["share_sufficient"] >= 0.9 and rec >= r["median"]
+            assert all(x["share_sufficient"] < 0.9 for x in plan["curve"] if x["n_labels"] < rec)
+        else:
+            assert plan["status"] == "beyond_max_labels" and r["share_beyond"] > 0.1
+    # the warning: the pilot's best rule reaching the target has a 90 % error interval containing α
+    rule = hard["pilot"]["target_rule"]
+    assert rule["coverage"] >= 0.8 and rule["error_interval_90"][0] <= 0.05 <= rule["error_interval_90"][1]
+    assert (
+        len(hard["warnings"]) == 1
+        and "the pilot cannot tell whether its best rule with coverage ≥ 0.8" in (hard["warnings"][0])
+    )
+    assert easy["warnings"] == [] and easy["pilot"]["target_rule"]["error_interval_90"][1] < 0.05
+    # the text: the spread, the warning, the replicates column
+    text = run_cli(*common, "--target-coverage", "0.8", db=db, check=True).stdout
+    assert f"labels needed: {range_text(hard['labels_range'])}" in " ".join(text.split())
+    assert "warning: the pilot cannot tell whether its best rule" in text and "replicates enough" in text
+    # the API object: the same plan
+    con = wb.connect(str(db), read_only=True)
+    plan = wb.plan_labels(con, run_id, "intent", pilot_size=300, max_labels=6000, n_draws=120, target_coverage=0.8)
+    con.close()
+    assert plan.labels_range == hard["labels_range"] and plan.warnings == hard["warnings"]
+    assert plan.recommended_labels == hard["recommended_labels"]
+    if plan.recommended_labels is not None:
+        assert range_text(plan.labels_range) in plan.summary()

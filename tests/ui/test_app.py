@@ -462,6 +462,10 @@ def test_thresholds_page_plans_labels_like_the_cli(ui_store):
         assert "No simulated size" in shown
     table = next(d.value for d in at.dataframe if "p_certify" in d.value.columns)
     assert table["p_certify"].tolist() == [r["p_certify"] for r in plan.curve]
+    from workbench.thresholds.planning import range_text
+
+    # the spread of N over the pilot's bootstraps, in the CLI's words (issue 28 §3)
+    assert f"Labels needed — {range_text(plan.labels_range)}." in [c.value for c in at.caption]
 
 
 def test_large_run_pages_show_point_estimates_first_then_intervals_and_frontier_on_request(ui_store, monkeypatch):

@@ -24,7 +24,9 @@ def _pct(v) -> str:
 
 
 def print_plan(doc: dict) -> None:
-    """The plan as text: verdict, pilot, messages, then the curve as a table."""
+    """The plan as text: verdict, the spread of N, warnings, pilot, messages, then the curve as a table."""
+    from workbench.thresholds.planning import range_text
+
     s, pilot = doc["settings"], doc["pilot"]
     rec = doc["recommended_labels"]
     what = f"certify at α = {s['alpha']:g}, δ = {s['delta']:g}"
@@ -39,6 +41,9 @@ def print_plan(doc: dict) -> None:
         _line(
             f"[bold]{doc['question']}[/bold]: no simulated size reaches probability {doc['power']:g} to {what} — {status}"
         )
+    _line(f"  labels needed: {range_text(doc['labels_range'])}")
+    for w in doc["warnings"]:
+        _line(f"  [bold]warning[/bold]: {w}")
     best = pilot.get("best_rule_at_alpha")
     best_txt = (
         f"; its best rule at α accepts {best['accepted']} with {plural(best['errors'], 'error')} ({_pct(best['coverage'])} coverage)"
@@ -55,13 +60,14 @@ def print_plan(doc: dict) -> None:
     _line(
         "  labels  certifying  P(certified)"
         + ("  P(target)" if doc["target_coverage"] is not None else "")
-        + "  expected coverage"
+        + "  expected coverage  replicates enough"
     )
     for r in doc["curve"]:
         mark = " ←" if r["n_labels"] == rec else ""
         target = f"  {r['p_target']:9.2f}" if doc["target_coverage"] is not None else ""
         _line(
-            f"  {r['n_labels']:6d}  {r['n_certifying']:10.0f}  {r['p_certify']:12.2f}{target}  {_pct(r['expected_coverage']):>17}{mark}"
+            f"  {r['n_labels']:6d}  {r['n_certifying']:10.0f}  {r['p_certify']:12.2f}{target}  {_pct(r['expected_coverage']):>17}"
+            f"  {_pct(r.get('share_sufficient')):>18}{mark}"
         )
 
 
@@ -75,6 +81,9 @@ def register(app: typer.Typer) -> None:
             None, "--target-coverage", help="Also require the certified coverage to reach this."
         ),
         power: float = typer.Option(0.8, "--power", help="Required probability of certifying."),
+        confidence: float = typer.Option(
+            0.9, "--confidence", help="Recommend the N this share of the pilot's bootstrap replicates needs."
+        ),
         pilot_split: str = typer.Option(
             "calibration", "--pilot-split", help="Split whose labelled items are the pilot."
         ),
@@ -110,6 +119,7 @@ def register(app: typer.Typer) -> None:
                 unlabelled_splits=list(unlabelled_split or []),
                 target_coverage=target_coverage,
                 power=power,
+                confidence=confidence,
                 n_draws=draws,
                 max_labels=max_labels,
                 errors=errors,

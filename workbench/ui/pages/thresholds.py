@@ -211,6 +211,7 @@ st.caption(
 )
 
 from workbench.thresholds.guarantees import select_cost  # noqa: E402
+from workbench.thresholds.planning import range_text  # noqa: E402
 
 settings = state.threshold_settings(
     alpha=float(alpha), delta=float(delta), method=method, calibrate=calibrate, guarantee_for=guarantee_for
@@ -399,6 +400,9 @@ with st.expander("How many calibration labels? (plan-labels)", expanded=False):
                 st.markdown(f"**{rec} calibration labels** certify with probability ≥ {power:g} ({verdict}).")
             else:
                 st.markdown(f"**No simulated size** reaches probability {power:g} ({verdict}).")
+            st.caption(f"Labels needed — {range_text(plan['labels_range'])}.")
+            for w in plan["warnings"]:
+                st.warning(w)
             for m in plan["messages"]:
                 st.warning(m)
             st.plotly_chart(plan["figure"], key="thr_plan_chart")
