@@ -195,3 +195,91 @@ def test_fixed_sequence_tests_single_stages_and_cascades_in_one_sequence():
     cert = [every[int(g)] for g in q["gidx"][q["rejected"]]]
     best = min(cert, key=lambda b: (b["cost"], -b["acc"], b["g"]))
     assert res.structures[res.chosen] == best["structure"] and res.best[res.chosen]["rules"] == best["rules"]
+
+
+def test_cli_recommends_one_model_alone_and_writes_its_plain_policy(tmp_path):
+    """Through the real CLI on a real store: a cascade of a run with itself can only cost more than the
+    run alone, so the run alone wins; the text says so, and --policy-out writes a plain (format 1) policy
+    whose decisions on the run's test answers (its fitted calibrator applied by the runtime) give the
+    reported test figures."""
+    import json
+
+    import pandas as pd
+
+    from tests.conftest import ROOT, dataset_path, run_cli
+    from workbench.policy.runtime import Policy
+    from workbench.store.db import connect
+    from workbench.store.runs import load_answers
+
+    pd.read_csv(dataset_path("banking77", "test.csv")).sample(600, random_state=0).to_csv(
+        tmp_path / "test.csv", index=False
+    )
+    db = tmp_path / "wb.duckdb"
+    train = dataset_path("banking77", "train.csv")
+    run_cli(
+        "datasets",
+        "import",
+        str(train),
+        str(tmp_path / "test.csv"),
+        "--name",
+        "b77",
+        "--text-column",
+        "text",
+        "--label",
+        "intent=category",
+        "--calibration-fraction",
+        "0.15",
+        "--seed",
+        "0",
+        db=db,
+        check=True,
+    )
+    schema = str(ROOT / "experiments" / "schemas" / "banking77.yaml")
+    run_cli(
+        "run",
+        "--dataset",
+        "b77",
+        "--schema",
+        schema,
+        "--provider",
+        "baseline:tfidf-logreg",
+        "--run-name",
+        "tfidf",
+        "--no-progress",
+        "--json",
+        db=db,
+        check=True,
+    )
+    policy = tmp_path / "p.json"
+    args = ["cascade", "--stage", "tfidf", "--stage", "tfidf", "--question", "intent", "--max-error", "0.1"]
+    args += ["--cost-per-call", "tfidf=0.001", "--policy-out", str(policy)]
+    doc = json.loads(run_cli(*args, "--json", db=db, check=True).stdout)
+    assert doc["certified"] and doc["chosen"]["kind"] == "single" and doc["stages"][0]["rule"]["fallback"] == "review"
+    text = run_cli(*args[:-2], db=db, check=True).stdout
+    assert "alone recommended, certified" in text and "a single stage is the cheapest certified configuration" in text
+    assert "own certificate" in text  # each stage under its own certificate, side by side
+    pol = Policy.load(policy)
+    assert pol.model.format_version == 1 and pol.model.cascade is None
+    assert pol.model.questions["intent"].calibrator.type == "temperature"
+    con = connect(db, read_only=True)
+    try:
+        ans = load_answers(con, doc["chosen"]["run_ids"][0], "intent", splits=["test"])
+    finally:
+        con.close()
+    resp = [
+        {
+            "model": pol.model.source.model,
+            "answers": {
+                "intent": {
+                    "type": "choice",
+                    "choice": ans.option_ids[int(np.argmax(p))],
+                    "probabilities": dict(zip(ans.option_ids, map(float, p), strict=True)),
+                }
+            },
+        }
+        for p in ans.probs
+    ]
+    final = [d["intent"] for d in pol.decide_many(resp)]
+    accepted = np.array([d.action == "accept" for d in final])
+    wrong = np.array([d.accepted and d.option != ans.option_ids[ans.labels[i]] for i, d in enumerate(final)])
+    assert accepted.sum() == doc["test"]["n_accepted"] and wrong.sum() == doc["test"]["n_errors"]
