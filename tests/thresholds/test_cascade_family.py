@@ -283,3 +283,30 @@ def test_cli_recommends_one_model_alone_and_writes_its_plain_policy(tmp_path):
     accepted = np.array([d.action == "accept" for d in final])
     wrong = np.array([d.accepted and d.option != ans.option_ids[ans.labels[i]] for i, d in enumerate(final)])
     assert accepted.sum() == doc["test"]["n_accepted"] and wrong.sum() == doc["test"]["n_errors"]
+
+
+def test_a_cascade_must_be_cheaper_than_the_best_single_stage_beyond_noise():
+    """A certified cascade that saves less than ``prefer_single_z`` standard errors of the paired per-item
+    cost difference over the cheapest certified single stage is not recommended; with z = 0 the cheapest
+    certified configuration is."""
+    from dataclasses import replace
+
+    from workbench.thresholds.cascade import FamilySearch, _prefer_single, per_item_cost
+
+    al = _aligned(3000, 11)
+    prices = np.array([0.001, 0.00001])
+    opts = CascadeOptions(review_cost=0.05)
+    single_rules, cascade_rules = [(0.5, 0.0)], [(0.5, 0.0), (0.999, 0.0)]  # the second stage takes a few items
+    c1 = per_item_cost(al.select(stages=(0,)), single_rules, prices[[0]], opts)
+    c2 = per_item_cost(al.select(stages=(0, 1)), cascade_rules, prices, opts)
+    d = c1 - c2
+    assert 0 < d.mean() < 1.645 * d.std(ddof=1) / np.sqrt(len(d))  # cheaper, but within the noise
+    best = [
+        {"key": (float(c1.mean()), 0, 0), "rules": single_rules},
+        None,
+        {"key": (float(c2.mean()), 0, 1), "rules": cascade_rules},
+    ]
+    found = FamilySearch([(0,), (1,), (0, 1)], [1, 1, 1], [1, 1, 1], [1, 0, 1], best, 2, 0.1, [0.08, 0.08, 0.02])
+    chosen, margin = _prefer_single(found, al, prices, opts)
+    assert chosen == 0 and margin["saving"] == pytest.approx(d.mean(), rel=1e-12)
+    assert _prefer_single(found, al, prices, replace(opts, prefer_single_z=0.0)) == (2, None)

@@ -92,6 +92,10 @@ class CascadeOptions:
     the full grid); with two stages the first stage gets the full ``grid × grid`` at the default.
     ``cascade_share``: the share of δ the cascades' test sequence gets (fixed-sequence); the single
     stages' sequence gets the rest (Bonferroni over the two sequences).
+    ``prefer_single_z``: a certified cascade is recommended over the cheapest certified single stage only
+    when it is cheaper on the certifying items by more than this many standard errors of the paired
+    per-item cost difference (0: the cheapest certified configuration wins). A choice among certified
+    configurations: the guarantee is the same.
     """
 
     alpha: float = 0.05
@@ -104,6 +108,7 @@ class CascadeOptions:
     grid: int = 100
     max_early: int = 10_000
     cascade_share: float = 0.2
+    prefer_single_z: float = 1.645
     prices: list[float | None] | None = None
     review_cost: float = 0.05
     latency_weight: float = 0.0
@@ -125,6 +130,8 @@ class CascadeOptions:
             )
         if self.review_cost < 0 or self.latency_weight < 0:
             raise ThresholdError("review_cost and latency_weight must be >= 0")
+        if self.prefer_single_z < 0:
+            raise ThresholdError(f"prefer_single_z must be >= 0, got {self.prefer_single_z}")
         if not (0 < self.cascade_share < 1):
             raise ThresholdError(f"cascade_share must be in (0, 1), got {self.cascade_share}")
         if not (2 <= self.grid <= 1000) or self.max_early < 4:
@@ -333,6 +340,18 @@ def route(al: AlignedStages, rules: Sequence[tuple[float, float]]) -> np.ndarray
         out[ok] = s
         open_ &= ~ok
     return out
+
+
+def per_item_cost(
+    al: AlignedStages, rules: Sequence[tuple[float, float]], prices: np.ndarray, opts: CascadeOptions
+) -> np.ndarray:
+    """USD of each item under fixed per-stage rules: the price of every stage it reaches, its summed
+    latency × ``latency_weight``, and ``review_cost`` when no stage accepts it (shape (n,))."""
+    where = route(al, rules)
+    reached = np.vstack([where >= s for s in range(len(rules))])
+    latency = (reached * np.vstack(al.latency_ms)).sum(axis=0)
+    api = (prices[:, None] * reached).sum(axis=0)
+    return api + opts.review_cost * (where == len(rules)) + opts.latency_weight * latency / 1000.0
 
 
 def evaluate_cascade(
@@ -784,6 +803,34 @@ def stage_prices(stages: Sequence[RunAnswers], prices: Sequence[float | None] | 
     return np.asarray(out)
 
 
+def _prefer_single(
+    found: FamilySearch, al: AlignedStages, prices: np.ndarray, opts: CascadeOptions
+) -> tuple[int | None, dict | None]:
+    """The recommended structure: the cheapest certified one, unless it is a cascade whose saving over
+    the cheapest certified single stage (paired per-item costs on the certifying items) is within
+    ``prefer_single_z`` standard errors — then that single stage. Also the margin when it decided."""
+    if found.chosen is None or len(found.structures[found.chosen]) == 1 or opts.prefer_single_z == 0:
+        return found.chosen, None
+    singles = [k for k, st in enumerate(found.structures) if len(st) == 1 and found.best[k] is not None]
+    if not singles:
+        return found.chosen, None
+    s1 = min(singles, key=lambda k: found.best[k]["key"])  # type: ignore[index]
+    k = found.chosen
+
+    def costs(j: int) -> np.ndarray:
+        st = found.structures[j]
+        b = found.best[j]
+        assert b is not None
+        return per_item_cost(al.select(stages=st), b["rules"], prices[list(st)], opts)
+
+    d = costs(s1) - costs(k)  # > 0: the cascade saves
+    n = len(d)
+    se = float(d.std(ddof=1) / np.sqrt(n)) if n > 1 else float("inf")
+    if float(d.mean()) > opts.prefer_single_z * se:
+        return k, None
+    return s1, {"structure": found.structures[k], "saving": float(d.mean()), "se": se}
+
+
 def _own_certificate(
     cal: RunAnswers,
     test: RunAnswers | None,
@@ -865,6 +912,7 @@ def choose_cascade(
     if opts.method == "fixed-sequence":
         held = np.random.default_rng([opts.seed, 1]).random(n) < opts.order_fraction
     found = search_family(al, held, prices, opts, qtype)
+    found.chosen, margin = _prefer_single(found, al, prices, opts)
     run_ids = [c.run_id for c in calibration]
     tal = align_stages(test, calibrators=cals) if test is not None else None
     configurations: list[dict[str, Any]] = []
@@ -904,10 +952,16 @@ def choose_cascade(
         best = found.best[k]
         assert best is not None
         rules = best["rules"]
-        if len(structure) == 1:
+        if len(structure) == 1 and margin is None:
             notes.append(
                 f"a single stage is the cheapest certified configuration: {configurations[k]['structure']} "
                 "(no cascade of these stages is certified at a lower expected cost)"
+            )
+        elif margin is not None:
+            notes.append(
+                f"a single stage is recommended: {configurations[k]['structure']}; the cheapest certified cascade "
+                f"({structure_label(run_ids, margin['structure'])}) is cheaper on the calibration items by ${1000 * margin['saving']:.4f} per "
+                f"1,000 items, within {opts.prefer_single_z:g} standard errors (${1000 * margin['se']:.4f})"
             )
     else:
         k = len(found.structures) - 1  # every stage, nothing accepted: every item is reviewed
