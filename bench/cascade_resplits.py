@@ -88,7 +88,7 @@ def dominated(rec: dict, alt: dict, tol: float = 1e-12) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--db", type=Path, required=True)
+    ap.add_argument("--db", type=Path)
     ap.add_argument("--build", action="store_true", help="make the store first (runs the three models once)")
     ap.add_argument("--resplits", type=int, default=100)
     ap.add_argument("--alpha", type=float, default=0.1)
@@ -96,7 +96,11 @@ def main() -> None:
     ap.add_argument("--review-cost", type=float, default=0.05)
     ap.add_argument("--pairs", default="clef,minilm", help="second stages after tf-idf")
     ap.add_argument("--out", type=Path, default=None, help="write every resplit's figures as JSON")
+    ap.add_argument("--from-json", type=Path, default=None, help="print the table of a saved --out file")
     args = ap.parse_args()
+    if args.from_json:
+        report(json.loads(args.from_json.read_text()), args)
+        return
     if args.build:
         build(args.db)
     from workbench.thresholds.cascade import CascadeOptions, choose_cascade, stage_prices
@@ -172,6 +176,7 @@ def report(rows: list[dict], args) -> None:
         "tf-idf own cov / $",
         "2nd own cov / $",
         "dominated by a single (own)",
+        "… by > 1 pt of coverage",
         "dominated by a single (family)",
         "P(test err > α)",
     )
@@ -199,6 +204,12 @@ def report(rows: list[dict], args) -> None:
                     f"{mean(lambda r: r['own']['tfidf']['coverage']):.3f} / {mean(lambda r: r['own']['tfidf']['cost']):.2f}",
                     f"{mean(lambda r: r['own'][pair]['coverage']):.3f} / {mean(lambda r: r['own'][pair]['cost']):.2f}",
                     str(sum(bool(r["dominated_by_own"]) for r in rs)),
+                    str(
+                        sum(
+                            any(r["own"][m]["coverage"] > r["rec"]["coverage"] + 0.01 for m in r["dominated_by_own"])
+                            for r in rs
+                        )
+                    ),
                     str(sum(bool(r["dominated_by_family_single"]) for r in rs)),
                     f"{mean(lambda r: float(r['violation'])):.3f}",
                 ]

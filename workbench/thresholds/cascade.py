@@ -584,6 +584,7 @@ def search_family(
     tested: dict[str, np.ndarray]
     level = opts.delta
     levels = [opts.delta] * len(structs)
+    holm_cert = [0] * len(structs)  # Holm: certified configurations per structure, copies included
     if fixed:
         # two sequences, Bonferroni: the single stages at (1 - cascade_share) δ, the cascades at cascade_share δ
         multi = [len(st) > 1 for st in structs]
@@ -650,18 +651,15 @@ def search_family(
             for d, mult in chunks(k):
                 in_rejected = np.isin(d["ec"] * (n_c + 1) + d["ac"], rejected)
                 if in_rejected.any():
+                    holm_cert[k] += int((in_rejected * mult[:, None]).sum())
+                    # only the chunk's cheapest rejected configuration (ties: more accepted, then first)
                     at = np.flatnonzero(in_rejected.ravel())
-                    rows.append(
-                        {
-                            **{name: d[name].ravel()[at] for name in names},
-                            "k": np.full(len(at), k),
-                            "mult": np.repeat(mult, G)[at],
-                        }
-                    )
+                    i = at[np.lexsort((d["gidx"].ravel()[at], -d["acc"].ravel()[at], d["cost"].ravel()[at]))[0]]
+                    rows.append({**{name: d[name].ravel()[[i]] for name in names}, "k": np.array([k])})
         if rows:
             tested = {name: np.concatenate([r[name] for r in rows]) for name in rows[0]}
         else:
-            tested = {name: np.zeros(0, dtype=np.int64) for name in (*names, "k", "mult")}
+            tested = {name: np.zeros(0, dtype=np.int64) for name in (*names, "k")}
         cert = np.ones(len(tested["k"]), dtype=np.bool_)
         n_tested = [int(np.prod(p[2], dtype=np.int64)) * G for p in plans]
 
@@ -671,7 +669,7 @@ def search_family(
         sel = np.flatnonzero(cert & (tested["k"] == k))
         if not len(sel):
             continue
-        n_cert[k] = int(tested["mult"][sel].sum()) if "mult" in tested else len(sel)
+        n_cert[k] = len(sel) if fixed else holm_cert[k]
         i = sel[np.lexsort((tested["gidx"][sel], -tested["acc"][sel], tested["cost"][sel]))[0]]
         b: dict[str, Any] = {
             name: (float(tested[name][i]) if name == "cost" else int(tested[name][i]))
