@@ -568,20 +568,27 @@ def cascade(
     out: str | Path | None = None,
     **options: Any,
 ):
-    """A certified cascade of runs (``workbench cascade``): accept at a stage, escalate, review after the last.
+    """The cheapest certified configuration of a cascade of runs (``workbench cascade``): accept at a
+    stage, escalate, review after the last — or one of the runs alone when that is cheaper.
 
-    ``stages`` are run ids (or names) of the same dataset and question, cheapest first. Per-stage
-    bands are chosen on the calibration items every stage answered to minimise expected cost per
+    ``stages`` are run ids (or names) of the same dataset and question, cheapest first. Each stage is
+    recalibrated as :func:`thresholds` does and every rule is on its grid; one Learn-then-Test family
+    holds each stage alone (priced as its own model) and every cascade of the stages
+    (:mod:`workbench.thresholds.cascade`). Its cheapest certified configuration by expected cost per
     item (``prices`` USD per call by run, else each run's recorded cost; ``review_cost`` per reviewed
-    item; ``latency_weight`` USD per second) with error among auto-accepted items (all stages
-    together) ≤ ``alpha`` with probability ≥ 1 − ``delta`` (Learn-then-Test over the joint grid).
-    With ``out``, also writes the format-2 policy with its ``cascade`` section.
+    item; ``latency_weight`` USD per second) wins, with error among auto-accepted items (all stages
+    together) ≤ ``alpha`` with probability ≥ 1 − ``delta`` over the whole family. ``options``: other
+    :class:`~workbench.thresholds.cascade.CascadeOptions` fields (``calibrate``, ``grid``, ``seed``, …).
+    With ``out``, also writes the policy of the chosen configuration (format 2 with a ``cascade``
+    section for a cascade, a plain policy for one run alone).
 
     Returns
     -------
     CascadeResult
-        ``.to_dict()``: stages and rules, guarantee, test figures (coverage, error, share escalated,
-        cost per 1,000 items, p95 latency) and ``singles`` (each run under its own certified rule).
+        ``.to_dict()``: ``chosen`` (which configuration won), its stages, rules and calibrators,
+        guarantee, test figures (coverage, error, share escalated, cost per 1,000 items, p95 latency),
+        ``configurations`` (every structure's cheapest certified configuration with calibration and test
+        figures) and ``singles`` (each run alone in the family, and under its own certificate).
     """
     from workbench.store.runs import get_run
     from workbench.thresholds.cascade import CascadeOptions

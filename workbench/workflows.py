@@ -484,47 +484,27 @@ def cascade_for_runs(
     question: str,
     options=None,
     *,
-    single_options: ThresholdOptions | None = None,
     calibration_split: str = "calibration",
     test_split: str | None = "test",
 ):
-    """Certified cascade of ``run_ids`` (in stage order) for ``question``, with each single run for comparison.
+    """The cheapest certified configuration of ``run_ids`` (in stage order) for ``question``: a cascade
+    of them or one of them alone, each priced as its own model.
 
-    Loads each stage's answers, keeps the items every stage answered, chooses the bands with
-    :func:`workbench.thresholds.cascade.choose_cascade`, and judges each single run under its own
-    certified rule (:func:`choose_thresholds` at the same α and δ, on the same items) so the
-    cascade's test coverage, error, cost per 1,000 items and p95 latency sit next to each model alone.
+    Loads each stage's answers and chooses with :func:`workbench.thresholds.cascade.choose_cascade`
+    (one Learn-then-Test family holding every single stage and every cascade, each stage recalibrated
+    as ``choose_thresholds`` does); the test figures are on the items every stage answered.
 
     Returns
     -------
     CascadeResult
-        ``singles`` holds one entry per stage run.
+        ``configurations``: every structure's cheapest certified configuration; ``singles`` the
+        single-stage ones (certified in the same family), with calibration and test cost and coverage.
     """
-    from dataclasses import replace
-
     from workbench.store.runs import get_run, load_answers
-    from workbench.thresholds.cascade import CascadeOptions, choose_cascade, single_stage_figures, stage_prices
+    from workbench.thresholds.cascade import CascadeOptions, choose_cascade
 
     opts = options if options is not None else CascadeOptions()
     ids = [str(get_run(con, r)["run_id"]) for r in run_ids]
     cal = [load_answers(con, r, question, splits=[calibration_split]) for r in ids]
     test = [load_answers(con, r, question, splits=[test_split]) for r in ids] if test_split else None
-    result = choose_cascade(cal, test, opts)
-    if test is None:
-        return result
-    prices = stage_prices(cal, opts.prices)
-    sopts = replace(single_options or ThresholdOptions(), objective="guarantee", alpha=opts.alpha, delta=opts.delta)
-
-    def common(answers):
-        keep = [np.asarray(a.item_ids).astype(str) for a in answers]
-        shared = keep[0]
-        for k in keep[1:]:
-            shared = np.intersect1d(shared, k)
-        return [a.select(np.isin(k, shared)) for a, k in zip(answers, keep, strict=True)], shared
-
-    cal_c, _ = common(cal)
-    test_c, shared = common(test)
-    for s in range(len(ids)):
-        single = choose_thresholds(cal_c[s], test_c[s], sopts)
-        result.singles.append(single_stage_figures(single, test_c[s], float(prices[s]), opts, shared))
-    return result
+    return choose_cascade(cal, test, opts)

@@ -55,29 +55,50 @@ def register(app: typer.Typer) -> None:
             return
         from rich.table import Table
 
+        from workbench.wording import run_ref
+
         head = "certified" if result.certified else "NOT certified"
-        table = Table(title=f"cascade of {question}: {head} (α {max_error:g}, δ {delta:g}); test figures")
-        for col in ("", "coverage", "error [95%]", "escalated", "cost / 1,000", "p95 latency ms"):
+        table = Table(
+            title=f"{question}: {doc['chosen']['structure']} recommended, {head} (α {max_error:g}, δ {delta:g}); "
+            "configurations of one certified family (▶ the cheapest) and each stage under its own certificate; test figures"
+        )
+        for col in (
+            "",
+            "configuration",
+            "certified",
+            "coverage",
+            "error [95%]",
+            "escalated",
+            "cost / 1,000",
+            "p95 latency ms",
+        ):
             table.add_column(col)
-        t = doc["test"] or {}
-        if t:
-            e = t["error"]
+        for c in doc["configurations"]:
+            t = c["test"] or {}
+            e = t.get("error") or {}
             table.add_row(
-                "cascade",
-                _pct(t["coverage"]["value"]),
-                f"{_pct(e['value'])} [{_pct(e['low'])}, {_pct(e['high'])}]",
-                ", ".join(_pct(x) for x in t["escalated_at_stage"]),
-                f"${t['cost_per_1000']:.4f}",
-                f"{t['latency_ms_p95']:.1f}",
+                "▶" if c["chosen"] else "",
+                c["structure"],
+                "yes" if c["certified"] else "no",
+                _pct((t.get("coverage") or {}).get("value")),
+                f"{_pct(e.get('value'))} [{_pct(e.get('low'))}, {_pct(e.get('high'))}]",
+                ", ".join(_pct(x) for x in t.get("escalated_at_stage") or []) or "–",
+                "–" if t.get("cost_per_1000") is None else f"${t['cost_per_1000']:.4f}",
+                "–" if t.get("latency_ms_p95") is None else f"{t['latency_ms_p95']:.1f}",
             )
         for s in doc["singles"]:
-            e = s["error"] or {}
+            o = s["own_certificate"]
+            e = o.get("error") or {}
             table.add_row(
-                s["run_id"],
-                _pct((s["coverage"] or {}).get("value")),
+                "",
+                f"{run_ref(s['run_id'])} alone, own certificate (workbench thresholds; not in the family)",
+                "yes" if o["certified"] else "no",
+                _pct((o.get("coverage") or {}).get("value")),
                 f"{_pct(e.get('value'))} [{_pct(e.get('low'))}, {_pct(e.get('high'))}]",
                 "–",
-                f"${s['cost_per_1000']:.4f}",
-                "–" if s["latency_ms_p95"] is None else f"{s['latency_ms_p95']:.1f}",
+                "–" if o.get("cost_per_1000") is None else f"${o['cost_per_1000']:.4f}",
+                "–",
             )
         print_table(table)
+        for note in doc["notes"]:
+            print(note)

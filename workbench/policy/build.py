@@ -323,17 +323,20 @@ def build_cascade_policy(
     created_by: str | None = None,
     bind_model: bool = True,
 ) -> PolicyModel:
-    """A format-2 policy with a ``cascade`` section from a :class:`~workbench.thresholds.cascade.CascadeResult`.
+    """The policy of a :class:`~workbench.thresholds.cascade.CascadeResult`'s chosen configuration.
 
-    ``questions[result.question]`` carries stage 0's rule (fallback ``escalate``), so the file is also
-    a plain policy of the first model; ``cascade.stages`` carry every stage's model, price and rule
-    (identity calibrator: the bands were chosen on raw probabilities). With ``bind_model`` the
-    runtime accepts a stage's answer only from that stage's model.
+    A cascade of two or more stages gives a format-2 policy with a ``cascade`` section:
+    ``questions[result.question]`` carries the first chosen stage's calibrator and rule (fallback
+    ``escalate``), so the file is also a plain policy of the first model; ``cascade.stages`` carry every
+    chosen stage's model, price, fitted calibrator and rule. When one stage alone is the cheapest
+    certified configuration the policy is a plain (format 1) policy of that model with its calibrator
+    and rule (fallback ``review``) and the family's guarantee. With ``bind_model`` the runtime accepts
+    a stage's answer only from that stage's model.
     """
     from workbench.policy.model import CASCADE_FORMAT_VERSION, CascadeSpec, CascadeStage
     from workbench.store.runs import get_run, load_stored_schema
 
-    runs = [get_run(con, r) for r in result.run_ids]
+    runs = [get_run(con, r) for r in result.chosen_run_ids]
     hashes = {r["schema_hash"] for r in runs}
     if len(hashes) != 1:
         raise PolicyError(
@@ -352,40 +355,54 @@ def build_cascade_policy(
         )
 
     g, cal = result.guarantee, result.calibration
+    single = len(runs) == 1
     objective = Objective(
         kind="guarantee",
         certified=result.certified,
         feasible=result.certified,
-        risk="error rate among items auto-accepted at any stage of the cascade",
+        risk=(
+            "error rate among auto-accepted items (the cheapest certified configuration of a cascade family: "
+            "this model alone)"
+            if single
+            else "error rate among items auto-accepted at any stage of the cascade"
+        ),
         alpha=g["alpha"],
         delta=g["delta"],
         method=g["method"],
         n_calibration=cal["n_items"],
+        n_calibrator_fit=int(cal.get("n_calibrator_fit") or 0),
         n_accepted_calibration=g["accepted"],
         risk_upper_bound=g["risk_upper_bound"],
         expected_coverage=cal["coverage"],
         calibration_error=cal["error_rate"],
         details={"cascade": {k: v for k, v in g.items() if k not in ("alpha", "delta", "method")}, **cal},
     )
-    identity = CalibratorSpec(type="identity", params={})
+    calibrators = [CalibratorSpec(**result.calibrators[s]) for s in result.structure]
+    prices = [result.prices[s] for s in result.structure]
     rules = result.stage_rule_dicts()
     stages = [
-        CascadeStage(source=source(r), price_per_call_usd=p, calibrator=identity, rule=cast(Any, rule))
-        for r, p, rule in zip(runs, result.prices, rules, strict=True)
+        CascadeStage(source=source(r), price_per_call_usd=p, calibrator=c, rule=cast(Any, rule))
+        for r, p, c, rule in zip(runs, prices, calibrators, rules, strict=True)
     ]
     qpolicy = QuestionPolicy(
         type=cast(Any, result.qtype),
         options=result.option_ids,
-        calibrator=identity,
+        calibrator=calibrators[0],
         rule=cast(Any, rules[0]),
         objective=objective,
     )
     models = [s.source.model for s in stages if s.source.model]
-    notes = [f"certified cascade of {len(stages)} stages: decide(response, stage=s) for the answer of stage s"]
+    if single:
+        notes = [
+            f"one model alone ({result.chosen_label}) is the cheapest certified configuration of the cascade family "
+            f"of {len(result.run_ids)} stages: a plain policy of that model"
+        ]
+    else:
+        notes = [f"certified cascade of {len(stages)} stages: decide(response, stage=s) for the answer of stage s"]
     if not result.certified:
         notes.append("nothing certified: every item is escalated to review")
     return PolicyModel(
-        format_version=CASCADE_FORMAT_VERSION,
+        format_version=1 if single else CASCADE_FORMAT_VERSION,
         policy_version=policy_version,
         created_at=datetime.now(UTC).replace(microsecond=0).isoformat(),
         created_by=created_by,
@@ -401,5 +418,7 @@ def build_cascade_policy(
             max_state_tokens=max_state_tokens,
         ),
         notes=notes,
-        cascade=CascadeSpec(question=result.question, stages=stages, objective=objective, expected_test=result.test),
+        cascade=None
+        if single
+        else CascadeSpec(question=result.question, stages=stages, objective=objective, expected_test=result.test),
     ).with_hash()
