@@ -134,7 +134,7 @@ def test_coordinates_send_failures_to_minus_infinity():
 def test_bin_index_is_searchsorted(grid):
     """The grid cell of a value (the guess-and-step path, taken from 50,000 values) is exactly
     ``np.searchsorted(grid, value, "right") - 1`` (NaN: -1), at the grid points and one ulp either side."""
-    from workbench.thresholds.surface import _SEARCH_MAX, _bin_index
+    from workbench.thresholds.surface import _SEARCH_MAX, bin_index
 
     rng = np.random.default_rng(0)
     edges = np.concatenate([grid, np.nextafter(grid, -np.inf), np.nextafter(grid, np.inf)])
@@ -143,5 +143,5 @@ def test_bin_index_is_searchsorted(grid):
     rng.shuffle(x)
     want = np.searchsorted(grid, np.where(np.isnan(x), -np.inf, x), side="right") - 1
     assert len(x) >= _SEARCH_MAX
-    assert np.array_equal(_bin_index(x, grid), want)
-    assert np.array_equal(_bin_index(x[:100], grid), want[:100])  # the small path
+    assert np.array_equal(bin_index(x, grid), want)
+    assert np.array_equal(bin_index(x[:100], grid), want[:100])  # the small path

@@ -70,7 +70,7 @@ from workbench.thresholds.guarantees import (
     hoeffding_bentkus_upper_bound,
 )
 from workbench.thresholds.rules import rule_coordinates
-from workbench.thresholds.surface import _reverse_cumsum_2d, default_grids
+from workbench.thresholds.surface import default_grids, reverse_cumsum_2d
 from workbench.wording import run_ref
 
 CASCADE_METHODS = ("fixed-sequence", "holm")
@@ -259,7 +259,8 @@ def fit_stage_calibrators(stages: Sequence[RunAnswers], opts: CascadeOptions) ->
     calibrators, certify : the fitted calibrators and the (n,) bool mask of the aligned labelled items
         that were not fitted on (they certify); n_fit the number fitted on.
     """
-    from workbench.thresholds.choose import ThresholdOptions, _fit_calibrator, calibrator_carve
+    from workbench.metrics.recalibrate import fit_calibrator
+    from workbench.thresholds.choose import ThresholdOptions, calibrator_carve
 
     _check_stages(stages)
     common, rows = _aligned_rows(stages, True)
@@ -270,10 +271,10 @@ def fit_stage_calibrators(stages: Sequence[RunAnswers], opts: CascadeOptions) ->
     cals = []
     for st, idx in zip(stages, rows, strict=True):
         if fit is None:
-            cals.append(_fit_calibrator("none", np.zeros((0, len(st.option_ids))), np.zeros(0, dtype=int)))
+            cals.append(fit_calibrator("none", np.zeros((0, len(st.option_ids))), np.zeros(0, dtype=int)))
         else:
             labels = np.asarray(st.labels)[idx].astype(int)
-            cals.append(_fit_calibrator(opts.calibrate, _stage_probs(st, idx)[fit], labels[fit]))
+            cals.append(fit_calibrator(opts.calibrate, _stage_probs(st, idx)[fit], labels[fit]))
     certify = np.ones(len(common), dtype=bool) if fit is None else ~fit
     return cals, certify, 0 if fit is None else int(fit.sum())
 
@@ -561,7 +562,7 @@ def search_family(
             base_h += prices[f] * rh.sum(axis=1) + opts.latency_weight * (rh @ lat[f]) / 1000.0
             r, c = np.nonzero(reach & valid[f])
             cnt = np.bincount(r * (4 * G) + code[f][c], minlength=b * 4 * G).reshape(b, 4, A, B)
-            rc = _reverse_cumsum_2d(cnt).reshape(b, 4, G)
+            rc = reverse_cumsum_2d(cnt).reshape(b, 4, G)
             ah = acc_h[:, None] + rc[:, 0] + rc[:, 1]
             eh = err_h[:, None] + rc[:, 1]
             ac = acc_c[:, None] + rc[:, 2] + rc[:, 3]

@@ -215,7 +215,7 @@ def _check_alpha_delta(alpha: float, delta: float) -> None:
         raise ThresholdError(f"delta must be in (0, 1), got {delta}")
 
 
-def _best_by_coverage(accepted: np.ndarray, errors: np.ndarray, mask: np.ndarray) -> tuple[int, int] | None:
+def best_by_coverage(accepted: np.ndarray, errors: np.ndarray, mask: np.ndarray) -> tuple[int, int] | None:
     """Index of the allowed point with the most accepted items (ties: fewer errors, then stricter)."""
     if not mask.any():
         return None
@@ -336,7 +336,7 @@ def select_guarantee(
                 else risks.joint_order(order_surface, alpha, delta, constraints, order=order)
             )
         ok, level = _rejections(p, delta, method, n_paths, n_starts, seq)
-        best = _best_by_coverage(surface.accepted, surface.errors, ok)
+        best = best_by_coverage(surface.accepted, surface.errors, ok)
         if best is None:
             return _select_nothing(  # nothing certified: the rule accepts nothing
                 "guarantee",
@@ -422,7 +422,7 @@ def select_guarantee(
         if seq is not None and not plain and order_surface is not None:
             seq = risks.joint_order(order_surface, alpha, delta_k, (), cls=k, order=order)
         ok, level = _rejections(p, delta_k, method, n_paths, n_starts, seq)
-        best = _best_by_coverage(acc_k, err_k, ok & (acc_k > 0))
+        best = best_by_coverage(acc_k, err_k, ok & (acc_k > 0))
         if best is None:
             chosen[k] = None
             per[str(k)] = {"certified": False, "accepted": 0}
@@ -699,7 +699,7 @@ def select_cost(surface: Surface, *, review_cost: float, api_cost_per_item: floa
     per_item = (surface.weighted + review_cost * (surface.n_total - surface.accepted)) / n + api_cost_per_item
     best = per_item.min()
     cand = np.isclose(per_item, best, rtol=0, atol=1e-12)
-    best_point = _best_by_coverage(surface.accepted, surface.errors, cand)
+    best_point = best_by_coverage(surface.accepted, surface.errors, cand)
     assert best_point is not None  # the minimum of per_item is always a candidate
     i, j = best_point
     review_everything = review_cost * surface.n_total / n + api_cost_per_item
@@ -771,13 +771,13 @@ def select_target(
                 f"no grid point reaches coverage {target_coverage}", hint=f"the highest is {cov.max():.3f}"
             )
         e = np.where(ok, np.nan_to_num(err_rate, nan=np.inf), np.inf)
-        best_point = _best_by_coverage(surface.accepted, surface.errors, ok & (e == e.min()))
+        best_point = best_by_coverage(surface.accepted, surface.errors, ok & (e == e.min()))
         assert best_point is not None  # ok.any() was checked above
         i, j = best_point
         kind: dict[str, float | None] = {"target_coverage": target_coverage}
     else:
         ok = (surface.accepted > 0) & (np.nan_to_num(err_rate, nan=np.inf) <= target_error)
-        best = _best_by_coverage(surface.accepted, surface.errors, ok)
+        best = best_by_coverage(surface.accepted, surface.errors, ok)
         if best is None:
             return _select_nothing(
                 "error",

@@ -78,7 +78,7 @@ from workbench.errors import OptionError
 from workbench.reporting import LogReporter, Reporter
 from workbench.thresholds.guarantees import (
     ThresholdError,
-    _best_by_coverage,
+    best_by_coverage,
     hoeffding_bentkus_p_values,
     hoeffding_bentkus_upper_bound,
     strict_to_lax_paths,
@@ -502,7 +502,7 @@ def plan_labels_from_pilot(
         fit_calibrator,
     )
     from workbench.thresholds.rules import rule_coordinates
-    from workbench.thresholds.surface import _bin_index, default_grids
+    from workbench.thresholds.surface import bin_index, default_grids
 
     opts = options if options is not None else ThresholdOptions()
     reporter = reporter or LogReporter()
@@ -567,7 +567,7 @@ def plan_labels_from_pilot(
         coords = rule_coordinates(
             qtype, apply_calibrator(calibrator, pool_probs), abstain_options=abstain, level=opts.level
         )
-        ix, iy = _bin_index(coords.x, x_grid), _bin_index(coords.y, y_grid)
+        ix, iy = bin_index(coords.x, x_grid), bin_index(coords.y, y_grid)
         cell = np.where((ix >= 0) & (iy >= 0), ix * B + iy, -1)
         em = np.nan_to_num(apply_calibrator(error_model, pool_probs))
         p_ok = np.take_along_axis(em, np.maximum(coords.predicted, 0)[:, None], 1)[:, 0]
@@ -590,7 +590,7 @@ def plan_labels_from_pilot(
         rate_p = np.where(acc_p > 0, err_p / np.maximum(acc_p, 1), np.inf)
     need_cov = max(MIN_USEFUL_ACCEPTED, math.ceil((target_coverage or 0.0) * n_pilot - 1e-9))
     useful = acc_p >= need_cov
-    best_at_alpha = _best_by_coverage(acc_p, err_p, (acc_p >= MIN_USEFUL_ACCEPTED) & (rate_p <= alpha))
+    best_at_alpha = best_by_coverage(acc_p, err_p, (acc_p >= MIN_USEFUL_ACCEPTED) & (rate_p <= alpha))
     below = useful & (rate_p < alpha)
     pilot: dict[str, Any] = {
         "n_items": int(n_pilot),

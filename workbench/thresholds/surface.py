@@ -125,20 +125,20 @@ class Surface:
         }
 
 
-def _reverse_cumsum_2d(counts: np.ndarray) -> np.ndarray:
+def reverse_cumsum_2d(counts: np.ndarray) -> np.ndarray:
     """``out[..., i, j] = counts[..., i:, j:].sum()`` over the last two axes."""
     out = np.flip(counts, axis=(-2, -1))
     out = np.cumsum(np.cumsum(out, axis=-2), axis=-1)
     return np.flip(out, axis=(-2, -1))
 
 
-#: Cells of the lookup table :func:`_bin_index` guesses from (over the grid's range).
+#: Cells of the lookup table :func:`bin_index` guesses from (over the grid's range).
 _GUESS_CELLS = 1 << 16
-#: Below this many values :func:`_bin_index` calls ``np.searchsorted`` directly.
+#: Below this many values :func:`bin_index` calls ``np.searchsorted`` directly.
 _SEARCH_MAX = 50_000
 
 
-def _bin_index(values: np.ndarray, grid: np.ndarray) -> np.ndarray:
+def bin_index(values: np.ndarray, grid: np.ndarray) -> np.ndarray:
     """Largest ``i`` with ``grid[i] <= value``; -1 when below ``grid[0]`` (or NaN / -inf).
 
     ``np.searchsorted(grid, value, "right") - 1``, exactly, in a few passes instead of a binary search
@@ -230,32 +230,32 @@ def surface_from_coordinates(
     if np.any(np.diff(x_grid) < 0) or np.any(np.diff(y_grid) < 0):
         raise ValueError("x_grid and y_grid must be non-decreasing")
     A, B = len(x_grid), len(y_grid)
-    ix = _bin_index(np.asarray(x, dtype=float), x_grid)
-    iy = _bin_index(np.asarray(y, dtype=float), y_grid)
+    ix = bin_index(np.asarray(x, dtype=float), x_grid)
+    iy = bin_index(np.asarray(y, dtype=float), y_grid)
     keep = (ix >= 0) & (iy >= 0)
     cell = ix[keep] * B + iy[keep]
     wrong = ~np.asarray(correct, dtype=bool)[keep]
     size = A * B
-    acc = _reverse_cumsum_2d(np.bincount(cell, minlength=size).reshape(A, B))
-    err = _reverse_cumsum_2d(np.bincount(cell[wrong], minlength=size).reshape(A, B))
+    acc = reverse_cumsum_2d(np.bincount(cell, minlength=size).reshape(A, B))
+    err = reverse_cumsum_2d(np.bincount(cell[wrong], minlength=size).reshape(A, B))
     cls_acc = cls_err = cls_cell = None
     if predicted is not None and n_classes:
         cls_cell = np.asarray(predicted)[keep].astype(np.int64) * size + cell
-        cls_acc = _reverse_cumsum_2d(np.bincount(cls_cell, minlength=n_classes * size).reshape(n_classes, A, B))
-        cls_err = _reverse_cumsum_2d(np.bincount(cls_cell[wrong], minlength=n_classes * size).reshape(n_classes, A, B))
+        cls_acc = reverse_cumsum_2d(np.bincount(cls_cell, minlength=n_classes * size).reshape(n_classes, A, B))
+        cls_err = reverse_cumsum_2d(np.bincount(cls_cell[wrong], minlength=n_classes * size).reshape(n_classes, A, B))
     wsum = None
     if weights is not None:
         w = np.asarray(weights, dtype=float)[keep]
-        wsum = _reverse_cumsum_2d(np.bincount(cell, weights=w, minlength=size).reshape(A, B))
+        wsum = reverse_cumsum_2d(np.bincount(cell, weights=w, minlength=size).reshape(A, B))
     surf = Surface(
         x_grid, y_grid, acc, err, int(len(x) if n_total is None else n_total), cls_acc, cls_err, wsum, x_name, y_name
     )
     surf.loss_scale = float(loss_scale)
     if loss is not None:
         lw = np.asarray(loss, dtype=float)[keep]
-        surf.loss = _reverse_cumsum_2d(np.bincount(cell, weights=lw, minlength=size).reshape(A, B))
+        surf.loss = reverse_cumsum_2d(np.bincount(cell, weights=lw, minlength=size).reshape(A, B))
         if cls_cell is not None and n_classes:
-            surf.class_loss = _reverse_cumsum_2d(
+            surf.class_loss = reverse_cumsum_2d(
                 np.bincount(cls_cell, weights=lw, minlength=n_classes * size).reshape(n_classes, A, B)
             )
     if critical:
@@ -270,7 +270,7 @@ def surface_from_coordinates(
         surf.critical_n = np.bincount(s_all[s_all >= 0], minlength=len(crit))
         s_acc = s_all[keep]
         hit = (s_acc >= 0) & wrong
-        surf.critical_misroutes = _reverse_cumsum_2d(
+        surf.critical_misroutes = reverse_cumsum_2d(
             np.bincount(s_acc[hit] * size + cell[hit], minlength=len(crit) * size).reshape(len(crit), A, B)
         )
     return surf
@@ -298,7 +298,7 @@ def surface_from_cell_counts(
     acc = np.asarray(cell_accepted, dtype=np.int64).reshape(shape)
     err = np.asarray(cell_errors, dtype=np.int64).reshape(shape)
     return Surface(
-        x_grid, y_grid, _reverse_cumsum_2d(acc), _reverse_cumsum_2d(err), int(n_total), x_name=x_name, y_name=y_name
+        x_grid, y_grid, reverse_cumsum_2d(acc), reverse_cumsum_2d(err), int(n_total), x_name=x_name, y_name=y_name
     )
 
 
