@@ -96,8 +96,26 @@ def shifted_store(tmp_path_factory):
         con, pd.DataFrame({"run_id": run_id, "item_id": rows["item_id"], "question": "topic", "probs": list(probs)})
     )
     update_run(con, run_id, status="done")
+    # a second, slightly noisier model: the second stage of a cascade
+    noisy = probs * rng.uniform(0.9, 1.1, probs.shape)
+    second = create_run(
+        con, dataset="tickets", dataset_version=info.version, schema=schema, provider="synthetic:shifted-2",
+        splits=["calibration", "test"], name="shifted-model-2",
+    )  # fmt: skip
+    write_answers(
+        con,
+        pd.DataFrame(
+            {
+                "run_id": second,
+                "item_id": rows["item_id"],
+                "question": "topic",
+                "probs": list(noisy / noisy.sum(1, keepdims=True)),
+            }
+        ),
+    )
+    update_run(con, second, status="done")
     con.close()
-    return {"db": db, "run_id": run_id, "tmp": tmp}
+    return {"db": db, "run_id": run_id, "second": second, "tmp": tmp}
 
 
 def _is_the_warning(w: str) -> bool:
@@ -143,6 +161,13 @@ def test_every_surface_warns_in_the_same_words(shifted_store, monkeypatch):
         and gw.split(": ", 1)[1].split(", although")[0] == words.split(": ", 1)[1].split(", although")[0]
     )
     assert f"WARNING {gw}" in run_cli("gate", run_id, "-r", str(req), db=db).stdout
+    # cascade: the recommended configuration carries it too
+    stages = ("--stage", run_id, "--stage", shifted_store["second"])
+    cas = json.loads(run_cli("cascade", *stages, "--question", "topic", "--json", db=db, check=True).stdout)
+    assert cas["certified"]
+    (cw,) = cas["warnings"]
+    assert _is_the_warning(cw), cw
+    assert f"WARNING {cw}" in run_cli("cascade", *stages, "--question", "topic", db=db, check=True).stdout
     # the UI's Thresholds page
     from streamlit.testing.v1 import AppTest
 

@@ -738,6 +738,20 @@ class CascadeResult:
     def chosen_label(self) -> str:
         return structure_label(self.run_ids, self.structure)
 
+    @property
+    def warnings(self) -> list[str]:
+        """As :attr:`ThresholdResult.warnings <workbench.thresholds.choose.ThresholdResult.warnings>`: one
+        sentence when the chosen configuration is certified and its error interval on the whole test split
+        lies entirely above α."""
+        from workbench.thresholds.evaluate import certificate_contradicted_sentence, error_above_alpha
+
+        o = self.options
+        if not self.certified or not error_above_alpha(self.test, o.alpha):
+            return []
+        assert self.test is not None
+        where = f"{self.question} ({self.chosen_label}), whole test split"
+        return [certificate_contradicted_sentence(where, self.test, o.alpha, o.delta, o.confidence)]
+
     def stage_rule_dicts(self) -> list[dict]:
         """Per chosen stage the policy rule (``tau: None`` = never accept; fallback escalate, review after the last)."""
         return _rule_dicts(self.qtype, self.rules)
@@ -762,6 +776,7 @@ class CascadeResult:
             ],
             "run_ids": self.run_ids,
             "certified": self.certified,
+            "warnings": self.warnings,
             "settings": {k: v for k, v in self.options.to_dict().items() if k != "prices"},
             "calibration": self.calibration,
             "guarantee": self.guarantee,
