@@ -208,7 +208,8 @@ def spark_session(master: str = "local[2]", conf: dict[str, str] | None = None, 
         from pyspark.sql import SparkSession
     except ImportError:
         raise WorkbenchError(
-            "--engine spark needs pyspark", hint="pip install 'decision-workbench[spark]' (and a Java 17 runtime)"
+            "--engine spark needs pyspark",
+            hint="in the checkout: pip install -c constraints.txt -e '.[spark]' (and a Java 17 runtime)",
         ) from None
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = dict(LOCAL_SPARK_CONF) if master.startswith("local") else {"spark.sql.session.timeZone": "UTC"}

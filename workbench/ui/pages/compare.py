@@ -276,7 +276,15 @@ st.dataframe(
 _robustness_section()
 
 st.subheader("All figures")
-st.dataframe(frame.drop(columns=["provider_variant"]), hide_index=True, width="stretch", key="cmp_all")
+shown = frame.drop(columns=["provider_variant"])  # p-values as above (the CSV download keeps the raw floats)
+shown = shown.assign(
+    **{
+        c: [format_p(v, int(n_boot) if c == "p_bootstrap" else None) for v in shown[c]]
+        for c in ("p_bootstrap", "p_mcnemar")
+        if c in shown
+    }
+)
+st.dataframe(shown, hide_index=True, width="stretch", key="cmp_all")
 st.download_button(
     "Download the comparison (CSV)", frame.to_csv(index=False).encode(), "comparison.csv", key="cmp_download"
 )
