@@ -7,7 +7,7 @@ Every command that chooses thresholds (``workbench thresholds``, ``policy export
 are written here only. Each flag sets one field of
 :class:`~workbench.thresholds.choose.ThresholdOptions`; a field with no flag is listed, with the reason,
 in :data:`NOT_ON_THE_CLI`, and a command that leaves a flag out lists it in :data:`NOT_OFFERED`
-(``tests/cli/test_options_declared_once.py`` checks all three against the dataclass).
+(``tests/test_options_declared_once.py`` checks all three against the dataclass).
 
 Adding a field to ``ThresholdOptions``: add its :class:`Flag` here (flag, default, help). The
 defaults are literals, so that ``workbench --help`` does not import numpy; the test checks each against

@@ -214,7 +214,7 @@ def threshold_settings(**settings) -> tuple:
 
 
 #: ThresholdOptions fields the UI has no control for, with the reason (every other field has one:
-#: tests/cli/test_options_declared_once.py checks the pages against the dataclass).
+#: tests/test_options_declared_once.py checks the pages against the dataclass).
 THRESHOLD_FIELDS_NOT_IN_UI: dict[str, str] = {
     "grid": "the sliders move on the certified grid, so the UI keeps its 100 points (GRID_POINTS)",
     **{
