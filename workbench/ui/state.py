@@ -249,7 +249,7 @@ def robustness(
     path: str, token: tuple, base_run: str, probe_runs: tuple[str, ...], question: str, split: str, n_boot: int
 ) -> dict:
     """:func:`workbench.probe_report.robustness` of probed runs against their base run (``workbench robustness``)."""
-    from workbench.probe_report import robustness as _robustness
+    from workbench.workflows.robustness import robustness as _robustness
 
     with read_connection(path) as con:
         return _robustness(con, base_run, list(probe_runs), question=question, splits=[split], n_boot=n_boot)
@@ -342,7 +342,7 @@ def question_arrays(
 def is_large(path: str, token: tuple, run_id: str, question: str, split: str) -> bool:
     """The split is read in batches (:func:`workbench.evaluation.is_large`): pages get aggregates and
     per-item figures from the streamed library functions, never the matrix."""
-    from workbench.evaluation import stream_cells
+    from workbench.workflows.evaluation import stream_cells
 
     return _is_large(path, token, run_id, question, split, stream_cells())
 
@@ -352,7 +352,7 @@ def _is_large(path: str, token: tuple, run_id: str, question: str, split: str, c
     """The library's answer (a count joined with the items: seconds on millions of answers), after a
     bound from the run's own answer count (:func:`_run_state`): a run whose answers on *every* split
     fit is small; for a larger one the answer is kept between sessions like the page's aggregates."""
-    from workbench.evaluation import is_large as _large
+    from workbench.workflows.evaluation import is_large as _large
 
     def exact() -> bool:
         with read_connection(path) as con:
@@ -390,7 +390,7 @@ def _split_sizes(path: str, token: tuple, dataset: str, version: int) -> dict[st
 def split_calibrator(path: str, token: tuple, run_id: str, question: str, method: str):
     """:func:`workbench.workflows.split_calibrator` of a large run, fitted once per (run, question, method)
     and shared by every figure of every session that needs it (one streamed pass instead of one per figure)."""
-    from workbench.workflows import split_calibrator as _fit
+    from workbench.workflows.thresholds import split_calibrator as _fit
 
     with read_connection(path) as con:
         return _fit(con, run_id, question, method)
@@ -406,7 +406,7 @@ def labelled_items(
     ``st.cache_resource`` with two entries: the figures of one page that need the same items (the
     top-label reliability and the confusion matrix) share one streamed pass, and no more than two
     item sets (about 40 bytes per item each) stay in memory."""
-    from workbench.workflows import labelled_items as _items
+    from workbench.workflows.thresholds import labelled_items as _items
 
     cal = split_calibrator(path, token, run_id, question, recalibrate) if recalibrate else None
     with read_connection(path) as con:
@@ -619,7 +619,7 @@ def certified_region(
 ) -> np.ndarray:
     """(A, B) bool mask of the exploration surface's grid points certified at (α, δ):
     :func:`workbench.figures.certified_region` (the region ``workbench thresholds --html`` draws)."""
-    from workbench.figures import certified_region as _region
+    from workbench.workflows.figures import certified_region as _region
 
     def region() -> np.ndarray:
         surf = threshold_surface(path, token, run_id, question, "calibration", recalibrate)
@@ -696,8 +696,8 @@ def kept_question_report(
 def _streamed_report(
     path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, n_bins: int, n_boot: int
 ):
-    from workbench.evaluation import stream_question_report
     from workbench.thresholds.choose import apply_calibrator
+    from workbench.workflows.evaluation import stream_question_report
 
     cal = split_calibrator(path, token, run_id, question, recalibrate) if recalibrate else None
     with read_connection(path) as con:
@@ -718,7 +718,7 @@ def _streamed_report(
 def agreement_frame(path: str, token: tuple, run_id: str, question: str, split: str) -> tuple[pd.DataFrame, str]:
     """Agreement among annotators next to the run's (:func:`workbench.evaluation.agreement_for_run`,
     what ``workbench report`` prints) as (table, caption); an empty table when no item has several votes."""
-    from workbench.evaluation import agreement_for_run
+    from workbench.workflows.evaluation import agreement_for_run
 
     def compute() -> tuple[pd.DataFrame, str]:
         with read_connection(path) as con:
@@ -879,7 +879,7 @@ def option_names(path: str, token: tuple, run_id: str, question: str) -> list[st
 def run_headlines(path: str, token: tuple, split: str = "test") -> pd.DataFrame:
     """Accuracy and top-label ECE of every run and question on ``split`` (point estimates), from
     :func:`workbench.metrics.report.report_run` — what ``workbench report RUN`` prints."""
-    from workbench.evaluation import report_run
+    from workbench.workflows.evaluation import report_run
 
     runs = runs_frame(path, token)
     rows = []
@@ -949,7 +949,7 @@ def comparison(
     ``objective`` = (kind, alpha, delta, calibrate): the :class:`ThresholdOptions` fields the page sets
     (the others keep their defaults, as ``workbench compare`` does).
     """
-    from workbench.comparison import compare_runs
+    from workbench.workflows.compare import compare_runs
 
     kind, alpha, delta, calibrate = objective
     with read_connection(path) as con:
@@ -1048,7 +1048,7 @@ def certified_thresholds(path: str, token: tuple, run_id: str, question: str, se
     ``settings`` comes from :func:`threshold_settings`. Only the small result dict is cached (not
     the surface), so a cache hit on every slider move stays cheap.
     """
-    from workbench.workflows import thresholds_for_run
+    from workbench.workflows.thresholds import thresholds_for_run
 
     def certify() -> dict:
         with read_connection(path) as con:
@@ -1079,7 +1079,7 @@ def certified_frontier(
     :func:`workbench.thresholds.choose.certified_frontier`: each point is the selection
     ``choose_thresholds`` makes at that α (0 where nothing is certified). Of a large run, kept between
     sessions (:func:`kept`; :func:`kept_frontier` looks it up without computing)."""
-    from workbench.workflows import frontier_for_run
+    from workbench.workflows.thresholds import frontier_for_run
 
     def frontier() -> pd.DataFrame:
         opts = ThresholdOptions(**dict(settings))
@@ -1113,8 +1113,8 @@ def label_plan(
 ) -> dict:
     """``workbench plan-labels`` for the question: :func:`workbench.workflows.plan_labels_for_run` with
     the options of ``settings``; the plan's ``to_dict()`` plus its figure (``"figure"``)."""
-    from workbench.figures import label_plan_figure
-    from workbench.workflows import plan_labels_for_run
+    from workbench.workflows.figures import label_plan_figure
+    from workbench.workflows.thresholds import plan_labels_for_run
 
     with read_connection(path) as con:
         plan = plan_labels_for_run(
@@ -1285,8 +1285,8 @@ def slice_columns(path: str, token: tuple, run_id: str) -> list[str]:
 def slice_table(path: str, token: tuple, run_id: str, question: str, split: str, column: str, n_bins: int = 15):
     """Per-slice report of one question (``workbench report --slice COLUMN``): one row per slice with
     its labelled count and headline metrics as ``estimate [low, high]``; and the long frame for download."""
-    from workbench.evaluation import report_run
     from workbench.metrics.slices import HEADLINE_METRICS
+    from workbench.workflows.evaluation import report_run
 
     with read_connection(path) as con:
         rep = report_run(con, run_id, question, split, n_bins=n_bins, slices=[column], with_before=False)
@@ -1309,7 +1309,7 @@ def certified_threshold_slices(
 ) -> dict:
     """``workbench thresholds --slice COLUMN --json``'s slice section for the question: test coverage and
     error of the certified rule per slice, with intervals and warnings."""
-    from workbench.workflows import threshold_slices_for_run, thresholds_for_run
+    from workbench.workflows.thresholds import threshold_slices_for_run, thresholds_for_run
 
     opts = ThresholdOptions(**dict(settings))
     with read_connection(path) as con:
