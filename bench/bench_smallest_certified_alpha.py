@@ -11,7 +11,7 @@ import time
 
 import workbench as wb
 from workbench.store.runs import list_runs
-from workbench.workflows import ALPHA_STEPS, frontier_for_run, smallest_certified_alpha
+from workbench.workflows.thresholds import ALPHA_STEPS, frontier_for_run, smallest_certified_alpha
 
 
 def main(db: str) -> None:

@@ -43,16 +43,10 @@ FLOORS: dict[str, int] = {
     "thresholds": 5,
     "policy": 6,
     # 7: workflows over the store (load, compute, store)
-    "evaluation": 7,
     "workflows": 7,
-    "experiments": 7,
-    "probe_report": 7,
-    "comparison": 7,
     "shadow": 7,
-    "gate": 7,
     "monitor": 7,
     "engines": 7,
-    "figures": 7,
     # 8: the Python front door and the demo
     "api": 8,
     "demo": 8,

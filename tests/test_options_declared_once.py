@@ -147,7 +147,9 @@ def test_the_ui_has_a_control_for_every_field_or_a_reason():
         f"listed as absent but the UI sets {ui & set(THRESHOLD_FIELDS_NOT_IN_UI)}"
     )
     missing = names - ui - set(THRESHOLD_FIELDS_NOT_IN_UI)
-    assert not missing, f"no UI control for {missing}: add one, or a reason in ui/state/thresholds.py THRESHOLD_FIELDS_NOT_IN_UI"
+    assert not missing, (
+        f"no UI control for {missing}: add one, or a reason in ui/state/thresholds.py THRESHOLD_FIELDS_NOT_IN_UI"
+    )
     assert not (_ui_fields() - names - {"max_error_increase"}) & {"max_error", "paths", "starts", "api_cost"}, (
         "the UI names settings by ThresholdOptions field, not by CLI flag"
     )

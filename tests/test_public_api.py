@@ -84,7 +84,7 @@ def test_no_submodule_shadows_a_front_door_name():
 
     submodules = {m.name for m in pkgutil.iter_modules(wb.__path__)}
     assert not submodules & set(wb.__all__), submodules & set(wb.__all__)
-    import workbench.comparison  # noqa: F401
+    import workbench.workflows.compare  # noqa: F401
 
     assert callable(wb.compare) and wb.compare.__module__ == "workbench.api"
 

@@ -319,7 +319,7 @@ def report(
     >>> len(sliced.slices["state_length"].values)
     4
     """
-    from workbench.evaluation import report_run
+    from workbench.workflows.evaluation import report_run
 
     if "slice" in kwargs:
         slices = kwargs.pop("slice")
@@ -339,7 +339,7 @@ def agreement(con, run_id: str, question: str | None = None, split: str | None =
     >>> wb.agreement(con, run_id)  # sms_spam has one label per message
     {'spam': None}
     """
-    from workbench.evaluation import agreement_for_run
+    from workbench.workflows.evaluation import agreement_for_run
 
     return agreement_for_run(con, run_id, question, split)
 
@@ -356,7 +356,7 @@ def calibrate(con, run_id: str, method: str = "temperature", **kwargs: Any) -> d
     >>> calibrated["parent_run_id"] == run_id, calibrated["run_id"] != run_id
     (True, True)
     """
-    from workbench.evaluation import calibrate_run
+    from workbench.workflows.evaluation import calibrate_run
 
     return calibrate_run(con, run_id, method, **kwargs)
 
@@ -365,7 +365,7 @@ def choose_thresholds(con, run_id: str, question: str, options: ThresholdOptions
     """Pick routing thresholds for one question of a run and judge them on its test split.
 
     The same call as ``workbench thresholds RUN -q QUESTION``, ``workbench compare``, the demo and
-    the UI's Thresholds page make (:func:`workbench.workflows.thresholds_for_run`).
+    the UI's Thresholds page make (:func:`workbench.workflows.thresholds.thresholds_for_run`).
 
     Parameters
     ----------
@@ -390,7 +390,7 @@ def choose_thresholds(con, run_id: str, question: str, options: ThresholdOptions
     >>> strict.certified, strict.needed["n_certifying"], strict.needed["n_calibration"]
     (False, 4605, 9398)
     """
-    from workbench.workflows import thresholds_for_run
+    from workbench.workflows.thresholds import thresholds_for_run
 
     return thresholds_for_run(con, run_id, question, options)
 
@@ -426,7 +426,7 @@ def plan_labels(
     >>> print(plan.summary())  # doctest: +ELLIPSIS
     spam: about ... calibration labels to certify at α = 0.05, δ = 0.1 with probability ≥ 0.8 (simulated from a 300-item pilot; N over 40 pilot bootstraps: 10% ..., median ..., 90% ...; recommended: the 90% quantile)
     """
-    from workbench.workflows import plan_labels_for_run
+    from workbench.workflows.thresholds import plan_labels_for_run
 
     return plan_labels_for_run(con, run_id, question, options, **kwargs)
 
@@ -506,7 +506,7 @@ def compare(
     >>> len(frame), bool(frame["coverage"][0] == result.test["coverage"]["value"])
     (2, True)
     """
-    from workbench.comparison import compare_runs
+    from workbench.workflows.compare import compare_runs
 
     names = [runs] if isinstance(runs, str) else list(runs)
     return compare_runs(
@@ -548,7 +548,7 @@ def robustness(
         ``{"base_run", "question", "probes": [{"run_id", "probe", "flip_rate", "flip_rate_ci",
         "accuracy_change", "accuracy_change_ci", "mcnemar_p", "position_bias", …}]}``.
     """
-    from workbench.probe_report import robustness as _robustness
+    from workbench.workflows.robustness import robustness as _robustness
 
     runs = [probe_runs] if isinstance(probe_runs, str) else list(probe_runs)
     return _robustness(con, base_run, runs, question=question, splits=splits, n_boot=n_boot, seed=seed)
@@ -592,7 +592,7 @@ def cascade(
     """
     from workbench.store.runs import get_run
     from workbench.thresholds.cascade import CascadeOptions
-    from workbench.workflows import cascade_for_runs
+    from workbench.workflows.thresholds import cascade_for_runs
 
     ids = [str(get_run(con, r)["run_id"]) for r in stages]
     by_id = {str(get_run(con, k)["run_id"]): float(v) for k, v in (prices or {}).items()}

@@ -81,7 +81,7 @@ def schema_variants(name: str, labels: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     exp_file = repo_root() / "experiments" / f"{name}.yaml"
     if exp_file.exists():
-        from workbench.experiments import load_experiment
+        from workbench.workflows.experiments import load_experiment
 
         exp = load_experiment(exp_file)
         for variant in VARIANTS:
@@ -573,7 +573,7 @@ def _certify_and_export(wb: Any, con: Any, r: DemoRun, opts: Any, policy_dir: Pa
     """Figures of one run, its policy at ``opts`` (written under ``policy_dir``) and its test figures."""
     r.figures = _figures(con, r.run_id, "intent")
     if opts.objective == "guarantee":  # the frontier's edge: what α this run could promise at this δ
-        from workbench.workflows import smallest_certified_alpha
+        from workbench.workflows.thresholds import smallest_certified_alpha
 
         try:
             r.figures["certifies_from_alpha"] = smallest_certified_alpha(con, r.run_id, "intent", opts)

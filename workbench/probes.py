@@ -1,7 +1,7 @@
 """Robustness probes: deterministic, seeded transformations of a request, answered back in schema order.
 
 A probe changes how a request is *presented* and nothing else, so that a probed run can be compared
-item by item with the unprobed run of the same schema (:mod:`workbench.probe_report`):
+item by item with the unprobed run of the same schema (:mod:`workbench.workflows.robustness`):
 
 ``option_order``
     Every choice question's options in a seeded random order, drawn afresh per item (the seed is

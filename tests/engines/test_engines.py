@@ -315,8 +315,8 @@ def test_spark_monitor_windows_equal_duckdb(mon, spark):
 
 def test_workbench_export_then_aggregate_equals_workbench_report(mon, tmp_path):
     """End to end: a stored run exported by `workbench export`, aggregated by DuckDB = `report_run` on the test split."""
-    from workbench.evaluation import report_run
     from workbench.store.db import connect
+    from workbench.workflows.evaluation import report_run
 
     out = tmp_path / "run-sim.parquet"
     run_cli("export", "run-sim", "--format", "parquet", "--out", str(out), db=mon["db"], check=True)

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from tests.conftest import run_cli
 from tests.fuzz import fuzz_settings
 from workbench.errors import RequirementsError
-from workbench.gate import KNOWN_METRICS, RequirementsFile, loads_requirements
+from workbench.workflows.gate import KNOWN_METRICS, RequirementsFile, loads_requirements
 
 GOOD_ITEM = {"question": "intent", "metric": "accuracy", "min": 0.8}
 FIELDS = ["question", "metric", "min", "max", "on", "policy", "name"]

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import run_cli
 from workbench.errors import RequirementsError
-from workbench.gate import load_requirements
+from workbench.workflows.gate import load_requirements
 
 GOOD = "requirements:\n  - {question: intent, metric: accuracy, min: 0.5}\n"
 
@@ -80,8 +80,8 @@ def test_a_good_file_keeps_working(tmp_path):
 def test_the_metric_table_is_what_the_report_computes():
     """REPORT_METRICS (checked before measuring) = the names `question_report` returns, per type and option count."""
     from workbench.answers import RunAnswers
-    from workbench.gate import KNOWN_METRICS, REPORT_METRICS
     from workbench.metrics.report import question_report
+    from workbench.workflows.gate import KNOWN_METRICS, REPORT_METRICS
 
     rng = np.random.default_rng(0)
     for qtype, k in (("choice", 2), ("choice", 3), ("choice", 5), ("noul", 2), ("score", 5)):
@@ -149,8 +149,8 @@ def sim_store(tmp_path_factory):
 def test_a_requirement_the_run_cannot_have_is_refused_before_anything_is_measured(sim_store, tmp_path, reqs, needle):
     """The bad requirement comes last, after one that is expensive to measure: the check runs first
     (the library's check_requirements, called by evaluate_gate before its first measurement)."""
-    from workbench.gate import check_requirements
     from workbench.store.db import connect
+    from workbench.workflows.gate import check_requirements
 
     p = tmp_path / "r.yaml"
     p.write_text("n_boot: 2000\nrequirements:\n  - {question: intent, metric: smece, max: 0.5}\n" + reqs)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from tests.metrics.conftest import build_store, calibrated_sample
-from workbench.evaluation import calibrate_run, confusion_display, reliability_display
 from workbench.metrics import reliability
 from workbench.metrics.displays import ConfusionDisplay, ReliabilityDisplay
+from workbench.workflows.evaluation import calibrate_run, confusion_display, reliability_display
 
 
 def test_reliability_display_from_predictions_matches_the_curve():

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from tests.metrics.conftest import build_store, calibrated_sample
-from workbench.evaluation import label_issues_for_runs
 from workbench.metrics.label_issues import confident_joint, find_label_issues, label_quality
+from workbench.workflows.evaluation import label_issues_for_runs
 
 
 def test_confident_joint_by_hand():

@@ -9,9 +9,9 @@ import pytest
 import sklearn.metrics as skm
 
 from tests.metrics.conftest import build_store, calibrated_sample
-from workbench.evaluation import calibrate_run, report_run
 from workbench.metrics.recalibrate import CalibrationFitError, calibrator_from_dict
 from workbench.store.runs import get_run, load_answers
+from workbench.workflows.evaluation import calibrate_run, report_run
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ import pytest
 
 import workbench as wb
 from tests.conftest import run_cli
-from workbench.experiments import ExperimentError, load_experiment, run_experiment_file
-from workbench.probe_report import RobustnessError, compare_probe, robustness
 from workbench.probes import Probe, map_back, option_permutation, transform_request, transform_schema
 from workbench.providers.base import DecisionRequest, DecisionResult
 from workbench.schema import DecisionSchema, NormalisedAnswer
+from workbench.workflows.experiments import ExperimentError, load_experiment, run_experiment_file
+from workbench.workflows.robustness import RobustnessError, compare_probe, robustness
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "experiments" / "schemas" / "banking77.yaml"

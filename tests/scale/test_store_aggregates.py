@@ -16,12 +16,12 @@ import pytest
 
 from tests.metrics.conftest import build_store, calibrated_sample
 from workbench.engines import store_aggregates as sa
-from workbench.evaluation import calibrate_run, report_run
 from workbench.thresholds.choose import ThresholdOptions
 from workbench.thresholds.evaluate import evaluate_rule
 from workbench.thresholds.rules import make_rule
 from workbench.thresholds.surface import risk_coverage_surface
-from workbench.workflows import thresholds_for_run
+from workbench.workflows.evaluation import calibrate_run, report_run
+from workbench.workflows.thresholds import thresholds_for_run
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,13 @@ import pytest
 
 from tests.metrics.conftest import build_store, calibrated_sample
 from tests.scale.test_streamed_equals_in_memory import _same
-from workbench import comparison
-from workbench.comparison import compare_runs, stream_side
-from workbench.evaluation import calibrate_run
 from workbench.metrics.scores import average_precision, roc_auc
 from workbench.store import runs as store_runs
 from workbench.store.runs import create_run, get_run, iter_answer_batches, load_answers, load_stored_schema
 from workbench.thresholds.choose import ThresholdOptions
+from workbench.workflows import compare
+from workbench.workflows.compare import compare_runs, stream_side
+from workbench.workflows.evaluation import calibrate_run
 
 QUESTIONS = ["intent", "urgent", "severity"]
 
@@ -75,7 +75,7 @@ def store(tmp_path_factory):
 def tiny_batches(monkeypatch):
     monkeypatch.setattr(store_runs, "BATCH_ROWS", 37)
     monkeypatch.setitem(iter_answer_batches.__kwdefaults__, "batch_rows", 37)
-    monkeypatch.setattr(comparison, "ITEM_ROWS", 8)  # batches are turned into items in slices
+    monkeypatch.setattr(compare, "ITEM_ROWS", 8)  # batches are turned into items in slices
 
 
 def _compare(con, names, stream, **kw):
@@ -148,7 +148,7 @@ def test_the_risk_coverage_figure_from_the_items_is_the_figure_from_the_matrices
     """`compare --html/--png` draws the curves kept from the streamed items (``curves=True``): no
     matrix is read (the figure is built without a connection), and every trace equals the one drawn
     from the loaded matrices (the in-memory path), for every question type."""
-    from workbench.figures import comparison_figure
+    from workbench.workflows.figures import comparison_figure
 
     con, run_id, view, other = store
     kw = dict(questions=QUESTIONS, n_boot=5, seed=4, options=ThresholdOptions(alpha=0.3, calibrate="none"))
@@ -185,7 +185,7 @@ def _counting_passes(monkeypatch) -> list[str]:
         return read(con, run_id, *args, **kwargs)
 
     monkeypatch.setattr(store_runs, "iter_answer_batches", counted)
-    monkeypatch.setattr(comparison, "iter_answer_batches", counted)
+    monkeypatch.setattr(compare, "iter_answer_batches", counted)
     return passes
 
 
@@ -194,7 +194,7 @@ def test_a_run_and_its_view_share_their_passes_and_each_gets_its_own_figures(sto
     of the calibrator carve and one pass of rule coordinates, and reads the test split once for both,
     where each run alone takes its own three passes; every figure is the one each run gets alone
     (`thresholds_for_run`'s rule and test figures, `stream_side`'s items)."""
-    from workbench.workflows import streamed_thresholds, streamed_thresholds_many, thresholds_for_run
+    from workbench.workflows.thresholds import streamed_thresholds, streamed_thresholds_many, thresholds_for_run
 
     con, run_id, view, _ = store
     opts = ThresholdOptions(alpha=0.3)  # temperature scaling: the view fits a calibrator of its own
@@ -215,7 +215,7 @@ def test_a_run_and_its_view_share_their_passes_and_each_gets_its_own_figures(sto
         assert got.rule_dict() == want.rule_dict() and got.calibrator == want.calibrator
         assert got.test == want.test and got.selection.calibration == want.selection.calibration
     rule = (many[1].rule, many[1].calibrator)
-    sides = comparison.stream_sides(con, [(run_id, None), (view, rule)], "intent", "test")
+    sides = compare.stream_sides(con, [(run_id, None), (view, rule)], "intent", "test")
     for side, (run, r) in zip(sides, ((run_id, None), (view, rule)), strict=True):
         want = stream_side(con, run, "intent", "test", r)
         for f in ("labels", "pred", "conf", "log_loss", "brier", "accepted", "option"):

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from tests.metrics.conftest import build_store, calibrated_sample
-from workbench.evaluation import calibrate_run, report_run
 from workbench.store import runs as store_runs
 from workbench.store.runs import get_run, iter_answer_batches, load_answers
+from workbench.workflows.evaluation import calibrate_run, report_run
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def test_calibrated_view_stores_parameters_and_reads_the_parent_transformed(stor
 )
 def test_streamed_thresholds_equal_the_in_memory_thresholds(store, tiny_batches, question, kw):
     from workbench.thresholds.choose import ThresholdOptions
-    from workbench.workflows import thresholds_for_run
+    from workbench.workflows.thresholds import thresholds_for_run
 
     con, run_id = store
     opts = ThresholdOptions(**kw)
@@ -157,8 +157,8 @@ def test_streamed_thresholds_equal_the_in_memory_thresholds(store, tiny_batches,
 
 def test_large_questions_stream_by_default(store, monkeypatch):
     """Above WORKBENCH_STREAM_CELLS probabilities the default (stream=None) reads in batches."""
-    from workbench import evaluation
-    from workbench.workflows import thresholds_for_run
+    from workbench.workflows import evaluation
+    from workbench.workflows.thresholds import thresholds_for_run
 
     con, run_id = store
     calls = []
@@ -201,7 +201,7 @@ def test_export_of_a_calibrated_view_writes_its_calibrated_probabilities(store, 
 
 
 def test_a_fit_set_over_the_cap_is_a_seeded_sample_and_says_so(store, monkeypatch):
-    from workbench import evaluation
+    from workbench.workflows import evaluation
 
     con, run_id = store
     full = calibrate_run(con, run_id, "temperature", questions=["intent"], name="full")["questions"]["intent"]

@@ -16,11 +16,11 @@ from sklearn.metrics import cohen_kappa_score
 import workbench as wb
 from tests.conftest import run_cli
 from workbench.errors import DataImportError
-from workbench.evaluation import agreement_for_run, report_run
 from workbench.schema import load_schema
 from workbench.store.datasets import ImportSpec, import_dataset, load_labels, load_votes
 from workbench.store.db import connect, table_counts
 from workbench.store.runs import create_run, load_answers, write_answers
+from workbench.workflows.evaluation import agreement_for_run, report_run
 
 SCHEMA = """\
 name: tickets
@@ -368,7 +368,7 @@ def test_vote_count_cli_refuses_an_option_twice(db_path: Path, files):
 
 def test_selected_answers_keep_their_votes_aligned(db_path: Path, files):
     """RunAnswers.select() carries the per-vote rows along, so agreement on a selection is the selection's."""
-    from workbench.evaluation import agreement_for_answers, with_votes
+    from workbench.workflows.evaluation import agreement_for_answers, with_votes
 
     run_cli(*long_args(files["long"], files["schema"]), db=db_path, check=True)
     with connect(db_path) as con:

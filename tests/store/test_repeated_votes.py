@@ -236,8 +236,8 @@ def test_one_vote_reads_give_the_streamed_and_in_memory_figures_of_the_grouped_v
     """With the one-vote record the keys read and ``load_answers`` read the label rows directly (and join
     the items with them before the answers): the same labels, splits and failures as with the votes
     grouped, and the streamed report equals the in-memory one."""
-    from workbench.evaluation import report_run
     from workbench.store.runs import load_answer_keys, load_answers
+    from workbench.workflows.evaluation import report_run
 
     con, run_id = single_vote_store
 

@@ -55,8 +55,8 @@ def annotated_store(tmp_path, monkeypatch):
 
 
 def test_calibration_page_shows_agreement_next_to_the_model(annotated_store):
-    from workbench.evaluation import agreement_for_run
     from workbench.store.db import connect
+    from workbench.workflows.evaluation import agreement_for_run
 
     db, run_id = annotated_store
     at = AppTest.from_file(str(APP), default_timeout=60).run()

@@ -448,7 +448,7 @@ def test_thresholds_page_plans_labels_like_the_cli(ui_store):
     assert not at.exception, [e.value for e in at.exception]
     from workbench.store.db import connect
     from workbench.thresholds.choose import ThresholdOptions
-    from workbench.workflows import plan_labels_for_run
+    from workbench.workflows.thresholds import plan_labels_for_run
 
     con = connect(path, read_only=True)
     plan = plan_labels_for_run(
@@ -475,9 +475,9 @@ def test_large_run_pages_show_point_estimates_first_then_intervals_and_frontier_
     """A large run (``WORKBENCH_STREAM_CELLS=1`` makes every run large): point estimates at once; the
     bootstrap intervals and the certified frontier on a button, with the CLI's figures; all of it kept
     next to the store for later sessions."""
-    from workbench.evaluation import report_run
     from workbench.store import aggregate_cache
     from workbench.store.db import connect
+    from workbench.workflows.evaluation import report_run
 
     path, meta = ui_store
     run_id = meta["runs"]["noisy-model"]

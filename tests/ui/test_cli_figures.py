@@ -56,10 +56,10 @@ def test_thresholds_html_draws_the_chosen_rule(ui_store, tmp_path):
     assert len(_figures(text)) == 2
     assert doc["feasible"] and {"certified", "certified region"} <= _trace_names(text)
     # the figures are threshold_figures() of the same library call: the star sits on the reported rule
-    from workbench.figures import certified_region, threshold_figures
     from workbench.store.db import connect
     from workbench.store.runs import load_answers
     from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
+    from workbench.workflows.figures import certified_region, threshold_figures
 
     con = connect(db, read_only=True)
     cal, test = (load_answers(con, run, "intent", [s]) for s in ("calibration", "test"))
@@ -97,10 +97,10 @@ def test_thresholds_png_writes_the_file_asked_for_with_every_figure(ui_store, tm
     assert f"wrote {out}" in res.stderr
     image = Image.open(out)
     # the two figures (surface, risk–coverage: 460 px each by default) stacked, 1,100 px wide, both drawn
-    from workbench.figures import threshold_figures
     from workbench.store.db import connect
     from workbench.thresholds.choose import ThresholdOptions
-    from workbench.workflows import thresholds_for_run
+    from workbench.workflows.figures import threshold_figures
+    from workbench.workflows.thresholds import thresholds_for_run
 
     with connect(db, read_only=True) as con:
         res_q = thresholds_for_run(con, meta["runs"]["sharp-model"], "intent", ThresholdOptions())
@@ -151,7 +151,7 @@ def test_png_without_kaleido_is_a_clear_error(tmp_path, monkeypatch):
     import importlib.util
 
     from workbench.errors import OptionError
-    from workbench.figures import write_figures
+    from workbench.workflows.figures import write_figures
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "kaleido" else real(name, *a))

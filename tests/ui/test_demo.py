@@ -92,7 +92,7 @@ def test_every_row_says_from_which_alpha_it_certifies(demo):
     import workbench as wb
     from workbench.demo import next_step
     from workbench.store.db import connect
-    from workbench.workflows import ALPHA_STEPS, frontier_for_run
+    from workbench.workflows.thresholds import ALPHA_STEPS, frontier_for_run
 
     result, _, _ = demo
     summary = result.summary

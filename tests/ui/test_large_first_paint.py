@@ -30,8 +30,8 @@ def _app(page: str, run_id: str) -> AppTest:
 
 
 def test_calibration_first_paint_shows_the_reports_point_estimates(large):
-    from workbench.evaluation import report_run
     from workbench.store.db import connect
+    from workbench.workflows.evaluation import report_run
 
     path, meta = large
     run_id = meta["runs"]["noisy-model"]
@@ -62,7 +62,7 @@ def test_calibration_first_paint_shows_the_reports_point_estimates(large):
 def test_thresholds_first_paint_is_the_cli_with_calibrate_none(large):
     from workbench.store.db import connect
     from workbench.thresholds.choose import ThresholdOptions
-    from workbench.workflows import thresholds_for_run
+    from workbench.workflows.thresholds import thresholds_for_run
 
     path, meta = large
     run_id = meta["runs"]["sharp-model"]

@@ -54,8 +54,8 @@ def sliced_store(tmp_path, monkeypatch):
 
 
 def test_calibration_and_thresholds_pages_slice_by_channel(sliced_store):
-    from workbench.evaluation import report_run
     from workbench.store.db import connect
+    from workbench.workflows.evaluation import report_run
 
     db, run_id = sliced_store
     at = AppTest.from_file(str(APP), default_timeout=90).run()

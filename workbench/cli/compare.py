@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
 
         The policy whose coverage/error is shown is chosen with the threshold options given, or
         else with the experiment file's objective (else the defaults of `workbench thresholds`)."""
-        from workbench.comparison import compare_runs
+        from workbench.workflows.compare import compare_runs
 
         keep_freed_arrays()
         with open_store(read_only=True) as con:
@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
                 curves=html is not None or png is not None,  # the figure from the items, not the matrices
             )
             if html is not None or png is not None:
-                from workbench.figures import comparison_figure, write_figures
+                from workbench.workflows.figures import comparison_figure, write_figures
 
                 for path in write_figures([comparison_figure(con, result)], html=html, png=png):
                     err_console.print(f"wrote {path}", highlight=False, soft_wrap=True)

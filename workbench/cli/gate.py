@@ -27,8 +27,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check a run's metrics against requirements; exit 0 if all hold, 1 if one fails, 2 on a bad gate."""
         from workbench.errors import RequirementsError
-        from workbench.gate import evaluate_gate, junit_xml, load_requirements, markdown_table
         from workbench.store.db import no_progress_bar
+        from workbench.workflows.gate import evaluate_gate, junit_xml, load_requirements, markdown_table
 
         if max_drop is not None and baseline is None:
             raise RequirementsError("--max-drop needs --baseline RUN_ID")

@@ -105,7 +105,7 @@ def register(app: typer.Typer) -> None:
         from workbench.cli.common import err_console
         from workbench.reporting import RichReporter
         from workbench.store.runs import get_run
-        from workbench.workflows import plan_labels_for_run
+        from workbench.workflows.thresholds import plan_labels_for_run
 
         with open_store(read_only=True) as con:
             resolved = get_run(con, run_id)["run_id"]
@@ -127,7 +127,7 @@ def register(app: typer.Typer) -> None:
                 reporter=RichReporter(err_console, progress=not as_json),
             )
         if html is not None:
-            from workbench.figures import label_plan_figure, write_figures
+            from workbench.workflows.figures import label_plan_figure, write_figures
 
             for path in write_figures([label_plan_figure(plan)], html=html):
                 err_console.print(f"wrote {path}", highlight=False, soft_wrap=True)

@@ -164,7 +164,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = AS_JSON,
     ) -> None:
         """Every metric per question with 95% bootstrap intervals (before/after for a calibrated view)."""
-        from workbench.evaluation import label_issues_for_runs, report_run
+        from workbench.workflows.evaluation import label_issues_for_runs, report_run
 
         settings: dict[str, Any] = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "labels": labels}
         with open_store(read_only=True) as con:
@@ -207,8 +207,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = AS_JSON,
     ) -> None:
         """Fit a calibrator per question and store a calibrated view of the run (a new run)."""
-        from workbench.evaluation import calibrate_run
         from workbench.metrics.recalibrate import METHODS, CalibrationFitError
+        from workbench.workflows.evaluation import calibrate_run
 
         if method not in METHODS:
             raise CalibrationFitError(f"unknown method {method!r}", hint=f"choose one of {', '.join(METHODS)}")
@@ -245,7 +245,7 @@ def register(app: typer.Typer) -> None:
         """Items whose label a confident provider (or a consensus of runs) disputes, ranked."""
         import pandas as pd
 
-        from workbench.evaluation import label_issues_for_runs, report_run
+        from workbench.workflows.evaluation import label_issues_for_runs, report_run
 
         splits = None if split == "all" else [split]
         with open_store(read_only=True) as con:

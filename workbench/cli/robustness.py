@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Per probe vs the base run: flip rate (Wilson), Δaccuracy (paired bootstrap, McNemar), position bias."""
-        from workbench.probe_report import robustness
+        from workbench.workflows.robustness import robustness
 
         with open_store(read_only=True) as con:
             result = robustness(con, base, probes, question=question, splits=split or None, n_boot=n_boot, seed=seed)

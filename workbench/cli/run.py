@@ -144,9 +144,9 @@ def _run(
 
     if experiment is not None:
         try:
-            from workbench.experiments import run_experiment_file
+            from workbench.workflows.experiments import run_experiment_file
         except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("workbench.experiments"):
+            if exc.name and exc.name.startswith("workbench.workflows.experiments"):
                 raise WorkbenchError(
                     f"{experiment}: experiment files are not supported in this build",
                     hint="use --dataset/--schema/--provider",

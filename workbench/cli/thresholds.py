@@ -177,7 +177,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Choose routing thresholds for questions of a run and judge them on the test split."""
         from workbench.store.runs import get_run
-        from workbench.workflows import threshold_slices_for_run, thresholds_for_run
+        from workbench.workflows.thresholds import threshold_slices_for_run, thresholds_for_run
 
         figures: list = []
         with open_store(read_only=True) as con:
@@ -200,11 +200,11 @@ def register(app: typer.Typer) -> None:
                     c: threshold_slices_for_run(con, resolved, res, c) for c in dict.fromkeys(slices or [])
                 }
                 if html is not None or png is not None:
-                    from workbench.figures import threshold_figures
+                    from workbench.workflows.figures import threshold_figures
 
                     figures += threshold_figures(res)
         if figures:
-            from workbench.figures import write_figures
+            from workbench.workflows.figures import write_figures
 
             for path in write_figures(figures, html=html, png=png):
                 err_console.print(f"wrote {path}", highlight=False, soft_wrap=True)

@@ -45,7 +45,7 @@ OpenAI per-question refusals, and silent truncation of the state past ``truncate
 tokens (the answer then reads only the head, and only the head is billed). One switchable model flaw
 rides along: ``position_bias=b`` (``--position-bias``, default 0 = off) turns every choice answer
 into ``(1 - b)·p + b·e_first``, boosting the option listed first, so that the ``option_order``
-robustness probe (:mod:`workbench.probe_report`) has a real position bias to find. Fault draws and
+robustness probe (:mod:`workbench.workflows.robustness`) has a real position bias to find. Fault draws and
 latencies are seeded from (seed, request body, how many times that exact body was seen), so a run
 is reproducible while a retry of the same body gets a fresh draw.
 

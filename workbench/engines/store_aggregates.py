@@ -10,7 +10,7 @@ The same figures as the library's in-memory and streamed paths, finished by the 
   probabilities, as :func:`workbench_runtime.rules.rule_coordinates` computes them) and the threshold
   grid: acceptance, the surface, the certificate and the test figures of any rule;
 - :func:`certified_from_points`: ``workbench thresholds --calibrate none``'s result (guarantee objective)
-  from those points, as :func:`workbench.workflows.streamed_thresholds` builds it.
+  from those points, as :func:`workbench.workflows.thresholds.streamed_thresholds` builds it.
 
 Each returns None when the run does not qualify (a calibrated view whose probabilities are computed on
 read, a question type not handled here, rows without stored summaries): callers use the library's

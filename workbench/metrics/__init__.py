@@ -15,7 +15,7 @@ Modules::
     agreement     Krippendorff's α, Fleiss' κ, Cohen's / quadratic-weighted κ; the model next to the annotators
 
 Nothing here reads or writes the store: the store-backed workflows (``report_run``, ``calibrate_run``,
-``label_issues_for_runs``, displays of a stored run) live one floor up in :mod:`workbench.evaluation`.
+``label_issues_for_runs``, displays of a stored run) live one floor up in :mod:`workbench.workflows.evaluation`.
 
 Names below are imported lazily: ``workbench.metrics.recalibrate`` is used by the policy runtime,
 which must not pull pandas or plotly into production processes.

@@ -114,7 +114,7 @@ class ReliabilityDisplay:
     ) -> ReliabilityDisplay:
         """Diagram of named :class:`~workbench.answers.RunAnswers` of one question, one curve each
         (yes/no questions default to P(yes); the last entry decides the default ``kind``).
-        :func:`workbench.evaluation.reliability_display` loads them from the store."""
+        :func:`workbench.workflows.evaluation.reliability_display` loads them from the store."""
         ans = answers[-1][1]
         kind = kind or ("option" if ans.qtype == "noul" else "top-label")
         runs = list(answers)

@@ -1,7 +1,7 @@
 """Per-question reports: every metric of a question type with bootstrap intervals, curves, confusion.
 
 ``choice_report``, ``noul_report`` and ``score_report`` take arrays; ``question_report`` takes a
-:class:`~workbench.answers.RunAnswers`; :func:`workbench.evaluation.report_run` loads a run's answers
+:class:`~workbench.answers.RunAnswers`; :func:`workbench.workflows.evaluation.report_run` loads a run's answers
 from the store and builds one report per question (a :class:`RunReport`). Results are tidy objects with
 ``.to_frame()`` (one row per metric) and ``.to_dict()`` (JSON-ready).
 
@@ -102,7 +102,7 @@ class QuestionReport:
     #: function ``stats(weights (n_kept,) or None) -> {metric: value}`` behind ``metrics`` (paired comparisons)
     replicate: tuple | None = field(default=None, repr=False, compare=False)
     #: agreement among annotators and of the model with them (an ``AgreementReport``), when items have
-    #: several votes; set by :func:`workbench.evaluation.report_run`
+    #: several votes; set by :func:`workbench.workflows.evaluation.report_run`
     agreement: Any = None
 
     def __getstate__(self) -> dict:
@@ -771,7 +771,7 @@ def question_report(
         if answers.votes is None:
             raise WorkbenchError(
                 f"question {answers.question!r}: no votes loaded for soft labels",
-                hint="load the answers with their votes (workbench.evaluation.report_run does)",
+                hint="load the answers with their votes (workbench.workflows.evaluation.report_run does)",
             )
         kwargs.pop("smooth", None)
         kwargs.pop("accept", None)

@@ -5,7 +5,7 @@ filtered to that slice reports (same bootstrap seed, same bins) — so a per-sli
 of the filtered run agree to the last bit. :func:`slice_groups` turns per-item slice values into
 ordered masks; :func:`length_buckets` makes the built-in ``state_length`` slice; :func:`slice_reports`
 reports every slice of one question. Loading the values from the store is a floor-7 step
-(:func:`workbench.evaluation.slice_values`).
+(:func:`workbench.workflows.evaluation.slice_values`).
 
 ``state_length`` buckets are the quartiles of the state's length in characters over **every item of the
 dataset version** (all splits, so an item's bucket does not depend on the split or run reported);

@@ -9,7 +9,7 @@ fixed-sequence method a further seeded share (``order_fraction``) of the remaini
 the test order. Calibration figures of a guarantee are those of the certifying items.
 
 The steps are public, so that every path to a threshold figure takes the same ones: in memory
-(:func:`choose_thresholds`), over a run read in batches (:mod:`workbench.workflows`) and from the
+(:func:`choose_thresholds`), over a run read in batches (:mod:`workbench.workflows.thresholds`) and from the
 store's SQL points (:mod:`workbench.engines.store_aggregates`) — :func:`prepare_question` (or
 :func:`prepare_from_coordinates`), :func:`select_prepared`, :func:`finish_result`, then
 :meth:`ThresholdResult.attach_test` with the test report however it was computed.
@@ -802,7 +802,7 @@ def finish_result(
     calibration size needed when the guarantee certified nothing, and the finite-batch view.
 
     The one finishing step of every path: :func:`choose_thresholds` (in memory),
-    :func:`workbench.workflows.streamed_thresholds` (a run read in batches) and
+    :func:`workbench.workflows.thresholds.streamed_thresholds` (a run read in batches) and
     :func:`workbench.engines.store_aggregates.certified_from_points` (the store's SQL points). Each
     then judges the rule on the test split its own way and hands the report to
     :meth:`ThresholdResult.attach_test` (in memory: :func:`evaluate_on`).

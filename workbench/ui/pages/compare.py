@@ -1,6 +1,6 @@
 """Compare: providers × schema variants with item-paired differences against a chosen baseline.
 
-Every figure comes from :func:`workbench.comparison.compare_runs` (the function behind
+Every figure comes from :func:`workbench.workflows.compare.compare_runs` (the function behind
 ``workbench compare``): metrics with bootstrap intervals, paired bootstrap and McNemar tests,
 cost per 1,000 items, latency, and coverage/error at the chosen policy objective.
 """

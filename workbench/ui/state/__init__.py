@@ -22,7 +22,7 @@ aggregate is computed, through a process-wide memo bounded in bytes
 Loaders are ``st.cache_data`` functions whose keys are small hashable ids: the store path, its
 *token* (:func:`workbench.store.snapshot.store_token`, so a write invalidates the cache) and ids
 such as a run id or a question. Each loader opens a snapshot and calls one library function
-(``workbench.store``, ``workbench.metrics``, ``workbench.thresholds``, ``workbench.comparison``,
+(``workbench.store``, ``workbench.metrics``, ``workbench.thresholds``, ``workbench.workflows.compare``,
 ``workbench.shadow``); no figure is computed here, so the CLI computes the same numbers through
 the same calls.
 """

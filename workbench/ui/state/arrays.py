@@ -53,7 +53,7 @@ def question_arrays(
 def split_calibrator(path: str, token: tuple, run_id: str, question: str, method: str):
     """:func:`workbench.workflows.split_calibrator` of a large run, fitted once per (run, question, method)
     and shared by every figure of every session that needs it (one streamed pass instead of one per figure)."""
-    from workbench.workflows import split_calibrator as _fit
+    from workbench.workflows.thresholds import split_calibrator as _fit
 
     with read_connection(path) as con:
         return _fit(con, run_id, question, method)
@@ -69,7 +69,7 @@ def labelled_items(
     ``st.cache_resource`` with two entries: the figures of one page that need the same items (the
     top-label reliability and the confusion matrix) share one streamed pass, and no more than two
     item sets (about 40 bytes per item each) stay in memory."""
-    from workbench.workflows import labelled_items as _items
+    from workbench.workflows.thresholds import labelled_items as _items
 
     cal = split_calibrator(path, token, run_id, question, recalibrate) if recalibrate else None
     with read_connection(path) as con:

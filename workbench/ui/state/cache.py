@@ -149,9 +149,9 @@ def kept(
 
 
 def is_large(path: str, token: tuple, run_id: str, question: str, split: str) -> bool:
-    """The split is read in batches (:func:`workbench.evaluation.is_large`): pages get aggregates and
+    """The split is read in batches (:func:`workbench.workflows.evaluation.is_large`): pages get aggregates and
     per-item figures from the streamed library functions, never the matrix."""
-    from workbench.evaluation import stream_cells
+    from workbench.workflows.evaluation import stream_cells
 
     return _is_large(path, token, run_id, question, split, stream_cells())
 
@@ -161,7 +161,7 @@ def _is_large(path: str, token: tuple, run_id: str, question: str, split: str, c
     """The library's answer (a count joined with the items: seconds on millions of answers), after a
     bound from the run's own answer count (:func:`_run_state`): a run whose answers on *every* split
     fit is small; for a larger one the answer is kept between sessions like the page's aggregates."""
-    from workbench.evaluation import is_large as _large
+    from workbench.workflows.evaluation import is_large as _large
 
     def exact() -> bool:
         with read_connection(path) as con:

@@ -21,8 +21,8 @@ from workbench.ui.state.store import option_names, read_connection
 def robustness(
     path: str, token: tuple, base_run: str, probe_runs: tuple[str, ...], question: str, split: str, n_boot: int
 ) -> dict:
-    """:func:`workbench.probe_report.robustness` of probed runs against their base run (``workbench robustness``)."""
-    from workbench.probe_report import robustness as _robustness
+    """:func:`workbench.workflows.robustness.robustness` of probed runs against their base run (``workbench robustness``)."""
+    from workbench.workflows.robustness import robustness as _robustness
 
     with read_connection(path) as con:
         return _robustness(con, base_run, list(probe_runs), question=question, splits=[split], n_boot=n_boot)
@@ -92,8 +92,8 @@ def kept_question_report(
 def _streamed_report(
     path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, n_bins: int, n_boot: int
 ):
-    from workbench.evaluation import stream_question_report
     from workbench.thresholds.choose import apply_calibrator
+    from workbench.workflows.evaluation import stream_question_report
 
     cal = split_calibrator(path, token, run_id, question, recalibrate) if recalibrate else None
     with read_connection(path) as con:
@@ -112,9 +112,9 @@ def _streamed_report(
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def agreement_frame(path: str, token: tuple, run_id: str, question: str, split: str) -> tuple[pd.DataFrame, str]:
-    """Agreement among annotators next to the run's (:func:`workbench.evaluation.agreement_for_run`,
+    """Agreement among annotators next to the run's (:func:`workbench.workflows.evaluation.agreement_for_run`,
     what ``workbench report`` prints) as (table, caption); an empty table when no item has several votes."""
-    from workbench.evaluation import agreement_for_run
+    from workbench.workflows.evaluation import agreement_for_run
 
     def compute() -> tuple[pd.DataFrame, str]:
         with read_connection(path) as con:
@@ -266,7 +266,7 @@ def confusion_display(path: str, token: tuple, run_id: str, question: str, split
 def run_headlines(path: str, token: tuple, split: str = "test") -> pd.DataFrame:
     """Accuracy and top-label ECE of every run and question on ``split`` (point estimates), from
     :func:`workbench.metrics.report.report_run` — what ``workbench report RUN`` prints."""
-    from workbench.evaluation import report_run
+    from workbench.workflows.evaluation import report_run
 
     runs = runs_frame(path, token)
     rows = []
@@ -323,12 +323,12 @@ def comparison(
     objective: tuple,
     n_boot: int,
 ):
-    """:func:`workbench.comparison.compare_runs` (paired bootstrap, McNemar) as a frame + the raw rows.
+    """:func:`workbench.workflows.compare.compare_runs` (paired bootstrap, McNemar) as a frame + the raw rows.
 
     ``objective`` = (kind, alpha, delta, calibrate): the :class:`ThresholdOptions` fields the page sets
     (the others keep their defaults, as ``workbench compare`` does).
     """
-    from workbench.comparison import compare_runs
+    from workbench.workflows.compare import compare_runs
 
     kind, alpha, delta, calibrate = objective
     with read_connection(path) as con:
@@ -348,8 +348,8 @@ def comparison(
 def slice_table(path: str, token: tuple, run_id: str, question: str, split: str, column: str, n_bins: int = 15):
     """Per-slice report of one question (``workbench report --slice COLUMN``): one row per slice with
     its labelled count and headline metrics as ``estimate [low, high]``; and the long frame for download."""
-    from workbench.evaluation import report_run
     from workbench.metrics.slices import HEADLINE_METRICS
+    from workbench.workflows.evaluation import report_run
 
     with read_connection(path) as con:
         rep = report_run(con, run_id, question, split, n_bins=n_bins, slices=[column], with_before=False)

@@ -192,8 +192,8 @@ def certified_region(
     method: str,
 ) -> np.ndarray:
     """(A, B) bool mask of the exploration surface's grid points certified at (α, δ):
-    :func:`workbench.figures.certified_region` (the region ``workbench thresholds --html`` draws)."""
-    from workbench.figures import certified_region as _region
+    :func:`workbench.workflows.figures.certified_region` (the region ``workbench thresholds --html`` draws)."""
+    from workbench.workflows.figures import certified_region as _region
 
     def region() -> np.ndarray:
         surf = threshold_surface(path, token, run_id, question, "calibration", recalibrate)
@@ -238,7 +238,7 @@ def certified_thresholds(path: str, token: tuple, run_id: str, question: str, se
     ``settings`` comes from :func:`threshold_settings`. Only the small result dict is cached (not
     the surface), so a cache hit on every slider move stays cheap.
     """
-    from workbench.workflows import thresholds_for_run
+    from workbench.workflows.thresholds import thresholds_for_run
 
     def certify() -> dict:
         with read_connection(path) as con:
@@ -269,7 +269,7 @@ def certified_frontier(
     :func:`workbench.thresholds.choose.certified_frontier`: each point is the selection
     ``choose_thresholds`` makes at that α (0 where nothing is certified). Of a large run, kept between
     sessions (:func:`kept`; :func:`kept_frontier` looks it up without computing)."""
-    from workbench.workflows import frontier_for_run
+    from workbench.workflows.thresholds import frontier_for_run
 
     def frontier() -> pd.DataFrame:
         opts = ThresholdOptions(**dict(settings))
@@ -303,8 +303,8 @@ def label_plan(
 ) -> dict:
     """``workbench plan-labels`` for the question: :func:`workbench.workflows.plan_labels_for_run` with
     the options of ``settings``; the plan's ``to_dict()`` plus its figure (``"figure"``)."""
-    from workbench.figures import label_plan_figure
-    from workbench.workflows import plan_labels_for_run
+    from workbench.workflows.figures import label_plan_figure
+    from workbench.workflows.thresholds import plan_labels_for_run
 
     with read_connection(path) as con:
         plan = plan_labels_for_run(
@@ -325,7 +325,7 @@ def certified_threshold_slices(
 ) -> dict:
     """``workbench thresholds --slice COLUMN --json``'s slice section for the question: test coverage and
     error of the certified rule per slice, with intervals and warnings."""
-    from workbench.workflows import threshold_slices_for_run, thresholds_for_run
+    from workbench.workflows.thresholds import threshold_slices_for_run, thresholds_for_run
 
     opts = ThresholdOptions(**dict(settings))
     with read_connection(path) as con:

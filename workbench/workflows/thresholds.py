@@ -34,7 +34,7 @@ def thresholds_for_run(
     """Choose thresholds for ``question`` of ``run_id`` on its calibration split; judge them on test.
 
     ``stream``: read the answers in batches (:func:`streamed_thresholds`); ``None`` streams questions
-    with more probabilities than ``workbench.evaluation.stream_cells()``.
+    with more probabilities than ``workbench.workflows.evaluation.stream_cells()``.
 
     Parameters
     ----------
@@ -62,10 +62,10 @@ def thresholds_for_run(
 
 
 def _streams(con, run_id: str, question: str, splits: list[str], stream: bool | None) -> bool:
-    """:func:`workbench.evaluation.should_stream` of a run id: ``stream`` when given, else whether the question
-    has more probabilities (n items × k options) than ``workbench.evaluation.stream_cells()``."""
-    from workbench.evaluation import should_stream
+    """:func:`workbench.workflows.evaluation.should_stream` of a run id: ``stream`` when given, else whether the question
+    has more probabilities (n items × k options) than ``workbench.workflows.evaluation.stream_cells()``."""
     from workbench.store.runs import get_run
+    from workbench.workflows.evaluation import should_stream
 
     return should_stream(con, get_run(con, run_id), question, splits, stream)
 
@@ -115,11 +115,11 @@ def streamed_prepare_many(
     calibrated views, :func:`read_together`), from one pass of their rows per step: the carve's rows
     are gathered once (each run fits its calibrator on them as it reads them) and one pass computes
     every run's rule coordinates. Each run's result is the one :func:`streamed_prepare` gives it alone."""
-    from workbench.evaluation import FIT_ROWS_MAX
     from workbench.metrics.recalibrate import apply_calibrator, fit_calibrator
     from workbench.store.runs import gather_answer_rows, iter_answer_batches, load_answer_keys
     from workbench.thresholds.choose import calibrator_carve, check_question, prepare_from_coordinates
     from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
+    from workbench.workflows.evaluation import FIT_ROWS_MAX
 
     source, calibrators = read_together(con, run_ids)
     transforms = read_transforms(calibrators, question)
@@ -197,10 +197,10 @@ def streamed_thresholds(
     Memory is O(n) small numbers (ids, labels, the rule coordinates of the certifying rows), never
     the (n, k) matrix: the item-id order, labels and the calibrator carve come from a read without
     probabilities; one streamed pass gathers the carve's rows and fits the calibrator (at most
-    :data:`workbench.evaluation.FIT_ROWS_MAX` of them, a seeded sample beyond, said in the selection's notes); a second
+    :data:`workbench.workflows.evaluation.FIT_ROWS_MAX` of them, a seeded sample beyond, said in the selection's notes); a second
     pass computes the certifying rows' rule coordinates; the test split is judged batch by batch
     (:func:`~workbench.thresholds.evaluate.rule_counts`). With a carve of at most
-    :data:`workbench.evaluation.FIT_ROWS_MAX` rows every figure equals the in-memory path's.
+    :data:`workbench.workflows.evaluation.FIT_ROWS_MAX` rows every figure equals the in-memory path's.
     """
     return streamed_thresholds_many(con, [run_id], question, options, calibration_split, test_split)[0]
 
@@ -250,8 +250,8 @@ def streamed_thresholds_many(
 def split_calibrator(con, run_id: str, question: str, method: str, *, seed: int = 0):
     """A ``method`` calibrator fitted on the answered, labelled rows of the run's calibration split
     (at most ``evaluation.FIT_ROWS_MAX`` of them, a seeded sample beyond), read in batches."""
-    from workbench.evaluation import fit_sample
     from workbench.metrics.recalibrate import make_calibrator
+    from workbench.workflows.evaluation import fit_sample
 
     probs, labels, _ = fit_sample(con, run_id, question, "calibration", seed)
     return make_calibrator(method).fit(probs, labels)
@@ -469,9 +469,9 @@ def threshold_slices_for_run(
     returns :func:`workbench.thresholds.evaluate.evaluate_rule_by_slice`'s report with ``column`` added
     (a warning names each slice whose error interval lies entirely above α).
     """
-    from workbench.evaluation import slice_values
     from workbench.store.runs import load_answers
     from workbench.thresholds.evaluate import evaluate_rule_by_slice
+    from workbench.workflows.evaluation import slice_values
 
     test = load_answers(con, run_id, result.question, splits=[test_split])
     values, order = slice_values(con, test, column)

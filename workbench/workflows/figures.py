@@ -103,7 +103,7 @@ def threshold_figures(result: Any) -> list:
 
 
 def comparison_figure(con: Any, comparison: Any, question: str | None = None):
-    """Risk–coverage overlay of the runs of a :class:`~workbench.comparison.Comparison` on its split
+    """Risk–coverage overlay of the runs of a :class:`~workbench.workflows.compare.Comparison` on its split
     (one curve per run, its policy's coverage/error starred); ``question`` defaults to the first.
 
     A comparison made with ``compare_runs(curves=True)`` carries the curves (computed from a few

@@ -32,7 +32,6 @@ import pandas as pd
 
 from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError, WorkbenchError
-from workbench.evaluation import should_stream
 from workbench.metrics.bootstrap import (
     bootstrap_many,
     bootstrap_shared,
@@ -54,6 +53,7 @@ from workbench.store.runs import (  # the SQL of the readers: compare ranks and 
     shared_keys,
 )
 from workbench.thresholds.choose import ThresholdOptions
+from workbench.workflows.evaluation import should_stream
 
 
 def ObjectiveSpec(
@@ -85,7 +85,7 @@ def experiment_options(objective: Any) -> ThresholdOptions:
 # -- which runs ------------------------------------------------------------------------------------
 def resolve_runs(con, names: list[str]) -> tuple[list[dict], Any]:
     """Run rows for run ids, experiment names or experiment files; plus the experiment (or None)."""
-    from workbench.experiments import experiment_runs, load_experiment
+    from workbench.workflows.experiments import experiment_runs, load_experiment
 
     runs: list[dict] = []
     experiment = None
@@ -121,7 +121,7 @@ def resolve_runs(con, names: list[str]) -> tuple[list[dict], Any]:
 
 
 def _experiment_by_name(name: str):
-    from workbench.experiments import load_experiment
+    from workbench.workflows.experiments import load_experiment
 
     for folder in (Path("experiments"), Path(__file__).resolve().parents[1] / "experiments"):
         path = folder / f"{name}.yaml"
@@ -418,13 +418,13 @@ def _policy_at_options(
 ) -> dict:
     """Coverage and error on the comparison split at the rule ``options`` choose on the calibration split.
 
-    The same call as ``workbench thresholds`` (:func:`workbench.workflows.thresholds_for_run`), so
+    The same call as ``workbench thresholds`` (:func:`workbench.workflows.thresholds.thresholds_for_run`), so
     with the same options the figures are the same as there. ``test_from_side``: the rule is chosen
     without reading the test split; its test figures are then counted in the comparison's own pass
     over that split (:func:`_policy_test`, the same counts as ``thresholds_for_run``'s test pass) and
     the result is kept under ``"_result"`` until then.
     """
-    from workbench.workflows import thresholds_for_run
+    from workbench.workflows.thresholds import thresholds_for_run
 
     try:
         if test_from_side:
@@ -462,8 +462,8 @@ def _policies(
 ) -> list[dict]:
     """:func:`_policy_at_options` of each run; streamed runs that read the same answer rows (a run and
     its calibrated views) are prepared together, one pass of those rows serving all
-    (:func:`workbench.workflows.streamed_thresholds_many`: each run's result is the one it gets alone)."""
-    from workbench.workflows import streamed_thresholds_many
+    (:func:`workbench.workflows.thresholds.streamed_thresholds_many`: each run's result is the one it gets alone)."""
+    from workbench.workflows.thresholds import streamed_thresholds_many
 
     out: list[dict | None] = [None] * len(runs)
     groups: dict[tuple, list[int]] = {}
@@ -700,16 +700,16 @@ def stream_side(con, run_id: str, question: str, split: str, rule=None) -> _RunS
 
 
 def _read_key(con, run: dict) -> tuple:
-    """Runs with the same key read the same answer rows (:func:`workbench.workflows.read_together`)."""
+    """Runs with the same key read the same answer rows (:func:`workbench.workflows.thresholds.read_together`)."""
     return (answer_source(con, run)[0], run["dataset"], int(run["dataset_version"]), run["schema_hash"])
 
 
 def stream_sides(con, runs: Sequence[tuple[str, Any]], question: str, split: str) -> list[_RunSide]:
     """:func:`stream_side` of several ``(run id, rule)`` that read the same answer rows (a run and its
-    calibrated views: :func:`workbench.workflows.read_together`), from one pass over those rows: each
+    calibrated views: :func:`workbench.workflows.thresholds.read_together`), from one pass over those rows: each
     batch is read once and turned into every run's items as that run reads it."""
     from workbench.thresholds.evaluate import add_rule_counts
-    from workbench.workflows import as_read, read_together, read_transforms
+    from workbench.workflows.thresholds import as_read, read_together, read_transforms
 
     source, calibrators = read_together(con, [r for r, _ in runs])
     transforms = read_transforms(calibrators, question)
@@ -939,11 +939,11 @@ def compare_runs(
         differences against the baseline on the slice's items (the same functions on the slice's rows).
     stream : bool, optional
         Read each run's answers in batches (:func:`stream_side`) instead of loading the (n, k)
-        matrix; ``None`` streams questions with more than ``workbench.evaluation.stream_cells()``
+        matrix; ``None`` streams questions with more than ``workbench.workflows.evaluation.stream_cells()``
         probabilities (as ``report_run``). The figures are the same either way.
     curves : bool, default=False
         Keep each (run, question)'s risk–coverage curve in ``Comparison.curves`` (what
-        :func:`workbench.figures.comparison_figure` draws), computed from the items: the figure then
+        :func:`workbench.workflows.figures.comparison_figure` draws), computed from the items: the figure then
         needs no probability matrix.
 
     Memory: every run's policy is chosen first (streamed runs that read the same answer rows — a run
@@ -1157,8 +1157,8 @@ def _slice_figures(
     ``pairs``: the runs' pairs (:func:`_pairs`); a slice's pairs are those of its items (an item's
     slice value is the same in both runs). Reads the runs' keys (ids) for the slice values: a
     streamed side reads them now."""
-    from workbench.evaluation import slice_values
     from workbench.metrics.slices import slice_groups
+    from workbench.workflows.evaluation import slice_values
 
     keys = side.get_keys(con)
     k, qtype = len(side.option_ids), side.qtype

@@ -65,7 +65,7 @@ class Objective(BaseModel):
     """Threshold objective of the comparison (the ``workbench thresholds`` options).
 
     Fields the file leaves out take :class:`workbench.thresholds.choose.ThresholdOptions`' defaults
-    (``workbench.comparison.experiment_options`` passes on only the fields that were set); the
+    (``workbench.workflows.compare.experiment_options`` passes on only the fields that were set); the
     defaults written here are the same values, for reading.
     """
 
