@@ -82,8 +82,9 @@ def build_store(path: Path) -> dict[str, str]:
 def measure(store: Path, ids: dict[str, str], alphas, seeds, orders=ORDERS) -> list[dict]:
     """One row per (run, question, seed, α, order): certified, coverage and error of the chosen rule."""
     import workbench as wb
-    from workbench.thresholds.choose import ThresholdOptions, evaluate_on, finish_result, prepare_question
+    from workbench.thresholds.choose import evaluate_on, finish_result, prepare_question
     from workbench.thresholds.guarantees import certify_surface
+    from workbench.thresholds.options import ThresholdOptions
 
     con = wb.connect(store, read_only=True)
     rows = []

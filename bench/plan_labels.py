@@ -29,8 +29,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tests" / "threshol
 def main() -> None:
     from synth import choice_data
 
-    from workbench.thresholds.choose import ThresholdOptions
     from workbench.thresholds.guarantees import select_guarantee
+    from workbench.thresholds.options import ThresholdOptions
     from workbench.thresholds.planning import certify_batch, plan_labels_from_pilot
     from workbench.thresholds.rules import rule_coordinates
     from workbench.thresholds.surface import default_grids, surface_from_coordinates

@@ -61,7 +61,8 @@ def certify(probs, labels, opts, gx, gy, qtype):
 def main() -> None:
     from workbench.store.db import connect
     from workbench.store.runs import load_answers
-    from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
+    from workbench.thresholds.choose import choose_thresholds
+    from workbench.thresholds.options import ThresholdOptions
     from workbench.thresholds.planning import plan_labels_from_pilot
     from workbench.thresholds.surface import default_grids
 

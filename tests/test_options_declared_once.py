@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _field_names() -> set[str]:
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
     return {f.name for f in fields(ThresholdOptions)}
 
@@ -64,7 +64,7 @@ def test_every_field_has_a_flag_or_a_reason():
 
 def test_flag_defaults_are_the_dataclass_defaults():
     from workbench.cli.threshold_options import FLAGS, build_options
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
     defaults = ThresholdOptions()
     assert build_options(**{f.name: f.default for f in FLAGS}) == defaults  # every flag left at its default

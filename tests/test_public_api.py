@@ -113,7 +113,7 @@ def test_docstring_examples_run_in_order(tmp_path):
 def test_cli_option_defaults_are_threshold_options_defaults():
     import workbench.thresholds
     from workbench.cli.threshold_options import FLAGS, build_options
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
     assert workbench.thresholds.ThresholdOptions is ThresholdOptions is wb.ThresholdOptions  # one type, three doors
     defaults = ThresholdOptions()
@@ -146,8 +146,8 @@ def test_library_errors_name_parameters_and_the_cli_shows_flags(tmp_path):
 
 
 def test_calibration_size_needed_is_the_smallest_certifiable_n():
-    from workbench.thresholds.choose import ThresholdOptions, calibration_size_needed
     from workbench.thresholds.guarantees import hoeffding_bentkus_p_values, min_items_to_certify
+    from workbench.thresholds.options import ThresholdOptions, calibration_size_needed
 
     for alpha, level in [(0.01, 0.1), (0.05, 0.1), (0.1, 0.05), (0.02, 0.001)]:
         n = min_items_to_certify(alpha, level)

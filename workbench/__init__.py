@@ -62,7 +62,7 @@ _LAZY = {
     "calibrate": "workbench.api",
     "choose_thresholds": "workbench.api",
     "plan_labels": "workbench.api",
-    "ThresholdOptions": "workbench.thresholds.choose",
+    "ThresholdOptions": "workbench.thresholds.options",
     "build_policy": "workbench.api",
     "Policy": "workbench.policy",
     "compare": "workbench.api",

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.thresholds.choose import ThresholdOptions
+from workbench.thresholds.options import ThresholdOptions
 
 
 def connect(path: str | Path | None = None, *, read_only: bool = False):

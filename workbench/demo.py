@@ -589,7 +589,7 @@ def _certify_and_export(wb: Any, con: Any, r: DemoRun, opts: Any, policy_dir: Pa
     test = qp.expected_test
     certified = bool(qp.objective.certified and qp.objective.feasible)
     if not certified and opts.objective == "guarantee":
-        from workbench.thresholds.choose import calibration_size_needed
+        from workbench.thresholds.options import calibration_size_needed
 
         r.figures["n_calibration_needed"] = calibration_size_needed(opts, len(qp.options))["n_calibration"]
         o = qp.objective

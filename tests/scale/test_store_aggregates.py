@@ -16,8 +16,8 @@ import pytest
 
 from tests.metrics.conftest import build_store, calibrated_sample
 from workbench.engines import store_aggregates as sa
-from workbench.thresholds.choose import ThresholdOptions
 from workbench.thresholds.evaluate import evaluate_rule
+from workbench.thresholds.options import ThresholdOptions
 from workbench.thresholds.rules import make_rule
 from workbench.thresholds.surface import risk_coverage_surface
 from workbench.workflows.evaluation import calibrate_run, report_run

@@ -18,7 +18,7 @@ from tests.scale.test_streamed_equals_in_memory import _same
 from workbench.metrics.scores import average_precision, roc_auc
 from workbench.store import runs as store_runs
 from workbench.store.runs import create_run, get_run, iter_answer_batches, load_answers, load_stored_schema
-from workbench.thresholds.choose import ThresholdOptions
+from workbench.thresholds.options import ThresholdOptions
 from workbench.workflows import compare
 from workbench.workflows.compare import compare_runs, stream_side
 from workbench.workflows.evaluation import calibrate_run

@@ -141,7 +141,7 @@ def test_calibrated_view_stores_parameters_and_reads_the_parent_transformed(stor
     ],
 )
 def test_streamed_thresholds_equal_the_in_memory_thresholds(store, tiny_batches, question, kw):
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
     from workbench.workflows.thresholds import thresholds_for_run
 
     con, run_id = store

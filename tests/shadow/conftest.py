@@ -21,7 +21,7 @@ from workbench.schema import DecisionSchema
 from workbench.store.datasets import ImportSpec, import_dataset
 from workbench.store.db import connect
 from workbench.store.runs import create_run, update_run, write_answers
-from workbench.thresholds.choose import ThresholdOptions
+from workbench.thresholds.options import ThresholdOptions
 
 SCHEMA = DecisionSchema.from_dict(
     {

@@ -128,7 +128,8 @@ def test_batch_objective_keeps_the_next_batch_under_alpha_where_the_population_o
     from dataclasses import replace
 
     from tests.thresholds.synth import choice_data
-    from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
+    from workbench.thresholds.choose import choose_thresholds
+    from workbench.thresholds.options import ThresholdOptions
 
     rng = np.random.default_rng(28)
     probs, labels = choice_data(rng, 200_000, k=6, scale=5.0)
@@ -163,7 +164,8 @@ def test_batch_objective_keeps_the_next_batch_under_alpha_where_the_population_o
 def test_batch_objective_is_stated_in_the_result_and_refuses_costs():
     from tests.thresholds.synth import choice_data
     from workbench.thresholds.batch import batch_certificate_levels
-    from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
+    from workbench.thresholds.choose import choose_thresholds
+    from workbench.thresholds.options import ThresholdOptions
 
     probs, labels = choice_data(np.random.default_rng(3), 5000, k=4, scale=4.0)
     opts = ThresholdOptions(guarantee_for="batch", batch=1000, calibrate="none")

@@ -7,8 +7,9 @@ import pytest
 
 from tests.thresholds.synth import choice_data
 from workbench.answers import RunAnswers
-from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
+from workbench.thresholds.choose import choose_thresholds
 from workbench.thresholds.guarantees import ThresholdError
+from workbench.thresholds.options import ThresholdOptions
 
 
 def _answers(

@@ -8,7 +8,8 @@ import pytest
 
 from tests.thresholds.synth import choice_data
 from tests.thresholds.test_batch import _answers
-from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
+from workbench.thresholds.choose import choose_thresholds
+from workbench.thresholds.options import ThresholdOptions
 
 
 def _shifted(seed: int = 5):

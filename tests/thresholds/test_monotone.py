@@ -19,13 +19,14 @@ from hypothesis import strategies as st
 
 from tests.thresholds.synth import choice_data
 from tests.thresholds.test_choose import _answers
-from workbench.thresholds.choose import ThresholdOptions, certified_frontier
+from workbench.thresholds.choose import certified_frontier
 from workbench.thresholds.guarantees import (
     bound_order,
     certify_surface,
     hoeffding_bentkus_p_values,
     hoeffding_bentkus_upper_bound,
 )
+from workbench.thresholds.options import ThresholdOptions
 from workbench.thresholds.surface import risk_coverage_surface
 
 SWEEP = np.round(np.arange(0.02, 0.52, 0.02), 2)  # 25 values of α

@@ -17,8 +17,10 @@ import pytest
 from tests.conftest import copy_store, run_cli
 from tests.thresholds.synth import choice_data, noul_data
 from workbench.errors import OptionError
-from workbench.thresholds.choose import ThresholdOptions, apply_calibrator, choose_thresholds, fit_calibrator
+from workbench.metrics.recalibrate import apply_calibrator, fit_calibrator
+from workbench.thresholds.choose import choose_thresholds
 from workbench.thresholds.guarantees import select_guarantee, select_guarantee_split
+from workbench.thresholds.options import ThresholdOptions
 from workbench.thresholds.planning import (
     certify_batch,
     error_interval,

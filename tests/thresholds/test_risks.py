@@ -16,17 +16,14 @@ from tests.thresholds.synth import choice_data
 from tests.thresholds.test_choose import _answers
 from tests.thresholds.test_monotone import SWEEP, _assert_monotone
 from workbench.errors import OptionError
-from workbench.thresholds.choose import (
-    ThresholdOptions,
-    calibration_size_needed,
-    certified_frontier,
-)
+from workbench.thresholds.choose import certified_frontier
 from workbench.thresholds.guarantees import (
     ThresholdError,
     hoeffding_bentkus_p_values,
     select_guarantee,
     select_guarantee_split,
 )
+from workbench.thresholds.options import ThresholdOptions, calibration_size_needed
 from workbench.thresholds.risks import (
     bounded_loss_p_values,
     bounded_upper_bound,

@@ -142,7 +142,7 @@ def build_store(db_path: Path, n_items: int = 400, seed: int = 7) -> dict:
         )
         from workbench.policy.build import build_policy
         from workbench.policy.io import write_policy
-        from workbench.thresholds.choose import ThresholdOptions
+        from workbench.thresholds.options import ThresholdOptions
 
         policy, _ = build_policy(
             con,

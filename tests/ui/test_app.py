@@ -98,7 +98,8 @@ def test_thresholds_page_sliders_update_figures_live(ui_store):
     at.number_input(key="thr_alpha").set_value(0.2).run()
     from workbench.store.db import connect
     from workbench.store.runs import load_answers
-    from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
+    from workbench.thresholds.choose import choose_thresholds
+    from workbench.thresholds.options import ThresholdOptions
 
     con = connect(path, read_only=True)
     cal = load_answers(con, meta["runs"]["sharp-model"], "intent", ["calibration"])
@@ -281,7 +282,7 @@ def test_shadow_page_reports_agreement_flips_and_verdict(ui_store):
     con.close()
     assert f"Verdict: {lib.verdict}" in verdicts[0]
     assert all(r in verdicts[0] for r in lib.reasons)
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
     d = ThresholdOptions()
     assert any(f"α = {d.alpha:g}, δ = {d.delta:g}, recalibration {d.calibrate}" in c.value for c in at.caption)
@@ -447,7 +448,7 @@ def test_thresholds_page_plans_labels_like_the_cli(ui_store):
     at.button(key="thr_plan_go").click().run()
     assert not at.exception, [e.value for e in at.exception]
     from workbench.store.db import connect
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
     from workbench.workflows.thresholds import plan_labels_for_run
 
     con = connect(path, read_only=True)

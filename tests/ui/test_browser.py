@@ -287,8 +287,8 @@ def _library_review_load(db: Path, run_id: str, tau_option0: float) -> int:
     from workbench.metrics.recalibrate import make_calibrator
     from workbench.store.db import connect
     from workbench.store.runs import load_answers
-    from workbench.thresholds.choose import ThresholdOptions
     from workbench.thresholds.evaluate import evaluate_rule
+    from workbench.thresholds.options import ThresholdOptions
     from workbench.thresholds.rules import make_rule
 
     con = connect(db, read_only=True)
@@ -377,7 +377,7 @@ def test_certified_thresholds_are_drawn_and_stated(server, browser):
     page.get_by_text("Certified at α=0.2").wait_for(timeout=30_000)
     wait_idle(page)
     text = _main_text(page)
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
     d = ThresholdOptions()  # the page starts from the one set of defaults; only α was changed
     assert f"Threshold options: α = 0.2, δ = {d.delta:g}, recalibration {d.calibrate}" in text

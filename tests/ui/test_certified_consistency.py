@@ -82,7 +82,8 @@ def test_certified_section_equals_cli_and_library(ui_store, calibrate):
     # the library call, with the options the CLI builds from the same flags
     from workbench.store.db import connect
     from workbench.store.runs import load_answers
-    from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
+    from workbench.thresholds.choose import choose_thresholds
+    from workbench.thresholds.options import ThresholdOptions
 
     con = connect(path, read_only=True)
     cal = load_answers(con, run_id, "intent", ["calibration"])
@@ -130,7 +131,7 @@ def test_certified_section_equals_cli_and_library(ui_store, calibrate):
 
 
 def test_slider_grid_is_the_cli_default_grid():
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
     from workbench.ui.state import GRID_POINTS
 
     assert GRID_POINTS == ThresholdOptions().grid

@@ -58,7 +58,8 @@ def test_thresholds_html_draws_the_chosen_rule(ui_store, tmp_path):
     # the figures are threshold_figures() of the same library call: the star sits on the reported rule
     from workbench.store.db import connect
     from workbench.store.runs import load_answers
-    from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
+    from workbench.thresholds.choose import choose_thresholds
+    from workbench.thresholds.options import ThresholdOptions
     from workbench.workflows.figures import certified_region, threshold_figures
 
     con = connect(db, read_only=True)
@@ -98,7 +99,7 @@ def test_thresholds_png_writes_the_file_asked_for_with_every_figure(ui_store, tm
     image = Image.open(out)
     # the two figures (surface, risk–coverage: 460 px each by default) stacked, 1,100 px wide, both drawn
     from workbench.store.db import connect
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
     from workbench.workflows.figures import threshold_figures
     from workbench.workflows.thresholds import thresholds_for_run
 

@@ -61,7 +61,7 @@ def test_calibration_first_paint_shows_the_reports_point_estimates(large):
 
 def test_thresholds_first_paint_is_the_cli_with_calibrate_none(large):
     from workbench.store.db import connect
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
     from workbench.workflows.thresholds import thresholds_for_run
 
     path, meta = large

@@ -12,7 +12,7 @@ from workbench.cli.threshold_options import threshold_options
 from workbench.wording import format_p  # one p-value formatter for the CLI and the UI
 
 if TYPE_CHECKING:
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
 
 def _fmt(v, pct: bool = False) -> str:

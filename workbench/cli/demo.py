@@ -11,7 +11,7 @@ from workbench.cli.common import emit_json, err_console, out_console
 from workbench.cli.threshold_options import threshold_options
 
 if TYPE_CHECKING:
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
 
 def register(app: typer.Typer) -> None:

@@ -12,7 +12,7 @@ from workbench.cli.threshold_options import threshold_options
 from workbench.wording import plural
 
 if TYPE_CHECKING:
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
 
 def _line(text: str) -> None:

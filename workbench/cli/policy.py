@@ -16,7 +16,7 @@ from workbench.errors import OptionError, PolicyError
 from workbench.wording import plural
 
 if TYPE_CHECKING:
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
 
 def _read_json_records(path: Path, flag: str) -> tuple[list, bool]:
@@ -258,7 +258,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit_json(doc)
         else:
-            from workbench.thresholds.choose import needed_sentence
+            from workbench.thresholds.options import needed_sentence
 
             out_console.print(
                 f"wrote {out} ({model.content_hash}, version {model.policy_version}) from run "

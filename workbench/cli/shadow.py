@@ -25,7 +25,7 @@ from workbench.errors import WorkbenchError
 from workbench.wording import plural
 
 if TYPE_CHECKING:
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
 
 def _schema_from(schema: Path | None, policy: Path | None):

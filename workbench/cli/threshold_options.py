@@ -5,7 +5,7 @@ Every command that chooses thresholds (``workbench thresholds``, ``policy export
 :func:`threshold_options` decorator: the command declares one keyword-only parameter
 ``options: ThresholdOptions`` and receives the built options; the flags, their help and their defaults
 are written here only. Each flag sets one field of
-:class:`~workbench.thresholds.choose.ThresholdOptions`; a field with no flag is listed, with the reason,
+:class:`~workbench.thresholds.options.ThresholdOptions`; a field with no flag is listed, with the reason,
 in :data:`NOT_ON_THE_CLI`, and a command that leaves a flag out lists it in :data:`NOT_OFFERED`
 (``tests/test_options_declared_once.py`` checks all three against the dataclass).
 
@@ -31,7 +31,7 @@ import typer
 from workbench.errors import OptionError
 
 if TYPE_CHECKING:
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
 #: --help lists the threshold flags in a panel of their own.
 PANEL = "Threshold options"
@@ -262,7 +262,7 @@ def build_options(**flags: Any) -> ThresholdOptions:
         A flag that does not parse (naming the flag), or a value ThresholdOptions refuses (naming the
         field; the CLI shows it as its flag).
     """
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
     unknown = set(flags) - {f.name for f in FLAGS}
     if unknown:

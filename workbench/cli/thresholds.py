@@ -14,7 +14,7 @@ from workbench.cli.threshold_options import threshold_options
 from workbench.wording import plural
 
 if TYPE_CHECKING:
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
 
 def _fmt(x) -> str:
@@ -32,7 +32,7 @@ def certified_word(res: dict) -> str:
 
 def settings_text(settings: dict) -> str:
     """α, δ and recalibration as every threshold figure is printed with (ThresholdOptions.describe())."""
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
     return ThresholdOptions(**settings).describe()
 
@@ -43,7 +43,7 @@ def _line(text: str) -> None:
 
 
 def _print_result(res: dict) -> None:
-    from workbench.thresholds.choose import needed_sentence
+    from workbench.thresholds.options import needed_sentence
 
     rule = res["rule"]
     _line(f"[bold]{res['question']}[/bold] ({res['type']}), objective {res['objective']} — {certified_word(res)}")

@@ -257,7 +257,8 @@ def _recertify(
 ) -> dict:
     """The thresholds that fresh outcomes would certify today (``choose_thresholds``, as ``workbench thresholds``)."""
     from workbench.answers import RunAnswers
-    from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
+    from workbench.thresholds.choose import choose_thresholds
+    from workbench.thresholds.options import ThresholdOptions
 
     n = source.recertification_count(question)
     current = policy.model.questions[question].rule.model_dump()

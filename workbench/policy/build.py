@@ -28,7 +28,9 @@ from workbench.policy.model import (
 from workbench.policy.model import (
     Policy as PolicyModel,
 )
-from workbench.thresholds.choose import ThresholdOptions, ThresholdResult, choose_thresholds
+from workbench.thresholds.choose import choose_thresholds
+from workbench.thresholds.options import ThresholdOptions
+from workbench.thresholds.result import ThresholdResult
 
 
 def _objective(res: ThresholdResult) -> Objective:

@@ -4,7 +4,7 @@ A :class:`SidePolicy` holds, per question, an optional calibrator and a rule fro
 :mod:`workbench.thresholds.rules` (so the shadow report takes exactly the decisions the policy
 runtime and the threshold surface take). It comes from a policy file (:func:`load_side_policy`), from
 CLI rule options (:func:`parse_rule_options`, e.g. ``intent:tau=0.9,margin=0.1``), or is certified on
-a stored run with :class:`~workbench.thresholds.choose.ThresholdOptions` (:func:`certified_side_policy`,
+a stored run with :class:`~workbench.thresholds.options.ThresholdOptions` (:func:`certified_side_policy`,
 what ``workbench shadow report`` uses when no rule is given).
 """
 
@@ -200,10 +200,10 @@ def side_policy_from(policy: Any, *, source: str, settings: dict | None = None) 
 
 def certified_side_policy(con, run_id: str, questions: list[str], options: Any = None) -> SidePolicy:
     """The policy ``workbench policy export RUN --question Q ...`` would write, certified on the run's
-    calibration split with ``options`` (default :class:`~workbench.thresholds.choose.ThresholdOptions`)."""
+    calibration split with ``options`` (default :class:`~workbench.thresholds.options.ThresholdOptions`)."""
     from workbench.policy import Policy
     from workbench.policy.build import build_policy
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
     options = options if options is not None else ThresholdOptions()
     model, _ = build_policy(con, run_id, questions, options, created_by="workbench shadow report")

@@ -1226,7 +1226,7 @@ def shadow_report(
     """Report of stored session ``shadow`` (see the module docstring).
 
     A side without a policy routes with the policy certified on its run's calibration split with
-    ``options`` (:class:`~workbench.thresholds.choose.ThresholdOptions`, default its defaults) when
+    ``options`` (:class:`~workbench.thresholds.options.ThresholdOptions`, default its defaults) when
     the session replays two stored runs — the policy ``workbench policy export`` would write — so
     the CLI, the UI and the API judge a session the same way. Each side's policy is applied only to
     requests sent with a schema it accepts (``validity.schema_hashes``) and answered by a model it
@@ -1238,7 +1238,7 @@ def shadow_report(
     :class:`~workbench.errors.NotFoundError` naming the columns there are.
     """
     from workbench.store.shadow import bounded_memory, get_session, session_schema
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
 
     options = options if options is not None else ThresholdOptions()
     session = get_session(con, shadow)

@@ -86,7 +86,7 @@ class CascadeOptions:
     ``alpha``/``delta``: error among auto-accepted (all stages together) ≤ α with probability ≥ 1 − δ.
     ``prices``: USD per call of each stage (``None`` entries: the run's mean recorded cost).
     ``review_cost``: USD per reviewed item. ``latency_weight``: USD per second of an item's latency.
-    ``calibrate``/``calibrator_fraction``/``grid``: as :class:`~workbench.thresholds.choose.ThresholdOptions`
+    ``calibrate``/``calibrator_fraction``/``grid``: as :class:`~workbench.thresholds.options.ThresholdOptions`
     (each stage recalibrated on the same seeded carve; ``grid`` points per threshold axis).
     ``max_early``: most rule combinations of a structure's earlier stages (the last stage always has
     the full grid); with two stages the first stage gets the full ``grid × grid`` at the default.
@@ -230,7 +230,7 @@ def align_stages(
     """Keep the items every stage has (labelled ones with ``labelled``), in one order; with
     ``calibrators`` (one fitted calibrator per stage) the coordinates are those of the calibrated
     probabilities (failed answers stay NaN: never accepted)."""
-    from workbench.thresholds.choose import apply_calibrator
+    from workbench.metrics.recalibrate import apply_calibrator
 
     _check_stages(stages)
     common, rows = _aligned_rows(stages, labelled)
@@ -260,7 +260,8 @@ def fit_stage_calibrators(stages: Sequence[RunAnswers], opts: CascadeOptions) ->
         that were not fitted on (they certify); n_fit the number fitted on.
     """
     from workbench.metrics.recalibrate import fit_calibrator
-    from workbench.thresholds.choose import ThresholdOptions, calibrator_carve
+    from workbench.thresholds.choose import calibrator_carve
+    from workbench.thresholds.options import ThresholdOptions
 
     _check_stages(stages)
     common, rows = _aligned_rows(stages, True)
@@ -740,7 +741,7 @@ class CascadeResult:
 
     @property
     def warnings(self) -> list[str]:
-        """As :attr:`ThresholdResult.warnings <workbench.thresholds.choose.ThresholdResult.warnings>`: one
+        """As :attr:`ThresholdResult.warnings <workbench.thresholds.result.ThresholdResult.warnings>`: one
         sentence when the chosen configuration is certified and its error interval on the whole test split
         lies entirely above α."""
         from workbench.thresholds.evaluate import certificate_contradicted_sentence, error_above_alpha
@@ -857,7 +858,8 @@ def _own_certificate(
     """Stage ``s`` alone under its own certificate — :func:`~workbench.thresholds.choose.choose_thresholds`
     at the same settings on the items every stage answered, what ``workbench thresholds`` gives — as a
     reference next to the family (it is certified on its own, not within the family's correction)."""
-    from workbench.thresholds.choose import ThresholdOptions, choose_thresholds
+    from workbench.thresholds.choose import choose_thresholds
+    from workbench.thresholds.options import ThresholdOptions
 
     topts = ThresholdOptions(
         alpha=opts.alpha,

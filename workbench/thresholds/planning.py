@@ -21,7 +21,7 @@ How a draw of size ``N`` is simulated
 -------------------------------------
 1. **A population per draw.** Bayesian-bootstrap weights (Dirichlet(1, …, 1), Rubin 1981) over the
    pilot items (and the unlabelled items, if given) describe one plausible population; the
-   calibrator of the :class:`~workbench.thresholds.choose.ThresholdOptions` is re-fitted on a resample
+   calibrator of the :class:`~workbench.thresholds.options.ThresholdOptions` is re-fitted on a resample
    of the pilot drawn from those weights, and every item is reduced to its rule coordinates and grid
    cell (:func:`~workbench.thresholds.rules.rule_coordinates`). Each item's chance of being wrong
    when accepted is a two-parameter logistic fit, on the same resample, of the pilot's observed
@@ -478,7 +478,7 @@ def plan_labels_from_pilot(
         splits each).
     max_labels : int
         Largest calibration split simulated (the default grid runs from the smallest split that could
-        certify at all, :func:`~workbench.thresholds.choose.calibration_size_needed`, to this).
+        certify at all, :func:`~workbench.thresholds.options.calibration_size_needed`, to this).
     sizes : sequence of int, optional
         Simulate exactly these sizes (no refinement).
     refine : int
@@ -495,12 +495,8 @@ def plan_labels_from_pilot(
     -------
     LabelPlan
     """
-    from workbench.thresholds.choose import (
-        ThresholdOptions,
-        apply_calibrator,
-        calibration_size_needed,
-        fit_calibrator,
-    )
+    from workbench.metrics.recalibrate import apply_calibrator, fit_calibrator
+    from workbench.thresholds.options import ThresholdOptions, calibration_size_needed
     from workbench.thresholds.rules import rule_coordinates
     from workbench.thresholds.surface import bin_index, default_grids
 

@@ -24,11 +24,11 @@ def session_policies() -> dict[str, str]:
 def export_policy_json(path: str, run_id: str, question: str, settings: dict, policy_version: str = "1.0.0") -> str:
     """Build and hash a policy for ``question`` of ``run_id``; returns the file's JSON text.
 
-    ``settings`` are :class:`~workbench.thresholds.choose.ThresholdOptions` fields, so the options are
+    ``settings`` are :class:`~workbench.thresholds.options.ThresholdOptions` fields, so the options are
     those ``workbench policy export`` builds from the same flags.
     """
     from workbench.policy.build import build_policy
-    from workbench.thresholds.choose import ThresholdOptions
+    from workbench.thresholds.options import ThresholdOptions
     from workbench.ui.state import read_connection
 
     with read_connection(path) as con:

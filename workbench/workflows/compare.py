@@ -52,7 +52,7 @@ from workbench.store.runs import (  # the SQL of the readers: compare ranks and 
     load_stored_schema,
     shared_keys,
 )
-from workbench.thresholds.choose import ThresholdOptions
+from workbench.thresholds.options import ThresholdOptions
 from workbench.workflows.evaluation import should_stream
 
 
@@ -500,7 +500,7 @@ def _policies(
 
 
 def _policy_figures(result, options: ThresholdOptions) -> dict:
-    """What compare reports of a :class:`~workbench.thresholds.choose.ThresholdResult` (test figures
+    """What compare reports of a :class:`~workbench.thresholds.result.ThresholdResult` (test figures
     from ``result.test``), with the rule and calibrator under ``"_rule"`` / ``"_calibrator"``."""
     t = result.test or {}
     return {

@@ -64,7 +64,7 @@ class Baseline(BaseModel):
 class Objective(BaseModel):
     """Threshold objective of the comparison (the ``workbench thresholds`` options).
 
-    Fields the file leaves out take :class:`workbench.thresholds.choose.ThresholdOptions`' defaults
+    Fields the file leaves out take :class:`workbench.thresholds.options.ThresholdOptions`' defaults
     (``workbench.workflows.compare.experiment_options`` passes on only the fields that were set); the
     defaults written here are the same values, for reading.
     """

@@ -57,7 +57,7 @@ def _rule_point(rule: dict, qtype: str) -> tuple[float, float] | None:
 
 
 def threshold_figures(result: Any) -> list:
-    """Figures of one :class:`~workbench.thresholds.choose.ThresholdResult`: the surface it chose on
+    """Figures of one :class:`~workbench.thresholds.result.ThresholdResult`: the surface it chose on
     (error colour, coverage lines, certified region, chosen point) and its risk–coverage frontier with
     the chosen point. Titles state the question, α, δ and the recalibration."""
     from workbench.metrics.displays import RiskCoverageDisplay, ThresholdSurfaceDisplay

@@ -17,7 +17,9 @@ import numpy as np
 
 from workbench.reporting import Reporter
 from workbench.store.runs import shared_keys
-from workbench.thresholds.choose import ThresholdOptions, ThresholdResult, choose_thresholds
+from workbench.thresholds.choose import choose_thresholds
+from workbench.thresholds.options import ThresholdOptions
+from workbench.thresholds.result import ThresholdResult
 
 
 @shared_keys()

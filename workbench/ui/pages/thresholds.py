@@ -7,7 +7,7 @@ Two kinds of figures, labelled as such on the page:
   :func:`workbench.thresholds.evaluate.evaluate_rule`. Nothing here is certified.
 * **certified** (Learn-then-Test section, frontier, policy export): every figure comes from
   :func:`workbench.thresholds.choose.choose_thresholds` with
-  :class:`~workbench.thresholds.choose.ThresholdOptions` — the options behind ``workbench thresholds``
+  :class:`~workbench.thresholds.options.ThresholdOptions` — the options behind ``workbench thresholds``
   and ``workbench policy export`` — so the screen, the CLI and the exported policy agree.
 """
 

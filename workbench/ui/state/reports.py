@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from workbench.thresholds.choose import ThresholdOptions
+from workbench.thresholds.options import ThresholdOptions
 from workbench.ui.state.arrays import labelled_items, question_arrays, split_calibrator
 from workbench.ui.state.cache import is_large, kept, run_answers
 from workbench.ui.state.runs import runs_frame
@@ -92,7 +92,7 @@ def kept_question_report(
 def _streamed_report(
     path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, n_bins: int, n_boot: int
 ):
-    from workbench.thresholds.choose import apply_calibrator
+    from workbench.metrics.recalibrate import apply_calibrator
     from workbench.workflows.evaluation import stream_question_report
 
     cal = split_calibrator(path, token, run_id, question, recalibrate) if recalibrate else None

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from workbench.thresholds.choose import ThresholdOptions
+from workbench.thresholds.options import ThresholdOptions
 from workbench.ui.state.arrays import QuestionArrays, labelled_items, question_arrays
 from workbench.ui.state.cache import is_large, kept
 from workbench.ui.state.store import read_connection
@@ -103,7 +103,7 @@ def _rule_points(
 
 
 #: Points per axis of the threshold grid the sliders move over: the CLI's default ``--grid``
-#: (:class:`workbench.thresholds.choose.ThresholdOptions`), so a certified (τ, m) is a slider position.
+#: (:class:`workbench.thresholds.options.ThresholdOptions`), so a certified (τ, m) is a slider position.
 GRID_POINTS: int = int(ThresholdOptions().grid)
 
 
@@ -162,7 +162,7 @@ def _threshold_surface(
 
 
 def threshold_defaults():
-    """The one set of threshold defaults (:class:`workbench.thresholds.choose.ThresholdOptions`):
+    """The one set of threshold defaults (:class:`workbench.thresholds.options.ThresholdOptions`):
     every page starts its α, δ, method and recalibration widgets here, never from literals."""
     return ThresholdOptions()
 
