@@ -106,8 +106,9 @@ def measure_runner(args) -> dict:
 
     from workbench.emulator import run_emulator_process
     from workbench.runner import run_experiment
-    from workbench.store.datasets import ImportSpec, import_dataset
+    from workbench.store.datasets import import_dataset
     from workbench.store.db import connect
+    from workbench.store.import_spec import ImportSpec
     from workbench.store.runs import get_run
 
     schema = _schema()

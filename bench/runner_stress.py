@@ -55,8 +55,9 @@ def main() -> int:
     from workbench.runner import execute
     from workbench.schema import DecisionSchema
     from workbench.store import calls as calls_store
-    from workbench.store.datasets import ImportSpec, import_dataset, load_items
+    from workbench.store.datasets import import_dataset, load_items
     from workbench.store.db import connect
+    from workbench.store.import_spec import ImportSpec
     from workbench.store.runs import get_run
 
     # the fault mix's 429s back off 20 ms, not 0.5 s (as the tests do): the runs stay a few seconds each

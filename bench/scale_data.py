@@ -141,8 +141,9 @@ def make_scale_store(
 
     from workbench.schema import DecisionSchema
     from workbench.store.answer_import import import_answers
-    from workbench.store.datasets import ImportSpec, import_dataset
+    from workbench.store.datasets import import_dataset
     from workbench.store.db import connect
+    from workbench.store.import_spec import ImportSpec
 
     db_path = Path(db_path)
     work = Path(workdir) if workdir else db_path.with_name(db_path.name + ".scale-files")
@@ -218,7 +219,7 @@ con.close()
 #: primary key, ``labels``, ``gold_labels``) of a fresh store, no checks and no fingerprint.
 _STORE_FLOOR = """
 import sys
-from workbench.store.datasets import FAST_PATH_MEMORY_LIMIT
+from workbench.store.import_streamed import FAST_PATH_MEMORY_LIMIT
 from workbench.store.db import connect
 src, db = sys.argv[1], sys.argv[2]
 con = connect(db)

@@ -49,8 +49,9 @@ def build(db: Path, n: int, k: int = 77, seed: int = 0) -> str:
     import pandas as pd
 
     from workbench.schema import DecisionSchema
-    from workbench.store.datasets import ImportSpec, import_dataset
+    from workbench.store.datasets import import_dataset
     from workbench.store.db import connect
+    from workbench.store.import_spec import ImportSpec
     from workbench.store.runs import create_run, update_run, write_answers
 
     rng = np.random.default_rng(seed)

@@ -28,8 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def build(db: Path, n: int, k: int, seed: int = 0) -> str:
     from workbench.schema import DecisionSchema
     from workbench.schema.answers import entropy, margin, p_top
-    from workbench.store.datasets import ImportSpec, import_dataset
+    from workbench.store.datasets import import_dataset
     from workbench.store.db import connect
+    from workbench.store.import_spec import ImportSpec
     from workbench.store.runs import create_run, update_run, write_answers
 
     rng = np.random.default_rng(seed)

@@ -84,7 +84,7 @@ def import_dataset(
         Columns kept as item metadata (text per item), part of the version's content; slice reports
         by them (``wb.report(con, run_id, slices=["language"])``). ``state_length`` is built in.
     **more
-        Other :class:`workbench.store.datasets.ImportSpec` fields (``group_column``, ``append`` …).
+        Other :class:`workbench.store.import_spec.ImportSpec` fields (``group_column``, ``append`` …).
 
     Returns
     -------
@@ -97,8 +97,8 @@ def import_dataset(
     >>> info.name, info.n_items, info.questions
     ('sms_spam', 5574, ['spam'])
     """
-    from workbench.store.datasets import ImportSpec
     from workbench.store.datasets import import_dataset as _import
+    from workbench.store.import_spec import ImportSpec
 
     files = [paths] if isinstance(paths, (str, Path)) else list(paths)
     spec = ImportSpec(

@@ -54,7 +54,7 @@ def dataset_files(name: str) -> list[Path]:
 def import_spec_for(name: str):
     """How the demo imports each bundled dataset (as :func:`workbench.bundled_dataset` says)."""
     import workbench as wb
-    from workbench.store.datasets import ImportSpec
+    from workbench.store.import_spec import ImportSpec
 
     if name not in DATASETS:
         raise DemoError(f"no bundled dataset {name!r}", hint=f"choose from {', '.join(DATASETS)}")

@@ -20,8 +20,9 @@ from sklearn.metrics import log_loss as sk_log_loss
 from tests.conftest import ROOT, dataset_path, run_cli
 from workbench.metrics.bootstrap import paired_bootstrap
 from workbench.metrics.scores import accuracy
-from workbench.store.datasets import ImportSpec, import_dataset
+from workbench.store.datasets import import_dataset
 from workbench.store.db import connect
+from workbench.store.import_spec import ImportSpec
 from workbench.store.runs import load_answers
 from workbench.workflows.compare import compare_runs
 from workbench.workflows.experiments import ExperimentError, load_experiment, run_experiment_file

@@ -28,8 +28,9 @@ from tests.fuzz import fuzz_settings
 from workbench.errors import AnswerError, DataImportError, WorkbenchError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.store.answer_import import import_answers
-from workbench.store.datasets import ImportSpec, import_dataset
+from workbench.store.datasets import import_dataset
 from workbench.store.db import connect, table_counts
+from workbench.store.import_spec import ImportSpec
 
 SCHEMA = DecisionSchema.from_dict(
     {

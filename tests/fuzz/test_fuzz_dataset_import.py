@@ -22,8 +22,9 @@ from workbench_runtime.jsonio import StrictJSONError, loads_strict
 from tests.fuzz import fuzz_settings
 from workbench.errors import WorkbenchError
 from workbench.schema import DecisionSchema
-from workbench.store.datasets import SPLITS, ImportSpec, import_dataset
+from workbench.store.datasets import import_dataset
 from workbench.store.db import connect, table_counts
+from workbench.store.import_spec import SPLITS, ImportSpec
 
 FUZZ = fuzz_settings()
 SCHEMA = DecisionSchema.from_dict(

@@ -11,8 +11,9 @@ import pytest
 
 from tests.thresholds.synth import choice_data, noul_data
 from workbench.schema import DecisionSchema
-from workbench.store.datasets import ImportSpec, import_dataset
+from workbench.store.datasets import import_dataset
 from workbench.store.db import connect
+from workbench.store.import_spec import ImportSpec
 from workbench.store.runs import create_run, write_answers
 
 OPTIONS = ["card_arrival", "lost_card", "refund", "top_up", "other"]

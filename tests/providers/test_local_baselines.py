@@ -15,8 +15,9 @@ from workbench.providers.baselines import LOGREG_PARAMS, TFIDF_PARAMS, UNSEEN_FL
 from workbench.providers.registry import ProviderContext, get_provider, public_spec
 from workbench.runner import run_experiment
 from workbench.schema import DecisionSchema
-from workbench.store.datasets import ImportSpec, import_dataset
+from workbench.store.datasets import import_dataset
 from workbench.store.db import connect
+from workbench.store.import_spec import ImportSpec
 from workbench.store.runs import get_run, load_answers
 
 ROOT = Path(__file__).resolve().parents[2]

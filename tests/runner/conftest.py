@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from workbench.schema import DecisionSchema
-from workbench.store.datasets import ImportSpec, import_dataset
+from workbench.store.datasets import import_dataset
 from workbench.store.db import connect
+from workbench.store.import_spec import ImportSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 BANKING_DIR = next(

@@ -24,8 +24,9 @@ from workbench.providers.dialects.cloudflare import KEY_ENV as CLOUDFLARE_KEY_EN
 from workbench.providers.registry import check_ready
 from workbench.providers.remote import PRESETS, build_http_provider
 from workbench.schema import DecisionSchema
-from workbench.store.datasets import ImportSpec, import_dataset
+from workbench.store.datasets import import_dataset
 from workbench.store.db import connect
+from workbench.store.import_spec import ImportSpec
 
 TOKEN = "preflight-token-5f3a9c1d2e7b"
 OPTIONS = ["card_arrival", "lost_card", "refund", "other"]

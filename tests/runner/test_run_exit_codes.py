@@ -15,8 +15,9 @@ from tests.conftest import ROOT, run_cli
 from workbench.emulator import run_emulator
 from workbench.runner import outcome
 from workbench.schema import DecisionSchema
-from workbench.store.datasets import ImportSpec, import_dataset
+from workbench.store.datasets import import_dataset
 from workbench.store.db import connect
+from workbench.store.import_spec import ImportSpec
 
 TOKEN = "exit-code-token-0123456789"
 OPTIONS = ["card_arrival", "lost_card", "refund", "other"]

@@ -18,8 +18,9 @@ from workbench.policy import Policy
 from workbench.policy.build import build_policy
 from workbench.policy.io import write_policy
 from workbench.schema import DecisionSchema
-from workbench.store.datasets import ImportSpec, import_dataset
+from workbench.store.datasets import import_dataset
 from workbench.store.db import connect
+from workbench.store.import_spec import ImportSpec
 from workbench.store.runs import create_run, update_run, write_answers
 from workbench.thresholds.options import ThresholdOptions
 

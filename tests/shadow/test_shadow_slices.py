@@ -23,8 +23,9 @@ from workbench.errors import NotFoundError
 from workbench.metrics.slices import MISSING, length_buckets
 from workbench.shadow.policies import parse_rule_options
 from workbench.shadow.report import shadow_report
-from workbench.store.datasets import ImportSpec, import_dataset
+from workbench.store.datasets import import_dataset
 from workbench.store.db import connect
+from workbench.store.import_spec import ImportSpec
 from workbench.store.runs import create_run, update_run, write_answers
 from workbench.store.shadow import export_session, import_traffic, replay_runs
 

@@ -12,9 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import workbench.store.datasets as ds
+import workbench.store.fingerprints as fingerprints
+import workbench.store.import_files as import_files
+import workbench.store.import_streamed as streamed
 from workbench.errors import DataImportError
 from workbench.schema import DecisionSchema
 from workbench.store.db import connect, table_counts
+from workbench.store.import_spec import ImportSpec
 
 SCHEMA = DecisionSchema.from_dict(
     {
@@ -26,7 +30,7 @@ SCHEMA = DecisionSchema.from_dict(
     },
     source="test",
 )
-SPEC = ds.ImportSpec(
+SPEC = ImportSpec(
     name="fast", text_column="text", id_column="id", split_column="split", labels={"topic": "t", "tone": "o"}
 )
 N = 3000
@@ -46,7 +50,7 @@ def table(**edits) -> pa.Table:
 
 
 def imported(tmp_path: Path, name: str, t: pa.Table, *, fast: bool, monkeypatch) -> tuple:
-    monkeypatch.setattr(ds, "FAST_PATH_MIN_ROWS", 0 if fast else 10**12)
+    monkeypatch.setattr(streamed, "FAST_PATH_MIN_ROWS", 0 if fast else 10**12)
     src = tmp_path / f"{name}.parquet"
     pq.write_table(t, src)
     con = connect(tmp_path / f"{name}.duckdb")
@@ -63,8 +67,8 @@ def imported(tmp_path: Path, name: str, t: pa.Table, *, fast: bool, monkeypatch)
 
 def test_the_duckdb_path_stores_what_the_pandas_path_stores(tmp_path, monkeypatch):
     calls = []
-    real = ds._streamed_import
-    monkeypatch.setattr(ds, "_streamed_import", lambda *a: calls.append(r := real(*a)) or r)
+    real = ds.streamed_import
+    monkeypatch.setattr(ds, "streamed_import", lambda *a: calls.append(r := real(*a)) or r)
     fast, fast_again, fast_rows = imported(tmp_path, "fast", table(), fast=True, monkeypatch=monkeypatch)
     assert calls and calls[0] is not None  # the fast path did the import
     slow, _, slow_rows = imported(tmp_path, "slow", table(), fast=False, monkeypatch=monkeypatch)
@@ -89,7 +93,7 @@ def test_anything_not_plain_takes_the_pandas_path(tmp_path, monkeypatch, col, va
         info, _, rows = imported(tmp_path, "n", t, fast=True, monkeypatch=monkeypatch)
         assert info.ids_normalised == 1 and "x-99999" in {r[2] for r in rows[1]} and len(rows[1]) == N
         return
-    monkeypatch.setattr(ds, "FAST_PATH_MIN_ROWS", 0)
+    monkeypatch.setattr(streamed, "FAST_PATH_MIN_ROWS", 0)
     pq.write_table(t, tmp_path / "bad.parquet")
     con = connect(tmp_path / "bad.duckdb")
     before = table_counts(con)
@@ -111,14 +115,14 @@ def test_streamed_fingerprint_hash_equals_duckdbs_string_agg(monkeypatch):
         " CASE i % 4 WHEN 0 THEN NULL WHEN 1 THEN 'héllo ✓' WHEN 2 THEN '' ELSE repeat('x', i % 300) END AS text"
         " FROM range(5003) r(i)"
     )
-    monkeypatch.setattr(ds, "HASH_BATCH_ROWS", 1000)  # six batches
+    monkeypatch.setattr(fingerprints, "HASH_BATCH_ROWS", 1000)  # six batches
     row = "concat_ws(chr(31), item_id, coalesce(text, ''))"
     for relation in ("t", "(SELECT * FROM t WHERE false)", "(SELECT * FROM t WHERE text IS NULL)"):
         expected = con.execute(
             f"SELECT coalesce(sha256(string_agg({row}, chr(30) ORDER BY item_id)), '') FROM {relation}"
         ).fetchone()[0]
-        assert ds._sha256_agg(con, row, relation, "item_id") == expected
-    assert ds._sha256_agg(con, row, "(SELECT * FROM t WHERE false)", "item_id") == ""
+        assert fingerprints._sha256_agg(con, row, relation, "item_id") == expected
+    assert fingerprints._sha256_agg(con, row, "(SELECT * FROM t WHERE false)", "item_id") == ""
 
 
 # -- the streamed path without --schema, on CSV/TSV, any question type and any split source ------------------
@@ -167,13 +171,13 @@ def _stored(con) -> tuple:
     )
 
 
-def _both_paths(tmp_path, monkeypatch, files: list[Path], spec: ds.ImportSpec, schema) -> tuple:
+def _both_paths(tmp_path, monkeypatch, files: list[Path], spec: ImportSpec, schema) -> tuple:
     calls: list = []
-    real = ds._streamed_import
-    monkeypatch.setattr(ds, "_streamed_import", lambda *a: calls.append(r := real(*a)) or r)
+    real = ds.streamed_import
+    monkeypatch.setattr(ds, "streamed_import", lambda *a: calls.append(r := real(*a)) or r)
     out = []
     for label, threshold in (("streamed", 0), ("pandas", 10**12)):
-        monkeypatch.setattr(ds, "FAST_PATH_MIN_ROWS", threshold)
+        monkeypatch.setattr(streamed, "FAST_PATH_MIN_ROWS", threshold)
         con = connect(tmp_path / f"{label}.duckdb")
         info = ds.import_dataset(con, files, spec, schema)
         again = ds.import_dataset(con, files, spec, schema)
@@ -182,10 +186,10 @@ def _both_paths(tmp_path, monkeypatch, files: list[Path], spec: ds.ImportSpec, s
     return calls, out
 
 
-SPEC_NO_SCHEMA = ds.ImportSpec(
+SPEC_NO_SCHEMA = ImportSpec(
     name="plain", text_column="text", id_column="id", split_column="split", labels={"topic": "t", "grade": "g"}
 )
-SPEC_KINDS = ds.ImportSpec(
+SPEC_KINDS = ImportSpec(
     name="kinds",
     text_column="text",
     id_column="id",
@@ -203,7 +207,7 @@ SPEC_KINDS = ds.ImportSpec(
         (SPEC_NO_SCHEMA, None),
         (SPEC_KINDS, SCHEMA2),
         (
-            ds.ImportSpec(
+            ImportSpec(
                 name="pos", text_column="text", id_column="id", split="dev", labels={"s": "s"}, positive={"s": "yes"}
             ),
             None,
@@ -230,7 +234,7 @@ def test_streamed_path_splits_by_file_name(tmp_path, monkeypatch):
         _write(tmp_path / "test.parquet", _cols(200, "te")),
         _write(tmp_path / "valid.csv", _cols(100, "va")),
     ]
-    spec = ds.ImportSpec(name="files", text_column="text", id_column="id", labels={"topic": "t"})
+    spec = ImportSpec(name="files", text_column="text", id_column="id", labels={"topic": "t"})
     calls, ((info, again, rows), (p_info, p_again, p_rows)) = _both_paths(tmp_path, monkeypatch, files, spec, None)
     assert calls[0] is not None and (info, again, rows) == (p_info, p_again, p_rows)
     assert [r[6] for r in rows[1]] == ["train"] * 300 + ["test"] * 200 + ["calibration"] * 100
@@ -250,12 +254,12 @@ def test_what_the_streamed_path_cannot_prove_is_refused_by_the_pandas_path(tmp_p
     cols = _cols()
     cols[col][10] = value
     src = _write(tmp_path / "bad.csv", cols)
-    spec = ds.ImportSpec(
+    spec = ImportSpec(
         name="bad", text_column="text", id_column="id", split_column="split", labels={"grade": "g", "spam": "s"}
     )
     calls: list = []
-    real = ds._streamed_import
-    monkeypatch.setattr(ds, "_streamed_import", lambda *a: calls.append(r := real(*a)) or r)
+    real = ds.streamed_import
+    monkeypatch.setattr(ds, "streamed_import", lambda *a: calls.append(r := real(*a)) or r)
     con = connect(tmp_path / "bad.duckdb")
     before = table_counts(con)
     with pytest.raises(DataImportError, match=message):
@@ -269,10 +273,13 @@ def test_utf8_check_reads_blocks_and_names_the_line_and_byte(tmp_path, monkeypat
     """The CSV UTF-8 check reads blocks (was the whole file at once): characters cut by a block boundary are
     whole, and a bad byte is named at the line and with the value the whole-file decode named; the longest line
     (what bounds DuckDB's ``max_line_size``) counts its newline."""
-    monkeypatch.setattr(ds, "UTF8_CHECK_BLOCK", block)
+    monkeypatch.setattr(import_files, "UTF8_CHECK_BLOCK", block)
     good = "id,text\nx-1,ça va ✓ 日本\nx-2,€uro 🙂\n".encode()
     (tmp_path / "good.csv").write_bytes(good)
-    assert ds._check_utf8(tmp_path / "good.csv") == (len(good), max(len(line) + 1 for line in good.split(b"\n")[:-1]))
+    assert import_files._check_utf8(tmp_path / "good.csv") == (
+        len(good),
+        max(len(line) + 1 for line in good.split(b"\n")[:-1]),
+    )
     for bad, line in ((good + b"x-3,\xff\n", 4), (good[:12] + b"\xe2\x82" + good[12:], 2), (good + b"\xe2\x82", 4)):
         (tmp_path / "bad.csv").write_bytes(bad)
         try:
@@ -281,4 +288,4 @@ def test_utf8_check_reads_blocks_and_names_the_line_and_byte(tmp_path, monkeypat
             expected = f"line {line} (byte 0x{bad[exc.start]:02x})"
             assert bad.count(b"\n", 0, exc.start) + 1 == line
         with pytest.raises(DataImportError, match=re.escape(expected)):
-            ds._check_utf8(tmp_path / "bad.csv")
+            import_files._check_utf8(tmp_path / "bad.csv")

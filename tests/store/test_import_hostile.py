@@ -15,8 +15,9 @@ import pytest
 
 from tests.conftest import run_cli
 from workbench.errors import DataImportError
-from workbench.store.datasets import ImportSpec, import_dataset, load_items, load_labels
+from workbench.store.datasets import import_dataset, load_items, load_labels
 from workbench.store.db import connect, table_counts
+from workbench.store.import_spec import ImportSpec
 
 
 def spec(**kw) -> ImportSpec:

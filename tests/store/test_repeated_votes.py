@@ -15,11 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import workbench.store.datasets as ds
+import workbench.store.import_streamed as streamed
 from tests.metrics.conftest import build_store, calibrated_sample
 from workbench.engines import store_aggregates as sa
 from workbench.schema import DecisionSchema
 from workbench.store import aggregates as ag
 from workbench.store.db import connect
+from workbench.store.import_spec import GOLD_LABELS, REPEATED_VOTES, ImportSpec
 
 SCHEMA = DecisionSchema.from_dict(
     {
@@ -47,7 +49,7 @@ def _record(con, name: str = "votes", version: int = 1) -> dict | None:
     params = json.loads(
         con.execute("SELECT params FROM datasets WHERE name = ? AND version = ?", [name, version]).fetchone()[0]
     )
-    return params.get(ds.REPEATED_VOTES)
+    return params.get(REPEATED_VOTES)
 
 
 def _drop_record(con, name: str = "votes") -> None:
@@ -60,7 +62,7 @@ def _drop_record(con, name: str = "votes") -> None:
 def test_long_format_import_records_the_splits_with_repeated_votes(tmp_path: Path):
     src = tmp_path / "long.csv"
     pd.DataFrame(LONG, columns=["id", "split", "who", "topic", "tone"]).assign(text="t").to_csv(src, index=False)
-    spec = ds.ImportSpec(
+    spec = ImportSpec(
         name="votes",
         text_column="text",
         id_column="id",
@@ -94,7 +96,7 @@ def test_vote_counts_plain_labels_the_fast_path_and_append_record_what_they_stor
     pd.DataFrame(
         {"id": ["w1", "w2", "w3"], "text": "t", "split": ["test", "train", "train"], "a": [2, 1, 0], "b": [0, 1, 1]}
     ).to_csv(wide, index=False)
-    spec = ds.ImportSpec(
+    spec = ImportSpec(
         name="wide",
         text_column="text",
         id_column="id",
@@ -106,22 +108,20 @@ def test_vote_counts_plain_labels_the_fast_path_and_append_record_what_they_stor
 
     plain = tmp_path / "plain.csv"
     pd.DataFrame({"id": ["p1", "p2"], "text": "t", "split": "test", "topic": ["a", "b"]}).to_csv(plain, index=False)
-    spec = ds.ImportSpec(
-        name="plain", text_column="text", id_column="id", split_column="split", labels={"topic": "topic"}
-    )
+    spec = ImportSpec(name="plain", text_column="text", id_column="id", split_column="split", labels={"topic": "topic"})
     ds.import_dataset(con, [plain], spec, SCHEMA)
     assert _record(con, "plain") == {"topic": []}
     more = tmp_path / "more.csv"
     pd.DataFrame({"id": ["p3"], "text": "t", "split": "train", "topic": ["c"]}).to_csv(more, index=False)
-    ds.import_dataset(con, [more], ds.ImportSpec(**{**spec.__dict__, "append": True}), SCHEMA)
+    ds.import_dataset(con, [more], ImportSpec(**{**spec.__dict__, "append": True}), SCHEMA)
     assert _record(con, "plain", 2) == {"topic": []}  # the old labels are copied: still one vote per item
 
-    monkeypatch.setattr(ds, "FAST_PATH_MIN_ROWS", 0)  # DuckDB's own import of plain Parquet files
+    monkeypatch.setattr(streamed, "FAST_PATH_MIN_ROWS", 0)  # DuckDB's own import of plain Parquet files
     fast = tmp_path / "fast.parquet"
     pq.write_table(
         pa.table({"id": ["f1", "f2"], "text": ["t", "t"], "split": ["test", "train"], "t": ["a", "c"]}), fast
     )
-    spec = ds.ImportSpec(name="fast", text_column="text", id_column="id", split_column="split", labels={"topic": "t"})
+    spec = ImportSpec(name="fast", text_column="text", id_column="id", split_column="split", labels={"topic": "t"})
     ds.import_dataset(con, [fast], spec, SCHEMA)
     assert _record(con, "fast") == {"topic": []}
     assert con.execute("SELECT count(*) FROM labels WHERE dataset = 'fast'").fetchone()[0] == 2
@@ -157,7 +157,7 @@ def single_vote_store(tmp_path_factory):
 
 
 def _set_record(con, record: dict | None) -> None:
-    con.execute("UPDATE datasets SET params = ? WHERE name = 'toy'", [json.dumps({ds.REPEATED_VOTES: record})])
+    con.execute("UPDATE datasets SET params = ? WHERE name = 'toy'", [json.dumps({REPEATED_VOTES: record})])
 
 
 def _figures(con, run_id) -> tuple:
@@ -221,7 +221,7 @@ def test_the_imports_gold_labels_give_the_figures_of_items_joined_with_labels(si
     con.execute("COMMIT")
     con.execute(
         "UPDATE datasets SET params = ? WHERE name = 'toy'",
-        [json.dumps({ds.REPEATED_VOTES: {"intent": []}, ds.GOLD_LABELS: ["intent"]})],
+        [json.dumps({REPEATED_VOTES: {"intent": []}, GOLD_LABELS: ["intent"]})],
     )
     assert "gold_labels" in ag._rows_sql(con, run, "intent", labelled=True)
     assert "gold_labels" not in ag._rows_sql(con, run, "intent")  # the report counts unlabelled items too

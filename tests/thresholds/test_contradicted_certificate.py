@@ -53,8 +53,9 @@ def shifted_store(tmp_path_factory):
     import pandas as pd
 
     from workbench.schema import DecisionSchema
-    from workbench.store.datasets import ImportSpec, import_dataset
+    from workbench.store.datasets import import_dataset
     from workbench.store.db import connect
+    from workbench.store.import_spec import ImportSpec
     from workbench.store.runs import create_run, update_run, write_answers
 
     tmp = tmp_path_factory.mktemp("shifted")

@@ -78,8 +78,9 @@ def _answers_frame(
 
 def build_store(db_path: Path, n_items: int = 400, seed: int = 7) -> dict:
     """Create the store at ``db_path``; returns ids the tests assert against."""
-    from workbench.store.datasets import ImportSpec, import_dataset
+    from workbench.store.datasets import import_dataset
     from workbench.store.db import connect
+    from workbench.store.import_spec import ImportSpec
     from workbench.store.runs import create_run, update_run, write_answers
 
     rng = np.random.default_rng(seed)

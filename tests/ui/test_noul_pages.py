@@ -13,8 +13,9 @@ from streamlit.testing.v1 import AppTest
 @pytest.fixture
 def noul_store(tmp_path, monkeypatch):
     from workbench.schema import DecisionSchema
-    from workbench.store.datasets import ImportSpec, import_dataset
+    from workbench.store.datasets import import_dataset
     from workbench.store.db import connect
+    from workbench.store.import_spec import ImportSpec
     from workbench.store.runs import create_run, update_run, write_answers
 
     rng = np.random.default_rng(3)

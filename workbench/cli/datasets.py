@@ -96,7 +96,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Import labelled items (one new dataset version, all or nothing)."""
         from workbench.schema import load_schema
-        from workbench.store.datasets import ImportSpec, dataset_info, import_dataset
+        from workbench.store.datasets import dataset_info, import_dataset
+        from workbench.store.import_spec import ImportSpec
 
         spec = ImportSpec(
             name=name,

@@ -868,7 +868,8 @@ def shadow_slice_values(con, shadow: str, session: dict, column: str) -> tuple[p
     """
     from workbench.errors import NotFoundError
     from workbench.metrics.slices import length_buckets
-    from workbench.store.datasets import BUILTIN_SLICES, load_item_meta, meta_columns
+    from workbench.store.datasets import load_item_meta, meta_columns
+    from workbench.store.import_spec import BUILTIN_SLICES
     from workbench.store.runs import get_run
     from workbench.store.shadow import request_state_lengths
 

@@ -36,7 +36,8 @@ def rerun_session(
         run), ``dataset``, ``n_requests``, ``n_outcomes``.
     """
     from workbench.runner import run_experiment
-    from workbench.store.datasets import ImportSpec, import_dataset
+    from workbench.store.datasets import import_dataset
+    from workbench.store.import_spec import ImportSpec
     from workbench.store.shadow import rechallenge_session, session_schema, session_states
 
     schema = session_schema(con, session)

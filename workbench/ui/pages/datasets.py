@@ -40,8 +40,9 @@ def _import_form(path: str) -> None:
             submitted = st.form_submit_button("Import")
         if not submitted:
             return
-        from workbench.store.datasets import ImportSpec, import_dataset
+        from workbench.store.datasets import import_dataset
         from workbench.store.db import connect
+        from workbench.store.import_spec import ImportSpec
 
         if upload is None:
             st.error("Choose a file to import.")

@@ -155,7 +155,8 @@ def pick_question(run: dict, *, key: str = KEY_QUESTION, container: Any = None) 
 @st.cache_data(show_spinner=False, max_entries=64)
 def slice_columns(path: str, token: tuple, run_id: str) -> list[str]:
     """Columns a run can be sliced by: ``state_length`` and the metadata kept at import (``--meta-column``)."""
-    from workbench.store.datasets import BUILTIN_SLICES, meta_columns
+    from workbench.store.datasets import meta_columns
+    from workbench.store.import_spec import BUILTIN_SLICES
     from workbench.store.runs import get_run
 
     with read_connection(path) as con:
