@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.conftest import copy_store, run_cli
+from tests.conftest import ROOT, copy_store, run_cli
 from workbench.errors import DataImportError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.schema.answers import SUM_TOLERANCE, entropy, normalise_answer, top_two
@@ -775,3 +775,41 @@ def test_jsonl_read_by_arrow_hands_a_later_bad_row_to_the_strict_reader(
     path.write_text("\n".join(rows) + "\n")
     msg = _refused(store, path, match="row 302: item 'm0301', column 'spam': ")
     assert what in msg and "1 bad row: 1 type" in msg
+
+
+@pytest.mark.parametrize("line", ["null", "[1, 2]", "0.5", '"text"', "spaced"])
+def test_a_line_that_is_not_an_object_goes_to_the_strict_reader_not_arrow(master, store, tmp_path, line):
+    """pyarrow 26's JSON reader kills the process (SIGSEGV) on a top-level null line: such files never reach it.
+    In a subprocess, so that a crash fails this test instead of killing the test run."""
+    import subprocess
+    import sys
+
+    rows = [json.dumps(r) for r in wide_table(master).to_pylist()]
+    if line == "spaced":  # a valid object line after a blank
+        line = " " + rows.pop(40)
+    path = tmp_path / "answers.jsonl"
+    path.write_text("\n".join([*rows[:40], line, *rows[40:]]) + "\n")
+    probe = (
+        "import sys; from workbench.store.answer_import import _object_lines_only; "
+        "print(_object_lines_only(sys.argv[1]))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out
+    if line.startswith(" "):  # an object after a blank: valid JSONL, read by the strict reader
+        con = connect(store)
+        run = import_answers(con, path, dataset="msgs", schema=schema(), name="spaced")
+        assert load_answers(con, run, "topic").probs.shape[0] > 0
+        con.close()
+        return
+    script = (
+        "import sys; from workbench.store.db import connect; from workbench.store.answer_import import import_answers;"
+        "from workbench.errors import DataImportError; from tests.store.test_answer_import import schema\n"
+        "con = connect(sys.argv[2])\n"
+        "try:\n    import_answers(con, sys.argv[1], dataset='msgs', schema=schema(), name='bad')\n"
+        "except DataImportError as exc:\n    print('refused:', exc)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", script, str(path), str(store)], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert res.returncode == 0, res.stderr[-2000:]  # no crash
+    assert res.stdout.startswith("refused:") and "41" in res.stdout, res.stdout  # the strict reader names line 41

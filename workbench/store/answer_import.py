@@ -371,6 +371,25 @@ def _batches(src: _Source, layout: _Layout) -> Iterator[pa.RecordBatch]:
 ARROW_JSON_BLOCK = 16 << 20
 
 
+def _object_lines_only(path: Path | str) -> bool:
+    """True when every non-empty line of the file starts with ``{`` (a JSON object), checked on the raw bytes
+    block by block with numpy. Arrow's JSON reader is only given such files: it crashes the process on a
+    top-level ``null`` line (pyarrow 26), and anything but an object is the strict reader's to name."""
+    ok_first = np.zeros(256, dtype=bool)
+    ok_first[[ord("{"), ord("\n"), ord("\r")]] = True
+    line_start = True  # the next byte starts a line
+    with open(path, "rb") as fh:
+        while block := fh.read(ARROW_JSON_BLOCK):
+            a = np.frombuffer(block, dtype=np.uint8)
+            starts = np.flatnonzero(a[:-1] == ord("\n")) + 1
+            if line_start and not ok_first[a[0]]:
+                return False
+            if not ok_first[a[starts]].all():
+                return False
+            line_start = bool(a[-1] == ord("\n"))
+    return True
+
+
 def _arrow_jsonl(src: _Source, layout: _Layout) -> Iterator[pa.RecordBatch]:
     """The JSONL files' columns of ``layout`` read by Arrow with their types (probabilities: list<double>), file
     by file in file order; raises ``pa.ArrowInvalid`` at a value of another JSON type (or unreadable JSON)."""
@@ -380,6 +399,8 @@ def _arrow_jsonl(src: _Source, layout: _Layout) -> Iterator[pa.RecordBatch]:
     schema = pa.schema(list(types.items()))
     parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     for f in src.files:
+        if not _object_lines_only(f):  # pyarrow 26 crashes (SIGSEGV) on a top-level null line: the strict reader
+            raise pa.ArrowInvalid(f"{f}: a line that is not a JSON object")
         reader = pj.open_json(f, read_options=pj.ReadOptions(block_size=ARROW_JSON_BLOCK), parse_options=parse)
         try:
             for batch in reader:
