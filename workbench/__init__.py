@@ -40,6 +40,7 @@ __version__ = "0.1.0"
 from typing import TYPE_CHECKING  # noqa: E402
 
 from workbench.errors import WorkbenchError  # noqa: E402
+from workbench.lazy import lazy_exports  # noqa: E402
 
 if TYPE_CHECKING:
     from workbench.schema import DecisionSchema, load_schema, schema_hash
@@ -87,18 +88,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value  # later lookups skip this function
-        return value
-    raise AttributeError(f"module 'workbench' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 #: The workflow first (the order of ``help(workbench)``), then the helpers.

@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -181,17 +181,8 @@ def map_back(result: DecisionResult, request: DecisionRequest, probe: Probe) -> 
             body = ((raw or {}).get("answers") or {}).get(qid)
             if isinstance(body, dict) and isinstance(body.get("noul"), (int, float)):
                 body["noul"] = 1.0 - float(body["noul"])
-    return DecisionResult(
-        answers=answers,
-        failures=result.failures,
-        model=result.model,
-        request_id=result.request_id,
-        input_tokens=result.input_tokens,
-        cost_usd=result.cost_usd,
-        latency_ms=result.latency_ms,
-        raw=raw,
-        emulated=result.emulated,
-    )
+    # the body as received no longer matches the mapped-back ``raw``: it is not kept
+    return replace(result, answers=answers, raw=raw, raw_text=None)
 
 
 class ProbedProvider:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, out_console, print_table
+from workbench.cli.common import AS_JSON, emit_json, err_console, out_console, print_table
 
 
 def register(app: typer.Typer) -> None:
@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         max_error: float = typer.Option(
             0.05, "--max-error", help="Summary: the widest grid point whose observed error is at most this."
         ),
-        as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON document."),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Accuracy, Brier, log loss, ECE/MCE, confusion counts and the threshold surface, computed where the files are."""
         from workbench.engines.answers import aggregate_answers

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, open_store, print_table
+from workbench.cli.common import AS_JSON, emit_json, open_store, print_table
 
 
 def _pct(v) -> str:
@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         latency_weight: float = typer.Option(0.0, "--latency-weight", help="USD per second of an item's latency."),
         method: str = typer.Option("fixed-sequence", "--method", help="fixed-sequence or holm."),
         policy_out: Path | None = typer.Option(None, "--policy-out", help="Write the cascade policy (format 2)."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Accept at a stage, escalate to the next, review after the last: cheapest certified joint bands."""
         import workbench as wb

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console, print_id, print_table
+from workbench.cli.common import AS_JSON, emit_json, err_console, open_store, out_console, print_id, print_table
 from workbench.errors import DataImportError
 from workbench.wording import plural
 
@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
         ),
         append: bool = typer.Option(False, "--append", help="Add the rows to the latest version."),
         profile: str = typer.Option("default", "--profile", help="Limit profile the --schema must meet."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Import labelled items (one new dataset version, all or nothing)."""
         from workbench.schema import load_schema
@@ -140,7 +140,7 @@ def register(app: typer.Typer) -> None:
         print_id(name)  # what `run --dataset` takes (its latest version)
 
     @ds.command("list")
-    def list_(as_json: bool = typer.Option(False, "--json")) -> None:
+    def list_(as_json: bool = AS_JSON) -> None:
         """Datasets in the store (latest version of each)."""
         from workbench.store.datasets import list_datasets
 
@@ -170,9 +170,7 @@ def register(app: typer.Typer) -> None:
         print_table(t)
 
     @ds.command("show")
-    def show(
-        name: str, version: int | None = typer.Option(None, "--version"), as_json: bool = typer.Option(False, "--json")
-    ) -> None:
+    def show(name: str, version: int | None = typer.Option(None, "--version"), as_json: bool = AS_JSON) -> None:
         """Counts per split and per label, questions, fingerprint and versions."""
         from workbench.store.datasets import dataset_info
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, out_console
+from workbench.cli.common import AS_JSON, emit_json, err_console, out_console
 from workbench.cli.threshold_options import threshold_options
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
     def demo(
         out: Path = typer.Option(Path("demo-output"), "--out", help="Folder for the store, policies and data."),
         fast: bool = typer.Option(False, "--fast", help="Subsample every split (a quick look, ~1 minute)."),
-        as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
+        as_json: bool = AS_JSON,
         *,
         options: ThresholdOptions,
     ) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, open_store, out_console, write_text_file
+from workbench.cli.common import AS_JSON, emit_json, err_console, open_store, out_console, write_text_file
 
 
 def register(app: typer.Typer) -> None:
@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         max_drop: float | None = typer.Option(
             None, "--max-drop", help="With --baseline: fail when the drop exceeds this significantly (default 0)."
         ),
-        as_json: bool = typer.Option(False, "--json", help="Print the verdict as one JSON document."),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Check a run's metrics against requirements; exit 0 if all hold, 1 if one fails, 2 on a bad gate."""
         from workbench.errors import RequirementsError

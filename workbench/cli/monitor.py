@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, out_console, print_table, write_text_file
+from workbench.cli.common import AS_JSON, emit_json, err_console, out_console, print_table, write_text_file
 from workbench.wording import plural
 
 
@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
             help="Largest share of outcome lines that may be invalid (skipped and reported); above it: exit 2.",
         ),
         markdown: Path | None = typer.Option(None, "--markdown", help="Write a Markdown summary to this file."),
-        as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON document."),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Per-window traffic, coverage, overrides, error and drift, and an anytime-valid error alarm (exit 1)."""
         from workbench.errors import OptionError

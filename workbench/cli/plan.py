@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from workbench.cli.common import emit_json, open_store, out_console
+from workbench.cli.common import AS_JSON, emit_json, open_store, out_console
 from workbench.cli.threshold_options import threshold_options
 from workbench.wording import plural
 
@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
         max_labels: int = typer.Option(20000, "--max-labels", help="Largest calibration split simulated."),
         errors: str = typer.Option("logistic", "--errors", help="Error model: logistic | observed."),
         html: Path | None = typer.Option(None, "--html", help="Write the curve as a plotly chart (HTML)."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
         *,
         options: ThresholdOptions,
     ) -> None:

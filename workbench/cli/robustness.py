@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli.common import emit_json, open_store, print_table
+from workbench.cli.common import AS_JSON, emit_json, open_store, print_table
 from workbench.wording import run_ref
 
 
@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         split: list[str] = typer.Option(None, "--split", help="Only items of these splits (repeatable)."),
         n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap replicates of the paired intervals."),
         seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Per probe vs the base run: flip rate (Wilson), Δaccuracy (paired bootstrap, McNemar), position bias."""
         from workbench.workflows.robustness import robustness

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from workbench.cli.common import cost_text, emit_json, err_console, open_store, print_id, print_table
+from workbench.cli.common import AS_JSON, cost_text, emit_json, err_console, open_store, print_id, print_table
 from workbench.cli.outputs import FORCE, check_out_path
 from workbench.errors import WorkbenchError
 
@@ -253,7 +253,7 @@ def register(app: typer.Typer) -> None:
         experiment_name: str | None = typer.Option(None, "--experiment", hidden=True),
         variant: str | None = typer.Option(None, "--variant", hidden=True),
         no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
-        as_json: bool = typer.Option(False, "--json", help="Print the run summaries as JSON."),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Run a schema over a dataset through one or more providers (cached, resumable)."""
         flags = dict(locals())  # the parameters above, by name
@@ -282,7 +282,7 @@ def register(app: typer.Typer) -> None:
         provider_label: str | None = typer.Option(
             None, "--provider-label", help="Provider shown for the run (default: imported)."
         ),
-        as_json: bool = typer.Option(False, "--json", help="Print the run summary as JSON."),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Create a run from answers computed elsewhere (wide: a list<double> column per question; or the
         long layout `workbench export` writes). Checked like provider answers; all or nothing."""
@@ -315,7 +315,7 @@ def register(app: typer.Typer) -> None:
             print_id(run_id)
 
     @runs.command("list")
-    def runs_list(as_json: bool = typer.Option(False, "--json")) -> None:
+    def runs_list(as_json: bool = AS_JSON) -> None:
         """Runs with provider, status, answers, failures, cost and latency."""
         from workbench.store.runs import list_runs
 
@@ -372,7 +372,7 @@ def register(app: typer.Typer) -> None:
         fmt: str = typer.Option("parquet", "--format", help="parquet, csv or jsonl."),
         out: Path = typer.Option(..., "--out", help="Output file."),
         force: bool = FORCE,
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """One row per item × question: ids, split, label, options, probabilities, cost, latency, failure."""
         from workbench.store.export import export_run

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console, out_console
+from workbench.cli.common import AS_JSON, emit_json, err_console, out_console
 from workbench.wording import plural
 
 
@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
             "--profile",
             help="cloudflare-clef, typesafe-jev, perplexity, laya, subq, openai, self-hosted or default (strictest).",
         ),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = AS_JSON,
     ) -> None:
         """Validate FILE against a provider family's limits; exit 1 on violations."""
         from workbench.schema import load_schema, option_ids, validate_limits

@@ -347,7 +347,7 @@ def register(app: typer.Typer) -> None:
             err_console.print(f"{n} requests of {name} written to {out}")
 
     @sh.command("list")
-    def list_(as_json: bool = typer.Option(False, "--json")) -> None:
+    def list_(as_json: bool = AS_JSON) -> None:
         """Shadow sessions in the store."""
         from workbench.store.shadow import list_sessions
 

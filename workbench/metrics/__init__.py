@@ -23,6 +23,8 @@ which must not pull pandas or plotly into production processes.
 
 from __future__ import annotations
 
+from workbench.lazy import lazy_exports
+
 _LAZY = {
     "choice_report": "report",
     "noul_report": "report",
@@ -70,12 +72,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f"workbench.metrics.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'workbench.metrics' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, {name: f"{__name__}.{module}" for name, module in _LAZY.items()})
 
 
 __all__ = sorted(_LAZY)

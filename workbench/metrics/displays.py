@@ -44,6 +44,12 @@ def _binary_problem(
     raise ValueError(f"kind must be 'top-label' or 'option', got {kind!r}")
 
 
+def _named_curve(name: str, y: np.ndarray, s: np.ndarray, n_bins: int, strategy: str, smooth: bool) -> tuple:
+    """One entry of :attr:`ReliabilityDisplay.curves`: (name, binned curve, smooth curve or None)."""
+    curve = rel.reliability_curve(y, s, n_bins, strategy, label=name)
+    return name, curve, rel.smooth_reliability_curve(y, s, label=name) if smooth and len(y) else None
+
+
 @dataclass
 class ReliabilityDisplay:
     """Reliability diagram: binned curve with 95% Wilson bars, optional smooth curve, count histogram.
@@ -93,9 +99,8 @@ class ReliabilityDisplay:
         """From a binary problem: ``y_true`` (n,) 0/1 (e.g. top option correct) and ``y_score`` (n,)
         in [0, 1] (e.g. its probability) — what a streamed run keeps per item instead of the matrix."""
         y, s = np.asarray(y_true, dtype=float), np.asarray(y_score, dtype=float)
-        curve = rel.reliability_curve(y, s, n_bins, strategy, label=name)
-        sm = rel.smooth_reliability_curve(y, s, label=name) if smooth and len(y) else None
-        d = cls([(name, curve, sm)], title or f"Reliability ({x_title}, {strategy} bins)", x_title)
+        curve = _named_curve(name, y, s, n_bins, strategy, smooth)
+        d = cls([curve], title or f"Reliability ({x_title}, {strategy} bins)", x_title)
         d.plot()
         return d
 
@@ -122,13 +127,7 @@ class ReliabilityDisplay:
         x_title = ""
         for name, a in runs:
             y, s, x_title = _binary_problem(a.probs, a.labels, kind, option)
-            curves.append(
-                (
-                    name,
-                    rel.reliability_curve(y, s, n_bins, strategy, label=name),
-                    rel.smooth_reliability_curve(y, s, label=name) if smooth and len(y) else None,
-                )
-            )
+            curves.append(_named_curve(name, y, s, n_bins, strategy, smooth))
         label = "P(yes)" if (ans.qtype == "noul" and kind == "option" and not option) else x_title
         d = cls(curves, f"{question}: reliability of {label} on {split or 'all'} ({strategy} bins)", label)
         d.plot()
@@ -255,10 +254,7 @@ class ConfusionDisplay:
         labels, predicted = np.asarray(labels), np.asarray(predicted)
         keep = (predicted >= 0) & (labels >= 0)
         acc = None if accept is None else np.asarray(accept, bool)[keep]
-        res = confusion_result(labels[keep], predicted[keep], list(option_ids), acc)
-        d = cls(res, normalize, title or "Confusion matrix")
-        d.plot()
-        return d
+        return cls.from_result(confusion_result(labels[keep], predicted[keep], list(option_ids), acc), normalize, title)
 
     @classmethod
     def from_answers(

@@ -76,6 +76,11 @@ class ChallengerResult:
     error: str | None = None
     reason: str | None = None
 
+    @property
+    def failed(self) -> bool:
+        """No answer (``error``) or an HTTP error status: what the stats count as a challenger error."""
+        return bool(self.error) or (self.status or 0) >= 400
+
 
 def challenger_record(pair: str, result: ChallengerResult, *, max_body: int = MAX_JOURNAL_BODY) -> dict[str, Any]:
     """The journal line of the challenger half of ``pair`` (an answer over ``max_body`` bytes as a reference)."""

@@ -45,14 +45,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from workbench.shadow.challenger import ChallengerClient, ChallengerResult, challenger_record, failure
-from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, champion_record
+from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, champion_record, now_iso
 from workbench.shadow.serving import QuietServerLog, run_until_stopped
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")  # a file name: never "." or ".."
@@ -110,10 +109,6 @@ class CollectorConfig:
     max_journal_body: int = MAX_JOURNAL_BODY
     max_held_bytes: int = 256 * 1024 * 1024
     fsync: bool = True
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 class Spool:
@@ -423,7 +418,7 @@ class Collector:
             raise
         self.held_bytes += len(body) - need  # held until the pair is journaled (_collect releases it)
         self.stats["requests"] += 1
-        arrived, arrived_wall = _now_iso(), time.time()
+        arrived, arrived_wall = now_iso(), time.time()
         task = asyncio.create_task(self._collect(request_id, body, dict(request.headers), arrived, arrived_wall))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -519,7 +514,7 @@ class Collector:
         if result.error == "shed":
             return
         self.stats["challenger_done"] += 1
-        if result.error or (result.status or 0) >= 400:
+        if result.failed:
             self.stats["challenger_errors"] += 1
 
 

@@ -31,11 +31,17 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 #: Bodies above this many bytes are journaled as a reference (sha256 + size), not whole.
 MAX_JOURNAL_BODY = 1024 * 1024
+
+
+def now_iso() -> str:
+    """The journal's timestamp of now: ISO 8601 in UTC, to the microsecond."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def body_fields(

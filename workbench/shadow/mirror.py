@@ -54,7 +54,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +70,7 @@ from workbench.shadow.challenger import (
     endpoint_url,
     failure,
 )
-from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, champion_record
+from workbench.shadow.journal import MAX_JOURNAL_BODY, Journal, champion_record, now_iso
 from workbench.shadow.serving import QuietServerLog, run_until_stopped
 
 #: Diagnostics of the mirror (a journal write that failed while the champion's answer went out unchanged).
@@ -187,10 +186,6 @@ def parse_size(text: str, *, option: str = "size") -> int:
     if not m:
         raise WorkbenchError(f"{option} {text!r} is not a size", hint="e.g. 8MiB, 512KiB or a number of bytes")
     return int(float(m.group(1)) * _UNITS[(m.group(2) or "b").lower()])
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _error_body(kind: str, message: str) -> bytes:
@@ -465,7 +460,7 @@ class MirrorApp:
         self.stats["requests"] += 1
         pair = f"{self.boot_id}-{self._seq:08d}"
         item_id = request.headers.get(ITEM_ID_HEADER) or pair
-        arrived = _now_iso()
+        arrived = now_iso()
         t0 = time.perf_counter()
         error = None
         try:
@@ -538,7 +533,7 @@ class MirrorApp:
     def _record_challenger(self, pair: str, result: ChallengerResult, *, count: bool = True) -> None:
         if count:
             self.stats["challenger_done"] += 1
-            if result.error or (result.status or 0) >= 400:
+            if result.failed:
                 self.stats["challenger_errors"] += 1
         record = challenger_record(pair, result, max_body=self.config.max_journal_body)
         # written at once (survives a crash of this process), fsynced with the next champion record

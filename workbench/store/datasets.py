@@ -429,20 +429,17 @@ def dataset_info(con: duckdb.DuckDBPyConnection, name: str, version: int | None 
             ).fetchall()
         )
         votes = con.execute(
-            "SELECT count(*), count(DISTINCT item_id), count(DISTINCT annotator) FILTER (WHERE annotator <> ''),"
-            " count(*) FILTER (WHERE annotator = '') FROM labels WHERE dataset = ? AND version = ? AND question = ?",
+            "SELECT count(*), count(DISTINCT item_id), count(DISTINCT item_id) FILTER (WHERE several),"
+            " count(DISTINCT annotator) FILTER (WHERE annotator <> ''), count(*) FILTER (WHERE annotator = '')"
+            " FROM (SELECT item_id, annotator, count(*) OVER (PARTITION BY item_id) > 1 AS several FROM labels"
+            " WHERE dataset = ? AND version = ? AND question = ?)",
             [name, version, q],
         ).fetchone()
-        several = con.execute(
-            "SELECT count(*) FROM (SELECT item_id FROM labels WHERE dataset = ? AND version = ? AND question = ?"
-            " GROUP BY item_id HAVING count(*) > 1)",
-            [name, version, q],
-        ).fetchone()
-        n_votes, n_voted, n_named, n_anon = votes if votes else (0, 0, 0, 0)
+        n_votes, n_voted, n_several, n_named, n_anon = votes if votes else (0, 0, 0, 0, 0)
         per_q[q] = {
             "n_votes": int(n_votes),
             "votes_per_item": float(n_votes / n_voted) if n_voted else 0.0,
-            "items_with_several_votes": int(several[0]) if several else 0,
+            "items_with_several_votes": int(n_several),
             "n_annotators": int(n_named),  # named annotators ('import' for a plain --label import)
             "anonymous_votes": int(n_anon),  # from --label-votes count columns
             "n_labels": len(vote_counts),
