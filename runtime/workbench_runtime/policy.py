@@ -169,10 +169,10 @@ class _CompiledQuestion:
     def fallback_decision(self, reason: str) -> QuestionDecision:
         return _decision(self.qid, self.fallback, None, reason)
 
-    def decide_probs(self, probs: np.ndarray) -> list[QuestionDecision]:
-        """Vectorised: ``probs`` (n, k) raw probabilities in option order (NaN rows = no usable answer)."""
-        from workbench_runtime.rules import top_two_fast
-
+    def _rule_on(self, probs: np.ndarray) -> tuple[np.ndarray, Any, np.ndarray]:
+        """(usable rows (n,) bool, the rule's decision arrays, calibrated probabilities (n, k)) of raw
+        ``probs`` (n, k): the calibrator, then the rule; a row that is not finite before or after the
+        calibrator is unusable (NaN)."""
         cal = np.full_like(probs, np.nan, dtype=float)
         ok = np.isfinite(probs).all(axis=1)
         if ok.any():
@@ -180,7 +180,24 @@ class _CompiledQuestion:
                 cal[ok] = self.calibrator.transform(probs[ok])
         ok &= np.isfinite(cal).all(axis=1)
         cal[~ok] = np.nan
-        dec = self.rule.decide(cal)
+        return ok, self.rule.decide(cal), cal
+
+    def accepted_options(self, probs: np.ndarray) -> np.ndarray:
+        """(n,) int64: the option index each row of raw ``probs`` (n, k) is auto-accepted as, -1 where
+        :meth:`decide_probs` does not accept (the rule's fallback, an unusable row, shadow mode, or an
+        option the rollout has not enabled) — its decisions as arrays, for batch figures."""
+        ok, dec, _ = self._rule_on(probs)
+        option = np.asarray(dec.option, dtype=np.int64)
+        accepted = ok & np.asarray(dec.accepted, dtype=bool) & (option >= 0) & (not self.shadow)
+        if self.enabled is not None:
+            accepted &= np.asarray(self.enabled, dtype=bool)[np.where(option >= 0, option, 0)]
+        return np.where(accepted, option, -1)
+
+    def decide_probs(self, probs: np.ndarray) -> list[QuestionDecision]:
+        """Vectorised: ``probs`` (n, k) raw probabilities in option order (NaN rows = no usable answer)."""
+        from workbench_runtime.rules import top_two_fast
+
+        ok, dec, cal = self._rule_on(probs)
         _, p1, p2 = top_two_fast(cal)
         # Python lists once (numpy scalar indexing per row costs more than the decision itself);
         # p1 - p2 elementwise is the same IEEE subtraction as the per-row float(p1[i] - p2[i])

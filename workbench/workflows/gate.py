@@ -314,12 +314,8 @@ def _policy_measure(con: Any, run_id: str, question: str, split: str, policy_pat
         )
     labelled = ans.labels >= 0
     probs, labels = ans.probs[labelled], ans.labels[labelled]
-    decisions = cq.decide_probs(probs)  # the runtime's path: calibrator, then the rule, failures -> fallback
-    index = {o: j for j, o in enumerate(cq.options)}
-    accepted = np.fromiter((d.accepted for d in decisions), dtype=bool, count=len(decisions))
-    option = np.array(
-        [index[d.option] if d.accepted and d.option is not None else -1 for d in decisions], dtype=np.int64
-    )
+    option = cq.accepted_options(probs)  # the runtime's path: calibrator, then the rule, failures -> fallback
+    accepted = option >= 0
     wrong = accepted & (option != labels)
     acc_f, wrong_f = accepted.astype(float), wrong.astype(float)
     n = int(labelled.sum())
