@@ -108,8 +108,12 @@ def measure_runner(args) -> dict:
     from workbench.runner import run_experiment
     from workbench.store.datasets import import_dataset
     from workbench.store.db import connect
-    from workbench.store.import_spec import ImportSpec
     from workbench.store.runs import get_run
+
+    try:
+        from workbench.store.import_spec import ImportSpec
+    except ModuleNotFoundError:  # an older checkout (--old): ImportSpec lived in store.datasets
+        from workbench.store.datasets import ImportSpec  # type: ignore[attr-defined,no-redef]
 
     schema = _schema()
     with (
