@@ -33,6 +33,14 @@ httpx short send path removed): at load 4, 0.932 → 0.785 ms (0.84×), peak RSS
 0.257 (this / floor 3.05); at load 10.5, 1.128 → 0.897 (0.80×), floor 0.214. Still not ≤ 0.5 ms: per call,
 DuckDB's INSERT + commit of the answer and call rows (~60-80 µs at threads=1), aiohttp + the event loop,
 json parse, and the journal write remain.
+Then (HttpProvider's calls straight to its aiohttp transport without httpx's send layers; one write
+transaction per 4096 answers or 4 s instead of 500 or 1 s; journaled responses written unescaped), against
+the commit before them (``--old`` a checkout of it, ``--repeat 3``): at load 5, 1.241 → 0.997 ms (0.80×),
+floor 0.419 (this / floor 2.96 → 2.38), peak RSS 266 → 278 MB; at load 6.5, 1.557 → 1.354 (0.87×).
+Against /work/base at load 8: 1.377 → 0.801 (0.58×), floor 0.342 (2.35). Measured apart (thread CPU): the
+writer thread ~0.10-0.16 → ~0.06 ms per call; in the event loop, parsing the 2.5 kB response and normalising
+its 77 probabilities cost ~55 + ~70 µs per call (2.7× their cost in a tight loop: cold caches between calls).
+Still not ≤ 0.5 ms.
 """
 
 from __future__ import annotations
@@ -108,8 +116,12 @@ def measure_runner(args) -> dict:
     from workbench.runner import run_experiment
     from workbench.store.datasets import import_dataset
     from workbench.store.db import connect
-    from workbench.store.import_spec import ImportSpec
     from workbench.store.runs import get_run
+
+    try:
+        from workbench.store.import_spec import ImportSpec
+    except ModuleNotFoundError:  # an older checkout (--old): ImportSpec lived in store.datasets
+        from workbench.store.datasets import ImportSpec  # type: ignore[attr-defined,no-redef]
 
     schema = _schema()
     with (

@@ -254,3 +254,46 @@ def test_envelope_parse_is_json_loads(text):
     assert repr(got) == repr(want)  # repr: key order, NaN and nested values as json.loads gives them
     if member is not None:
         assert repr(json.loads(member)) == repr(want["result"]) and text[len('{"result":') :].startswith(member)
+
+
+@pytest.mark.parametrize("injected", [False, True], ids=["default-client", "injected-httpx-transport"])
+def test_the_response_a_dialect_reads_is_the_same_on_the_direct_path(recorder, injected, monkeypatch, caplog):
+    """The default client's calls skip httpx's send layers (``HttpProvider._direct``): the response the dialect
+    translates has the same status, headers, body and request, and httpx's log line is the same."""
+    import logging
+
+    base, seen = recorder
+    transport = httpx.AsyncHTTPTransport() if injected else None
+    provider = build_http_provider("typesafe:jev-1.13.0", env=_env(base), transport=transport)
+    request = DecisionRequest(three_type_schema().subset(["stolen"]), "my card is gone")
+    got: list[httpx.Response] = []
+    translate = provider.wire.to_system_one
+
+    def keep(provider_, data, response, request_):
+        got.append(response)
+        return translate(provider_, data, response, request_)
+
+    monkeypatch.setattr(provider.wire, "to_system_one", keep)
+
+    async def once():
+        try:
+            return await provider.decide(request)
+        finally:
+            await provider.aclose()
+
+    with caplog.at_level(logging.INFO, logger="httpx"):
+        result = run(once())
+    assert (provider._direct is None) == injected
+    assert result.request_id == "req-1"
+    (response,) = got
+    assert isinstance(response, httpx.Response) and response.status_code == 200
+    assert response.headers["x-request-id"] == "req-1" and response.headers["set-cookie"] == "session=abc123; Path=/"
+    assert response.json()["answers"] == {"stolen": {"type": "noul", "noul": 0.8}}
+    assert response.http_version == "HTTP/1.0" and response.reason_phrase == "OK"  # http.server speaks HTTP/1.0
+    sent = response.request  # built on demand on the direct path
+    assert (sent.method, str(sent.url)) == ("POST", f"{base}/v1/systemone")
+    assert sent.read() == seen[0][1] == provider.render_body(request).encode("utf-8")
+    assert sent.headers["content-length"] == str(len(seen[0][1]))
+    assert sent.headers["authorization"] == f"Bearer {SECRET}"
+    lines = [r.getMessage() for r in caplog.records if r.name == "httpx"]
+    assert lines == [f'HTTP Request: POST {base}/v1/systemone "HTTP/1.0 200 OK"']

@@ -43,9 +43,13 @@ class _KillAt:
         await self._inner.aclose()
 
 
-def run_then_die(db: str, run_id: str, env: dict, kill_at: int, when: str, batch_rows: int) -> None:
+def run_then_die(
+    db: str, run_id: str, env: dict, kill_at: int, when: str, batch_rows: int, batch_seconds: float | None = None
+) -> None:
     """Run (or continue) ``run_id`` and die at request ``kill_at``; returns normally when fewer were needed."""
     execute.BATCH_ROWS = batch_rows  # small batches: kills land between, during and after commits
+    if batch_seconds is not None:
+        execute.BATCH_SECONDS = batch_seconds
     con = connect(db)
     run = get_run(con, run_id)
     opts = RunOptions(**run["params"]["options"])

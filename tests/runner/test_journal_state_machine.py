@@ -247,3 +247,41 @@ def test_journal_kill_resume_state_machine(world):
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
         ),
     )
+
+
+def test_killed_with_every_answer_buffered_resumes_each_from_the_journal_once(world, tmp_path):
+    """A session killed before its first write (one batch would have held the whole run): its answers were in
+    memory and in its journal only. The resume reads each from the journal once (no call paid twice), asks again
+    only the call in flight at the kill, and ends with the answers of an uninterrupted run."""
+    from tests.runner._kill_child import run_then_die
+
+    db = tmp_path / "wb.duckdb"
+    shutil.copy(W.template, db)
+    _emulator_idle()
+    W.answerer.reset()
+    with connect(db) as con:
+        run_id = start_run(con, dataset="journal", schema=banking_schema(), provider_spec=SPEC,
+                           options=RunOptions(concurrency=1, timeout=60.0))  # fmt: skip
+    # killed once the last response has arrived, before the runner saw it; no write by count or by time
+    proc = W.ctx.Process(target=run_then_die, args=(str(db), run_id, W.env, N_ITEMS, "after_response", 10**6, 3600.0))
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == -9
+    _emulator_idle()
+    journal = db.with_name(db.name + ".journal")
+    with connect(db, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM answers WHERE run_id = ?", [run_id]).fetchone()[0] == 0
+        assert con.execute("SELECT count(*) FROM calls").fetchone()[0] == 0
+    assert list(journal.glob("*.jsonl")), "the buffered answers' calls are in the journal"
+    assert sorted(W.answerer.snapshot().values()) == [1] * N_ITEMS
+
+    with connect(db) as con:
+        s = resume_run(con, run_id, env=W.env, progress=False)
+        assert _answers(con, run_id) == W.reference
+    assert (s["status"], s["missing"], s["answered"], s["failed"]) == ("done", 0, N_ITEMS, 0), s
+    assert s["this_session"]["calls_recovered_from_journal"] == N_ITEMS - 1
+    assert s["this_session"]["requests_sent"] == 1  # the call in flight at the kill, and no other
+    assert s["billed_unanswered_calls"] == 1
+    # paid: every item once, the one in flight twice (billed at the kill, asked again)
+    assert sorted(W.answerer.snapshot().values()) == [1] * (N_ITEMS - 1) + [2]
+    assert not list(journal.glob("*.jsonl"))

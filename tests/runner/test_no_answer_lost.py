@@ -365,6 +365,48 @@ def test_journal_marker_lines_are_the_json_of_their_documents(tmp_path):
         journal.close(delete=True)
 
 
+def test_journaled_responses_come_back_as_received_and_a_torn_record_is_a_call_in_flight(tmp_path):
+    """A call's response text is journaled on a line of its own, as received (no JSON string escaping); texts
+    holding U+2028, NEL or line breaks come back exactly. A record cut short by a kill is not read as an answer:
+    its call counts as billed and unanswered, and the records before it are all recovered."""
+    texts = {
+        "plain": json.dumps({"answers": {"q": {"type": "noul", "noul": 0.25}}}, separators=(",", ":")),
+        "odd": '{"answers":{},"note":"q\\"uote \\\\ é \u2028 \u2029 \x85"}',  # splitlines() breaks at the last three
+        "pretty": json.dumps({"answers": {}, "n": 1}, indent=2),  # line breaks: the text is escaped inside its row
+        "cr": '{"answers":{},\r"n":2}',
+    }
+    con = connect(tmp_path / "wb.duckdb")
+    journal = calls_store.CallJournal(calls_store.journal_dir(con), "run-a")
+    for key, text in texts.items():
+        journal.sent(key)
+        journal.append({"cache_key": key, "provider": SPEC, "response": text, "run_id": "run-a", "latency_ms": 1.5})
+    segment = journal._path
+    assert segment is not None
+    before = segment.read_bytes()
+    journal.sent("torn")
+    marker = len(segment.read_bytes()) - len(before)
+    journal.append({"cache_key": "torn", "provider": SPEC, "response": texts["plain"], "run_id": "run-a"})
+    tail = segment.read_bytes()[len(before) :]
+    journal.close(delete=False)
+    head_end = marker + tail[marker:].index(b"\n")
+    assert tail[head_end + 1 :] == texts["plain"].encode() + b"\n"  # the text as received, on its own line
+    cuts = [marker, marker + 5, head_end, head_end + 1, head_end + 10, len(tail) - 2, len(tail) - 1, len(tail)]
+    for cut in cuts:
+        whole = cut >= len(tail) - 1  # the text is complete (its line end may be missing)
+        segment.write_bytes(before + tail[:cut])
+        assert calls_store.recover_journal(con) == len(texts) + whole, cut
+        got = dict(con.execute("SELECT cache_key, CAST(response AS VARCHAR) FROM calls").fetchall())
+        assert got == {**texts, **({"torn": texts["plain"]} if whole else {})}, cut
+        assert con.execute("SELECT list(latency_ms) FILTER (WHERE cache_key <> 'torn') FROM calls").fetchone()[0] == [
+            1.5
+        ] * len(texts)
+        billed = [r[0] for r in con.execute("SELECT cache_key FROM billed_unanswered").fetchall()]
+        assert billed == ([] if whole else ["torn"]), cut
+        assert not segment.exists()
+        con.execute("DELETE FROM calls")
+        con.execute("DELETE FROM billed_unanswered")
+
+
 # -- stress: 1,000 items at concurrency 64 against a zero-latency emulator with its fault mix ------------------
 FAULT_MIX = {
     "rate_limit": 0.10,

@@ -22,13 +22,14 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import logging
 import os
 import re
 import socket
 import ssl
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,22 +213,46 @@ class WholeBodyTransport(AiohttpTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if not isinstance(request.stream, httpx.ByteStream):
             return await super().handle_async_request(request)
+        return await self.send_whole(
+            request.method,
+            self._url(request.url),
+            request.headers,
+            request.read(),
+            self._timeout(request.extensions.get("timeout", {})),
+            request.extensions.get("sni_hostname"),
+            request,
+        )
+
+    async def send_whole(
+        self,
+        method: str,
+        url: yarl.URL,
+        headers: Mapping[str, str],
+        content: bytes,
+        timeout: aiohttp.ClientTimeout,
+        sni_hostname: str | None,
+        request: httpx.Request | Callable[[], httpx.Request],
+    ) -> httpx.Response:
+        """Send one request whose body is ``content`` and read its response whole.
+
+        ``request`` is the httpx request it stands for, or a function that makes it (the provider's
+        direct path: the request object is built only if someone asks the response for it).
+        """
         if not isinstance(self.client, aiohttp.ClientSession):
             self.client = self.get_client()
         t0 = time.perf_counter()
-        content = request.read()
         proxy = self.proxy
         with map_aiohttp_exceptions():
             async with self.client.request(
-                method=request.method,
-                url=self._url(request.url),
-                headers=request.headers,
+                method=method,
+                url=url,
+                headers=headers,
                 data=content or None,
                 allow_redirects=False,
                 auto_decompress=False,
                 compress=False,
-                timeout=self._timeout(request.extensions.get("timeout", {})),
-                server_hostname=request.extensions.get("sni_hostname"),
+                timeout=timeout,
+                server_hostname=sni_hostname,
                 proxy=str(proxy.url) if proxy else None,
                 proxy_auth=aiohttp.BasicAuth(proxy.auth[0], proxy.auth[1]) if proxy and proxy.auth else None,
                 proxy_headers=proxy.headers if proxy else None,
@@ -237,13 +262,20 @@ class WholeBodyTransport(AiohttpTransport):
         extensions: dict[str, Any] = {"http_version": b"HTTP/%d.%d" % (version.major, version.minor)}
         if aio.reason:
             extensions["reason_phrase"] = aio.reason.encode()
-        response = httpx.Response(
-            status_code=aio.status,
-            headers=aio.raw_headers,
-            stream=httpx.ByteStream(body),
-            request=request,
-            extensions=extensions,
-        )
+        response: httpx.Response
+        if isinstance(request, httpx.Request):
+            response = httpx.Response(
+                status_code=aio.status,
+                headers=aio.raw_headers,
+                stream=httpx.ByteStream(body),
+                request=request,
+                extensions=extensions,
+            )
+        else:
+            response = _LazyRequestResponse(
+                status_code=aio.status, headers=aio.raw_headers, stream=httpx.ByteStream(body), extensions=extensions
+            )
+            response.make_request = request
         if "Content-Encoding" in aio.headers:
             response.read()  # httpx decodes it (and closes): AsyncClient.send finds it read
         else:  # what read() leaves, without its decoder and chunker (a tenth of the CPU)
@@ -252,6 +284,22 @@ class WholeBodyTransport(AiohttpTransport):
             response.is_stream_consumed = response.is_closed = True
         response.elapsed = datetime.timedelta(seconds=time.perf_counter() - t0)
         return response
+
+
+class _LazyRequestResponse(httpx.Response):
+    """An ``httpx.Response`` whose ``request`` is built when first asked for (see :meth:`HttpProvider.decide`)."""
+
+    make_request: Callable[[], httpx.Request] | None = None
+
+    @property
+    def request(self) -> httpx.Request:
+        if self._request is None and self.make_request is not None:
+            self._request, self.make_request = self.make_request(), None
+        return super().request
+
+    @request.setter
+    def request(self, value: httpx.Request) -> None:
+        self._request = value
 
 
 class StatelessClient(HttpxAiohttpClient):
@@ -532,6 +580,20 @@ class Endpoint:
         return f"Endpoint(vendor={self.vendor!r}, url={self.public_url!r}, model={self.model!r})"
 
 
+#: httpx's own logger: the direct path logs each request as ``AsyncClient.send`` does
+_HTTPX_LOG = logging.getLogger("httpx")
+
+
+@dataclass(frozen=True)
+class _Direct:
+    """What every call of one provider sends through its client's transport (:meth:`HttpProvider._prepare`)."""
+
+    transport: WholeBodyTransport
+    url: yarl.URL
+    headers: dict[str, str]  # as aiohttp received them from httpx's request: lower-case names, in order
+    timeout: aiohttp.ClientTimeout
+
+
 class HttpProvider:
     """A remote decision model behind one HTTP endpoint, speaking the wire format ``wire``.
 
@@ -568,6 +630,7 @@ class HttpProvider:
         self._disabled: str | None = None
         # per-call constants, made on the first call (an invalid URL fails there, as before)
         self._prepared: tuple[httpx.URL, list[tuple[bytes, bytes]], dict] | None = None
+        self._direct: _Direct | None = None
         # schema object -> (schema, its wire ``questions`` JSON, limit violations); the runner
         # sends one slice object thousands of times. Strong refs keep the ids from being reused.
         self._schema_cache: dict[int, tuple[DecisionSchema, str, list]] = {}
@@ -612,6 +675,17 @@ class HttpProvider:
         headers = httpx.Headers(client.headers)
         headers.update(self._headers())
         self._prepared = (url, [(b"Host", url.netloc)] + headers.raw, {"timeout": client.timeout.as_dict()})
+        # the direct path (see :meth:`decide`): the client's own transport for this URL (a proxy's when the
+        # environment names one), when nothing of httpx's client would act between it and the request
+        transport = client._transport_for_url(url)
+        self._direct = None
+        if isinstance(transport, WholeBodyTransport) and client.auth is None and not any(client.event_hooks.values()):
+            self._direct = _Direct(
+                transport,
+                transport._url(url),
+                dict(httpx.Headers(self._prepared[1]).items()),  # what aiohttp got from httpx's headers
+                transport._timeout(self._prepared[2]["timeout"]),
+            )
         return self._prepared
 
     def schema_facts(self, schema: DecisionSchema) -> tuple[str, list]:
@@ -671,14 +745,39 @@ class HttpProvider:
             url, head, extensions = self._prepared or self._prepare(client)
             # what client.post() would build (same headers in the same order), without re-parsing
             # the URL or re-merging headers on every call
-            http_request = httpx.Request(
+            make_request = functools.partial(
+                httpx.Request,
                 "POST",
                 url,
                 headers=head + [(b"Content-Length", b"%d" % len(content))],
                 stream=httpx.ByteStream(content),
                 extensions=extensions,
             )
-            response = await client.send(http_request)
+            direct = self._direct
+            if direct is None or client.is_closed:
+                response = await client.send(make_request())
+            else:
+                # what client.send() does for this client (no auth, hooks, cookies or redirects), without
+                # its layers and without the httpx.Request (made only if the response is asked for it)
+                response = await direct.transport.send_whole(
+                    "POST",
+                    direct.url,
+                    {**direct.headers, "content-length": str(len(content))},
+                    content,
+                    direct.timeout,
+                    None,
+                    make_request,
+                )
+                response.default_encoding = client._default_encoding
+                if _HTTPX_LOG.isEnabledFor(logging.INFO):
+                    _HTTPX_LOG.info(
+                        'HTTP Request: %s %s "%s %d %s"',
+                        "POST",
+                        url,
+                        response.http_version,
+                        response.status_code,
+                        response.reason_phrase,
+                    )
         except httpx.HTTPError as exc:
             raise transport_error(exc, self._secrets) from None
         latency_ms = (time.perf_counter() - t0) * 1000.0

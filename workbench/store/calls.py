@@ -6,10 +6,10 @@ transaction per batch (:func:`write_batch`).
 
 Between two batches, responses live in memory; so that a SIGKILL does not make the next
 ``--resume`` pay for them again, each response is also appended to a small journal file next to
-the database (``<db>.journal/<run_id>.<n>.jsonl``, one JSON line per call, no secrets: the same
-fields as ``calls``). A batch commit deletes the journal segment it covered; on start-up,
-:func:`recover_journal` moves any leftover segment into ``calls`` (DuckDB's file lock means any
-leftover belongs to a process that is gone).
+the database (``<db>.journal/<run_id>.<n>.jsonl``, one JSON line per call — its response text on the
+line after, as received — no secrets: the same fields as ``calls``). A batch commit deletes the
+journal segment it covered; on start-up, :func:`recover_journal` moves any leftover segment into
+``calls`` (DuckDB's file lock means any leftover belongs to a process that is gone).
 """
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ class CallJournal:
     """Append-only segments of call rows written between two batch commits (see module docstring).
 
     Writes go straight to the OS (unbuffered ``os.write``): a killed process loses at most the
-    line being written, which :func:`recover_journal` skips. (The page cache survives SIGKILL; no
+    record being written, which :func:`recover_journal` skips. (The page cache survives SIGKILL; no
     fsync per call.)
 
     Besides responses the journal records ``{"sent": key}`` before a request leaves and
@@ -343,8 +343,18 @@ class CallJournal:
             self._marker("settled", cache_key)
 
     def append(self, call: dict) -> None:
+        """Journal a call row. Its ``response`` text goes on a line of its own, as it is (no JSON string
+        escaping of a few kB per call), after the row's other fields and ``response_chars`` (its length:
+        a torn record is told from a whole one); a text holding a line break is written inside the row."""
         self._land(call.get("cache_key"))
-        self._write(call)
+        text = call.get("response")
+        if self._fd is None or not isinstance(text, str) or "\n" in text or "\r" in text:
+            self._write(call)
+            return
+        head = {k: v for k, v in call.items() if k != "response"}
+        head["response_chars"] = len(text)
+        line = json.dumps(head, ensure_ascii=False, separators=(",", ":"))
+        os.write(self._fd, f"{line}\n{text}\n".encode())  # one write: a kill leaves a prefix of the record
 
     def rotate(self) -> Path | None:
         """Start a new segment; return the finished one (delete it after its batch commits)."""
@@ -402,13 +412,20 @@ def recover_journal(con: duckdb.DuckDBPyConnection, *, writer: str | None = None
     last_segments = {p for _, p in newest.values()}
     for seg in segments:
         sent: dict[tuple[str, str], int] = {}
-        for line in seg.read_text(encoding="utf-8", errors="replace").splitlines():
+        # lines end at "\n" only: a JSON string may hold U+2028 or another character splitlines() breaks at
+        lines = iter(seg.read_bytes().decode("utf-8", errors="replace").split("\n"))
+        for line in lines:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue  # the torn last line of a killed writer
             if not isinstance(row, dict):
                 continue
+            if "response_chars" in row:  # CallJournal.append: the response text is the next line
+                chars, text = row.pop("response_chars"), next(lines, None)
+                if text is None or type(chars) is not int or len(text) != chars:
+                    continue  # a torn record: its call counts as in flight
+                row["response"] = text
             run = str(row.get("run_id") or "")
             if row.get("sent"):
                 key = (run, str(row["sent"]))
