@@ -163,7 +163,7 @@ def test_large_questions_stream_by_default(store, monkeypatch):
     con, run_id = store
     calls = []
     real = evaluation.stream_question_report
-    monkeypatch.setattr(evaluation, "stream_question_report", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    monkeypatch.setattr(evaluation, "stream_question_report", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     monkeypatch.setenv("WORKBENCH_STREAM_CELLS", "100")
     report_run(con, run_id, "intent", n_boot=0)
     assert calls == ["intent"]

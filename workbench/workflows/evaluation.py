@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.answers import RunAnswers
+from workbench.answers import AnswerSource, RunAnswers, reads_in_batches, stream_cells
 from workbench.errors import WorkbenchError
 from workbench.metrics.agreement import AgreementReport, agreement_report, named_votes, vote_counts
 from workbench.metrics.displays import ConfusionDisplay, ReliabilityDisplay
@@ -33,15 +33,12 @@ from workbench.metrics.reliability import calibration_error, top_label
 from workbench.metrics.report import LABEL_MODES, RunReport, question_report
 from workbench.metrics.scores import item_log_loss
 from workbench.metrics.slices import SliceReports, length_buckets, slice_reports
-from workbench.schema import option_ids
 from workbench.store.datasets import load_item_meta, load_votes
 from workbench.store.db import ANSWERS_TABLE, transaction
 from workbench.store.runs import (
-    count_answers,
     create_run,
     gather_answer_rows,
     get_run,
-    iter_answer_batches,
     load_answer_keys,
     load_answers,
     load_calibrators,
@@ -51,6 +48,7 @@ from workbench.store.runs import (
     shared_keys,
     update_run,
 )
+from workbench.store.sources import StoreSource
 from workbench.wording import plural
 
 # -- reports ----------------------------------------------------------------------------------------
@@ -99,8 +97,8 @@ def report_run(
     ``exclude_items`` maps a question to item ids left out (suspected label errors). For a
     calibrated view (``kind='calibrated'``) the parent run's report on the same items is attached
     as ``before``. ``stream``: read the answers in batches (:func:`stream_question_report`) instead
-    of loading the (n, k) matrix; ``None`` streams questions with more than :func:`stream_cells`
-    probabilities. ``labels``: ``"majority"`` scores against each item's majority label,
+    of loading the (n, k) matrix; ``None``: :func:`~workbench.answers.reads_in_batches` decides by the
+    question's size. ``labels``: ``"majority"`` scores against each item's majority label,
     ``"soft"`` against its vote distribution (:mod:`workbench.metrics.soft`). A question whose
     items have several votes also gets ``agreement`` (:func:`agreement_for_answers`).
     """
@@ -109,6 +107,7 @@ def report_run(
             f"--labels {labels!r} is not one of {', '.join(LABEL_MODES)}", hint="--labels soft|majority"
         )
     run = get_run(con, run_id)
+    source = StoreSource(con, run)
     questions = [question] if question else run_questions(con, run["run_id"])
     splits = None if split in (None, "all") else [split]
     slice_list = [slices] if isinstance(slices, str) else list(dict.fromkeys(slices or []))
@@ -117,7 +116,7 @@ def report_run(
     for q in questions:
         options: dict[str, Any] = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level, "smooth": smooth}
         excluded = (exclude_items or {}).get(q)
-        if should_stream(con, run, q, splits, stream):
+        if reads_in_batches(source, q, splits, stream):
             if labels != "majority" or slice_list:
                 raise WorkbenchError(
                     f"{run['run_id']} is too large to report {q!r} with "
@@ -125,9 +124,9 @@ def report_run(
                     + " (that needs every probability in memory)",
                     hint=f"report it without them, or raise WORKBENCH_STREAM_CELLS (now {stream_cells():,})",
                 )
-            reports.append(stream_question_report(con, run["run_id"], q, splits, exclude_items=excluded, **options))
+            reports.append(stream_question_report(source, q, splits, exclude_items=excluded, **options))
             continue
-        answers = with_votes(con, load_answers(con, run["run_id"], q, splits), splits)
+        answers = with_votes(con, source.load(q, splits), splits)
         # the whole split and each slice go through one report function with the same options
         report_of = partial(_question_report, options | {"exclude_items": excluded, "labels": labels})
         rep = report_of(answers)
@@ -167,54 +166,8 @@ def report_run(
 
 
 # -- streamed reports (runs larger than memory) --------------------------------------------------------
-#: Questions with more probabilities than this (n items × k options) are reported from batches.
-STREAM_CELLS = 20_000_000
-
-
-def stream_cells() -> int:
-    """:data:`STREAM_CELLS`, or ``WORKBENCH_STREAM_CELLS`` when set."""
-    import os
-
-    return int(os.environ.get("WORKBENCH_STREAM_CELLS") or STREAM_CELLS)
-
-
-def should_stream(
-    con: Any,
-    run: dict,
-    question: str,
-    splits: Sequence[str] | None,
-    stream: bool | None,
-    *,
-    split_by_split: bool = False,
-) -> bool:
-    """Whether ``question`` of ``run`` (a run row, :func:`~workbench.store.runs.get_run`) on ``splits`` is read
-    in batches: ``stream`` when given (True/False), else whether its answers × options exceed
-    :func:`stream_cells` (a question the run does not have: False, its loader names it).
-
-    ``split_by_split`` counts the rows one split at a time and sums them (a caller that reads each split's
-    keys anyway shares those counts, where the splits together would be a read of their own)."""
-    if stream is not None:
-        return stream
-    questions = load_stored_schema(con, run["schema_hash"]).questions
-    if question not in questions:  # the loader names the question and the run's questions
-        return False
-    k = len(option_ids(questions[question]))
-    if split_by_split and splits is not None:
-        n = sum(count_answers(con, run["run_id"], question, [s]) for s in dict.fromkeys(splits))
-    else:
-        n = count_answers(con, run["run_id"], question, splits)
-    return n * max(k, 2) > stream_cells()
-
-
-def is_large(con: Any, run_id: str, question: str, splits: Sequence[str] | None) -> bool:
-    """True when ``question`` of ``run_id`` on ``splits`` has more probabilities than :func:`stream_cells`
-    (the size above which every store-backed figure is computed from batches)."""
-    return should_stream(con, get_run(con, run_id), question, splits, None)
-
-
 def stream_question_report(
-    con: Any,
-    run_id: str,
+    source: AnswerSource,
     question: str,
     splits: Sequence[str] | None = None,
     *,
@@ -222,9 +175,9 @@ def stream_question_report(
     transform: Callable[[np.ndarray], np.ndarray] | None = None,
     **kwargs: Any,
 ):
-    """The :func:`~workbench.metrics.report.question_report` of one question, reading the answers in
-    batches (each batch's probabilities passed through ``transform`` (m, k) -> (m, k) when given,
-    e.g. a recalibration) (:func:`~workbench.store.runs.iter_answer_batches`) instead of the whole matrix.
+    """The :func:`~workbench.metrics.report.question_report` of one question, reading ``source``'s answers in
+    batches (:meth:`~workbench.answers.AnswerSource.batches`, each batch's probabilities passed through
+    ``transform`` (m, k) -> (m, k) when given, e.g. a recalibration) instead of the whole matrix.
 
     Choice questions keep a few numbers per item (:class:`~workbench.metrics.report.ChoiceItems`)
     and the (option, bin) sums, so memory is O(n + batch · k); yes/no and score questions (k of 2 to
@@ -240,8 +193,8 @@ def stream_question_report(
         row_counts,
     )
 
-    n = count_answers(con, run_id, question, splits)
-    choice = _question_type(con, run_id, question) == "choice"
+    n = source.count(question, splits)
+    choice = source.question_type(question) == "choice"
     # per item: 3 bytes for a choice question (failed, labelled, excluded); the failure kinds are
     # counted per batch. Other types keep their labels and kinds (their (n, k) matrix dwarfs them).
     failed = np.zeros(n, bool)
@@ -255,7 +208,7 @@ def stream_question_report(
     matrix = None
     meta = None
     n_bins = int(kwargs.get("n_bins", 15))
-    for pos, b in iter_answer_batches(con, run_id, question, splits):
+    for pos, b in source.batches(question, splits):
         meta = b
         if transform is not None:
             b.probs = transform(b.probs)
@@ -279,7 +232,7 @@ def stream_question_report(
                 matrix = np.full((n, b.probs.shape[1]), np.nan)
             matrix[pos] = b.probs
     if meta is None:  # no rows: the in-memory path on an empty load gives the same empty report
-        return question_report(load_answers(con, run_id, question, splits), exclude_items=exclude_items, **kwargs)
+        return question_report(source.load(question, splits), exclude_items=exclude_items, **kwargs)
     if meta.qtype != "choice":
         return REPORTERS[meta.qtype](
             matrix,
@@ -300,12 +253,6 @@ def stream_question_report(
     probs = np.concatenate(kept_rows)[order] if kept_rows else None
     del order
     return choice_report_from_items(items, keep, counts, meta.option_ids, question=question, probs=probs, **kwargs)
-
-
-def _question_type(con: Any, run_id: str, question: str) -> str | None:
-    """The type of ``question`` in ``run_id``'s schema (None when the schema has no such question)."""
-    q = load_stored_schema(con, get_run(con, run_id)["schema_hash"]).questions.get(question)
-    return q.type if q is not None else None
 
 
 def _question_report(options: dict[str, Any], answers: RunAnswers):
@@ -396,11 +343,12 @@ def agreement_for_run(
     from workbench.store.datasets import has_repeated_votes
 
     run = get_run(con, run_id)
+    source = StoreSource(con, run)
     questions = [question] if question else run_questions(con, run["run_id"])
     splits = None if split in (None, "all") else [split]
     ds, version = run["dataset"], int(run["dataset_version"])
     return {  # no item with two votes: no agreement, and no need to load the run's answers
-        q: agreement_for_answers(load_answers(con, run["run_id"], q, splits), splits=splits, con=con)
+        q: agreement_for_answers(source.load(q, splits), splits=splits, con=con)
         if has_repeated_votes(con, ds, version, q, splits)
         else None
         for q in questions
@@ -437,11 +385,12 @@ def _top_label_items(con: Any, run_id: str, question: str, split: str, transform
     """Per-item confidence, correctness and log loss of the answered, labelled rows of ``split`` in
     item-id order, before and after ``transform``: what the ECE / log loss before-after figures need
     (six numbers per item instead of the (n, k) matrix)."""
-    n = count_answers(con, run_id, question, [split])
+    source = StoreSource(con, run_id)
+    n = source.count(question, [split])
     # correctness as bool (1 byte, not 8, per item); floats again once the used rows are taken
     out = {k: np.full(n, False) if k.startswith("ok") else np.full(n, np.nan) for k in _TOP_LABEL_FIELDS}
     use = np.zeros(n, bool)
-    for pos, batch in iter_answer_batches(con, run_id, question, [split]):
+    for pos, batch in source.batches(question, [split]):
         keep = ~batch.failed & (batch.labels >= 0)
         if not keep.any():
             continue

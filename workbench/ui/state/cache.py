@@ -17,7 +17,7 @@ from typing import Any
 
 import streamlit as st
 
-from workbench.ui.state.store import option_names, read_connection, run_record
+from workbench.ui.state.store import read_connection
 
 #: A store file at least this large keeps its store-wide aggregates (:func:`kept_store`) between servers.
 KEEP_STORE_BYTES = 256 * 1024**2
@@ -149,50 +149,25 @@ def kept(
 
 
 def is_large(path: str, token: tuple, run_id: str, question: str, split: str) -> bool:
-    """The split is read in batches (:func:`workbench.workflows.evaluation.is_large`): pages get aggregates and
-    per-item figures from the streamed library functions, never the matrix."""
-    from workbench.workflows.evaluation import stream_cells
+    """Whether the library reads the split in batches (:func:`workbench.answers.reads_in_batches`, the decision
+    ``workbench report`` and ``thresholds`` make): state functions then get aggregates and per-item figures from
+    the streamed library functions, never the matrix. Pages do not ask: each figure's state function does."""
+    from workbench.answers import stream_cells
 
     return _is_large(path, token, run_id, question, split, stream_cells())
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _is_large(path: str, token: tuple, run_id: str, question: str, split: str, cells: int) -> bool:
-    """The library's answer (a count joined with the items: seconds on millions of answers), after a
-    bound from the run's own answer count (:func:`_run_state`): a run whose answers on *every* split
-    fit is small; for a larger one the answer is kept between sessions like the page's aggregates."""
-    from workbench.workflows.evaluation import is_large as _large
-
-    def exact() -> bool:
-        with read_connection(path) as con:
-            return bool(_large(con, run_id, question, [split]))
+    """:func:`is_large` (``cells``, the library's cut-off, keys the cache), bounded by the run's own answer count
+    (:func:`_run_state`): a run whose answers on every split fit is decided without a count."""
+    from workbench.answers import reads_in_batches
+    from workbench.store.sources import StoreSource
 
     answers = _run_state(path, token, run_id, question)[4]  # ((run, count, latest), ...) of the run (and parent)
-    try:
-        n_options = max(len(option_names(path, token, run_id, question)), 2)
-    except KeyError:  # not a question of the run's schema: the library's answer (it names the questions)
-        return exact()
-    if max((int(c) for _, c, _ in answers), default=0) * n_options <= cells:
-        return False
-    try:  # answers of the run, less the items of the other splits, are on this split: enough to decide
-        run = run_record(path, token, run_id)
-        per_split = _split_sizes(path, token, run["dataset"], int(run["dataset_version"]))
-        others = sum(int(v) for s, v in per_split.items() if s != split)
-        if (max((int(c) for _, c, _ in answers), default=0) - others) * n_options > cells:
-            return True
-    except Exception:  # noqa: BLE001 - the bound is a shortcut; the library's count decides otherwise
-        pass
-    return bool(kept(path, token, run_id, question, ("is_large", split, cells), exact))
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def _split_sizes(path: str, token: tuple, dataset: str, version: int) -> dict[str, int]:
-    """:func:`workbench.store.aggregates.split_sizes` (items per split; not :func:`dataset_info`, whose label
-    distributions take seconds on millions of items)."""
-    from workbench.store.aggregates import split_sizes
-
+    bound = max((int(c) for _, c, _ in answers), default=0)
     with read_connection(path) as con:
-        return split_sizes(con, dataset, version)
+        return bool(reads_in_batches(StoreSource(con, run_id), question, [split], at_most=bound))
 
 
 def forget_answers() -> None:

@@ -93,13 +93,13 @@ def _streamed_report(
     path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, n_bins: int, n_boot: int
 ):
     from workbench.metrics.recalibrate import apply_calibrator
+    from workbench.store.sources import StoreSource
     from workbench.workflows.evaluation import stream_question_report
 
     cal = split_calibrator(path, token, run_id, question, recalibrate) if recalibrate else None
     with read_connection(path) as con:
         rep = stream_question_report(
-            con,
-            run_id,
+            StoreSource(con, run_id),
             question,
             [split],
             transform=None if cal is None else (lambda p: apply_calibrator(cal, p)),
