@@ -33,7 +33,7 @@ import streamlit as st
 
 from workbench.errors import NotFoundError
 from workbench.ui.state.arrays import question_arrays
-from workbench.ui.state.cache import forget_answers, is_large, run_answers
+from workbench.ui.state.cache import forget_answers, run_answers
 from workbench.ui.state.errors import show_error, stop_on_error
 from workbench.ui.state.production import shadow_report, shadow_sessions
 from workbench.ui.state.reports import (
@@ -41,6 +41,7 @@ from workbench.ui.state.reports import (
     comparison,
     confusion_display,
     kept_question_report,
+    metric_report,
     point_report,
     question_report,
     reliability_display,
@@ -85,8 +86,10 @@ from workbench.ui.state.thresholds import (
     certified_region,
     certified_threshold_slices,
     certified_thresholds,
+    frontier,
     kept_frontier,
     label_plan,
+    opening_probabilities,
     rule_points,
     settings_caption,
     threshold_defaults,
@@ -118,7 +121,6 @@ __all__ = [
     "run_record",
     "refresh",
     # cache and arrays
-    "is_large",
     "run_answers",
     "question_arrays",
     # runs: datasets, runs, pickers
@@ -146,12 +148,15 @@ __all__ = [
     "certified_region",
     "certified_thresholds",
     "certified_frontier",
+    "frontier",
     "kept_frontier",
+    "opening_probabilities",
     "certified_threshold_slices",
     "label_plan",
     # reports
     "question_report",
     "kept_question_report",
+    "metric_report",
     "point_report",
     "agreement_frame",
     "reliability_display",

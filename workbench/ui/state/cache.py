@@ -5,7 +5,7 @@ Streamlit (``st.cache_data`` pickles a copy per entry and unpickles one per hit)
 aggregate is computed, through a process-wide memo bounded in bytes (:data:`ARRAY_MEMO_BYTES`) so
 that one page's aggregates share one load. Aggregates of a large run are kept in the store's
 aggregate directory (:func:`kept`, :func:`kept_store`), so a later session or another server reads
-them back instead of streaming the run again; :func:`is_large` decides which runs are large.
+them back instead of streaming the run again; :func:`reads_in_batches` decides which runs are large.
 """
 
 from __future__ import annotations
@@ -148,26 +148,26 @@ def kept(
     return _kept_under(path, ac.aggregate_key(_run_state(path, token, run_id, question), *description), compute)
 
 
-def is_large(path: str, token: tuple, run_id: str, question: str, split: str) -> bool:
+def reads_in_batches(path: str, token: tuple, run_id: str, question: str, split: str) -> bool:
     """Whether the library reads the split in batches (:func:`workbench.answers.reads_in_batches`, the decision
     ``workbench report`` and ``thresholds`` make): state functions then get aggregates and per-item figures from
     the streamed library functions, never the matrix. Pages do not ask: each figure's state function does."""
     from workbench.answers import stream_cells
 
-    return _is_large(path, token, run_id, question, split, stream_cells())
+    return _reads_in_batches(path, token, run_id, question, split, stream_cells())
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _is_large(path: str, token: tuple, run_id: str, question: str, split: str, cells: int) -> bool:
-    """:func:`is_large` (``cells``, the library's cut-off, keys the cache), bounded by the run's own answer count
+def _reads_in_batches(path: str, token: tuple, run_id: str, question: str, split: str, cells: int) -> bool:
+    """:func:`reads_in_batches` (``cells``, the library's cut-off, keys the cache), bounded by the run's own answer count
     (:func:`_run_state`): a run whose answers on every split fit is decided without a count."""
-    from workbench.answers import reads_in_batches
+    from workbench.answers import reads_in_batches as decide
     from workbench.store.sources import StoreSource
 
     answers = _run_state(path, token, run_id, question)[4]  # ((run, count, latest), ...) of the run (and parent)
     bound = max((int(c) for _, c, _ in answers), default=0)
     with read_connection(path) as con:
-        return bool(reads_in_batches(StoreSource(con, run_id), question, [split], at_most=bound))
+        return bool(decide(StoreSource(con, run_id), question, [split], at_most=bound))
 
 
 def forget_answers() -> None:

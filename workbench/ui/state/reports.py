@@ -12,7 +12,7 @@ import streamlit as st
 
 from workbench.thresholds.options import ThresholdOptions
 from workbench.ui.state.arrays import labelled_items, question_arrays, split_calibrator
-from workbench.ui.state.cache import is_large, kept, run_answers
+from workbench.ui.state.cache import kept, reads_in_batches, run_answers
 from workbench.ui.state.runs import runs_frame
 from workbench.ui.state.store import option_names, read_connection
 
@@ -45,7 +45,7 @@ def question_report(
     lookup that computes nothing."""
     from workbench.metrics.report import REPORTERS
 
-    if is_large(path, token, run_id, question, split):
+    if reads_in_batches(path, token, run_id, question, split):
         return kept(
             path,
             token,
@@ -89,6 +89,32 @@ def kept_question_report(
     return kept(path, token, run_id, question, ("question_report", split, recalibrate, n_bins, n_boot))
 
 
+def metric_report(
+    path: str,
+    token: tuple,
+    run_id: str,
+    question: str,
+    split: str,
+    recalibrate: str | None,
+    n_bins: int,
+    n_boot: int,
+    *,
+    full: bool,
+):
+    """The metric report a page shows: :func:`question_report` with ``n_boot`` bootstrap replicates, except for a
+    run the library reads in batches when ``full`` is False: then the full report only if a session kept it, else
+    the point estimates first (the store's sums of :func:`point_report` for a raw choice question as given, else a
+    streamed report without the bootstrap). ``params["n_boot"]`` of the result says which one it is."""
+    if not full and reads_in_batches(path, token, run_id, question, split):
+        rep = kept_question_report(path, token, run_id, question, split, recalibrate, n_bins, n_boot)
+        if rep is None and recalibrate is None:  # the sums of one query over the store (a raw choice question)
+            rep = point_report(path, token, run_id, question, split, n_bins)
+        if rep is None:
+            rep = question_report(path, token, run_id, question, split, recalibrate, n_bins, n_boot=0)
+        return rep
+    return question_report(path, token, run_id, question, split, recalibrate, n_bins, n_boot=n_boot)
+
+
 def _streamed_report(
     path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, n_bins: int, n_boot: int
 ):
@@ -127,7 +153,7 @@ def agreement_frame(path: str, token: tuple, run_id: str, question: str, split: 
         )
         return ag.to_frame().drop(columns="question"), caption
 
-    if is_large(path, token, run_id, question, split):  # a count over every vote: kept between sessions
+    if reads_in_batches(path, token, run_id, question, split):  # a count over every vote: kept between sessions
         return kept(path, token, run_id, question, ("agreement_frame", split), compute)
     return compute()
 
@@ -151,7 +177,7 @@ def reliability_display(
     kept between sessions (:func:`kept`); the top-label figure of its answers as given (equal-width
     bins) comes from :func:`point_report` (without the smooth curve); ``compute=False`` returns None
     instead of streaming the run for a figure nobody kept yet."""
-    if is_large(path, token, run_id, question, split):
+    if reads_in_batches(path, token, run_id, question, split):
         description = ("reliability_display", split, recalibrate, n_bins, strategy, option)
         done = kept(path, token, run_id, question, description)
         if done is not None:
@@ -244,7 +270,7 @@ def confusion_display(path: str, token: tuple, run_id: str, question: str, split
     from workbench.metrics.displays import ConfusionDisplay
 
     title = f"{question} on {split}: top option vs gold"
-    if is_large(path, token, run_id, question, split):
+    if reads_in_batches(path, token, run_id, question, split):
 
         def confusion():
             items = labelled_items(path, token, run_id, question, split, recalibrate)

@@ -15,7 +15,7 @@ import streamlit as st
 
 from workbench.thresholds.options import ThresholdOptions
 from workbench.ui.state.arrays import QuestionArrays, labelled_items, question_arrays
-from workbench.ui.state.cache import is_large, kept
+from workbench.ui.state.cache import kept, reads_in_batches
 from workbench.ui.state.store import read_connection
 
 
@@ -63,7 +63,7 @@ def rule_points(
     Of a large run, kept between sessions (:func:`kept`): about 20 bytes per item, read back instead
     of streaming the split again.
     """
-    if is_large(path, token, run_id, question, split):
+    if reads_in_batches(path, token, run_id, question, split):
         from_query = None if recalibrate else grid_points(path, token, run_id, question)
         if from_query is not None and split in from_query:
             g = from_query[split]
@@ -123,7 +123,7 @@ def threshold_surface(
     cost objective). Per-item coordinates are dropped so the cached value stays small. Of a large
     run, kept between sessions (:func:`kept`).
     """
-    if is_large(path, token, run_id, question, split):
+    if reads_in_batches(path, token, run_id, question, split):
         return kept(
             path,
             token,
@@ -200,7 +200,7 @@ def certified_region(
         d = threshold_defaults()
         return _region(surf, alpha=alpha, delta=delta, method=method, n_paths=d.n_paths, n_starts=d.n_starts)
 
-    if is_large(path, token, run_id, question, "calibration"):
+    if reads_in_batches(path, token, run_id, question, "calibration"):
         description = ("certified_region", recalibrate, alpha, delta, method, GRID_POINTS)
         return kept(path, token, run_id, question, description, region)
     return region()
@@ -256,7 +256,7 @@ def certified_thresholds(path: str, token: tuple, run_id: str, question: str, se
             res = certified_from_points(question, pts["calibration"], pts.get("test"), opts, surface=drawn)
         return res.to_dict() if res is not None else certify()
 
-    if is_large(path, token, run_id, question, "calibration"):  # kept between sessions
+    if reads_in_batches(path, token, run_id, question, "calibration"):  # kept between sessions
         return kept(path, token, run_id, question, ("certified_thresholds", settings), from_points)
     return certify()
 
@@ -278,9 +278,38 @@ def certified_frontier(
         coverage = [s.calibration["coverage"] if s.feasible else 0.0 for s in sels]
         return pd.DataFrame({"alpha": list(alphas), "certified coverage": coverage})
 
-    if is_large(path, token, run_id, question, "calibration"):
+    if reads_in_batches(path, token, run_id, question, "calibration"):
         return kept(path, token, run_id, question, ("certified_frontier", settings, alphas), frontier)
     return frontier()
+
+
+def frontier(
+    path: str,
+    token: tuple,
+    run_id: str,
+    question: str,
+    settings: tuple,
+    alphas: tuple[float, ...],
+    *,
+    compute: bool,
+) -> pd.DataFrame | None:
+    """:func:`certified_frontier`; of a run the library reads in batches (one more pass over it), only when
+    ``compute`` or when a session already kept it, else None (the page offers it on request)."""
+    if not compute and reads_in_batches(path, token, run_id, question, "calibration"):
+        return kept_frontier(path, token, run_id, question, settings, alphas)
+    return certified_frontier(path, token, run_id, question, settings, alphas)
+
+
+def opening_probabilities(path: str, token: tuple, run_id: str, question: str, default: str) -> tuple[str, str | None]:
+    """(the probabilities the Thresholds page opens on, a note on reading them or None): ``default`` (the
+    options' ``calibrate``), except for a run the library reads in batches, which opens on its answers as given
+    (their surface, certificate and test figures come from one query over the store; a recalibration streams it)."""
+    if not reads_in_batches(path, token, run_id, question, "calibration"):
+        return default, None
+    return "as answered", (
+        "A large run: its answers as given are read by one query over the store (each item's cell on the "
+        "threshold grid); choose a recalibration above to stream the run for it."
+    )
 
 
 def kept_frontier(
