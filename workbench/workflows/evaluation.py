@@ -96,9 +96,10 @@ def report_run(
 
     ``exclude_items`` maps a question to item ids left out (suspected label errors). For a
     calibrated view (``kind='calibrated'``) the parent run's report on the same items is attached
-    as ``before``. ``stream``: read the answers in batches (:func:`stream_question_report`) instead
-    of loading the (n, k) matrix; ``None``: :func:`~workbench.answers.reads_in_batches` decides by the
-    question's size. ``labels``: ``"majority"`` scores against each item's majority label,
+    as ``before``. Majority-label reports of every size read the answers in batches
+    (:func:`stream_question_report`, agreement from :func:`agreement_for_source`); ``--labels soft`` and
+    ``slices`` load the (n, k) matrix, which ``stream=True`` (or ``None`` and a question
+    :func:`~workbench.answers.reads_in_batches` finds large) refuses. ``labels``: ``"majority"`` scores against each item's majority label,
     ``"soft"`` against its vote distribution (:mod:`workbench.metrics.soft`). A question whose
     items have several votes also gets ``agreement`` (:func:`agreement_for_answers`).
     """
@@ -116,16 +117,20 @@ def report_run(
     for q in questions:
         options: dict[str, Any] = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level, "smooth": smooth}
         excluded = (exclude_items or {}).get(q)
-        if reads_in_batches(source, q, splits, stream):
-            if labels != "majority" or slice_list:
-                raise WorkbenchError(
-                    f"{run['run_id']} is too large to report {q!r} with "
-                    + ("--labels soft" if labels != "majority" else "--slice")
-                    + " (that needs every probability in memory)",
-                    hint=f"report it without them, or raise WORKBENCH_STREAM_CELLS (now {stream_cells():,})",
-                )
-            reports.append(stream_question_report(source, q, splits, exclude_items=excluded, **options))
+        if labels == "majority" and not slice_list:
+            # one path for every size: the source read in batches (a small run is a source with few batches)
+            rep = stream_question_report(source, q, splits, exclude_items=excluded, **options)
+            rep.agreement = agreement_for_source(con, source, q, splits)
+            reports.append(rep)
             continue
+        # soft labels and slices need every probability in memory (the vote distribution, each slice's rows)
+        if reads_in_batches(source, q, splits, stream):
+            raise WorkbenchError(
+                f"{run['run_id']} is too large to report {q!r} with "
+                + ("--labels soft" if labels != "majority" else "--slice")
+                + " (that needs every probability in memory)",
+                hint=f"report it without them, or raise WORKBENCH_STREAM_CELLS (now {stream_cells():,})",
+            )
         answers = with_votes(con, source.load(q, splits), splits)
         # the whole split and each slice go through one report function with the same options
         report_of = partial(_question_report, options | {"exclude_items": excluded, "labels": labels})
@@ -205,6 +210,7 @@ def stream_question_report(
     kind_counts: dict[str, int] = {}
     exclude = np.asarray(list(exclude_items), dtype=str) if exclude_items is not None else None
     parts, at, kept_rows = [], [], []
+    n_kept = 0  # rows kept for the class-wise interval: dropped once they pass its limit, as the report decides
     matrix = None
     meta = None
     n_bins = int(kwargs.get("n_bins", 15))
@@ -225,8 +231,12 @@ def stream_question_report(
             keep_b = ~b.failed & (b.labels >= 0) & ~excluded[pos]
             parts.append(choice_items(b.probs[keep_b], b.labels[keep_b], n_bins))
             at.append(pos[keep_b])
-            if n * b.probs.shape[1] <= CLASSWISE_BOOT_LIMIT:  # small: keep the rows for that interval too
-                kept_rows.append(b.probs[keep_b])
+            if n_kept >= 0:  # keep the rows for that interval while n_labelled × k stays within its limit
+                n_kept += int(keep_b.sum())
+                if n_kept * b.probs.shape[1] <= CLASSWISE_BOOT_LIMIT:
+                    kept_rows.append(b.probs[keep_b])
+                else:
+                    n_kept, kept_rows = -1, []
         else:
             if matrix is None:
                 matrix = np.full((n, b.probs.shape[1]), np.nan)
@@ -304,14 +314,38 @@ def with_votes(con: Any, answers: RunAnswers, splits: Sequence[str] | None = Non
     return answers
 
 
+def agreement_for_source(
+    con: Any, source: StoreSource, question: str, splits: Sequence[str] | None
+) -> AgreementReport | None:
+    """:func:`agreement_for_answers` of a stored run without its matrix: the item keys, the votes and the top
+    option of each answered row read in batches; None (nothing read) when no item has two votes."""
+    from workbench.store.datasets import has_repeated_votes
+
+    run = source.run
+    if not has_repeated_votes(con, run["dataset"], int(run["dataset_version"]), question, splits):
+        return None
+    keys = load_answer_keys(con, source.run_id, question, splits)
+    top = np.zeros(len(keys.labels), dtype=np.int64)
+    for pos, b in source.batches(question, splits):
+        ok = ~b.failed
+        top[pos[ok]] = b.probs[ok].argmax(axis=1)
+    return agreement_for_answers(with_votes(con, keys, splits), splits=splits, con=con, top=top)
+
+
 def agreement_for_answers(
-    answers: RunAnswers, *, splits: Sequence[str] | None = None, con: Any = None, with_model: bool = True
+    answers: RunAnswers,
+    *,
+    splits: Sequence[str] | None = None,
+    con: Any = None,
+    with_model: bool = True,
+    top: np.ndarray | None = None,
 ) -> AgreementReport | None:
     """Agreement among the annotators of ``answers``' items and of the run's top option with them.
 
     Only items the model answered enter (so the two columns compare the same items); ``None`` when
     no item has more than one vote. ``answers`` must carry its votes (:func:`with_votes`; loaded
-    here from ``con`` otherwise).
+    here from ``con`` otherwise). ``top`` (n,): the run's top option per row when ``answers`` has no
+    probabilities (:func:`agreement_for_source`).
     """
     if answers.votes is None or "vote_annotators" not in answers.extra:
         answers = with_votes(con, answers, splits)
@@ -325,7 +359,7 @@ def agreement_for_answers(
     new_index[keep] = np.arange(keep.size)
     sel = new_index[rows] >= 0
     votes, ids = named_votes(new_index[rows][sel], annotators[sel], options[sel])
-    model = answers.probs[keep].argmax(axis=1) if with_model else None
+    model = (top[keep] if top is not None else answers.probs[keep].argmax(axis=1)) if with_model else None
     return agreement_report(
         answers.votes[keep],
         votes=votes if ids else None,
