@@ -39,26 +39,19 @@ def question_report(
     n_bins: int = 15,
     n_boot: int = 200,
 ):
-    """:mod:`workbench.metrics.report` of one question on one split (metrics with bootstrap intervals).
+    """:mod:`workbench.metrics.report` of one question on one split (metrics with bootstrap intervals), as
+    ``workbench report`` computes it (the run read in batches, :func:`_streamed_report`), with ``recalibrate``
+    fitted on the calibration split as ``workbench calibrate`` fits it.
 
     Of a large run, kept between sessions (:func:`kept`); see :func:`kept_question_report` for a
     lookup that computes nothing."""
-    from workbench.metrics.report import REPORTERS
+
+    def compute():
+        return _streamed_report(path, token, run_id, question, split, recalibrate, n_bins, n_boot)
 
     if reads_in_batches(path, token, run_id, question, split):
-        return kept(
-            path,
-            token,
-            run_id,
-            question,
-            ("question_report", split, recalibrate, n_bins, n_boot),
-            lambda: _streamed_report(path, token, run_id, question, split, recalibrate, n_bins, n_boot),
-        )
-    arr = question_arrays(path, token, run_id, question, split, recalibrate)
-    rep = REPORTERS[arr.qtype](
-        arr.probs, arr.labels, list(arr.option_ids), question=question, n_bins=n_bins, n_boot=n_boot, smooth=True
-    )
-    return replace(rep, replicate=None)  # the replicate closure (for paired comparisons) cannot be cached
+        return kept(path, token, run_id, question, ("question_report", split, recalibrate, n_bins, n_boot), compute)
+    return compute()
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
