@@ -135,3 +135,16 @@ def test_only_the_library_decision_compares_a_size_to_stream_cells():
         text = page.read_text()
         for name in ("is_large", "reads_in_batches", "point_report", "kept_question_report", "kept_frontier"):
             assert name not in text, (page.name, name)
+
+
+def test_only_a_stored_source_answers_from_stored_summaries(store):
+    """The SQL first paint is the stored run's own way to answer point figures: other sources get None (and
+    the batched path)."""
+    from workbench.engines import store_aggregates as sa
+
+    con, run_id, view = store
+    stored = StoreSource(con, run_id)
+    memory = MemorySource(stored.load("intent", None))
+    assert sa.point_report(memory, "intent", "test") is None
+    assert sa.grid_points(memory, "intent", ("calibration", "test")) is None
+    assert sa.point_report(StoreSource(con, view), "intent", "test") is None  # probabilities computed on read

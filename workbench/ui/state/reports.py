@@ -60,10 +60,11 @@ def point_report(path: str, token: tuple, run_id: str, question: str, split: str
     sum-based point estimates, top-label reliability, confusion, counts from one DuckDB query), kept
     between sessions; None when the run or question does not qualify."""
     from workbench.engines import store_aggregates as sa
+    from workbench.store.sources import StoreSource
 
     def compute():
         with read_connection(path) as con:
-            return sa.point_report(con, run_id, question, split, n_bins=n_bins)
+            return sa.point_report(StoreSource(con, run_id), question, split, n_bins=n_bins)
 
     return kept(path, token, run_id, question, ("point_report", split, n_bins), compute)
 

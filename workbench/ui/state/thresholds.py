@@ -37,10 +37,11 @@ def grid_points(path: str, token: tuple, run_id: str, question: str) -> dict | N
     of a run as answered, from one DuckDB query over the store; None when the run does not qualify
     (a calibrated view, a score question). Kept between sessions (about 20 bytes per item)."""
     from workbench.engines import store_aggregates as sa
+    from workbench.store.sources import StoreSource
 
     def compute():
         with read_connection(path) as con:
-            return sa.grid_points(con, run_id, question, ("calibration", "test"), grid=GRID_POINTS)
+            return sa.grid_points(StoreSource(con, run_id), question, ("calibration", "test"), grid=GRID_POINTS)
 
     return kept(path, token, run_id, question, ("grid_points", GRID_POINTS), compute)
 
