@@ -125,6 +125,7 @@ def reads_in_batches(
     *,
     split_by_split: bool = False,
     at_most: int | None = None,
+    at_least: int | None = None,
 ) -> bool:
     """Whether figures of ``question`` on ``splits`` read ``source`` in batches (:meth:`AnswerSource.batches`)
     rather than loading the matrix: ``stream`` when given (True/False), else whether its answers × options
@@ -132,21 +133,24 @@ def reads_in_batches(
 
     This is the only place the library compares a run's size to :func:`stream_cells`. ``split_by_split``
     counts one split at a time and sums them (a caller that reads each split's keys anyway shares those counts).
-    ``at_most``: a bound on the count known without reading it (e.g. the run's answers on every split): when the
-    bound fits, nothing is counted.
+    ``at_most`` / ``at_least``: bounds on the count known without reading it (e.g. the run's answers on every
+    split, less the items of the other splits): when one settles the answer, nothing is counted.
     """
     if stream is not None:
         return stream
     opts = source.option_ids(question)
     if opts is None:
         return False
-    if at_most is not None and at_most * max(len(opts), 2) <= stream_cells():
+    k = max(len(opts), 2)
+    if at_most is not None and at_most * k <= stream_cells():
         return False
+    if at_least is not None and at_least * k > stream_cells():
+        return True
     if split_by_split and splits is not None:
         n = sum(source.count(question, [s]) for s in dict.fromkeys(splits))
     else:
         n = source.count(question, splits)
-    return n * max(len(opts), 2) > stream_cells()
+    return n * k > stream_cells()
 
 
 #: Rows per batch of :class:`MemorySource` (the store's own batches are :data:`workbench.store.runs.BATCH_ROWS`).

@@ -105,6 +105,11 @@ def test_reads_in_batches_compares_answers_times_options_to_stream_cells(store, 
     monkeypatch.setenv("WORKBENCH_STREAM_CELLS", str(both * 9 - 1))
     assert reads_in_batches(stored, "intent", ["calibration", "test"], split_by_split=True)
     assert not reads_in_batches(stored, "nope", ["test"])  # the loader names the missing question
+    # bounds known without a count settle it when they can (the count is not read: a source without one)
+    uncounted = MemorySource(stored.load("intent", None))
+    uncounted.count = None  # type: ignore[method-assign,assignment]
+    assert not reads_in_batches(uncounted, "intent", ["test"], at_most=(both * 9 - 1) // 9)
+    assert reads_in_batches(uncounted, "intent", ["test"], at_least=both)
     # a yes/no question counts at least two options
     monkeypatch.setenv("WORKBENCH_STREAM_CELLS", str(stored.count("urgent", ["test"]) * 2 - 1))
     assert reads_in_batches(stored, "urgent", ["test"])

@@ -159,15 +159,32 @@ def reads_in_batches(path: str, token: tuple, run_id: str, question: str, split:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _reads_in_batches(path: str, token: tuple, run_id: str, question: str, split: str, cells: int) -> bool:
-    """:func:`reads_in_batches` (``cells``, the library's cut-off, keys the cache), bounded by the run's own answer count
-    (:func:`_run_state`): a run whose answers on every split fit is decided without a count."""
+    """:func:`reads_in_batches` (``cells``, the library's cut-off, keys the cache), with bounds on the split's
+    answers the library needs no count for: at most the run's own answer count (:func:`_run_state`), at least
+    that count less the items of the other splits (a count joined with the items takes seconds on millions)."""
     from workbench.answers import reads_in_batches as decide
     from workbench.store.sources import StoreSource
 
     answers = _run_state(path, token, run_id, question)[4]  # ((run, count, latest), ...) of the run (and parent)
     bound = max((int(c) for _, c, _ in answers), default=0)
     with read_connection(path) as con:
-        return bool(decide(StoreSource(con, run_id), question, [split], at_most=bound))
+        source = StoreSource(con, run_id)
+        others = sum(
+            int(v)
+            for s, v in _split_sizes(path, token, source.run["dataset"], int(source.run["dataset_version"])).items()
+            if s != split
+        )
+        return bool(decide(source, question, [split], at_most=bound, at_least=bound - others))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _split_sizes(path: str, token: tuple, dataset: str, version: int) -> dict[str, int]:
+    """:func:`workbench.store.aggregates.split_sizes` (items per split; not :func:`dataset_info`, whose label
+    distributions take seconds on millions of items)."""
+    from workbench.store.aggregates import split_sizes
+
+    with read_connection(path) as con:
+        return split_sizes(con, dataset, version)
 
 
 def forget_answers() -> None:
