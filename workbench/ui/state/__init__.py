@@ -32,7 +32,6 @@ from __future__ import annotations
 import streamlit as st
 
 from workbench.errors import NotFoundError
-from workbench.ui.state.arrays import question_arrays
 from workbench.ui.state.cache import forget_answers, run_answers
 from workbench.ui.state.errors import show_error, stop_on_error
 from workbench.ui.state.production import shadow_report, shadow_sessions
@@ -122,7 +121,6 @@ __all__ = [
     "refresh",
     # cache and arrays
     "run_answers",
-    "question_arrays",
     # runs: datasets, runs, pickers
     "datasets_frame",
     "dataset_info",

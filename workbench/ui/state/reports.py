@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from workbench.thresholds.options import ThresholdOptions
-from workbench.ui.state.arrays import labelled_items, question_arrays, split_calibrator
+from workbench.ui.state.arrays import labelled_items, split_calibrator
 from workbench.ui.state.cache import kept, reads_in_batches, run_answers
 from workbench.ui.state.runs import runs_frame
 from workbench.ui.state.store import option_names, read_connection
@@ -188,11 +188,9 @@ def reliability_display(
             run_id,
             question,
             description,
-            lambda: _reliability_display(
-                path, token, run_id, question, split, recalibrate, n_bins, strategy, option, True
-            ),
+            lambda: _reliability_display(path, token, run_id, question, split, recalibrate, n_bins, strategy, option),
         )
-    return _reliability_display(path, token, run_id, question, split, recalibrate, n_bins, strategy, option, False)
+    return _reliability_display(path, token, run_id, question, split, recalibrate, n_bins, strategy, option)
 
 
 def _report_reliability(rep, question: str, split: str, n_bins: int):
@@ -221,33 +219,23 @@ def _reliability_display(
     n_bins: int,
     strategy: str,
     option: int | None,
-    large: bool,
 ):
+    """The figure from each item's top option, confidence and ``option`` column read in batches
+    (:func:`~workbench.ui.state.arrays.labelled_items`), for every size of run: never the matrix."""
     from workbench.metrics.displays import ReliabilityDisplay
 
-    kind = "top-label" if option is None else "option"
     parts = []
     for name, method in [("as answered", None)] + ([(recalibrate, recalibrate)] if recalibrate else []):
-        if large:  # per-item figures read in batches, never the matrix
-            items = labelled_items(path, token, run_id, question, split, method, option)
-            ok = np.isfinite(items.top)
-            if not ok.any():
-                return None
-            if option is None:
-                y, s, x_t = (items.coords.predicted == items.labels)[ok], items.top[ok], "top-label confidence"
-            else:
-                assert items.column is not None
-                y, s, x_t = (items.labels == option)[ok], items.column[ok], f"P(option {option})"
-            parts.append(ReliabilityDisplay.from_scores(y, s, n_bins=n_bins, strategy=strategy, name=name, x_title=x_t))
-            continue
-        arr = question_arrays(path, token, run_id, question, split, method)
-        if not np.isfinite(arr.probs).all(axis=1).any():
+        items = labelled_items(path, token, run_id, question, split, method, option)
+        ok = np.isfinite(items.top)
+        if not ok.any():
             return None
-        parts.append(
-            ReliabilityDisplay.from_predictions(
-                arr.labels, arr.probs, n_bins=n_bins, strategy=strategy, kind=kind, option=option, name=name
-            )
-        )
+        if option is None:
+            y, s, x_t = (items.coords.predicted == items.labels)[ok], items.top[ok], "top-label confidence"
+        else:
+            assert items.column is not None
+            y, s, x_t = (items.labels == option)[ok], items.column[ok], f"P(option {option})"
+        parts.append(ReliabilityDisplay.from_scores(y, s, n_bins=n_bins, strategy=strategy, name=name, x_title=x_t))
     x_title = parts[0].x_title if option is None else f"P({option_names(path, token, run_id, question)[option]})"
     d = ReliabilityDisplay(
         [c for part in parts for c in part.curves],
@@ -264,12 +252,12 @@ def confusion_display(path: str, token: tuple, run_id: str, question: str, split
     from workbench.metrics.displays import ConfusionDisplay
 
     title = f"{question} on {split}: top option vs gold"
+
+    def confusion():  # each item's top option read in batches, for every size of run
+        items = labelled_items(path, token, run_id, question, split, recalibrate)
+        return ConfusionDisplay.from_decisions(items.labels, items.coords.predicted, items.option_ids, title=title)
+
     if reads_in_batches(path, token, run_id, question, split):
-
-        def confusion():
-            items = labelled_items(path, token, run_id, question, split, recalibrate)
-            return ConfusionDisplay.from_decisions(items.labels, items.coords.predicted, items.option_ids, title=title)
-
         description = ("confusion_display", split, recalibrate)
         done = kept(path, token, run_id, question, description)
         if done is not None:
@@ -278,8 +266,7 @@ def confusion_display(path: str, token: tuple, run_id: str, question: str, split
         if rep is not None and rep.confusion is not None:
             return ConfusionDisplay.from_result(rep.confusion, title=title)
         return kept(path, token, run_id, question, description, confusion)
-    arr = question_arrays(path, token, run_id, question, split, recalibrate)
-    return ConfusionDisplay.from_predictions(arr.labels, arr.probs, list(arr.option_ids), title=title)
+    return confusion()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

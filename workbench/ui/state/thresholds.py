@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from workbench.thresholds.options import ThresholdOptions
-from workbench.ui.state.arrays import QuestionArrays, labelled_items, question_arrays
+from workbench.ui.state.arrays import labelled_items
 from workbench.ui.state.cache import kept, reads_in_batches
 from workbench.ui.state.store import read_connection
 
@@ -55,7 +55,8 @@ def rule_points(
     split: str,
     recalibrate: str | None = None,
 ) -> RulePoints:
-    """:class:`RulePoints` of one split (optionally recalibrated as in :func:`question_arrays`).
+    """:class:`RulePoints` of one split (optionally recalibrated with a calibrator fitted on the calibration split,
+    :func:`~workbench.ui.state.arrays.split_calibrator`).
 
     Of a large run as answered, the points come from :func:`grid_points` (one DuckDB query over the
     probabilities' stored summaries: the exact coordinates, for any rule).
@@ -76,31 +77,26 @@ def rule_points(
                 run_id,
                 question,
                 ("rule_points", split, recalibrate),
-                lambda: _rule_points(path, token, run_id, question, split, recalibrate, large=True),
+                lambda: _rule_points(path, token, run_id, question, split, recalibrate),
             )
     else:
-        points = _rule_points(path, token, run_id, question, split, recalibrate, large=False)
+        points = _rule_points(path, token, run_id, question, split, recalibrate)
     for a in (points.coords.predicted, points.coords.x, points.coords.y, points.labels):
         a.setflags(write=False)
     return points
 
 
 def _rule_points(
-    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, *, large: bool
+    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None
 ) -> RulePoints:
-    from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
+    """Each labelled item's rule coordinates, read in batches (:func:`labelled_items`) for every size of run."""
+    from workbench.thresholds.rules import RuleCoordinates
 
-    if large:
-        items = labelled_items(path, token, run_id, question, split, recalibrate)
-        arr: Any = QuestionArrays(items.qtype, tuple(items.option_ids), None, items.labels, None)
-        c = items.coords
-    else:
-        arr = question_arrays(path, token, run_id, question, split, recalibrate)
-        c = rule_coordinates(arr.qtype, arr.probs)
-    small = np.int16 if len(arr.option_ids) < 2**15 else np.int32
+    items = labelled_items(path, token, run_id, question, split, recalibrate)
+    c = items.coords
+    small = np.int16 if len(items.option_ids) < 2**15 else np.int32
     coords = RuleCoordinates(c.predicted.astype(small), c.x, c.y, c.x_name, c.y_name)
-    labels = arr.labels.astype(small)
-    return RulePoints(arr.qtype, arr.option_ids, coords, labels)
+    return RulePoints(items.qtype, tuple(items.option_ids), coords, items.labels.astype(small))
 
 
 #: Points per axis of the threshold grid the sliders move over: the CLI's default ``--grid``
