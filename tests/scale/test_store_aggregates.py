@@ -16,6 +16,7 @@ import pytest
 
 from tests.metrics.conftest import build_store, calibrated_sample
 from workbench.engines import store_aggregates as sa
+from workbench.store.sources import StoreSource
 from workbench.thresholds.evaluate import evaluate_rule
 from workbench.thresholds.options import ThresholdOptions
 from workbench.thresholds.rules import make_rule
@@ -72,7 +73,7 @@ def test_gold_labels_are_those_of_load_answers(store):
     ans = load_answers(con, run_id, "intent", ["calibration", "test"])
     votes = con.execute("SELECT count(*) FROM labels WHERE item_id = 'i00010' AND question = 'intent'").fetchone()[0]
     assert votes == 3
-    pts = sa.grid_points(con, run_id, "intent", ("calibration", "test"))
+    pts = sa.grid_points(StoreSource(con, run_id), "intent", ("calibration", "test"))
     assert pts is not None
     for split in ("calibration", "test"):
         on = ans.splits == split
@@ -86,7 +87,7 @@ def _close(a: float, b: float) -> bool:
 @pytest.mark.parametrize("stream", [False, True])
 def test_point_report_equals_the_report(store, stream):
     con, run_id = store
-    agg = sa.point_report(con, run_id, "intent", "test")
+    agg = sa.point_report(StoreSource(con, run_id), "intent", "test")
     ref = report_run(con, run_id, "intent", "test", n_boot=0, stream=stream).questions[0]
     assert agg is not None and agg.params["aggregate"] is True
     assert agg.counts == ref.counts
@@ -105,12 +106,12 @@ def test_point_report_equals_the_report(store, stream):
 
 def test_other_question_types_and_calibrated_views_are_not_served(store):
     con, run_id = store
-    assert sa.point_report(con, run_id, "urgent", "test") is None
-    assert sa.point_report(con, run_id, "severity", "test") is None
-    assert sa.grid_points(con, run_id, "severity", ("calibration", "test")) is None
+    assert sa.point_report(StoreSource(con, run_id), "urgent", "test") is None
+    assert sa.point_report(StoreSource(con, run_id), "severity", "test") is None
+    assert sa.grid_points(StoreSource(con, run_id), "severity", ("calibration", "test")) is None
     view = calibrate_run(con, run_id, "temperature", questions=["intent"])["run_id"]
-    assert sa.point_report(con, view, "intent", "test") is None
-    assert sa.grid_points(con, view, "intent", ("calibration", "test")) is None
+    assert sa.point_report(StoreSource(con, view), "intent", "test") is None
+    assert sa.grid_points(StoreSource(con, view), "intent", ("calibration", "test")) is None
 
 
 @pytest.mark.parametrize("question", ["intent", "urgent"])
@@ -118,7 +119,7 @@ def test_grid_points_give_the_surface_and_the_rules_test_figures(store, question
     from workbench.store.runs import load_answers
 
     con, run_id = store
-    pts = sa.grid_points(con, run_id, question, ("calibration", "test"))
+    pts = sa.grid_points(StoreSource(con, run_id), question, ("calibration", "test"))
     assert pts is not None
     for split in ("calibration", "test"):
         ans = load_answers(con, run_id, question, [split])
@@ -160,7 +161,7 @@ def test_grid_points_give_the_surface_and_the_rules_test_figures(store, question
 )
 def test_certified_from_points_equals_thresholds_for_run(store, question, opts):
     con, run_id = store
-    pts = sa.grid_points(con, run_id, question, ("calibration", "test"), grid=opts.grid)
+    pts = sa.grid_points(StoreSource(con, run_id), question, ("calibration", "test"), grid=opts.grid)
     assert pts is not None
     mine = sa.certified_from_points(question, pts["calibration"], pts["test"], opts)
     if opts.costs is not None:  # certified, so the test cost and critical rates are figures
@@ -172,7 +173,7 @@ def test_certified_from_points_equals_thresholds_for_run(store, question, opts):
 
 def test_recalibrated_or_other_objectives_are_not_served(store):
     con, run_id = store
-    pts = sa.grid_points(con, run_id, "intent", ("calibration", "test"))
+    pts = sa.grid_points(StoreSource(con, run_id), "intent", ("calibration", "test"))
     assert pts is not None
     assert sa.certified_from_points("intent", pts["calibration"], pts["test"], ThresholdOptions()) is None
     cost = ThresholdOptions(calibrate="none", objective="cost")
@@ -183,10 +184,10 @@ def test_recalibrated_or_other_objectives_are_not_served(store):
 def test_rows_whose_summaries_do_not_match_their_probabilities_are_not_served(tmp_path, damage):
     probs, labels = calibrated_sample(60, 4, seed=2)
     con, run_id, *_ = build_store(tmp_path / "wb.duckdb", {"q": ("choice", ["a", "b", "c", "d"], probs, labels)}, 60)
-    assert sa.point_report(con, run_id, "q", "test") is not None
+    assert sa.point_report(StoreSource(con, run_id), "q", "test") is not None
     con.execute(f"UPDATE answer_rows SET {damage} WHERE item_id IN ('i00002', 'i00003')")  # one per split
-    assert sa.point_report(con, run_id, "q", "test") is None
-    assert sa.grid_points(con, run_id, "q", ("calibration", "test")) is None
+    assert sa.point_report(StoreSource(con, run_id), "q", "test") is None
+    assert sa.grid_points(StoreSource(con, run_id), "q", ("calibration", "test")) is None
     con.close()
 
 
@@ -234,7 +235,7 @@ def test_stored_top_option_gives_the_points_of_the_probability_lists(tmp_path):
     con, run_id, *_ = build_store(
         tmp_path / "wb.duckdb", {"q": ("choice", [f"o{j}" for j in range(6)], probs, labels)}, 300, fail_every=7
     )
-    before = sa.grid_points(con, run_id, "q", ("calibration", "test"))
+    before = sa.grid_points(StoreSource(con, run_id), "q", ("calibration", "test"))
     assert before is not None and not ag._top_option_written(con, run_id, "q")
     # the runner's writer computes the column from the same rows
     rows = con.execute("SELECT item_id, probs FROM answers WHERE run_id = ? ORDER BY item_id", [run_id]).fetchall()
@@ -247,7 +248,7 @@ def test_stored_top_option_gives_the_points_of_the_probability_lists(tmp_path):
     con.register("_top", pd.DataFrame({"item_id": [i for i, _ in rows], "t": col}))
     con.execute("UPDATE answer_rows SET top_option = _top.t FROM _top WHERE answer_rows.item_id = _top.item_id")
     assert ag._top_option_written(con, run_id, "q")
-    after = sa.grid_points(con, run_id, "q", ("calibration", "test"))
+    after = sa.grid_points(StoreSource(con, run_id), "q", ("calibration", "test"))
     assert after is not None
     for split in ("calibration", "test"):
         a, b = before[split], after[split]
@@ -264,7 +265,7 @@ def test_the_callers_surface_is_used_only_when_it_is_the_one_the_options_draw(st
     computed without it; a surface on another grid is not used."""
     con, run_id = store
     opts = ThresholdOptions(calibrate="none", alpha=0.2)
-    pts = sa.grid_points(con, run_id, "intent", ("calibration", "test"), grid=opts.grid)
+    pts = sa.grid_points(StoreSource(con, run_id), "intent", ("calibration", "test"), grid=opts.grid)
     assert pts is not None
     cal = pts["calibration"]
     want = sa.certified_from_points("intent", cal, pts["test"], opts).to_dict()

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.metrics.conftest import build_store, calibrated_sample
+from workbench.metrics.report import question_report
 from workbench.store import runs as store_runs
 from workbench.store.runs import get_run, iter_answer_batches, load_answers
 from workbench.workflows.evaluation import calibrate_run, report_run
@@ -82,16 +83,17 @@ def test_batches_cover_every_row_once_at_its_item_id_position(store, tiny_batche
 
 @pytest.mark.parametrize("split", ["test", "all"])
 def test_streamed_report_equals_the_in_memory_report(store, tiny_batches, split):
+    """report_run reads every size in batches; its figures are the pure report's on the loaded matrix."""
     con, run_id = store
     exclude = {"intent": ["i00004", "i00010", "i00100"]}
-    kw = dict(n_boot=40, seed=3, exclude_items=exclude)
-    mem = report_run(con, run_id, split=split, stream=False, **kw).to_dict()
-    streamed = report_run(con, run_id, split=split, stream=True, **kw).to_dict()
-    assert list(mem["questions"]) == ["intent", "urgent", "severity"]
-    for q in mem["questions"]:
-        q_mem, q_str = mem["questions"][q], streamed["questions"][q]
-        q_mem.pop("agreement"), q_str.pop("agreement")  # annotator agreement is in-memory only
-        _same(q_mem, q_str, q)
+    splits = None if split == "all" else [split]
+    streamed = report_run(con, run_id, split=split, n_boot=40, seed=3, exclude_items=exclude).to_dict()
+    assert list(streamed["questions"]) == ["intent", "urgent", "severity"]
+    for q in streamed["questions"]:
+        mem = question_report(load_answers(con, run_id, q, splits), exclude_items=exclude.get(q), n_boot=40, seed=3)
+        q_str = streamed["questions"][q]
+        assert q_str["agreement"] is None  # one vote per item (tests/store/test_repeated_votes.py has several)
+        _same(mem.to_dict() | {"agreement": None}, q_str, q)
 
 
 def test_calibrated_view_stores_parameters_and_reads_the_parent_transformed(store, tiny_batches):
@@ -122,8 +124,8 @@ def test_calibrated_view_stores_parameters_and_reads_the_parent_transformed(stor
     assert not q["fit_subsampled"] and q["n_fit"] == q["n_fit_available"]
     # the streamed report of the view equals its in-memory report
     _same(
-        report_run(con, view, "intent", stream=False, n_boot=20).to_dict()["questions"]["intent"] | {"agreement": None},
-        report_run(con, view, "intent", stream=True, n_boot=20).to_dict()["questions"]["intent"] | {"agreement": None},
+        question_report(load_answers(con, view, "intent", ["test"]), n_boot=20).to_dict() | {"agreement": None},
+        report_run(con, view, "intent", n_boot=20).to_dict()["questions"]["intent"] | {"agreement": None},
     )
 
 
@@ -155,21 +157,24 @@ def test_streamed_thresholds_equal_the_in_memory_thresholds(store, tiny_batches,
     assert np.array_equal(mem.surface.accepted, streamed.surface.accepted)
 
 
-def test_large_questions_stream_by_default(store, monkeypatch):
-    """Above WORKBENCH_STREAM_CELLS probabilities the default (stream=None) reads in batches."""
+def test_reports_read_in_batches_and_large_ones_refuse_the_whole_matrix(store, monkeypatch):
+    """Majority reports of every size read in batches; above WORKBENCH_STREAM_CELLS probabilities a figure that
+    needs the whole matrix (soft labels) is refused, and thresholds read in batches too."""
     from workbench.workflows import evaluation
     from workbench.workflows.thresholds import thresholds_for_run
 
     con, run_id = store
     calls = []
     real = evaluation.stream_question_report
-    monkeypatch.setattr(evaluation, "stream_question_report", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    monkeypatch.setattr(evaluation, "stream_question_report", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     monkeypatch.setenv("WORKBENCH_STREAM_CELLS", "100")
     report_run(con, run_id, "intent", n_boot=0)
     assert calls == ["intent"]
     monkeypatch.setenv("WORKBENCH_STREAM_CELLS", str(10**9))
     report_run(con, run_id, "intent", n_boot=0)
-    assert calls == ["intent"]
+    assert calls == ["intent", "intent"]
+    assert report_run(con, run_id, "intent", labels="soft", n_boot=0).questions[0].params.get("labels") == "soft"
+    assert calls == ["intent", "intent"]
     monkeypatch.setenv("WORKBENCH_STREAM_CELLS", "100")
     with pytest.raises(evaluation.WorkbenchError, match="too large"):
         report_run(con, run_id, "intent", labels="soft")

@@ -14,6 +14,7 @@ from tests.metrics.conftest import build_store, calibrated_sample
 from tests.scale.test_streamed_equals_in_memory import _same
 from workbench.store.snapshot import store_token
 from workbench.ui import state
+from workbench.ui.state.cache import reads_in_batches
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +65,6 @@ def test_pages_read_in_batches_show_the_in_memory_figures(store_path, monkeypatc
     monkeypatch.setenv("WORKBENCH_STREAM_CELLS", str(10**12))
     memory = _figures(path, run_id, question, recal)
     monkeypatch.setenv("WORKBENCH_STREAM_CELLS", "1")
-    assert state.is_large(path, store_token(path), run_id, question, "test")
+    assert reads_in_batches(path, store_token(path), run_id, question, "test")
     streamed = _figures(path, run_id, question, recal)
     _same(memory, streamed, question)

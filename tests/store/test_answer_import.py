@@ -660,6 +660,7 @@ def test_vectors_are_stored_as_given_and_every_reader_sees_them_normalised(maste
     from workbench.engines import store_aggregates as sa
     from workbench.store.db import ANSWERS_TABLE
     from workbench.store.runs import insert_run, iter_answer_batches, write_answers
+    from workbench.store.sources import StoreSource
 
     con = connect(store)
     run_id = import_answers(con, write_wide(master, tmp_path / "a.parquet"), dataset="msgs", schema=schema(), name="a")
@@ -709,10 +710,16 @@ def test_vectors_are_stored_as_given_and_every_reader_sees_them_normalised(maste
             streamed[pos] = batch.probs
         np.testing.assert_array_equal(streamed, test_rows.probs)
         for split in ("calibration", "test"):  # the store's SQL aggregates (choice questions only)
-            ra, rb = sa.point_report(con, run_id, q, split), sa.point_report(con, ref, q, split)
+            ra, rb = (
+                sa.point_report(StoreSource(con, run_id), q, split),
+                sa.point_report(StoreSource(con, ref), q, split),
+            )
             assert (ra is None) == (rb is None) == (q != "topic")
             _same_to_1e12(ra, rb)  # DuckDB's sums may add in another order: the last bit may differ
-            ga, gb = sa.grid_points(con, run_id, q, (split,)), sa.grid_points(con, ref, q, (split,))
+            ga, gb = (
+                sa.grid_points(StoreSource(con, run_id), q, (split,)),
+                sa.grid_points(StoreSource(con, ref), q, (split,)),
+            )
             _same_to_1e12(ga, gb)
     for rid, out in ((run_id, tmp_path / "a.parquet.out"), (ref, tmp_path / "b.parquet.out")):
         export_run(con, rid, "parquet", out.with_suffix(".parquet"))

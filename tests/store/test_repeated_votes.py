@@ -22,6 +22,7 @@ from workbench.schema import DecisionSchema
 from workbench.store import aggregates as ag
 from workbench.store.db import connect
 from workbench.store.import_spec import GOLD_LABELS, REPEATED_VOTES, ImportSpec
+from workbench.store.sources import StoreSource
 
 SCHEMA = DecisionSchema.from_dict(
     {
@@ -161,8 +162,8 @@ def _set_record(con, record: dict | None) -> None:
 
 
 def _figures(con, run_id) -> tuple:
-    rep = sa.point_report(con, run_id, "intent", "test")
-    pts = sa.grid_points(con, run_id, "intent", ("calibration", "test"))
+    rep = sa.point_report(StoreSource(con, run_id), "intent", "test")
+    pts = sa.grid_points(StoreSource(con, run_id), "intent", ("calibration", "test"))
     assert rep is not None and pts is not None
     metrics = {k: v.estimate for k, v in rep.metrics.items()}
     arrays = {s: (p.coords.predicted, p.coords.x, p.coords.y, p.labels) for s, p in pts.items()}
@@ -198,7 +199,7 @@ def test_repeated_votes_take_the_majority_vote(single_vote_store):
         )
     _set_record(con, {"intent": ["calibration", "test"]})
     assert "arg_max" in ag._rows_sql(con, {"dataset": "toy", "dataset_version": 1}, "intent")
-    pts = sa.grid_points(con, run_id, "intent", ("calibration", "test"))
+    pts = sa.grid_points(StoreSource(con, run_id), "intent", ("calibration", "test"))
     assert pts is not None
     for split in ("calibration", "test"):
         ans = load_answers(con, run_id, "intent", [split])

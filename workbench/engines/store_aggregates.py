@@ -12,9 +12,12 @@ The same figures as the library's in-memory and streamed paths, finished by the 
 - :func:`certified_from_points`: ``workbench thresholds --calibrate none``'s result (guarantee objective)
   from those points, as :func:`workbench.workflows.thresholds.streamed_thresholds` builds it.
 
-Each returns None when the run does not qualify (a calibrated view whose probabilities are computed on
-read, a question type not handled here, rows without stored summaries): callers use the library's
-other paths then.
+They are a stored run's (:class:`~workbench.store.sources.StoreSource`) own way to answer those figures: each
+takes an :class:`~workbench.answers.AnswerSource` and returns None when the source cannot answer from stored
+summaries (answers in memory, a calibrated view whose probabilities are computed on read, a question type not
+handled here, rows without stored summaries): callers use the library's batched path then. They stay beside
+that path because at a million items they paint the UI's first figures several times faster than a pass over
+every probability (``bench/scale_ui.py``).
 """
 
 from __future__ import annotations
@@ -24,25 +27,27 @@ from typing import Any
 
 import numpy as np
 
+from workbench.store.sources import StoreSource
+
 #: Question types whose point report is computed here (other types: the streamed report).
 REPORT_TYPES = ("choice",)
 #: Question types whose grid points are computed here.
 GRID_TYPES = ("choice", "noul")
 
 
-def point_report(con: Any, run_id: str, question: str, split: str, *, n_bins: int = 15, level: float = 0.95):
-    """The report's sum-based point estimates of one split (see the module doc), or None."""
+def point_report(source: Any, question: str, split: str, *, n_bins: int = 15, level: float = 0.95):
+    """The report's sum-based point estimates of one split of ``source`` (see the module doc), or None."""
     from workbench.metrics import reliability as rel
     from workbench.metrics.bootstrap import Interval
     from workbench.metrics.confusion import confusion_result, macro_f1_from_matrix
     from workbench.metrics.report import QuestionReport
     from workbench.metrics.scores import LOG_LOSS_FLOOR
     from workbench.store import aggregates as ag
-    from workbench.store.runs import get_run, load_stored_schema
 
-    run = get_run(con, run_id)
-    q = load_stored_schema(con, run["schema_hash"]).questions.get(question)
-    if q is None or q.type not in REPORT_TYPES or not ag.summaries_trusted(con, run_id):
+    if not isinstance(source, StoreSource) or source.question_type(question) not in REPORT_TYPES:
+        return None
+    con, run_id = source.con, source.run_id
+    if not ag.summaries_trusted(con, run_id):
         return None
     edges = rel.bin_edges(np.zeros(0), n_bins, "uniform")
     s = ag.metric_sums(con, run_id, question, split, edges=edges, log_loss_floor=LOG_LOSS_FLOOR)
@@ -95,26 +100,27 @@ class GridPoints:
     y_grid: np.ndarray
 
 
-def grid_points(con: Any, run_id: str, question: str, splits: tuple[str, ...], *, grid: int = 100):
-    """{split: :class:`GridPoints`} from one query, or None when the run does not qualify."""
+def grid_points(source: Any, question: str, splits: tuple[str, ...], *, grid: int = 100):
+    """{split: :class:`GridPoints`} of ``source`` from one query, or None when the source does not qualify."""
     from workbench.store import aggregates as ag
-    from workbench.store.runs import get_run, load_stored_schema
     from workbench.thresholds.rules import RuleCoordinates
     from workbench.thresholds.surface import default_grids
 
-    run = get_run(con, run_id)
-    q = load_stored_schema(con, run["schema_hash"]).questions.get(question)
-    if q is None or q.type not in GRID_TYPES or not ag.summaries_trusted(con, run_id):
+    qtype = source.question_type(question) if isinstance(source, StoreSource) else None
+    if qtype not in GRID_TYPES:
         return None
-    gx, gy = default_grids(q.type, grid)
+    con, run_id = source.con, source.run_id
+    if not ag.summaries_trusted(con, run_id):
+        return None
+    gx, gy = default_grids(qtype, grid)
     parts = ag.grid_points(con, run_id, question, list(splits))
     if any(p["n_untrusted"] for p in parts.values()):
         return None
-    names = ("tau_yes", "tau_no") if q.type == "noul" else ("tau", "margin")
+    names = ("tau_yes", "tau_no") if qtype == "noul" else ("tau", "margin")
     out = {}
     for split, p in parts.items():
         out[split] = GridPoints(
-            q.type, tuple(p["option_ids"]), RuleCoordinates(p["predicted"], p["x"], p["y"], *names), p["labels"], gx, gy
+            qtype, tuple(p["option_ids"]), RuleCoordinates(p["predicted"], p["x"], p["y"], *names), p["labels"], gx, gy
         )
     return out
 

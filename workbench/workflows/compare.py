@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.answers import RunAnswers
+from workbench.answers import RunAnswers, reads_in_batches
 from workbench.errors import NotFoundError, WorkbenchError
 from workbench.metrics.bootstrap import (
     bootstrap_many,
@@ -52,8 +52,8 @@ from workbench.store.runs import (  # the SQL of the readers: compare ranks and 
     load_stored_schema,
     shared_keys,
 )
+from workbench.store.sources import StoreSource
 from workbench.thresholds.options import ThresholdOptions
-from workbench.workflows.evaluation import should_stream
 
 
 def ObjectiveSpec(
@@ -430,8 +430,8 @@ def _policy_at_options(
         if test_from_side:
             # the choice between the streamed and the in-memory path is the one thresholds_for_run
             # makes with its test split (the same calibrator fit, the same rule)
-            stream = should_stream(
-                con, get_run(con, run_id), question, [calibration_split, "test"], stream, split_by_split=True
+            stream = reads_in_batches(
+                StoreSource(con, run_id), question, [calibration_split, "test"], stream, split_by_split=True
             )
         result = thresholds_for_run(
             con,
@@ -468,7 +468,7 @@ def _policies(
     out: list[dict | None] = [None] * len(runs)
     groups: dict[tuple, list[int]] = {}
     for i, run in enumerate(runs):
-        if should_stream(con, run, question, [calibration_split, "test"], stream, split_by_split=True):
+        if reads_in_batches(StoreSource(con, run), question, [calibration_split, "test"], stream, split_by_split=True):
             groups.setdefault(_read_key(con, run), []).append(i)
     for members in groups.values():
         if len(members) < 2:
@@ -939,8 +939,8 @@ def compare_runs(
         differences against the baseline on the slice's items (the same functions on the slice's rows).
     stream : bool, optional
         Read each run's answers in batches (:func:`stream_side`) instead of loading the (n, k)
-        matrix; ``None`` streams questions with more than ``workbench.workflows.evaluation.stream_cells()``
-        probabilities (as ``report_run``). The figures are the same either way.
+        matrix; ``None``: :func:`~workbench.answers.reads_in_batches` decides by each question's size (as
+        ``report_run``). The figures are the same either way.
     curves : bool, default=False
         Keep each (run, question)'s risk–coverage curve in ``Comparison.curves`` (what
         :func:`workbench.workflows.figures.comparison_figure` draws), computed from the items: the figure then
@@ -1024,14 +1024,14 @@ def compare_runs(
             rule, pol = policies.get((run["run_id"], q), (None, None))
             if (run["run_id"], q) in read_ahead:
                 side = read_ahead.pop((run["run_id"], q))
-            elif should_stream(con, run, q, [split], stream):
+            elif reads_in_batches(StoreSource(con, run), q, [split], stream):
                 # the later runs that read the same rows are read in the same pass (their sides wait)
                 together = [run] + [
                     r
                     for r in ordered[ordered.index(run) + 1 :]
                     if q in schemas[r["run_id"]].questions
                     and _read_key(con, r) == _read_key(con, run)
-                    and should_stream(con, r, q, [split], stream)
+                    and reads_in_batches(StoreSource(con, r), q, [split], stream)
                 ]
                 sides = stream_sides(
                     con, [(r["run_id"], policies.get((r["run_id"], q), (None, None))[0]) for r in together], q, split

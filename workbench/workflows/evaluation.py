@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.answers import RunAnswers
+from workbench.answers import AnswerSource, RunAnswers, reads_in_batches, stream_cells
 from workbench.errors import WorkbenchError
 from workbench.metrics.agreement import AgreementReport, agreement_report, named_votes, vote_counts
 from workbench.metrics.displays import ConfusionDisplay, ReliabilityDisplay
@@ -33,15 +33,12 @@ from workbench.metrics.reliability import calibration_error, top_label
 from workbench.metrics.report import LABEL_MODES, RunReport, question_report
 from workbench.metrics.scores import item_log_loss
 from workbench.metrics.slices import SliceReports, length_buckets, slice_reports
-from workbench.schema import option_ids
 from workbench.store.datasets import load_item_meta, load_votes
 from workbench.store.db import ANSWERS_TABLE, transaction
 from workbench.store.runs import (
-    count_answers,
     create_run,
     gather_answer_rows,
     get_run,
-    iter_answer_batches,
     load_answer_keys,
     load_answers,
     load_calibrators,
@@ -51,6 +48,7 @@ from workbench.store.runs import (
     shared_keys,
     update_run,
 )
+from workbench.store.sources import StoreSource
 from workbench.wording import plural
 
 # -- reports ----------------------------------------------------------------------------------------
@@ -98,9 +96,10 @@ def report_run(
 
     ``exclude_items`` maps a question to item ids left out (suspected label errors). For a
     calibrated view (``kind='calibrated'``) the parent run's report on the same items is attached
-    as ``before``. ``stream``: read the answers in batches (:func:`stream_question_report`) instead
-    of loading the (n, k) matrix; ``None`` streams questions with more than :func:`stream_cells`
-    probabilities. ``labels``: ``"majority"`` scores against each item's majority label,
+    as ``before``. Majority-label reports of every size read the answers in batches
+    (:func:`stream_question_report`, agreement from :func:`agreement_for_source`); ``--labels soft`` and
+    ``slices`` load the (n, k) matrix, which ``stream=True`` (or ``None`` and a question
+    :func:`~workbench.answers.reads_in_batches` finds large) refuses. ``labels``: ``"majority"`` scores against each item's majority label,
     ``"soft"`` against its vote distribution (:mod:`workbench.metrics.soft`). A question whose
     items have several votes also gets ``agreement`` (:func:`agreement_for_answers`).
     """
@@ -109,6 +108,7 @@ def report_run(
             f"--labels {labels!r} is not one of {', '.join(LABEL_MODES)}", hint="--labels soft|majority"
         )
     run = get_run(con, run_id)
+    source = StoreSource(con, run)
     questions = [question] if question else run_questions(con, run["run_id"])
     splits = None if split in (None, "all") else [split]
     slice_list = [slices] if isinstance(slices, str) else list(dict.fromkeys(slices or []))
@@ -117,17 +117,21 @@ def report_run(
     for q in questions:
         options: dict[str, Any] = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level, "smooth": smooth}
         excluded = (exclude_items or {}).get(q)
-        if should_stream(con, run, q, splits, stream):
-            if labels != "majority" or slice_list:
-                raise WorkbenchError(
-                    f"{run['run_id']} is too large to report {q!r} with "
-                    + ("--labels soft" if labels != "majority" else "--slice")
-                    + " (that needs every probability in memory)",
-                    hint=f"report it without them, or raise WORKBENCH_STREAM_CELLS (now {stream_cells():,})",
-                )
-            reports.append(stream_question_report(con, run["run_id"], q, splits, exclude_items=excluded, **options))
+        if labels == "majority" and not slice_list:
+            # one path for every size: the source read in batches (a small run is a source with few batches)
+            rep = stream_question_report(source, q, splits, exclude_items=excluded, **options)
+            rep.agreement = agreement_for_source(con, source, q, splits)
+            reports.append(rep)
             continue
-        answers = with_votes(con, load_answers(con, run["run_id"], q, splits), splits)
+        # soft labels and slices need every probability in memory (the vote distribution, each slice's rows)
+        if reads_in_batches(source, q, splits, stream):
+            raise WorkbenchError(
+                f"{run['run_id']} is too large to report {q!r} with "
+                + ("--labels soft" if labels != "majority" else "--slice")
+                + " (that needs every probability in memory)",
+                hint=f"report it without them, or raise WORKBENCH_STREAM_CELLS (now {stream_cells():,})",
+            )
+        answers = with_votes(con, source.load(q, splits), splits)
         # the whole split and each slice go through one report function with the same options
         report_of = partial(_question_report, options | {"exclude_items": excluded, "labels": labels})
         rep = report_of(answers)
@@ -167,54 +171,8 @@ def report_run(
 
 
 # -- streamed reports (runs larger than memory) --------------------------------------------------------
-#: Questions with more probabilities than this (n items × k options) are reported from batches.
-STREAM_CELLS = 20_000_000
-
-
-def stream_cells() -> int:
-    """:data:`STREAM_CELLS`, or ``WORKBENCH_STREAM_CELLS`` when set."""
-    import os
-
-    return int(os.environ.get("WORKBENCH_STREAM_CELLS") or STREAM_CELLS)
-
-
-def should_stream(
-    con: Any,
-    run: dict,
-    question: str,
-    splits: Sequence[str] | None,
-    stream: bool | None,
-    *,
-    split_by_split: bool = False,
-) -> bool:
-    """Whether ``question`` of ``run`` (a run row, :func:`~workbench.store.runs.get_run`) on ``splits`` is read
-    in batches: ``stream`` when given (True/False), else whether its answers × options exceed
-    :func:`stream_cells` (a question the run does not have: False, its loader names it).
-
-    ``split_by_split`` counts the rows one split at a time and sums them (a caller that reads each split's
-    keys anyway shares those counts, where the splits together would be a read of their own)."""
-    if stream is not None:
-        return stream
-    questions = load_stored_schema(con, run["schema_hash"]).questions
-    if question not in questions:  # the loader names the question and the run's questions
-        return False
-    k = len(option_ids(questions[question]))
-    if split_by_split and splits is not None:
-        n = sum(count_answers(con, run["run_id"], question, [s]) for s in dict.fromkeys(splits))
-    else:
-        n = count_answers(con, run["run_id"], question, splits)
-    return n * max(k, 2) > stream_cells()
-
-
-def is_large(con: Any, run_id: str, question: str, splits: Sequence[str] | None) -> bool:
-    """True when ``question`` of ``run_id`` on ``splits`` has more probabilities than :func:`stream_cells`
-    (the size above which every store-backed figure is computed from batches)."""
-    return should_stream(con, get_run(con, run_id), question, splits, None)
-
-
 def stream_question_report(
-    con: Any,
-    run_id: str,
+    source: AnswerSource,
     question: str,
     splits: Sequence[str] | None = None,
     *,
@@ -222,9 +180,9 @@ def stream_question_report(
     transform: Callable[[np.ndarray], np.ndarray] | None = None,
     **kwargs: Any,
 ):
-    """The :func:`~workbench.metrics.report.question_report` of one question, reading the answers in
-    batches (each batch's probabilities passed through ``transform`` (m, k) -> (m, k) when given,
-    e.g. a recalibration) (:func:`~workbench.store.runs.iter_answer_batches`) instead of the whole matrix.
+    """The :func:`~workbench.metrics.report.question_report` of one question, reading ``source``'s answers in
+    batches (:meth:`~workbench.answers.AnswerSource.batches`, each batch's probabilities passed through
+    ``transform`` (m, k) -> (m, k) when given, e.g. a recalibration) instead of the whole matrix.
 
     Choice questions keep a few numbers per item (:class:`~workbench.metrics.report.ChoiceItems`)
     and the (option, bin) sums, so memory is O(n + batch · k); yes/no and score questions (k of 2 to
@@ -240,8 +198,8 @@ def stream_question_report(
         row_counts,
     )
 
-    n = count_answers(con, run_id, question, splits)
-    choice = _question_type(con, run_id, question) == "choice"
+    n = source.count(question, splits)
+    choice = source.question_type(question) == "choice"
     # per item: 3 bytes for a choice question (failed, labelled, excluded); the failure kinds are
     # counted per batch. Other types keep their labels and kinds (their (n, k) matrix dwarfs them).
     failed = np.zeros(n, bool)
@@ -252,10 +210,11 @@ def stream_question_report(
     kind_counts: dict[str, int] = {}
     exclude = np.asarray(list(exclude_items), dtype=str) if exclude_items is not None else None
     parts, at, kept_rows = [], [], []
+    n_kept = 0  # rows kept for the class-wise interval: dropped once they pass its limit, as the report decides
     matrix = None
     meta = None
     n_bins = int(kwargs.get("n_bins", 15))
-    for pos, b in iter_answer_batches(con, run_id, question, splits):
+    for pos, b in source.batches(question, splits):
         meta = b
         if transform is not None:
             b.probs = transform(b.probs)
@@ -272,14 +231,18 @@ def stream_question_report(
             keep_b = ~b.failed & (b.labels >= 0) & ~excluded[pos]
             parts.append(choice_items(b.probs[keep_b], b.labels[keep_b], n_bins))
             at.append(pos[keep_b])
-            if n * b.probs.shape[1] <= CLASSWISE_BOOT_LIMIT:  # small: keep the rows for that interval too
-                kept_rows.append(b.probs[keep_b])
+            if n_kept >= 0:  # keep the rows for that interval while n_labelled × k stays within its limit
+                n_kept += int(keep_b.sum())
+                if n_kept * b.probs.shape[1] <= CLASSWISE_BOOT_LIMIT:
+                    kept_rows.append(b.probs[keep_b])
+                else:
+                    n_kept, kept_rows = -1, []
         else:
             if matrix is None:
                 matrix = np.full((n, b.probs.shape[1]), np.nan)
             matrix[pos] = b.probs
     if meta is None:  # no rows: the in-memory path on an empty load gives the same empty report
-        return question_report(load_answers(con, run_id, question, splits), exclude_items=exclude_items, **kwargs)
+        return question_report(source.load(question, splits), exclude_items=exclude_items, **kwargs)
     if meta.qtype != "choice":
         return REPORTERS[meta.qtype](
             matrix,
@@ -300,12 +263,6 @@ def stream_question_report(
     probs = np.concatenate(kept_rows)[order] if kept_rows else None
     del order
     return choice_report_from_items(items, keep, counts, meta.option_ids, question=question, probs=probs, **kwargs)
-
-
-def _question_type(con: Any, run_id: str, question: str) -> str | None:
-    """The type of ``question`` in ``run_id``'s schema (None when the schema has no such question)."""
-    q = load_stored_schema(con, get_run(con, run_id)["schema_hash"]).questions.get(question)
-    return q.type if q is not None else None
 
 
 def _question_report(options: dict[str, Any], answers: RunAnswers):
@@ -357,14 +314,38 @@ def with_votes(con: Any, answers: RunAnswers, splits: Sequence[str] | None = Non
     return answers
 
 
+def agreement_for_source(
+    con: Any, source: StoreSource, question: str, splits: Sequence[str] | None
+) -> AgreementReport | None:
+    """:func:`agreement_for_answers` of a stored run without its matrix: the item keys, the votes and the top
+    option of each answered row read in batches; None (nothing read) when no item has two votes."""
+    from workbench.store.datasets import has_repeated_votes
+
+    run = source.run
+    if not has_repeated_votes(con, run["dataset"], int(run["dataset_version"]), question, splits):
+        return None
+    keys = load_answer_keys(con, source.run_id, question, splits)
+    top = np.zeros(len(keys.labels), dtype=np.int64)
+    for pos, b in source.batches(question, splits):
+        ok = ~b.failed
+        top[pos[ok]] = b.probs[ok].argmax(axis=1)
+    return agreement_for_answers(with_votes(con, keys, splits), splits=splits, con=con, top=top)
+
+
 def agreement_for_answers(
-    answers: RunAnswers, *, splits: Sequence[str] | None = None, con: Any = None, with_model: bool = True
+    answers: RunAnswers,
+    *,
+    splits: Sequence[str] | None = None,
+    con: Any = None,
+    with_model: bool = True,
+    top: np.ndarray | None = None,
 ) -> AgreementReport | None:
     """Agreement among the annotators of ``answers``' items and of the run's top option with them.
 
     Only items the model answered enter (so the two columns compare the same items); ``None`` when
     no item has more than one vote. ``answers`` must carry its votes (:func:`with_votes`; loaded
-    here from ``con`` otherwise).
+    here from ``con`` otherwise). ``top`` (n,): the run's top option per row when ``answers`` has no
+    probabilities (:func:`agreement_for_source`).
     """
     if answers.votes is None or "vote_annotators" not in answers.extra:
         answers = with_votes(con, answers, splits)
@@ -378,7 +359,7 @@ def agreement_for_answers(
     new_index[keep] = np.arange(keep.size)
     sel = new_index[rows] >= 0
     votes, ids = named_votes(new_index[rows][sel], annotators[sel], options[sel])
-    model = answers.probs[keep].argmax(axis=1) if with_model else None
+    model = (top[keep] if top is not None else answers.probs[keep].argmax(axis=1)) if with_model else None
     return agreement_report(
         answers.votes[keep],
         votes=votes if ids else None,
@@ -396,11 +377,12 @@ def agreement_for_run(
     from workbench.store.datasets import has_repeated_votes
 
     run = get_run(con, run_id)
+    source = StoreSource(con, run)
     questions = [question] if question else run_questions(con, run["run_id"])
     splits = None if split in (None, "all") else [split]
     ds, version = run["dataset"], int(run["dataset_version"])
     return {  # no item with two votes: no agreement, and no need to load the run's answers
-        q: agreement_for_answers(load_answers(con, run["run_id"], q, splits), splits=splits, con=con)
+        q: agreement_for_answers(source.load(q, splits), splits=splits, con=con)
         if has_repeated_votes(con, ds, version, q, splits)
         else None
         for q in questions
@@ -437,11 +419,12 @@ def _top_label_items(con: Any, run_id: str, question: str, split: str, transform
     """Per-item confidence, correctness and log loss of the answered, labelled rows of ``split`` in
     item-id order, before and after ``transform``: what the ECE / log loss before-after figures need
     (six numbers per item instead of the (n, k) matrix)."""
-    n = count_answers(con, run_id, question, [split])
+    source = StoreSource(con, run_id)
+    n = source.count(question, [split])
     # correctness as bool (1 byte, not 8, per item); floats again once the used rows are taken
     out = {k: np.full(n, False) if k.startswith("ok") else np.full(n, np.nan) for k in _TOP_LABEL_FIELDS}
     use = np.zeros(n, bool)
-    for pos, batch in iter_answer_batches(con, run_id, question, [split]):
+    for pos, batch in source.batches(question, [split]):
         keep = ~batch.failed & (batch.labels >= 0)
         if not keep.any():
             continue

@@ -295,10 +295,13 @@ class _Measure:
 
 
 def _policy_measure(con: Any, run_id: str, question: str, split: str, policy_path: Path, opts: RequirementsFile):
-    """Apply a policy file to the run's labelled answers of ``question`` with the runtime's decision code."""
+    """Apply a policy file to the run's labelled answers of ``question`` with the runtime's decision code.
+
+    Loads the whole split (:meth:`~workbench.store.sources.StoreSource.load`): the gate's intervals are paired,
+    each bootstrap replicate reweighting the same items in every measure, so the items stay in memory."""
     from workbench.metrics.bootstrap import bootstrap_many
     from workbench.policy.runtime import Policy
-    from workbench.store.runs import load_answers
+    from workbench.store.sources import StoreSource
 
     policy = Policy.load(policy_path)
     cq = policy.questions.get(question)
@@ -306,7 +309,7 @@ def _policy_measure(con: Any, run_id: str, question: str, split: str, policy_pat
         raise RequirementsError(
             f"policy {policy_path} has no question {question!r}", hint=f"questions: {', '.join(policy.questions)}"
         )
-    ans = load_answers(con, run_id, question, [split])
+    ans = StoreSource(con, run_id).load(question, [split])
     if list(ans.option_ids) != list(cq.options):
         raise RequirementsError(
             f"policy {policy_path}: options of {question!r} differ from {run_ref(run_id)}'s",
@@ -348,10 +351,12 @@ def _policy_measure(con: Any, run_id: str, question: str, split: str, policy_pat
 
 
 def _report_measure(con: Any, run_id: str, question: str, split: str, opts: RequirementsFile, smooth: bool):
+    """The report's metrics with their paired replicate (``QuestionReport.replicate``): the whole split in memory,
+    as :func:`_policy_measure` (the gate's intervals reweight the same items in every measure)."""
     from workbench.metrics.report import question_report
-    from workbench.store.runs import load_answers
+    from workbench.store.sources import StoreSource
 
-    ans = load_answers(con, run_id, question, [split])
+    ans = StoreSource(con, run_id).load(question, [split])
     rep = question_report(ans, n_boot=opts.n_boot, seed=opts.seed, level=opts.level, smooth=smooth)
     kept, stats = rep.replicate if rep.replicate is not None else (np.zeros(len(ans.labels), bool), lambda w: {})
     return _Measure(ans.item_ids.astype(str), kept, stats, dict(rep.metrics))

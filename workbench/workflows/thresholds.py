@@ -15,8 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from workbench.answers import reads_in_batches
 from workbench.reporting import Reporter
 from workbench.store.runs import shared_keys
+from workbench.store.sources import StoreSource
 from workbench.thresholds.choose import choose_thresholds
 from workbench.thresholds.options import ThresholdOptions
 from workbench.thresholds.result import ThresholdResult
@@ -35,8 +37,8 @@ def thresholds_for_run(
 ) -> ThresholdResult:
     """Choose thresholds for ``question`` of ``run_id`` on its calibration split; judge them on test.
 
-    ``stream``: read the answers in batches (:func:`streamed_thresholds`); ``None`` streams questions
-    with more probabilities than ``workbench.workflows.evaluation.stream_cells()``.
+    ``stream``: read the answers in batches (:func:`streamed_thresholds`); ``None``:
+    :func:`~workbench.answers.reads_in_batches` decides by the question's size on both splits.
 
     Parameters
     ----------
@@ -53,23 +55,13 @@ def thresholds_for_run(
     -------
     ThresholdResult
     """
-    from workbench.store.runs import load_answers
-
     options = options if options is not None else ThresholdOptions()
-    if _streams(con, run_id, question, [calibration_split, *([test_split] if test_split else [])], stream):
+    source = StoreSource(con, run_id)
+    if reads_in_batches(source, question, [calibration_split, *([test_split] if test_split else [])], stream):
         return streamed_thresholds(con, run_id, question, options, calibration_split, test_split)
-    calibration = load_answers(con, run_id, question, splits=[calibration_split])
-    test = load_answers(con, run_id, question, splits=[test_split]) if test_split else None
+    calibration = source.load(question, [calibration_split])
+    test = source.load(question, [test_split]) if test_split else None
     return choose_thresholds(calibration, test, options)
-
-
-def _streams(con, run_id: str, question: str, splits: list[str], stream: bool | None) -> bool:
-    """:func:`workbench.workflows.evaluation.should_stream` of a run id: ``stream`` when given, else whether the question
-    has more probabilities (n items × k options) than ``workbench.workflows.evaluation.stream_cells()``."""
-    from workbench.store.runs import get_run
-    from workbench.workflows.evaluation import should_stream
-
-    return should_stream(con, get_run(con, run_id), question, splits, stream)
 
 
 def streamed_prepare(
@@ -321,11 +313,11 @@ def frontier_for_run(
     the guarantee selection at each α, prepared once (streamed for large runs, like ``thresholds_for_run``)."""
     from dataclasses import replace
 
-    from workbench.store.runs import load_answers
     from workbench.thresholds.choose import certified_frontier, select_prepared
 
-    if not _streams(con, run_id, question, ["calibration"], stream):
-        return certified_frontier(load_answers(con, run_id, question, ["calibration"]), options, alphas)
+    source = StoreSource(con, run_id)
+    if not reads_in_batches(source, question, ["calibration"], stream):
+        return certified_frontier(source.load(question, ["calibration"]), options, alphas)
     opts = replace(options, objective="guarantee")
     prep, keys, _ = streamed_prepare(con, run_id, question, opts)
     return [select_prepared(prep, replace(opts, alpha=float(a)), keys) for a in alphas]
@@ -348,7 +340,6 @@ def smallest_certified_alpha(
     log2(len(alphas)) + 1 selections instead of one per α."""
     from dataclasses import replace
 
-    from workbench.store.runs import load_answers
     from workbench.thresholds.choose import prepare_question, select_prepared
 
     grid = sorted(float(a) for a in alphas)
@@ -356,8 +347,9 @@ def smallest_certified_alpha(
         return None
     opts = replace(options, objective="guarantee")
     keys: Any
-    if not _streams(con, run_id, question, ["calibration"], None):
-        keys = load_answers(con, run_id, question, ["calibration"])
+    source = StoreSource(con, run_id)
+    if not reads_in_batches(source, question, ["calibration"]):
+        keys = source.load(question, ["calibration"])
         prep = prepare_question(keys, opts)
     else:
         prep, keys, _ = streamed_prepare(con, run_id, question, opts)

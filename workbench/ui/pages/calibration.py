@@ -49,22 +49,14 @@ if after_method and split == "calibration":
 N_BOOT = 200
 with state.stop_on_error():
     variants = {"as answered": None} | ({after: after_method} if after_method else {})
-    # a large run streams its answers for each figure: the point estimates come first, the bootstrap
-    # intervals (the same 200 replicates as `workbench report`) on request, or at once when a session kept them
-    large = state.is_large(path, token, run_id, question, split)
+    # a large run shows its point estimates first, the bootstrap intervals (the same 200 replicates as
+    # `workbench report`) on request, or at once when a session kept them
     boot_key = f"cal_boot|{run_id}|{question}|{split}|{after}|{n_bins}"
-    reports = {}
-    for name, m in variants.items():
-        rep = None
-        if large and not st.session_state.get(boot_key):
-            rep = state.kept_question_report(path, token, run_id, question, split, m, n_bins, N_BOOT)
-            if rep is None and m is None:  # the sums of one query over the store (a raw choice question)
-                rep = state.point_report(path, token, run_id, question, split, n_bins)
-            if rep is None:
-                rep = state.question_report(path, token, run_id, question, split, m, n_bins, n_boot=0)
-        if rep is None:
-            rep = state.question_report(path, token, run_id, question, split, m, n_bins, n_boot=N_BOOT)
-        reports[name] = rep
+    full = bool(st.session_state.get(boot_key))
+    reports = {
+        name: state.metric_report(path, token, run_id, question, split, m, n_bins, N_BOOT, full=full)
+        for name, m in variants.items()
+    }
     top = state.reliability_display(path, token, run_id, question, split, after_method, n_bins, strategy)
 if top is None:
     st.warning(f"No answered, labelled items on `{split}`.")
@@ -151,13 +143,13 @@ opt = st.selectbox(
 )
 k = options.index(opt)
 cw_key = f"cal_cw|{run_id}|{question}|{split}|{after}|{n_bins}|{strategy}|{k}"
-cw_now = not large or st.session_state.get(cw_key)
+cw_now = bool(st.session_state.get(cw_key))  # a small run draws it anyway
 classwise = state.reliability_display(
     path, token, run_id, question, split, after_method, n_bins, strategy, k, compute=bool(cw_now)
 )
 if classwise is not None:
     st.plotly_chart(classwise.figure_, key="cal_classwise_chart")
-elif large and not cw_now:
+elif not cw_now:
     st.caption("A large run: the class-wise curve takes a pass over the run; drawn on request, then kept.")
     if st.button("Draw the class-wise reliability", key="cal_cw_go"):
         st.session_state[cw_key] = True

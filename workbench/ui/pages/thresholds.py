@@ -42,10 +42,8 @@ if "calibration" not in run["splits"] or "test" not in run["splits"]:
 
 defaults = state.threshold_defaults()
 recal_choices = ["as answered", "temperature", "isotonic"] + (["platt"] if qtype == "noul" else [])
-# a large run opens on its answers as given: their surface, certificate and test figures come from one
-# query over the store; a recalibration streams the run (fit, then every figure), so it is chosen here
-large_run = state.is_large(path, token, run_id, question, "calibration")
-start = "as answered" if large_run else defaults.calibrate
+# a large run opens on its answers as given (one query over the store); a recalibration streams the run
+start, large_note = state.opening_probabilities(path, token, run_id, question, defaults.calibrate)
 recal = st.radio(
     "Probabilities",
     recal_choices,
@@ -145,11 +143,8 @@ def _ci(d: dict) -> str:
     return "—" if d["low"] is None else f"95% CI {100 * d['low']:.1f}–{100 * d['high']:.1f}%"
 
 
-if large_run and recal_method is None:
-    st.caption(
-        "A large run: its answers as given are read by one query over the store (each item's cell on the "
-        "threshold grid); choose a recalibration above to stream the run for it."
-    )
+if large_note and recal_method is None:
+    st.caption(large_note)
 st.subheader("At these thresholds (exploration, not certified)")
 m = st.columns(4)
 m[0].metric(
@@ -219,14 +214,12 @@ settings = state.threshold_settings(
 alphas = tuple(np.round(np.linspace(0.01, 0.3, 30), 3).tolist())
 # a large run is streamed for its frontier (one more pass, then a selection per α): drawn on request, or at
 # once when a session already kept it
-large = state.is_large(path, token, run_id, question, "calibration")
 front_key = f"thr_front|{run_id}|{question}|{settings}"
 with state.stop_on_error():
     certified = state.certified_thresholds(path, token, run_id, question, settings)
-    if large and not st.session_state.get(front_key):
-        front = state.kept_frontier(path, token, run_id, question, settings, alphas)
-    else:
-        front = state.certified_frontier(path, token, run_id, question, settings, alphas)
+    front = state.frontier(
+        path, token, run_id, question, settings, alphas, compute=bool(st.session_state.get(front_key))
+    )
 st.caption(state.settings_caption(alpha, delta, calibrate, method))
 for w in certified.get("warnings") or []:  # the test split contradicts the certificate: as the CLI says it
     st.warning(w)

@@ -32,8 +32,7 @@ from __future__ import annotations
 import streamlit as st
 
 from workbench.errors import NotFoundError
-from workbench.ui.state.arrays import question_arrays
-from workbench.ui.state.cache import forget_answers, is_large, run_answers
+from workbench.ui.state.cache import forget_answers, run_answers
 from workbench.ui.state.errors import show_error, stop_on_error
 from workbench.ui.state.production import shadow_report, shadow_sessions
 from workbench.ui.state.reports import (
@@ -41,6 +40,7 @@ from workbench.ui.state.reports import (
     comparison,
     confusion_display,
     kept_question_report,
+    metric_report,
     point_report,
     question_report,
     reliability_display,
@@ -85,8 +85,10 @@ from workbench.ui.state.thresholds import (
     certified_region,
     certified_threshold_slices,
     certified_thresholds,
+    frontier,
     kept_frontier,
     label_plan,
+    opening_probabilities,
     rule_points,
     settings_caption,
     threshold_defaults,
@@ -118,9 +120,7 @@ __all__ = [
     "run_record",
     "refresh",
     # cache and arrays
-    "is_large",
     "run_answers",
-    "question_arrays",
     # runs: datasets, runs, pickers
     "datasets_frame",
     "dataset_info",
@@ -146,12 +146,15 @@ __all__ = [
     "certified_region",
     "certified_thresholds",
     "certified_frontier",
+    "frontier",
     "kept_frontier",
+    "opening_probabilities",
     "certified_threshold_slices",
     "label_plan",
     # reports
     "question_report",
     "kept_question_report",
+    "metric_report",
     "point_report",
     "agreement_frame",
     "reliability_display",

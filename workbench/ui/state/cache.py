@@ -5,7 +5,7 @@ Streamlit (``st.cache_data`` pickles a copy per entry and unpickles one per hit)
 aggregate is computed, through a process-wide memo bounded in bytes (:data:`ARRAY_MEMO_BYTES`) so
 that one page's aggregates share one load. Aggregates of a large run are kept in the store's
 aggregate directory (:func:`kept`, :func:`kept_store`), so a later session or another server reads
-them back instead of streaming the run again; :func:`is_large` decides which runs are large.
+them back instead of streaming the run again; :func:`reads_in_batches` decides which runs are large.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import streamlit as st
 
-from workbench.ui.state.store import option_names, read_connection, run_record
+from workbench.ui.state.store import read_connection
 
 #: A store file at least this large keeps its store-wide aggregates (:func:`kept_store`) between servers.
 KEEP_STORE_BYTES = 256 * 1024**2
@@ -148,41 +148,33 @@ def kept(
     return _kept_under(path, ac.aggregate_key(_run_state(path, token, run_id, question), *description), compute)
 
 
-def is_large(path: str, token: tuple, run_id: str, question: str, split: str) -> bool:
-    """The split is read in batches (:func:`workbench.workflows.evaluation.is_large`): pages get aggregates and
-    per-item figures from the streamed library functions, never the matrix."""
-    from workbench.workflows.evaluation import stream_cells
+def reads_in_batches(path: str, token: tuple, run_id: str, question: str, split: str) -> bool:
+    """Whether the library reads the split in batches (:func:`workbench.answers.reads_in_batches`, the decision
+    ``workbench report`` and ``thresholds`` make): state functions then get aggregates and per-item figures from
+    the streamed library functions, never the matrix. Pages do not ask: each figure's state function does."""
+    from workbench.answers import stream_cells
 
-    return _is_large(path, token, run_id, question, split, stream_cells())
+    return _reads_in_batches(path, token, run_id, question, split, stream_cells())
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _is_large(path: str, token: tuple, run_id: str, question: str, split: str, cells: int) -> bool:
-    """The library's answer (a count joined with the items: seconds on millions of answers), after a
-    bound from the run's own answer count (:func:`_run_state`): a run whose answers on *every* split
-    fit is small; for a larger one the answer is kept between sessions like the page's aggregates."""
-    from workbench.workflows.evaluation import is_large as _large
-
-    def exact() -> bool:
-        with read_connection(path) as con:
-            return bool(_large(con, run_id, question, [split]))
+def _reads_in_batches(path: str, token: tuple, run_id: str, question: str, split: str, cells: int) -> bool:
+    """:func:`reads_in_batches` (``cells``, the library's cut-off, keys the cache), with bounds on the split's
+    answers the library needs no count for: at most the run's own answer count (:func:`_run_state`), at least
+    that count less the items of the other splits (a count joined with the items takes seconds on millions)."""
+    from workbench.answers import reads_in_batches as decide
+    from workbench.store.sources import StoreSource
 
     answers = _run_state(path, token, run_id, question)[4]  # ((run, count, latest), ...) of the run (and parent)
-    try:
-        n_options = max(len(option_names(path, token, run_id, question)), 2)
-    except KeyError:  # not a question of the run's schema: the library's answer (it names the questions)
-        return exact()
-    if max((int(c) for _, c, _ in answers), default=0) * n_options <= cells:
-        return False
-    try:  # answers of the run, less the items of the other splits, are on this split: enough to decide
-        run = run_record(path, token, run_id)
-        per_split = _split_sizes(path, token, run["dataset"], int(run["dataset_version"]))
-        others = sum(int(v) for s, v in per_split.items() if s != split)
-        if (max((int(c) for _, c, _ in answers), default=0) - others) * n_options > cells:
-            return True
-    except Exception:  # noqa: BLE001 - the bound is a shortcut; the library's count decides otherwise
-        pass
-    return bool(kept(path, token, run_id, question, ("is_large", split, cells), exact))
+    bound = max((int(c) for _, c, _ in answers), default=0)
+    with read_connection(path) as con:
+        source = StoreSource(con, run_id)
+        others = sum(
+            int(v)
+            for s, v in _split_sizes(path, token, source.run["dataset"], int(source.run["dataset_version"])).items()
+            if s != split
+        )
+        return bool(decide(source, question, [split], at_most=bound, at_least=bound - others))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -11,8 +11,8 @@ import pandas as pd
 import streamlit as st
 
 from workbench.thresholds.options import ThresholdOptions
-from workbench.ui.state.arrays import labelled_items, question_arrays, split_calibrator
-from workbench.ui.state.cache import is_large, kept, run_answers
+from workbench.ui.state.arrays import labelled_items, split_calibrator
+from workbench.ui.state.cache import kept, reads_in_batches, run_answers
 from workbench.ui.state.runs import runs_frame
 from workbench.ui.state.store import option_names, read_connection
 
@@ -39,26 +39,19 @@ def question_report(
     n_bins: int = 15,
     n_boot: int = 200,
 ):
-    """:mod:`workbench.metrics.report` of one question on one split (metrics with bootstrap intervals).
+    """:mod:`workbench.metrics.report` of one question on one split (metrics with bootstrap intervals), as
+    ``workbench report`` computes it (the run read in batches, :func:`_streamed_report`), with ``recalibrate``
+    fitted on the calibration split as ``workbench calibrate`` fits it.
 
     Of a large run, kept between sessions (:func:`kept`); see :func:`kept_question_report` for a
     lookup that computes nothing."""
-    from workbench.metrics.report import REPORTERS
 
-    if is_large(path, token, run_id, question, split):
-        return kept(
-            path,
-            token,
-            run_id,
-            question,
-            ("question_report", split, recalibrate, n_bins, n_boot),
-            lambda: _streamed_report(path, token, run_id, question, split, recalibrate, n_bins, n_boot),
-        )
-    arr = question_arrays(path, token, run_id, question, split, recalibrate)
-    rep = REPORTERS[arr.qtype](
-        arr.probs, arr.labels, list(arr.option_ids), question=question, n_bins=n_bins, n_boot=n_boot, smooth=True
-    )
-    return replace(rep, replicate=None)  # the replicate closure (for paired comparisons) cannot be cached
+    def compute():
+        return _streamed_report(path, token, run_id, question, split, recalibrate, n_bins, n_boot)
+
+    if reads_in_batches(path, token, run_id, question, split):
+        return kept(path, token, run_id, question, ("question_report", split, recalibrate, n_bins, n_boot), compute)
+    return compute()
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -67,10 +60,11 @@ def point_report(path: str, token: tuple, run_id: str, question: str, split: str
     sum-based point estimates, top-label reliability, confusion, counts from one DuckDB query), kept
     between sessions; None when the run or question does not qualify."""
     from workbench.engines import store_aggregates as sa
+    from workbench.store.sources import StoreSource
 
     def compute():
         with read_connection(path) as con:
-            return sa.point_report(con, run_id, question, split, n_bins=n_bins)
+            return sa.point_report(StoreSource(con, run_id), question, split, n_bins=n_bins)
 
     return kept(path, token, run_id, question, ("point_report", split, n_bins), compute)
 
@@ -89,17 +83,43 @@ def kept_question_report(
     return kept(path, token, run_id, question, ("question_report", split, recalibrate, n_bins, n_boot))
 
 
+def metric_report(
+    path: str,
+    token: tuple,
+    run_id: str,
+    question: str,
+    split: str,
+    recalibrate: str | None,
+    n_bins: int,
+    n_boot: int,
+    *,
+    full: bool,
+):
+    """The metric report a page shows: :func:`question_report` with ``n_boot`` bootstrap replicates, except for a
+    run the library reads in batches when ``full`` is False: then the full report only if a session kept it, else
+    the point estimates first (the store's sums of :func:`point_report` for a raw choice question as given, else a
+    streamed report without the bootstrap). ``params["n_boot"]`` of the result says which one it is."""
+    if not full and reads_in_batches(path, token, run_id, question, split):
+        rep = kept_question_report(path, token, run_id, question, split, recalibrate, n_bins, n_boot)
+        if rep is None and recalibrate is None:  # the sums of one query over the store (a raw choice question)
+            rep = point_report(path, token, run_id, question, split, n_bins)
+        if rep is None:
+            rep = question_report(path, token, run_id, question, split, recalibrate, n_bins, n_boot=0)
+        return rep
+    return question_report(path, token, run_id, question, split, recalibrate, n_bins, n_boot=n_boot)
+
+
 def _streamed_report(
     path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, n_bins: int, n_boot: int
 ):
     from workbench.metrics.recalibrate import apply_calibrator
+    from workbench.store.sources import StoreSource
     from workbench.workflows.evaluation import stream_question_report
 
     cal = split_calibrator(path, token, run_id, question, recalibrate) if recalibrate else None
     with read_connection(path) as con:
         rep = stream_question_report(
-            con,
-            run_id,
+            StoreSource(con, run_id),
             question,
             [split],
             transform=None if cal is None else (lambda p: apply_calibrator(cal, p)),
@@ -127,7 +147,7 @@ def agreement_frame(path: str, token: tuple, run_id: str, question: str, split: 
         )
         return ag.to_frame().drop(columns="question"), caption
 
-    if is_large(path, token, run_id, question, split):  # a count over every vote: kept between sessions
+    if reads_in_batches(path, token, run_id, question, split):  # a count over every vote: kept between sessions
         return kept(path, token, run_id, question, ("agreement_frame", split), compute)
     return compute()
 
@@ -151,7 +171,7 @@ def reliability_display(
     kept between sessions (:func:`kept`); the top-label figure of its answers as given (equal-width
     bins) comes from :func:`point_report` (without the smooth curve); ``compute=False`` returns None
     instead of streaming the run for a figure nobody kept yet."""
-    if is_large(path, token, run_id, question, split):
+    if reads_in_batches(path, token, run_id, question, split):
         description = ("reliability_display", split, recalibrate, n_bins, strategy, option)
         done = kept(path, token, run_id, question, description)
         if done is not None:
@@ -168,11 +188,9 @@ def reliability_display(
             run_id,
             question,
             description,
-            lambda: _reliability_display(
-                path, token, run_id, question, split, recalibrate, n_bins, strategy, option, True
-            ),
+            lambda: _reliability_display(path, token, run_id, question, split, recalibrate, n_bins, strategy, option),
         )
-    return _reliability_display(path, token, run_id, question, split, recalibrate, n_bins, strategy, option, False)
+    return _reliability_display(path, token, run_id, question, split, recalibrate, n_bins, strategy, option)
 
 
 def _report_reliability(rep, question: str, split: str, n_bins: int):
@@ -201,33 +219,23 @@ def _reliability_display(
     n_bins: int,
     strategy: str,
     option: int | None,
-    large: bool,
 ):
+    """The figure from each item's top option, confidence and ``option`` column read in batches
+    (:func:`~workbench.ui.state.arrays.labelled_items`), for every size of run: never the matrix."""
     from workbench.metrics.displays import ReliabilityDisplay
 
-    kind = "top-label" if option is None else "option"
     parts = []
     for name, method in [("as answered", None)] + ([(recalibrate, recalibrate)] if recalibrate else []):
-        if large:  # per-item figures read in batches, never the matrix
-            items = labelled_items(path, token, run_id, question, split, method, option)
-            ok = np.isfinite(items.top)
-            if not ok.any():
-                return None
-            if option is None:
-                y, s, x_t = (items.coords.predicted == items.labels)[ok], items.top[ok], "top-label confidence"
-            else:
-                assert items.column is not None
-                y, s, x_t = (items.labels == option)[ok], items.column[ok], f"P(option {option})"
-            parts.append(ReliabilityDisplay.from_scores(y, s, n_bins=n_bins, strategy=strategy, name=name, x_title=x_t))
-            continue
-        arr = question_arrays(path, token, run_id, question, split, method)
-        if not np.isfinite(arr.probs).all(axis=1).any():
+        items = labelled_items(path, token, run_id, question, split, method, option)
+        ok = np.isfinite(items.top)
+        if not ok.any():
             return None
-        parts.append(
-            ReliabilityDisplay.from_predictions(
-                arr.labels, arr.probs, n_bins=n_bins, strategy=strategy, kind=kind, option=option, name=name
-            )
-        )
+        if option is None:
+            y, s, x_t = (items.coords.predicted == items.labels)[ok], items.top[ok], "top-label confidence"
+        else:
+            assert items.column is not None
+            y, s, x_t = (items.labels == option)[ok], items.column[ok], f"P(option {option})"
+        parts.append(ReliabilityDisplay.from_scores(y, s, n_bins=n_bins, strategy=strategy, name=name, x_title=x_t))
     x_title = parts[0].x_title if option is None else f"P({option_names(path, token, run_id, question)[option]})"
     d = ReliabilityDisplay(
         [c for part in parts for c in part.curves],
@@ -244,12 +252,12 @@ def confusion_display(path: str, token: tuple, run_id: str, question: str, split
     from workbench.metrics.displays import ConfusionDisplay
 
     title = f"{question} on {split}: top option vs gold"
-    if is_large(path, token, run_id, question, split):
 
-        def confusion():
-            items = labelled_items(path, token, run_id, question, split, recalibrate)
-            return ConfusionDisplay.from_decisions(items.labels, items.coords.predicted, items.option_ids, title=title)
+    def confusion():  # each item's top option read in batches, for every size of run
+        items = labelled_items(path, token, run_id, question, split, recalibrate)
+        return ConfusionDisplay.from_decisions(items.labels, items.coords.predicted, items.option_ids, title=title)
 
+    if reads_in_batches(path, token, run_id, question, split):
         description = ("confusion_display", split, recalibrate)
         done = kept(path, token, run_id, question, description)
         if done is not None:
@@ -258,8 +266,7 @@ def confusion_display(path: str, token: tuple, run_id: str, question: str, split
         if rep is not None and rep.confusion is not None:
             return ConfusionDisplay.from_result(rep.confusion, title=title)
         return kept(path, token, run_id, question, description, confusion)
-    arr = question_arrays(path, token, run_id, question, split, recalibrate)
-    return ConfusionDisplay.from_predictions(arr.labels, arr.probs, list(arr.option_ids), title=title)
+    return confusion()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -14,8 +14,8 @@ import pandas as pd
 import streamlit as st
 
 from workbench.thresholds.options import ThresholdOptions
-from workbench.ui.state.arrays import QuestionArrays, labelled_items, question_arrays
-from workbench.ui.state.cache import is_large, kept
+from workbench.ui.state.arrays import labelled_items
+from workbench.ui.state.cache import kept, reads_in_batches
 from workbench.ui.state.store import read_connection
 
 
@@ -37,10 +37,11 @@ def grid_points(path: str, token: tuple, run_id: str, question: str) -> dict | N
     of a run as answered, from one DuckDB query over the store; None when the run does not qualify
     (a calibrated view, a score question). Kept between sessions (about 20 bytes per item)."""
     from workbench.engines import store_aggregates as sa
+    from workbench.store.sources import StoreSource
 
     def compute():
         with read_connection(path) as con:
-            return sa.grid_points(con, run_id, question, ("calibration", "test"), grid=GRID_POINTS)
+            return sa.grid_points(StoreSource(con, run_id), question, ("calibration", "test"), grid=GRID_POINTS)
 
     return kept(path, token, run_id, question, ("grid_points", GRID_POINTS), compute)
 
@@ -54,7 +55,8 @@ def rule_points(
     split: str,
     recalibrate: str | None = None,
 ) -> RulePoints:
-    """:class:`RulePoints` of one split (optionally recalibrated as in :func:`question_arrays`).
+    """:class:`RulePoints` of one split (optionally recalibrated with a calibrator fitted on the calibration split,
+    :func:`~workbench.ui.state.arrays.split_calibrator`).
 
     Of a large run as answered, the points come from :func:`grid_points` (one DuckDB query over the
     probabilities' stored summaries: the exact coordinates, for any rule).
@@ -63,7 +65,7 @@ def rule_points(
     Of a large run, kept between sessions (:func:`kept`): about 20 bytes per item, read back instead
     of streaming the split again.
     """
-    if is_large(path, token, run_id, question, split):
+    if reads_in_batches(path, token, run_id, question, split):
         from_query = None if recalibrate else grid_points(path, token, run_id, question)
         if from_query is not None and split in from_query:
             g = from_query[split]
@@ -75,31 +77,26 @@ def rule_points(
                 run_id,
                 question,
                 ("rule_points", split, recalibrate),
-                lambda: _rule_points(path, token, run_id, question, split, recalibrate, large=True),
+                lambda: _rule_points(path, token, run_id, question, split, recalibrate),
             )
     else:
-        points = _rule_points(path, token, run_id, question, split, recalibrate, large=False)
+        points = _rule_points(path, token, run_id, question, split, recalibrate)
     for a in (points.coords.predicted, points.coords.x, points.coords.y, points.labels):
         a.setflags(write=False)
     return points
 
 
 def _rule_points(
-    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, *, large: bool
+    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None
 ) -> RulePoints:
-    from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
+    """Each labelled item's rule coordinates, read in batches (:func:`labelled_items`) for every size of run."""
+    from workbench.thresholds.rules import RuleCoordinates
 
-    if large:
-        items = labelled_items(path, token, run_id, question, split, recalibrate)
-        arr: Any = QuestionArrays(items.qtype, tuple(items.option_ids), None, items.labels, None)
-        c = items.coords
-    else:
-        arr = question_arrays(path, token, run_id, question, split, recalibrate)
-        c = rule_coordinates(arr.qtype, arr.probs)
-    small = np.int16 if len(arr.option_ids) < 2**15 else np.int32
+    items = labelled_items(path, token, run_id, question, split, recalibrate)
+    c = items.coords
+    small = np.int16 if len(items.option_ids) < 2**15 else np.int32
     coords = RuleCoordinates(c.predicted.astype(small), c.x, c.y, c.x_name, c.y_name)
-    labels = arr.labels.astype(small)
-    return RulePoints(arr.qtype, arr.option_ids, coords, labels)
+    return RulePoints(items.qtype, tuple(items.option_ids), coords, items.labels.astype(small))
 
 
 #: Points per axis of the threshold grid the sliders move over: the CLI's default ``--grid``
@@ -123,7 +120,7 @@ def threshold_surface(
     cost objective). Per-item coordinates are dropped so the cached value stays small. Of a large
     run, kept between sessions (:func:`kept`).
     """
-    if is_large(path, token, run_id, question, split):
+    if reads_in_batches(path, token, run_id, question, split):
         return kept(
             path,
             token,
@@ -200,7 +197,7 @@ def certified_region(
         d = threshold_defaults()
         return _region(surf, alpha=alpha, delta=delta, method=method, n_paths=d.n_paths, n_starts=d.n_starts)
 
-    if is_large(path, token, run_id, question, "calibration"):
+    if reads_in_batches(path, token, run_id, question, "calibration"):
         description = ("certified_region", recalibrate, alpha, delta, method, GRID_POINTS)
         return kept(path, token, run_id, question, description, region)
     return region()
@@ -256,7 +253,7 @@ def certified_thresholds(path: str, token: tuple, run_id: str, question: str, se
             res = certified_from_points(question, pts["calibration"], pts.get("test"), opts, surface=drawn)
         return res.to_dict() if res is not None else certify()
 
-    if is_large(path, token, run_id, question, "calibration"):  # kept between sessions
+    if reads_in_batches(path, token, run_id, question, "calibration"):  # kept between sessions
         return kept(path, token, run_id, question, ("certified_thresholds", settings), from_points)
     return certify()
 
@@ -278,9 +275,38 @@ def certified_frontier(
         coverage = [s.calibration["coverage"] if s.feasible else 0.0 for s in sels]
         return pd.DataFrame({"alpha": list(alphas), "certified coverage": coverage})
 
-    if is_large(path, token, run_id, question, "calibration"):
+    if reads_in_batches(path, token, run_id, question, "calibration"):
         return kept(path, token, run_id, question, ("certified_frontier", settings, alphas), frontier)
     return frontier()
+
+
+def frontier(
+    path: str,
+    token: tuple,
+    run_id: str,
+    question: str,
+    settings: tuple,
+    alphas: tuple[float, ...],
+    *,
+    compute: bool,
+) -> pd.DataFrame | None:
+    """:func:`certified_frontier`; of a run the library reads in batches (one more pass over it), only when
+    ``compute`` or when a session already kept it, else None (the page offers it on request)."""
+    if not compute and reads_in_batches(path, token, run_id, question, "calibration"):
+        return kept_frontier(path, token, run_id, question, settings, alphas)
+    return certified_frontier(path, token, run_id, question, settings, alphas)
+
+
+def opening_probabilities(path: str, token: tuple, run_id: str, question: str, default: str) -> tuple[str, str | None]:
+    """(the probabilities the Thresholds page opens on, a note on reading them or None): ``default`` (the
+    options' ``calibrate``), except for a run the library reads in batches, which opens on its answers as given
+    (their surface, certificate and test figures come from one query over the store; a recalibration streams it)."""
+    if not reads_in_batches(path, token, run_id, question, "calibration"):
+        return default, None
+    return "as answered", (
+        "A large run: its answers as given are read by one query over the store (each item's cell on the "
+        "threshold grid); choose a recalibration above to stream the run for it."
+    )
 
 
 def kept_frontier(
