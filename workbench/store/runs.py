@@ -179,6 +179,26 @@ ANSWER_COLUMNS = [
 ]
 
 
+def experiment_run_rows(con: duckdb.DuckDBPyConnection, name: str) -> pd.DataFrame:
+    """One row (run_id, variant, provider, status, created_at) per (variant, provider) of experiment
+    ``name``'s raw runs: the latest finished run, else the latest; oldest first."""
+    return con.execute(
+        "SELECT run_id, variant, provider, status, created_at FROM runs WHERE experiment = ? AND kind = 'raw'"
+        " QUALIFY row_number() OVER (PARTITION BY variant, provider"
+        "                            ORDER BY (status = 'done') DESC, created_at DESC) = 1"
+        " ORDER BY created_at",
+        [name],
+    ).df()
+
+
+def delete_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """Remove run ``run_id``, its answers and its calibrators, in one transaction (e.g. a view whose
+    creation failed half-way)."""
+    with transaction(con):
+        for table_name in (ANSWERS_TABLE, "calibrators", "runs"):
+            con.execute(f"DELETE FROM {table_name} WHERE run_id = ?", [run_id])
+
+
 def write_answers(con: duckdb.DuckDBPyConnection, rows: pd.DataFrame | pa.Table, *, replace: bool = True) -> int:
     """Insert a batch of answers in one transaction (replacing earlier rows for the same keys).
 

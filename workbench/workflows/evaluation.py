@@ -34,9 +34,10 @@ from workbench.metrics.report import LABEL_MODES, RunReport, question_report
 from workbench.metrics.scores import item_log_loss
 from workbench.metrics.slices import SliceReports, length_buckets, slice_reports
 from workbench.store.datasets import load_item_meta, load_votes
-from workbench.store.db import ANSWERS_TABLE, transaction
+from workbench.store.db import transaction
 from workbench.store.runs import (
     create_run,
+    delete_run,
     gather_answer_rows,
     get_run,
     load_answer_keys,
@@ -531,9 +532,7 @@ def calibrate_run(
                 save_calibrator(con, new_id, q, cal.kind, cal.to_dict())
         update_run(con, new_id, status="done", summary={"calibration": summary})
     except BaseException:
-        with transaction(con):
-            for table_name in (ANSWERS_TABLE, "calibrators", "runs"):
-                con.execute(f"DELETE FROM {table_name} WHERE run_id = ?", [new_id])
+        delete_run(con, new_id)
         raise
     return {
         "run_id": new_id,

@@ -342,13 +342,9 @@ def _run_probe(
 
 def experiment_runs(con: Any, name: str) -> list[dict]:
     """The run of every (variant, provider) of experiment ``name``: the latest finished one, else the latest."""
-    df = con.execute(
-        "SELECT run_id, variant, provider, status, created_at FROM runs WHERE experiment = ? AND kind = 'raw'"
-        " QUALIFY row_number() OVER (PARTITION BY variant, provider"
-        "                            ORDER BY (status = 'done') DESC, created_at DESC) = 1"
-        " ORDER BY created_at",
-        [name],
-    ).df()
+    from workbench.store.runs import experiment_run_rows
+
+    df = experiment_run_rows(con, name)
     if df.empty:
         raise NotFoundError(
             f"experiment {name!r} has no runs", hint=f"run it first: workbench run experiments/{name}.yaml"
