@@ -26,13 +26,16 @@ A ``λ``'s p-value is the larger of them (Learn-then-Test with several risks: a 
 union null "some risk exceeds its bound"). Fixed-sequence testing at ``δ`` along an order learned on
 the held-apart items then controls ``P(main risk > α or some critical rate > β_c) ≤ δ`` over the
 whole family: the group, the paths and the order are functions of the held-apart items alone, so
-they are fixed before the certifying items are looked at. The order, from held-apart counts:
-pairs whose critical test is predicted to fail (held-apart misroutes scaled to the certifying rows give
-a p-value above δ) last; before them, ascending larger of two ranks — of the held-apart upper bound of
-the main risk at level δ, and of the critical misroute rate over β (held-apart misroutes averaged with
-the label-free expectation from the calibrated probabilities, which sees every held-apart item, not
-only the few critical ones) — so that pairs safe for both risks are tested first; then the upper
-bound, then more accepted items. Nothing of it depends on α, so certification stays monotone in α
+they are fixed before the certifying items are looked at. The sequence, from held-apart counts, is a
+monotone chain through the pairs (:func:`loosening_chain`): from "both groups accept nothing", each step
+loosens the group whose next margin adds the least predicted critical misroute rate per accepted item
+(held-apart misroutes averaged with the label-free expectation from the calibrated probabilities,
+which sees every held-apart item, not only the few critical ones), then the fewest errors per accepted
+item. Along it both rules only loosen, so misroutes never decrease: once a critical test fails, every
+later pair would fail it too. The tests start at the chain's safest pair — not predicted to fail the
+critical test (held-apart misroutes scaled to the certifying rows give a p-value at most δ), and the
+smallest larger of two ranks, of the held-apart upper bound of the main risk at level δ and of the
+predicted critical rate — and follow the chain until the first non-rejection. Nothing of it depends on α, so certification stays monotone in α
 (same argument as :mod:`workbench.thresholds.guarantees`). Among the certified ``λ`` the one with the
 most certifying items accepted is chosen.
 
@@ -61,9 +64,9 @@ from workbench.thresholds.surface import Surface, surface_from_coordinates
 #: How the output and the policy file state the class-conditional certificate.
 CLASS_CONDITIONAL_RULE = (
     "one (tau, margin) for the strict group (the options the critical ones are confused with) and one for "
-    "the rest; every pair on the two groups' strict-to-lax paths is tested for the error among all "
-    "accepted items and for each critical option's misroute rate (largest p-value), fixed-sequence at "
-    "delta along an order learned on held-apart items, so every risk is certified jointly"
+    "the rest; pairs of the two are tested, from strict to lax along a chain learned on held-apart items, "
+    "for the error among all accepted items and each critical option's misroute rate (largest p-value), "
+    "fixed-sequence at delta, so every risk is certified jointly"
 )
 
 #: Neighbours per critical option in the strict group when the user names none.
@@ -205,6 +208,29 @@ def _predicted_over(
     return over
 
 
+def loosening_chain(rate: np.ndarray, errors: np.ndarray, accepted: np.ndarray) -> np.ndarray:
+    """A monotone walk through the (P_S, P_L) family, as flat indices: from (0, 0) (both groups accept
+    nothing) each step loosens one group by one point of its path — the one whose step adds the least
+    critical misroute ``rate`` per accepted item, then the fewest ``errors`` per accepted item (all
+    held-apart figures) — until both groups are at their laxest. Along it both rules only loosen, so
+    every count (accepted, errors, misroutes) is non-decreasing."""
+    n_s, n_l = accepted.shape
+    i = j = 0
+    out = [0]
+    for _ in range(n_s + n_l - 2):
+        best = None
+        for a, b in ((i + 1, j), (i, j + 1)):
+            if a >= n_s or b >= n_l:
+                continue
+            gain = max(float(accepted[a, b] - accepted[i, j]), 0.5)
+            key = ((rate[a, b] - rate[i, j]) / gain, (errors[a, b] - errors[i, j]) / gain, a, b)
+            best = key if best is None or key < best else best
+        assert best is not None
+        i, j = best[2], best[3]
+        out.append(i * n_l + j)
+    return np.asarray(out, dtype=np.int64)
+
+
 def _min_rank(v: np.ndarray) -> np.ndarray:
     """Rank of each value among all (0 = smallest; ties share the smallest rank)."""
     srt = np.sort(v, kind="stable")
@@ -340,11 +366,12 @@ def select_class_conditional(
         ub = bounded_upper_bounds(order_counts.loss, acc_o, delta)
     soft = soft_misroutes()
     over = _predicted_over(order_counts.misroutes, o_nc, betas, delta, n_cert / max(int(hold.sum()), 1))
-    both = np.maximum(
-        _min_rank(np.asarray(ub).ravel()),
-        _min_rank(_predicted_rate(order_counts.misroutes, o_nc, betas, soft).ravel()),
-    )
-    seq = np.lexsort((-acc_o.ravel(), np.asarray(ub).ravel(), both, over.ravel()))
+    rate = _predicted_rate(order_counts.misroutes, o_nc, betas, soft)
+    both = np.maximum(_min_rank(np.asarray(ub).ravel()), _min_rank(rate.ravel()))  # safe for both risks
+    chain = loosening_chain(rate, np.asarray(order_counts.errors, dtype=float), acc_o)
+    # the tests start at the chain's safest point (not predicted over, smallest larger rank) and follow it
+    start = int(np.lexsort((both[chain], over.ravel()[chain]))[0])
+    seq = chain[start:]
 
     acc, err = np.asarray(cert.accepted), np.asarray(cert.errors)
     a_main = alpha / surface.loss_scale
