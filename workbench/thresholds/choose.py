@@ -88,6 +88,9 @@ class PreparedQuestion:
     probs: np.ndarray | None
     labels: np.ndarray
     surface: Surface
+    #: (n, m) calibrated probabilities of the critical options (``opts.constraints`` order) on the certifying
+    #: rows, for class-conditional rules when ``probs`` is None (a streamed run keeps only these columns)
+    critical_probs: np.ndarray | None = None
 
 
 def check_question(question: str, qtype: str, opt_ids: list[str], n_labelled: int, opts: ThresholdOptions) -> list[int]:
@@ -355,6 +358,10 @@ def _class_conditional(
             hint=f"options: {', '.join(ids[:20])}",
             parameter="confusable",
         )
+    critical = [ids.index(o) for o in opts.constraints or {}]
+    critical_probs = prep.critical_probs
+    if critical_probs is None and prep.probs is not None:
+        critical_probs = np.asarray(prep.probs)[:, critical]
     return select_class_conditional(
         prep.surface,
         alpha=alpha,
@@ -362,7 +369,7 @@ def _class_conditional(
         constraints=[(ids.index(o), float(b)) for o, b in (opts.constraints or {}).items()],
         classes=classes,
         confusable=None if opts.confusable is None else [ids.index(o) for o in opts.confusable],
-        probs=prep.probs,
+        critical_probs=critical_probs,
         order_fraction=opts.order_fraction,
         seed=opts.seed,
     )

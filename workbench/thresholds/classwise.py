@@ -86,22 +86,23 @@ def confusable_options(
     critical: Sequence[int],
     n_options: int,
     *,
-    probs: np.ndarray | None = None,
+    critical_probs: np.ndarray | None = None,
     n_neighbours: int = N_NEIGHBOURS,
     acceptable: Sequence[int] | None = None,
 ) -> list[int]:
     """The strict group: the critical options and, per critical option ``c``, the ``n_neighbours``
     options ``o ≠ c`` with the largest expected number of ``c`` items among the items predicted ``o``.
 
-    The expectation is ``Σ probs[i, c]`` over the items predicted ``o`` (calibrated probabilities, no
-    labels needed) plus the labelled ``c`` items predicted ``o``. Call it on held-apart items only: the
+    The expectation is the sum of ``c``'s calibrated probability over the items predicted ``o`` (no labels
+    needed) plus the labelled ``c`` items predicted ``o``. Call it on held-apart items only: the
     group must not depend on the items that certify. Options with no expected ``c`` item are left out.
 
     Parameters
     ----------
     predicted, labels : ndarray of shape (n,), int (predicted -1 = failure, ignored)
     critical : option indices
-    probs : ndarray of shape (n, n_options), optional
+    critical_probs : ndarray of shape (n, len(critical)), optional
+        The calibrated probability of each critical option (columns in the order of ``critical``).
     acceptable : options that may be accepted (default all); others never join the group
 
     Returns
@@ -114,11 +115,10 @@ def confusable_options(
     allowed = np.zeros(n_options, dtype=bool)
     allowed[list(range(n_options)) if acceptable is None else [int(a) for a in acceptable]] = True
     group = {int(c) for c in critical if allowed[int(c)]}
-    for c in critical:
-        c = int(c)
+    for r, c in enumerate(int(c) for c in critical):
         score = np.bincount(pred[ok & (lab == c)], minlength=n_options).astype(float)
-        if probs is not None and len(pred):
-            pc = np.nan_to_num(np.asarray(probs, dtype=float)[:, c], nan=0.0)
+        if critical_probs is not None and len(pred):
+            pc = np.nan_to_num(np.asarray(critical_probs, dtype=float).reshape(len(pred), -1)[:, r], nan=0.0)
             score += np.bincount(pred[ok], weights=pc[ok], minlength=n_options)
         score[c] = 0.0
         score[~allowed] = 0.0
@@ -258,7 +258,7 @@ def select_class_conditional(
     constraints: Sequence[tuple[int, float]],
     classes: Sequence[int] | None = None,
     confusable: Sequence[int] | None = None,
-    probs: np.ndarray | None = None,
+    critical_probs: np.ndarray | None = None,
     order_fraction: float = 0.3,
     seed: int = 0,
 ):
@@ -273,8 +273,9 @@ def select_class_conditional(
     constraints : (critical option index, beta) pairs, at least one
     classes : options that may be accepted (default all)
     confusable : the strict group (option indices); ``None`` = learned on the held-apart rows
-    probs : ndarray of shape (n, k), optional
-        The calibrated probabilities of the same rows (for the label-free group estimate).
+    critical_probs : ndarray of shape (n, m), optional
+        The calibrated probability of each critical option (in the order of ``constraints``) on the same
+        rows, for the label-free estimates; without it only the labelled held-apart items count.
     order_fraction, seed : the held-apart rows (:func:`held_apart_mask`), in (0, 1)
 
     Returns
@@ -311,7 +312,7 @@ def select_class_conditional(
             labels[hold],
             critical,
             k,
-            probs=None if probs is None else np.asarray(probs)[hold],
+            critical_probs=None if critical_probs is None else np.asarray(critical_probs).reshape(n, -1)[hold],
             acceptable=classes,
         )
         group_from = f"learned on {int(hold.sum())} held-apart calibration items"
@@ -334,21 +335,21 @@ def select_class_conditional(
         """Label-free estimate on the held-apart rows, per critical option: the expected number of its items
         accepted as another option at every (strict, loose) pair (Σ of its calibrated probability over
         them), and of its items in all."""
-        if probs is None:
+        if critical_probs is None:
             return None
-        ph = np.nan_to_num(np.asarray(probs, dtype=float)[hold], nan=0.0)
+        ph = np.nan_to_num(np.asarray(critical_probs, dtype=float).reshape(n, -1)[hold], nan=0.0)
         xs, ys, ok_h, ph_pred = coords.x[hold], coords.y[hold], np.asarray(correct, bool)[hold], pred[hold]
         s_h = in_strict[hold]
         out, tot = [], []
-        for c in critical:
-            w = np.where(ph_pred != c, ph[:, c], 0.0)
+        for r, c in enumerate(critical):
+            w = np.where(ph_pred != c, ph[:, r], 0.0)
             sides = []
             for g in (s_h, ~s_h):
                 sf = surface_from_coordinates(xs[g], ys[g], ok_h[g], x_grid=gx, y_grid=gy, weights=w[g])
                 assert sf.weighted is not None
                 sides.append(np.concatenate([[0.0], sf.weighted.ravel()[paths[0 if g is s_h else 1]]]))
             out.append(sides[0][:, None] + sides[1][None, :])
-            tot.append(ph[:, c].sum())
+            tot.append(ph[:, r].sum())
         return np.stack(out), np.array(tot)
 
     # each group's strict→lax path: the margin axis (tau at its laxest grid value; a top probability is at least
