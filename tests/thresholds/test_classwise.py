@@ -72,7 +72,7 @@ def _rule(sel) -> ChoiceRule:
 def test_both_risks_hold_by_simulation_and_it_covers_more_than_one_global_rule(population):
     """Over 150 calibration draws of 4,000 items: P(true error > α or true critical misroute rate > β) ≤ δ
     (within a 2.5-SE binomial tolerance), while the class-conditional rule covers over 3× what the one global
-    constrained rule on the same draws. A naive pick (the largest calibration coverage whose calibration
+    constrained rule covers on the same draws. A naive pick (the largest calibration coverage whose calibration
     error and misroute rate are within α and β) violates far more often: the check can fail."""
     rng = np.random.default_rng(7)
     n_draws, viol, viol_naive, certified = 150, 0, 0, 0
@@ -212,6 +212,14 @@ def test_cli_policy_and_runtime_take_the_same_class_conditional_rule(b77, tmp_pa
     assert c["misrouted"] / c["n_true"] <= c["risk_upper_bound"] <= 0.25
     (tc,) = res["test_risks"]["constraints"]  # the test figures of the same rule
     assert tc["option"] == crit and tc["n_true"] > 0
+    import workbench as wb
+
+    con = wb.connect(db, read_only=True)  # the API: the same rule from ThresholdOptions
+    api = wb.choose_thresholds(
+        con, run_id, "intent", wb.ThresholdOptions(alpha=0.1, constraints={crit: 0.25}, class_conditional=True)
+    )
+    con.close()
+    assert api.rule_dict() == rule and api.certified
     text = run_cli("thresholds", run_id, *args, db=db, check=True).stdout
     assert "class-conditional: strict group" in text and "class-conditional (strict: learned)" in text
 
