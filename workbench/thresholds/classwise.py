@@ -407,8 +407,9 @@ def select_class_conditional(
         "n_calibration": n_cert,
         "n_order": int(hold.sum()),
         "order": (
-            f"learned on {int(hold.sum())} held-apart calibration items by the upper bound of the error, the "
-            "same for every α, critical bounds first (split fixed-sequence)"
+            f"a chain of (strict, loose) pairs learned on {int(hold.sum())} held-apart calibration items, each "
+            "step loosening the group that adds the least predicted critical misroute rate per accepted item, "
+            "the same for every α (split fixed-sequence)"
         ),
         "joint": CLASS_CONDITIONAL_RULE,
         "delta_split": "none (max p-value over the risks)",
