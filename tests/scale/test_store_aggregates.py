@@ -178,6 +178,9 @@ def test_recalibrated_or_other_objectives_are_not_served(store):
     assert sa.certified_from_points("intent", pts["calibration"], pts["test"], ThresholdOptions()) is None
     cost = ThresholdOptions(calibrate="none", objective="cost")
     assert sa.certified_from_points("intent", pts["calibration"], pts["test"], cost) is None
+    # class-conditional rules read the critical option's probabilities, which grid points do not hold
+    cc = ThresholdOptions(calibrate="none", constraints={pts["calibration"].option_ids[0]: 0.5}, class_conditional=True)
+    assert sa.certified_from_points("intent", pts["calibration"], pts["test"], cc) is None
 
 
 @pytest.mark.parametrize("damage", ["p_top = NULL", "p_top = 0.123456"])

@@ -139,6 +139,8 @@ def test_calibrated_view_stores_parameters_and_reads_the_parent_transformed(stor
         # misroute costs and critical options: the test cost and critical rates (attach_test) too
         ("intent", {"alpha": 0.9, "calibrate": "none", "costs": {"o0": {"*": 2.0}}, "constraints": {"o3": 0.9}}),
         ("intent", {"alpha": 0.6, "constraints": {"o3": 0.5}}),
+        # class-conditional: the streamed pass keeps the critical option's calibrated probabilities
+        ("intent", {"alpha": 0.6, "constraints": {"o3": 0.5}, "class_conditional": True}),
         ("intent", {"objective": "cost", "costs": {"o0": {"*": 3.0}, "o1": {"o2": 2.0}}, "error_cost": 0.5}),
     ],
 )
@@ -153,6 +155,8 @@ def test_streamed_thresholds_equal_the_in_memory_thresholds(store, tiny_batches,
     assert mem.test is not None and mem.test["n_items"] > 300
     if opts.costs is not None or opts.constraints:  # a rule that accepts, so its test risks are figures
         assert mem.test["n_accepted"] > 100 and mem.test_risks is not None
+    if opts.class_conditional:  # a certified pair of rules, whose order read the critical probabilities
+        assert mem.certified and mem.selection.guarantee["class_conditional"]["strict"]
     _same(mem.to_dict(), streamed.to_dict(), question)
     assert np.array_equal(mem.surface.accepted, streamed.surface.accepted)
 

@@ -141,6 +141,22 @@ FLAGS: tuple[Flag, ...] = (
         "OPTION:BETA: at most BETA of the items truly OPTION may be auto-accepted as another option, "
         "certified jointly with --max-error (repeatable; guarantee objective, not with --per-class).",
     ),
+    Flag(
+        "class_conditional",
+        "--class-conditional",
+        bool,
+        False,
+        "With --critical: a strict (tau, margin) for the options the critical ones are confused with, a loose "
+        "one for the rest, both risks certified jointly (instead of one rule as strict as the critical option needs).",
+    ),
+    Flag(
+        "confusable",
+        "--confusable",
+        list[str] | None,
+        None,
+        "With --class-conditional: an option of the strict group (repeatable; default: the critical options and "
+        "their most frequent confusions on the held-apart items).",
+    ),
 )
 
 #: ThresholdOptions fields no command line flag sets, with the reason.
@@ -174,6 +190,8 @@ NOT_OFFERED: dict[str, dict[str, str]] = {
                 "batch",
                 "costs",
                 "constraints",
+                "class_conditional",
+                "confusable",
                 "n_paths",
                 "n_starts",
             )
@@ -279,6 +297,8 @@ def build_options(**flags: Any) -> ThresholdOptions:
         fields["constraints"] = parse_critical_flags(values["critical"])
     if "abstain_option" in flags:
         fields["abstain_options"] = list(values["abstain_option"] or [])
+    if "confusable" in flags:
+        fields["confusable"] = list(values["confusable"]) if values["confusable"] else None
     return ThresholdOptions(**fields)
 
 

@@ -75,6 +75,15 @@ def _print_result(res: dict) -> None:
                 else "not certified"
             )
             _line(f"  constraint: P(share of true {c['option']} accepted as another option > {c['beta']}) — {cal}")
+        cc = g.get("class_conditional")
+        if cc:
+            strict, loose = cc.get("strict_rule"), cc.get("loose_rule")
+            _line(
+                f"  class-conditional: strict group {', '.join(cc['strict'])} ({cc['group_from']}): "
+                + ("never accepted" if strict is None else f"margin >= {_fmt(strict.get('margin'))}")
+                + "; every other option: "
+                + ("never accepted" if loose is None else f"margin >= {_fmt(loose.get('margin'))}")
+            )
         if g.get("constraints"):
             _line(f"  jointly: {g.get('joint')}")
     b = res.get("batch")

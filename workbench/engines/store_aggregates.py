@@ -129,7 +129,8 @@ def certified_from_points(
     question: str, calibration: GridPoints, test: GridPoints | None, options: Any, *, surface: Any = None
 ):
     """``thresholds_for_run(con, run, question, options)`` of a run with ``options.calibrate == "none"``
-    and the guarantee objective, from its :class:`GridPoints` (None for other options).
+    and the guarantee objective (not class-conditional), from its :class:`GridPoints` (None for other
+    options).
 
     ``surface``: the calibration points' risk–coverage surface if the caller has drawn it (see
     :func:`workbench.thresholds.choose.prepare_from_coordinates`, which checks that it fits)."""
@@ -138,6 +139,8 @@ def certified_from_points(
     from workbench.thresholds.evaluate import evaluate_rule_at
 
     if options.calibrate not in ("none", "identity") or options.objective != "guarantee" or options.abstain_options:
+        return None
+    if options.class_conditional:  # needs the critical options' probabilities, which grid points do not hold
         return None
     if options.level != "top":
         return None

@@ -60,6 +60,11 @@ def selection_to_rule(
     if sel.per_class is None:
         assert sel.x is not None and sel.y is not None  # a feasible selection has a grid point
         return make_rule(qtype, sel.x, sel.y, abstain_options=abstain_idx, level=opts.level, fallback=opts.fallback)
+    if sel.x is not None and sel.y is not None:  # class-conditional: the loose rule, the strict group's overrides
+        per = {k: (v if v is not None else (inf, inf)) for k, v in sel.per_class.items()}
+        return make_rule(
+            qtype, sel.x, sel.y, per_class=per, abstain_options=abstain_idx, level=opts.level, fallback=opts.fallback
+        )
     if qtype == "noul":
         yes, no = sel.per_class.get(0), sel.per_class.get(1)
         return make_rule("noul", yes[0] if yes else inf, no[1] if no else inf, fallback=opts.fallback)
@@ -83,6 +88,9 @@ class PreparedQuestion:
     probs: np.ndarray | None
     labels: np.ndarray
     surface: Surface
+    #: (n, m) calibrated probabilities of the critical options (``opts.constraints`` order) on the certifying
+    #: rows, for class-conditional rules when ``probs`` is None (a streamed run keeps only these columns)
+    critical_probs: np.ndarray | None = None
 
 
 def check_question(question: str, qtype: str, opt_ids: list[str], n_labelled: int, opts: ThresholdOptions) -> list[int]:
@@ -258,19 +266,22 @@ def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration:
     if opts.objective == "guarantee":
         classes = [c for c in range(len(prep.option_ids)) if c not in prep.abstain_idx]
         alpha, delta = certified_levels(opts)
-        sel = certify_surface(
-            prep.surface,
-            alpha=alpha,
-            delta=delta,
-            method=cast(Literal["fixed-sequence", "holm"], opts.method),  # checked by ThresholdOptions
-            per_class=opts.per_class,
-            classes=classes,
-            order_fraction=opts.order_fraction,
-            seed=opts.seed,
-            n_paths=opts.n_paths,
-            n_starts=opts.n_starts,
-            constraints=[(prep.option_ids.index(o), float(b)) for o, b in (opts.constraints or {}).items()],
-        )
+        if opts.class_conditional:
+            sel = _class_conditional(prep, opts, classes, alpha, delta)
+        else:
+            sel = certify_surface(
+                prep.surface,
+                alpha=alpha,
+                delta=delta,
+                method=cast(Literal["fixed-sequence", "holm"], opts.method),  # checked by ThresholdOptions
+                per_class=opts.per_class,
+                classes=classes,
+                order_fraction=opts.order_fraction,
+                seed=opts.seed,
+                n_paths=opts.n_paths,
+                n_starts=opts.n_starts,
+                constraints=[(prep.option_ids.index(o), float(b)) for o, b in (opts.constraints or {}).items()],
+            )
         if opts.guarantee_for == "batch" and sel.guarantee is not None:
             sel.guarantee["for"] = {
                 "batch": opts.batch,
@@ -327,6 +338,43 @@ def choose_thresholds(
     return result
 
 
+def _class_conditional(
+    prep: PreparedQuestion, opts: ThresholdOptions, classes: list[int], alpha: float, delta: float
+) -> Selection:
+    """The class-conditional selection (:mod:`workbench.thresholds.classwise`) of a prepared question."""
+    from workbench.thresholds.classwise import select_class_conditional
+
+    if prep.qtype not in ("choice", "score"):
+        raise ThresholdError(
+            f"class-conditional rules apply to choice and score questions, not {prep.qtype!r}",
+            hint="a yes/no rule already has a threshold per side",
+            parameter="class_conditional",
+        )
+    ids = prep.option_ids
+    unknown = [o for o in opts.confusable or [] if o not in ids]
+    if unknown:
+        raise ThresholdError(
+            f"confusable option {unknown[0]!r} is not an option of this question",
+            hint=f"options: {', '.join(ids[:20])}",
+            parameter="confusable",
+        )
+    critical = [ids.index(o) for o in opts.constraints or {}]
+    critical_probs = prep.critical_probs
+    if critical_probs is None and prep.probs is not None:
+        critical_probs = np.asarray(prep.probs)[:, critical]
+    return select_class_conditional(
+        prep.surface,
+        alpha=alpha,
+        delta=delta,
+        constraints=[(ids.index(o), float(b)) for o, b in (opts.constraints or {}).items()],
+        classes=classes,
+        confusable=None if opts.confusable is None else [ids.index(o) for o in opts.confusable],
+        critical_probs=critical_probs,
+        order_fraction=opts.order_fraction,
+        seed=opts.seed,
+    )
+
+
 def certified_frontier(calibration: RunAnswers, opts: ThresholdOptions, alphas: Sequence[float]) -> list[Selection]:
     """Guarantee selections for each α in ``alphas`` (other options as ``opts``).
 
@@ -368,8 +416,13 @@ def finish_result(
             c["option"] = opt_ids[int(c["option"])]
         if opts.costs is not None:
             sel.guarantee["costs"] = opts.costs
+    cc = (sel.guarantee or {}).get("class_conditional")
+    if cc is not None and cc.get("strict") and isinstance(cc["strict"][0], (int, np.integer)):
+        cc["strict"] = [opt_ids[int(o)] for o in cc["strict"]]
     per_class_point = None
-    if (
+    if cc is not None:
+        per_class_point = _class_conditional_point(sel, surface, opt_ids)
+    elif (
         sel.x is not None
         and sel.y is not None
         and surface.class_accepted is not None
@@ -424,6 +477,24 @@ def finish_result(
         None,
         prep.calibrator,
     )
+
+
+def _class_conditional_point(sel: Selection, surface: Surface, opt_ids: list[str]) -> dict | None:
+    """Per-option calibration counts of a class-conditional selection, each option at its own rule's point."""
+    if not sel.feasible or surface.class_accepted is None or surface.class_errors is None or sel.per_class is None:
+        return None
+    out = {}
+    for c in range(len(opt_ids)):
+        pt = sel.per_class[c] if c in sel.per_class else (sel.x, sel.y)
+        if pt is None or pt[0] is None or pt[1] is None or not np.isfinite(pt[0]):
+            continue
+        i, j = int(np.searchsorted(surface.x_grid, pt[0])), int(np.searchsorted(surface.y_grid, pt[1]))
+        if surface.class_accepted[c, i, j] > 0:
+            out[opt_ids[c]] = {
+                "accepted": int(surface.class_accepted[c, i, j]),
+                "errors": int(surface.class_errors[c, i, j]),
+            }
+    return out
 
 
 def evaluate_on(result: ThresholdResult, test: RunAnswers) -> dict | None:

@@ -52,7 +52,11 @@ class ThresholdOptions:
       relative to a review (``review_cost``).
     - ``constraints`` — ``{critical option: beta}``: of the items whose true option is the critical
       one, at most ``beta`` may be auto-accepted as another option. Certified jointly with the main
-      risk at ``delta`` (guarantee objective, global rule; not with ``per_class``).
+      risk at ``delta`` (guarantee objective; not with ``per_class``).
+    - ``class_conditional`` — with ``constraints``: instead of one global rule, a strict ``(τ, m)`` for the
+      options the critical ones are confused with (``confusable``, or learned on the held-apart items) and a
+      loose one for the rest, both risks certified jointly at ``delta``
+      (:mod:`workbench.thresholds.classwise`). Needs fixed-sequence testing with ``order_fraction > 0``.
 
     The guarantee is for the population error rate by default. ``guarantee_for="batch"`` certifies the
     rule so that the error rate among the next ``batch`` accepted items exceeds ``alpha`` with probability
@@ -105,6 +109,10 @@ class ThresholdOptions:
     guarantee_for: str = "population"
     costs: dict[str, dict[str, float]] | None = None  # misroute cost [true][accepted]; unlisted 1, diagonal 0
     constraints: dict[str, float] | None = None  # critical option -> beta (largest share misrouted)
+    # with constraints: a strict (tau, margin) for the options the critical ones are confused with, a loose one
+    # for the rest, certified jointly (thresholds.classwise)
+    class_conditional: bool = False
+    confusable: list[str] | None = None  # the strict group, named; None = learned on held-apart items
 
     def __post_init__(self) -> None:
         self.validate()
@@ -213,9 +221,34 @@ class ThresholdOptions:
             if self.per_class:
                 raise bad(
                     "constraints",
-                    "(critical options) are certified for one global rule, not for per-class rules",
-                    "drop per_class: the constraint makes the one rule as strict as the critical option needs",
+                    "(critical options) are certified for one global rule or class-conditional rules, not for "
+                    "per-class rules",
+                    "drop per_class, and add class_conditional for a strict rule where the critical option is "
+                    "confused and a loose one elsewhere, certified jointly",
                 )
+        self._validate_class_conditional(bad)
+
+    def _validate_class_conditional(self, bad) -> None:
+        if self.confusable is not None:
+            if not isinstance(self.confusable, list) or not all(isinstance(o, str) and o for o in self.confusable):
+                raise bad("confusable", "must be a list of option ids", "e.g. ['offensive']")
+            if not self.class_conditional:
+                raise bad("confusable", "names the strict group of class-conditional rules", "set class_conditional")
+        if not self.class_conditional:
+            return
+        if not self.constraints:
+            raise bad(
+                "class_conditional",
+                "needs a critical option (constraints): the strict group is where it is confused",
+                "e.g. constraints={'hate': 0.1}",
+            )
+        if self.method != "fixed-sequence" or not self.order_fraction > 0:
+            raise bad(
+                "class_conditional",
+                "needs fixed-sequence testing with order_fraction > 0: the strict group and the test order are "
+                "learned on the held-apart items",
+                "keep method fixed-sequence and order_fraction 0.3 (the defaults)",
+            )
 
     def max_cost(self) -> float:
         """The largest misroute cost: the largest given one, or 1 (what unlisted misroutes cost)."""
@@ -236,6 +269,10 @@ class ThresholdOptions:
             out["costs"] = self.costs
         if self.constraints is not None:
             out["constraints"] = self.constraints
+        if self.class_conditional:
+            out["class_conditional"] = True
+            if self.confusable is not None:
+                out["confusable"] = self.confusable
         if self.guarantee_for == "batch":
             out["guarantee_for"] = "batch"
             out["batch"] = self.batch
@@ -250,6 +287,12 @@ class ThresholdOptions:
         crit = ""
         if self.constraints:
             crit = ", critical " + ", ".join(f"{o} ≤ {b:g}" for o, b in self.constraints.items()) + " (joint)"
+            if self.class_conditional:
+                crit += (
+                    ", class-conditional (strict: "
+                    + (", ".join(self.confusable) if self.confusable else "learned")
+                    + ")"
+                )
         if self.objective == "guarantee":
             scope = f", for the next {self.batch} accepted" if self.guarantee_for == "batch" else ""
             return f"{a}, δ = {self.delta:g}{scope}, {recal}, {self.method}, grid {self.grid}{crit}"

@@ -154,19 +154,20 @@ def streamed_prepare_many(
     xs, ys = [np.full(m, np.nan) for _ in run_ids], [np.full(m, np.nan) for _ in run_ids]
     predicted = [np.full(m, -1, dtype=np.int32) for _ in run_ids]
     names = [("x", "y") for _ in run_ids]
+    # class-conditional rules also read the critical options' calibrated probabilities (n × m, m small)
+    crit = [opt_ids.index(o) for o in options.constraints or {} if o in opt_ids] if options.class_conditional else []
+    crit_probs = [np.full((m, len(crit)), np.nan) for _ in run_ids] if crit else None
     for pos, b in iter_answer_batches(con, source, question, [calibration_split]):
         rows = role[pos] == 0
         if not rows.any():
             continue
         at = index[pos[rows]]
         for i, (t, calibrator) in enumerate(zip(transforms, fitted, strict=True)):
-            c = rule_coordinates(
-                qtype,
-                apply_calibrator(calibrator, as_read(t, b.probs[rows])),
-                abstain_options=abstain_idx,
-                level=options.level,
-            )
+            calibrated = apply_calibrator(calibrator, as_read(t, b.probs[rows]))
+            c = rule_coordinates(qtype, calibrated, abstain_options=abstain_idx, level=options.level)
             xs[i][at], ys[i][at], predicted[i][at] = c.x, c.y, c.predicted
+            if crit_probs is not None:
+                crit_probs[i][at] = calibrated[:, crit]
             names[i] = (c.x_name, c.y_name)
     out = []
     for i, calibrator in enumerate(fitted):
@@ -174,6 +175,7 @@ def streamed_prepare_many(
         prep = prepare_from_coordinates(
             question, qtype, opt_ids, abstain_idx, calibrator, n_fit, coords, certify_labels, options
         )
+        prep.critical_probs = None if crit_probs is None else crit_probs[i]
         out.append((prep, keys, note))
     return out
 

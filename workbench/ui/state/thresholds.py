@@ -224,6 +224,10 @@ THRESHOLD_FIELDS_NOT_IN_UI: dict[str, str] = {
     "batch": "the finite-batch view is printed by workbench thresholds; the page shows calibration and test",
     "costs": "a misroute cost matrix is a file (workbench thresholds --costs): no page control yet",
     "constraints": "critical options (workbench thresholds --critical): no page control yet",
+    **{
+        f: "class-conditional rules come with critical options (--class-conditional): no page control yet"
+        for f in ("class_conditional", "confusable")
+    },
 }
 
 
