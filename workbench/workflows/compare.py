@@ -32,6 +32,7 @@ import pandas as pd
 
 from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError, WorkbenchError
+from workbench.metrics import registry
 from workbench.metrics.bootstrap import (
     bootstrap_many,
     bootstrap_shared,
@@ -302,6 +303,8 @@ def _items_stats(sets: Sequence[tuple[CompareItems, int, str]]):
     # matrix-vector product (each row's Σ x·w, one read of w) instead of a dot product per figure
     names: list[list[str]] = []
     rows: list[np.ndarray] = []
+    # the metrics of the top choice's confidence ranking (AURC, …), from the table of metrics
+    per_item = [registry.per_item_stats(items, qtype, k) for items, k, qtype in sets]
     for items, _, qtype in sets:
         got = {"log_loss": items.log_loss, "brier": items.brier}
         if qtype == "score":
@@ -338,7 +341,7 @@ def _items_stats(sets: Sequence[tuple[CompareItems, int, str]]):
                 else:
                     fig[name] = float(sums[r] / total)
                 r += 1
-            out.append(fig)
+            out.append(fig | per_item[i](w))
         return out
 
     return stats
@@ -888,6 +891,17 @@ class Comparison:
                     "d_log_loss": _get(dm, "log_loss", "difference"),
                     "d_coverage": _get(d, "policy", "coverage", "difference"),
                     "is_baseline": r["is_baseline"],
+                }
+                # every metric of the top choice's confidence ranking (the table of metrics), with its difference
+                | {
+                    f"{pre}{name}{suf}": _get(src, name, key)
+                    for name in registry.PER_ITEM_METRICS
+                    for pre, src, key, suf in (
+                        ("", m, "estimate", ""),
+                        ("", m, "low", "_low"),
+                        ("", m, "high", "_high"),
+                        ("d_", dm, "difference", ""),
+                    )
                 }
             )
         return pd.DataFrame(flat)
