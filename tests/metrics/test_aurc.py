@@ -247,3 +247,18 @@ def test_cli_report_json_and_text_in_a_subprocess_streamed_or_not(store):
             assert b["low"] == pytest.approx(a["low"], abs=1e-9) and b["high"] == pytest.approx(a["high"], abs=1e-9)
     text = run()
     assert "aurc" in text and "area under the risk–coverage curve" in text
+
+
+def test_compare_and_report_give_one_brier_for_a_yes_no_question(store):
+    """The report's yes/no Brier is that of P(yes), in [0, 1]; compare's is the same figure (it was the
+    two-option sum, twice as large)."""
+    from workbench.workflows.compare import compare_runs
+    from workbench.workflows.evaluation import calibrate_run, report_run
+
+    con, _, run_id = store
+    view = calibrate_run(con, run_id, "temperature", questions=["urgent"])["run_id"]
+    rows = compare_runs(con, [run_id, view], questions=["urgent"], n_boot=20, policy=False).to_dict()["rows"]
+    for row in rows:
+        rep = {q.question: q for q in report_run(con, row["run_id"], split="test", n_boot=0).questions}["urgent"]
+        for name in ("accuracy", "log_loss", "brier", *PER_ITEM):
+            assert row["metrics"][name]["estimate"] == pytest.approx(rep.metrics[name].estimate, abs=1e-12), name

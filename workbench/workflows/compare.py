@@ -172,7 +172,7 @@ class CompareItems:
     pred: np.ndarray  # (m,) int32, arg-max option
     conf: np.ndarray  # (m,) float, top-label confidence
     log_loss: np.ndarray  # (m,) float
-    brier: np.ndarray  # (m,) float
+    brier: np.ndarray  # (m,) float: Σ over options; yes/no questions: of P(yes) (as the report's)
     rps: np.ndarray | None = None  # score questions
     abs_level_error: np.ndarray | None = None  # score questions: |E[level] − label|
     p_yes: np.ndarray | None = None  # yes/no questions: P(option 0)
@@ -245,6 +245,8 @@ def _items_counted(
         out.abs_level_error = np.abs(expected_level(probs) - np.asarray(labels))
     if qtype == "noul":
         out.p_yes = np.asarray(probs[:, 0], dtype=float)
+        # a yes/no question's Brier score is that of P(yes), in [0, 1], as the report's (half the two-option sum)
+        out.brier = (out.p_yes - (np.asarray(labels) == 0)) ** 2
     counts = None
     if rule is not None:
         from workbench.thresholds.evaluate import confusion_with_review
