@@ -89,6 +89,9 @@ class Metric:
     labels: Literal["majority", "soft"] = "majority"
     min_options: int = 0
     computed: Literal["replicate", "smooth", "separate"] = "replicate"
+    #: the metric is the (weighted) mean of this per-item figure: a field of the per-item records that
+    #: keep it (compare's ``CompareItems``; ``log_loss``/``brier`` also of the report's ``ChoiceItems``)
+    mean_of: str | None = None
     #: position in compact tables (slices, the UI's slice view); 0: not shown there
     headline: int = 0
     per_item: Callable[[TopItems], Replicate] | None = None
@@ -111,16 +114,21 @@ def _risk_at(coverage: float) -> Callable[[TopItems], Replicate]:
 METRICS: tuple[Metric, ...] = (
     Metric("accuracy", "Accuracy", "arg-max option == label", True, headline=1),
     Metric("within_one_accuracy", "Within-one accuracy", "arg-max level within one level of the label", True, ("score",)),
-    Metric("mae_expected_level", "MAE of E[level]", "mean |E[level] − label| in levels", False, ("score",)),
-    Metric("rps", "RPS", "ranked probability score, normalised to [0, 1]", False, ("score",)),
     Metric("qwk", "QWK", "quadratic weighted kappa (arg-max level vs label)", True, ("score",), headline=5),
     Metric("macro_f1", "Macro F1", "mean F1 over options", True, headline=3),
     Metric("top_2_accuracy", "Top-2 accuracy", "label among the 2 most probable options", True, ("choice",), min_options=3),
     Metric("top_3_accuracy", "Top-3 accuracy", "label among the 3 most probable options", True, ("choice",), min_options=4),
-    Metric("log_loss", "Log loss", "mean −log p(label), nats (lower is better)", False, headline=6),
+    Metric("log_loss", "Log loss", "mean −log p(label), nats (lower is better)", False, headline=6, mean_of="log_loss"),
     Metric(
         "brier", "Brier score", "Brier score (multiclass: Σ over options, in [0, 2]; yes/no: on P(yes), in [0, 1])",
-        False, headline=8,
+        False, headline=8, mean_of="brier",
+    ),
+    Metric(
+        "rps", "RPS", "ranked probability score, normalised to [0, 1]", False, ("score",), mean_of="rps",
+    ),
+    Metric(
+        "mae_expected_level", "MAE of E[level]", "mean |E[level] − label| in levels", False, ("score",),
+        mean_of="abs_level_error",
     ),
     Metric("roc_auc", "ROC-AUC", "ROC-AUC of P(yes)", True, _BINARY, headline=4),
     Metric("pr_auc", "PR-AUC", "average precision of P(yes)", True, _BINARY),
@@ -192,6 +200,13 @@ METRICS: tuple[Metric, ...] = (
 BY_NAME: Mapping[str, Metric] = {m.name: m for m in METRICS}
 #: Description of every metric a report can carry (shown by ``workbench report``).
 METRIC_INFO: Mapping[str, str] = {m.name: m.info for m in METRICS}
+
+
+def mean_metrics(qtype: str, n_options: int) -> dict[str, str]:
+    """``{metric: per-item figure}`` of the metrics of a ``qtype`` question that are the mean of a per-item figure."""
+    return {m.name: m.mean_of for m in METRICS if m.mean_of is not None and m.applies(qtype, n_options)}
+
+
 #: Metrics computed from :class:`TopItems` (``per_item``), in table order.
 PER_ITEM_METRICS: tuple[str, ...] = tuple(m.name for m in METRICS if m.per_item is not None)
 #: Metrics shown in compact tables (a slice table), in this order, when the report has them.

@@ -159,7 +159,8 @@ class ConfidenceRanking:
         if total <= 0:
             return float("nan")
         # a leading run of zero-weight groups has cw = ce = 0 and weight 0: its risk counts as 0
-        risk = ce / np.maximum(cw, np.finfo(float).tiny)
+        risk = np.maximum(cw, np.finfo(float).tiny)
+        np.divide(ce, risk, out=risk)
         return float(gw @ risk / total)
 
     def risk_at_coverage(

@@ -307,11 +307,9 @@ def _items_stats(sets: Sequence[tuple[CompareItems, int, str]]):
     rows: list[np.ndarray] = []
     # the metrics of the top choice's confidence ranking (AURC, …), from the table of metrics
     per_item = [registry.per_item_stats(items, qtype, k) for items, k, qtype in sets]
-    for items, _, qtype in sets:
-        got = {"log_loss": items.log_loss, "brier": items.brier}
-        if qtype == "score":
-            assert items.rps is not None and items.abs_level_error is not None
-            got |= {"rps": items.rps, "mae_expected_level": items.abs_level_error}
+    for items, k, qtype in sets:
+        # the metrics that are means of a per-item figure, as the table of metrics declares them
+        got = {name: getattr(items, per) for name, per in registry.mean_metrics(qtype, k).items()}
         names.append(list(got))
         rows.extend(got.values())
     n_rows = len(sets[0][0].labels) if sets else 0
