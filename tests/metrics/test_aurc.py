@@ -262,3 +262,18 @@ def test_compare_and_report_give_one_brier_for_a_yes_no_question(store):
         rep = {q.question: q for q in report_run(con, row["run_id"], split="test", n_boot=0).questions}["urgent"]
         for name in ("accuracy", "log_loss", "brier", *PER_ITEM):
             assert row["metrics"][name]["estimate"] == pytest.approx(rep.metrics[name].estimate, abs=1e-12), name
+
+
+def test_gate_refuses_a_baseline_for_a_metric_without_paired_comparison_before_measuring(store):
+    """The table says which metrics are outside the replicate function (smooth ECE, class-wise ECE):
+    with a baseline they are refused with one RequirementsError, never a crash while pairing."""
+    from workbench.errors import RequirementsError
+    from workbench.workflows.evaluation import calibrate_run
+    from workbench.workflows.gate import evaluate_gate, loads_requirements
+
+    con, _, run_id = store
+    view = calibrate_run(con, run_id, "temperature", questions=["intent"])["run_id"]
+    for metric in ("classwise_ece", "smece"):
+        reqs = loads_requirements(f"requirements:\n  - {{question: intent, metric: {metric}, max: 0.9}}\n")
+        with pytest.raises(RequirementsError, match="has no paired comparison"):
+            evaluate_gate(con, view, reqs, baseline=run_id)
