@@ -277,3 +277,13 @@ def test_gate_refuses_a_baseline_for_a_metric_without_paired_comparison_before_m
         reqs = loads_requirements(f"requirements:\n  - {{question: intent, metric: {metric}, max: 0.9}}\n")
         with pytest.raises(RequirementsError, match="has no paired comparison"):
             evaluate_gate(con, view, reqs, baseline=run_id)
+
+
+def test_soft_reports_carry_exactly_the_soft_metrics_of_the_table():
+    from workbench.metrics.report import soft_report
+
+    probs, _ = calibrated_sample(200, 3, seed=9)
+    votes = np.random.default_rng(2).integers(0, 3, size=(200, 3))
+    rep = soft_report(probs, votes, n_boot=10)
+    assert set(rep.metrics) == set(registry.report_metrics("choice", 3, labels="soft"))
+    assert set(registry.METRIC_INFO) == {m.name for m in registry.METRICS}

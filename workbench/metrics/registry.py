@@ -1,8 +1,10 @@
 """Every metric a report can carry, declared once: name, question types, direction, wording, and — for a
 metric of the top choice's confidence and correctness — how it is computed.
 
-``workbench report`` (text and JSON), ``workbench compare``, the gate (which names it accepts, which it can
-pair with a baseline), the slice tables and the UI read this table; none of them lists metric names.
+``workbench report`` (the descriptions it prints), ``workbench compare`` (its mean and per-item metrics, the
+CLI's table of them), the gate (which names it accepts per type, which it can pair with a baseline) and the
+slice tables read this table instead of keeping lists of names; ``tests/gate/test_requirements_file.py``
+checks that each report carries exactly the metrics declared for its type and option count.
 
 Two kinds of entries:
 
