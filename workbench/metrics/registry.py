@@ -153,7 +153,7 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "aurc", "AURC",
-        "area under the risk–coverage curve of the top option by confidence (ties accepted together; lower is better)",
+        "area under the risk–coverage curve of the top option (ties accepted together; lower is better)",
         False, per_item=_aurc,
     ),
     Metric(
