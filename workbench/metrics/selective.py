@@ -108,7 +108,9 @@ class ConfidenceRanking:
 
     Built once per set of items (one sort); each call takes integer resampling weights ``w`` (n,) in the
     items' order (``None``: every item once) and costs O(n): the weights gathered into rank order, summed
-    per tie group, and two cumulative sums (weighted accepted, weighted errors at each group's end).
+    per tie group, and one cumulative sum of (weight, weighted error) pairs. A replicate's arrays are
+    written into buffers kept for the next one (32 bytes per item, like the temporaries they replace),
+    so a bootstrap's replicates allocate nothing of size n.
 
     Parameters
     ----------
@@ -129,16 +131,35 @@ class ConfidenceRanking:
         self.starts: np.ndarray | None = np.flatnonzero(new_group)
         if self.starts is not None and self.starts.size == self.n:
             self.starts = None
+        self._buffers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def _buffer(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(weights in rank order (n,), cumulative (weight + i·error) per group (m,) complex, risk (m,))."""
+        if self._buffers is None:
+            m = self.n if self.starts is None else self.starts.size
+            self._buffers = (np.empty(self.n), np.empty(m, dtype=complex), np.empty(m))
+        return self._buffers
 
     def ends(self, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per tie group (in rank order): its weight, the cumulative weight and the cumulative weighted
         errors at its end — everything :meth:`aurc` and :meth:`risk_at_coverage` read (pass it as their
-        ``ends`` to compute both from one gather)."""
-        ws = np.ones(self.n) if w is None else np.take(np.asarray(w, dtype=float), self.order)
-        we = ws * self.wrong
-        if self.starts is not None:
-            ws, we = np.add.reduceat(ws, self.starts), np.add.reduceat(we, self.starts)
-        return ws, np.cumsum(ws), np.cumsum(we, out=we)
+        ``ends`` to compute both from one gather). The arrays are overwritten by the next call."""
+        ws, z, _ = self._buffer()
+        if w is None:
+            ws[:] = 1.0
+        else:
+            np.take(np.asarray(w, dtype=float), self.order, out=ws, mode="clip")  # clip: no buffered copy
+        if self.starts is None:
+            gw = ws
+            np.copyto(z.real, ws)
+            np.multiply(ws, self.wrong, out=z.imag)
+        else:
+            gw = np.add.reduceat(ws, self.starts)
+            z.real = gw
+            z.imag = np.add.reduceat(ws * self.wrong, self.starts)
+        # one pass sums both: the real and imaginary parts accumulate separately, in rank order
+        np.cumsum(z, out=z)
+        return gw, z.real, z.imag
 
     def aurc(
         self,
@@ -159,7 +180,7 @@ class ConfidenceRanking:
         if total <= 0:
             return float("nan")
         # a leading run of zero-weight groups has cw = ce = 0 and weight 0: its risk counts as 0
-        risk = np.maximum(cw, np.finfo(float).tiny)
+        risk = np.maximum(cw, np.finfo(float).tiny, out=self._buffer()[2])
         np.divide(ce, risk, out=risk)
         return float(gw @ risk / total)
 
