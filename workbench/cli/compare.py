@@ -148,6 +148,21 @@ def register(app: typer.Typer) -> None:
             )
 
         print_table(table)
+        from workbench.metrics.registry import BY_NAME, PER_ITEM_METRICS
+
+        shown = [m for m in PER_ITEM_METRICS if m in df.columns and df[m].notna().any()]
+        if shown:  # the metrics of the confidence ranking (every one the table of metrics computes per item)
+            rt = Table(title="ranked by confidence: the top option accepted from the most confident item down")
+            for col in ("run", "question", *(f"{BY_NAME[m].title} [95%]" for m in shown), *(f"Δ {m}" for m in shown)):
+                rt.add_column(col, no_wrap=col == "run")
+            for _, r in df.iterrows():
+                rt.add_row(
+                    str(r["run_id"]),
+                    str(r["question"]),
+                    *(f"{_fmt(r[m])} [{_fmt(r[m + '_low'])}, {_fmt(r[m + '_high'])}]" for m in shown),
+                    *("baseline" if r["is_baseline"] else _fmt(r["d_" + m]) for m in shown),
+                )
+            print_table(rt)
         for row in result.rows:  # a certified policy the test split contradicts: the words thresholds prints
             for w in (row.get("policy") or {}).get("warnings") or []:
                 out_console.print(f"WARNING {row['run_id']}: {w}", highlight=False, soft_wrap=True, markup=False)

@@ -287,6 +287,8 @@ def register(app: typer.Typer) -> None:
             return
         from rich.table import Table
 
+        from workbench.metrics.registry import HEADLINE_METRICS
+
         for q, li in issues.items():
             d = li.to_dict()
             out_console.print(
@@ -325,7 +327,7 @@ def register(app: typer.Typer) -> None:
                     "95% CI ",
                 ):
                     mt.add_column(col)
-                for name in ("accuracy", "macro_f1", "log_loss", "brier", "ece_uniform"):
+                for name in HEADLINE_METRICS:
                     if name in b.metrics and name in c.metrics:
                         bi, ci = b.metrics[name], c.metrics[name]
                         mt.add_row(

@@ -2,6 +2,7 @@
 
 Modules::
 
+    registry      the table of every report metric (name, types, direction, wording, per-item computation)
     reliability   reliability curves, ECE (equal-width / equal-mass), MCE, debiased ECE, smooth ECE, class-wise
     scores        accuracy, log loss, Brier + decomposition, top-k, RPS, MAE of the expected level, QWK, AUC/AP
     confusion     confusion matrix with a review column, per-class P/R/F1 with Wilson intervals, review_rate
@@ -10,7 +11,7 @@ Modules::
     report        choice_report, noul_report, score_report, question_report, RunReport
     label_issues  confident-learning label-issue queue
     displays      plotly ReliabilityDisplay, ConfusionDisplay, RiskCoverageDisplay, ThresholdSurfaceDisplay
-    selective     risk_coverage_curve, risk_coverage_from_top (error among accepted vs coverage of the top probability)
+    selective     risk_coverage_curve, risk_coverage_from_top, ConfidenceRanking (weighted AURC, selective risk)
     soft          scores against the annotators' vote distribution: soft log loss, Brier, ECE, accuracy
     agreement     Krippendorff's α, Fleiss' κ, Cohen's / quadratic-weighted κ; the model next to the annotators
 

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.errors import WorkbenchError
+from workbench.metrics import registry
 from workbench.metrics import reliability as rel
 from workbench.metrics import scores as sc
 from workbench.metrics.bootstrap import Interval, bootstrap_many
@@ -41,41 +42,9 @@ CLASSWISE_BOOT_LIMIT = 2_000_000
 #: smECE is bootstrapped (at the fixed-point bandwidth of the full sample) below this many items.
 SMECE_BOOT_LIMIT = 200_000
 
-# Descriptions shown by the CLI; every metric a report can carry is listed here.
-METRIC_INFO: dict[str, str] = {
-    "accuracy": "arg-max option == label",
-    "macro_f1": "mean F1 over options",
-    "top_2_accuracy": "label among the 2 most probable options",
-    "top_3_accuracy": "label among the 3 most probable options",
-    "log_loss": "mean −log p(label), nats (lower is better)",
-    "brier": "Brier score (multiclass: Σ over options, in [0, 2]; yes/no: on P(yes), in [0, 1])",
-    "ece_uniform": "top-label ECE, equal-width bins",
-    "ece_quantile": "top-label ECE, equal-mass bins",
-    "mce_uniform": "top-label max calibration error, equal-width bins",
-    "debiased_ece": "top-label debiased L2 calibration error (Kumar 2019), equal-mass bins",
-    "smece": "smooth ECE (Błasiok & Nakkiran), top-label",
-    "classwise_ece": "class-wise ECE, equal-width bins, mean over options (resampling bias: CI may lie above)",
-    "ece_yes_uniform": "ECE of P(yes), equal-width bins",
-    "ece_yes_quantile": "ECE of P(yes), equal-mass bins",
-    "mce_yes_uniform": "max calibration error of P(yes), equal-width bins",
-    "debiased_ece_yes": "debiased L2 calibration error of P(yes), equal-mass bins",
-    "smece_yes": "smooth ECE of P(yes)",
-    "roc_auc": "ROC-AUC of P(yes)",
-    "pr_auc": "average precision of P(yes)",
-    "rps": "ranked probability score, normalised to [0, 1]",
-    "mae_expected_level": "mean |E[level] − label| in levels",
-    "qwk": "quadratic weighted kappa (arg-max level vs label)",
-    "within_one_accuracy": "arg-max level within one level of the label",
-    "cumulative_ece": "mean over k of the ECE of P(level ≥ k), equal-width bins",
-    # against the vote distribution (``labels="soft"``; workbench.metrics.soft)
-    "soft_accuracy": "vote share of the top option (chance it matches a random annotator)",
-    "soft_log_loss": "cross-entropy with the vote distribution, nats (lower is better)",
-    "soft_brier": "Brier score averaged over the item's votes (same scale as brier)",
-    "soft_ece_uniform": "top-label ECE, accuracy = vote share of the predicted option, equal-width bins",
-    "soft_ece_quantile": "top-label ECE, accuracy = vote share of the predicted option, equal-mass bins",
-    "soft_log_loss_floor": "mean entropy of the votes: the soft log loss of a forecast equal to the votes",
-    "soft_brier_floor": "the soft Brier of a forecast equal to the votes (annotator disagreement)",
-}
+#: Descriptions shown by the CLI: every metric a report can carry, from the one table of them
+#: (:mod:`workbench.metrics.registry`, which also gives each one's question types and direction).
+METRIC_INFO = registry.METRIC_INFO
 
 
 @dataclass
@@ -451,6 +420,7 @@ def choice_report_from_items(
     rank_block = (items.rank >= 2).astype(np.int64) + (items.rank >= 3)
     cm_cell = rank_block * (k * k) + y.astype(np.int64) * k + pred
     del rank_block
+    per_item = registry.per_item_stats(items, qtype, k)
 
     def stats(w: np.ndarray | None) -> dict[str, float]:
         su, sq = top.stats(w)
@@ -474,7 +444,7 @@ def choice_report_from_items(
             out.pop("top_2_accuracy")
         if k <= 3:
             out.pop("top_3_accuracy")
-        return out
+        return out | per_item(w)
 
     report.metrics = _intervals(stats, n, n_boot, seed, level)
     report.replicate = (keep, stats)
@@ -548,6 +518,7 @@ def noul_report(
     top_bins = _Bins(correct, conf, n_bins)
     ranks = _Ranks(y, s)
     cm_cell = lab * 2 + pred
+    per_item = registry.per_item_stats(registry.TopItems(lab, pred, conf), "noul", 2)
 
     def stats(w: np.ndarray | None) -> dict[str, float]:
         su, sq = yes_bins.stats(w)
@@ -569,7 +540,7 @@ def noul_report(
             "ece_quantile": rel.ece_from_stats(tq),
             "mce_uniform": rel.mce_from_stats(tu),
             "debiased_ece": rel.debiased_ece_from_stats(tq),
-        }
+        } | per_item(w)
 
     report.metrics = _intervals(stats, n, n_boot, seed, level)
     report.replicate = (keep, stats)
@@ -640,6 +611,7 @@ def score_report(
     cm_cell = y * k + pred
     idx = np.arange(k)
     qw = (idx[:, None] - idx[None, :]) ** 2 / max((k - 1) ** 2, 1)
+    per_item = registry.per_item_stats(registry.TopItems(y, pred, conf), "score", k)
 
     def stats(w: np.ndarray | None) -> dict[str, float]:
         cm = np.bincount(cm_cell, weights=w, minlength=k * k).reshape(k, k)
@@ -661,7 +633,7 @@ def score_report(
             "mce_uniform": rel.mce_from_stats(tu),
             "debiased_ece": rel.debiased_ece_from_stats(tq),
             "cumulative_ece": float(np.mean([rel.ece_from_stats(b.stats(w)[0]) for b in cum])),
-        }
+        } | per_item(w)
 
     report.metrics = _intervals(stats, n, n_boot, seed, level)
     report.replicate = (keep, stats)

@@ -4,6 +4,12 @@ Items are accepted in decreasing order of their top probability; the curve gives
 distinct confidence value, the share of items accepted (coverage) and the error rate among them
 (selective risk). It is the classic risk–coverage curve of a confidence score, before any margin
 rule or guarantee (those live in :mod:`workbench.thresholds`).
+
+AURC (area under that curve) and the selective risk at a fixed coverage are computed by
+:class:`ConfidenceRanking` for any integer resampling weights (the report's bootstrap), O(n) per replicate.
+Convention for ties in confidence: items of equal confidence are accepted together, so the curve is a
+step function of coverage whose risk over a tie group is the risk at the group's end (all of it
+accepted). Without ties this is the usual mean of the selective risks over accepted-set sizes 1..n.
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ class RiskCoverageCurve:
     n_total : int
         Items the coverage is relative to.
     aurc : float
-        Area under the curve: mean selective risk over accepted-set sizes 1..n_answered, scaled by
-        n_answered / n_total (lower is better).
+        Area under the curve (:meth:`ConfidenceRanking.aurc`, ties accepted together): the selective
+        risk integrated over coverage 0..n_answered / n_total (lower is better).
     """
 
     coverage: np.ndarray
@@ -88,11 +94,110 @@ def risk_coverage_from_top(conf: np.ndarray, wrong: np.ndarray, n_total: int) ->
     accepted = np.arange(1, len(conf) + 1)
     risk_all = np.cumsum(wrong) / accepted
     last_of_tie = np.r_[conf[1:] != conf[:-1], True]  # ties share one threshold: accept them together
-    aurc = float(risk_all.sum() / n_total)
     return RiskCoverageCurve(
         coverage=accepted[last_of_tie] / n_total,
         risk=risk_all[last_of_tie],
         threshold=conf[last_of_tie],
         n_total=n_total,
-        aurc=aurc,
+        aurc=ConfidenceRanking(conf, wrong).aurc(None, n_total=n_total),
     )
+
+
+class ConfidenceRanking:
+    """Items ranked by decreasing confidence, ties grouped, for the weighted AURC and selective risk.
+
+    Built once per set of items (one sort); each call takes integer resampling weights ``w`` (n,) in the
+    items' order (``None``: every item once) and costs O(n): the weights gathered into rank order, summed
+    per tie group, and one cumulative sum of (weight, weighted error) pairs. A replicate's arrays are
+    written into buffers kept for the next one (32 bytes per item, like the temporaries they replace),
+    so a bootstrap's replicates allocate nothing of size n.
+
+    Parameters
+    ----------
+    conf : ndarray of shape (n,)
+        Confidence of each item's top option (higher is accepted first).
+    wrong : ndarray of shape (n,), bool
+        Whether the top option is not the label.
+    """
+
+    def __init__(self, conf: np.ndarray, wrong: np.ndarray):
+        conf = np.asarray(conf, dtype=float)
+        self.order = np.argsort(-conf, kind="stable")
+        s = conf[self.order]
+        self.wrong = np.asarray(wrong, dtype=bool)[self.order]
+        self.n = int(s.size)
+        new_group = np.r_[True, s[1:] != s[:-1]] if self.n else np.zeros(0, bool)
+        #: first rank of each tie group; None when every item is its own group (no ties)
+        self.starts: np.ndarray | None = np.flatnonzero(new_group)
+        if self.starts is not None and self.starts.size == self.n:
+            self.starts = None
+        self._buffers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def _buffer(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(weights in rank order (n,), cumulative (weight + i·error) per group (m,) complex, risk (m,))."""
+        if self._buffers is None:
+            m = self.n if self.starts is None else self.starts.size
+            self._buffers = (np.empty(self.n), np.empty(m, dtype=complex), np.empty(m))
+        return self._buffers
+
+    def ends(self, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per tie group (in rank order): its weight, the cumulative weight and the cumulative weighted
+        errors at its end — everything :meth:`aurc` and :meth:`risk_at_coverage` read (pass it as their
+        ``ends`` to compute both from one gather). The arrays are overwritten by the next call."""
+        ws, z, _ = self._buffer()
+        if w is None:
+            ws[:] = 1.0
+        else:
+            np.take(np.asarray(w, dtype=float), self.order, out=ws, mode="clip")  # clip: no buffered copy
+        if self.starts is None:
+            gw = ws
+            np.copyto(z.real, ws)
+            np.multiply(ws, self.wrong, out=z.imag)
+        else:
+            gw = np.add.reduceat(ws, self.starts)
+            z.real = gw
+            z.imag = np.add.reduceat(ws * self.wrong, self.starts)
+        # one pass sums both: the real and imaginary parts accumulate separately, in rank order
+        np.cumsum(z, out=z)
+        return gw, z.real, z.imag
+
+    def aurc(
+        self,
+        w: np.ndarray | None = None,
+        n_total: float | None = None,
+        *,
+        ends: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> float:
+        """Area under the risk–coverage curve: Σ over tie groups of (group weight / total) × (weighted
+        error rate among the items accepted down to the group's end). ``n_total``: the coverage
+        denominator when it is not the total weight (failed items count, never accepted); ``ends``:
+        :meth:`ends` of ``w`` when already computed. NaN for no item.
+        """
+        if self.n == 0:
+            return float("nan")
+        gw, cw, ce = self.ends(w) if ends is None else ends
+        total = float(cw[-1]) if n_total is None else float(n_total)
+        if total <= 0:
+            return float("nan")
+        # a leading run of zero-weight groups has cw = ce = 0 and weight 0: its risk counts as 0
+        risk = np.maximum(cw, np.finfo(float).tiny, out=self._buffer()[2])
+        np.divide(ce, risk, out=risk)
+        return float(gw @ risk / total)
+
+    def risk_at_coverage(
+        self,
+        coverage: float,
+        w: np.ndarray | None = None,
+        *,
+        ends: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> float:
+        """Selective risk at ``coverage`` in (0, 1]: the weighted error rate among the items accepted down
+        to the end of the first tie group at which the accepted share reaches ``coverage`` (the most
+        confident ⌈coverage·n⌉ items when there are no ties). NaN for no item."""
+        if self.n == 0:
+            return float("nan")
+        _, cw, ce = self.ends(w) if ends is None else ends
+        # weights are integers, so the cumulative sums are exact; the tolerance absorbs coverage·total's rounding
+        g = int(np.searchsorted(cw, coverage * cw[-1] * (1.0 - 1e-12), side="left"))
+        g = min(g, cw.size - 1)
+        return float(ce[g] / cw[g]) if cw[g] > 0 else float("nan")

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.metrics import registry
 from workbench.metrics.report import QuestionReport, question_report
 
 #: The slice of items without a value in the metadata column.
@@ -29,18 +30,7 @@ MISSING = "(missing)"
 #: Quantiles that cut ``state_length`` into (at most) four buckets.
 LENGTH_QUANTILES = (0.25, 0.5, 0.75)
 #: Metrics shown in a slice table, in this order, when the question's report has them.
-HEADLINE_METRICS = (
-    "accuracy",
-    "soft_accuracy",
-    "macro_f1",
-    "roc_auc",
-    "qwk",
-    "log_loss",
-    "soft_log_loss",
-    "brier",
-    "ece_uniform",
-    "ece_yes_uniform",
-)
+HEADLINE_METRICS = registry.HEADLINE_METRICS
 
 
 def length_buckets(lengths: np.ndarray) -> tuple[np.ndarray, list[str]]:

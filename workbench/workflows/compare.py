@@ -32,6 +32,7 @@ import pandas as pd
 
 from workbench.answers import RunAnswers, reads_in_batches
 from workbench.errors import NotFoundError, WorkbenchError
+from workbench.metrics import registry
 from workbench.metrics.bootstrap import (
     bootstrap_many,
     bootstrap_shared,
@@ -171,7 +172,7 @@ class CompareItems:
     pred: np.ndarray  # (m,) int32, arg-max option
     conf: np.ndarray  # (m,) float, top-label confidence
     log_loss: np.ndarray  # (m,) float
-    brier: np.ndarray  # (m,) float
+    brier: np.ndarray  # (m,) float: Σ over options; yes/no questions: of P(yes) (as the report's)
     rps: np.ndarray | None = None  # score questions
     abs_level_error: np.ndarray | None = None  # score questions: |E[level] − label|
     p_yes: np.ndarray | None = None  # yes/no questions: P(option 0)
@@ -244,6 +245,8 @@ def _items_counted(
         out.abs_level_error = np.abs(expected_level(probs) - np.asarray(labels))
     if qtype == "noul":
         out.p_yes = np.asarray(probs[:, 0], dtype=float)
+        # a yes/no question's Brier score is that of P(yes), in [0, 1], as the report's (half the two-option sum)
+        out.brier = (out.p_yes - (np.asarray(labels) == 0)) ** 2
     counts = None
     if rule is not None:
         from workbench.thresholds.evaluate import confusion_with_review
@@ -302,11 +305,11 @@ def _items_stats(sets: Sequence[tuple[CompareItems, int, str]]):
     # matrix-vector product (each row's Σ x·w, one read of w) instead of a dot product per figure
     names: list[list[str]] = []
     rows: list[np.ndarray] = []
-    for items, _, qtype in sets:
-        got = {"log_loss": items.log_loss, "brier": items.brier}
-        if qtype == "score":
-            assert items.rps is not None and items.abs_level_error is not None
-            got |= {"rps": items.rps, "mae_expected_level": items.abs_level_error}
+    # the metrics of the top choice's confidence ranking (AURC, …), from the table of metrics
+    per_item = [registry.per_item_stats(items, qtype, k) for items, k, qtype in sets]
+    for items, k, qtype in sets:
+        # the metrics that are means of a per-item figure, as the table of metrics declares them
+        got = {name: getattr(items, per) for name, per in registry.mean_metrics(qtype, k).items()}
         names.append(list(got))
         rows.extend(got.values())
     n_rows = len(sets[0][0].labels) if sets else 0
@@ -338,7 +341,7 @@ def _items_stats(sets: Sequence[tuple[CompareItems, int, str]]):
                 else:
                     fig[name] = float(sums[r] / total)
                 r += 1
-            out.append(fig)
+            out.append(fig | per_item[i](w))
         return out
 
     return stats
@@ -888,6 +891,17 @@ class Comparison:
                     "d_log_loss": _get(dm, "log_loss", "difference"),
                     "d_coverage": _get(d, "policy", "coverage", "difference"),
                     "is_baseline": r["is_baseline"],
+                }
+                # every metric of the top choice's confidence ranking (the table of metrics), with its difference
+                | {
+                    f"{pre}{name}{suf}": _get(src, name, key)
+                    for name in registry.PER_ITEM_METRICS
+                    for pre, src, key, suf in (
+                        ("", m, "estimate", ""),
+                        ("", m, "low", "_low"),
+                        ("", m, "high", "_high"),
+                        ("d_", dm, "difference", ""),
+                    )
                 }
             )
         return pd.DataFrame(flat)

@@ -37,31 +37,16 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workbench.errors import NotFoundError, PolicyError, RequirementsError
+from workbench.metrics import registry
 from workbench.wording import run_ref
 
 #: Metrics computed by applying a policy file to the run (everything else comes from the report).
 POLICY_METRICS = ("coverage_at_policy", "error_at_policy")
-#: Metrics of the report that are computed outside its shared replicate function.
-_SMOOTH_METRICS = ("smece", "smece_yes")
-#: The report's metrics per question type (``workbench report --json``, majority labels); ``top_2_accuracy``
-#: needs at least 3 options and ``top_3_accuracy`` at least 4 (tests/gate/test_requirements_file.py checks
-#: this table against :func:`workbench.metrics.report.question_report`).
-REPORT_METRICS: dict[str, tuple[str, ...]] = {
-    "choice": (
-        "accuracy", "macro_f1", "top_2_accuracy", "top_3_accuracy", "log_loss", "brier", "ece_uniform",
-        "ece_quantile", "mce_uniform", "debiased_ece", "smece", "classwise_ece",
-    ),
-    "noul": (
-        "accuracy", "macro_f1", "log_loss", "brier", "roc_auc", "pr_auc", "ece_yes_uniform", "ece_yes_quantile",
-        "mce_yes_uniform", "debiased_ece_yes", "ece_uniform", "ece_quantile", "mce_uniform", "debiased_ece",
-        "smece_yes", "smece",
-    ),
-    "score": (
-        "accuracy", "within_one_accuracy", "mae_expected_level", "rps", "qwk", "macro_f1", "log_loss", "brier",
-        "ece_uniform", "ece_quantile", "mce_uniform", "debiased_ece", "cumulative_ece", "smece",
-    ),
-}  # fmt: skip
-_MIN_OPTIONS = {"top_2_accuracy": 3, "top_3_accuracy": 4}
+#: The report's metrics per question type (``workbench report --json``, majority labels), from the table of
+#: metrics (:mod:`workbench.metrics.registry`: it also says which need more options, e.g. ``top_3_accuracy``
+#: at least 4, and which have no paired comparison); tests/gate/test_requirements_file.py checks it against
+#: :func:`workbench.metrics.report.question_report`.
+REPORT_METRICS: dict[str, tuple[str, ...]] = {t: registry.report_metrics(t) for t in registry.QTYPES}
 #: Every metric name a requirement may use.
 KNOWN_METRICS = tuple(dict.fromkeys([m for ms in REPORT_METRICS.values() for m in ms] + list(POLICY_METRICS)))
 #: Largest requirements file read at all (bytes), and most requirements in one file.
@@ -437,14 +422,14 @@ def check_requirements(
                         hint="apply a policy exported for this question's schema",
                     )
                 continue
-            known = [m for m in REPORT_METRICS[q.type] if len(opts) >= _MIN_OPTIONS.get(m, 0)]
+            known = list(registry.report_metrics(q.type, len(opts)))
             if req.metric not in known:
                 raise RequirementsError(
                     f"{where}: metric {req.metric!r} does not apply to {q.type} question {req.question!r} "
                     f"({len(opts)} options) of {run_ref(rid)}",
                     hint=f"known: {', '.join([*known, *POLICY_METRICS])}",
                 )
-        if baseline and req.metric in _SMOOTH_METRICS:
+        if baseline and req.metric not in POLICY_METRICS and not registry.pairable(req.metric):
             raise RequirementsError(
                 f"{where}: {req.metric} has no paired comparison",
                 hint="use ece_uniform or debiased_ece with --baseline",
@@ -510,7 +495,7 @@ def evaluate_gate(
                 except PolicyError as exc:
                     raise RequirementsError(f"requirement {req.label()!r}: {exc.message}", hint=exc.hint) from None
         else:
-            smooth = req.metric in _SMOOTH_METRICS
+            smooth = registry.needs_smooth(req.metric)
             key = (rid, req.question, "report", smooth)
             if key not in cache:
                 cache[key] = _report_measure(con, rid, req.question, reqs.split, reqs, smooth)
@@ -545,7 +530,7 @@ def evaluate_gate(
             )
         drop = None
         if base is not None:
-            if req.metric in _SMOOTH_METRICS:
+            if req.metric not in POLICY_METRICS and not registry.pairable(req.metric):
                 raise RequirementsError(
                     f"requirement {req.label()!r}: {req.metric} has no paired comparison",
                     hint="use ece_uniform or debiased_ece with --baseline",
