@@ -191,6 +191,62 @@ def experiment_run_rows(con: duckdb.DuckDBPyConnection, name: str) -> pd.DataFra
     ).df()
 
 
+def split_cost_figures(con: duckdb.DuckDBPyConnection, run: dict, split: str) -> tuple:
+    """(items, cost in USD, rows without a cost that did not fail, p50 latency ms, p95 latency ms, calls) of
+    ``run``'s answers on ``split`` (a calibrated view reads its run's rows). A call is a cache key (one per
+    item and question without one), so a call answering several questions counts once."""
+    return con.execute(
+        """WITH a AS (
+               SELECT a.* FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
+               WHERE a.run_id = $run AND i.split = $split
+           ), calls AS (
+               SELECT DISTINCT coalesce(cache_key, item_id || question) AS k, latency_ms FROM a
+           )
+           SELECT (SELECT count(DISTINCT item_id) FROM a), (SELECT sum(cost_usd) FROM a),
+                  (SELECT count(*) FILTER (WHERE cost_usd IS NULL AND failure_kind IS NULL) FROM a),
+                  (SELECT quantile_cont(latency_ms, 0.5) FROM calls),
+                  (SELECT quantile_cont(latency_ms, 0.95) FROM calls),
+                  (SELECT count(*) FROM calls)""",
+        {"ds": run["dataset"], "v": int(run["dataset_version"]), "run": answer_source(con, run)[0], "split": split},
+    ).fetchone()
+
+
+_PAIR_SQL = """
+    WITH ka AS (
+        SELECT a.item_id, (row_number() OVER (ORDER BY a.item_id) - 1)::BIGINT AS pos
+        FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
+        WHERE a.run_id = $ra AND a.question = $q AND i.split = $split
+    ), kb AS (
+        SELECT a.item_id, (row_number() OVER (ORDER BY a.item_id) - 1)::BIGINT AS pos
+        FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
+        WHERE a.run_id = $rb AND a.question = $q AND i.split = $split
+    )
+    SELECT ka.pos AS pa, kb.pos AS pb FROM ka JOIN kb ON ka.item_id = kb.item_id ORDER BY ka.pos
+"""
+
+
+def paired_positions(
+    con: duckdb.DuckDBPyConnection, run_a: dict, run_b: dict, question: str, split: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(pa, pb) int64: for each item both runs answered ``question`` on ``split``, in item-id order, its row
+    position in each run's :func:`iter_answer_batches` order (so no item id reaches Python)."""
+    tbl = con.execute(
+        _PAIR_SQL,
+        {
+            "ds": run_a["dataset"],
+            "v": int(run_a["dataset_version"]),
+            "q": question,
+            "split": split,
+            "ra": answer_source(con, run_a)[0],
+            "rb": answer_source(con, run_b)[0],
+        },
+    ).fetch_arrow_table()
+    return (
+        np.asarray(tbl.column("pa").to_numpy(), dtype=np.int64),
+        np.asarray(tbl.column("pb").to_numpy(), dtype=np.int64),
+    )
+
+
 def delete_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     """Remove run ``run_id``, its answers and its calibrators, in one transaction (e.g. a view whose
     creation failed half-way)."""

@@ -51,7 +51,9 @@ from workbench.store.runs import (  # the SQL of the readers: compare ranks and 
     load_answer_keys,
     load_answers,
     load_stored_schema,
+    paired_positions,
     shared_keys,
+    split_cost_figures,
 )
 from workbench.store.sources import StoreSource
 from workbench.thresholds.options import ThresholdOptions
@@ -383,21 +385,7 @@ def _run_costs(con, run: dict, split: str, memo: dict | None = None) -> dict:
 
 
 def _read_costs(con, run: dict, split: str) -> dict:
-    row = con.execute(
-        """WITH a AS (
-               SELECT a.* FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
-               WHERE a.run_id = $run AND i.split = $split
-           ), calls AS (
-               SELECT DISTINCT coalesce(cache_key, item_id || question) AS k, latency_ms FROM a
-           )
-           SELECT (SELECT count(DISTINCT item_id) FROM a), (SELECT sum(cost_usd) FROM a),
-                  (SELECT count(*) FILTER (WHERE cost_usd IS NULL AND failure_kind IS NULL) FROM a),
-                  (SELECT quantile_cont(latency_ms, 0.5) FROM calls),
-                  (SELECT quantile_cont(latency_ms, 0.95) FROM calls),
-                  (SELECT count(*) FROM calls)""",
-        {"ds": run["dataset"], "v": int(run["dataset_version"]), "run": answer_source(con, run)[0], "split": split},
-    ).fetchone()
-    n_items, cost, n_unpriced, p50, p95, n_calls = row
+    n_items, cost, n_unpriced, p50, p95, n_calls = split_cost_figures(con, run, split)
     known = n_items and cost is not None and n_unpriced == 0
     return {
         "n_items": int(n_items or 0),
@@ -756,20 +744,6 @@ def stream_sides(con, runs: Sequence[tuple[str, Any]], question: str, split: str
     return sides
 
 
-_PAIR_SQL = """
-    WITH ka AS (
-        SELECT a.item_id, (row_number() OVER (ORDER BY a.item_id) - 1)::BIGINT AS pos
-        FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
-        WHERE a.run_id = $ra AND a.question = $q AND i.split = $split
-    ), kb AS (
-        SELECT a.item_id, (row_number() OVER (ORDER BY a.item_id) - 1)::BIGINT AS pos
-        FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
-        WHERE a.run_id = $rb AND a.question = $q AND i.split = $split
-    )
-    SELECT ka.pos AS pa, kb.pos AS pb FROM ka JOIN kb ON ka.item_id = kb.item_id ORDER BY ka.pos
-"""
-
-
 def _pairs(con, base: _RunSide, other: _RunSide) -> tuple[np.ndarray, np.ndarray]:
     """(ia, ib): slots in ``base.items`` and ``other.items`` of the items both answered and labelled,
     in item-id order. With both runs' ids in memory, :func:`numpy.intersect1d`; otherwise DuckDB joins
@@ -785,19 +759,7 @@ def _pairs(con, base: _RunSide, other: _RunSide) -> tuple[np.ndarray, np.ndarray
         # the same rows (a calibrated view and its run): positions are the same items
         _, ia, ib = np.intersect1d(base.labelled, other.labelled, assume_unique=True, return_indices=True)
         return ia, ib
-    tbl = con.execute(
-        _PAIR_SQL,
-        {
-            "ds": run_a["dataset"],
-            "v": int(run_a["dataset_version"]),
-            "q": base.question,
-            "split": base.split,
-            "ra": answer_source(con, run_a)[0],
-            "rb": answer_source(con, run_b)[0],
-        },
-    ).fetch_arrow_table()
-    pa_, pb_ = (np.asarray(tbl.column(c).to_numpy(), dtype=np.int64) for c in ("pa", "pb"))
-    del tbl
+    pa_, pb_ = paired_positions(con, run_a, run_b, base.question, base.split)
 
     def slots(labelled: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         at = np.searchsorted(labelled, pos)
