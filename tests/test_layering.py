@@ -398,6 +398,43 @@ def test_the_checker_sees_module_cycles_and_private_names(tmp_path):
     assert all(_crosses_packages(m) for m in private)
 
 
+#: Where SQL may run: the store (floor 1) and the two SQL engines of their own data — ``engines/`` (one SQL
+#: text on DuckDB or Spark over answer files) and ``monitor/`` (the decision-log store it reads and writes).
+SQL_UNITS = {"store", "engines", "monitor"}
+
+
+def sql_calls(package: Path) -> list[str]:
+    """``where`` of every ``X.execute(...)`` / ``X.executemany(...)`` / ``X.sql(...)`` call outside :data:`SQL_UNITS`."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        if _unit(_module_name(path, package.parent)) in SQL_UNITS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("execute", "executemany", "sql")
+            ):
+                out.append(f"{path.relative_to(package.parent)}:{node.lineno}")
+    return out
+
+
+def test_sql_runs_only_in_the_store():
+    """A workflow, surface or maths module asks a ``store`` function; it never writes SQL of its own."""
+    found = sql_calls(PACKAGE)
+    assert not found, "SQL outside store/ (move it into a store function):\n" + "\n".join(found)
+
+
+def test_the_checker_sees_sql_outside_the_store(tmp_path):
+    pkg = tmp_path / "workbench"
+    for unit in ("store", "workflows"):
+        (pkg / unit).mkdir(parents=True)
+        (pkg / unit / "__init__.py").write_text("")
+    (pkg / "store" / "runs.py").write_text("def f(con):\n    return con.execute('SELECT 1')\n")
+    (pkg / "workflows" / "report.py").write_text("def g(con):\n    return con.sql('SELECT 1')\n")
+    assert sql_calls(pkg) == ["workbench/workflows/report.py:2"]
+
+
 if __name__ == "__main__":  # python tests/test_layering.py: the counts the tests above keep at 0, and more
     found = module_imports(PACKAGE)
     private = private_imports(found)
