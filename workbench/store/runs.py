@@ -195,7 +195,7 @@ def split_cost_figures(con: duckdb.DuckDBPyConnection, run: dict, split: str) ->
     """(items, cost in USD, rows without a cost that did not fail, p50 latency ms, p95 latency ms, calls) of
     ``run``'s answers on ``split`` (a calibrated view reads its run's rows). A call is a cache key (one per
     item and question without one), so a call answering several questions counts once."""
-    return con.execute(
+    row = con.execute(
         """WITH a AS (
                SELECT a.* FROM answers a JOIN items i ON i.dataset = $ds AND i.version = $v AND i.item_id = a.item_id
                WHERE a.run_id = $run AND i.split = $split
@@ -209,6 +209,8 @@ def split_cost_figures(con: duckdb.DuckDBPyConnection, run: dict, split: str) ->
                   (SELECT count(*) FROM calls)""",
         {"ds": run["dataset"], "v": int(run["dataset_version"]), "run": answer_source(con, run)[0], "split": split},
     ).fetchone()
+    assert row is not None  # an aggregate query always returns one row
+    return row
 
 
 _PAIR_SQL = """
