@@ -203,7 +203,7 @@ def test_a_run_and_its_view_share_their_passes_and_each_gets_its_own_figures(sto
     assert passes == [run_id] * 3  # the carve, the rule coordinates, the test split: the run's rows once each
     rows = {r["run_id"]: r for r in together.rows}
     for run in (run_id, view):
-        alone = thresholds_for_run(con, run, "intent", opts, stream=True)
+        alone = thresholds_for_run(con, run, "intent", opts)
         pol = rows[run]["policy"]
         assert pol["rule"] == alone.rule_dict() and pol["certified"] == alone.certified
         for figure in ("coverage", "error", "n_accepted", "n_items"):

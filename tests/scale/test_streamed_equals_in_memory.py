@@ -145,13 +145,17 @@ def test_calibrated_view_stores_parameters_and_reads_the_parent_transformed(stor
     ],
 )
 def test_streamed_thresholds_equal_the_in_memory_thresholds(store, tiny_batches, question, kw):
+    from workbench.store.sources import StoreSource
+    from workbench.thresholds.choose import choose_thresholds
     from workbench.thresholds.options import ThresholdOptions
     from workbench.workflows.thresholds import thresholds_for_run
 
     con, run_id = store
     opts = ThresholdOptions(**kw)
-    mem = thresholds_for_run(con, run_id, question, opts, stream=False)
-    streamed = thresholds_for_run(con, run_id, question, opts, stream=True)
+    # the pure selection on the loaded splits (the in-memory reference) against the store's one path
+    source = StoreSource(con, run_id)
+    mem = choose_thresholds(source.load(question, ["calibration"]), source.load(question, ["test"]), opts)
+    streamed = thresholds_for_run(con, run_id, question, opts)
     assert mem.test is not None and mem.test["n_items"] > 300
     if opts.costs is not None or opts.constraints:  # a rule that accepts, so its test risks are figures
         assert mem.test["n_accepted"] > 100 and mem.test_risks is not None

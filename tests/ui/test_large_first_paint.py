@@ -71,7 +71,7 @@ def test_thresholds_first_paint_is_the_cli_with_calibrate_none(large):
     at.number_input(key="thr_alpha").set_value(0.2).run()
     assert not at.exception, [e.value for e in at.exception]
     con = connect(path, read_only=True)
-    ref = thresholds_for_run(con, run_id, "intent", ThresholdOptions(alpha=0.2, calibrate="none"), stream=False)
+    ref = thresholds_for_run(con, run_id, "intent", ThresholdOptions(alpha=0.2, calibrate="none"))
     con.close()
     assert ref.certified
     assert any("--calibrate none" in c.value for c in at.caption)

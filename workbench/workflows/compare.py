@@ -403,7 +403,6 @@ def _policy_at_options(
     question: str,
     options: ThresholdOptions,
     calibration_split: str,
-    stream: bool | None = None,
     *,
     test_from_side: bool = False,
 ) -> dict:
@@ -418,12 +417,6 @@ def _policy_at_options(
     from workbench.workflows.thresholds import thresholds_for_run
 
     try:
-        if test_from_side:
-            # the choice between the streamed and the in-memory path is the one thresholds_for_run
-            # makes with its test split (the same calibrator fit, the same rule)
-            stream = reads_in_batches(
-                StoreSource(con, run_id), question, [calibration_split, "test"], stream, split_by_split=True
-            )
         result = thresholds_for_run(
             con,
             run_id,
@@ -431,7 +424,6 @@ def _policy_at_options(
             options,
             calibration_split=calibration_split,
             test_split=None if test_from_side else "test",
-            stream=stream,
         )
     except WorkbenchError as exc:
         return {"not_chosen": str(exc)}
@@ -447,11 +439,10 @@ def _policies(
     question: str,
     options: ThresholdOptions,
     calibration_split: str,
-    stream: bool | None,
     *,
     test_from_side: bool,
 ) -> list[dict]:
-    """:func:`_policy_at_options` of each run; streamed runs that read the same answer rows (a run and
+    """:func:`_policy_at_options` of each run; runs that read the same answer rows (a run and
     its calibrated views) are prepared together, one pass of those rows serving all
     (:func:`workbench.workflows.thresholds.streamed_thresholds_many`: each run's result is the one it gets alone)."""
     from workbench.workflows.thresholds import streamed_thresholds_many
@@ -459,8 +450,7 @@ def _policies(
     out: list[dict | None] = [None] * len(runs)
     groups: dict[tuple, list[int]] = {}
     for i, run in enumerate(runs):
-        if reads_in_batches(StoreSource(con, run), question, [calibration_split, "test"], stream, split_by_split=True):
-            groups.setdefault(_read_key(con, run), []).append(i)
+        groups.setdefault(_read_key(con, run), []).append(i)
     for members in groups.values():
         if len(members) < 2:
             continue
@@ -483,9 +473,7 @@ def _policies(
     return [
         fig
         if fig is not None
-        else _policy_at_options(
-            con, run["run_id"], question, options, calibration_split, stream, test_from_side=test_from_side
-        )
+        else _policy_at_options(con, run["run_id"], question, options, calibration_split, test_from_side=test_from_side)
         for fig, run in zip(out, runs, strict=True)
     ]
 
@@ -960,7 +948,7 @@ def compare_runs(
             # on the test split, the rule is judged in the pass that reads the run's items
             for run, pol in zip(
                 members,
-                _policies(con, members, q, options, calibration_split, stream, test_from_side=split == "test"),
+                _policies(con, members, q, options, calibration_split, test_from_side=split == "test"),
                 strict=True,
             ):
                 rule = pol.pop("_rule", None)

@@ -15,11 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from workbench.answers import reads_in_batches
 from workbench.reporting import Reporter
 from workbench.store.runs import shared_keys
-from workbench.store.sources import StoreSource
-from workbench.thresholds.choose import choose_thresholds
 from workbench.thresholds.options import ThresholdOptions
 from workbench.thresholds.result import ThresholdResult
 
@@ -33,12 +30,15 @@ def thresholds_for_run(
     *,
     calibration_split: str = "calibration",
     test_split: str | None = "test",
-    stream: bool | None = None,
 ) -> ThresholdResult:
     """Choose thresholds for ``question`` of ``run_id`` on its calibration split; judge them on test.
 
-    ``stream``: read the answers in batches (:func:`streamed_thresholds`); ``None``:
-    :func:`~workbench.answers.reads_in_batches` decides by the question's size on both splits.
+    One path for every size: the run is read in batches (:func:`streamed_thresholds`), so memory is O(n)
+    small numbers, never the (n, k) matrix, and a calibrator is fitted on at most
+    :data:`~workbench.workflows.evaluation.FIT_ROWS_MAX` rows (a seeded sample beyond, as ``workbench
+    calibrate`` fits it; said in the selection's notes). Every figure equals
+    :func:`~workbench.thresholds.choose.choose_thresholds` on the loaded splits when the calibrator's rows
+    are at most that many (``tests/scale/test_streamed_equals_in_memory.py``).
 
     Parameters
     ----------
@@ -56,12 +56,7 @@ def thresholds_for_run(
     ThresholdResult
     """
     options = options if options is not None else ThresholdOptions()
-    source = StoreSource(con, run_id)
-    if reads_in_batches(source, question, [calibration_split, *([test_split] if test_split else [])], stream):
-        return streamed_thresholds(con, run_id, question, options, calibration_split, test_split)
-    calibration = source.load(question, [calibration_split])
-    test = source.load(question, [test_split]) if test_split else None
-    return choose_thresholds(calibration, test, options)
+    return streamed_thresholds(con, run_id, question, options, calibration_split, test_split)
 
 
 def streamed_prepare(
@@ -308,18 +303,13 @@ def labelled_items(
 
 
 @shared_keys()
-def frontier_for_run(
-    con, run_id: str, question: str, options: ThresholdOptions, alphas, *, stream: bool | None = None
-) -> list:
+def frontier_for_run(con, run_id: str, question: str, options: ThresholdOptions, alphas) -> list:
     """:func:`~workbench.thresholds.choose.certified_frontier` of a stored run's calibration split:
-    the guarantee selection at each α, prepared once (streamed for large runs, like ``thresholds_for_run``)."""
+    the guarantee selection at each α, prepared once from the run read in batches (as ``thresholds_for_run``)."""
     from dataclasses import replace
 
-    from workbench.thresholds.choose import certified_frontier, select_prepared
+    from workbench.thresholds.choose import select_prepared
 
-    source = StoreSource(con, run_id)
-    if not reads_in_batches(source, question, ["calibration"], stream):
-        return certified_frontier(source.load(question, ["calibration"]), options, alphas)
     opts = replace(options, objective="guarantee")
     prep, keys, _ = streamed_prepare(con, run_id, question, opts)
     return [select_prepared(prep, replace(opts, alpha=float(a)), keys) for a in alphas]
@@ -342,19 +332,13 @@ def smallest_certified_alpha(
     log2(len(alphas)) + 1 selections instead of one per α."""
     from dataclasses import replace
 
-    from workbench.thresholds.choose import prepare_question, select_prepared
+    from workbench.thresholds.choose import select_prepared
 
     grid = sorted(float(a) for a in alphas)
     if not grid:
         return None
     opts = replace(options, objective="guarantee")
-    keys: Any
-    source = StoreSource(con, run_id)
-    if not reads_in_batches(source, question, ["calibration"]):
-        keys = source.load(question, ["calibration"])
-        prep = prepare_question(keys, opts)
-    else:
-        prep, keys, _ = streamed_prepare(con, run_id, question, opts)
+    prep, keys, _ = streamed_prepare(con, run_id, question, opts)
 
     def certifies(i: int) -> bool:
         sel = select_prepared(prep, replace(opts, alpha=grid[i]), keys)
