@@ -142,6 +142,8 @@ def test_a_parameter_at_the_start_is_still_mapped_and_flag_for_falls_back_to_das
     err = OptionError("alpha must be in (0, 1), got 2.0", parameter="alpha")
     assert cli_message(err, options) == "--max-error must be in (0, 1), got 2.0"
     assert flag_for("n_draws") == "--draws" and flag_for("no_such_option") == "--no-such-option"
+    # a repeatable option's plural is found on the commands, with no table entry
+    assert flag_for("questions", options) == "--question" and flag_for("splits", options) == "--split"
 
 
 def test_every_option_name_read_from_the_commands_has_a_flag_that_command_accepts():

@@ -26,8 +26,6 @@ from workbench.cli.threshold_options import FLAGS as THRESHOLD_FLAGS
 FLAGS = {
     **{f.field: f.flag for f in reversed(THRESHOLD_FLAGS)},  # the first flag of a field wins
     "n_draws": "--draws",
-    "questions": "--question",
-    "splits": "--split",
 }
 
 #: A backticked option name in a message: a lower-case identifier, nothing else between the backticks.
