@@ -2,6 +2,15 @@
 
 Every error a user can cause carries a ``hint`` that says what to do, so the CLI can
 print a single line naming the file, record or field and the fix.
+
+Messages speak of options, not flags: a message or hint names an option as the API parameter in
+backticks, followed by its value where one helps — ``"`window` 0: a count must be >= 1"``,
+``"pass `questions` for the yes/no questions"``. The CLI (:func:`workbench.cli.flags.cli_message`)
+shows each backticked name that is an option of the command that ran as its flag (``--window``,
+``--question``; a repeatable option's API parameter is its plural); other backticked names stay as
+they are, and the UI shows the message as it is. The one place a flag may appear is a full command
+line in backticks starting with ``workbench `` (``"run `workbench run --resume RUN_ID`"``).
+An :class:`OptionError` may instead give ``parameter`` and start its message with it bare.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ class NotFoundError(WorkbenchError):
 
 
 class OptionError(WorkbenchError):
-    """A command-line option or UI setting has an unusable value.
+    """An option (API keyword, command-line flag or UI setting) has an unusable value.
 
     ``parameter`` names the library parameter (e.g. ``alpha``) the message starts with; the CLI shows
     it as its flag (``--max-error``) through one mapping, ``workbench.cli.flags``.

@@ -319,7 +319,7 @@ def _spec(**kw) -> ImportSpec:
             "more than one row from annotator 'ann2'",
         ),
         (lambda f: f.assign(who=f["who"].where(f.index != 2, "  ")), {"labels": {"topic": "topic"}}, "empty annotator"),
-        (lambda f: f, {"labels": {"topic": "topic"}, "id_column": None}, "--annotator-column needs --id-column"),
+        (lambda f: f, {"labels": {"topic": "topic"}, "id_column": None}, "`annotator_column` needs `id_column`"),
         (
             lambda f: f,
             {"labels": {"topic": "topic"}, "label_votes": {"urgency": {"0": "urgency"}}},

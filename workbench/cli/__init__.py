@@ -136,9 +136,9 @@ def main() -> None:
         if isinstance(rv, int) and rv != 0:  # typer.Exit(code) is returned, not raised, here
             sys.exit(rv)
     except WorkbenchError as exc:
-        from workbench.cli.flags import cli_message
+        from workbench.cli.flags import cli_message, command_options
 
-        fail(cli_message(exc))
+        fail(cli_message(exc, command_options(typer.main.get_command(app), sys.argv[1:])))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:

@@ -366,7 +366,7 @@ def aggregate_answers(
         raise WorkbenchError(
             f"{', '.join(path_list)}: no answers to {', '.join(wanted)}"
             + (f" on split {', '.join(splits)}" if splits else ""),
-            hint="check --question/--split against the files' question and split columns",
+            hint="check `questions`/`splits` against the files' question and split columns",
         )
     return AggregateReport(
         eng.name, path_list, out, {"n_bins": n_bins, "grid": grid, "splits": list(splits), "questions": wanted}

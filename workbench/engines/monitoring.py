@@ -353,7 +353,7 @@ def window_aggregates(
 
     qids = list(options)
     rows, _ = read_outcomes(
-        _files(outcomes, "--outcomes") if outcomes else [],
+        _files(outcomes, "`outcomes`") if outcomes else [],
         options,
         default_question=qids[0] if len(qids) == 1 else None,
     )
@@ -540,8 +540,8 @@ def monitor_on_engine(
     model = policy.model
     qids = list(model.questions)
     options = {q: list(model.questions[q].options) for q in qids}
-    dec_files = _files(decisions, "--decisions")
-    out_files = _files(outcomes, "--outcomes") if outcomes else []
+    dec_files = _files(decisions, "`decisions`")
+    out_files = _files(outcomes, "`outcomes`") if outcomes else []
     # outcomes are read and checked on this machine (the same reader as `workbench monitor`), before the logs
     rows, check = read_outcomes(
         out_files,

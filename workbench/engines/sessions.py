@@ -206,7 +206,7 @@ def spark_session(master: str = "local[2]", conf: dict[str, str] | None = None, 
         from pyspark.sql import SparkSession
     except ImportError:
         raise WorkbenchError(
-            "--engine spark needs pyspark",
+            "`engine` spark needs pyspark",
             hint="in the checkout: pip install -c constraints.txt -e '.[spark]' (and a Java 17 runtime)",
         ) from None
     builder = SparkSession.builder.master(master).appName(app_name)
@@ -219,7 +219,7 @@ def spark_session(master: str = "local[2]", conf: dict[str, str] | None = None, 
     except Exception as exc:  # no java, a master that cannot be reached …
         raise WorkbenchError(
             f"cannot start Spark on {master} ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})",
-            hint="install a Java 17 runtime (Debian: default-jre-headless) and check --spark-master",
+            hint="install a Java 17 runtime (Debian: default-jre-headless) and check `spark_master`",
         ) from None
 
 
@@ -291,7 +291,7 @@ def open_engine(
     """An :class:`Engine` by name: ``"duckdb"`` (default) or ``"spark"`` (on ``spark_master``, default ``local[2]``)."""
     if engine == "duckdb":
         if spark_master:
-            raise OptionError("--spark-master needs --engine spark", parameter="spark_master")
+            raise OptionError("`spark_master` needs `engine` spark", parameter="spark_master")
         return DuckDBEngine(memory_limit=memory_limit)
     if engine == "spark":
         return SparkEngine(spark_master or "local[2]", spark_conf, stop=True)

@@ -111,7 +111,7 @@ class PlattCalibrator(_applied.PlattCalibrator):
         if p.shape[1] != 2:
             raise CalibrationFitError(
                 f"Platt scaling is for yes/no questions (2 options), got {p.shape[1]}",
-                hint="use --method temperature or isotonic for choice and score questions",
+                hint="use `method` temperature or isotonic for choice and score questions",
             )
         x = self._logit_yes(p)
         t = (y == 0).astype(float)  # 1 when the gold answer is "yes"

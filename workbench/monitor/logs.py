@@ -445,11 +445,11 @@ def parse_window(window: str | int) -> int | str:
     if s.isdigit():
         n = int(s)
         if n < 1:
-            raise OptionError(f"--window {window}: a count must be >= 1")
+            raise OptionError(f"`window` {window}: a count must be >= 1")
         return n
     m = _PERIOD.match(s)
     if not m or int(m.group(1)) < 1:
         raise OptionError(
-            f"--window {window!r} is neither a count nor a period", hint="e.g. --window 1D, 6h, 15min, 1W or 500"
+            f"`window` {window!r} is neither a count nor a period", hint="e.g. `window` 1D, 6h, 15min, 1W or 500"
         )
     return f"{int(m.group(1))} {_UNITS[m.group(2)]}"

@@ -274,11 +274,11 @@ def _json_lines(path: str) -> Iterator[tuple[int, dict | None, str | None]]:
 def _columns_ok(path: str, names: Sequence[str], default_question: str | None) -> None:
     if "decision_id" not in names or not ({"outcome", "override"} & set(names)):
         raise OptionError(
-            f"--outcomes {path}: needs columns decision_id and outcome and/or override (has {', '.join(names)})"
+            f"`outcomes` {path}: needs columns decision_id and outcome and/or override (has {', '.join(names)})"
         )
     if "question" not in names and default_question is None:
         raise OptionError(
-            f"--outcomes {path}: no question column and the policy has several questions", hint="add a question column"
+            f"`outcomes` {path}: no question column and the policy has several questions", hint="add a question column"
         )
 
 
@@ -290,7 +290,7 @@ def _format(path: str) -> str:
         return "csv"
     if s.endswith((".jsonl", ".json", ".ndjson", ".jsonl.gz", ".json.gz", ".ndjson.gz")):
         return "jsonl"
-    raise OptionError(f"--outcomes {path}: unknown format", hint="use .jsonl, .csv or .parquet")
+    raise OptionError(f"`outcomes` {path}: unknown format", hint="use .jsonl, .csv or .parquet")
 
 
 def read_outcomes(
@@ -309,7 +309,7 @@ def read_outcomes(
     import pyarrow as pa
 
     if not (0.0 <= max_invalid_share <= 1.0) or math.isnan(max_invalid_share):
-        raise OptionError(f"--max-invalid-outcomes {max_invalid_share} must be between 0 and 1")
+        raise OptionError(f"`max_invalid_outcomes` {max_invalid_share} must be between 0 and 1")
     check = OutcomeCheck(list(files))
     rows = _Rows()
     option_sets = {q: set(o) for q, o in options.items()}
@@ -317,7 +317,7 @@ def read_outcomes(
         fmt = _format(f)
         if "://" in f:
             raise OptionError(
-                f"--outcomes {f}: outcome files are read and checked on this machine", hint="copy the file here"
+                f"`outcomes` {f}: outcome files are read and checked on this machine", hint="copy the file here"
             )
         base = i << _ORD_SHIFT
         try:
@@ -337,7 +337,7 @@ def read_outcomes(
                     header = next(reader, None) or []
                     _columns_ok(f, header, default_question)
                     if len(set(header)) != len(header):
-                        raise OptionError(f"--outcomes {f}: a column is named twice in the header")
+                        raise OptionError(f"`outcomes` {f}: a column is named twice in the header")
                     while True:
                         try:
                             row = next(reader)
@@ -379,22 +379,22 @@ def read_outcomes(
                         _check_row(rec, where, base + r, options, option_sets, default_question, False, check, rows)
         except UnicodeDecodeError as exc:
             raise OptionError(
-                f"--outcomes {f}: not valid UTF-8 (byte {exc.start})", hint="save the file as UTF-8"
+                f"`outcomes` {f}: not valid UTF-8 (byte {exc.start})", hint="save the file as UTF-8"
             ) from None
         except OptionError:
             raise
         except (OSError, EOFError, ValueError, pa.ArrowException) as exc:
             msg = " ".join(str(exc).split())[:200]
-            raise OptionError(f"--outcomes {f}: cannot read ({type(exc).__name__}: {msg})") from None
+            raise OptionError(f"`outcomes` {f}: cannot read ({type(exc).__name__}: {msg})") from None
     table = rows.table()
     check.n_valid = table.num_rows
     check.n_superseded = check.n_valid - table.group_by(["decision_id", "question"]).aggregate([]).num_rows
     if check.n_lines and check.n_invalid > max_invalid_share * check.n_lines:
         raise OutcomeError(
-            f"--outcomes: {check.n_invalid:,} of {check.n_lines:,} outcome line(s) "
+            f"`outcomes`: {check.n_invalid:,} of {check.n_lines:,} outcome line(s) "
             f"({100 * check.n_invalid / check.n_lines:.1f}%) are invalid, more than the {100 * max_invalid_share:g}% "
             f"allowed; first: {'; '.join(check.examples[:3])}",
             hint="an outcome is an option id of its question exactly as the policy spells it; fix the file "
-            "(or raise --max-invalid-outcomes)",
+            "(or raise `max_invalid_outcomes`)",
         )
     return table, check

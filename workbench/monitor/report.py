@@ -339,8 +339,8 @@ def monitor(
     opts = opts or MonitorOptions()
     policy = Policy.load(policy_path)
     model = policy.model
-    dec_files = expand_paths(decisions, "--decisions")
-    out_files = expand_paths(outcomes, "--outcomes") if outcomes else []
+    dec_files = expand_paths(decisions, "`decisions`")
+    out_files = expand_paths(outcomes, "`outcomes`") if outcomes else []
     qids = list(model.questions)
     options = {q: list(model.questions[q].options) for q in qids}
     # outcomes first: a file of invalid outcomes fails (exit 2) before the logs are read
@@ -417,7 +417,7 @@ def report_from_source(
         if alpha is None:
             raise OptionError(
                 f"policy question {q!r} has no promised error rate (objective {qp.objective.kind})",
-                hint="pass --alpha",
+                hint="pass `alpha`",
             )
         agg = per_q[q]
         ref = qp.reference or None

@@ -40,7 +40,7 @@ def _resolve_question(model: PolicyModel, question: str | None, options: Sequenc
     if question is not None:
         if question not in model.questions:
             raise OptionError(
-                f"--question {question!r} is not in the policy", hint=f"use one of {', '.join(model.questions)}"
+                f"`question` {question!r} is not in the policy", hint=f"use one of {', '.join(model.questions)}"
             )
         return question
     if len(model.questions) == 1:
@@ -50,11 +50,11 @@ def _resolve_question(model: PolicyModel, question: str | None, options: Sequenc
         return having[0]
     if options and not having:
         raise OptionError(
-            f"--option {', '.join(options)}: no question of the policy has {'it' if len(options) == 1 else 'them all'}",
+            f"`options` {', '.join(options)}: no question of the policy has {'it' if len(options) == 1 else 'them all'}",
             hint=f"the policy's questions are {', '.join(model.questions)}",
         )
     where = f"options {', '.join(options)} are in questions {', '.join(having)}" if having else "name the question"
-    raise OptionError(f"--question is needed: {where}", hint=f"the policy has {', '.join(model.questions)}")
+    raise OptionError(f"`question` is needed: {where}", hint=f"the policy has {', '.join(model.questions)}")
 
 
 def set_enabled(
@@ -71,13 +71,13 @@ def set_enabled(
     Raises :class:`OptionError` for an unknown question or option.
     """
     if not options and not all_options:
-        raise OptionError("give --option (repeatable) or --all")
+        raise OptionError("give `options` (repeatable) or `all_options`")
     qid = _resolve_question(model, question, options)
     qp = model.questions[qid]
     unknown = [o for o in options if o not in qp.options]
     if unknown:
         raise OptionError(
-            f"--option {unknown[0]!r} is not an option of question {qid!r}",
+            f"`options` {unknown[0]!r} is not an option of question {qid!r}",
             hint=f"options: {', '.join(qp.options[:20])}{' …' if len(qp.options) > 20 else ''}",
         )
     before = qp.enabled_options

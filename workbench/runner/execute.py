@@ -108,15 +108,15 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
-            raise WorkbenchError(f"--concurrency {self.concurrency} must be at least 1")
+            raise WorkbenchError(f"`concurrency` {self.concurrency} must be at least 1")
         if self.rate is not None and self.rate <= 0:
-            raise WorkbenchError(f"--rate {self.rate} must be > 0 requests per second")
+            raise WorkbenchError(f"`rate` {self.rate} must be > 0 requests per second")
         if self.timeout <= 0:
-            raise WorkbenchError(f"--timeout {self.timeout} must be > 0 seconds")
+            raise WorkbenchError(f"`timeout` {self.timeout} must be > 0 seconds")
         if self.max_cost is not None and self.max_cost < 0:
-            raise WorkbenchError(f"--max-cost {self.max_cost} must be ≥ 0 USD")
+            raise WorkbenchError(f"`max_cost` {self.max_cost} must be ≥ 0 USD")
         if self.limit is not None and self.limit < 1:
-            raise WorkbenchError(f"--limit {self.limit} must be at least 1")
+            raise WorkbenchError(f"`limit` {self.limit} must be at least 1")
 
 
 # -- retry policy and rate limit ------------------------------------------------------------------
@@ -509,7 +509,7 @@ class _Budget:
         self.reserved -= reserved
         self.first_done.set()
         if actual is None:
-            return "the price of this model is unknown, so --max-cost cannot be enforced"
+            return "the price of this model is unknown, so the cost limit cannot be enforced"
         self.spent += actual
         self.max_seen = max(self.max_seen or 0.0, actual)
         return None
@@ -603,7 +603,7 @@ async def _drive_remote(
                 if stop.kind is None:
                     stop.kind, stop.message = (
                         "budget",
-                        (f"--max-cost {opts.max_cost:g} USD reached (spent {budget.spent:.6f} USD)"),
+                        (f"the cost limit of {opts.max_cost:g} USD reached (spent {budget.spent:.6f} USD)"),
                     )
                 rec.failure(unit, NOT_ASKED, f"not asked: {stop.message}")
                 continue
@@ -1000,7 +1000,7 @@ def start_run(
     if not splits:
         raise WorkbenchError(
             f"dataset {dataset!r} v{version} has no split to run on",
-            hint="pass --split train to run on the training split",
+            hint="pass `splits` train to run on the training split",
         )
     spec = public_spec(provider_spec.strip())
     opts = asdict(options)
@@ -1073,7 +1073,7 @@ def run_experiment(
         questions_per_request=questions_per_request,
     )
     if not provider_specs:
-        raise WorkbenchError("no provider given", hint="pass --provider SPEC, e.g. local:minilm-zeroshot")
+        raise WorkbenchError("no provider given", hint="pass `provider` SPEC, e.g. local:minilm-zeroshot")
     env = os.environ if env is None else env
     version = dataset_version or latest_version(con, dataset)
     # build every provider first: a bad spec or a missing setting fails before any run is created

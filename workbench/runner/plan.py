@@ -85,7 +85,7 @@ def plan_slices(
     """
     caps = [c for c in (max_questions, questions_per_request) if c is not None]
     if any(c < 1 for c in caps):
-        raise WorkbenchError("questions per request must be at least 1", hint="e.g. --questions-per-request 1")
+        raise WorkbenchError("questions per request must be at least 1", hint="e.g. `questions_per_request` 1")
     size = min(caps) if caps else len(schema.questions)
     ids = schema.question_ids
     out = []

@@ -469,5 +469,5 @@ def check_limits(schema: DecisionSchema, profile: str | LimitProfile = "default"
     if violations:
         more = f" (+{len(violations) - 1} more)" if len(violations) > 1 else ""
         raise SchemaError(
-            f"{source}: {violations[0]}{more}", hint="change the schema or pick the provider's own --profile"
+            f"{source}: {violations[0]}{more}", hint="change the schema or pick the provider's own `profile`"
         )

@@ -285,13 +285,13 @@ class Collector:
         if config.champion_timeout <= 0 or config.challenger_timeout <= 0:
             from workbench.errors import WorkbenchError
 
-            raise WorkbenchError("shadow collect: timeouts must be > 0 seconds", hint="e.g. --champion-timeout 30")
+            raise WorkbenchError("shadow collect: timeouts must be > 0 seconds", hint="e.g. `champion_timeout` 30")
         if config.max_journal_body < 0:
             from workbench.errors import WorkbenchError
 
             raise WorkbenchError(
                 f"shadow collect: max_journal_body must be >= 0 bytes, got {config.max_journal_body}",
-                hint="e.g. --max-journal-body 1MiB",
+                hint="e.g. `max_journal_body` 1MiB",
             )
         if config.max_held_bytes < config.max_body_bytes:
             from workbench.errors import WorkbenchError
@@ -299,7 +299,7 @@ class Collector:
             raise WorkbenchError(
                 f"shadow collect: max_held_bytes ({config.max_held_bytes}) is below max_body_bytes "
                 f"({config.max_body_bytes})",
-                hint="the collector must be able to hold one request of the largest size, e.g. --max-held 256MiB",
+                hint="the collector must be able to hold one request of the largest size, e.g. `max_held` 256MiB",
             )
         self.config = config
         self.held_bytes = 0  # request bodies held by collections in progress (and reserved by reads)

@@ -159,7 +159,7 @@ class MirrorConfig:
         from workbench.errors import WorkbenchError
 
         if not 0.0 < self.sample_rate <= 1.0:
-            raise WorkbenchError(f"--sample-rate {self.sample_rate} must be in (0, 1]")
+            raise WorkbenchError(f"`sample_rate` {self.sample_rate} must be in (0, 1]")
         for name in ("max_body_bytes", "max_buffered_bytes", "max_connections", "max_journal_body"):
             if getattr(self, name) < 1:
                 raise WorkbenchError(f"{name} = {getattr(self, name)} must be positive")

@@ -898,7 +898,7 @@ def shadow_slice_values(con, shadow: str, session: dict, column: str) -> tuple[p
                 f"slice {column!r}: shadow session {shadow!r} ({session.get('source')}) has no column {column!r}",
                 hint=f"slice by one of: {', '.join(BUILTIN_SLICES)}; logged requests carry no item metadata "
                 "(metadata columns apply to sessions made by `workbench shadow replay` from a dataset imported "
-                "with --meta-column)",
+                "with `meta_columns`)",
             )
         meta = request_state_lengths(con, shadow)
     order: list[str] = []
@@ -1119,7 +1119,7 @@ def _period_us(period: str) -> int:
     except ValueError as exc:
         from workbench.errors import OptionError
 
-        raise OptionError(f"--period {period!r}: {exc}", hint="a fixed period such as 15min, 1h or 1D") from None
+        raise OptionError(f"`period` {period!r}: {exc}", hint="a fixed period such as 15min, 1h or 1D") from None
 
 
 def _side_schema_hash(con, session: dict, side: str) -> str | None:
@@ -1163,7 +1163,7 @@ def _certified_sides(
             if side == "challenger":
                 notes.append(
                     "the challenger has no policy and no stored run to certify one on: "
-                    "pass --challenger-policy or --challenger-rule"
+                    "pass `challenger_policy` or `challenger_rule`"
                 )
             continue
         try:

@@ -1136,7 +1136,7 @@ class _Items:
         return DataImportError(
             f"{where}: item {self.example!r} is not an item of dataset {dataset!r} v{version} ({self.unknown:,} row"
             f"{'s' if self.unknown != 1 else ''} name unknown items; nothing was imported)",
-            hint="import the answers against the dataset version they answer (--dataset/--version), or drop those rows",
+            hint="import the answers against the dataset version they answer (`dataset`/`version`), or drop those rows",
         )
 
 

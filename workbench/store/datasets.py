@@ -55,15 +55,15 @@ def _check_meta_columns(columns: Sequence[str]) -> None:
     for c in columns:
         if not c or not c.strip():
             raise DataImportError(
-                "--meta-column is empty", hint="name a column of the file, e.g. --meta-column language"
+                "`meta_columns` is empty", hint="name a column of the file, e.g. `meta_columns` language"
             )
         if c in BUILTIN_SLICES:
             raise DataImportError(
-                f"--meta-column {c!r} is the name of a built-in slice",
+                f"`meta_columns` {c!r} is the name of a built-in slice",
                 hint=f"rename the column in the file; {c} is computed for every dataset",
             )
         if c in seen:
-            raise DataImportError(f"--meta-column {c!r} is given twice", hint="name each metadata column once")
+            raise DataImportError(f"`meta_columns` {c!r} is given twice", hint="name each metadata column once")
         seen.add(c)
 
 
@@ -78,31 +78,31 @@ def import_dataset(
     validate_dataset_name(spec.name)
     if not spec.labels and not spec.label_votes:
         raise DataImportError(
-            "no --label given", hint="pass --label QUESTION=COLUMN (repeatable) or --label-votes QUESTION=COL1,COL2,…"
+            "no `labels` given", hint="pass `labels` QUESTION=COLUMN (repeatable) or `label_votes` QUESTION=COL1,COL2,…"
         )
     both = sorted(set(spec.labels) & set(spec.label_votes))
     if both:
         raise DataImportError(
-            f"question {both[0]!r} is given by both --label and --label-votes", hint="use one of the two per question"
+            f"question {both[0]!r} is given by both `labels` and `label_votes`", hint="use one of the two per question"
         )
     if spec.annotator_column:
         if spec.label_votes:
             raise DataImportError(
-                "--annotator-column (one row per annotator) and --label-votes (vote counts per row) do not mix",
-                hint="long format: --annotator-column with --label; wide format: --label-votes alone",
+                "`annotator_column` (one row per annotator) and `label_votes` (vote counts per row) do not mix",
+                hint="long format: `annotator_column` with `labels`; wide format: `label_votes` alone",
             )
         if not spec.id_column:
             raise DataImportError(
-                "--annotator-column needs --id-column: the rows of one item are found by its id",
-                hint="pass --id-column COL naming the item id column",
+                "`annotator_column` needs `id_column`: the rows of one item are found by its id",
+                hint="pass `id_column` COL naming the item id column",
             )
     _check_meta_columns(spec.meta_columns)
-    for f, opt in ((spec.test_fraction, "--test-fraction"), (spec.calibration_fraction, "--calibration-fraction")):
+    for f, opt in ((spec.test_fraction, "`test_fraction`"), (spec.calibration_fraction, "`calibration_fraction`")):
         if f is not None and not (0.0 <= f < 1.0):
             raise DataImportError(f"{opt} {f} is outside [0, 1)", hint="e.g. 0.3")
     files = [Path(p) for p in paths]
     if not files:
-        raise DataImportError("no file given", hint="workbench datasets import PATH --name NAME ...")
+        raise DataImportError("no file given", hint="`workbench datasets import PATH --name NAME ...`")
     fast = streamed_import(con, files, spec, schema)
     if fast is not None:
         return fast
@@ -124,7 +124,7 @@ def import_dataset(
         raise DataImportError(
             f"duplicate item id {first!r}: {n_ids:,} id{'s' if n_ids != 1 else ''} appear more than once "
             f"({int(dup.sum()):,} rows), after trimming whitespace and Unicode NFC normalisation",
-            hint="ids must be unique; fix --id-column or drop duplicates",
+            hint="ids must be unique; fix `id_column` or drop duplicates",
         )
 
     # carve splits deterministically (group keeps related items together)
@@ -142,7 +142,7 @@ def import_dataset(
     if bad_split.any():
         raise DataImportError(
             f"split {items.loc[bad_split, 'split'].iloc[0]!r} is not one of train, calibration, test",
-            hint="use --split train|calibration|test",
+            hint="use `split` train|calibration|test",
         )
 
     previous = con.execute(
@@ -150,15 +150,15 @@ def import_dataset(
     ).fetchone()
     if spec.append:
         if previous is None:
-            raise DataImportError(f"--append: dataset {spec.name!r} does not exist yet", hint="drop --append")
+            raise DataImportError(f"`append`: dataset {spec.name!r} does not exist yet", hint="drop `append`")
         old_items, old_labels = _version_frames(con, spec.name, previous[0])
         clash = items["item_id"].isin(set(old_items["item_id"]))
         if clash.any():
             n = int(clash.sum())
             raise DataImportError(
-                f"--append: {n:,} item id{'s' if n != 1 else ''} (e.g. {items.loc[clash, 'item_id'].iloc[0]!r}) "
+                f"`append`: {n:,} item id{'s' if n != 1 else ''} (e.g. {items.loc[clash, 'item_id'].iloc[0]!r}) "
                 f"already exist in {spec.name} v{previous[0]}",
-                hint="use distinct ids or import without --append",
+                hint="use distinct ids or import without `append`",
             )
         items = pd.concat([old_items, items], ignore_index=True)
         labels = pd.concat([old_labels, labels], ignore_index=True)
@@ -243,12 +243,12 @@ def import_dataset(
 
 #: Item fields that must agree across the rows of one item in the long (annotator) format.
 _ITEM_FIELDS = {
-    "state_text": "--text-column",
-    "state_json": "--state-column",
-    "images": "--image-column",
-    "split": "--split-column / file split",
-    "grp": "--group-column",
-    "meta": "--meta-column",
+    "state_text": "`text_column`",
+    "state_json": "`state_column`",
+    "images": "`image_column`",
+    "split": "`split_column` / file split",
+    "grp": "`group_column`",
+    "meta": "`meta_columns`",
 }
 
 
@@ -319,7 +319,7 @@ def _merge_annotator_rows(items: pd.DataFrame, spec: ImportSpec) -> pd.DataFrame
         raise DataImportError(
             f"item {row['item_id']!r} has more than one row from annotator {row['annotator']!r} "
             f"({n:,} (item, annotator) pair{'s repeat' if n != 1 else ' repeats'})",
-            hint="one row per annotator per item; drop the repeated rows or fix --annotator-column",
+            hint="one row per annotator per item; drop the repeated rows or fix `annotator_column`",
         )
     view = items[list(_ITEM_FIELDS)].copy()
     view["images"] = view["images"].map(lambda v: None if v is None else "\x1f".join(v))

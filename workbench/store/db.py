@@ -427,13 +427,13 @@ def _open_error(path: str, exc: duckdb.Error) -> StoreError:
         found = _HOLDER_PID.search(str(exc))
         holder = f"another process (PID {found.group(1)})" if found else "another process"
         doing = "read" if _HELD_BY_READER in " ".join(str(exc).split()).lower() else "written"
-        err = StoreError(f"{path} is being {doing} by {holder}", hint="wait for it or use another --db")
+        err = StoreError(f"{path} is being {doing} by {holder}", hint="wait for it or use another `db`")
         err.held = True  # type: ignore[attr-defined]  # read by workbench.store.snapshot: read a snapshot instead
         return err
     if _CORRUPT_MESSAGE.search(msg):
         return StoreError(
             f"{path}: not a readable workbench database (corrupt, or another file format): {msg}",
-            hint="restore it from a backup, or pass --db with a DuckDB file the workbench created",
+            hint="restore it from a backup, or pass `db` with a DuckDB file the workbench created",
         )
     return StoreError(f"{path}: cannot open database: {msg}", hint="check the path and permissions")
 
@@ -492,14 +492,14 @@ def check_store_file(path: str, *, read_only: bool, sniff: bool = True) -> None:
     p = Path(path)
     if read_only and not p.exists():
         raise StoreError(
-            f"{path}: no workbench database here", hint="import a dataset first, or pass --db / set WORKBENCH_DB"
+            f"{path}: no workbench database here", hint="import a dataset first, or pass `db` / set WORKBENCH_DB"
         )
     if p.exists() and not p.is_file():
-        raise StoreError(f"{path}: not a regular file", hint="pass --db with the path of a .duckdb file")
+        raise StoreError(f"{path}: not a regular file", hint="pass `db` with the path of a .duckdb file")
     if sniff and p.is_file() and _head(p).startswith(b"SQLite format 3\x00"):
         raise StoreError(
             f"{path}: is a SQLite database, not a workbench (DuckDB) store",
-            hint="pass --db with a .duckdb file, or a new path to create one",
+            hint="pass `db` with a .duckdb file, or a new path to create one",
         )
 
 

@@ -103,7 +103,7 @@ def _cell_text(v: Any, where: str) -> str | None:
         else f"values of type {type(v).__name__}"
     )
     raise DataImportError(
-        f"{where} holds {kind}, not text", hint="use a string column (or --state-column for JSON states)"
+        f"{where} holds {kind}, not text", hint="use a string column (or `state_column` for JSON states)"
     )
 
 
@@ -165,8 +165,8 @@ def frame_for_file(
     stats = _FileStats()
     if (spec.text_column is None) == (spec.state_column is None):
         raise DataImportError(
-            "give exactly one of --text-column or --state-column",
-            hint="--text-column for text states, --state-column for JSON states",
+            "give exactly one of `text_column` or `state_column`",
+            hint="`text_column` for text states, `state_column` for JSON states",
         )
 
     def row_ref(i: int) -> str:
@@ -185,7 +185,7 @@ def frame_for_file(
 
     items = pd.DataFrame(index=df.index)
     if spec.id_column:
-        raw_ids = text_of(spec.id_column, "--id-column")
+        raw_ids = text_of(spec.id_column, "`id_column`")
         _refuse_first(
             is_blank(raw_ids), row_ref, lambda i: f"empty id in column {spec.id_column!r}", "every row needs an id"
         )
@@ -198,7 +198,7 @@ def frame_for_file(
     if spec.text_column:
         text = filled_text_of(
             spec.text_column,
-            "--text-column",
+            "`text_column`",
             "text",
             "remove the row or fill in its text (whitespace and invisible characters do not count)",
         )
@@ -206,7 +206,7 @@ def frame_for_file(
         items["state_json"] = None
     else:
         assert spec.state_column is not None  # exactly one of the two was checked above
-        raw = _column(df, spec.state_column, path, "--state-column")
+        raw = _column(df, spec.state_column, path, "`state_column`")
         states = []
         for i, v in enumerate(raw.tolist()):
             ref = _row_ref(path, i, kind)
@@ -227,21 +227,21 @@ def frame_for_file(
         items["state_text"] = None
         items["state_json"] = states
     if spec.image_column:
-        imgs = text_of(spec.image_column, "--image-column")
+        imgs = text_of(spec.image_column, "`image_column`")
         items["images"] = imgs.map(lambda s: [p.strip() for p in s.split(";") if p.strip()] if s else None)
     else:
         items["images"] = None
-    items["grp"] = text_of(spec.group_column, "--group-column") if spec.group_column else None
+    items["grp"] = text_of(spec.group_column, "`group_column`") if spec.group_column else None
 
     # splits: column, fixed value, file name, or carved later from fractions
     if spec.split_column:
-        raw = text_of(spec.split_column, "--split-column").fillna("").str.strip().str.lower()
+        raw = text_of(spec.split_column, "`split_column`").fillna("").str.strip().str.lower()
         mapped = raw.map(SPLIT_ALIASES)
         _refuse_first(
             mapped.isna(),
             row_ref,
             lambda i: f"split {raw.iloc[i]!r} is not one of train, calibration, test",
-            "fix the split column or carve splits with --test-fraction",
+            "fix the split column or carve splits with `test_fraction`",
         )
         items["split"] = mapped
     elif spec.split:
@@ -255,12 +255,12 @@ def frame_for_file(
     else:
         raise DataImportError(
             f"{path}: no split given",
-            hint="pass --split-column COL, --split train|calibration|test, or --test-fraction F",
+            hint="pass `split_column` COL, `split` train|calibration|test, or `test_fraction` F",
         )
 
     # item metadata (slices): {column: text or null} per row, as JSON text; NULL without --meta-column
     if spec.meta_columns:
-        texts = [text_of(c, "--meta-column").str.strip() for c in spec.meta_columns]
+        texts = [text_of(c, "`meta_columns`").str.strip() for c in spec.meta_columns]
         texts = [t.where(~is_blank(t), None) for t in texts]
         items["meta"] = [
             json.dumps(dict(zip(spec.meta_columns, row, strict=True)), ensure_ascii=False)
@@ -272,7 +272,7 @@ def frame_for_file(
     # annotators (long format): one id per row, never blank
     if spec.annotator_column:
         hint = "every row of the long format names its annotator"
-        ann = filled_text_of(spec.annotator_column, "--annotator-column", "annotator", hint)
+        ann = filled_text_of(spec.annotator_column, "`annotator_column`", "annotator", hint)
         ann = normalise_ids(ann)
         items["annotator"] = ann
     else:
@@ -282,7 +282,7 @@ def frame_for_file(
     label_rows = []
     for question, col in spec.labels.items():
         check_label_question(question, col, schema)
-        mapped, absent = map_labels(text_of(col, f"--label {question}"), question, col, schema, spec, row_ref)
+        mapped, absent = map_labels(text_of(col, f"`labels` {question}"), question, col, schema, spec, row_ref)
         if absent.any():
             stats.unlabelled[question] = int(absent.sum())
         lab = pd.DataFrame({"item_id": ids, "question": question, "option_id": mapped, "annotator": ann})
@@ -302,7 +302,7 @@ def check_label_question(question: str, col: str, schema: DecisionSchema | None)
 
     if schema is not None and question not in schema.questions:
         raise DataImportError(
-            f"--label {question}={col}: the schema has no question {question!r}",
+            f"`labels` {question}={col}: the schema has no question {question!r}",
             hint=f"schema questions: {', '.join(schema.question_ids)}",
         )
 
@@ -342,7 +342,7 @@ def map_labels(
         i = int(np.flatnonzero(bad_noul.to_numpy())[0])
         raise DataImportError(
             f"{ref(i)}: label {values.iloc[i]!r} for yes/no question {question!r}",
-            hint=f"use yes/no/true/false/1/0, or --positive {question}=VALUE",
+            hint=f"use yes/no/true/false/1/0, or `positive` {question}=VALUE",
         )
     if schema is not None and qtype in ("choice", "score"):
         if qtype == "score":
@@ -380,7 +380,7 @@ def _vote_count_rows(
     counts = []
     for option, col in option_of.items():
         raw = _as_text(
-            _column(df, col, path, f"--label-votes {question}"),
+            _column(df, col, path, f"`label_votes` {question}"),
             f"{path}: column {col!r}",
             lambda i: _row_ref(path, i, kind),
         )
@@ -392,7 +392,7 @@ def _vote_count_rows(
             raise DataImportError(
                 f"{_row_ref(path, i, kind)}: vote count {raw.iloc[i]!r} in column {col!r} (option {option!r} of "
                 f"question {question!r}, item {ids.iloc[i]!r}) is not a whole number of votes",
-                hint=f"each --label-votes column holds how many annotators chose that option: 0..{MAX_VOTES_PER_CELL:,}",
+                hint=f"each `label_votes` column holds how many annotators chose that option: 0..{MAX_VOTES_PER_CELL:,}",
             )
         counts.append(num.to_numpy(dtype=np.int64))
     matrix = np.stack(counts, axis=1)  # (rows, options)
@@ -418,13 +418,13 @@ def _vote_options(question: str, columns: dict[str, str], schema: DecisionSchema
     spelled as the store spells them (yes/no for yes/no questions, the level index for score levels)."""
     if not columns:
         raise DataImportError(
-            f"--label-votes {question}= names no column", hint=f"e.g. --label-votes {question}=yes:n_yes,no:n_no"
+            f"`label_votes` {question}= names no column", hint=f"e.g. `label_votes` {question}=yes:n_yes,no:n_no"
         )
     if schema is None:
         return dict(columns)
     if question not in schema.questions:
         raise DataImportError(
-            f"--label-votes {question}: the schema has no question {question!r}",
+            f"`label_votes` {question}: the schema has no question {question!r}",
             hint=f"schema questions: {', '.join(schema.question_ids)}",
         )
     q = schema.questions[question]
@@ -439,12 +439,12 @@ def _vote_options(question: str, columns: dict[str, str], schema: DecisionSchema
             key = str(levels.index(key))
         if key not in allowed:
             raise DataImportError(
-                f"--label-votes {question}: {name!r} (column {col!r}) is not an option of question {question!r}",
+                f"`label_votes` {question}: {name!r} (column {col!r}) is not an option of question {question!r}",
                 hint=f"options: {', '.join(allowed)}; write OPTION:COLUMN when the column is named otherwise",
             )
         if key in out:
             raise DataImportError(
-                f"--label-votes {question}: option {key!r} is given twice (columns {out[key]!r} and {col!r})",
+                f"`label_votes` {question}: option {key!r} is given twice (columns {out[key]!r} and {col!r})",
                 hint="one count column per option",
             )
         out[key] = col

@@ -73,17 +73,17 @@ BUILTIN_SLICES = ("state_length",)
 def validate_dataset_name(name: str | None) -> str:
     """A dataset name is 1–128 printable characters without surrounding whitespace; returns it."""
     if not name or not name.strip():
-        raise DataImportError("--name is empty", hint="name the dataset, e.g. --name banking77")
+        raise DataImportError("`name` is empty", hint="name the dataset, e.g. `name` banking77")
     if name != name.strip():
-        raise DataImportError(f"--name {name!r} has surrounding whitespace", hint=f"use --name {name.strip()!r}")
+        raise DataImportError(f"`name` {name!r} has surrounding whitespace", hint=f"use `name` {name.strip()!r}")
     if len(name) > MAX_NAME_LENGTH:
         raise DataImportError(
-            f"--name is {len(name):,} characters long (limit {MAX_NAME_LENGTH})", hint="use a short name"
+            f"`name` is {len(name):,} characters long (limit {MAX_NAME_LENGTH})", hint="use a short name"
         )
     bad = next((c for c in name if unicodedata.category(c)[0] in ("C", "Z") and c != " "), None)
     if bad is not None:
         raise DataImportError(
-            f"--name {name[:40]!r} contains U+{ord(bad):04X} ({unicodedata.name(bad, 'a control character')})",
+            f"`name` {name[:40]!r} contains U+{ord(bad):04X} ({unicodedata.name(bad, 'a control character')})",
             hint="use letters, digits, spaces and punctuation",
         )
     return name

@@ -114,7 +114,7 @@ def _create_session(
         if not replace:
             raise WorkbenchError(
                 f"shadow session {shadow!r} already exists",
-                hint="pass --replace to overwrite it, or choose another --name",
+                hint="pass `replace` to overwrite it, or choose another `name`",
             )
         for table in ("shadow_outcomes", "shadow_answers", "shadow_requests", "shadow_sessions"):
             con.execute(f"DELETE FROM {table} WHERE shadow = ?", [shadow])
@@ -397,7 +397,7 @@ def import_traffic(
         if schema is None:
             raise DataImportError(
                 f"{path}: a traffic import needs the decision schema (option order)",
-                hint="pass --schema FILE (or --policy, whose schema is used)",
+                hint="pass `schema` FILE (or `policy`, whose schema is used)",
             )
         # an item may be decided by several requests when each row names its request (request_id column)
         key = "request_id" if found["request_id"] is not None else "item_id"
@@ -539,7 +539,7 @@ def ingest_journal(
                 " AND json_valid(request) AND json_exists(request, '$.questions') ORDER BY ts LIMIT 20"
             ).fetchall()
             if not rows:
-                raise DataImportError(f"{path}: no request with questions in the journal", hint="pass --schema FILE")
+                raise DataImportError(f"{path}: no request with questions in the journal", hint="pass `schema` FILE")
             first_error: Exception | None = None
             for (questions,) in rows:  # the first request whose questions make a schema
                 try:
@@ -558,7 +558,7 @@ def ingest_journal(
                 old = get_session(con, shadow)
                 if old["source"] != "mirror":
                     raise WorkbenchError(
-                        f"shadow session {shadow!r} exists and is not a mirror session", hint="choose another --name"
+                        f"shadow session {shadow!r} exists and is not a mirror session", hint="choose another `name`"
                     )
                 con.execute("DELETE FROM shadow_answers WHERE shadow = ?", [shadow])
                 con.execute("DELETE FROM shadow_requests WHERE shadow = ?", [shadow])

@@ -105,7 +105,7 @@ def snapshot(path: str) -> Snapshot:
     """
     if not Path(path).exists():
         raise StoreError(
-            f"{path}: no workbench database here", hint="run `workbench demo` or import a dataset, then pass --db PATH"
+            f"{path}: no workbench database here", hint="run `workbench demo` or import a dataset, then pass `db` PATH"
         )
     with _SNAP_LOCK:
         for attempt in range(_COPY_ATTEMPTS):
@@ -216,7 +216,7 @@ def read_connection(path: str) -> Iterator[duckdb.DuckDBPyConnection]:
 
     if not Path(path).exists():
         raise StoreError(
-            f"{path}: no workbench database here", hint="run `workbench demo` or import a dataset, then pass --db PATH"
+            f"{path}: no workbench database here", hint="run `workbench demo` or import a dataset, then pass `db` PATH"
         )
     last: Exception | None = None
     for attempt in range(4):

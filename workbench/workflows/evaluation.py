@@ -106,7 +106,7 @@ def report_run(
     """
     if labels not in LABEL_MODES:
         raise WorkbenchError(
-            f"--labels {labels!r} is not one of {', '.join(LABEL_MODES)}", hint="--labels soft|majority"
+            f"`labels` {labels!r} is not one of {', '.join(LABEL_MODES)}", hint="`labels` soft|majority"
         )
     run = get_run(con, run_id)
     source = StoreSource(con, run)
@@ -128,7 +128,7 @@ def report_run(
         if reads_in_batches(source, q, splits, stream):
             raise WorkbenchError(
                 f"{run['run_id']} is too large to report {q!r} with "
-                + ("--labels soft" if labels != "majority" else "--slice")
+                + ("`labels` soft" if labels != "majority" else "`slices`")
                 + " (that needs every probability in memory)",
                 hint=f"report it without them, or raise WORKBENCH_STREAM_CELLS (now {stream_cells():,})",
             )
@@ -474,7 +474,7 @@ def calibrate_run(
         if not_binary:
             raise CalibrationFitError(
                 f"Platt scaling is for yes/no questions; {', '.join(not_binary)} are not",
-                hint="pass --question for the yes/no questions, or use --method temperature",
+                hint="pass `questions` for the yes/no questions, or use `method` temperature",
             )
     fitted, summary = {}, {}
     for q in qs:

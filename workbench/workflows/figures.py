@@ -214,7 +214,7 @@ def write_figures(figures: Sequence[Any], *, html: Path | None = None, png: Path
     written: list[Path] = []
     if png is not None and not png_available():
         raise OptionError(
-            "--png needs the optional kaleido package", hint="pip install 'decision-workbench[png]', or use --html"
+            "`png` needs the optional kaleido package", hint="pip install 'decision-workbench[png]', or use `html`"
         )
     if html is not None:
         html = Path(html)

@@ -170,7 +170,7 @@ def robustness(
         if len(schema.questions) != 1:
             raise RobustnessError(
                 f"{base['run_id']} has {plural(len(schema.questions), 'question')}",
-                hint=f"pass --question, one of: {', '.join(schema.question_ids)}",
+                hint=f"pass `question`, one of: {', '.join(schema.question_ids)}",
             )
         question = schema.question_ids[0]
     b = load_answers(con, base["run_id"], question, splits)
@@ -190,7 +190,7 @@ def robustness(
         if common.size == 0:
             raise RobustnessError(
                 f"runs {base['run_id']} and {run['run_id']} answered no item in common",
-                hint="run both on the same splits (and --limit)",
+                hint="run both on the same splits (and `limit`)",
             )
         spec = (run["params"] or {}).get("probe")
         probe = Probe(spec["name"], int(spec.get("seed", 0))) if spec else None

@@ -1,4 +1,8 @@
-"""How a page shows a :class:`workbench.errors.WorkbenchError`: one readable line, never a traceback."""
+"""How a page shows a :class:`workbench.errors.WorkbenchError`: one readable line, never a traceback.
+
+The message is shown as the library wrote it: options are named as API parameters in backticks
+(:mod:`workbench.errors`), which Streamlit's markdown renders as code; only the CLI maps them to flags.
+"""
 
 from __future__ import annotations
 
