@@ -738,7 +738,9 @@ def question_report(
     if exclude_items is not None:
         exclude = np.isin(answers.item_ids.astype(str), np.asarray(list(exclude_items), dtype=str))
     if labels not in LABEL_MODES:
-        raise WorkbenchError(f"labels={labels!r} is not one of {', '.join(LABEL_MODES)}", hint="--labels soft|majority")
+        raise WorkbenchError(
+            f"labels={labels!r} is not one of {', '.join(LABEL_MODES)}", hint="`labels` soft or majority"
+        )
     if labels == "soft":
         if answers.votes is None:
             raise WorkbenchError(

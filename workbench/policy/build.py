@@ -187,7 +187,7 @@ def build_policy(
     from workbench.store.runs import get_run, load_answers, load_stored_schema
 
     if not questions:
-        raise PolicyError("no --question given", hint="pass --question Q (repeatable)")
+        raise PolicyError("no `questions` given", hint="name one or more `questions`")
     run = get_run(con, run_id)
     schema = load_stored_schema(con, run["schema_hash"])
     for q in questions:

@@ -191,7 +191,7 @@ class AlignedStages:
 
 def _check_stages(stages: Sequence[RunAnswers]) -> None:
     if len(stages) < 2:
-        raise ThresholdError("a cascade needs at least two stages", hint="pass --stage RUN twice or more")
+        raise ThresholdError("a cascade needs at least two stages", hint="give two or more `stages`")
     q = stages[0]
     for s in stages[1:]:
         if s.question != q.question or list(s.option_ids) != list(q.option_ids):
@@ -921,7 +921,7 @@ def choose_cascade(
     if n == 0:
         raise ThresholdError(
             "no calibration item is left to certify after the calibrator's carve",
-            hint="use a larger calibration split or --calibrate none",
+            hint="use a larger calibration split or `calibrate` none",
         )
     prices = stage_prices(calibration, opts.prices)
     held = np.zeros(n, dtype=bool)
@@ -1090,8 +1090,8 @@ def parse_price_flags(values: Sequence[str] | None) -> dict[str, float]:
             price = float("nan")
         if not sep or not run.strip() or not np.isfinite(price) or price < 0:
             raise OptionError(
-                f"--cost-per-call {v!r} is not RUN=USD with a non-negative price",
-                hint="e.g. --cost-per-call run-1234abcd=0.0005",
+                f"`cost_per_call` {v!r} is not RUN=USD with a non-negative price",
+                hint="e.g. `cost_per_call` run-1234abcd=0.0005",
                 parameter="cost_per_call",
             )
         out[run.strip()] = price

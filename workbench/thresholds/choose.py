@@ -102,7 +102,7 @@ def check_question(question: str, qtype: str, opt_ids: list[str], n_labelled: in
     if n_labelled == 0:
         raise ThresholdError(
             f"question {question!r} has no labelled calibration items",
-            hint="import the dataset with --calibration-fraction or a calibration split",
+            hint="import the dataset with a `calibration_fraction` or a calibration split",
         )
     unknown = [o for o in opts.abstain_options if o not in opt_ids]
     if unknown:
@@ -303,10 +303,10 @@ def select_prepared(prep: PreparedQuestion, opts: ThresholdOptions, calibration:
         return select_manual(prep.surface, opts.manual_rule)
     if opts.objective == "coverage":
         if opts.target_coverage is None:
-            raise ThresholdError("--objective coverage needs --target-coverage")
+            raise ThresholdError("`objective` coverage needs a `target_coverage`")
         return select_target(prep.surface, target_coverage=opts.target_coverage)
     if opts.target_error is None:
-        raise ThresholdError("--objective error needs --target-error")
+        raise ThresholdError("`objective` error needs a `target_error`")
     return select_target(prep.surface, target_error=opts.target_error)
 
 

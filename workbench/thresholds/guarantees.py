@@ -324,7 +324,7 @@ def select_guarantee(
     if per_class and constraints:
         raise ThresholdError(
             "class constraints are certified for the global rule only, not with per_class",
-            hint="drop --per-class (the constraint then makes the one rule strict enough), or drop --critical",
+            hint="drop `per_class` (the constraint then makes the one rule strict enough), or drop the `constraints`",
         )
     if not per_class:
         p = risks.joint_p_values(surface, alpha, constraints)
@@ -762,7 +762,7 @@ def select_target(
     ``target_error``: among points with calibration error ``<= target``, the highest coverage.
     """
     if (target_coverage is None) == (target_error is None):
-        raise ThresholdError("give exactly one of --target-coverage or --target-error")
+        raise ThresholdError("give exactly one of `target_coverage` or `target_error`")
     cov, err_rate = surface.coverage, surface.error_rate
     if target_coverage is not None:
         ok = cov >= target_coverage
@@ -799,6 +799,6 @@ def select_target(
         target=kind,
         notes=[
             "point estimate on the calibration split: NOT certified; the test error "
-            "can exceed it (use --objective guarantee for a bound)"
+            "can exceed it (use `objective` guarantee for a bound)"
         ],
     )

@@ -505,13 +505,13 @@ def plan_labels_from_pilot(
     if opts.costs is not None or opts.constraints:
         raise OptionError(
             "plan-labels plans the error-rate guarantee; misroute costs and critical options are not planned",
-            hint="drop --cost/--costs/--critical (the plan for the error rate is a lower bound on the labels needed)",
+            hint="drop the `costs` and `constraints` (the plan for the error rate is a lower bound on the labels needed)",
             parameter="costs" if opts.costs is not None else "constraints",
         )
     if opts.per_class:
         raise OptionError(
             "plan-labels plans the pooled guarantee; per-class planning is not supported",
-            hint="drop --per-class (the pooled plan is a lower bound on the labels per-class rules need)",
+            hint="drop `per_class` (the pooled plan is a lower bound on the labels per-class rules need)",
             parameter="per_class",
         )
     if not (0 < power < 1):
@@ -795,7 +795,7 @@ def plan_labels_from_pilot(
             f"in {100 * share_beyond:.0f}% of the pilot's {n_rep} bootstrap replicates even "
             f"{table[-1]['n_labels']} labels do not reach probability {power:g} (the pooled probability there is "
             f"{table[-1]['p_target']:.2f}), more than the {100 * (1 - confidence):g}% the recommendation allows: "
-            "relax α or the target coverage, or raise --max-labels"
+            "relax α or the target coverage, or raise `max_labels`"
         )
 
     # 3. is the pilot's decisive rule within its own noise of α?

@@ -432,7 +432,7 @@ def check_requirements(
         if baseline and req.metric not in POLICY_METRICS and not registry.pairable(req.metric):
             raise RequirementsError(
                 f"{where}: {req.metric} has no paired comparison",
-                hint="use ece_uniform or debiased_ece with --baseline",
+                hint="use ece_uniform or debiased_ece with a `baseline`",
             )
 
 
@@ -473,7 +473,7 @@ def evaluate_gate(
     run = resolve(run_id, "run")
     base = resolve(baseline, "baseline run") if baseline else None
     if max_drop is not None and not (math.isfinite(max_drop) and max_drop >= 0):
-        raise RequirementsError(f"--max-drop {max_drop} is not a non-negative number", hint="e.g. --max-drop 0.01")
+        raise RequirementsError(f"`max_drop` {max_drop} is not a non-negative number", hint="e.g. `max_drop` 0.01")
     if base and max_drop is None:
         max_drop = 0.0
     questions = set(run_questions(con, run))
@@ -533,7 +533,7 @@ def evaluate_gate(
             if req.metric not in POLICY_METRICS and not registry.pairable(req.metric):
                 raise RequirementsError(
                     f"requirement {req.label()!r}: {req.metric} has no paired comparison",
-                    hint="use ece_uniform or debiased_ece with --baseline",
+                    hint="use ece_uniform or debiased_ece with a `baseline`",
                 )
             mb = measure(base, req)
             va, vb, diff, dlo, dhi = _paired_drop(mb, m, req.metric, req.kind, reqs)
