@@ -167,34 +167,25 @@ def test_streamed_report_equals_in_memory_and_the_definition(store, monkeypatch)
             assert (b.estimate, b.low, b.high) == pytest.approx((a.estimate, a.low, a.high), abs=1e-9)
 
 
-def test_compare_reports_aurc_and_its_paired_difference_streamed_or_not(store):
+def test_compare_reports_aurc_and_its_paired_difference(store):
     from workbench.workflows.compare import compare_runs
     from workbench.workflows.evaluation import calibrate_run, report_run
 
     con, _, run_id = store
     view = calibrate_run(con, run_id, "temperature", questions=["intent"])["run_id"]
-    got = {
-        stream: compare_runs(
-            con, [run_id, view], questions=["intent"], n_boot=50, policy=False, stream=stream
-        ).to_dict()["rows"]
-        for stream in (False, True)
-    }
-    for stream in (False, True):
-        base, other = got[stream]
-        for name in PER_ITEM:
-            assert got[True][1]["metrics"][name]["estimate"] == pytest.approx(
-                got[False][1]["metrics"][name]["estimate"], abs=1e-9
-            )
-            d = other["vs_baseline"]["metrics"][name]
-            assert d["difference"] == pytest.approx(
-                other["metrics"][name]["estimate"] - base["metrics"][name]["estimate"], abs=1e-12
-            )
-            assert d["low"] <= d["difference"] <= d["high"]
+    rows = compare_runs(con, [run_id, view], questions=["intent"], n_boot=50, policy=False).to_dict()["rows"]
+    base, other = rows
+    for name in PER_ITEM:
+        d = other["vs_baseline"]["metrics"][name]
+        assert d["difference"] == pytest.approx(
+            other["metrics"][name]["estimate"] - base["metrics"][name]["estimate"], abs=1e-12
+        )
+        assert d["low"] <= d["difference"] <= d["high"]
     reports = {
         r: {q.question: q for q in report_run(con, r, split="test", n_boot=0).questions}["intent"]
         for r in (run_id, view)
     }
-    for row in got[False]:
+    for row in rows:
         for name in PER_ITEM:
             assert row["metrics"][name]["estimate"] == pytest.approx(
                 reports[row["run_id"]].metrics[name].estimate, abs=1e-12

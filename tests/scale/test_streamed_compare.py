@@ -1,11 +1,11 @@
-"""`compare` on streamed runs gives the in-memory comparison.
+"""`compare` reads every run in batches (one path at every size) and its figures are the references'.
 
 Three runs of one small store: a raw run, its calibrated view (probabilities computed on read) and a
-second raw run that misses some items and failed on others (so pairing by item id matters). The
-streamed path reads each run in batches of 37 rows (DuckDB's scan order), keeps a few numbers per
-item at their item-id positions, and must give every figure of the in-memory path to 1e-9: metrics
-with intervals, ECE, ROC-AUC/AP of the yes/no question, the policy, the paired differences against
-the baseline (metrics, McNemar, policy) and the same figures per slice.
+second raw run that misses some items and failed on others (so pairing by item id matters). Each run
+is read in batches of 37 rows (DuckDB's scan order), keeping a few numbers per item at their item-id
+positions; the items equal the loaded matrix's, pairing is by item id, ROC-AUC/AP equal scikit-learn's,
+the risk–coverage curves drawn from the items equal those drawn from the matrices, and a run and its
+view share their passes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from tests.metrics.conftest import build_store, calibrated_sample
-from tests.scale.test_streamed_equals_in_memory import _same
 from workbench.metrics.scores import average_precision, roc_auc
 from workbench.store import runs as store_runs
 from workbench.store.runs import create_run, get_run, iter_answer_batches, load_answers, load_stored_schema
@@ -78,7 +77,7 @@ def tiny_batches(monkeypatch):
     monkeypatch.setattr(compare, "ITEM_ROWS", 8)  # batches are turned into items in slices
 
 
-def _compare(con, names, stream, **kw):
+def _compare(con, names, **kw):
     return compare_runs(
         con,
         names,
@@ -87,16 +86,15 @@ def _compare(con, names, stream, **kw):
         seed=4,
         options=ThresholdOptions(alpha=0.3, calibrate="none"),
         slices=["state_length"],
-        stream=stream,
         **kw,
     ).to_dict()
 
 
-def test_streamed_compare_equals_the_in_memory_compare(store, tiny_batches):
+def test_compare_reads_every_run_in_batches_and_its_figures_are_the_references(store, tiny_batches):
+    """One path for every size (the runs read in batches of 37 rows here): pairing by item id, the
+    figures against the reference functions on the loaded matrix."""
     con, run_id, view, other = store
-    mem = _compare(con, [run_id, view, other], False)
-    streamed = _compare(con, [run_id, view, other], True)
-    _same(mem, streamed)
+    mem = _compare(con, [run_id, view, other])
     rows = {(r["run_id"], r["question"]): r for r in mem["rows"]}
     assert len(rows) == 9
     # the figures checked are there: paired differences with the policy, McNemar, ROC-AUC/AP, slices
@@ -123,13 +121,6 @@ def test_streamed_compare_equals_the_in_memory_compare(store, tiny_batches):
     assert point["average_precision"] == pytest.approx(average_precision_score(y, p), abs=1e-9)
 
 
-def test_compare_streams_by_size_and_gives_the_same_figures(store, tiny_batches, monkeypatch):
-    con, run_id, view, _ = store
-    mem = _compare(con, [run_id, view], False, policy=False)
-    monkeypatch.setenv("WORKBENCH_STREAM_CELLS", "100")  # every question is "large"
-    _same(mem, _compare(con, [run_id, view], None, policy=False))
-
-
 def test_streamed_items_are_the_in_memory_items(store, tiny_batches):
     con, run_id, view, _ = store
     side = stream_side(con, view, "intent", "test")
@@ -152,8 +143,8 @@ def test_the_risk_coverage_figure_from_the_items_is_the_figure_from_the_matrices
 
     con, run_id, view, other = store
     kw = dict(questions=QUESTIONS, n_boot=5, seed=4, options=ThresholdOptions(alpha=0.3, calibrate="none"))
-    streamed = compare_runs(con, [run_id, view, other], stream=True, curves=True, **kw)
-    mem = compare_runs(con, [run_id, view, other], stream=False, **kw)
+    streamed = compare_runs(con, [run_id, view, other], curves=True, **kw)
+    mem = compare_runs(con, [run_id, view, other], **kw)  # no curves kept: the figure reads the matrices
     assert not mem.curves and len(streamed.curves) == 9
     for q in QUESTIONS:
         got = comparison_figure(None, streamed, q)  # no store: the curves are all it reads
@@ -199,7 +190,7 @@ def test_a_run_and_its_view_share_their_passes_and_each_gets_its_own_figures(sto
     con, run_id, view, _ = store
     opts = ThresholdOptions(alpha=0.3)  # temperature scaling: the view fits a calibrator of its own
     passes = _counting_passes(monkeypatch)
-    together = compare_runs(con, [run_id, view], questions=["intent"], n_boot=25, seed=4, options=opts, stream=True)
+    together = compare_runs(con, [run_id, view], questions=["intent"], n_boot=25, seed=4, options=opts)
     assert passes == [run_id] * 3  # the carve, the rule coordinates, the test split: the run's rows once each
     rows = {r["run_id"]: r for r in together.rows}
     for run in (run_id, view):

@@ -15,9 +15,9 @@ For every run and question, on the comparison split (default ``test``):
 Runs are named by run id, by experiment name (its latest run of every pair), or by an experiment file.
 
 Every figure is computed from a few numbers per answered, labelled item (:class:`CompareItems`:
-correctness, confidence, log loss, Brier, RPS, P(yes), the chosen rule's decisions), so a run of
-millions of items is read in batches (:func:`stream_side`) and never held as an (n, k) matrix; the
-items are the same either way, and so are the figures.
+correctness, confidence, log loss, Brier, RPS, P(yes), the chosen rule's decisions), built as each run
+is read in batches (:func:`stream_side`) at every size: one path, and no run is ever held as an (n, k)
+matrix.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.answers import RunAnswers, reads_in_batches
+from workbench.answers import RunAnswers
 from workbench.errors import NotFoundError, WorkbenchError
 from workbench.metrics import registry
 from workbench.metrics.bootstrap import (
@@ -49,13 +49,11 @@ from workbench.store.runs import (  # the SQL of the readers: compare ranks and 
     get_run,
     iter_answer_batches,
     load_answer_keys,
-    load_answers,
     load_stored_schema,
     paired_positions,
     shared_keys,
     split_cost_figures,
 )
-from workbench.store.sources import StoreSource
 from workbench.thresholds.options import ThresholdOptions
 
 
@@ -638,34 +636,6 @@ class _RunSide:
         return risk_coverage_from_top(self.items.conf, self.items.pred != self.items.labels, self.n_gold)
 
 
-def _side_in_memory(con, run_id: str, question: str, split: str, rule) -> _RunSide:
-    ans = load_answers(con, run_id, question, [split])
-    rows = np.flatnonzero(~ans.failed & (ans.labels >= 0))
-    counts = None
-    if rows.size == 0:
-        items = CompareItems.empty(0, ans.qtype, rule is not None)
-        items.item_ids = ans.item_ids[rows]
-    else:
-        items, counts = _items_counted(ans.probs[rows], ans.labels[rows], ans.qtype, ans.item_ids[rows], rule)
-    if rule is not None and (ans.labels >= 0).any():
-        counts = _with_failed_rows(counts, ans.labels[ans.failed & (ans.labels >= 0)], len(ans.option_ids))
-    ans.probs = np.zeros((len(ans.labels), 0))  # the items hold what the comparison needs
-    return _RunSide(
-        run_id,
-        question,
-        split,
-        ans.qtype,
-        list(ans.option_ids),
-        n_items=len(ans.labels),
-        n_failed=int(ans.failed.sum()),
-        n_gold=int((ans.labels >= 0).sum()),
-        labelled=rows,
-        items=items,
-        keys=ans,
-        rule_counts=counts,
-    )
-
-
 #: Rows of a streamed batch turned into items at a time (bounds the calibrator's and the rule's copies).
 ITEM_ROWS = 20_000
 
@@ -873,7 +843,6 @@ def compare_runs(
     level: float = 0.95,
     policy: bool = True,
     slices: Sequence[str] | None = None,
-    stream: bool | None = None,
     curves: bool = False,
 ) -> Comparison:
     """Compare runs named by id, experiment name or experiment file (see the module docstring).
@@ -901,10 +870,6 @@ def compare_runs(
         Item metadata columns (``--meta-column`` at import) or ``state_length``: each row then has
         ``slices[column]``: per slice value, its counts, metrics with intervals and the paired
         differences against the baseline on the slice's items (the same functions on the slice's rows).
-    stream : bool, optional
-        Read each run's answers in batches (:func:`stream_side`) instead of loading the (n, k)
-        matrix; ``None``: :func:`~workbench.answers.reads_in_batches` decides by each question's size (as
-        ``report_run``). The figures are the same either way.
     curves : bool, default=False
         Keep each (run, question)'s risk–coverage curve in ``Comparison.curves`` (what
         :func:`workbench.workflows.figures.comparison_figure` draws), computed from the items: the figure then
@@ -988,22 +953,18 @@ def compare_runs(
             rule, pol = policies.get((run["run_id"], q), (None, None))
             if (run["run_id"], q) in read_ahead:
                 side = read_ahead.pop((run["run_id"], q))
-            elif reads_in_batches(StoreSource(con, run), q, [split], stream):
+            else:
                 # the later runs that read the same rows are read in the same pass (their sides wait)
                 together = [run] + [
                     r
                     for r in ordered[ordered.index(run) + 1 :]
-                    if q in schemas[r["run_id"]].questions
-                    and _read_key(con, r) == _read_key(con, run)
-                    and reads_in_batches(StoreSource(con, r), q, [split], stream)
+                    if q in schemas[r["run_id"]].questions and _read_key(con, r) == _read_key(con, run)
                 ]
                 sides = stream_sides(
                     con, [(r["run_id"], policies.get((r["run_id"], q), (None, None))[0]) for r in together], q, split
                 )
                 side = sides[0]
                 read_ahead.update({(r["run_id"], q): other for r, other in zip(together[1:], sides[1:], strict=True)})
-            else:
-                side = _side_in_memory(con, run["run_id"], q, split, rule)
             items = side.items
             n_lab = side.labelled.size
             row: dict[str, Any] = {
