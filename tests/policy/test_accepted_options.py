@@ -7,35 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.policy.test_policy_rules import _hand_policy
-
-LEVELS = ["low", "mid", "high"]
-
-
-def _policy():
-    return _hand_policy(
-        {
-            "urgency": {"type": "score", "instructions": "How urgent?", "criteria": LEVELS},
-            "team": {
-                "type": "choice",
-                "instructions": "Which team?",
-                "criteria": {"a": None, "b": None, "other": None},
-            },
-        },
-        {
-            "urgency": (["0", "1", "2"], {"kind": "score", "level": "expected", "tau": 0.6, "margin": 0.2}),
-            "team": (
-                ["a", "b", "other"],
-                {
-                    "kind": "top_margin",
-                    "tau": 0.5,
-                    "margin": 0.0,
-                    "per_class": {"b": {"tau": 0.9, "margin": 0.5}, "a": {"tau": None}},
-                    "abstain_options": ["other"],
-                },
-            ),
-        },
-    )
+from tests.policy.test_policy_rules import score_and_per_class_policy
 
 
 def _from_decisions(cq, probs):
@@ -46,7 +18,7 @@ def _from_decisions(cq, probs):
 @pytest.mark.parametrize("question", ["team", "urgency"])
 @pytest.mark.parametrize("mode", ["live", "shadow", "rollout"])
 def test_accepted_options_are_the_decisions_as_arrays(question, mode):
-    cq = _policy().questions[question]
+    cq = score_and_per_class_policy().questions[question]
     if mode == "shadow":
         cq.shadow = True
     elif mode == "rollout":

@@ -71,9 +71,10 @@ def _hand_policy(questions: dict, rules: dict) -> Policy:
     return Policy(PolicyModel.model_validate(doc).with_hash())
 
 
-def test_score_abstain_and_per_class_rules_in_the_runtime():
+def score_and_per_class_policy() -> Policy:
+    """A score question (expected level) and a choice question with per-class rules and an abstain option."""
     levels = ["low", "mid", "high"]
-    policy = _hand_policy(
+    return _hand_policy(
         {
             "urgency": {"type": "score", "instructions": "How urgent?", "criteria": levels},
             "team": {
@@ -96,6 +97,10 @@ def test_score_abstain_and_per_class_rules_in_the_runtime():
             ),
         },
     )
+
+
+def test_score_abstain_and_per_class_rules_in_the_runtime():
+    policy = score_and_per_class_policy()
 
     def resp(score_p, team_p):
         return {
