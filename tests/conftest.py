@@ -57,6 +57,24 @@ def run_cli(
     return proc
 
 
+def choice_responses(model: str, question: str, option_ids, probs) -> list[dict]:
+    """System One responses of ``model`` answering choice ``question`` with each row of ``probs`` (n, k)
+    (its arg-max as the stated choice): what a policy's ``decide_many`` reads."""
+    return [
+        {
+            "model": model,
+            "answers": {
+                question: {
+                    "type": "choice",
+                    "choice": option_ids[int(p.argmax())],
+                    "probabilities": dict(zip(option_ids, map(float, p), strict=True)),
+                }
+            },
+        }
+        for p in probs
+    ]
+
+
 def copy_store(src: Path, dst: Path) -> Path:
     """Copy a closed DuckDB store file (and its WAL, if one was left) to ``dst``; returns ``dst``."""
     shutil.copyfile(src, dst)

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
-from tests.conftest import ROOT, dataset_path, run_cli
+from tests.conftest import ROOT, choice_responses, dataset_path, run_cli
 from workbench.errors import PolicyError
 from workbench.policy.model import content_hash
 from workbench.policy.runtime import Policy
@@ -176,19 +176,7 @@ def test_runtime_applies_the_cascade_policy_stage_by_stage(b77_cascade):
         assert pol.model.format_version == 1 and pol.model.cascade is None
         ans = answers[[b77_cascade["names"][n] for n in ("tfidf", "minilm")].index(doc["chosen"]["run_ids"][0])]
         order = np.argsort(ans.item_ids.astype(str))
-        resp = [
-            {
-                "model": pol.model.source.model,
-                "answers": {
-                    "intent": {
-                        "type": "choice",
-                        "choice": ans.option_ids[int(np.argmax(p))],
-                        "probabilities": dict(zip(ans.option_ids, map(float, p), strict=True)),
-                    }
-                },
-            }
-            for p in ans.probs[order]
-        ]
+        resp = choice_responses(pol.model.source.model, "intent", ans.option_ids, ans.probs[order])
         final = [d["intent"] for d in pol.decide_many(resp)]
         accepted = np.array([d.action == "accept" for d in final])
         wrong = np.array([d.accepted and d.option != ans.option_ids[ans.labels[order][i]] for i, d in enumerate(final)])
@@ -201,19 +189,7 @@ def test_runtime_applies_the_cascade_policy_stage_by_stage(b77_cascade):
     def responses(ans, model):
         order = np.argsort(ans.item_ids.astype(str))
         return (
-            [
-                {
-                    "model": model,
-                    "answers": {
-                        "intent": {
-                            "type": "choice",
-                            "choice": ans.option_ids[int(np.argmax(p))],
-                            "probabilities": dict(zip(ans.option_ids, map(float, p), strict=True)),
-                        }
-                    },
-                }
-                for p in ans.probs[order]
-            ],
+            choice_responses(model, "intent", ans.option_ids, ans.probs[order]),
             ans.labels[order],
             np.asarray(ans.option_ids),
         )

@@ -206,7 +206,7 @@ def test_cli_recommends_one_model_alone_and_writes_its_plain_policy(tmp_path):
 
     import pandas as pd
 
-    from tests.conftest import ROOT, dataset_path, run_cli
+    from tests.conftest import ROOT, choice_responses, dataset_path, run_cli
     from workbench.policy.runtime import Policy
     from workbench.store.db import connect
     from workbench.store.runs import load_answers
@@ -266,19 +266,7 @@ def test_cli_recommends_one_model_alone_and_writes_its_plain_policy(tmp_path):
         ans = load_answers(con, doc["chosen"]["run_ids"][0], "intent", splits=["test"])
     finally:
         con.close()
-    resp = [
-        {
-            "model": pol.model.source.model,
-            "answers": {
-                "intent": {
-                    "type": "choice",
-                    "choice": ans.option_ids[int(np.argmax(p))],
-                    "probabilities": dict(zip(ans.option_ids, map(float, p), strict=True)),
-                }
-            },
-        }
-        for p in ans.probs
-    ]
+    resp = choice_responses(pol.model.source.model, "intent", ans.option_ids, ans.probs)
     final = [d["intent"] for d in pol.decide_many(resp)]
     accepted = np.array([d.action == "accept" for d in final])
     wrong = np.array([d.accepted and d.option != ans.option_ids[ans.labels[i]] for i, d in enumerate(final)])
