@@ -57,6 +57,26 @@ def run_cli(
     return proc
 
 
+def import_banking77(db: Path, train: Path, test: Path, *extra: str, **kwargs):
+    """``workbench datasets import`` of BANKING77-shaped files ``train`` and ``test`` as dataset ``b77``
+    (text column ``text``, question ``intent`` labelled by ``category``), with ``extra`` flags."""
+    return run_cli(
+        "datasets",
+        "import",
+        str(train),
+        str(test),
+        "--name",
+        "b77",
+        "--text-column",
+        "text",
+        "--label",
+        "intent=category",
+        *extra,
+        db=db,
+        **kwargs,
+    )
+
+
 def choice_responses(model: str, question: str, option_ids, probs) -> list[dict]:
     """System One responses of ``model`` answering choice ``question`` with each row of ``probs`` (n, k)
     (its arg-max as the stated choice): what a policy's ``decide_many`` reads."""
@@ -90,22 +110,14 @@ def b77_tfidf_master(tmp_path_factory) -> dict:
     ``baseline:tfidf-logreg`` on its default splits. Never open this file for writing: take a copy with
     :func:`copy_store` (several modules built this exact store themselves; building it once saves minutes)."""
     db = tmp_path_factory.mktemp("b77_tfidf_master") / "wb.duckdb"
-    run_cli(
-        "datasets",
-        "import",
-        str(dataset_path("banking77", "train.csv")),
-        str(dataset_path("banking77", "test.csv")),
-        "--name",
-        "b77",
-        "--text-column",
-        "text",
-        "--label",
-        "intent=category",
+    import_banking77(
+        db,
+        dataset_path("banking77", "train.csv"),
+        dataset_path("banking77", "test.csv"),
         "--calibration-fraction",
         "0.3",
         "--seed",
         "0",
-        db=db,
         check=True,
     )
     out = run_cli(

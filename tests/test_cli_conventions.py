@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 import workbench
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, import_banking77, run_cli
 from tests.runner.conftest import BANKING_DIR, banking_schema
 from workbench.emulator import run_emulator
 from workbench.store.db import connect
@@ -64,21 +64,7 @@ def store(tmp_path_factory, emu):
         pd.read_csv(BANKING_DIR / f"{split}.csv").iloc[::every].to_csv(tmp / f"{split}.csv", index=False)
     schema = tmp / "banking.yaml"
     schema.write_text(yaml.safe_dump(banking_schema().to_file_dict(), sort_keys=False))
-    imported = run_cli(
-        "datasets",
-        "import",
-        str(tmp / "train.csv"),
-        str(tmp / "test.csv"),
-        "--name",
-        "b77",
-        "--text-column",
-        "text",
-        "--label",
-        "intent=category",
-        "--schema",
-        str(schema),
-        db=db,
-    )
+    imported = import_banking77(db, tmp / "train.csv", tmp / "test.csv", "--schema", str(schema))
     env = {
         "CLOUDFLARE_API_KEY": TOKEN,
         "CLOUDFLARE_ACCOUNT_ID": ACCOUNT,

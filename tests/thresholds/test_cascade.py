@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
-from tests.conftest import ROOT, choice_responses, dataset_path, run_cli
+from tests.conftest import ROOT, choice_responses, dataset_path, import_banking77, run_cli
 from workbench.errors import PolicyError
 from workbench.policy.model import content_hash
 from workbench.policy.runtime import Policy
@@ -71,22 +71,14 @@ def b77_cascade(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cascade")
     pd.read_csv(dataset_path("banking77", "test.csv")).sample(300, random_state=0).to_csv(tmp / "test.csv", index=False)
     db = tmp / "wb.duckdb"
-    run_cli(
-        "datasets",
-        "import",
-        str(dataset_path("banking77", "train.csv")),
-        str(tmp / "test.csv"),
-        "--name",
-        "b77",
-        "--text-column",
-        "text",
-        "--label",
-        "intent=category",
+    import_banking77(
+        db,
+        dataset_path("banking77", "train.csv"),
+        tmp / "test.csv",
         "--calibration-fraction",
         "0.06",
         "--seed",
         "0",
-        db=db,
         check=True,
     )
     for name, provider in (("tfidf", "baseline:tfidf-logreg"), ("minilm", "local:minilm-zeroshot")):

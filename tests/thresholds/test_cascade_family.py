@@ -206,7 +206,7 @@ def test_cli_recommends_one_model_alone_and_writes_its_plain_policy(tmp_path):
 
     import pandas as pd
 
-    from tests.conftest import ROOT, choice_responses, dataset_path, run_cli
+    from tests.conftest import ROOT, choice_responses, dataset_path, import_banking77, run_cli
     from workbench.policy.runtime import Policy
     from workbench.store.db import connect
     from workbench.store.runs import load_answers
@@ -216,22 +216,14 @@ def test_cli_recommends_one_model_alone_and_writes_its_plain_policy(tmp_path):
     )
     db = tmp_path / "wb.duckdb"
     train = dataset_path("banking77", "train.csv")
-    run_cli(
-        "datasets",
-        "import",
-        str(train),
-        str(tmp_path / "test.csv"),
-        "--name",
-        "b77",
-        "--text-column",
-        "text",
-        "--label",
-        "intent=category",
+    import_banking77(
+        db,
+        train,
+        tmp_path / "test.csv",
         "--calibration-fraction",
         "0.15",
         "--seed",
         "0",
-        db=db,
         check=True,
     )
     schema = str(ROOT / "experiments" / "schemas" / "banking77.yaml")
