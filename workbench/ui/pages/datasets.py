@@ -75,12 +75,10 @@ def _import_form(path: str) -> None:
 
 
 if state.store_ready():
-    path, token = state.current()
-    with state.stop_on_error():
-        frame = state.datasets_frame(path, token)
-    if frame.empty:
-        st.info("No dataset in this store yet: import one below, or run `workbench demo`.")
-    else:
+    path, token, frame = state.current_table(
+        state.datasets_frame, "No dataset in this store yet: import one below, or run `workbench demo`."
+    )
+    if not frame.empty:
         shown = frame.assign(
             questions=frame["questions"].map(lambda q: ", ".join(q)), fingerprint=frame["fingerprint"].str[:12]
         )

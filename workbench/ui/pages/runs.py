@@ -127,12 +127,8 @@ def _progress() -> None:
 
 
 if state.store_ready():
-    path, token = state.current()
-    with state.stop_on_error():
-        runs = state.runs_frame(path, token)
-    if runs.empty:
-        st.info("No runs yet. Launch one below, or run `workbench demo`.")
-    else:
+    path, token, runs = state.current_table(state.runs_frame, "No runs yet. Launch one below, or run `workbench demo`.")
+    if not runs.empty:
         c = st.columns(4)
         c[0].metric("Runs", len(runs))
         c[1].metric("Answers", f"{int(runs['n_answers'].sum()):,}")

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import streamlit as st
@@ -87,6 +88,19 @@ def current() -> tuple[str, tuple]:
     """(store path, token) for this rerun."""
     path = db_path()
     return path, store_token(path)
+
+
+def current_table(loader, empty: str) -> tuple[str, tuple, Any]:
+    """(store path, token, ``loader(path, token)``) of the open store, a library error shown and the page
+    stopped (:func:`~workbench.ui.state.errors.stop_on_error`); an empty table is said with ``empty``."""
+    from workbench.ui.state.errors import stop_on_error
+
+    path, token = current()
+    with stop_on_error():
+        table = loader(path, token)
+    if table.empty:
+        st.info(empty)
+    return path, token, table
 
 
 def store_ready() -> bool:
