@@ -63,8 +63,11 @@ def main() -> None:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             page = browser.new_page(viewport={"width": args.width, "height": args.height})
+            from workbench.ui.app import PAGES
+
+            default = PAGES[0][0].removesuffix(".py")  # the default page lives at "/", not at its name
             for name, out in shots:
-                page.goto(f"{url}/{name}")
+                page.goto(f"{url}/" if name == default else f"{url}/{name}")
                 wait_idle(page, timeout=180_000)
                 page.wait_for_timeout(1000)  # plotly's last redraw
                 out.parent.mkdir(parents=True, exist_ok=True)
