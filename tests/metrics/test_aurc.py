@@ -55,13 +55,13 @@ def tied_sample(n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return probs, labels
 
 
-@pytest.mark.parametrize("ties", [False, True])
-def test_weighted_ranking_equals_the_definition_on_the_resampled_copy(ties):
+@pytest.mark.parametrize("decimals", [None, 3, 1])  # no ties; some (groups > n/2); many (groups <= n/2)
+def test_weighted_ranking_equals_the_definition_on_the_resampled_copy(decimals):
     rng = np.random.default_rng(7)
     n = 400
     conf = rng.random(n)
-    if ties:
-        conf = np.round(conf, 1)
+    if decimals is not None:
+        conf = np.round(conf, decimals)
     wrong = rng.random(n) < conf * 0.2 + 0.2 * (1 - conf)
     ranking = ConfidenceRanking(conf, wrong)
     assert ranking.aurc() == pytest.approx(brute_aurc(conf, wrong), abs=1e-12)
@@ -72,6 +72,25 @@ def test_weighted_ranking_equals_the_definition_on_the_resampled_copy(ties):
         copy_conf, copy_wrong = np.repeat(conf, w.astype(int)), np.repeat(wrong, w.astype(int))
         assert ranking.aurc(w) == pytest.approx(brute_aurc(copy_conf, copy_wrong), abs=1e-12)
         assert ranking.risk_at_coverage(0.8, w) == pytest.approx(brute_risk_at(copy_conf, copy_wrong, 0.8), abs=1e-12)
+
+
+def test_group_sums_by_bincount_equal_the_sums_in_rank_order_bit_for_bit():
+    """With ties a replicate's per-group sums come from ``np.bincount`` over the items' own order; the
+    sums are of integers, so they equal the sums taken in rank order (``reduceat``) exactly."""
+    rng = np.random.default_rng(5)
+    n = 5000
+    for decimals in (2, 4):  # 101 groups; most items alone in their group
+        conf, wrong = np.round(rng.random(n), decimals), rng.random(n) < 0.3
+        ranking = ConfidenceRanking(conf, wrong)
+        order = np.argsort(-conf, kind="stable")
+        s = conf[order]
+        starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+        for w in (None, *(np.bincount(rng.integers(0, n, n), minlength=n).astype(float) for _ in range(3))):
+            ws = np.ones(n) if w is None else w[order]
+            gw = np.add.reduceat(ws, starts)
+            expected = (gw, np.cumsum(gw), np.cumsum(np.add.reduceat(ws * wrong[order], starts)))
+            for got, want in zip(ranking.ends(w), expected, strict=True):
+                np.testing.assert_array_equal(got, want)
 
 
 def test_aurc_does_not_depend_on_the_order_of_tied_items():
