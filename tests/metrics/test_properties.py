@@ -13,7 +13,7 @@ from scipy.stats import binomtest
 
 from tests.metrics.conftest import calibrated_sample
 from workbench.metrics import reliability, scores
-from workbench.metrics.bootstrap import bootstrap_many, mcnemar, paired_bootstrap, resample_counts
+from workbench.metrics.bootstrap import bootstrap_many, mcnemar, paired_bootstrap, resample_cell_counts, resample_counts
 from workbench.metrics.report import choice_report, noul_report, score_report
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -128,6 +128,24 @@ def test_bootstrap_is_seeded_and_covers_the_truth():
         )["m"]
         covered += iv.low <= 0.5 <= iv.high
     assert 0.88 <= covered / 200 <= 0.99
+
+
+def test_cell_counts_have_the_distribution_of_per_item_draws_summed_per_cell():
+    """Per-cell replicates are drawn as Multinomial(n, items per cell / n): the distribution of the per-item
+    draws summed per cell. Their means and covariances agree with summing :func:`resample_counts`
+    (3,000 replicates each, within Monte Carlo error), every replicate has n draws, and an empty cell
+    stays empty."""
+    rng = np.random.default_rng(4)
+    n, n_cells, n_boot = 600, 6, 3000
+    cells = rng.choice(5, size=n, p=[0.5, 0.3, 0.15, 0.04, 0.01])  # cell 5 holds no item
+    direct = np.array(list(resample_cell_counts(cells, n_cells, n_boot, seed=1)))
+    summed = np.array([np.bincount(cells, weights=w, minlength=n_cells) for w in resample_counts(n, n_boot, seed=2)])
+    assert direct.shape == (n_boot, n_cells) and (direct.sum(axis=1) == n).all() and (direct[:, 5] == 0).all()
+    share = np.bincount(cells, minlength=n_cells) / n
+    expected_cov = n * (np.diag(share) - np.outer(share, share))  # the multinomial's
+    for reps in (direct, summed):
+        assert (np.abs(reps.mean(axis=0) - n * share) <= 4 * np.sqrt(n * share / n_boot)).all()
+        assert np.abs(np.cov(reps.T) - expected_cov).max() <= 0.1 * expected_cov.max()
 
 
 def test_paired_bootstrap_and_mcnemar():

@@ -45,17 +45,19 @@ def resample_counts(n: int, n_boot: int, seed: int = 0) -> Iterator[np.ndarray]:
 
 
 def resample_cell_counts(cells: np.ndarray, n_cells: int, n_boot: int, seed: int = 0) -> Iterator[np.ndarray]:
-    """The counts of :func:`resample_counts` (``n = len(cells)``, the same seed: the same draws) summed
-    per cell: ``n_cells`` floats per replicate, exactly ``np.bincount(cells, weights=w)`` of that
-    replicate's counts ``w`` (sums of integers). For statistics of items that take a few values
-    (accepted or not, wrong or not): the draws land in cells directly, no count per item is made."""
+    """Replicates of :func:`resample_counts` (``n = len(cells)`` draws with replacement) summed per cell:
+    ``n_cells`` floats per replicate. For statistics of items that take a few values (accepted or not,
+    wrong or not). n uniform draws over the items land in cell c with probability (items in c) / n,
+    independently, so their per-cell counts are exactly Multinomial(n, items per cell / n): drawn as
+    such, O(n_cells) per replicate instead of n draws (the same distribution, not the same numbers as
+    summing :func:`resample_counts` of the seed)."""
     cells = np.asarray(cells)
     n = len(cells)
-    rng = np.random.default_rng(seed)
-    for _ in range(n_boot):
-        w = np.zeros(n_cells)
-        np.add.at(w, cells[rng.integers(0, n, size=n)], 1.0)  # as in resample_counts: exact float counts
-        yield w
+    if n == 0:
+        yield from (np.zeros(n_cells) for _ in range(n_boot))
+        return
+    share = np.bincount(cells, minlength=n_cells)[:n_cells] / n
+    yield from np.random.default_rng(seed).multinomial(n, share, size=n_boot).astype(float)
 
 
 @dataclass
@@ -193,7 +195,7 @@ def paired_bootstrap(
 
     Both callables receive the *same* resampling counts per replicate (items aligned by index).
     ``cells=(cell (n,), n_cells)``: the callables receive each replicate's counts summed per cell
-    (:func:`resample_cell_counts`, the same draws) instead of per item.
+    (:func:`resample_cell_counts`: the same distribution, drawn per cell) instead of per item.
     """
     est_a, est_b = dict(stats_a(None)), dict(stats_b(None))
     names = [k for k in est_a if k in est_b]
