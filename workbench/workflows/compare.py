@@ -321,20 +321,21 @@ def _items_stats(sets: Sequence[tuple[CompareItems, int, str]]):
         # w: resampling counts of n draws (integers), so Σw is exactly n
         total = float(n_rows) if w is not None else None
         sums = matrix @ w if w is not None and n_rows else None
-        counted: dict[int, np.ndarray] = {}
+        # per first run of each set of confusion cells: (accuracy, macro-F1), the same for every run sharing them
+        counted: dict[int, dict[str, float]] = {}
         out = []
         r = 0
         for i, (items, k, _) in enumerate(sets):
             j = same_as[i]
             if j not in counted:
-                counted[j] = np.bincount(cells[j], weights=w, minlength=k * (k + 1)).reshape(k, k + 1)[:, :k]
-            counts = counted[j]
-            n = len(items.labels)
-            fig = {
-                # hits are the confusion matrix's diagonal: with integer resampling counts, exactly Σ w·correct
-                "accuracy": float(np.trace(counts) / (total if total is not None else n)) if n else float("nan"),
-                "macro_f1": macro_f1_from_matrix(counts.astype(float)),
-            }
+                counts = np.bincount(cells[j], weights=w, minlength=k * (k + 1)).reshape(k, k + 1)[:, :k]
+                n = len(items.labels)
+                counted[j] = {
+                    # hits are the confusion matrix's diagonal: with integer resampling counts, exactly Σ w·correct
+                    "accuracy": float(np.trace(counts) / (total if total is not None else n)) if n else float("nan"),
+                    "macro_f1": macro_f1_from_matrix(counts.astype(float)),
+                }
+            fig = dict(counted[j])
             for name in names[i]:
                 if sums is None or total is None:
                     fig[name] = weighted_mean(rows[r], None)
