@@ -9,11 +9,13 @@ checkout on the same store, and checks that both versions print the same ``compa
 difference of any number; 0 means identical).
 
     python bench/scale.py --sizes 1000000 --only report --workdir /data/wb-scale --reuse   # build once
-    python bench/compare_cost.py --workdir /data/wb-scale --sizes 1000000 --old /tmp/wb-old
+    python bench/compare_cost.py --workdir /data/wb-scale --sizes 1000000 --old /tmp/wb-old [--repeat 3]
 
 The calibrated view is made once per store copy (``workbench calibrate RUN --method temperature``,
 not measured). Prints, per size: each command's CPU s and GB for this checkout and the old one, and
-the ratio compare / report (the target: <= 3).
+the ratio compare / report (the target: <= 3). ``--repeat R`` measures both checkouts R times,
+interleaved (new, old, new, old, …), and reports each command's median CPU seconds and each repeat's
+ratio: on a shared machine one pair of runs moves by ±10%.
 """
 
 from __future__ import annotations
@@ -92,11 +94,21 @@ def measure(code: Path, db: Path, run_id: str, view: str) -> dict:
     return out
 
 
+def _median_run(runs: list[dict]) -> dict:
+    """Per command, the measurement with the median CPU seconds (its GB and output with it)."""
+    out = {}
+    for name in runs[0]:
+        ranked = sorted((m[name] for m in runs), key=lambda x: x["cpu_s"])
+        out[name] = ranked[(len(ranked) - 1) // 2]
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workdir", type=Path, required=True, help="bench/scale.py's --workdir (with --reuse)")
     ap.add_argument("--sizes", default="1000000", help="comma-separated item counts built there")
     ap.add_argument("--old", type=Path, default=None, help="checkout of the old code to run side by side")
+    ap.add_argument("--repeat", type=int, default=1, help="measurements of each checkout, interleaved (medians)")
     args = ap.parse_args(argv)
     rows = []
     for n in (int(s) for s in args.sizes.split(",") if s):
@@ -110,8 +122,17 @@ def main(argv: list[str] | None = None) -> None:
         try:
             view = _view_of(ROOT, db, run_id)
             print(f"== {n:,} items × 77 options: compare {run_id} {view}", flush=True)
-            new = measure(ROOT, db, run_id, view)
-            old = measure(args.old, db, run_id, view) if args.old is not None else None
+            news, olds = [], []
+            for _ in range(max(1, args.repeat)):
+                news.append(measure(ROOT, db, run_id, view))
+                if args.old is not None:
+                    olds.append(measure(args.old, db, run_id, view))
+            new, old = _median_run(news), (_median_run(olds) if olds else None)
+            ratios = [m["compare"]["cpu_s"] / m["report"]["cpu_s"] for m in news]
+            print(f"   compare / report per repeat: {', '.join(f'{r:.2f}x' for r in ratios)}", flush=True)
+            if olds:
+                old_ratios = [m["compare"]["cpu_s"] / m["report"]["cpu_s"] for m in olds]
+                print(f"   old code per repeat: {', '.join(f'{r:.2f}x' for r in old_ratios)}", flush=True)
         finally:
             db.unlink(missing_ok=True)
         diff = (
