@@ -141,6 +141,11 @@ def test_calibrated_view_stores_parameters_and_reads_the_parent_transformed(stor
         ("intent", {"alpha": 0.6, "constraints": {"o3": 0.5}}),
         # class-conditional: the streamed pass keeps the critical option's calibrated probabilities
         ("intent", {"alpha": 0.6, "constraints": {"o3": 0.5}, "class_conditional": True}),
+        # ... and learns its group and chain on the calibrator's carve, with the carve's misroute costs
+        (
+            "intent",
+            {"alpha": 0.9, "costs": {"o0": {"*": 2.0}}, "constraints": {"o3": 0.5}, "class_conditional": True},
+        ),
         ("intent", {"objective": "cost", "costs": {"o0": {"*": 3.0}, "o1": {"o2": 2.0}}, "error_cost": 0.5}),
     ],
 )

@@ -17,10 +17,10 @@ import pytest
 from tests.conftest import copy_store, run_cli
 from tests.thresholds.synth import sample_labels, softmax
 from workbench.errors import OptionError
-from workbench.thresholds.classwise import confusable_options, held_apart_mask, select_class_conditional
+from workbench.thresholds.classwise import OrderRows, confusable_options, held_apart_mask, select_class_conditional
 from workbench.thresholds.guarantees import certify_surface
 from workbench.thresholds.options import ThresholdOptions
-from workbench.thresholds.rules import ChoiceRule, ClassThreshold
+from workbench.thresholds.rules import ChoiceRule, ClassThreshold, rule_coordinates
 from workbench.thresholds.surface import risk_coverage_surface
 
 ALPHA, BETA, DELTA = 0.1, 0.1, 0.1
@@ -69,19 +69,37 @@ def _rule(sel) -> ChoiceRule:
     return ChoiceRule(sel.x, sel.y, per_class=per)
 
 
-def test_both_risks_hold_by_simulation_and_it_covers_more_than_one_global_rule(population):
+def _order_rows(probs: np.ndarray, labels: np.ndarray) -> OrderRows:
+    """Rows apart from the certifying ones, as the calibrator's carve is (prepare_question)."""
+    return OrderRows(rule_coordinates("choice", probs), labels, None, probs[:, [CRIT]])
+
+
+@pytest.mark.parametrize("learn_on", ["held-apart", "carve"])
+def test_both_risks_hold_by_simulation_and_it_covers_more_than_one_global_rule(population, learn_on):
     """Over 150 calibration draws of 4,000 items: P(true error > α or true critical misroute rate > β) ≤ δ
     (within a 2.5-SE binomial tolerance), while the class-conditional rule covers over 3× what the one global
     constrained rule covers on the same draws. A naive pick (the largest calibration coverage whose calibration
-    error and misroute rate are within α and β) violates far more often: the check can fail."""
+    error and misroute rate are within α and β) violates far more often: the check can fail.
+
+    ``held-apart``: the group and the chain are learned on 30% of the draw's rows, the other 70% certify.
+    ``carve``: they are learned on a separate draw of 1,700 rows (the calibrator's carve) and all 4,000 certify."""
     rng = np.random.default_rng(7)
     n_draws, viol, viol_naive, certified = 150, 0, 0, 0
     cov_cc, cov_global = [], []
     for _ in range(n_draws):
         probs, labels = _draw(rng, 4000)
         surf = risk_coverage_surface("choice", probs, labels, grid=60, critical=[CRIT])
+        order = _order_rows(*_draw(rng, 1700)) if learn_on == "carve" else None
         sel = select_class_conditional(
-            surf, alpha=ALPHA, delta=DELTA, constraints=[(CRIT, BETA)], critical_probs=probs[:, [CRIT]]
+            surf,
+            alpha=ALPHA,
+            delta=DELTA,
+            constraints=[(CRIT, BETA)],
+            critical_probs=probs[:, [CRIT]],
+            order_rows=order,
+        )
+        assert sel.calibration["n_items"] == (
+            4000 if order is not None else int((~held_apart_mask(4000, 0.3, 0)).sum())
         )
         err, mis, cov = _true_risks(sel, population)
         certified += sel.certified
@@ -141,6 +159,50 @@ def test_the_strict_group_depends_on_held_apart_items_only():
     assert confusable_options(
         pred[hold], labels[hold], [CRIT], K, critical_probs=probs[hold][:, [CRIT]], n_neighbours=1
     ) == [0, 1]
+
+
+def test_with_order_rows_every_row_certifies_and_the_group_depends_on_the_order_rows_only():
+    """Given order rows (the calibrator's carve), the group and the chain are learned on them: relabelling every
+    certifying row changes nothing of the group, and every row of the surface certifies."""
+    rng = np.random.default_rng(11)
+    probs, labels = _draw(rng, 3000)
+    order = _order_rows(*_draw(rng, 1300))
+    kw = {"alpha": ALPHA, "delta": DELTA, "constraints": [(CRIT, BETA)], "order_rows": order}
+    sel = select_class_conditional(
+        risk_coverage_surface("choice", probs, labels, grid=30, critical=[CRIT]), critical_probs=probs[:, [CRIT]], **kw
+    )
+    cc = sel.guarantee["class_conditional"]
+    assert cc["group_from"] == "learned on the 1300 items that fitted the calibrator"
+    assert sel.guarantee["n_order"] == 1300 and sel.calibration["n_items"] == 3000
+    assert CRIT in cc["strict"] and NEIGHBOUR in cc["strict"]
+    shuffled = np.random.default_rng(4).permutation(labels)
+    sel2 = select_class_conditional(
+        risk_coverage_surface("choice", probs, shuffled, grid=30, critical=[CRIT]),
+        critical_probs=probs[:, [CRIT]],
+        **kw,
+    )
+    assert sel2.guarantee["class_conditional"]["strict"] == cc["strict"]
+    (c,) = sel.guarantee["constraints"]
+    assert c["n_true"] == int((labels == CRIT).sum())
+
+
+def test_choose_learns_on_the_calibrators_carve():
+    """choose_thresholds hands the calibrator's carve to the class-conditional rule: the certifying rows are all
+    the others (none held apart), and without a calibrator the rows are held apart as before."""
+    from tests.thresholds.test_choose import _answers
+    from workbench.thresholds.choose import choose_thresholds
+
+    probs, labels = _draw(np.random.default_rng(21), 5000)
+    ans = _answers(probs, labels, qtype="choice")
+    opts = ThresholdOptions(alpha=ALPHA, constraints={"0": BETA}, class_conditional=True)
+    res = choose_thresholds(ans, None, opts)
+    g = res.selection.guarantee
+    n_fit = int(g.get("n_order", 0))
+    assert res.certified and n_fit == int((np.random.default_rng(0).random(5000) < 0.3).sum())
+    assert g["n_calibration"] == 5000 - n_fit and "fitted the calibrator" in g["class_conditional"]["group_from"]
+    raw = choose_thresholds(ans, None, replace(opts, calibrate="none")).selection.guarantee
+    assert raw["n_calibration"] == int((~held_apart_mask(5000, 0.3, 0)).sum())
+    assert raw["class_conditional"]["group_from"].endswith("held-apart calibration items")
 
 
 def test_named_group_and_the_rule_it_stands_for():

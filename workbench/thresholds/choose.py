@@ -91,6 +91,9 @@ class PreparedQuestion:
     #: (n, m) calibrated probabilities of the critical options (``opts.constraints`` order) on the certifying
     #: rows, for class-conditional rules when ``probs`` is None (a streamed run keeps only these columns)
     critical_probs: np.ndarray | None = None
+    #: class-conditional rules: the calibrator's carve (its calibrated coordinates, labels, losses, critical
+    #: probabilities), on which the strict group and the test chain are learned (None: no carve)
+    order_rows: Any = None
 
 
 def check_question(question: str, qtype: str, opt_ids: list[str], n_labelled: int, opts: ThresholdOptions) -> list[int]:
@@ -150,7 +153,36 @@ def prepare_question(calibration: RunAnswers, opts: ThresholdOptions) -> Prepare
         calibration.question, qtype, opt_ids, abstain_idx, calibrator, n_fit, coords, labels, opts
     )
     prep.probs = probs
+    if fit_mask is not None and opts.class_conditional:
+        carve = apply_calibrator(calibrator, cal.probs[fit_mask])
+        prep.order_rows = carve_order_rows(
+            qtype,
+            opt_ids,
+            rule_coordinates(qtype, carve, abstain_options=abstain_idx, level=opts.level),
+            cal.labels[fit_mask],
+            carve[:, [opt_ids.index(o) for o in _critical_options(opts, opt_ids)]],
+            opts,
+        )
     return prep
+
+
+def carve_order_rows(
+    qtype: str, opt_ids: list[str], coords: Any, labels: np.ndarray, critical_probs: np.ndarray, opts: ThresholdOptions
+) -> Any:
+    """The :class:`~workbench.thresholds.classwise.OrderRows` of the calibrator's carve (its calibrated rule
+    coordinates, labels (n,), and the critical options' calibrated probabilities (n, m)): class-conditional
+    rules learn their strict group and test chain on these rows, which are apart from the certifying ones,
+    so every certifying row certifies. Losses as the certifying surface's (the guarantee's cost matrix)."""
+    from workbench.thresholds.classwise import OrderRows
+    from workbench.thresholds.risks import cost_matrix
+
+    matrix = cost_matrix(opts.costs, opt_ids)
+    loss = None
+    if matrix is not None:  # the same per-item loss as the certifying rows' surface
+        loss = risk_coverage_surface(
+            qtype, None, labels, coordinates=coords, n_options=len(opt_ids), grid=2, cost_matrix=matrix
+        ).extra.get("loss")
+    return OrderRows(coords, np.asarray(labels, dtype=np.int64), loss, critical_probs)
 
 
 def prepare_from_coordinates(
@@ -372,6 +404,7 @@ def _class_conditional(
         critical_probs=critical_probs,
         order_fraction=opts.order_fraction,
         seed=opts.seed,
+        order_rows=prep.order_rows,
     )
 
 

@@ -6,11 +6,17 @@ although its items are misrouted into a few options only. Here the options are s
 
 - the **strict group** ``S``: the options the user names (``confusable``), or else the critical options
   and, for each, the ``n_neighbours`` options its items are most often accepted as, estimated on the
-  held-apart items only (the same seeded ``order_fraction`` that learns the test order): the expected
-  number of critical items among the held-apart items predicted ``o``, from the calibrated
-  probability of the critical option (``Σ p_c``, label-free, so it uses every held-apart item, not only
-  the few critical ones), plus the labelled misroutes seen there;
+  *learning rows* only: the expected number of critical items among the learning rows predicted ``o``,
+  from the calibrated probability of the critical option (``Σ p_c``, label-free, so it uses every
+  learning row, not only the few critical ones), plus the labelled misroutes seen there, each item
+  weighted by the share of learning rows of a smaller margin (a confident misroute forces a loose rule
+  to be strict, an unsure one is rejected anyway);
 - the **loose group** ``L``: every other acceptable option.
+
+The learning rows are the calibrator's carve when there is one (``order_rows``: the rows that fitted the
+temperature, already apart from the certifying rows — so every certifying row certifies, and the critical
+option's few items are not split three ways), otherwise a seeded ``order_fraction`` of the certifying
+split held apart (:func:`held_apart_mask`). Below, "held-apart" means the learning rows.
 
 The rule family is ``λ = (s, l)``: margin ``s`` for ``S`` and margin ``l`` for ``L``, each on the
 grid's margin axis or "accept nothing from this group" (:func:`margin_path`; a top-label rule's ``tau``
@@ -59,6 +65,7 @@ from workbench.thresholds.bounds import (
 )
 from workbench.thresholds.guarantees import Selection
 from workbench.thresholds.risks import bounded_loss_p_values, bounded_upper_bound, bounded_upper_bounds
+from workbench.thresholds.rules import RuleCoordinates
 from workbench.thresholds.surface import Surface, surface_from_coordinates
 
 #: How the output and the policy file state the class-conditional certificate.
@@ -89,6 +96,7 @@ def confusable_options(
     critical_probs: np.ndarray | None = None,
     n_neighbours: int = N_NEIGHBOURS,
     acceptable: Sequence[int] | None = None,
+    confidence: np.ndarray | None = None,
 ) -> list[int]:
     """The strict group: the critical options and, per critical option ``c``, the ``n_neighbours``
     options ``o ≠ c`` with the largest expected number of ``c`` items among the items predicted ``o``.
@@ -104,6 +112,10 @@ def confusable_options(
     critical_probs : ndarray of shape (n, len(critical)), optional
         The calibrated probability of each critical option (columns in the order of ``critical``).
     acceptable : options that may be accepted (default all); others never join the group
+    confidence : ndarray of shape (n,) in [0, 1], optional
+        Each item's weight in the expectation (default 1): with the share of items of a smaller margin, a
+        ``c`` item predicted ``o`` counts as much as the share of rules that would still accept it, so options
+        that take ``c`` items confidently come first (the ones that force a loose rule to be strict).
 
     Returns
     -------
@@ -115,11 +127,13 @@ def confusable_options(
     allowed = np.zeros(n_options, dtype=bool)
     allowed[list(range(n_options)) if acceptable is None else [int(a) for a in acceptable]] = True
     group = {int(c) for c in critical if allowed[int(c)]}
+    w = np.ones(len(pred)) if confidence is None else np.asarray(confidence, dtype=float)
     for r, c in enumerate(int(c) for c in critical):
-        score = np.bincount(pred[ok & (lab == c)], minlength=n_options).astype(float)
+        hit = ok & (lab == c)
+        score = np.bincount(pred[hit], weights=w[hit], minlength=n_options)
         if critical_probs is not None and len(pred):
             pc = np.nan_to_num(np.asarray(critical_probs, dtype=float).reshape(len(pred), -1)[:, r], nan=0.0)
-            score += np.bincount(pred[ok], weights=pc[ok], minlength=n_options)
+            score += np.bincount(pred[ok], weights=(pc * w)[ok], minlength=n_options)
         score[c] = 0.0
         score[~allowed] = 0.0
         ranked = np.argsort(-score, kind="stable")[:n_neighbours]
@@ -134,20 +148,57 @@ def margin_path(n_x: int, n_y: int) -> np.ndarray:
     return np.arange(n_y - 1, -1, -1)
 
 
-def _group_surface(
-    coords, correct, labels, loss, mask: np.ndarray, x_grid, y_grid, loss_scale: float, critical: Sequence[int]
-) -> Surface:
+@dataclass(frozen=True)
+class OrderRows:
+    """Rows that learn the strict group and the test chain, apart from the certifying rows: their rule
+    coordinates, labels, bounded losses (``None``: 0/1 errors) and the calibrated probabilities of the critical
+    options, shape (n, m) (``None``: only the labelled counts are used)."""
+
+    coordinates: RuleCoordinates
+    labels: np.ndarray
+    loss: np.ndarray | None = None
+    critical_probs: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Per-item inputs of one side (order or certifying): coordinates, correctness, labels, bounded loss,
+    critical probabilities (n, m)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    predicted: np.ndarray
+    correct: np.ndarray
+    labels: np.ndarray
+    loss: np.ndarray | None
+    probs: np.ndarray | None
+
+    def take(self, mask: np.ndarray) -> _Rows:
+        def t(a):
+            return None if a is None else a[mask]
+
+        return _Rows(
+            self.x[mask], self.y[mask], self.predicted[mask], self.correct[mask], self.labels[mask],
+            t(self.loss), t(self.probs),
+        )  # fmt: skip
+
+    @property
+    def n(self) -> int:
+        return len(self.labels)
+
+
+def _group_surface(rows: _Rows, mask: np.ndarray, x_grid, y_grid, names, loss_scale: float, critical) -> Surface:
     return surface_from_coordinates(
-        coords.x[mask],
-        coords.y[mask],
-        np.asarray(correct, bool)[mask],
+        rows.x[mask],
+        rows.y[mask],
+        rows.correct[mask],
         x_grid=x_grid,
         y_grid=y_grid,
-        x_name=coords.x_name,
-        y_name=coords.y_name,
-        loss=None if loss is None else loss[mask],
+        x_name=names[0],
+        y_name=names[1],
+        loss=None if rows.loss is None else rows.loss[mask],
         loss_scale=loss_scale,
-        labels=labels[mask],
+        labels=rows.labels[mask],
         critical=critical,
     )
 
@@ -261,6 +312,7 @@ def select_class_conditional(
     critical_probs: np.ndarray | None = None,
     order_fraction: float = 0.3,
     seed: int = 0,
+    order_rows: OrderRows | None = None,
 ):
     """Certify a strict rule for the confusable options and a loose one for the rest (module docstring).
 
@@ -272,11 +324,14 @@ def select_class_conditional(
     alpha, delta : the main risk's bound (in cost units with costs) and the family-wise level
     constraints : (critical option index, beta) pairs, at least one
     classes : options that may be accepted (default all)
-    confusable : the strict group (option indices); ``None`` = learned on the held-apart rows
+    confusable : the strict group (option indices); ``None`` = learned on the learning rows
     critical_probs : ndarray of shape (n, m), optional
         The calibrated probability of each critical option (in the order of ``constraints``) on the same
-        rows, for the label-free estimates; without it only the labelled held-apart items count.
-    order_fraction, seed : the held-apart rows (:func:`held_apart_mask`), in (0, 1)
+        rows, for the label-free estimates; without it only the labelled learning rows count.
+    order_fraction, seed : without ``order_rows``, the held-apart rows (:func:`held_apart_mask`), in (0, 1)
+    order_rows : OrderRows, optional
+        Rows apart from ``surface``'s (the calibrator's carve, :func:`workbench.thresholds.choose.carve_order_rows`)
+        that learn the group and the chain; every row of ``surface`` then certifies.
 
     Returns
     -------
@@ -284,7 +339,7 @@ def select_class_conditional(
     """
     if not constraints:
         raise ThresholdError("class-conditional rules need at least one critical option (constraints)")
-    if not (0 < order_fraction < 1):
+    if order_rows is None and not (0 < order_fraction < 1):
         raise ThresholdError(
             "class-conditional rules learn their group and test order on held-apart items: order_fraction "
             f"must be in (0, 1), got {order_fraction}",
@@ -297,66 +352,96 @@ def select_class_conditional(
             "class-conditional rules need per-item coordinates and labels (a surface from risk_coverage_surface "
             "built with the critical options)"
         )
-    loss = surface.extra.get("loss")
     labels = np.asarray(labels, dtype=np.int64)
     n = len(labels)
     k = surface.class_accepted.shape[0] if surface.class_accepted is not None else int(coords.predicted.max()) + 1
     classes = list(range(k)) if classes is None else [int(c) for c in classes]
     critical = [int(c) for c, _ in constraints]
     betas = np.array([float(b) for _, b in constraints])
-    hold = held_apart_mask(n, order_fraction, seed)
-    pred = np.asarray(coords.predicted, dtype=np.int64)
+
+    def probs_of(cp, m: int) -> np.ndarray | None:
+        return None if cp is None else np.nan_to_num(np.asarray(cp, dtype=float).reshape(m, -1), nan=0.0)
+
+    rows = _Rows(
+        np.asarray(coords.x),
+        np.asarray(coords.y),
+        np.asarray(coords.predicted, dtype=np.int64),
+        np.asarray(correct, dtype=bool),
+        labels,
+        surface.extra.get("loss"),
+        probs_of(critical_probs, n),
+    )
+    if order_rows is None:
+        hold = held_apart_mask(n, order_fraction, seed)
+        learn, certify = rows.take(hold), rows.take(~hold)
+        learned_on = f"{learn.n} held-apart calibration items"
+    else:
+        oc = order_rows.coordinates
+        o_lab = np.asarray(order_rows.labels, dtype=np.int64)
+        o_pred = np.asarray(oc.predicted, dtype=np.int64)
+        learn = _Rows(
+            np.asarray(oc.x),
+            np.asarray(oc.y),
+            o_pred,
+            o_pred == o_lab,
+            o_lab,
+            None if order_rows.loss is None else np.asarray(order_rows.loss, dtype=float),
+            probs_of(order_rows.critical_probs, len(o_lab)),
+        )
+        certify = rows
+        learned_on = f"the {learn.n} items that fitted the calibrator"
     if confusable is None:
         strict = confusable_options(
-            pred[hold],
-            labels[hold],
+            learn.predicted,
+            learn.labels,
             critical,
             k,
-            critical_probs=None if critical_probs is None else np.asarray(critical_probs).reshape(n, -1)[hold],
+            critical_probs=learn.probs,
             acceptable=classes,
+            confidence=_min_rank(learn.y) / max(learn.n, 1),
         )
-        group_from = f"learned on {int(hold.sum())} held-apart calibration items"
+        group_from = f"learned on {learned_on}"
     else:
         strict = sorted({int(o) for o in confusable})
         group_from = "named"
-    in_strict = np.isin(pred, np.asarray(strict, dtype=np.int64))
+    strict_arr = np.asarray(strict, dtype=np.int64)
     gx, gy = surface.x_grid, surface.y_grid
+    names = (coords.x_name, coords.y_name)
 
-    def counts(rows: np.ndarray) -> tuple[Surface, Surface, np.ndarray, int]:
-        sides = []
-        for g in (in_strict, ~in_strict):
-            sides.append(_group_surface(coords, correct, labels, loss, rows & g, gx, gy, surface.loss_scale, critical))
-        n_c = np.array([int(np.count_nonzero(rows & (labels == c))) for c in critical])
-        return sides[0], sides[1], n_c, int(rows.sum())
+    def counts(side: _Rows) -> tuple[Surface, Surface, np.ndarray]:
+        g = np.isin(side.predicted, strict_arr)
+        s_, l_ = (_group_surface(side, m, gx, gy, names, surface.loss_scale, critical) for m in (g, ~g))
+        return s_, l_, np.array([int(np.count_nonzero(side.labels == c)) for c in critical])
 
-    o_s, o_l, o_nc, _ = counts(hold)
+    o_s, o_l, o_nc = counts(learn)
 
     def soft_misroutes() -> tuple[np.ndarray, np.ndarray] | None:
-        """Label-free estimate on the held-apart rows, per critical option: the expected number of its items
+        """Label-free estimate on the learning rows, per critical option: the expected number of its items
         accepted as another option at every (strict, loose) pair (Σ of its calibrated probability over
         them), and of its items in all."""
-        if critical_probs is None:
+        if learn.probs is None:
             return None
-        ph = np.nan_to_num(np.asarray(critical_probs, dtype=float).reshape(n, -1)[hold], nan=0.0)
-        xs, ys, ok_h, ph_pred = coords.x[hold], coords.y[hold], np.asarray(correct, bool)[hold], pred[hold]
-        s_h = in_strict[hold]
+        s_h = np.isin(learn.predicted, strict_arr)
         out, tot = [], []
         for r, c in enumerate(critical):
-            w = np.where(ph_pred != c, ph[:, r], 0.0)
+            w = np.where(learn.predicted != c, learn.probs[:, r], 0.0)
             sides = []
-            for g in (s_h, ~s_h):
-                sf = surface_from_coordinates(xs[g], ys[g], ok_h[g], x_grid=gx, y_grid=gy, weights=w[g])
+            for g, path in ((s_h, paths[0]), (~s_h, paths[1])):
+                sf = surface_from_coordinates(
+                    learn.x[g], learn.y[g], learn.correct[g], x_grid=gx, y_grid=gy, weights=w[g]
+                )
                 assert sf.weighted is not None
-                sides.append(np.concatenate([[0.0], sf.weighted.ravel()[paths[0 if g is s_h else 1]]]))
+                sides.append(np.concatenate([[0.0], sf.weighted.ravel()[path]]))
             out.append(sides[0][:, None] + sides[1][None, :])
-            tot.append(ph[:, r].sum())
+            tot.append(learn.probs[:, r].sum())
         return np.stack(out), np.array(tot)
 
     # each group's strict→lax path: the margin axis (tau at its laxest grid value; a top probability is at least
     # its margin, so a tau up to the margin changes nothing), strictest first
     paths = [margin_path(len(gx), len(gy))] * 2
     order_counts = _joint(_on_path(o_s, paths[0], len(critical)), _on_path(o_l, paths[1], len(critical)))
-    c_s, c_l, n_c, n_cert = counts(~hold)
+    c_s, c_l, n_c = counts(certify)
+    n_cert = certify.n
     cert = _joint(_on_path(c_s, paths[0], len(critical)), _on_path(c_l, paths[1], len(critical)))
 
     # the test order from the held-apart rows (module docstring)
@@ -366,7 +451,7 @@ def select_class_conditional(
     else:
         ub = bounded_upper_bounds(order_counts.loss, acc_o, delta)
     soft = soft_misroutes()
-    over = _predicted_over(order_counts.misroutes, o_nc, betas, delta, n_cert / max(int(hold.sum()), 1))
+    over = _predicted_over(order_counts.misroutes, o_nc, betas, delta, n_cert / max(learn.n, 1))
     rate = _predicted_rate(order_counts.misroutes, o_nc, betas, soft)
     both = np.maximum(_min_rank(np.asarray(ub).ravel()), _min_rank(rate.ravel()))  # safe for both risks
     chain = loosening_chain(rate, np.asarray(order_counts.errors, dtype=float), acc_o)
@@ -405,9 +490,9 @@ def select_class_conditional(
         "method": "fixed-sequence",
         "per_class": False,
         "n_calibration": n_cert,
-        "n_order": int(hold.sum()),
+        "n_order": learn.n,
         "order": (
-            f"a chain of (strict, loose) pairs learned on {int(hold.sum())} held-apart calibration items, each "
+            f"a chain of (strict, loose) pairs learned on {learned_on}, each "
             "step loosening the group that adds the least predicted critical misroute rate per accepted item, "
             "the same for every α (split fixed-sequence)"
         ),
@@ -466,7 +551,6 @@ def select_class_conditional(
     strict_pt, loose_pt = point(paths[0], si), point(paths[1], li)
     inf = float("inf")
     x, y = loose_pt if loose_pt is not None else (inf, inf)
-    names = (coords.x_name, coords.y_name)
 
     def as_params(pt: tuple[float, float] | None) -> dict | None:
         if pt is None:

@@ -106,7 +106,12 @@ def streamed_prepare_many(
     every run's rule coordinates. Each run's result is the one :func:`streamed_prepare` gives it alone."""
     from workbench.metrics.recalibrate import apply_calibrator, fit_calibrator
     from workbench.store.runs import gather_answer_rows, iter_answer_batches, load_answer_keys
-    from workbench.thresholds.choose import calibrator_carve, check_question, prepare_from_coordinates
+    from workbench.thresholds.choose import (
+        calibrator_carve,
+        carve_order_rows,
+        check_question,
+        prepare_from_coordinates,
+    )
     from workbench.thresholds.rules import RuleCoordinates, rule_coordinates
     from workbench.workflows.evaluation import FIT_ROWS_MAX
 
@@ -121,6 +126,7 @@ def streamed_prepare_many(
     role = np.full(len(keys.labels), -1, dtype=np.int8)  # -1 unlabelled, 0 certifies, 1 fits
     role[labelled] = 0
     n_fit, note = 0, None
+    order_rows: list = []  # per run, class-conditional rules only: the carve's rows (carve_order_rows)
     if carve is not None:
         role[labelled[carve]] = 1
         n_fit = int(carve.sum())
@@ -135,6 +141,12 @@ def streamed_prepare_many(
             )
         probs, labels = gather_answer_rows(con, source, question, calibration_split, fit_rows)
         fitted = [fit_calibrator(options.calibrate, as_read(t, probs), labels) for t in transforms]
+        if options.class_conditional:  # the carve also learns the class-conditional group and test chain
+            crit_idx = [opt_ids.index(o) for o in options.constraints or {} if o in opt_ids]
+            for t, calibrator in zip(transforms, fitted, strict=True):
+                carve_probs = apply_calibrator(calibrator, as_read(t, probs))
+                c = rule_coordinates(qtype, carve_probs, abstain_options=abstain_idx, level=options.level)
+                order_rows.append(carve_order_rows(qtype, opt_ids, c, labels, carve_probs[:, crit_idx], options))
         del probs, labels
     else:
         fitted = [fit_calibrator("none", np.zeros((0, k)), np.zeros(0, int)) for _ in transforms]
@@ -171,6 +183,7 @@ def streamed_prepare_many(
             question, qtype, opt_ids, abstain_idx, calibrator, n_fit, coords, certify_labels, options
         )
         prep.critical_probs = None if crit_probs is None else crit_probs[i]
+        prep.order_rows = order_rows[i] if order_rows else None
         out.append((prep, keys, note))
     return out
 
