@@ -343,20 +343,6 @@ def classwise_ece(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, strat
     return float(np.mean([ece_from_stats(s) for s in classwise_stats(probs, labels, n_bins, strategy)]))
 
 
-def classwise_reliability_curves(
-    probs: np.ndarray,
-    labels: np.ndarray,
-    option_ids: list[str] | None = None,
-    n_bins: int = 15,
-    strategy: str = "uniform",
-) -> list[ReliabilityCurve]:
-    k = np.asarray(probs).shape[1]
-    names = option_ids or [str(j) for j in range(k)]
-    return [
-        curve_from_stats(s, strategy, names[j]) for j, s in enumerate(classwise_stats(probs, labels, n_bins, strategy))
-    ]
-
-
 # -- smooth ECE (Błasiok & Nakkiran 2024) -------------------------------------------------------
 def _grid_size(sigma: float) -> int:
     # ~10 grid points per sigma and at least 1001 — the reference implementation's resolution, so

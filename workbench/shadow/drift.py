@@ -50,20 +50,3 @@ def window_bounds(n: int, n_windows: int, *, min_size: int = 20) -> list[tuple[i
     k = int(max(1, min(n_windows, n // max(min_size, 1)))) if n else 0
     edges = np.linspace(0, n, k + 1).round().astype(int) if k else np.array([0])
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
-
-
-def time_window_bounds(ts: np.ndarray, period: str) -> list[tuple[int, int]]:
-    """Windows ``[start, stop)`` of calendar periods (``"1h"``, ``"1D"``, ``"15min"``...) over ``ts``.
-
-    ``ts`` (n,) datetime64 must be sorted with NaT last; rows without a time are left out.
-    """
-    import pandas as pd
-
-    ts = np.asarray(ts, dtype="datetime64[us]")
-    known = int((~np.isnat(ts)).sum())
-    if known == 0:
-        return []
-    floors = pd.DatetimeIndex(ts[:known]).floor(period).asi8
-    starts = np.flatnonzero(np.r_[True, floors[1:] != floors[:-1]])
-    stops = np.r_[starts[1:], known]
-    return [(int(a), int(b)) for a, b in zip(starts, stops)]

@@ -118,7 +118,6 @@ class Journal:
         self._pending: list[bytes] = []
         self._waiters: list[asyncio.Future] = []
         self._flush_scheduled = False
-        self.records_written = 0
         self.syncs = 0
         self._repair_tail()
 
@@ -143,7 +142,6 @@ class Journal:
     def append(self, record: dict[str, Any]) -> None:
         """Write ``record`` now (no wait for the disk; synced with the next durable append)."""
         self._write(_line(record))
-        self.records_written += 1
 
     async def append_pair(self, champion: dict[str, Any], challenger: dict[str, Any]) -> None:
         """Both halves of a pair at once (a collector that learns them together), durably."""
@@ -178,10 +176,9 @@ class Journal:
     def flush(self) -> None:
         """Write what is pending and fsync everything written so far."""
         if self._pending:
-            data, n = b"".join(self._pending), len(self._pending)
+            data = b"".join(self._pending)
             self._pending.clear()
             self._write(data)
-            self.records_written += n
         if self._fsync:
             os.fsync(self._fd)
             self.syncs += 1

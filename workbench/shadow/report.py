@@ -173,7 +173,7 @@ def _coverage_stats(side: int):
 
 def _window_keys(s: ShadowAnswers, pos: np.ndarray, edges: np.ndarray | None, period: str | None) -> np.ndarray:
     """Window key per row (int64; -1 = in no window): the equal-count window of ``pos``, or the
-    calendar-period floor of the row's time (ns since the epoch), as :func:`time_window_bounds` cuts them."""
+    calendar-period floor of the row's time (ns since the epoch)."""
     if period:
         out = np.full(s.n, -1, dtype=np.int64)
         known = ~np.isnat(s.ts)

@@ -728,8 +728,6 @@ class CascadeResult:
     structure: list[int] = field(default_factory=list)
     calibrators: list[dict] = field(default_factory=list)
     configurations: list[dict] = field(default_factory=list)
-    #: the fitted calibrators (one per stage of ``run_ids``), applied before the rules
-    fitted_calibrators: list[Any] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def chosen_run_ids(self) -> list[str]:
@@ -1073,7 +1071,6 @@ def choose_cascade(
         structure=structure,
         calibrators=[c.to_dict() for c in cals],
         configurations=configurations,
-        fitted_calibrators=cals,
     )
 
 
