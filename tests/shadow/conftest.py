@@ -170,3 +170,14 @@ def world(tmp_path_factory) -> ShadowWorld:
         paths.append(path)
     yield ShadowWorld(con, db, champ, chall, paths[0], paths[1], tmp)
     con.close()
+
+
+def histogram(scores: np.ndarray, *, n_bins: int = 10) -> np.ndarray:
+    """The reference p_top histogram of the drift figures: share of ``scores`` (n,) in [0, 1] per equal-width
+    bin, shape (n_bins,); NaN scores dropped."""
+    scores = np.asarray(scores, dtype=float)
+    scores = scores[np.isfinite(scores)]
+    if scores.size == 0:
+        return np.full(n_bins, np.nan)
+    idx = np.minimum((np.clip(scores, 0.0, 1.0) * n_bins).astype(int), n_bins - 1)
+    return np.bincount(idx, minlength=n_bins) / scores.size

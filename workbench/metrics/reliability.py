@@ -312,13 +312,6 @@ def top_label_ece(
     return calibration_error(correct, conf, n_bins, strategy, norm)
 
 
-def top_label_reliability_curve(
-    probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, strategy: str = "uniform"
-) -> ReliabilityCurve:
-    conf, correct = top_label(probs, labels)
-    return reliability_curve(correct, conf, n_bins, strategy, label="top-label")
-
-
 def classwise_stats(
     probs: np.ndarray | None, labels: np.ndarray, n_bins: int = 15, strategy: str = "uniform", sums: tuple | None = None
 ) -> list[BinStats]:
@@ -448,11 +441,6 @@ def smooth_ece(y_true: np.ndarray, y_score: np.ndarray, *, return_sigma: bool = 
                 hi = mid
     value = smooth_ece_sigma(y_true, y_score, hi, cache)
     return (value, hi) if return_sigma else value
-
-
-def top_label_smooth_ece(probs: np.ndarray, labels: np.ndarray) -> float:
-    conf, correct = top_label(probs, labels)
-    return smooth_ece(correct, conf)
 
 
 @dataclass

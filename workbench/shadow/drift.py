@@ -10,16 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 
-def histogram(scores: np.ndarray, *, n_bins: int = 10) -> np.ndarray:
-    """Share of ``scores`` (n,) in [0, 1] per equal-width bin, shape (n_bins,); NaN scores dropped."""
-    scores = np.asarray(scores, dtype=float)
-    scores = scores[np.isfinite(scores)]
-    if scores.size == 0:
-        return np.full(n_bins, np.nan)
-    idx = np.minimum((np.clip(scores, 0.0, 1.0) * n_bins).astype(int), n_bins - 1)
-    return np.bincount(idx, minlength=n_bins) / scores.size
-
-
 def psi(reference: np.ndarray, current: np.ndarray, *, eps: float = 1e-4) -> float:
     """Population stability index ``sum((c - r) * ln(c / r))`` of two histograms (shares).
 
