@@ -289,6 +289,53 @@ def _smooth_interval(
     return iv, curve
 
 
+def _finish(
+    report: QuestionReport,
+    stats: Callable,
+    keep: np.ndarray,
+    top: _Bins,
+    labels: np.ndarray,
+    pred: np.ndarray,
+    conf: np.ndarray,
+    accept: np.ndarray | None,
+    *,
+    n_boot: int,
+    seed: int,
+    level: float,
+    smooth: bool,
+    binary: tuple[np.ndarray, np.ndarray, _Bins] | None = None,
+) -> None:
+    """What every report of hard labels ends with: the intervals of ``stats`` (one replicate's metrics), the smooth
+    ECE of the top label, its reliability curves (``top``: its bins) and the confusion matrix with the review
+    column of ``accept`` (over all rows; ``keep`` selects the report's). ``binary`` (outcome, score, bins) of
+    P(yes) adds its smooth ECE and curves before the top label's."""
+    report.metrics = _intervals(stats, len(labels), n_boot, seed, level)
+    report.replicate = (keep, stats)
+    curves = {}
+    if binary is not None:
+        y, s, bins = binary
+        if smooth:
+            report.metrics["smece_yes"], report.smooth["p_yes"] = _smooth_interval(
+                y.astype(float), s, n_boot, seed, level, "P(yes)"
+            )
+        su, sq = bins.stats(None)
+        curves = {
+            "p_yes_uniform": rel.curve_from_stats(su, "uniform", "P(yes)"),
+            "p_yes_quantile": rel.curve_from_stats(sq, "quantile", "P(yes)"),
+        }
+    if smooth:
+        report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
+            (pred == labels).astype(float), conf, n_boot, seed, level, "top-label"
+        )
+    tu, tq = top.stats(None)
+    report.curves = curves | {
+        "top_label_uniform": rel.curve_from_stats(tu, "uniform", "top-label"),
+        "top_label_quantile": rel.curve_from_stats(tq, "quantile", "top-label"),
+    }
+    acc = None if accept is None else np.asarray(accept, bool)[keep]
+    report.confusion = confusion_result(labels, pred, report.option_ids, acc)
+
+
 # -- choice ---------------------------------------------------------------------------------------
 def choice_report(
     probs: np.ndarray,
@@ -446,12 +493,7 @@ def choice_report_from_items(
             out.pop("top_3_accuracy")
         return out | per_item(w)
 
-    report.metrics = _intervals(stats, n, n_boot, seed, level)
-    report.replicate = (keep, stats)
-    if smooth:
-        report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
-            correct.astype(float), conf, n_boot, seed, level, "top-label"
-        )
+    _finish(report, stats, keep, top, y, pred, conf, accept, n_boot=n_boot, seed=seed, level=level, smooth=smooth)
     sums = items.bin_sums  # shared by class-wise ECE and the Brier decomposition
     cw = rel.classwise_stats(None, y, n_bins, "uniform", sums=sums)
     report.metrics["classwise_ece"] = Interval(float(np.mean([rel.ece_from_stats(s) for s in cw])), level=level)
@@ -465,15 +507,8 @@ def choice_report_from_items(
             level,
         )
         report.metrics["classwise_ece"] = iv["classwise_ece"]
-    su, sq = top.stats(None)
-    report.curves = {
-        "top_label_uniform": rel.curve_from_stats(su, "uniform", "top-label"),
-        "top_label_quantile": rel.curve_from_stats(sq, "quantile", "top-label"),
-    }
     report.classwise = [rel.curve_from_stats(s, "uniform", opts[j]) for j, s in enumerate(cw)]
     report.decomposition = sc.brier_decomposition(None, y, n_bins, bin_sums=sums, item_briers=ib)
-    acc = None if accept is None else np.asarray(accept, bool)[keep]
-    report.confusion = confusion_result(y, pred, opts, acc)
     return report
 
 
@@ -542,26 +577,11 @@ def noul_report(
             "debiased_ece": rel.debiased_ece_from_stats(tq),
         } | per_item(w)
 
-    report.metrics = _intervals(stats, n, n_boot, seed, level)
-    report.replicate = (keep, stats)
-    if smooth:
-        report.metrics["smece_yes"], report.smooth["p_yes"] = _smooth_interval(
-            y.astype(float), s, n_boot, seed, level, "P(yes)"
-        )
-        report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
-            correct.astype(float), conf, n_boot, seed, level, "top-label"
-        )
-    su, sq = yes_bins.stats(None)
-    tu, tq = top_bins.stats(None)
-    report.curves = {
-        "p_yes_uniform": rel.curve_from_stats(su, "uniform", "P(yes)"),
-        "p_yes_quantile": rel.curve_from_stats(sq, "quantile", "P(yes)"),
-        "top_label_uniform": rel.curve_from_stats(tu, "uniform", "top-label"),
-        "top_label_quantile": rel.curve_from_stats(tq, "quantile", "top-label"),
-    }
+    _finish(
+        report, stats, keep, top_bins, lab, pred, conf, accept,
+        n_boot=n_boot, seed=seed, level=level, smooth=smooth, binary=(y, s, yes_bins),
+    )  # fmt: skip
     report.decomposition = sc.binary_brier_decomposition(y, s, n_bins)
-    acc = None if accept is None else np.asarray(accept, bool)[keep]
-    report.confusion = confusion_result(lab, pred, list(opts), acc)
     return report
 
 
@@ -635,23 +655,11 @@ def score_report(
             "cumulative_ece": float(np.mean([rel.ece_from_stats(b.stats(w)[0]) for b in cum])),
         } | per_item(w)
 
-    report.metrics = _intervals(stats, n, n_boot, seed, level)
-    report.replicate = (keep, stats)
-    if smooth:
-        report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
-            correct.astype(float), conf, n_boot, seed, level, "top-label"
-        )
-    tu, tq = top_bins.stats(None)
-    report.curves = {
-        "top_label_uniform": rel.curve_from_stats(tu, "uniform", "top-label"),
-        "top_label_quantile": rel.curve_from_stats(tq, "quantile", "top-label"),
-    }
+    _finish(report, stats, keep, top_bins, y, pred, conf, accept, n_boot=n_boot, seed=seed, level=level, smooth=smooth)
     report.classwise = [
         rel.curve_from_stats(b.stats(None)[0], "uniform", f"P(level >= {opts[j]})") for j, b in zip(range(1, k), cum)
     ]
     report.decomposition = sc.brier_decomposition(p, y, n_bins)
-    acc = None if accept is None else np.asarray(accept, bool)[keep]
-    report.confusion = confusion_result(y, pred, list(opts), acc)
     return report
 
 
