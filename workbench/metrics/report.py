@@ -206,15 +206,6 @@ class _Ranks:
         return auc, ap
 
 
-def _wmean(x: np.ndarray, w: np.ndarray | None, total: float | None = None) -> float:
-    """Mean of ``x`` weighted by ``w`` (``total`` = Σw when the caller knows it)."""
-    if x.size == 0:
-        return float("nan")
-    if w is None:
-        return float(x.mean())
-    return float(np.dot(w, x) / (w.sum() if total is None else total))
-
-
 def _take_rows(probs: np.ndarray, keep: np.ndarray) -> np.ndarray:
     """``probs[keep]`` without copying the matrix when every row is kept (a 1M × 77 copy is 600 MB)."""
     return probs if keep.all() else probs[keep]
@@ -480,8 +471,8 @@ def choice_report_from_items(
             "macro_f1": macro_f1_from_matrix(cm),
             "top_2_accuracy": float(top2 / total),
             "top_3_accuracy": float((top2 + blocks[1].sum()) / total),
-            "log_loss": _wmean(ll, w, total),
-            "brier": _wmean(ib, w, total),
+            "log_loss": sc.weighted_mean(ll, w, total),
+            "brier": sc.weighted_mean(ib, w, total),
             "ece_uniform": rel.ece_from_stats(su),
             "ece_quantile": rel.ece_from_stats(sq),
             "mce_uniform": rel.mce_from_stats(su),
@@ -561,10 +552,10 @@ def noul_report(
         auc, ap = ranks.auc_ap(w)
         cm = np.bincount(cm_cell, weights=w, minlength=4).reshape(2, 2)
         return {
-            "accuracy": _wmean(correct.astype(float), w),
+            "accuracy": sc.weighted_mean(correct.astype(float), w),
             "macro_f1": macro_f1_from_matrix(cm),
-            "log_loss": _wmean(ll, w),
-            "brier": _wmean(sq_err, w),
+            "log_loss": sc.weighted_mean(ll, w),
+            "brier": sc.weighted_mean(sq_err, w),
             "roc_auc": auc,
             "pr_auc": ap,
             "ece_yes_uniform": rel.ece_from_stats(su),
@@ -640,14 +631,14 @@ def score_report(
         denom = float(np.sum(qw * expected))
         tu, tq = top_bins.stats(w)
         return {
-            "accuracy": _wmean(correct.astype(float), w),
-            "within_one_accuracy": _wmean(within, w),
-            "mae_expected_level": _wmean(abs_err, w),
-            "rps": _wmean(rps, w),
+            "accuracy": sc.weighted_mean(correct.astype(float), w),
+            "within_one_accuracy": sc.weighted_mean(within, w),
+            "mae_expected_level": sc.weighted_mean(abs_err, w),
+            "rps": sc.weighted_mean(rps, w),
             "qwk": float(1.0 - np.sum(qw * cm) / denom) if denom > 0 else float("nan"),
             "macro_f1": macro_f1_from_matrix(cm),
-            "log_loss": _wmean(ll, w),
-            "brier": _wmean(ib, w),
+            "log_loss": sc.weighted_mean(ll, w),
+            "brier": sc.weighted_mean(ib, w),
             "ece_uniform": rel.ece_from_stats(tu),
             "ece_quantile": rel.ece_from_stats(tq),
             "mce_uniform": rel.mce_from_stats(tu),
@@ -714,13 +705,13 @@ def soft_report(
     def stats(w: np.ndarray | None) -> dict[str, float]:
         su, sq = top.stats(w)
         return {
-            "soft_accuracy": _wmean(share, w),
-            "soft_log_loss": _wmean(ll, w),
-            "soft_brier": _wmean(br, w),
+            "soft_accuracy": sc.weighted_mean(share, w),
+            "soft_log_loss": sc.weighted_mean(ll, w),
+            "soft_brier": sc.weighted_mean(br, w),
             "soft_ece_uniform": rel.ece_from_stats(su),
             "soft_ece_quantile": rel.ece_from_stats(sq),
-            "soft_log_loss_floor": _wmean(ent, w),
-            "soft_brier_floor": _wmean(br_floor, w),
+            "soft_log_loss_floor": sc.weighted_mean(ent, w),
+            "soft_brier_floor": sc.weighted_mean(br_floor, w),
         }
 
     report.metrics = _intervals(stats, n, n_boot, seed, level)
