@@ -7,6 +7,7 @@ layer (``build_policy``) exactly as ``workbench policy export`` does.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,3 +182,17 @@ def histogram(scores: np.ndarray, *, n_bins: int = 10) -> np.ndarray:
         return np.full(n_bins, np.nan)
     idx = np.minimum((np.clip(scores, 0.0, 1.0) * n_bins).astype(int), n_bins - 1)
     return np.bincount(idx, minlength=n_bins) / scores.size
+
+
+def read_journal(path: str | Path):
+    """Yield the complete records of a mirror journal, skipping lines torn by a crash."""
+    with open(path, "rb") as fh:
+        for raw in fh:
+            if not raw.endswith(b"\n"):
+                continue  # torn tail: never acknowledged
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                yield rec

@@ -30,7 +30,6 @@ import asyncio
 import hashlib
 import json
 import os
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -190,17 +189,3 @@ class Journal:
         self._flush_pending()
         os.close(self._fd)
         self._fd = -1
-
-
-def read_journal(path: str | Path) -> Iterator[dict]:
-    """Yield the complete records of a journal, skipping lines torn by a crash."""
-    with open(path, "rb") as fh:
-        for raw in fh:
-            if not raw.endswith(b"\n"):
-                continue  # torn tail: never acknowledged
-            try:
-                rec = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                yield rec
