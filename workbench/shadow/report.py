@@ -1146,8 +1146,8 @@ def _stream_slices(
     meta: dict,
     **common: Any,
 ) -> ShadowSlices:
-    """:func:`slice_report` streamed from the store: the slice value of each request joins the rows in
-    DuckDB, and one pass per question accumulates every slice (positions count within the slice)."""
+    """The report of each slice's requests, streamed from the store: the slice value of each request joins the
+    rows in DuckDB, and one pass per question accumulates every slice (positions count within the slice)."""
     from workbench.metrics.slices import MISSING, slice_groups
     from workbench.store.shadow import register_slice_values
 
@@ -1195,8 +1195,8 @@ def shadow_report(
     accepts (``validity.models``), as the runtime does.
 
     ``slices`` (column names) adds ``report.slices[column]``: the same report on each slice's requests
-    (:func:`slice_report`; values from :func:`shadow_slice_values` — a replayed session's dataset
-    metadata columns, or ``state_length`` for any session). An unknown column raises
+    (values from :func:`shadow_slice_values` — a replayed session's dataset metadata columns, or
+    ``state_length`` for any session). An unknown column raises
     :class:`~workbench.errors.NotFoundError` naming the columns there are.
     """
     from workbench.store.shadow import bounded_memory, get_session, session_schema
