@@ -134,3 +134,17 @@ def b77_tfidf_master(tmp_path_factory) -> dict:
         check=True,
     )
     return {"db": db, "run_id": json.loads(out.stdout)["runs"][0]["run_id"]}
+
+
+def table_counts(con) -> dict[str, int]:
+    """Row count of every table of the store (a failed action changes nothing). Two queries."""
+    names = [
+        r[0]
+        for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1"
+        ).fetchall()
+    ]
+    if not names:
+        return {}
+    row = con.execute("SELECT " + ", ".join(f'(SELECT count(*) FROM "{n}")' for n in names)).fetchone()
+    return dict(zip(names, (int(v) for v in row or ()), strict=True))

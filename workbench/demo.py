@@ -51,18 +51,6 @@ def dataset_files(name: str) -> list[Path]:
     return list(wb.bundled_dataset(name)["paths"])
 
 
-def import_spec_for(name: str):
-    """How the demo imports each bundled dataset (as :func:`workbench.bundled_dataset` says)."""
-    import workbench as wb
-    from workbench.store.import_spec import ImportSpec
-
-    if name not in DATASETS:
-        raise DemoError(f"no bundled dataset {name!r}", hint=f"choose from {', '.join(DATASETS)}")
-    spec = wb.bundled_dataset(name)
-    spec.pop("paths")
-    return ImportSpec(**spec)
-
-
 # -- schema variants ---------------------------------------------------------------------------------
 def _readable(option_id: str) -> str:
     return option_id.replace("_", " ").replace("-", " ").strip()

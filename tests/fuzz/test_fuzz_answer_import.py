@@ -24,12 +24,13 @@ from workbench_runtime.answers import normalise_answer
 from workbench_runtime.jsonio import StrictJSONError, loads_strict
 from workbench_runtime.questions import Choice
 
+from tests.conftest import table_counts
 from tests.fuzz import fuzz_settings
 from workbench.errors import AnswerError, DataImportError, WorkbenchError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.store.answer_import import import_answers
 from workbench.store.datasets import import_dataset
-from workbench.store.db import connect, table_counts
+from workbench.store.db import connect
 from workbench.store.import_spec import ImportSpec
 
 SCHEMA = DecisionSchema.from_dict(

@@ -19,11 +19,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from workbench_runtime.jsonio import StrictJSONError, loads_strict
 
+from tests.conftest import table_counts
 from tests.fuzz import fuzz_settings
 from workbench.errors import WorkbenchError
 from workbench.schema import DecisionSchema
 from workbench.store.datasets import import_dataset
-from workbench.store.db import connect, table_counts
+from workbench.store.db import connect
 from workbench.store.import_spec import SPLITS, ImportSpec
 
 FUZZ = fuzz_settings()

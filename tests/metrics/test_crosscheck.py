@@ -11,6 +11,7 @@ from sklearn.calibration import calibration_curve
 
 from tests.metrics.conftest import calibrated_sample
 from workbench.metrics import confusion, reliability, scores
+from workbench.metrics.report import choice_report, noul_report, score_report
 
 TOL = 1e-9
 
@@ -38,9 +39,10 @@ def test_log_loss_and_brier_match_sklearn(choice_data):
 
 def test_binary_brier_matches_sklearn():
     y, score = binary_data()
-    assert scores.binary_brier(y, score) == pytest.approx(skm.brier_score_loss(y, score), abs=TOL)
+    probs = np.stack([score, 1 - score], axis=1)  # (yes, no); label 0 = yes
+    rep = noul_report(probs, 1 - y, n_boot=0, smooth=False)
+    assert rep.metrics["brier"].estimate == pytest.approx(skm.brier_score_loss(y, score), abs=TOL)
     # the multiclass form on (yes, no) columns is twice the binary one
-    probs = np.stack([score, 1 - score], axis=1)
     assert scores.brier_score(probs, 1 - y) == pytest.approx(2 * skm.brier_score_loss(y, score), abs=TOL)
 
 
@@ -81,8 +83,9 @@ def test_review_column_moves_rejected_items_only():
 def test_top_k_accuracy_matches_sklearn(choice_data):
     probs, labels = choice_data
     k = probs.shape[1]
-    for top in (1, 2):
-        assert scores.top_k_accuracy(probs, labels, top) == pytest.approx(
+    metrics = choice_report(probs, labels, n_boot=0, smooth=False).metrics
+    for top in (2, 3)[: k - 2]:  # top-2 from 3 options, top-3 from 4
+        assert metrics[f"top_{top}_accuracy"].estimate == pytest.approx(
             skm.top_k_accuracy_score(labels, probs, k=top, labels=range(k)), abs=TOL
         )
 
@@ -145,9 +148,14 @@ def test_smooth_ece_matches_relplot_within_1e3():
 def test_quadratic_weighted_kappa_matches_sklearn():
     probs, labels = calibrated_sample(1500, 5, seed=3)
     pred = probs.argmax(axis=1)
-    assert scores.quadratic_weighted_kappa(labels, pred, 5) == pytest.approx(
+    assert score_report(probs, labels, n_boot=0, smooth=False).metrics["qwk"].estimate == pytest.approx(
         skm.cohen_kappa_score(labels, pred, weights="quadratic"), abs=TOL
     )
+
+
+def _score_metric(probs, labels, name):
+    """``name`` of the ordinal report (option j = level j), no bootstrap."""
+    return score_report(np.asarray(probs, dtype=float), labels, n_boot=0, smooth=False).metrics[name].estimate
 
 
 def test_ranked_probability_score_against_its_definition():
@@ -155,17 +163,17 @@ def test_ranked_probability_score_against_its_definition():
     expected = []
     for p, y in zip(probs, labels):  # the textbook double sum, item by item
         expected.append(sum((sum(p[: j + 1]) - (1.0 if y <= j else 0.0)) ** 2 for j in range(3)) / 3)
-    assert scores.ranked_probability_score(probs, labels) == pytest.approx(np.mean(expected), abs=TOL)
+    assert _score_metric(probs, labels, "rps") == pytest.approx(np.mean(expected), abs=TOL)
     # a one-hot forecast on the right level scores 0, on the farthest level scores 1
-    assert scores.ranked_probability_score(np.eye(4)[[0, 3]], np.array([0, 3])) == 0
-    assert scores.ranked_probability_score(np.eye(4)[[0]], np.array([3])) == pytest.approx(1.0)
+    assert _score_metric(np.eye(4)[[0, 3]], np.array([0, 3]), "rps") == 0
+    assert _score_metric(np.eye(4)[[0]], np.array([3]), "rps") == pytest.approx(1.0)
 
 
 def test_mae_and_within_one():
     probs = np.array([[0.5, 0.5, 0, 0], [0, 0, 0.2, 0.8], [1, 0, 0, 0]])
     labels = np.array([1, 1, 3])
-    assert scores.mae_expected_level(probs, labels) == pytest.approx((0.5 + 1.8 + 3) / 3)
-    assert scores.within_one_accuracy(probs, labels) == pytest.approx(1 / 3)
+    assert _score_metric(probs, labels, "mae_expected_level") == pytest.approx((0.5 + 1.8 + 3) / 3)
+    assert _score_metric(probs, labels, "within_one_accuracy") == pytest.approx(1 / 3)
 
 
 def test_debiased_ece_against_verified_calibration_formula():

@@ -15,7 +15,8 @@ def test_reliability_display_from_predictions_matches_the_curve():
     probs[5] = np.nan  # a failure is skipped, not drawn
     d = ReliabilityDisplay.from_predictions(labels, probs, n_bins=10)
     ok = np.isfinite(probs).all(axis=1)
-    curve = reliability.top_label_reliability_curve(probs[ok], labels[ok], 10)
+    conf, correct = reliability.top_label(probs[ok], labels[ok])
+    curve = reliability.reliability_curve(correct, conf, 10, "uniform", label="top-label")
     markers = [t for t in d.figure_.data if t.type == "scatter" and t.mode == "markers+lines"][0]
     nz = curve.count > 0
     np.testing.assert_allclose(markers.x, curve.mean_score[nz])

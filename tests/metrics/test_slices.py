@@ -16,12 +16,12 @@ import pytest
 from sklearn.metrics import accuracy_score
 
 import workbench as wb
-from tests.conftest import ROOT, dataset_path, run_cli
+from tests.conftest import ROOT, dataset_path, run_cli, table_counts
 from workbench.errors import DataImportError, NotFoundError
 from workbench.metrics.report import question_report
 from workbench.metrics.slices import MISSING, length_buckets, slice_groups
 from workbench.store.datasets import dataset_info, import_dataset, load_item_meta
-from workbench.store.db import connect, table_counts
+from workbench.store.db import connect
 from workbench.store.import_spec import ImportSpec
 from workbench.store.runs import load_answers
 from workbench.thresholds.bounds import clopper_pearson, wilson

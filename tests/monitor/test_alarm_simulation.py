@@ -15,17 +15,16 @@ import math
 import numpy as np
 import pytest
 
-from workbench.metrics.reliability import wilson_interval
-from workbench.monitor.sequential import (
-    BET_CAP,
+from tests.monitor.alarm_reference import (
     confidence_lower,
-    default_grid,
     error_rate_alarm,
     first_crossings,
     kelly_bets,
     log_wealth,
     predictable_rate,
 )
+from workbench.metrics.reliability import wilson_interval
+from workbench.monitor.sequential import BET_CAP, AlarmStream, default_grid
 
 ALPHA, DELTA = 0.05, 0.1
 N_STREAMS, N_PRE, N_POST = 400, 3000, 3000
@@ -130,6 +129,6 @@ def test_confidence_sequence_covers_the_true_rate_uniformly_and_matches_the_alar
     assert al.first_alarm == (int(crossed[0]) if crossed.size else None)  # alarm ⇔ the bound reaches α
 
 
-def test_error_rate_alarm_rejects_bad_parameters():
+def test_the_alarm_rejects_bad_parameters():
     with pytest.raises(ValueError):
-        error_rate_alarm(np.zeros(3), 0.0, 0.1)
+        AlarmStream(0.0, 0.1, 3)

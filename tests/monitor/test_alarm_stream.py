@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.monitor.sequential import AlarmStream, error_rate_alarm
+from tests.monitor.alarm_reference import error_rate_alarm
+from workbench.monitor.sequential import AlarmStream
 
 #: chunk boundaries: single outcomes, a chunk ending just before/after a kept index, the alarm inside a chunk
 IRREGULAR = [1, 2, 9, 1000, 1001, 11_999, 12_000, 15_000, 20_000]

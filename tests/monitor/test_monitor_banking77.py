@@ -88,7 +88,7 @@ def test_monitor_equals_policy_apply_on_the_test_split(b77_replay):
     # the policy keeps its promise on its own test split: no alarm, exit 0
     assert r.returncode == 0 and doc["alarm"] is False and doc["first_alarm_at"] is None
     # the same decisions and outcomes in the file's intent-sorted order are a shifting traffic mix: the alarm fires
-    from workbench.monitor.sequential import error_rate_alarm
+    from tests.monitor.alarm_reference import error_rate_alarm
 
     q = doc["questions"]["intent"]
     by_intent = b77_replay["file_order"]

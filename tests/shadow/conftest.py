@@ -7,6 +7,7 @@ layer (``build_policy``) exactly as ``workbench policy export`` does.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,3 +171,28 @@ def world(tmp_path_factory) -> ShadowWorld:
         paths.append(path)
     yield ShadowWorld(con, db, champ, chall, paths[0], paths[1], tmp)
     con.close()
+
+
+def histogram(scores: np.ndarray, *, n_bins: int = 10) -> np.ndarray:
+    """The reference p_top histogram of the drift figures: share of ``scores`` (n,) in [0, 1] per equal-width
+    bin, shape (n_bins,); NaN scores dropped."""
+    scores = np.asarray(scores, dtype=float)
+    scores = scores[np.isfinite(scores)]
+    if scores.size == 0:
+        return np.full(n_bins, np.nan)
+    idx = np.minimum((np.clip(scores, 0.0, 1.0) * n_bins).astype(int), n_bins - 1)
+    return np.bincount(idx, minlength=n_bins) / scores.size
+
+
+def read_journal(path: str | Path):
+    """Yield the complete records of a mirror journal, skipping lines torn by a crash."""
+    with open(path, "rb") as fh:
+        for raw in fh:
+            if not raw.endswith(b"\n"):
+                continue  # torn tail: never acknowledged
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                yield rec

@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT
+from tests.shadow.conftest import read_journal
 from workbench.emulator import run_emulator
 from workbench.shadow.collector import CollectorConfig, collect_async
-from workbench.shadow.journal import read_journal
 from workbench.store.db import connect
 from workbench.store.shadow import ingest_journal
 

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
+from tests.shadow.conftest import read_journal
 from workbench.emulator import run_emulator, run_emulator_process
-from workbench.shadow.journal import Journal, read_journal
+from workbench.shadow.journal import Journal
 from workbench.store.db import connect
 from workbench.store.shadow import ingest_journal
 

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import httpx
 
-from workbench.shadow.journal import read_journal
+from tests.shadow.conftest import read_journal
 from workbench.shadow.mirror import MirrorConfig, serve_async
 
 ANSWER = json.dumps({"model": "stand-in", "answers": {"q": {"type": "noul", "noul": 0.8}}}).encode()

@@ -26,9 +26,10 @@ import duckdb
 import httpx
 import pytest
 
+from tests.shadow.conftest import read_journal
 from tests.shadow.test_mirror import QUESTIONS, Mirror, _body
 from workbench.emulator import run_emulator, run_emulator_process
-from workbench.shadow.journal import Journal, read_journal
+from workbench.shadow.journal import Journal
 from workbench.store.db import connect
 from workbench.store.shadow import ingest_journal
 

@@ -24,8 +24,8 @@ import pytest
 
 import workbench as wb
 from tests.conftest import ROOT
+from tests.shadow.conftest import read_journal
 from workbench.emulator import run_emulator
-from workbench.shadow.journal import read_journal
 
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
 pytestmark = pytest.mark.skipif(

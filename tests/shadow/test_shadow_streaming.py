@@ -12,19 +12,24 @@ its Poisson intervals against the multinomial bootstrap of ``metrics.bootstrap``
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from tests.shadow.conftest import histogram
 from workbench.metrics.bootstrap import mcnemar, paired_bootstrap
+from workbench.metrics.slices import slice_groups
 from workbench.schema import DecisionSchema
 from workbench.shadow import report as shadow_report_module
-from workbench.shadow.drift import histogram, psi, window_bounds
+from workbench.shadow.drift import psi, window_bounds
 from workbench.shadow.policies import SidePolicy, is_accept, parse_rule_options
-from workbench.shadow.report import report_from_answers, shadow_report, slice_report
+from workbench.shadow.report import ShadowSlices, report_from_answers, shadow_report
 from workbench.store.db import connect
-from workbench.store.shadow import import_traffic, load_shadow
+from workbench.store.shadow import ShadowAnswers, import_traffic, load_shadow
 from workbench.thresholds.rules import ChoiceRule
 
 N = 3000
@@ -192,6 +197,44 @@ def test_streamed_report_equals_the_in_memory_report_whatever_the_chunks(session
     for doc in (whole, chunked):
         assert _close(doc["questions"], expected["questions"]) == []
         assert doc["verdict"] == expected["verdict"] and doc["gates"] == expected["gates"]
+
+
+def select_rows(s: ShadowAnswers, mask: np.ndarray) -> ShadowAnswers:
+    """``s`` restricted to the rows where ``mask`` (n,) is true, in the same order."""
+    kw = {}
+    for f in fields(s):
+        v = getattr(s, f.name)
+        kw[f.name] = v[mask] if isinstance(v, np.ndarray) and v.shape[:1] == (s.n,) else v
+    kw["extra"] = dict(s.extra)
+    return ShadowAnswers(**kw)
+
+
+def slice_report(
+    answers: list[ShadowAnswers],
+    values: pd.DataFrame,
+    *,
+    column: str,
+    order: list[str] | None = None,
+    source: str = "",
+    **kwargs: Any,
+) -> ShadowSlices:
+    """The slices in memory, the reference of the streamed ``--slice`` report: :func:`report_from_answers`
+    (with ``kwargs``) on each slice's rows of ``answers``; ``values`` maps ``item_id`` to the slice value
+    (missing → ``(missing)``)."""
+    lookup = pd.Series(values["value"].to_numpy(dtype=object), index=values["item_id"].astype(str).to_numpy())
+    lookup = lookup[~lookup.index.duplicated()]
+    per_q = []
+    for a in answers:
+        v = lookup.reindex(pd.Index(a.item_ids.astype(str))).to_numpy(dtype=object)
+        per_q.append((a, dict(slice_groups(v, order))))
+    names: list[str] = []
+    for _, groups in per_q:
+        names += [g for g in groups if g not in names]
+    out = ShadowSlices(column, names, source)
+    for name in names:
+        subset = [select_rows(a, groups.get(name, np.zeros(a.n, bool))) for a, groups in per_q]
+        out.reports[name] = report_from_answers(subset, **kwargs)
+    return out
 
 
 def test_period_windows_and_slices_stream_with_the_same_figures(session):

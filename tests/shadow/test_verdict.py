@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import jensenshannon
 
-from workbench.shadow.drift import histogram, js_divergence, psi, window_bounds
+from tests.shadow.conftest import histogram
+from workbench.shadow.drift import js_divergence, psi, window_bounds
 from workbench.shadow.policies import parse_rule_options
 from workbench.shadow.report import HOLD, PROMOTE, REJECT, Criteria, report_from_answers
 from workbench.store.shadow import ShadowAnswers

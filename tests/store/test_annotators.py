@@ -14,11 +14,11 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 import workbench as wb
-from tests.conftest import run_cli
+from tests.conftest import run_cli, table_counts
 from workbench.errors import DataImportError
 from workbench.schema import load_schema
 from workbench.store.datasets import import_dataset, load_labels, load_votes
-from workbench.store.db import connect, table_counts
+from workbench.store.db import connect
 from workbench.store.import_spec import ImportSpec
 from workbench.store.runs import create_run, load_answers, write_answers
 from workbench.workflows.evaluation import agreement_for_run, report_run

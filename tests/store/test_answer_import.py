@@ -20,13 +20,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.conftest import ROOT, copy_store, run_cli
+from tests.conftest import ROOT, copy_store, run_cli, table_counts
 from workbench.errors import DataImportError
 from workbench.schema import DecisionSchema, option_ids
 from workbench.schema.answers import SUM_TOLERANCE, entropy, normalise_answer, top_two
 from workbench.store.answer_import import OPTION_IDS_KEY, import_answers
 from workbench.store.datasets import import_dataset
-from workbench.store.db import connect, table_counts
+from workbench.store.db import connect
 from workbench.store.export import export_run
 from workbench.store.import_spec import ImportSpec
 from workbench.store.runs import get_run, load_answers

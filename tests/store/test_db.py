@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import table_counts
 from workbench.errors import StoreError
 from workbench.schema import DecisionSchema
-from workbench.store.db import SCHEMA_VERSION, connect, migrate, schema_version, table_counts, transaction
+from workbench.store.db import SCHEMA_VERSION, connect, migrate, schema_version, transaction
 from workbench.store.runs import create_run, load_answers, write_answers
 
 

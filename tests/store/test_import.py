@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import dataset_path, run_cli
-from workbench.store.db import connect, table_counts
+from tests.conftest import dataset_path, run_cli, table_counts
+from workbench.store.db import connect
 
 BAD = Path(__file__).resolve().parents[1] / "data" / "bad_inputs"
 OK_SCHEMA = BAD / "schema_ok.yaml"

@@ -15,9 +15,10 @@ import workbench.store.datasets as ds
 import workbench.store.fingerprints as fingerprints
 import workbench.store.import_files as import_files
 import workbench.store.import_streamed as streamed
+from tests.conftest import table_counts
 from workbench.errors import DataImportError
 from workbench.schema import DecisionSchema
-from workbench.store.db import connect, table_counts
+from workbench.store.db import connect
 from workbench.store.import_spec import ImportSpec
 
 SCHEMA = DecisionSchema.from_dict(

@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, table_counts
 from workbench.errors import DataImportError
 from workbench.store.datasets import import_dataset, load_items, load_labels
-from workbench.store.db import connect, table_counts
+from workbench.store.db import connect
 from workbench.store.import_spec import ImportSpec
 
 

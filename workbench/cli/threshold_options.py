@@ -203,11 +203,6 @@ NOT_OFFERED: dict[str, dict[str, str]] = {
 COMMANDS: set[str] = set()
 
 
-def flag_of_field(field: str) -> str:
-    """The first flag that sets ``field`` (``alpha`` -> ``--max-error``), or ``--`` + the field name."""
-    return next((f.flag for f in FLAGS if f.field == field), "--" + field.replace("_", "-"))
-
-
 def _parse_error_cost(error_cost: float, class_error_cost: list[str] | None, cost_matrix: Path | None):
     """``--error-cost`` scalar, ``--class-error-cost OPT=COST`` overrides, or a ``--cost-matrix`` JSON file."""
     if cost_matrix is not None:

@@ -131,7 +131,6 @@ def aggregate_sql(
     n_bins: int,
     grids: dict[str, tuple[np.ndarray, np.ndarray]],
     splits: Sequence[str] = (),
-    has_split: bool = False,
 ) -> str:
     """The one query (in ``e``'s dialect) over views ``answers`` and ``_wb_options``; see the module doc."""
     from workbench.metrics.reliability import bin_edges

@@ -4,7 +4,7 @@ Modules::
 
     registry      the table of every report metric (name, types, direction, wording, per-item computation)
     reliability   reliability curves, ECE (equal-width / equal-mass), MCE, debiased ECE, smooth ECE, class-wise
-    scores        accuracy, log loss, Brier + decomposition, top-k, RPS, MAE of the expected level, QWK, AUC/AP
+    scores        accuracy, log loss, Brier + decomposition, AUC/AP; per-item log loss, Brier, RPS, expected level
     confusion     confusion matrix with a review column, per-class P/R/F1 with Wilson intervals, review_rate
     bootstrap     seeded vectorised bootstrap intervals, paired run comparison, McNemar
     recalibrate   temperature / isotonic / Platt calibrators (numpy-only transform, exact JSON round trip)

@@ -312,13 +312,6 @@ def top_label_ece(
     return calibration_error(correct, conf, n_bins, strategy, norm)
 
 
-def top_label_reliability_curve(
-    probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, strategy: str = "uniform"
-) -> ReliabilityCurve:
-    conf, correct = top_label(probs, labels)
-    return reliability_curve(correct, conf, n_bins, strategy, label="top-label")
-
-
 def classwise_stats(
     probs: np.ndarray | None, labels: np.ndarray, n_bins: int = 15, strategy: str = "uniform", sums: tuple | None = None
 ) -> list[BinStats]:
@@ -341,20 +334,6 @@ def classwise_stats(
 def classwise_ece(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, strategy: str = "uniform") -> float:
     """Mean over options of the binned ECE of column j against ``labels == j`` (Kull et al. 2019)."""
     return float(np.mean([ece_from_stats(s) for s in classwise_stats(probs, labels, n_bins, strategy)]))
-
-
-def classwise_reliability_curves(
-    probs: np.ndarray,
-    labels: np.ndarray,
-    option_ids: list[str] | None = None,
-    n_bins: int = 15,
-    strategy: str = "uniform",
-) -> list[ReliabilityCurve]:
-    k = np.asarray(probs).shape[1]
-    names = option_ids or [str(j) for j in range(k)]
-    return [
-        curve_from_stats(s, strategy, names[j]) for j, s in enumerate(classwise_stats(probs, labels, n_bins, strategy))
-    ]
 
 
 # -- smooth ECE (Błasiok & Nakkiran 2024) -------------------------------------------------------
@@ -462,11 +441,6 @@ def smooth_ece(y_true: np.ndarray, y_score: np.ndarray, *, return_sigma: bool = 
                 hi = mid
     value = smooth_ece_sigma(y_true, y_score, hi, cache)
     return (value, hi) if return_sigma else value
-
-
-def top_label_smooth_ece(probs: np.ndarray, labels: np.ndarray) -> float:
-    conf, correct = top_label(probs, labels)
-    return smooth_ece(correct, conf)
 
 
 @dataclass

@@ -206,15 +206,6 @@ class _Ranks:
         return auc, ap
 
 
-def _wmean(x: np.ndarray, w: np.ndarray | None, total: float | None = None) -> float:
-    """Mean of ``x`` weighted by ``w`` (``total`` = Σw when the caller knows it)."""
-    if x.size == 0:
-        return float("nan")
-    if w is None:
-        return float(x.mean())
-    return float(np.dot(w, x) / (w.sum() if total is None else total))
-
-
 def _take_rows(probs: np.ndarray, keep: np.ndarray) -> np.ndarray:
     """``probs[keep]`` without copying the matrix when every row is kept (a 1M × 77 copy is 600 MB)."""
     return probs if keep.all() else probs[keep]
@@ -287,6 +278,53 @@ def _smooth_interval(
         lo, hi = np.quantile(reps, [(1 - level) / 2, 1 - (1 - level) / 2])
         iv = Interval(curve.smece, float(lo), float(hi), level, n_boot)
     return iv, curve
+
+
+def _finish(
+    report: QuestionReport,
+    stats: Callable,
+    keep: np.ndarray,
+    top: _Bins,
+    labels: np.ndarray,
+    pred: np.ndarray,
+    conf: np.ndarray,
+    accept: np.ndarray | None,
+    *,
+    n_boot: int,
+    seed: int,
+    level: float,
+    smooth: bool,
+    binary: tuple[np.ndarray, np.ndarray, _Bins] | None = None,
+) -> None:
+    """What every report of hard labels ends with: the intervals of ``stats`` (one replicate's metrics), the smooth
+    ECE of the top label, its reliability curves (``top``: its bins) and the confusion matrix with the review
+    column of ``accept`` (over all rows; ``keep`` selects the report's). ``binary`` (outcome, score, bins) of
+    P(yes) adds its smooth ECE and curves before the top label's."""
+    report.metrics = _intervals(stats, len(labels), n_boot, seed, level)
+    report.replicate = (keep, stats)
+    curves = {}
+    if binary is not None:
+        y, s, bins = binary
+        if smooth:
+            report.metrics["smece_yes"], report.smooth["p_yes"] = _smooth_interval(
+                y.astype(float), s, n_boot, seed, level, "P(yes)"
+            )
+        su, sq = bins.stats(None)
+        curves = {
+            "p_yes_uniform": rel.curve_from_stats(su, "uniform", "P(yes)"),
+            "p_yes_quantile": rel.curve_from_stats(sq, "quantile", "P(yes)"),
+        }
+    if smooth:
+        report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
+            (pred == labels).astype(float), conf, n_boot, seed, level, "top-label"
+        )
+    tu, tq = top.stats(None)
+    report.curves = curves | {
+        "top_label_uniform": rel.curve_from_stats(tu, "uniform", "top-label"),
+        "top_label_quantile": rel.curve_from_stats(tq, "quantile", "top-label"),
+    }
+    acc = None if accept is None else np.asarray(accept, bool)[keep]
+    report.confusion = confusion_result(labels, pred, report.option_ids, acc)
 
 
 # -- choice ---------------------------------------------------------------------------------------
@@ -433,8 +471,8 @@ def choice_report_from_items(
             "macro_f1": macro_f1_from_matrix(cm),
             "top_2_accuracy": float(top2 / total),
             "top_3_accuracy": float((top2 + blocks[1].sum()) / total),
-            "log_loss": _wmean(ll, w, total),
-            "brier": _wmean(ib, w, total),
+            "log_loss": sc.weighted_mean(ll, w, total),
+            "brier": sc.weighted_mean(ib, w, total),
             "ece_uniform": rel.ece_from_stats(su),
             "ece_quantile": rel.ece_from_stats(sq),
             "mce_uniform": rel.mce_from_stats(su),
@@ -446,12 +484,7 @@ def choice_report_from_items(
             out.pop("top_3_accuracy")
         return out | per_item(w)
 
-    report.metrics = _intervals(stats, n, n_boot, seed, level)
-    report.replicate = (keep, stats)
-    if smooth:
-        report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
-            correct.astype(float), conf, n_boot, seed, level, "top-label"
-        )
+    _finish(report, stats, keep, top, y, pred, conf, accept, n_boot=n_boot, seed=seed, level=level, smooth=smooth)
     sums = items.bin_sums  # shared by class-wise ECE and the Brier decomposition
     cw = rel.classwise_stats(None, y, n_bins, "uniform", sums=sums)
     report.metrics["classwise_ece"] = Interval(float(np.mean([rel.ece_from_stats(s) for s in cw])), level=level)
@@ -465,15 +498,8 @@ def choice_report_from_items(
             level,
         )
         report.metrics["classwise_ece"] = iv["classwise_ece"]
-    su, sq = top.stats(None)
-    report.curves = {
-        "top_label_uniform": rel.curve_from_stats(su, "uniform", "top-label"),
-        "top_label_quantile": rel.curve_from_stats(sq, "quantile", "top-label"),
-    }
     report.classwise = [rel.curve_from_stats(s, "uniform", opts[j]) for j, s in enumerate(cw)]
     report.decomposition = sc.brier_decomposition(None, y, n_bins, bin_sums=sums, item_briers=ib)
-    acc = None if accept is None else np.asarray(accept, bool)[keep]
-    report.confusion = confusion_result(y, pred, opts, acc)
     return report
 
 
@@ -526,10 +552,10 @@ def noul_report(
         auc, ap = ranks.auc_ap(w)
         cm = np.bincount(cm_cell, weights=w, minlength=4).reshape(2, 2)
         return {
-            "accuracy": _wmean(correct.astype(float), w),
+            "accuracy": sc.weighted_mean(correct.astype(float), w),
             "macro_f1": macro_f1_from_matrix(cm),
-            "log_loss": _wmean(ll, w),
-            "brier": _wmean(sq_err, w),
+            "log_loss": sc.weighted_mean(ll, w),
+            "brier": sc.weighted_mean(sq_err, w),
             "roc_auc": auc,
             "pr_auc": ap,
             "ece_yes_uniform": rel.ece_from_stats(su),
@@ -542,26 +568,11 @@ def noul_report(
             "debiased_ece": rel.debiased_ece_from_stats(tq),
         } | per_item(w)
 
-    report.metrics = _intervals(stats, n, n_boot, seed, level)
-    report.replicate = (keep, stats)
-    if smooth:
-        report.metrics["smece_yes"], report.smooth["p_yes"] = _smooth_interval(
-            y.astype(float), s, n_boot, seed, level, "P(yes)"
-        )
-        report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
-            correct.astype(float), conf, n_boot, seed, level, "top-label"
-        )
-    su, sq = yes_bins.stats(None)
-    tu, tq = top_bins.stats(None)
-    report.curves = {
-        "p_yes_uniform": rel.curve_from_stats(su, "uniform", "P(yes)"),
-        "p_yes_quantile": rel.curve_from_stats(sq, "quantile", "P(yes)"),
-        "top_label_uniform": rel.curve_from_stats(tu, "uniform", "top-label"),
-        "top_label_quantile": rel.curve_from_stats(tq, "quantile", "top-label"),
-    }
+    _finish(
+        report, stats, keep, top_bins, lab, pred, conf, accept,
+        n_boot=n_boot, seed=seed, level=level, smooth=smooth, binary=(y, s, yes_bins),
+    )  # fmt: skip
     report.decomposition = sc.binary_brier_decomposition(y, s, n_bins)
-    acc = None if accept is None else np.asarray(accept, bool)[keep]
-    report.confusion = confusion_result(lab, pred, list(opts), acc)
     return report
 
 
@@ -620,14 +631,14 @@ def score_report(
         denom = float(np.sum(qw * expected))
         tu, tq = top_bins.stats(w)
         return {
-            "accuracy": _wmean(correct.astype(float), w),
-            "within_one_accuracy": _wmean(within, w),
-            "mae_expected_level": _wmean(abs_err, w),
-            "rps": _wmean(rps, w),
+            "accuracy": sc.weighted_mean(correct.astype(float), w),
+            "within_one_accuracy": sc.weighted_mean(within, w),
+            "mae_expected_level": sc.weighted_mean(abs_err, w),
+            "rps": sc.weighted_mean(rps, w),
             "qwk": float(1.0 - np.sum(qw * cm) / denom) if denom > 0 else float("nan"),
             "macro_f1": macro_f1_from_matrix(cm),
-            "log_loss": _wmean(ll, w),
-            "brier": _wmean(ib, w),
+            "log_loss": sc.weighted_mean(ll, w),
+            "brier": sc.weighted_mean(ib, w),
             "ece_uniform": rel.ece_from_stats(tu),
             "ece_quantile": rel.ece_from_stats(tq),
             "mce_uniform": rel.mce_from_stats(tu),
@@ -635,23 +646,11 @@ def score_report(
             "cumulative_ece": float(np.mean([rel.ece_from_stats(b.stats(w)[0]) for b in cum])),
         } | per_item(w)
 
-    report.metrics = _intervals(stats, n, n_boot, seed, level)
-    report.replicate = (keep, stats)
-    if smooth:
-        report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
-            correct.astype(float), conf, n_boot, seed, level, "top-label"
-        )
-    tu, tq = top_bins.stats(None)
-    report.curves = {
-        "top_label_uniform": rel.curve_from_stats(tu, "uniform", "top-label"),
-        "top_label_quantile": rel.curve_from_stats(tq, "quantile", "top-label"),
-    }
+    _finish(report, stats, keep, top_bins, y, pred, conf, accept, n_boot=n_boot, seed=seed, level=level, smooth=smooth)
     report.classwise = [
         rel.curve_from_stats(b.stats(None)[0], "uniform", f"P(level >= {opts[j]})") for j, b in zip(range(1, k), cum)
     ]
     report.decomposition = sc.brier_decomposition(p, y, n_bins)
-    acc = None if accept is None else np.asarray(accept, bool)[keep]
-    report.confusion = confusion_result(y, pred, list(opts), acc)
     return report
 
 
@@ -706,13 +705,13 @@ def soft_report(
     def stats(w: np.ndarray | None) -> dict[str, float]:
         su, sq = top.stats(w)
         return {
-            "soft_accuracy": _wmean(share, w),
-            "soft_log_loss": _wmean(ll, w),
-            "soft_brier": _wmean(br, w),
+            "soft_accuracy": sc.weighted_mean(share, w),
+            "soft_log_loss": sc.weighted_mean(ll, w),
+            "soft_brier": sc.weighted_mean(br, w),
             "soft_ece_uniform": rel.ece_from_stats(su),
             "soft_ece_quantile": rel.ece_from_stats(sq),
-            "soft_log_loss_floor": _wmean(ent, w),
-            "soft_brier_floor": _wmean(br_floor, w),
+            "soft_log_loss_floor": sc.weighted_mean(ent, w),
+            "soft_brier_floor": sc.weighted_mean(br_floor, w),
         }
 
     report.metrics = _intervals(stats, n, n_boot, seed, level)

@@ -65,22 +65,6 @@ def accuracy(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | 
     return weighted_mean((np.asarray(probs).argmax(axis=1) == np.asarray(labels)).astype(float), sample_weight)
 
 
-def top_k_accuracy(probs: np.ndarray, labels: np.ndarray, k: int = 3) -> float:
-    """Fraction of items whose label is among the ``k`` most probable options.
-
-    Ties are broken towards counting the label as *outside* the top k (strictly greater count < k),
-    matching scikit-learn's ``top_k_accuracy_score``.
-    """
-    probs = np.asarray(probs, dtype=float)
-    labels = np.asarray(labels)
-    if probs.shape[0] == 0:
-        return float("nan")
-    p_true = _true_prob(probs, labels)
-    n_above = (probs > p_true[:, None]).sum(axis=1)
-    n_tied_before = ((probs == p_true[:, None]) & (np.arange(probs.shape[1]) < labels[:, None])).sum(axis=1)
-    return float(np.mean((n_above + n_tied_before) < k))
-
-
 def log_loss(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
     """Mean negative log-likelihood of the label (nats), ≥ 0."""
     return weighted_mean(item_log_loss(probs, labels), sample_weight)
@@ -89,15 +73,9 @@ def log_loss(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | 
 def brier_score(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
     """Multiclass Brier score, mean over items of Σ_j (p_j − 1[label = j])², in [0, 2].
 
-    For a yes/no question this is twice the binary Brier score on P(yes) (see :func:`binary_brier`).
+    For a yes/no question this is twice the binary Brier score on P(yes).
     """
     return weighted_mean(item_brier(probs, labels), sample_weight)
-
-
-def binary_brier(y_true: np.ndarray, y_score: np.ndarray) -> float:
-    """Mean (y_score − y_true)², in [0, 1] (scikit-learn's ``brier_score_loss``)."""
-    y_true = np.asarray(y_true, dtype=float)
-    return weighted_mean((np.asarray(y_score, dtype=float) - y_true) ** 2, None)
 
 
 @dataclass
@@ -234,42 +212,3 @@ def average_precision(y_true: np.ndarray, y_score: np.ndarray) -> float:
     precision = tp / (tp + fp)
     recall = tp / n_pos
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
-
-
-# -- ordinal ------------------------------------------------------------------------------------
-def ranked_probability_score(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
-    """Mean RPS (normalised by k − 1, so in [0, 1]); lower is better."""
-    return weighted_mean(item_rps(probs, labels), sample_weight)
-
-
-def mae_expected_level(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
-    """Mean |E[level] − label| in levels."""
-    return weighted_mean(np.abs(expected_level(probs) - np.asarray(labels)), sample_weight)
-
-
-def within_one_accuracy(probs: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
-    """Fraction of items whose arg-max level is at most one level from the label."""
-    return weighted_mean(
-        (np.abs(np.asarray(probs).argmax(axis=1) - np.asarray(labels)) <= 1).astype(float), sample_weight
-    )
-
-
-def quadratic_weighted_kappa(
-    labels: np.ndarray, predicted: np.ndarray, k: int, sample_weight: np.ndarray | None = None
-) -> float:
-    """Cohen's kappa with quadratic weights (j − l)²/(k − 1)² between label and predicted level.
-
-    1 − Σ W·O / Σ W·E, with O the observed confusion matrix and E the outer product of its
-    marginals scaled to the same total. NaN when E is all on the diagonal (a single level).
-    """
-    labels = np.asarray(labels)
-    predicted = np.asarray(predicted)
-    observed = np.bincount(labels * k + predicted, weights=sample_weight, minlength=k * k).reshape(k, k)
-    total = observed.sum()
-    if total == 0:
-        return float("nan")
-    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0)) / total
-    idx = np.arange(k)
-    weights = (idx[:, None] - idx[None, :]) ** 2 / max((k - 1) ** 2, 1)
-    denom = float(np.sum(weights * expected))
-    return float(1.0 - np.sum(weights * observed) / denom) if denom > 0 else float("nan")

@@ -32,9 +32,6 @@ from workbench.monitor.outcomes import MAX_INVALID_OUTCOME_SHARE, read_outcomes
 from workbench.monitor.sequential import AlarmStream, AlarmSummary
 from workbench.wording import plural
 
-#: PSI above this is a "large shift" (the usual rule of thumb).
-PSI_LARGE = 0.25
-
 
 @dataclass
 class MonitorOptions:

@@ -32,10 +32,6 @@ class ErrorKind(StrEnum):
     REFUSED = "refused"  # the model refused one question (OpenAI `refusal`)
     MISSING = "missing_answer"  # the response lacks a question that was asked
 
-    @property
-    def retryable(self) -> bool:
-        return self in (ErrorKind.RATE_LIMIT, ErrorKind.SERVER, ErrorKind.TIMEOUT, ErrorKind.NETWORK)
-
 
 class ProviderError(WorkbenchError):
     """A typed provider failure. ``message`` never contains a secret or the request state."""

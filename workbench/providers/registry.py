@@ -110,11 +110,6 @@ LOCAL_FACTORIES: dict[str, Callable[[str, ProviderContext], Provider]] = {
 }
 
 
-def is_local(spec: str) -> bool:
-    """True for in-process providers (no network, no credentials)."""
-    return split_spec(spec)[0] in LOCAL_FACTORIES
-
-
 def get_provider(spec: str, *, context: ProviderContext | None = None) -> Provider:
     """Build the provider named by ``spec``.
 

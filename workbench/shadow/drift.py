@@ -10,16 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 
-def histogram(scores: np.ndarray, *, n_bins: int = 10) -> np.ndarray:
-    """Share of ``scores`` (n,) in [0, 1] per equal-width bin, shape (n_bins,); NaN scores dropped."""
-    scores = np.asarray(scores, dtype=float)
-    scores = scores[np.isfinite(scores)]
-    if scores.size == 0:
-        return np.full(n_bins, np.nan)
-    idx = np.minimum((np.clip(scores, 0.0, 1.0) * n_bins).astype(int), n_bins - 1)
-    return np.bincount(idx, minlength=n_bins) / scores.size
-
-
 def psi(reference: np.ndarray, current: np.ndarray, *, eps: float = 1e-4) -> float:
     """Population stability index ``sum((c - r) * ln(c / r))`` of two histograms (shares).
 
@@ -50,20 +40,3 @@ def window_bounds(n: int, n_windows: int, *, min_size: int = 20) -> list[tuple[i
     k = int(max(1, min(n_windows, n // max(min_size, 1)))) if n else 0
     edges = np.linspace(0, n, k + 1).round().astype(int) if k else np.array([0])
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
-
-
-def time_window_bounds(ts: np.ndarray, period: str) -> list[tuple[int, int]]:
-    """Windows ``[start, stop)`` of calendar periods (``"1h"``, ``"1D"``, ``"15min"``...) over ``ts``.
-
-    ``ts`` (n,) datetime64 must be sorted with NaT last; rows without a time are left out.
-    """
-    import pandas as pd
-
-    ts = np.asarray(ts, dtype="datetime64[us]")
-    known = int((~np.isnat(ts)).sum())
-    if known == 0:
-        return []
-    floors = pd.DatetimeIndex(ts[:known]).floor(period).asi8
-    starts = np.flatnonzero(np.r_[True, floors[1:] != floors[:-1]])
-    stops = np.r_[starts[1:], known]
-    return [(int(a), int(b)) for a, b in zip(starts, stops)]

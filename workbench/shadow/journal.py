@@ -30,7 +30,6 @@ import asyncio
 import hashlib
 import json
 import os
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -118,7 +117,6 @@ class Journal:
         self._pending: list[bytes] = []
         self._waiters: list[asyncio.Future] = []
         self._flush_scheduled = False
-        self.records_written = 0
         self.syncs = 0
         self._repair_tail()
 
@@ -143,7 +141,6 @@ class Journal:
     def append(self, record: dict[str, Any]) -> None:
         """Write ``record`` now (no wait for the disk; synced with the next durable append)."""
         self._write(_line(record))
-        self.records_written += 1
 
     async def append_pair(self, champion: dict[str, Any], challenger: dict[str, Any]) -> None:
         """Both halves of a pair at once (a collector that learns them together), durably."""
@@ -178,10 +175,9 @@ class Journal:
     def flush(self) -> None:
         """Write what is pending and fsync everything written so far."""
         if self._pending:
-            data, n = b"".join(self._pending), len(self._pending)
+            data = b"".join(self._pending)
             self._pending.clear()
             self._write(data)
-            self.records_written += n
         if self._fsync:
             os.fsync(self._fd)
             self.syncs += 1
@@ -193,17 +189,3 @@ class Journal:
         self._flush_pending()
         os.close(self._fd)
         self._fd = -1
-
-
-def read_journal(path: str | Path) -> Iterator[dict]:
-    """Yield the complete records of a journal, skipping lines torn by a crash."""
-    with open(path, "rb") as fh:
-        for raw in fh:
-            if not raw.endswith(b"\n"):
-                continue  # torn tail: never acknowledged
-            try:
-                rec = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                yield rec

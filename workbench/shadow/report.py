@@ -22,7 +22,7 @@ otherwise its policy's; the challenger's are always its policy's (it never acted
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -173,7 +173,7 @@ def _coverage_stats(side: int):
 
 def _window_keys(s: ShadowAnswers, pos: np.ndarray, edges: np.ndarray | None, period: str | None) -> np.ndarray:
     """Window key per row (int64; -1 = in no window): the equal-count window of ``pos``, or the
-    calendar-period floor of the row's time (ns since the epoch), as :func:`time_window_bounds` cuts them."""
+    calendar-period floor of the row's time (ns since the epoch)."""
     if period:
         out = np.full(s.n, -1, dtype=np.int64)
         known = ~np.isnat(s.ts)
@@ -848,16 +848,6 @@ class ShadowSlices:
         return "\n".join(lines)
 
 
-def select_rows(s: ShadowAnswers, mask: np.ndarray) -> ShadowAnswers:
-    """``s`` restricted to the rows where ``mask`` (n,) is true, in the same order."""
-    kw = {}
-    for f in fields(s):
-        v = getattr(s, f.name)
-        kw[f.name] = v[mask] if isinstance(v, np.ndarray) and v.shape[:1] == (s.n,) else v
-    kw["extra"] = dict(s.extra)
-    return ShadowAnswers(**kw)
-
-
 def shadow_slice_values(con, shadow: str, session: dict, column: str) -> tuple[pd.DataFrame, list[str], str]:
     """``(frame item_id/value, display order, source)``: the slice value of each request of ``shadow``.
 
@@ -909,35 +899,6 @@ def shadow_slice_values(con, shadow: str, session: dict, column: str) -> tuple[p
         labels[known_len], order = length_buckets(lengths[known_len])
         meta = meta.assign(value=labels)
     return meta[["item_id", "value"]], order, source
-
-
-def slice_report(
-    answers: list[ShadowAnswers],
-    values: pd.DataFrame,
-    *,
-    column: str,
-    order: list[str] | None = None,
-    source: str = "",
-    **kwargs: Any,
-) -> ShadowSlices:
-    """:func:`report_from_answers` (with ``kwargs``) on each slice's rows of ``answers``: ``values`` maps
-    ``item_id`` to the slice value (missing → ``(missing)``)."""
-    from workbench.metrics.slices import slice_groups
-
-    lookup = pd.Series(values["value"].to_numpy(dtype=object), index=values["item_id"].astype(str).to_numpy())
-    lookup = lookup[~lookup.index.duplicated()]
-    per_q = []
-    for a in answers:
-        v = lookup.reindex(pd.Index(a.item_ids.astype(str))).to_numpy(dtype=object)
-        per_q.append((a, dict(slice_groups(v, order))))
-    names: list[str] = []
-    for _, groups in per_q:
-        names += [g for g in groups if g not in names]
-    out = ShadowSlices(column, names, source)
-    for name in names:
-        subset = [select_rows(a, groups.get(name, np.zeros(a.n, bool))) for a, groups in per_q]
-        out.reports[name] = report_from_answers(subset, **kwargs)
-    return out
 
 
 def report_from_answers(
@@ -1185,8 +1146,8 @@ def _stream_slices(
     meta: dict,
     **common: Any,
 ) -> ShadowSlices:
-    """:func:`slice_report` streamed from the store: the slice value of each request joins the rows in
-    DuckDB, and one pass per question accumulates every slice (positions count within the slice)."""
+    """The report of each slice's requests, streamed from the store: the slice value of each request joins the
+    rows in DuckDB, and one pass per question accumulates every slice (positions count within the slice)."""
     from workbench.metrics.slices import MISSING, slice_groups
     from workbench.store.shadow import register_slice_values
 
@@ -1234,8 +1195,8 @@ def shadow_report(
     accepts (``validity.models``), as the runtime does.
 
     ``slices`` (column names) adds ``report.slices[column]``: the same report on each slice's requests
-    (:func:`slice_report`; values from :func:`shadow_slice_values` — a replayed session's dataset
-    metadata columns, or ``state_length`` for any session). An unknown column raises
+    (values from :func:`shadow_slice_values` — a replayed session's dataset metadata columns, or
+    ``state_length`` for any session). An unknown column raises
     :class:`~workbench.errors.NotFoundError` naming the columns there are.
     """
     from workbench.store.shadow import bounded_memory, get_session, session_schema

@@ -697,20 +697,6 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
     con.commit()
 
 
-def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    """Row count of every workbench table (used by tests: a failed action changes nothing). Two queries."""
-    names = [
-        r[0]
-        for r in con.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1"
-        ).fetchall()
-    ]
-    if not names:
-        return {}
-    row = con.execute("SELECT " + ", ".join(f'(SELECT count(*) FROM "{n}")' for n in names)).fetchone()
-    return dict(zip(names, (int(v) for v in row or ()), strict=True))
-
-
 def fetch_scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict | None = None) -> Any:
     """The first column of the first row of ``sql`` (aggregates such as ``count(*)`` always return one)."""
     row = con.execute(sql, params).fetchone() if params is not None else con.execute(sql).fetchone()

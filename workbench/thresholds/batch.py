@@ -36,9 +36,6 @@ import math
 
 from workbench.errors import OptionError
 
-#: Default number of accepted items in the next batch (``--batch``).
-DEFAULT_BATCH = 1000
-
 
 def batch_certificate_levels(alpha: float, delta: float, n_batch: int) -> tuple[float, float]:
     """Population levels ``(alpha_population, delta_population)`` whose certificate bounds a batch.

@@ -141,13 +141,6 @@ class CascadeOptions:
         return asdict(self)
 
 
-def stage_candidates(tau_points: int, margins: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
-    """Candidate rules of one stage: ``(tau, margin)`` pairs; the last pair (``tau = inf``) never accepts."""
-    taus, _ = default_grids("choice", tau_points)
-    t, m = np.meshgrid(taus, np.asarray(margins, dtype=float), indexing="ij")
-    return np.append(t.ravel(), np.inf), np.append(m.ravel(), 0.0)
-
-
 def structures(n_stages: int) -> list[tuple[int, ...]]:
     """Every non-empty ordered subsequence of the stages: each stage alone first, then the longer ones."""
     return [c for k in range(1, n_stages + 1) for c in itertools.combinations(range(n_stages), k)]
@@ -278,58 +271,6 @@ def fit_stage_calibrators(stages: Sequence[RunAnswers], opts: CascadeOptions) ->
             cals.append(fit_calibrator(opts.calibrate, _stage_probs(st, idx)[fit], labels[fit]))
     certify = np.ones(len(common), dtype=bool) if fit is None else ~fit
     return cals, certify, 0 if fit is None else int(fit.sum())
-
-
-def cascade_counts(
-    passes: Sequence[np.ndarray],
-    wrong: Sequence[np.ndarray],
-    latency_ms: Sequence[np.ndarray],
-) -> dict[str, Any]:
-    """Counts of every joint configuration at once.
-
-    Parameters
-    ----------
-    passes : per stage an (n, R_s) bool matrix: item passes candidate rule ``r`` of stage ``s``
-    wrong : per stage an (n,) bool: the stage's top option is not the label
-    latency_ms : per stage an (n,) float
-
-    Returns
-    -------
-    dict with flat arrays over the ``prod(R_s)`` configurations (C order of the stage indices):
-    ``accepted``, ``errors``, ``reach`` (S, C) items that call stage ``s``, ``accepted_at`` (S, C),
-    ``review`` and ``latency_ms`` (summed over items), and ``shape``.
-    """
-    n = passes[0].shape[0]
-    reach = np.ones((1, n))
-    acc = np.zeros(1)
-    err = np.zeros(1)
-    lat = np.zeros(1)
-    reach_counts: list[np.ndarray] = []
-    acc_at: list[np.ndarray] = []
-    shape: list[int] = []
-    for P, w, t in zip(passes, wrong, latency_ms, strict=True):
-        Pf = np.asarray(P, dtype=float)
-        R = Pf.shape[1]
-        a_s = reach @ Pf  # (C, R)
-        e_s = reach @ (Pf * np.asarray(w, dtype=float)[:, None])
-        called = reach.sum(axis=1)  # (C,)
-        lat_s = reach @ np.asarray(t, dtype=float)
-        acc = (acc[:, None] + a_s).ravel()
-        err = (err[:, None] + e_s).ravel()
-        lat = np.repeat(lat + lat_s, R)
-        reach_counts = [np.repeat(r, R) for r in reach_counts] + [np.repeat(called, R)]
-        acc_at = [np.repeat(a, R) for a in acc_at] + [a_s.ravel()]
-        reach = (reach[:, None, :] * (1.0 - Pf.T)[None, :, :]).reshape(-1, n)
-        shape.append(R)
-    return {
-        "accepted": np.rint(acc).astype(np.int64),
-        "errors": np.rint(err).astype(np.int64),
-        "reach": np.rint(np.vstack(reach_counts)).astype(np.int64),
-        "accepted_at": np.rint(np.vstack(acc_at)).astype(np.int64),
-        "review": np.rint(reach.sum(axis=1)).astype(np.int64),
-        "latency_ms": lat,
-        "shape": tuple(shape),
-    }
 
 
 def route(al: AlignedStages, rules: Sequence[tuple[float, float]]) -> np.ndarray:
@@ -728,8 +669,6 @@ class CascadeResult:
     structure: list[int] = field(default_factory=list)
     calibrators: list[dict] = field(default_factory=list)
     configurations: list[dict] = field(default_factory=list)
-    #: the fitted calibrators (one per stage of ``run_ids``), applied before the rules
-    fitted_calibrators: list[Any] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def chosen_run_ids(self) -> list[str]:
@@ -1073,7 +1012,6 @@ def choose_cascade(
         structure=structure,
         calibrators=[c.to_dict() for c in cals],
         configurations=configurations,
-        fitted_calibrators=cals,
     )
 
 

@@ -1,6 +1,6 @@
 """How routing thresholds are chosen: :class:`ThresholdOptions` (the one options type of the workbench),
-its allowed values (``OBJECTIVES``, ``METHODS``, ``RECALIBRATIONS``, ``LEVELS``, ``GUARANTEE_FOR``), its
-``DEFAULTS``, and the smallest calibration split that could certify a rule at given options
+its allowed values (``OBJECTIVES``, ``METHODS``, ``RECALIBRATIONS``, ``LEVELS``, ``GUARANTEE_FOR``) and
+the smallest calibration split that could certify a rule at given options
 (:func:`calibration_size_needed`, in plain words :func:`needed_sentence`).
 
 The selection itself is in :mod:`workbench.thresholds.choose`; its result in :mod:`workbench.thresholds.result`.
@@ -301,10 +301,6 @@ class ThresholdOptions:
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
-
-
-#: The defaults, for callers that print or compare them.
-DEFAULTS = ThresholdOptions()
 
 
 def calibration_size_needed(opts: ThresholdOptions, n_options: int | None = None) -> dict:

@@ -110,7 +110,7 @@ slice_by = st.selectbox(
 )
 if slice_by != "(none)":
     try:
-        slice_rows, slice_long = state.slice_table(path, token, run_id, question, split, slice_by, n_bins)
+        slice_rows = state.slice_table(path, token, run_id, question, split, slice_by, n_bins)
     except WorkbenchError as exc:
         state.show_error(exc)
     else:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import streamlit as st
 
 from workbench.errors import NotFoundError
-from workbench.ui.state.cache import forget_answers, run_answers
+from workbench.ui.state.cache import forget_answers
 from workbench.ui.state.errors import show_error, stop_on_error
 from workbench.ui.state.production import shadow_report, shadow_sessions
 from workbench.ui.state.reports import (
@@ -67,12 +67,9 @@ from workbench.ui.state.runs import (
 from workbench.ui.state.store import (
     KEY_DATASET,
     KEY_DB,
-    KEY_QUESTION,
-    KEY_RUN,
     current,
     current_table,
     db_path,
-    default_db,
     preload,
     read_connection,
     run_record,
@@ -108,10 +105,7 @@ def refresh() -> None:
 __all__ = [
     # store: which store, connections, tokens
     "KEY_DB",
-    "KEY_RUN",
-    "KEY_QUESTION",
     "KEY_DATASET",
-    "default_db",
     "db_path",
     "store_token",
     "read_connection",
@@ -121,8 +115,6 @@ __all__ = [
     "store_ready",
     "run_record",
     "refresh",
-    # cache and arrays
-    "run_answers",
     # runs: datasets, runs, pickers
     "datasets_frame",
     "dataset_info",

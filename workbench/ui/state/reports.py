@@ -354,7 +354,7 @@ def comparison(
 @st.cache_data(show_spinner="Reporting each slice…", max_entries=32)
 def slice_table(path: str, token: tuple, run_id: str, question: str, split: str, column: str, n_bins: int = 15):
     """Per-slice report of one question (``workbench report --slice COLUMN``): one row per slice with
-    its labelled count and headline metrics as ``estimate [low, high]``; and the long frame for download."""
+    its labelled count and headline metrics as ``estimate [low, high]``."""
     from workbench.metrics.slices import HEADLINE_METRICS
     from workbench.workflows.evaluation import report_run
 
@@ -370,4 +370,4 @@ def slice_table(path: str, token: tuple, run_id: str, question: str, split: str,
             iv = r.metrics.get(m)
             row[m] = "—" if iv is None else f"{iv.estimate:.4f}  [{iv.low:.4f}, {iv.high:.4f}]"
         rows.append(row)
-    return pd.DataFrame(rows), sr.to_frame()
+    return pd.DataFrame(rows)
