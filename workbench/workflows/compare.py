@@ -57,20 +57,6 @@ from workbench.store.runs import (  # the SQL of the readers: compare ranks and 
 from workbench.thresholds.options import ThresholdOptions
 
 
-def ObjectiveSpec(
-    kind: str = "guarantee",
-    max_error: float | None = None,
-    delta: float | None = None,
-    calibrate: str | None = None,
-    **fields: Any,
-) -> ThresholdOptions:
-    """:class:`ThresholdOptions` from the older objective keywords (kept for callers of the first
-    wave; ``None`` keeps ThresholdOptions' default). New code passes ``options=ThresholdOptions(...)``."""
-    given = {"alpha": max_error, "delta": delta, "calibrate": calibrate, **fields}
-    fields_ok = {k: v for k, v in given.items() if v is not None and k != "calibration_split"}
-    return ThresholdOptions(objective=kind, **fields_ok)
-
-
 def experiment_options(objective: Any) -> ThresholdOptions:
     """ThresholdOptions of an experiment file's ``objective:`` (fields it leaves out keep the defaults)."""
     if objective is None:
@@ -222,7 +208,7 @@ def compare_items(
     probs: np.ndarray, labels: np.ndarray, qtype: str, item_ids: np.ndarray | None = None, rule=None
 ) -> CompareItems:
     """:class:`CompareItems` of answered, labelled rows ``probs`` (m, k), ``labels`` (m,); ``rule``:
-    ``(rule, calibrator dict or None)`` whose decisions are kept (:func:`_decide`)."""
+    ``(rule, calibrator dict or None)`` whose decisions are kept (:func:`_decide_counted`)."""
     return _items_counted(probs, labels, qtype, item_ids, rule)[0]
 
 
@@ -348,11 +334,6 @@ def _items_stats(sets: Sequence[tuple[CompareItems, int, str]]):
     return stats
 
 
-def _metric_stats(probs: np.ndarray, labels: np.ndarray, k: int, qtype: str = "choice"):
-    """Bootstrap-able headline metrics (weights = resampling counts); ordinal ones for ``score``."""
-    return _item_stats(compare_items(probs, labels, qtype), k, qtype)
-
-
 def _item_point_metrics(items: CompareItems, qtype: str) -> dict[str, float]:
     """Metrics without weights support: top-label ECE (15 equal-width bins) for all; ROC-AUC and
     average precision of P(yes) for noul."""
@@ -364,11 +345,6 @@ def _item_point_metrics(items: CompareItems, qtype: str) -> dict[str, float]:
         out["roc_auc"] = roc_auc(items.labels == 0, items.p_yes)
         out["average_precision"] = average_precision(items.labels == 0, items.p_yes)
     return out
-
-
-def _point_metrics(probs: np.ndarray, labels: np.ndarray, qtype: str) -> dict[str, float]:
-    """Metrics without weights support: ECE for all; ROC-AUC and average precision of P(yes) for noul."""
-    return _item_point_metrics(compare_items(probs, labels, qtype), qtype)
 
 
 def _run_costs(con, run: dict, split: str, memo: dict | None = None) -> dict:
@@ -511,14 +487,10 @@ def _policy_test(result, options: ThresholdOptions, counts: dict | None) -> dict
     return out
 
 
-def _decide(rule_and_calibrator: tuple, probs: np.ndarray):
-    """The rule's decisions on ``probs`` after the calibrator it was chosen with (as a policy applies it)."""
-    return _decide_counted(rule_and_calibrator, probs)[0]
-
-
 def _decide_counted(rule_and_calibrator: tuple, probs: np.ndarray):
-    """(:func:`_decide`'s decisions, how many rows are not finite after the calibrator): what
-    :func:`~workbench.thresholds.evaluate.rule_counts` counts as failed."""
+    """(the rule's decisions on ``probs`` after the calibrator it was chosen with, as a policy applies it;
+    how many rows are not finite after the calibrator: what :func:`~workbench.thresholds.evaluate.rule_counts`
+    counts as failed)."""
     from workbench.metrics.recalibrate import apply_calibrator, calibrator_from_dict
 
     rule, calibrator = rule_and_calibrator
