@@ -145,3 +145,21 @@ def test_applying_a_calibrator_needs_numpy_only():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_temperature_fit_in_blocks_of_rows_is_the_whole_matrix_fit_exactly(monkeypatch):
+    """The likelihood is computed on blocks of rows (cache-sized): every step is per element or per row, so
+    the fitted temperature is bit-for-bit the one of the whole matrix, whatever the block size."""
+    from workbench.metrics import recalibrate
+
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(2_000, 7)) * 3
+    p = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    y = (p.cumsum(axis=1) < rng.random((2_000, 1))).sum(axis=1).clip(0, 6)
+    sharp = np.exp(1.4 * logits) / np.exp(1.4 * logits).sum(axis=1, keepdims=True)
+    fitted = {}
+    for values in (1, 7 * 333, 10**9):  # one row a block, a ragged last block, the whole matrix
+        monkeypatch.setattr(recalibrate, "_NLL_BLOCK_VALUES", values)
+        fitted[values] = recalibrate.TemperatureScaling().fit(sharp, y).temperature
+    assert fitted[1] == fitted[7 * 333] == fitted[10**9]
+    assert 1.2 < fitted[10**9] < 1.6  # the sharpening 1.4 is undone

@@ -64,6 +64,10 @@ class IdentityCalibrator(_applied.IdentityCalibrator):
         return self
 
 
+#: Values per block of rows in the temperature fit's likelihood (160k doubles, 1.3 MB: one core's L2 cache).
+_NLL_BLOCK_VALUES = 160_000
+
+
 class TemperatureScaling(_applied.TemperatureScaling):
     """One temperature per question: ``softmax(log(max(p, 1e-12)) / T)``.
 
@@ -82,13 +86,24 @@ class TemperatureScaling(_applied.TemperatureScaling):
         # it the same way, so max(z / t) is exactly max(z) / t
         z_max = z.max(axis=1)
 
+        # the row-wise steps run on blocks of rows that stay in the CPU cache (four passes over a 60 MB
+        # matrix at 100k × 77 became four over 1.3 MB): every step is per element or per row, so the
+        # numbers are exactly the whole-matrix ones; the mean over rows is taken on the full vector as before
+        block = max(1, _NLL_BLOCK_VALUES // max(1, z.shape[1]))
+        buf = np.empty((min(block, len(z)), z.shape[1]))
+        lse = np.empty(len(z))
+
         def nll(log_t: float) -> float:
             t = math.exp(log_t)
-            s = z / t
             m = z_max / t
-            s -= m[:, None]
-            np.exp(s, out=s)  # in place: the same numbers as exp(s - m), one temporary fewer
-            lse = m + np.log(s.sum(axis=1))
+            for start in range(0, len(z), block):
+                stop = min(start + block, len(z))
+                s = buf[: stop - start]
+                np.divide(z[start:stop], t, out=s)
+                s -= m[start:stop, None]
+                np.exp(s, out=s)
+                np.log(s.sum(axis=1), out=lse[start:stop])
+                lse[start:stop] += m[start:stop]
             return float(np.mean(lse - z_true / t))
 
         res = minimize_scalar(nll, bounds=(-7.0, 7.0), method="bounded", options={"xatol": 1e-7})
