@@ -22,10 +22,12 @@ from workbench.thresholds.choose import choose_thresholds
 from workbench.thresholds.guarantees import select_guarantee, select_guarantee_split
 from workbench.thresholds.options import ThresholdOptions
 from workbench.thresholds.planning import (
+    WIDE_SPREAD,
     certify_batch,
     error_interval,
     logistic_errors,
     plan_labels_from_pilot,
+    range_text,
     sizes_needed,
     success_curves,
 )
@@ -130,6 +132,49 @@ def test_a_reachable_goal_beyond_max_labels_says_so_and_noul_plans():
     with pytest.raises(OptionError) as err:
         plan_labels_from_pilot(probs, labels, "noul", opts, power=1.5)
     assert err.value.parameter == "power"
+
+
+def _calibrated_pilot(seed: int, n: int = 300, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """A pilot of a calibrated k-option model: the top probability is logistic(N(2.5, 1.6)) and the
+    top option is right with that probability (the others share the rest evenly)."""
+    rng = np.random.default_rng(seed)
+    top = np.clip(1 / (1 + np.exp(-rng.normal(2.5, 1.6, n))), 1 / k + 0.01, 0.999)
+    labels = rng.integers(0, k, n)
+    wrong = rng.random(n) > top
+    pred = np.where(wrong, (labels + rng.integers(1, k, n)) % k, labels)
+    probs = np.repeat(((1 - top) / (k - 1))[:, None], k, axis=1)
+    probs[np.arange(n), pred] = top
+    return probs, labels
+
+
+def test_a_recommendation_far_above_the_median_is_warned_about():
+    """N grows like 1/(α - error)²: when a few replicates sit close to α the recommendation (their 90 %
+    quantile) is many times the median, and the plan says that it rests on them. Two pilots of the same
+    model at a coverage target of 0.5: one 4.9× the median (warned), one 2.8× (not warned)."""
+    opts = ThresholdOptions(alpha=0.05)
+    plans = {
+        seed: plan_labels_from_pilot(
+            *_calibrated_pilot(seed), "choice", opts, target_coverage=0.5, n_draws=120, max_labels=20000, seed=seed
+        )
+        for seed in (0, 4)
+    }
+    for plan in plans.values():
+        r, rec = plan.labels_range, plan.recommended_labels
+        assert plan.status == "ok" and rec == r["high"]  # the 90 % quantile
+        wide = [w for w in plan.warnings if "bootstrap replicates disagree" in w]
+        assert bool(wide) == (rec > WIDE_SPREAD * r["median"])
+    wide = plans[4]
+    r = wide.labels_range
+    assert wide.recommended_labels > 4 * r["median"] and len(wide.warnings) == 1
+    assert wide.warnings[0].startswith(
+        f"the pilot's bootstrap replicates disagree: the recommended {wide.recommended_labels:,} labels are "
+        f"{wide.recommended_labels / r['median']:.1f}× the median {r['median']:,} ({range_text(r)})"
+    )
+    assert wide.warnings[0].endswith(
+        "Label more pilot items to narrow the spread before buying calibration labels, or lower the target coverage"
+    )
+    assert 2 < plans[0].recommended_labels / plans[0].labels_range["median"] < WIDE_SPREAD
+    assert plans[0].warnings == []  # nor is its best rule within the noise of α
 
 
 # -- the acceptance: BANKING77 tf-idf, a 200-item pilot ----------------------------------------------

@@ -15,7 +15,11 @@ the N at which it reaches ``power`` (default 0.8). Those N are the plan's spread
 average over replicates, is a predictive probability: on 300-item BANKING77 pilots its N reached a
 coverage target in 34–63 % of real draws, against the promised 80 %.) With a target coverage, the plan
 warns when the pilot's best rule reaching that coverage has a 90 % Clopper–Pearson error interval
-that contains α: the pilot cannot then tell whether the target is reachable at all.
+that contains α: the pilot cannot then tell whether the target is reachable at all. It also warns when
+the recommendation is more than :data:`WIDE_SPREAD` times the median N: the replicates disagree, because
+N grows like ``1 / (α - error)²`` and the replicates whose best rule sits close to α need many times
+more labels (on 300-item BANKING77 pilots with a coverage target of 0.5, one pilot's replicates spread
+from 726 to 19,140 labels while real draws of 600 already reach the target in 82 % of cases).
 
 How a draw of size ``N`` is simulated
 -------------------------------------
@@ -92,6 +96,10 @@ MIN_EXPECTED_ERRORS = 3
 #: A rule that accepts fewer pilot items than this is not "useful" (its error is not estimated).
 MIN_USEFUL_ACCEPTED = 5
 STATUSES = ("ok", "pilot_too_small", "unreachable", "beyond_max_labels")
+#: The plan warns when its recommendation is more than this many times the median N over the pilot's
+#: bootstrap replicates: the recommendation then rests on the few replicates whose best rule sits close
+#: to α (N grows like 1 / (α - error)², so a little noise in the error moves it by multiples).
+WIDE_SPREAD = 3.0
 #: How a simulated item's error is drawn: ``logistic`` (default), a two-parameter logistic fit of the
 #: pilot's observed errors on the calibrated probability of the accepted option; ``observed``, each
 #: pilot item keeps its own observed correctness (optimistic: the search over rules exploits the
@@ -819,6 +827,15 @@ def plan_labels_from_pilot(
                 f"{100 * lo:.1f}–{100 * hi:.1f}%, which contains α), so the number of labels rests on the pilot's noise "
                 f"({range_text(labels_range)}); label more pilot items or lower the target coverage"
             )
+    med = labels_range["median"]
+    if recommended is not None and med and recommended > WIDE_SPREAD * med:
+        warnings.append(
+            f"the pilot's bootstrap replicates disagree: the recommended {recommended:,} labels are "
+            f"{recommended / med:.1f}× the median {med:,} ({range_text(labels_range)}); the recommendation rests on "
+            "the few replicates whose best rule sits close to α, where N grows like 1 / (α − error)². Label more pilot "
+            "items to narrow the spread before buying calibration labels"
+            + (", or lower the target coverage" if target_coverage is not None else ", or relax α")
+        )
     if n_pool > n_pilot:
         messages.append(
             f"{n_pool - n_pilot} unlabelled items widen the population; their errors are drawn from the "
