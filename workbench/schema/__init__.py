@@ -1,13 +1,6 @@
 """Decision schema (System One question map), limit profiles and normalised answers."""
 
-from workbench.schema.answers import (
-    NormalisedAnswer,
-    entropy,
-    margin,
-    normalise_answer,
-    p_top,
-    top_two,
-)
+from workbench.schema.answers import NormalisedAnswer, entropy, margin, normalise_answer, p_top, top_two
 from workbench.schema.questions import (
     PROFILES,
     Choice,
