@@ -178,33 +178,12 @@ def run(
     """
     from workbench.runner import run_experiment
 
-    if not isinstance(provider, str):  # a built provider: record its spec, run it as it is
-        from workbench.providers.registry import check_ready
-        from workbench.runner.execute import RunOptions, execute_run, start_run
-
-        check_ready(provider)  # no key, unknown model: refused before a run exists
-        tags = {k: options.pop(k) for k in ("experiment", "variant", "dataset_version") if k in options}
-        transport, reporter = options.pop("transport", None), options.pop("reporter", None)
-        run_options = RunOptions(
-            splits=list(splits) if splits else None, limit=limit, concurrency=concurrency, **options
-        )
-        run_id = start_run(
-            con,
-            dataset=dataset,
-            schema=_as_schema(schema),
-            provider_spec=provider.spec,
-            options=run_options,
-            run_name=name,
-            **tags,
-        )
-        execute_run(con, run_id, env=env, transport=transport, progress=progress, provider=provider, reporter=reporter)
-        return run_id
     (run_id,) = run_experiment(
         con,
         dataset=dataset,
         schema=_as_schema(schema),
         provider_specs=[provider],
-        splits=list(splits) if splits else None,
+        splits=splits,
         limit=limit,
         run_name=name,
         env=env,

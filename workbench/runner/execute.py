@@ -1037,7 +1037,7 @@ def run_experiment(
     *,
     dataset: str,
     schema: DecisionSchema,
-    provider_specs: Sequence[str],
+    provider_specs: Sequence[Any],
     splits: Sequence[str] | None = None,
     limit: int | None = None,
     concurrency: int = 8,
@@ -1057,7 +1057,8 @@ def run_experiment(
     """Run ``schema`` over ``dataset`` with each provider in turn; return the run ids.
 
     Parameters mirror ``workbench run``. ``max_cost`` applies to each run. ``run_name`` gets
-    the provider spec appended when several providers run.
+    the provider spec appended when several providers run. A ``provider_specs`` entry is a spec
+    string, or an already built provider (run as it is, its ``spec`` recorded).
     """
     import os
 
@@ -1076,13 +1077,18 @@ def run_experiment(
         raise WorkbenchError("no provider given", hint="pass `provider` SPEC, e.g. local:minilm-zeroshot")
     env = os.environ if env is None else env
     version = dataset_version or latest_version(con, dataset)
-    # build every provider first: a bad spec or a missing setting fails before any run is created
+    # build (or check) every provider first: a bad spec or a missing setting fails before any run is created
+    for built in (p for p in provider_specs if not isinstance(p, str)):
+        check_ready(built)
     providers = [
         build_provider(con, spec, dataset=dataset, dataset_version=version, options=opts, env=env, transport=transport)
+        if isinstance(spec, str)
+        else spec
         for spec in provider_specs
     ]
     run_ids = []
     for spec, provider in zip(provider_specs, providers):
+        spec = spec if isinstance(spec, str) else provider.spec
         name = run_name if (run_name is None or len(provider_specs) == 1) else f"{run_name}:{spec}"
         run_id = start_run(
             con,
