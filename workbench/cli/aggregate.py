@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import AS_JSON, emit_json, err_console, out_console, print_table
+from workbench.cli.common import AS_JSON, ENGINE, SPARK_MASTER, emit_json, err_console, out_console, print_table
 
 
 def register(app: typer.Typer) -> None:
@@ -19,10 +19,8 @@ def register(app: typer.Typer) -> None:
         schema: Path = typer.Option(..., "--schema", help="The decision schema file (option order)."),
         question: list[str] | None = typer.Option(None, "--question", "-q", help="Question(s) (default: all)."),
         split: list[str] | None = typer.Option(None, "--split", help="Keep only these splits (repeatable)."),
-        engine: str = typer.Option("duckdb", "--engine", help="duckdb (this machine) or spark."),
-        spark_master: str | None = typer.Option(
-            None, "--spark-master", help="Spark master URL (local[2], spark://host:7077, yarn, k8s://…)."
-        ),
+        engine: str = ENGINE,
+        spark_master: str | None = SPARK_MASTER,
         n_bins: int = typer.Option(15, "--n-bins", help="Uniform top-label reliability bins."),
         grid: int = typer.Option(100, "--grid", help="Points per threshold axis of the surface."),
         max_error: float = typer.Option(

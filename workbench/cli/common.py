@@ -39,6 +39,12 @@ AS_JSON = typer.Option(False, "--json", help="Print the result as one JSON docum
 #: ``--host`` of the commands that serve HTTP: loopback unless asked.
 HOST = typer.Option("127.0.0.1", "--host", help="Address to bind; loopback by default.")
 
+#: ``--engine`` and ``--spark-master`` of the commands that aggregate where the data lives (``aggregate``, ``monitor``).
+ENGINE = typer.Option("duckdb", "--engine", help="Where the aggregations run: duckdb (this machine) or spark.")
+SPARK_MASTER = typer.Option(
+    None, "--spark-master", help="Spark master URL (local[2], spark://host:7077, yarn, k8s://…)."
+)
+
 
 def slice_option(what: str, note: str = "") -> Any:
     """``--slice COLUMN`` (repeatable): ``what`` per slice of an item metadata column or of the state's length."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import emit_json, err_console
+from workbench.cli.common import HOST, emit_json, err_console
 from workbench.wording import plural
 
 
@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
     @app.command("emulator")
     def emulator(
         port: int = typer.Option(8787, "--port", help="Port to listen on (0 picks a free one)."),
-        host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; loopback by default."),
+        host: str = HOST,
         latency_ms: float = typer.Option(
             0.0, "--latency-ms", help="Added latency: fixed, or the median when --latency-p95-ms is given."
         ),

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import AS_JSON, emit_json, err_console, out_console, print_table, write_text_file
+from workbench.cli.common import (
+    AS_JSON,
+    ENGINE,
+    SPARK_MASTER,
+    emit_json,
+    err_console,
+    out_console,
+    print_table,
+    write_text_file,
+)
 from workbench.wording import plural
 
 
@@ -35,12 +44,8 @@ def register(app: typer.Typer) -> None:
         recertify_min: int = typer.Option(
             1000, "--recertify-min", help="Fresh outcomes needed before a recertification hint is computed."
         ),
-        engine: str = typer.Option(
-            "duckdb", "--engine", help="Where the aggregations run: duckdb (this machine) or spark (where logs live)."
-        ),
-        spark_master: str | None = typer.Option(
-            None, "--spark-master", help="Spark master URL (local[2], spark://host:7077, yarn, k8s://…)."
-        ),
+        engine: str = ENGINE,
+        spark_master: str | None = SPARK_MASTER,
         max_invalid_outcomes: float = typer.Option(
             0.01,
             "--max-invalid-outcomes",
