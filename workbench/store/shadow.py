@@ -552,7 +552,6 @@ def ingest_journal(
             else:
                 assert first_error is not None
                 raise first_error
-        session_params = {"journal": str(path)}
         with transaction(con):
             if session_exists(con, shadow):
                 old = get_session(con, shadow)
@@ -573,7 +572,7 @@ def ingest_journal(
                     schema=schema,
                     champion=champion,
                     challenger=challenger,
-                    params=session_params,
+                    params={"journal": str(path)},
                     replace=False,
                 )
             con.execute(
