@@ -21,7 +21,7 @@ import numpy as np
 
 from workbench.providers.base import DecisionRequest, ErrorKind, ProviderError
 from workbench.providers.dialects.base import Answer, Dialect, Error, Reject, Reply, Served, error_object, r4
-from workbench.providers.dialects.systemone import Limits, check_images
+from workbench.providers.dialects.systemone import check_images
 from workbench.providers.http import HttpProvider
 from workbench.providers.tokens import render_state
 
@@ -214,7 +214,7 @@ def _openai_input(inp: Any) -> tuple[Any, list]:
                 raise Reject("schema", "unsupported input part", ("input",))
     if len(images) > 128:
         raise Reject("schema", "at most 128 images", ("input",))
-    check_images(images, Limits(max_images=128))
+    check_images(images, 128)
     return "\n\n".join(texts), images
 
 

@@ -55,7 +55,7 @@ class Perplexity(SystemOne):
         if isinstance(state, list):
             parts = [p for p in state if isinstance(p, dict) and p.get("type") == "image_url"]
             image_urls = [(p.get("image_url") or {}).get("url") for p in parts]
-            check_images(image_urls, PERPLEXITY_LIMITS)
+            check_images(image_urls, PERPLEXITY_LIMITS.max_images)
             rest = [p for p in state if p not in parts]
             state = rest[0] if len(rest) == 1 else rest
         return Served(state, questions, image_urls, {"answered_model": body["model"]})

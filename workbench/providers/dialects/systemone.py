@@ -44,12 +44,14 @@ _IMG = re.compile(r"^data:image/(png|jpeg|jpg|webp);base64,([A-Za-z0-9+/=\s]*)$"
 
 @dataclass(frozen=True)
 class Limits:
-    max_questions: int = 64
-    min_options: int = 2
-    max_options: int = 255
-    min_levels: int = 2
-    max_levels: int = 10
-    max_images: int = 4
+    """What one System One route accepts: a limit profile's numbers (:meth:`from_profile`) and an image count."""
+
+    max_questions: int
+    min_options: int
+    max_options: int
+    min_levels: int
+    max_levels: int
+    max_images: int
 
     @classmethod
     def from_profile(cls, name: str, *, max_images: int) -> Limits:
@@ -128,13 +130,13 @@ def validate_system_one(body: Any, limits: Limits, *, allowed_fields: frozenset[
     images = body.get("images") or []
     if not isinstance(images, list):
         raise Reject("model", "images must be an array", ("images",))
-    check_images(images, limits)
+    check_images(images, limits.max_images)
     return body["state"], questions, images
 
 
-def check_images(images: list, limits: Limits) -> None:
-    if len(images) > limits.max_images:
-        raise Reject("model", f"images: at most {limits.max_images} images (got {len(images)})", ("images",))
+def check_images(images: list, max_images: int) -> None:
+    if len(images) > max_images:
+        raise Reject("model", f"images: at most {max_images} images (got {len(images)})", ("images",))
     for i, img in enumerate(images):
         if isinstance(img, dict) and {"content_type", "base64"} <= set(img):
             ok = str(img["content_type"]).lower() in ("image/png", "image/jpeg", "image/jpg", "image/webp")
