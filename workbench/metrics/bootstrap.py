@@ -13,7 +13,7 @@ interval of a difference reflects item-level correlation (the compare/shadow lay
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal, overload
 
 import numpy as np
@@ -69,7 +69,13 @@ class Interval:
     n_boot: int = 0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {
+            "estimate": self.estimate,
+            "low": self.low,
+            "high": self.high,
+            "level": self.level,
+            "n_boot": self.n_boot,
+        }
 
 
 def percentiles(reps: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
@@ -161,7 +167,16 @@ class PairedDifference:
     n_boot: int = 0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {
+            "a": self.a,
+            "b": self.b,
+            "difference": self.difference,
+            "low": self.low,
+            "high": self.high,
+            "p_value": self.p_value,
+            "level": self.level,
+            "n_boot": self.n_boot,
+        }
 
 
 def paired_bootstrap(
