@@ -570,7 +570,7 @@ def select_guarantee_split(
     -------
     selection, certifying_surface : the surface the certificate was computed on.
     """
-    from workbench.thresholds.surface import surface_from_coordinates
+    from workbench.thresholds.surface import surface_from_rules
 
     n = len(correct)
     rng = rng or np.random.default_rng(0)
@@ -579,21 +579,11 @@ def select_guarantee_split(
         hold = rng.random(n) < order_fraction
 
     def surf(mask: np.ndarray) -> Surface:
-        return surface_from_coordinates(
-            coords.x[mask],
-            coords.y[mask],
-            correct[mask],
-            x_grid=x_grid,
-            y_grid=y_grid,
-            predicted=np.maximum(coords.predicted[mask], 0) if per_class else None,  # class counts: per-class only
-            n_classes=n_classes if per_class else None,
-            x_name=coords.x_name,
-            y_name=coords.y_name,
-            loss=None if loss is None else loss[mask],
-            loss_scale=loss_scale,
-            labels=None if labels is None else labels[mask],
-            critical=[c for c, _ in constraints],
-        )
+        return surface_from_rules(
+            coords, correct, mask, n_classes=n_classes if per_class else None,  # class counts: per-class only
+            x_grid=x_grid, y_grid=y_grid, loss=None if loss is None else loss[mask], loss_scale=loss_scale,
+            labels=None if labels is None else labels[mask], critical=[c for c, _ in constraints],
+        )  # fmt: skip
 
     certify = surf(~hold)
     order_surface = surf(hold) if hold.any() else None
