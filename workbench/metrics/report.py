@@ -20,7 +20,7 @@ estimator that corrects for this bias.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -211,6 +211,45 @@ def _take_rows(probs: np.ndarray, keep: np.ndarray) -> np.ndarray:
     return probs if keep.all() else probs[keep]
 
 
+def _kept_rows(
+    probs: np.ndarray, labels: np.ndarray, failure_kinds: Iterable | None, exclude: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """``(p, y, keep, counts)``: the rows of ``probs`` (n, k) and integer ``labels`` (n,) that enter the metrics,
+    with the mask and counts of :func:`_split_rows`."""
+    probs = np.asarray(probs, dtype=float)
+    labels = np.asarray(labels).astype(np.int64)
+    keep, counts = _split_rows(probs, labels, failure_kinds, exclude)
+    return _take_rows(probs, keep), labels[keep], keep, counts
+
+
+def _top_choice(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The arg-max option of each row of ``p`` (n, k) (ties: first) and its probability, each (n,)."""
+    pred = p.argmax(axis=1)
+    return pred, p[np.arange(len(p)), pred]
+
+
+def _calibration_errors(stats: Sequence[rel.BinStats], of: str = "") -> dict[str, float]:
+    """The binned calibration errors of one score from the stats of its equal-width and equal-mass bins (as
+    :meth:`_Bins.stats` gives them): ECE of both, MCE of equal width, debiased ECE of equal mass; ``of``
+    (``"_yes"``) names the score in the metric names."""
+    uniform, quantile = stats
+    return {
+        f"ece{of}_uniform": rel.ece_from_stats(uniform),
+        f"ece{of}_quantile": rel.ece_from_stats(quantile),
+        f"mce{of}_uniform": rel.mce_from_stats(uniform),
+        f"debiased_ece{of}": rel.debiased_ece_from_stats(quantile),
+    }
+
+
+def _curves(bins: _Bins, name: str, label: str) -> dict[str, rel.ReliabilityCurve]:
+    """The equal-width and equal-mass reliability curves (``{name}_uniform``, ``{name}_quantile``) of ``bins``."""
+    uniform, quantile = bins.stats(None)
+    return {
+        f"{name}_uniform": rel.curve_from_stats(uniform, "uniform", label),
+        f"{name}_quantile": rel.curve_from_stats(quantile, "quantile", label),
+    }
+
+
 def _label_rank(p: np.ndarray, y: np.ndarray) -> np.ndarray:
     """0-based rank of the label among the options (ties count options listed before the label first)."""
     rows = np.arange(len(y))
@@ -309,20 +348,12 @@ def _finish(
             report.metrics["smece_yes"], report.smooth["p_yes"] = _smooth_interval(
                 y.astype(float), s, n_boot, seed, level, "P(yes)"
             )
-        su, sq = bins.stats(None)
-        curves = {
-            "p_yes_uniform": rel.curve_from_stats(su, "uniform", "P(yes)"),
-            "p_yes_quantile": rel.curve_from_stats(sq, "quantile", "P(yes)"),
-        }
+        curves = _curves(bins, "p_yes", "P(yes)")
     if smooth:
         report.metrics["smece"], report.smooth["top_label"] = _smooth_interval(
             (pred == labels).astype(float), conf, n_boot, seed, level, "top-label"
         )
-    tu, tq = top.stats(None)
-    report.curves = curves | {
-        "top_label_uniform": rel.curve_from_stats(tu, "uniform", "top-label"),
-        "top_label_quantile": rel.curve_from_stats(tq, "quantile", "top-label"),
-    }
+    report.curves = curves | _curves(top, "top_label", "top-label")
     acc = None if accept is None else np.asarray(accept, bool)[keep]
     report.confusion = confusion_result(labels, pred, report.option_ids, acc)
 
@@ -353,17 +384,12 @@ def choice_report(
     accept : (n,) bool, optional routing decision; rejected items go to the confusion matrix's review column
     exclude : (n,) bool, optional items left out (e.g. suspected label errors)
     """
-    probs = np.asarray(probs, dtype=float)
-    labels = np.asarray(labels).astype(np.int64)
-    k = probs.shape[1]
-    keep, counts = _split_rows(probs, labels, failure_kinds, exclude)
-    p = _take_rows(probs, keep)
-    items = choice_items(p, labels[keep], n_bins)
+    p, y, keep, counts = _kept_rows(probs, labels, failure_kinds, exclude)
     return choice_report_from_items(
-        items,
+        choice_items(p, y, n_bins),
         keep,
         counts,
-        option_ids or [str(j) for j in range(k)],
+        option_ids or [str(j) for j in range(p.shape[1])],
         question=question,
         n_bins=n_bins,
         n_boot=n_boot,
@@ -410,11 +436,11 @@ class ChoiceItems:
 def choice_items(p: np.ndarray, y: np.ndarray, n_bins: int = 15) -> ChoiceItems:
     """:class:`ChoiceItems` of answered, labelled rows ``p`` (n, k) with labels ``y`` (n,)."""
     y = np.asarray(y).astype(np.int64)
-    pred = p.argmax(axis=1)
+    pred, conf = _top_choice(p)
     return ChoiceItems(  # option indices as int32: 8 bytes less per item each (a streamed run keeps them)
         labels=y.astype(np.int32),
         pred=pred.astype(np.int32),
-        conf=p[np.arange(len(y)), pred],
+        conf=conf,
         log_loss=sc.item_log_loss(p, y),
         brier=sc.item_brier(p, y),
         rank=_label_rank(p, y).astype(np.int16),
@@ -473,10 +499,7 @@ def choice_report_from_items(
             "top_3_accuracy": float((top2 + blocks[1].sum()) / total),
             "log_loss": sc.weighted_mean(ll, w, total),
             "brier": sc.weighted_mean(ib, w, total),
-            "ece_uniform": rel.ece_from_stats(su),
-            "ece_quantile": rel.ece_from_stats(sq),
-            "mce_uniform": rel.mce_from_stats(su),
-            "debiased_ece": rel.debiased_ece_from_stats(sq),
+            **_calibration_errors((su, sq)),
         }
         if k <= 2:
             out.pop("top_2_accuracy")
@@ -523,20 +546,14 @@ def noul_report(
 
     The positive class of the binary metrics (Brier, ECE of P(yes), ROC-AUC, PR-AUC) is "yes".
     """
-    probs = np.asarray(probs, dtype=float)
-    labels = np.asarray(labels).astype(np.int64)
-    opts = option_ids or ["yes", "no"]
-    keep, counts = _split_rows(probs, labels, failure_kinds, exclude)
+    p, lab, keep, counts = _kept_rows(probs, labels, failure_kinds, exclude)
     params = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level}
-    report = QuestionReport(question, "noul", list(opts), counts, params=params)
-    p, lab = _take_rows(probs, keep), labels[keep]
-    n = len(lab)
-    if n == 0:
+    report = QuestionReport(question, "noul", list(option_ids or ["yes", "no"]), counts, params=params)
+    if len(lab) == 0:
         return report
     s = p[:, 0]
     y = (lab == 0).astype(np.int64)  # 1 = yes
-    pred = p.argmax(axis=1)
-    conf = p[np.arange(n), pred]
+    pred, conf = _top_choice(p)
     correct = (pred == lab).astype(np.int64)
     ll = sc.item_log_loss(p, lab)
     sq_err = (s - y) ** 2
@@ -547,8 +564,6 @@ def noul_report(
     per_item = registry.per_item_stats(registry.TopItems(lab, pred, conf), "noul", 2)
 
     def stats(w: np.ndarray | None) -> dict[str, float]:
-        su, sq = yes_bins.stats(w)
-        tu, tq = top_bins.stats(w)
         auc, ap = ranks.auc_ap(w)
         cm = np.bincount(cm_cell, weights=w, minlength=4).reshape(2, 2)
         return {
@@ -558,14 +573,8 @@ def noul_report(
             "brier": sc.weighted_mean(sq_err, w),
             "roc_auc": auc,
             "pr_auc": ap,
-            "ece_yes_uniform": rel.ece_from_stats(su),
-            "ece_yes_quantile": rel.ece_from_stats(sq),
-            "mce_yes_uniform": rel.mce_from_stats(su),
-            "debiased_ece_yes": rel.debiased_ece_from_stats(sq),
-            "ece_uniform": rel.ece_from_stats(tu),
-            "ece_quantile": rel.ece_from_stats(tq),
-            "mce_uniform": rel.mce_from_stats(tu),
-            "debiased_ece": rel.debiased_ece_from_stats(tq),
+            **_calibration_errors(yes_bins.stats(w), of="_yes"),
+            **_calibration_errors(top_bins.stats(w)),
         } | per_item(w)
 
     _finish(
@@ -597,19 +606,14 @@ def score_report(
     Adds RPS, MAE of the expected level, quadratic weighted kappa, within-one accuracy and the
     reliability of the cumulative probabilities P(level ≥ j), j = 1..k−1 (``classwise`` curves).
     """
-    probs = np.asarray(probs, dtype=float)
-    labels = np.asarray(labels).astype(np.int64)
-    k = probs.shape[1]
+    p, y, keep, counts = _kept_rows(probs, labels, failure_kinds, exclude)
+    k = p.shape[1]
     opts = option_ids or [str(j) for j in range(k)]
-    keep, counts = _split_rows(probs, labels, failure_kinds, exclude)
     params = {"n_bins": n_bins, "n_boot": n_boot, "seed": seed, "level": level}
     report = QuestionReport(question, "score", list(opts), counts, params=params)
-    p, y = _take_rows(probs, keep), labels[keep]
-    n = len(y)
-    if n == 0:
+    if len(y) == 0:
         return report
-    pred = p.argmax(axis=1)
-    conf = p[np.arange(n), pred]
+    pred, conf = _top_choice(p)
     correct = (pred == y).astype(np.int64)
     within = (np.abs(pred - y) <= 1).astype(float)
     abs_err = np.abs(sc.expected_level(p) - y)
@@ -629,7 +633,6 @@ def score_report(
         total = cm.sum()
         expected = np.outer(cm.sum(axis=1), cm.sum(axis=0)) / total
         denom = float(np.sum(qw * expected))
-        tu, tq = top_bins.stats(w)
         return {
             "accuracy": sc.weighted_mean(correct.astype(float), w),
             "within_one_accuracy": sc.weighted_mean(within, w),
@@ -639,10 +642,7 @@ def score_report(
             "macro_f1": macro_f1_from_matrix(cm),
             "log_loss": sc.weighted_mean(ll, w),
             "brier": sc.weighted_mean(ib, w),
-            "ece_uniform": rel.ece_from_stats(tu),
-            "ece_quantile": rel.ece_from_stats(tq),
-            "mce_uniform": rel.mce_from_stats(tu),
-            "debiased_ece": rel.debiased_ece_from_stats(tq),
+            **_calibration_errors(top_bins.stats(w)),
             "cumulative_ece": float(np.mean([rel.ece_from_stats(b.stats(w)[0]) for b in cum])),
         } | per_item(w)
 
@@ -694,8 +694,7 @@ def soft_report(
     if n == 0:
         return report
     q = vote_shares(c)
-    pred = p.argmax(axis=1)
-    conf = p[np.arange(n), pred]
+    pred, conf = _top_choice(p)
     share = q[np.arange(n), pred]
     ll = item_soft_log_loss(p, q)
     br = item_soft_brier(p, q, qtype)
@@ -716,11 +715,7 @@ def soft_report(
 
     report.metrics = _intervals(stats, n, n_boot, seed, level)
     report.replicate = (keep, stats)
-    su, sq = top.stats(None)
-    report.curves = {
-        "top_label_uniform": rel.curve_from_stats(su, "uniform", "top-label (vote share)"),
-        "top_label_quantile": rel.curve_from_stats(sq, "quantile", "top-label (vote share)"),
-    }
+    report.curves = _curves(top, "top_label", "top-label (vote share)")
     return report
 
 

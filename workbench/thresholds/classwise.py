@@ -63,7 +63,7 @@ from workbench.thresholds.bounds import (
     hoeffding_bentkus_p_values,
     hoeffding_bentkus_upper_bound,
 )
-from workbench.thresholds.guarantees import Selection
+from workbench.thresholds.guarantees import UNCERTIFIED, Selection, certificate
 from workbench.thresholds.risks import bounded_loss_p_values, bounded_upper_bound, bounded_upper_bounds
 from workbench.thresholds.rules import RuleCoordinates
 from workbench.thresholds.surface import Surface, surface_from_coordinates
@@ -531,10 +531,7 @@ def select_class_conditional(
             guarantee={
                 **base,
                 "class_conditional": {**group, "strict_rule": None, "loose_rule": None},
-                "n_certified_points": 0,
-                "certified_bound": None,
-                "expected_coverage": 0.0,
-                "p_value": None,
+                **UNCERTIFIED,
                 "constraints": [{"option": c, "beta": float(b)} for c, b in zip(critical, betas, strict=True)],
             },
             feasible=False,
@@ -597,13 +594,7 @@ def select_class_conditional(
                 "strict_calibration": side(cs, si),
                 "loose_calibration": side(cl, li),
             },
-            "n_accepted_calibration": a_,
-            "n_certified_points": int(ok.sum()),
-            "p_value": float(p[si, li]),
-            "test_level": delta,
-            "certified_bound": alpha,
-            "risk_upper_bound": min(bound, alpha),
-            "expected_coverage": a_ / max(n_cert, 1),
+            **certificate(ok, p, (si, li), a_, n_cert, bound, level=delta, alpha=alpha),
             "constraints": cons,
             **extra,
         },

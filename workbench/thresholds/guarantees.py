@@ -255,6 +255,28 @@ def _select_point(objective: str, certified: bool, surface: Surface, i: int, j: 
     )
 
 
+#: A certificate's figures when no rule is certified (in the ``guarantee`` of an infeasible selection).
+UNCERTIFIED = {"n_certified_points": 0, "certified_bound": None, "expected_coverage": 0.0, "p_value": None}
+
+
+def certificate(
+    ok: np.ndarray, p: np.ndarray, at: tuple, accepted: int, n_items: int, bound: float, *, level: float, alpha: float
+) -> dict:
+    """A certificate's figures of the chosen rule ``at`` (in the ``guarantee`` of a certified selection): ``ok``
+    the rules certified at ``alpha`` (a mask), ``p`` their p-values tested at ``level`` (same shape); the rule
+    accepts ``accepted`` of ``n_items`` calibration items, with a risk upper bound ``bound`` (reported as at
+    most ``alpha``)."""
+    return {
+        "n_accepted_calibration": accepted,
+        "n_certified_points": int(ok.sum()),
+        "p_value": float(p[at]),
+        "test_level": level,
+        "certified_bound": alpha,
+        "risk_upper_bound": min(bound, alpha),
+        "expected_coverage": accepted / max(n_items, 1),
+    }
+
+
 def _select_nothing(objective: str, surface: Surface, **fields) -> Selection:
     """The infeasible :class:`Selection`: no rule, everything goes to review."""
     return Selection(
@@ -347,10 +369,7 @@ def select_guarantee(
                     "method": method,
                     "per_class": False,
                     "n_calibration": int(surface.n_total),
-                    "n_certified_points": 0,
-                    "certified_bound": None,
-                    "expected_coverage": 0.0,
-                    "p_value": None,
+                    **UNCERTIFIED,
                     **_risk_fields(surface, constraints),
                 },
                 notes=["no grid point is certified at this alpha/delta: everything goes to review"],
@@ -381,13 +400,7 @@ def select_guarantee(
                 "method": method,
                 "per_class": False,
                 "n_calibration": int(surface.n_total),
-                "n_accepted_calibration": acc,
-                "n_certified_points": int(ok.sum()),
-                "p_value": float(p[i, j]),
-                "test_level": level,
-                "certified_bound": alpha,
-                "risk_upper_bound": min(bound, alpha),
-                "expected_coverage": acc / max(surface.n_total, 1),
+                **certificate(ok, p, (i, j), acc, surface.n_total, bound, level=level, alpha=alpha),
                 "order": _order_name(method, use_order, order_surface, order),
                 "n_paths": n_paths if method == "fixed-sequence" and not use_order else None,
                 "n_starts": n_starts if method == "fixed-sequence" and not use_order else None,
@@ -557,7 +570,7 @@ def select_guarantee_split(
     -------
     selection, certifying_surface : the surface the certificate was computed on.
     """
-    from workbench.thresholds.surface import surface_from_coordinates
+    from workbench.thresholds.surface import surface_from_rules
 
     n = len(correct)
     rng = rng or np.random.default_rng(0)
@@ -566,21 +579,11 @@ def select_guarantee_split(
         hold = rng.random(n) < order_fraction
 
     def surf(mask: np.ndarray) -> Surface:
-        return surface_from_coordinates(
-            coords.x[mask],
-            coords.y[mask],
-            correct[mask],
-            x_grid=x_grid,
-            y_grid=y_grid,
-            predicted=np.maximum(coords.predicted[mask], 0) if per_class else None,  # class counts: per-class only
-            n_classes=n_classes if per_class else None,
-            x_name=coords.x_name,
-            y_name=coords.y_name,
-            loss=None if loss is None else loss[mask],
-            loss_scale=loss_scale,
-            labels=None if labels is None else labels[mask],
-            critical=[c for c, _ in constraints],
-        )
+        return surface_from_rules(
+            coords, correct, mask, n_classes=n_classes if per_class else None,  # class counts: per-class only
+            x_grid=x_grid, y_grid=y_grid, loss=None if loss is None else loss[mask], loss_scale=loss_scale,
+            labels=None if labels is None else labels[mask], critical=[c for c, _ in constraints],
+        )  # fmt: skip
 
     certify = surf(~hold)
     order_surface = surf(hold) if hold.any() else None

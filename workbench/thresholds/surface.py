@@ -410,29 +410,31 @@ def risk_coverage_surface(
             loss = np.where(
                 correct, 0.0, cm[np.clip(labels, 0, cm.shape[0] - 1), np.maximum(coords.predicted, 0)] / scale
             )
-    surf = surface_from_coordinates(
-        coords.x,
-        coords.y,
-        correct,
-        x_grid=gx,
-        y_grid=gy,
-        predicted=np.maximum(coords.predicted, 0) if per_class else None,
-        n_classes=n_options if per_class else None,
-        weights=weights,
-        n_total=labels.shape[0] + int(n_failed),
-        x_name=coords.x_name,
-        y_name=coords.y_name,
-        loss=loss,
-        loss_scale=scale,
-        labels=labels,
-        critical=critical,
-    )
+    surf = surface_from_rules(
+        coords, correct, n_classes=n_options if per_class else None, x_grid=gx, y_grid=gy, weights=weights,
+        n_total=labels.shape[0] + int(n_failed), loss=loss, loss_scale=scale, labels=labels, critical=critical,
+    )  # fmt: skip
     surf.extra["coordinates"] = coords
     surf.extra["correct"] = correct
     if loss is not None or critical:
         surf.extra["loss"] = loss
         surf.extra["labels"] = labels
     return surf
+
+
+def surface_from_rules(
+    coords: RuleCoordinates, correct: np.ndarray, rows: np.ndarray | None = None, *, n_classes: int | None, **options
+) -> Surface:
+    """:func:`surface_from_coordinates` of the items ``rows`` (a mask; None: every item) of ``coords`` (their
+    axes and the axes' names) and ``correct``; with ``n_classes``, per-class counts by the option the rule would
+    accept (a failed row's -1 counts as option 0). ``options``: the other keywords of
+    :func:`surface_from_coordinates` (grids, weights, loss, labels, critical), already of ``rows`` only."""
+    at = slice(None) if rows is None else rows
+    predicted = None if n_classes is None else np.maximum(coords.predicted[at], 0)
+    return surface_from_coordinates(
+        coords.x[at], coords.y[at], correct[at], predicted=predicted, n_classes=n_classes,
+        x_name=coords.x_name, y_name=coords.y_name, **options,
+    )  # fmt: skip
 
 
 def naive_surface(

@@ -590,20 +590,11 @@ def label_issues_for_runs(
 
 # -- displays ---------------------------------------------------------------------------------------
 def reliability_display(
-    con: Any,
-    run_id: str,
-    question: str,
-    *,
-    split: str | None = "test",
-    n_bins: int = 15,
-    strategy: str = "uniform",
-    kind: str | None = None,
-    option: int | None = None,
-    smooth: bool = True,
-    with_parent: bool = True,
+    con: Any, run_id: str, question: str, *, split: str | None = "test", with_parent: bool = True, **options: Any
 ) -> ReliabilityDisplay:
     """Reliability diagram of a stored run (yes/no questions default to P(yes)); a calibrated view
-    also draws its parent run, so before/after share the axes."""
+    also draws its parent run, so before/after share the axes. ``options`` are those of
+    :meth:`ReliabilityDisplay.from_answers` (``n_bins``, ``strategy``, ``kind``, ``option``, ``smooth``)."""
     run = get_run(con, run_id)
     splits = None if split in (None, "all") else [split]
     runs = [(f"{run.get('name') or run['run_id']}", load_answers(con, run["run_id"], question, splits))]
@@ -611,9 +602,7 @@ def reliability_display(
         parent = get_run(con, run["parent_run_id"])
         label = f"{parent.get('name') or parent['run_id']} (before)"
         runs.insert(0, (label, load_answers(con, parent["run_id"], question, splits)))
-    return ReliabilityDisplay.from_answers(
-        runs, question, split=split, n_bins=n_bins, strategy=strategy, kind=kind, option=option, smooth=smooth
-    )
+    return ReliabilityDisplay.from_answers(runs, question, split=split, **options)
 
 
 def confusion_display(

@@ -30,14 +30,7 @@ def robustness(
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def question_report(
-    path: str,
-    token: tuple,
-    run_id: str,
-    question: str,
-    split: str,
-    recalibrate: str | None = None,
-    n_bins: int = 15,
-    n_boot: int = 200,
+    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, n_bins: int, n_boot: int
 ):
     """:mod:`workbench.metrics.report` of one question on one split (metrics with bootstrap intervals), as
     ``workbench report`` computes it (the run read in batches, :func:`_streamed_report`), with ``recalibrate``
@@ -70,14 +63,7 @@ def point_report(path: str, token: tuple, run_id: str, question: str, split: str
 
 
 def kept_question_report(
-    path: str,
-    token: tuple,
-    run_id: str,
-    question: str,
-    split: str,
-    recalibrate: str | None = None,
-    n_bins: int = 15,
-    n_boot: int = 200,
+    path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None, n_bins: int, n_boot: int
 ):
     """The :func:`question_report` of a large run if a session already computed it, else None (nothing is computed)."""
     return kept(path, token, run_id, question, ("question_report", split, recalibrate, n_bins, n_boot))
@@ -170,7 +156,34 @@ def reliability_display(
     one-vs-rest column of that option. None when no answered labelled item is left. Of a large run,
     kept between sessions (:func:`kept`); the top-label figure of its answers as given (equal-width
     bins) comes from :func:`point_report` (without the smooth curve); ``compute=False`` returns None
-    instead of streaming the run for a figure nobody kept yet."""
+    instead of streaming the run for a figure nobody kept yet. The figure itself comes from each item's top
+    option, confidence and ``option`` column read in batches (:func:`~workbench.ui.state.arrays.labelled_items`),
+    for every size of run: never the matrix."""
+
+    def figure():
+        from workbench.metrics.displays import ReliabilityDisplay
+
+        parts = []
+        for name, method in [("as answered", None)] + ([(recalibrate, recalibrate)] if recalibrate else []):
+            items = labelled_items(path, token, run_id, question, split, method, option)
+            ok = np.isfinite(items.top)
+            if not ok.any():
+                return None
+            if option is None:
+                y, s, x_t = (items.coords.predicted == items.labels)[ok], items.top[ok], "top-label confidence"
+            else:
+                assert items.column is not None
+                y, s, x_t = (items.labels == option)[ok], items.column[ok], f"P(option {option})"
+            parts.append(ReliabilityDisplay.from_scores(y, s, n_bins=n_bins, strategy=strategy, name=name, x_title=x_t))
+        x_title = parts[0].x_title if option is None else f"P({option_names(path, token, run_id, question)[option]})"
+        d = ReliabilityDisplay(
+            [c for part in parts for c in part.curves],
+            f"{question} on {split}: reliability of {'the top label' if option is None else x_title} ({strategy} bins)",
+            x_title,
+        )
+        d.plot()
+        return d
+
     if reads_in_batches(path, token, run_id, question, split):
         description = ("reliability_display", split, recalibrate, n_bins, strategy, option)
         done = kept(path, token, run_id, question, description)
@@ -182,15 +195,8 @@ def reliability_display(
                 return _report_reliability(rep, question, split, n_bins)
         if not compute:
             return None
-        return kept(
-            path,
-            token,
-            run_id,
-            question,
-            description,
-            lambda: _reliability_display(path, token, run_id, question, split, recalibrate, n_bins, strategy, option),
-        )
-    return _reliability_display(path, token, run_id, question, split, recalibrate, n_bins, strategy, option)
+        return kept(path, token, run_id, question, description, figure)
+    return figure()
 
 
 def _report_reliability(rep, question: str, split: str, n_bins: int):
@@ -204,43 +210,6 @@ def _report_reliability(rep, question: str, split: str, n_bins: int):
         [("as answered", curve, None)],
         f"{question} on {split}: reliability of the top label (uniform bins)",
         "top-label confidence",
-    )
-    d.plot()
-    return d
-
-
-def _reliability_display(
-    path: str,
-    token: tuple,
-    run_id: str,
-    question: str,
-    split: str,
-    recalibrate: str | None,
-    n_bins: int,
-    strategy: str,
-    option: int | None,
-):
-    """The figure from each item's top option, confidence and ``option`` column read in batches
-    (:func:`~workbench.ui.state.arrays.labelled_items`), for every size of run: never the matrix."""
-    from workbench.metrics.displays import ReliabilityDisplay
-
-    parts = []
-    for name, method in [("as answered", None)] + ([(recalibrate, recalibrate)] if recalibrate else []):
-        items = labelled_items(path, token, run_id, question, split, method, option)
-        ok = np.isfinite(items.top)
-        if not ok.any():
-            return None
-        if option is None:
-            y, s, x_t = (items.coords.predicted == items.labels)[ok], items.top[ok], "top-label confidence"
-        else:
-            assert items.column is not None
-            y, s, x_t = (items.labels == option)[ok], items.column[ok], f"P(option {option})"
-        parts.append(ReliabilityDisplay.from_scores(y, s, n_bins=n_bins, strategy=strategy, name=name, x_title=x_t))
-    x_title = parts[0].x_title if option is None else f"P({option_names(path, token, run_id, question)[option]})"
-    d = ReliabilityDisplay(
-        [c for part in parts for c in part.curves],
-        f"{question} on {split}: reliability of {'the top label' if option is None else x_title} ({strategy} bins)",
-        x_title,
     )
     d.plot()
     return d

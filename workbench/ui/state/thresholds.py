@@ -47,14 +47,7 @@ def grid_points(path: str, token: tuple, run_id: str, question: str) -> dict | N
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def rule_points(
-    path: str,
-    token: tuple,
-    run_id: str,
-    question: str,
-    split: str,
-    recalibrate: str | None = None,
-) -> RulePoints:
+def rule_points(path: str, token: tuple, run_id: str, question: str, split: str, recalibrate: str | None) -> RulePoints:
     """:class:`RulePoints` of one split (optionally recalibrated with a calibrator fitted on the calibration split,
     :func:`~workbench.ui.state.arrays.split_calibrator`).
 
@@ -327,12 +320,13 @@ def label_plan(
     run_id: str,
     question: str,
     settings: tuple,
-    pilot_size: int | None = None,
-    target_coverage: float | None = None,
-    power: float = 0.8,
+    pilot_size: int | None,
+    target_coverage: float | None,
+    power: float,
 ) -> dict:
     """``workbench plan-labels`` for the question: :func:`workbench.workflows.plan_labels_for_run` with
-    the options of ``settings``; the plan's ``to_dict()`` plus its figure (``"figure"``)."""
+    the options of ``settings`` and the page's ``pilot_size``, ``target_coverage`` (None: all, none) and
+    ``power``; the plan's ``to_dict()`` plus its figure (``"figure"``)."""
     from workbench.workflows.figures import label_plan_figure
     from workbench.workflows.thresholds import plan_labels_for_run
 
