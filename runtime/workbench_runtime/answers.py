@@ -8,6 +8,7 @@ is kept raw (vendors define it differently, providers.md §5).
 
 from __future__ import annotations
 
+import math
 import reprlib
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +64,7 @@ def _number_or_none(value: Any) -> float | None:
         v = float(value)
     except OverflowError:
         return None
-    return v if np.isfinite(v) else None
+    return v if math.isfinite(v) else None  # a float here: math's test, a tenth of numpy's per scalar
 
 
 _FLOAT_ONLY = {float}
@@ -132,7 +133,8 @@ def normalise_answer(
             f"{where}: probabilities cover {len(raw)} of {len(ids)} options (missing {missing[0]!r}); "
             "a partial map is not a probability vector"
         )
-    values = [raw.get(k, 0.0) for k in ids]
+    # the options in schema order (as the vendors send them): the values as they stand, else looked up
+    values = list(raw.values()) if len(raw) == len(ids) and list(raw) == ids else [raw.get(k, 0.0) for k in ids]
     vec = None
     lo = hi = 0.0
     if set(map(type, values)) == _FLOAT_ONLY:  # the common case; ints (0, 1, or huge) take the checked path
