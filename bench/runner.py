@@ -41,6 +41,19 @@ Against /work/base at load 8: 1.377 → 0.801 (0.58×), floor 0.342 (2.35). Meas
 writer thread ~0.10-0.16 → ~0.06 ms per call; in the event loop, parsing the 2.5 kB response and normalising
 its 77 probabilities cost ~55 + ~70 µs per call (2.7× their cost in a tight loop: cold caches between calls).
 Still not ≤ 0.5 ms.
+Then (issue 29 §7, fourth round): normalise_answer reads the values as they stand when the options come in schema
+order and tests their range with Python's min/max, one numpy reduction instead of three (bit-identical vectors,
+deviations and errors on 20,000 random answers). Measured apart (thread CPU per call, old and new alternated, load
+5): normalising 123 → 98 µs per call. Tried and not taken: msgspec for the response parse and the journal's head
+lines (JSON parse 70 → 50 µs, journal line 64 → 43 µs per call; the whole run 0.93-0.96× at load 2 with every
+change of the round, within single runs' ±0.08 ms scatter) — a new runtime dependency and a second JSON path for
+the values msgspec refuses (NaN, huge numbers, lone surrogates), for ~4% of a call; and httpx's response headers
+built lazily (~6 µs, 44 lines). Where a call's CPU goes (load 3, µs): the event loop ~790 = normalising ~100 +
+JSON parse ~65 + the journaled response ~60 (mostly the write syscall) + httpx's response ~20 + the answer rows 15
++ the body rendered again 11 + ~550 in aiohttp, asyncio and the call's own steps (aiohttp alone: 330-430 at these
+loads); the writer thread ~72 (DuckDB's INSERTs and commit); ~50 before the loop. ≤ 0.5 ms is not reachable by
+trimming: aiohttp alone is 0.33-0.43 ms here, and what the runner adds is spread over many 5-100 µs steps, each
+slowed 3-10× by cold caches between calls.
 """
 
 from __future__ import annotations
