@@ -7,6 +7,7 @@ it returns None where only the pandas path (:mod:`workbench.store.import_frames`
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,12 +78,31 @@ def streamed_import(
         plan = _streamed_plan(con, files, spec, schema, Path(tmp))
         if plan is None:
             return None
-        return _streamed_write(con, files, spec, schema, plan)
+        con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_items AS {plan.items_sql}")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_labels AS {plan.labels_sql}")
+        questions = sorted(spec.labels)
+        try:
+            # one row per item and question (unique ids, one label column each): no item has two votes
+            return write_version(
+                con,
+                files,
+                spec,
+                schema,
+                ("_fast_items", "_fast_labels"),
+                plan.n,
+                questions,
+                {q: [] for q in questions},
+                (plan.unlabelled, 0),
+                plan.gold_sql,
+            )
+        finally:
+            con.execute("DROP VIEW IF EXISTS _fast_items")
+            con.execute("DROP VIEW IF EXISTS _fast_labels")
 
 
 @dataclass
 class _StreamedPlan:
-    """What :func:`_streamed_write` inserts: SQL over the (staged) Parquet files and what the checks found."""
+    """What :func:`write_version` inserts: SQL over the (staged) Parquet files and what the checks found."""
 
     n: int
     items_sql: str
@@ -315,32 +335,50 @@ def _double_sql(x: float) -> str:
     return f"CAST({sql_text(repr(float(x)))} AS DOUBLE)"
 
 
-def _streamed_write(
+def write_version(
     con: duckdb.DuckDBPyConnection,
     files: list[Path],
     spec: ImportSpec,
     schema: DecisionSchema | None,
-    plan: _StreamedPlan,
+    relations: tuple[str, str],
+    n: int,
+    questions: list[str],
+    repeated: dict[str, list[str]],
+    stats: tuple[dict[str, int], int],
+    gold_sql: str | None = None,
 ) -> DatasetInfo:
-    """Fingerprint and write (one transaction) what :func:`_streamed_plan` checked."""
-    con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_items AS {plan.items_sql}")
-    con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_labels AS {plan.labels_sql}")
-    n, questions = plan.n, sorted(spec.labels)
-    notices = [
+    """Fingerprint the checked ``relations`` (the names of an items and a labels view or registered table, in the
+    store's columns) and write them as the next version of ``spec.name``, in one transaction: every import path's
+    write. ``repeated``: :data:`REPEATED_VOTES` per question; ``stats``: (unlabelled rows per question, ids
+    normalised), told as notices. ``gold_sql`` selects the ``gold_labels`` rows (question, item_id, split, gold)
+    from the file rows; without it they are joined from the rows just written. Nothing is written when the
+    content equals the latest version's (``created`` False) or when the store refuses a row (rolled back)."""
+    items, labels = relations
+    unlabelled, ids_normalised = stats
+    notices = [f"{ids_normalised:,} item id(s) were trimmed or NFC-normalised (e.g. 'a1 ' is stored as 'a1')"][
+        : 1 if ids_normalised else 0
+    ] + [
         f"{k:,} row(s) have an empty or NaN label for {q!r} and were imported unlabelled"
-        for q, k in sorted(plan.unlabelled.items())
+        for q, k in sorted(unlabelled.items())
     ]
-    extra: dict[str, Any] = {"shared_ids": None, "unlabelled": plan.unlabelled, "ids_normalised": 0, "notices": notices}
+    extra: dict[str, Any] = {
+        "shared_ids": None,
+        "unlabelled": unlabelled,
+        "ids_normalised": ids_normalised,
+        "notices": notices,
+    }
+    params = import_params(spec, files) | {REPEATED_VOTES: repeated}
+    params[GOLD_LABELS] = [q for q in questions if repeated[q] == []]
     with duckdb_settings(con, {"memory_limit": FAST_PATH_MEMORY_LIMIT}):  # DuckDB's buffer pool counts in RSS
         try:
-            fingerprint = fingerprint_of(con, "_fast_items", "_fast_labels")
+            fingerprint = fingerprint_of(con, items, labels)
             previous = con.execute(
                 "SELECT version, fingerprint FROM datasets WHERE name = ? ORDER BY version DESC LIMIT 1", [spec.name]
             ).fetchone()
             if previous is not None:
                 extra["shared_ids"] = int(
                     con.execute(
-                        "SELECT count(DISTINCT n.item_id) FROM _fast_items n JOIN items i"
+                        f"SELECT count(DISTINCT n.item_id) FROM {items} n JOIN items i"
                         " ON i.dataset = ? AND i.version = ? AND i.item_id = n.item_id",
                         [spec.name, int(previous[0])],
                     ).fetchone()[0]  # type: ignore[index]
@@ -348,9 +386,6 @@ def _streamed_write(
             if previous is not None and previous[1] == fingerprint:
                 return DatasetInfo(spec.name, int(previous[0]), fingerprint, False, n, questions, **extra)
             version = int(previous[0]) + 1 if previous else 1
-            # one row per item and question (unique ids, one label column each): no item has two votes
-            params = import_params(spec, files) | {REPEATED_VOTES: {q: [] for q in questions}}
-            params[GOLD_LABELS] = questions
             with transaction(con):
                 h = save_schema(con, schema) if schema is not None else None
                 con.execute(
@@ -360,24 +395,39 @@ def _streamed_write(
                 )
                 con.execute(
                     "INSERT INTO items (dataset, version, item_id, state_text, state_json, images, split, grp, meta)"
-                    " SELECT ?, ?, item_id, state_text, state_json::JSON, images, split, grp, meta::JSON FROM _fast_items",
+                    f" SELECT ?, ?, item_id, state_text, state_json::JSON, images, split, grp, meta::JSON FROM {items}",
                     [spec.name, version],
                 )
                 con.execute(
-                    "INSERT INTO labels SELECT ?, ?, item_id, question, option_id, annotator FROM _fast_labels",
+                    f"INSERT INTO labels SELECT ?, ?, item_id, question, option_id, annotator FROM {labels}",
                     [spec.name, version],
                 )
-                con.execute(
-                    "INSERT INTO gold_labels (dataset, version, question, item_id, split, gold)"
-                    f" SELECT ?, ?, question, item_id, split, gold FROM ({plan.gold_sql})",
-                    [spec.name, version],
-                )
+                if gold_sql is None:
+                    write_gold_labels(con, spec.name, version, params[GOLD_LABELS])
+                else:
+                    con.execute(
+                        "INSERT INTO gold_labels (dataset, version, question, item_id, split, gold)"
+                        f" SELECT ?, ?, question, item_id, split, gold FROM ({gold_sql})",
+                        [spec.name, version],
+                    )
         except duckdb.Error as exc:  # rolled back: nothing was written
             raise DataImportError(
                 f"dataset {spec.name!r}: the store refused the rows: {first_line(exc)}",
                 hint="fix the input named above",
             ) from None
-        finally:
-            con.execute("DROP VIEW IF EXISTS _fast_items")
-            con.execute("DROP VIEW IF EXISTS _fast_labels")
     return DatasetInfo(spec.name, version, fingerprint, True, n, questions, **extra)
+
+
+def write_gold_labels(con: duckdb.DuckDBPyConnection, name: str, version: int, questions: Sequence[str]) -> None:
+    """``gold_labels`` of a version being imported (inside its transaction): each label row of
+    ``questions`` (one per labelled item) with its item's split, joined from the rows just written (the
+    streamed path writes them from the file rows instead)."""
+    if not questions:
+        return
+    con.execute(
+        "INSERT INTO gold_labels (dataset, version, question, item_id, split, gold)"
+        " SELECT l.dataset, l.version, l.question, l.item_id, i.split, l.option_id FROM labels l"
+        " JOIN items i ON i.dataset = l.dataset AND i.version = l.version AND i.item_id = l.item_id"
+        " WHERE l.dataset = $n AND l.version = $v AND list_contains($qs, l.question)",
+        {"n": name, "v": int(version), "qs": list(questions)},
+    )
