@@ -35,6 +35,7 @@ from workbench.store.import_frames import frame_for_file, hash_unit
 from workbench.store.import_spec import (
     BUILTIN_SLICES,
     GOLD_LABELS,
+    LABEL_COLUMNS,
     REPEATED_VOTES,
     SPLITS,
     DatasetInfo,
@@ -165,27 +166,16 @@ def import_dataset(
         | set(spec.label_votes)
         | (set(previous[2]) if (spec.append and previous) else set())
     )
+    item_columns = ["item_id", "state_text", "state_json", "images", "split", "grp", "meta"]
     items_tbl = pa.Table.from_pandas(
-        items[["item_id", "state_text", "state_json", "images", "split", "grp", "meta"]].astype(
-            {"item_id": object, "split": object, "meta": object}
-        ),
+        items[item_columns].astype({"item_id": object, "split": object, "meta": object}),
         preserve_index=False,
-        schema=pa.schema(
-            [
-                ("item_id", pa.string()),
-                ("state_text", pa.string()),
-                ("state_json", pa.string()),
-                ("images", pa.list_(pa.string())),
-                ("split", pa.string()),
-                ("grp", pa.string()),
-                ("meta", pa.string()),
-            ]
-        ),
+        schema=pa.schema([(c, pa.list_(pa.string()) if c == "images" else pa.string()) for c in item_columns]),
     )
     labels_tbl = pa.Table.from_pandas(
-        labels[["item_id", "question", "option_id", "annotator"]].astype(object),
+        labels[list(LABEL_COLUMNS)].astype(object),
         preserve_index=False,
-        schema=pa.schema([(c, pa.string()) for c in ("item_id", "question", "option_id", "annotator")]),
+        schema=pa.schema([(c, pa.string()) for c in LABEL_COLUMNS]),
     )
     con.register("_items", items_tbl)
     con.register("_labels", labels_tbl)

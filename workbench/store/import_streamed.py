@@ -25,10 +25,12 @@ from workbench.store.import_files import (
     READERS,
     check_delimited,
     check_header,
+    check_json,
     check_regular_file,
     csv_reader,
     file_split,
     first_line,
+    json_reader,
     parquet_names,
     sql_name,
     sql_text,
@@ -120,31 +122,29 @@ def _streamed_plan(
 ) -> _StreamedPlan | None:
     """The SQL of a streamed import, or None when the pandas path must do it.
 
-    Taken for ``--id-column``, ``--text-column`` and ``--label`` columns (with or without ``--schema``, any
-    question type, ``--positive``) and any split source (a column, ``--split``, file names, the fractions), when
-    every id is printable ASCII with visible first and last characters (trimming and NFC change nothing) and
-    unique, every text holds a visible character, and the label and split columns have few enough distinct
-    values: those are mapped in Python by the pandas path's own code (:func:`map_labels`), so the stored
-    labels, the unlabelled counts and the splits are the same. A label or split the pandas path refuses sends
-    the import there to be named with its row.
+    Taken for CSV, TSV, Parquet, JSON and JSONL files whose ``text_column``, ``labels`` (with or without
+    ``schema``, any question type, ``positive``) and optional ``id_column`` (else ids ``STEM-00001`` as the
+    pandas path numbers them), ``group_column``, ``image_column`` and ``meta_columns`` are text columns, with any
+    split source (a column, ``split``, file names, the fractions), when every id is printable ASCII with visible
+    first and last characters (trimming and NFC change nothing) and unique, every text holds a visible character,
+    image and metadata values are printable ASCII, and the label and split columns have few enough distinct
+    values: those are mapped in Python by the pandas path's own code (:func:`map_labels`), so the stored labels,
+    the unlabelled counts and the splits are the same. A label or split the pandas path refuses sends the import
+    there to be named with its row.
     """
     import pyarrow.parquet as pq
 
     if (
-        not spec.id_column
-        or not spec.text_column
+        not spec.text_column
         or not spec.labels
         or spec.state_column
-        or spec.image_column
-        or spec.group_column
         or spec.annotator_column
         or spec.label_votes
-        or spec.meta_columns
         or spec.append
     ):
         return None
     kinds = [READERS.get(f.suffix.lower()) for f in files]
-    if any(k not in ("parquet", "csv", "tsv") for k in kinds):
+    if any(k is None for k in kinds):
         return None
     # the split of each row, chosen as the pandas path chooses it
     file_splits: dict[str, str] = {}
@@ -161,17 +161,21 @@ def _streamed_plan(
                 return None
             file_splits[str(f)] = chosen
     cols = [
-        spec.id_column,
+        *([spec.id_column] if spec.id_column else []),
         spec.text_column,
         *spec.labels.values(),
-        *([spec.split_column] if spec.split_column else []),
+        *(c for c in (spec.split_column, spec.group_column, spec.image_column) if c),
+        *spec.meta_columns,
     ]
     sources: list[str] = []
     try:
         for i, (f, kind) in enumerate(zip(files, kinds, strict=True)):
             try:
                 size = check_regular_file(f)
-                longest = check_delimited(f, "," if kind == "csv" else "\t") if kind in ("csv", "tsv") else 0
+                if kind in ("csv", "tsv"):
+                    longest = check_delimited(f, "," if kind == "csv" else "\t")
+                elif kind in ("json", "jsonl"):
+                    check_json(con, f)
             except DataImportError:
                 if i == 0:
                     raise  # the pandas path refuses the first file with the same error before anything else
@@ -180,10 +184,17 @@ def _streamed_plan(
                 check_header(parquet_names(f), f)
                 src = f
             else:
-                assert kind is not None
                 src = tmp / f"{i}.parquet"
-                # a record spanning lines (quoted newlines) longer than this is refused by DuckDB: the pandas path
-                reader = csv_reader(f, kind, size, min(size + 1, STREAMED_LINE_FACTOR * longest))
+                if kind in ("csv", "tsv"):
+                    # a record spanning lines (quoted newlines) longer than this is refused by DuckDB: the pandas path
+                    reader = csv_reader(f, kind, size, min(size + 1, STREAMED_LINE_FACTOR * longest))
+                else:
+                    reader = json_reader(f)
+                    types = dict(
+                        (str(d[0]), str(d[1])) for d in con.execute(f"SELECT * FROM {reader} LIMIT 0").description
+                    )
+                    if any(types.get(c) != "VARCHAR" for c in cols):
+                        return None  # a key of mixed types is JSON text the pandas path decodes
                 con.execute(f"COPY (SELECT * FROM {reader}) TO {sql_text(str(src))} (FORMAT parquet)")
             file_schema = pq.read_schema(src)
             if any(
@@ -197,8 +208,9 @@ def _streamed_plan(
             if pq.read_metadata(src).num_rows == 0:
                 return None
             sources.append(str(src))
-        if file_splits and "filename" in pq.read_schema(sources[0]).names:
-            return None
+        by_file = bool(file_splits) or not spec.id_column
+        if by_file and any({"filename", "file_row_number"} & set(pq.read_schema(s).names) for s in sources):
+            return None  # the columns DuckDB adds for the file's name and row number
         return _streamed_sql(con, files, sources, file_splits, spec, schema)
     except DataImportError:
         if not sources and files:
@@ -217,25 +229,36 @@ def _streamed_sql(
     schema: DecisionSchema | None,
 ) -> _StreamedPlan | None:
     """:func:`_streamed_plan`'s checks (one DuckDB query each) and SQL over the Parquet ``sources``."""
-    assert spec.id_column and spec.text_column
+    assert spec.text_column
     by_source = dict(zip(sources, (str(f) for f in files), strict=True))
+    by_file = bool(file_splits) or not spec.id_column
     src = (
         "read_parquet(["
         + ", ".join(sql_text(s) for s in sources)
         + "]"
-        + (", filename = true" if file_splits else "")
+        + (", filename = true, file_row_number = true" if by_file else "")
         + ")"
     )
-    idc, textc = sql_name(spec.id_column), sql_name(spec.text_column)
+    if spec.id_column:
+        idc = sql_name(spec.id_column)
+    else:  # the pandas path's ids: the file's stem and the row's number in its file, from 00001
+        stem = "CASE filename " + " ".join(
+            f"WHEN {sql_text(s)} THEN {sql_text(Path(by_source[s]).stem)}" for s in sources
+        )
+        idc = f"printf('%s-%05d', {stem} END, file_row_number + 1)"
+    textc = sql_name(spec.text_column)
+    # image and metadata values: printable ASCII, so Python's strip is SQL's trim and json.dumps escapes only " and \
+    extras = [sql_name(c) for c in (spec.image_column, *spec.meta_columns) if c]
     checks = con.execute(
         f"SELECT count(*), count(DISTINCT {idc}),"
         f" count(*) FILTER (WHERE {idc} IS NULL OR NOT regexp_full_match({idc}, '{_PLAIN_ID}')),"
         f" count(*) FILTER (WHERE {textc} IS NULL), count(*) FILTER (WHERE NOT regexp_matches({textc}, '[!-~]'))"
-        f" FROM {src}"
+        + "".join(f", count(*) FILTER (WHERE NOT regexp_full_match({c}, '[ -~]*'))" for c in extras)
+        + f" FROM {src}"
     ).fetchone()
     assert checks is not None
-    n, n_distinct, bad_ids, no_text, not_ascii = (int(v) for v in checks)
-    if n == 0 or n < FAST_PATH_MIN_ROWS or n != n_distinct or bad_ids or no_text:
+    n, n_distinct, bad_ids, no_text, not_ascii, *not_plain = (int(v) for v in checks)
+    if n == 0 or n < FAST_PATH_MIN_ROWS or n != n_distinct or bad_ids or no_text or any(not_plain):
         return None
     # a text without a visible ASCII character may still be blank (whitespace, invisible characters only): those
     # few are checked by the pandas path's own pattern, a batch at a time
@@ -260,7 +283,8 @@ def _streamed_sql(
             + " END"
         )
 
-    # splits
+    # splits (carved by the group, else the id, as the pandas path carves)
+    key = f"coalesce({sql_name(spec.group_column)}, {idc})" if spec.group_column else idc
     if spec.split_column:
         found = distinct(spec.split_column)
         if found is None:
@@ -272,12 +296,12 @@ def _streamed_sql(
     elif spec.split:
         split_sql = sql_text(SPLIT_ALIASES.get(spec.split.lower(), spec.split))
     elif spec.test_fraction is not None:
-        split_sql = f"CASE WHEN {_unit_sql(idc, spec.seed, 'test')} < {_double_sql(spec.test_fraction)} THEN 'test' ELSE 'train' END"
+        split_sql = f"CASE WHEN {_unit_sql(key, spec.seed, 'test')} < {_double_sql(spec.test_fraction)} THEN 'test' ELSE 'train' END"
     else:
         split_sql = cases("filename", {s: file_splits[by_source[s]] for s in sources})
     if spec.calibration_fraction:
         split_sql = (
-            f"CASE WHEN ({split_sql}) = 'train' AND {_unit_sql(idc, spec.seed, 'calibration')}"
+            f"CASE WHEN ({split_sql}) = 'train' AND {_unit_sql(key, spec.seed, 'calibration')}"
             f" < {_double_sql(spec.calibration_fraction)} THEN 'calibration' ELSE ({split_sql}) END"
         )
 
@@ -315,9 +339,24 @@ def _streamed_sql(
             f"SELECT {sql_text(question)} AS question, {idc} AS item_id, {split_sql} AS split, {option} AS gold"
             f" FROM {src} WHERE {where}"
         )
+    grp = sql_name(spec.group_column) if spec.group_column else "NULL::VARCHAR"
+    images = "NULL::VARCHAR[]"
+    if spec.image_column:
+        c = sql_name(spec.image_column)
+        images = f"CASE WHEN {c} <> '' THEN [trim(p) for p in string_split({c}, ';') if trim(p) <> ''] END"
+    meta = "NULL::VARCHAR"
+    if spec.meta_columns:
+        bs, q = "\\", '"'
+        fields = [
+            f"{sql_text(json.dumps(c, ensure_ascii=False) + ': ')} || coalesce({sql_text(q)} || replace(replace("
+            f"nullif(trim({sql_name(c)}), ''), {sql_text(bs)}, {sql_text(bs * 2)}), {sql_text(q)}, {sql_text(bs + q)})"
+            f" || {sql_text(q)}, 'null')"
+            for c in spec.meta_columns
+        ]
+        meta = "'{' || " + " || ', ' || ".join(fields) + " || '}'"
     items_sql = (
-        f"SELECT {idc} AS item_id, {textc} AS state_text, NULL::VARCHAR AS state_json, NULL::VARCHAR[] AS images,"
-        f" {split_sql} AS split, NULL::VARCHAR AS grp, NULL::VARCHAR AS meta FROM {src}"
+        f"SELECT {idc} AS item_id, {textc} AS state_text, NULL::VARCHAR AS state_json, {images} AS images,"
+        f" {split_sql} AS split, {grp} AS grp, {meta} AS meta FROM {src}"
     )
     return _StreamedPlan(n, items_sql, " UNION ALL ".join(labels_sql), " UNION ALL ".join(gold_sql), unlabelled)
 
