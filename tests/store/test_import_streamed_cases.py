@@ -92,3 +92,43 @@ def test_metadata_or_images_beyond_printable_ascii_go_the_pandas_path(tmp_path, 
     src = _write_any(tmp_path / "data.parquet", cols)
     calls, ((info, _, rows), (p_info, _, p_rows)) = _both_paths(tmp_path, monkeypatch, [src], FULL, SCHEMA2)
     assert calls[0] is None and (info, rows) == (p_info, p_rows)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+@pytest.mark.parametrize("null", [False, True], ids=["integers", "a-null-integer"])
+def test_integer_columns_are_streamed_as_their_text_unless_one_is_null(tmp_path, monkeypatch, suffix, null):
+    """Integer ids, labels (a yes/no question's 1/0, a score's level index) and groups are read as Python's
+    ``str`` of the integer, as the pandas path reads them; a null in one goes the pandas path."""
+    n = 400
+    cols = {
+        "id": list(range(1000, 1000 + n)),
+        "text": [f"message {i}" for i in range(n)],
+        "s": [i % 2 for i in range(n)],
+        "g": [i % 3 for i in range(n)],
+        "grp": [i // 4 for i in range(n)],
+    }
+    if null:
+        cols["g"][7] = None
+    if suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        src = tmp_path / "ints.parquet"
+        pq.write_table(
+            pa.table({k: pa.array(v, pa.int64() if k != "text" else pa.string()) for k, v in cols.items()}), src
+        )
+    else:
+        src = _write_any(tmp_path / "ints.jsonl", cols)
+    spec = ImportSpec(
+        "ints",
+        "text",
+        labels={"spam": "s", "grade": "g"},
+        id_column="id",
+        group_column="grp",
+        **{k: v for k, v in CARVING.items()},
+    )
+    calls, ((info, again, rows), (p_info, p_again, p_rows)) = _both_paths(tmp_path, monkeypatch, [src], spec, SCHEMA2)
+    assert (calls[0] is None) == null and (info, again, rows) == (p_info, p_again, p_rows)
+    assert rows[1][0][2] == "1000" and rows[1][0][7] == "0" and rows[1][4][7] == "1"
+    assert [r[4] for r in rows[2][:2]] == ["no", "yes"]  # spam of items 1000, 1001 (1/0 is yes/no)
+    assert [r[4] for r in rows[2] if r[3] == "grade"][:3] == ["0", "1", "2"]  # the levels' indices

@@ -50,6 +50,9 @@ from workbench.store.schemas import save_schema
 
 #: Plain printable-ASCII text whose first and last characters are visible: trimming and NFC leave it as is.
 _PLAIN_ID = "[!-~]([ -~]*[!-~])?"
+#: DuckDB's types of a JSON(L) key the streamed path reads: text, or integers (read as their text, as the pandas
+#: path reads them).
+_TEXT_TYPES = {"VARCHAR", "BIGINT", "INTEGER", "SMALLINT", "TINYINT", "UBIGINT", "UINTEGER", "USMALLINT", "UTINYINT"}
 #: Rows (all files together) from which ``import_dataset`` takes the streamed path (tests set it high to compare
 #: the two paths; 0: every import the streamed path can take takes it).
 FAST_PATH_MIN_ROWS = 0
@@ -168,6 +171,7 @@ def _streamed_plan(
         *spec.meta_columns,
     ]
     sources: list[str] = []
+    ints: set[str] = set()
     try:
         for i, (f, kind) in enumerate(zip(files, kinds, strict=True)):
             try:
@@ -193,25 +197,23 @@ def _streamed_plan(
                     types = dict(
                         (str(d[0]), str(d[1])) for d in con.execute(f"SELECT * FROM {reader} LIMIT 0").description
                     )
-                    if any(types.get(c) != "VARCHAR" for c in cols):
-                        return None  # a key of mixed types is JSON text the pandas path decodes
+                    if any(types.get(c) not in _TEXT_TYPES for c in cols):
+                        return None  # e.g. a key of mixed types: JSON text the pandas path decodes
                 con.execute(f"COPY (SELECT * FROM {reader}) TO {sql_text(str(src))} (FORMAT parquet)")
             file_schema = pq.read_schema(src)
-            if any(
-                c not in file_schema.names
-                or not (
-                    pa.types.is_string(file_schema.field(c).type) or pa.types.is_large_string(file_schema.field(c).type)
-                )
-                for c in cols
-            ):
-                return None
+            for c in cols:
+                kind_of = file_schema.field(c).type if c in file_schema.names else pa.null()
+                if pa.types.is_integer(kind_of):
+                    ints.add(c)  # the pandas path's text of an integer is Python's str, which is DuckDB's cast
+                elif not (pa.types.is_string(kind_of) or pa.types.is_large_string(kind_of)):
+                    return None
             if pq.read_metadata(src).num_rows == 0:
                 return None
             sources.append(str(src))
         by_file = bool(file_splits) or not spec.id_column
         if by_file and any({"filename", "file_row_number"} & set(pq.read_schema(s).names) for s in sources):
             return None  # the columns DuckDB adds for the file's name and row number
-        return _streamed_sql(con, files, sources, file_splits, spec, schema)
+        return _streamed_sql(con, files, sources, file_splits, spec, schema, sorted(ints))
     except DataImportError:
         if not sources and files:
             raise
@@ -227,8 +229,10 @@ def _streamed_sql(
     file_splits: dict[str, str],
     spec: ImportSpec,
     schema: DecisionSchema | None,
+    ints: list[str],
 ) -> _StreamedPlan | None:
-    """:func:`_streamed_plan`'s checks (one DuckDB query each) and SQL over the Parquet ``sources``."""
+    """:func:`_streamed_plan`'s checks (one DuckDB query each) and SQL over the Parquet ``sources`` (the columns
+    ``ints``, integers, read as their text; a null in one sends the import to the pandas path)."""
     assert spec.text_column
     by_source = dict(zip(sources, (str(f) for f in files), strict=True))
     by_file = bool(file_splits) or not spec.id_column
@@ -239,6 +243,9 @@ def _streamed_sql(
         + (", filename = true, file_row_number = true" if by_file else "")
         + ")"
     )
+    if ints:
+        casts = ", ".join(f"CAST({sql_name(c)} AS VARCHAR) AS {sql_name(c)}" for c in ints)
+        src = f"(SELECT * REPLACE ({casts}) FROM {src})"
     if spec.id_column:
         idc = sql_name(spec.id_column)
     else:  # the pandas path's ids: the file's stem and the row's number in its file, from 00001
@@ -254,6 +261,7 @@ def _streamed_sql(
         f" count(*) FILTER (WHERE {idc} IS NULL OR NOT regexp_full_match({idc}, '{_PLAIN_ID}')),"
         f" count(*) FILTER (WHERE {textc} IS NULL), count(*) FILTER (WHERE NOT regexp_matches({textc}, '[!-~]'))"
         + "".join(f", count(*) FILTER (WHERE NOT regexp_full_match({c}, '[ -~]*'))" for c in extras)
+        + "".join(f", count(*) FILTER (WHERE {sql_name(c)} IS NULL)" for c in ints)
         + f" FROM {src}"
     ).fetchone()
     assert checks is not None
