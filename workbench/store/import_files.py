@@ -131,16 +131,18 @@ def csv_reader(path: Path, kind: str, size: int, max_line: int | None = None) ->
 
 
 def json_reader(path: Path) -> str:
-    """DuckDB's reader of a JSON (``.json``: an array or records) or JSONL file as ``datasets import`` reads it, as SQL."""
-    fmt = "newline_delimited" if READERS.get(path.suffix.lower()) == "jsonl" else "auto"
-    return f"read_json({sql_text(str(path))}, format = {sql_text(fmt)})"
+    """DuckDB's reader of a JSON (``.json``: records, or an array of them) or JSONL file as ``datasets import`` reads it, as SQL."""
+    return f"read_json({sql_text(str(path))}, format = {sql_text(_json_format(path))})"
 
 
 def check_json(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     """A JSON(L) file's records have keys unique ignoring case and hold no ``NaN``/``Infinity`` (named by record)."""
-    p, fmt = str(path), "newline_delimited" if READERS.get(path.suffix.lower()) == "jsonl" else "auto"
-    _check_json_keys(con, p, fmt, path)
-    _check_json_constants(con, p, fmt, path)
+    _check_json_keys(con, str(path), _json_format(path), path)
+    _check_json_constants(con, str(path), _json_format(path), path)
+
+
+def _json_format(path: Path) -> str:
+    return "newline_delimited" if READERS.get(path.suffix.lower()) == "jsonl" else "auto"
 
 
 def sql_text(v: str) -> str:
