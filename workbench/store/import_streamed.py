@@ -72,8 +72,8 @@ def streamed_import(
 ) -> DatasetInfo | None:
     """The import done by DuckDB over the files (streamed, bounded memory), or None for the pandas path.
 
-    CSV and TSV files are first copied once into a temporary Parquet file by the same DuckDB reader (every column
-    as text), so the checks and the inserts scan columns instead of parsing the text again. Taken when it
+    CSV, TSV (every column as text), JSON and JSONL files are first copied once into a temporary Parquet file by the
+    same DuckDB reader, so the checks and the inserts scan columns instead of parsing the text again. Taken when it
     provably stores what the pandas path stores (:func:`_streamed_plan`); anything else, and every error, goes
     the pandas path, which names the offending file, row and field.
     """
