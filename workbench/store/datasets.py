@@ -31,22 +31,19 @@ import pyarrow as pa
 
 from workbench.errors import DataImportError, NotFoundError
 from workbench.schema import DecisionSchema, option_ids
-from workbench.store.db import transaction
-from workbench.store.fingerprints import content_fingerprint
-from workbench.store.import_files import first_line
 from workbench.store.import_frames import frame_for_file, hash_unit
 from workbench.store.import_spec import (
     BUILTIN_SLICES,
     GOLD_LABELS,
+    LABEL_COLUMNS,
     REPEATED_VOTES,
     SPLITS,
     DatasetInfo,
     ImportSpec,
-    import_params,
     validate_dataset_name,
 )
-from workbench.store.import_streamed import streamed_import
-from workbench.store.schemas import save_schema
+from workbench.store.import_streamed import streamed_import, write_version
+from workbench.store.import_streamed import write_gold_labels as _write_gold_labels  # noqa: F401 (tests call it)
 
 
 def _check_meta_columns(columns: Sequence[str]) -> None:
@@ -169,76 +166,26 @@ def import_dataset(
         | set(spec.label_votes)
         | (set(previous[2]) if (spec.append and previous) else set())
     )
-    params = import_params(spec, files)
-    params[REPEATED_VOTES] = _repeated_votes(items, labels, questions)
-    params[GOLD_LABELS] = [q for q in questions if params[REPEATED_VOTES][q] == []]
-
+    item_columns = ["item_id", "state_text", "state_json", "images", "split", "grp", "meta"]
     items_tbl = pa.Table.from_pandas(
-        items[["item_id", "state_text", "state_json", "images", "split", "grp", "meta"]].astype(
-            {"item_id": object, "split": object, "meta": object}
-        ),
+        items[item_columns].astype({"item_id": object, "split": object, "meta": object}),
         preserve_index=False,
-        schema=pa.schema(
-            [
-                ("item_id", pa.string()),
-                ("state_text", pa.string()),
-                ("state_json", pa.string()),
-                ("images", pa.list_(pa.string())),
-                ("split", pa.string()),
-                ("grp", pa.string()),
-                ("meta", pa.string()),
-            ]
-        ),
+        schema=pa.schema([(c, pa.list_(pa.string()) if c == "images" else pa.string()) for c in item_columns]),
     )
     labels_tbl = pa.Table.from_pandas(
-        labels[["item_id", "question", "option_id", "annotator"]].astype(object),
+        labels[list(LABEL_COLUMNS)].astype(object),
         preserve_index=False,
-        schema=pa.schema([(c, pa.string()) for c in ("item_id", "question", "option_id", "annotator")]),
+        schema=pa.schema([(c, pa.string()) for c in LABEL_COLUMNS]),
     )
-    fingerprint = content_fingerprint(con, items_tbl, labels_tbl)
-    shared = None if previous is None else _count_shared_ids(con, spec.name, int(previous[0]), items_tbl)
-    notices = []
-    if ids_normalised:
-        notices.append(f"{ids_normalised:,} item id(s) were trimmed or NFC-normalised (e.g. 'a1 ' is stored as 'a1')")
-    for q, n in sorted(unlabelled.items()):
-        notices.append(f"{n:,} row(s) have an empty or NaN label for {q!r} and were imported unlabelled")
-    extra: dict[str, Any] = {
-        "shared_ids": shared,
-        "unlabelled": unlabelled,
-        "ids_normalised": ids_normalised,
-        "notices": notices,
-    }
-    if previous is not None and previous[1] == fingerprint:
-        return DatasetInfo(spec.name, int(previous[0]), fingerprint, False, len(items), questions, **extra)
-    version = int(previous[0]) + 1 if previous else 1
     con.register("_items", items_tbl)
     con.register("_labels", labels_tbl)
     try:
-        with transaction(con):
-            h = save_schema(con, schema) if schema is not None else None
-            con.execute(
-                "INSERT INTO datasets (name, version, fingerprint, questions, schema_hash, n_items, params)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [spec.name, version, fingerprint, questions, h, len(items), json.dumps(params)],
-            )
-            con.execute(
-                "INSERT INTO items (dataset, version, item_id, state_text, state_json, images, split, grp, meta)"
-                " SELECT $n, $v, item_id, state_text, state_json::JSON, images, split, grp, meta::JSON FROM _items",
-                {"n": spec.name, "v": version},
-            )
-            con.execute(
-                "INSERT INTO labels SELECT $n, $v, item_id, question, option_id, annotator FROM _labels",
-                {"n": spec.name, "v": version},
-            )
-            _write_gold_labels(con, spec.name, version, params[GOLD_LABELS])
-    except duckdb.Error as exc:  # rolled back: nothing was written
-        raise DataImportError(
-            f"dataset {spec.name!r}: the store refused the rows: {first_line(exc)}", hint="fix the input named above"
-        ) from None
+        repeated = _repeated_votes(items, labels, questions)
+        stats = (unlabelled, ids_normalised)
+        return write_version(con, files, spec, schema, ("_items", "_labels"), len(items), questions, repeated, stats)
     finally:
         con.unregister("_items")
         con.unregister("_labels")
-    return DatasetInfo(spec.name, version, fingerprint, True, len(items), questions, **extra)
 
 
 #: Item fields that must agree across the rows of one item in the long (annotator) format.
@@ -263,21 +210,6 @@ def _repeated_votes(items: pd.DataFrame, labels: pd.DataFrame, questions: Sequen
             for q, group in pairs.dropna().drop_duplicates().groupby("question"):
                 out[str(q)] = sorted(str(v) for v in group["split"])
     return out
-
-
-def _write_gold_labels(con: duckdb.DuckDBPyConnection, name: str, version: int, questions: Sequence[str]) -> None:
-    """``gold_labels`` of a version being imported (inside its transaction): each label row of
-    ``questions`` (one per labelled item) with its item's split, joined from the rows just written (the
-    fast path of plain files writes them from the file rows instead)."""
-    if not questions:
-        return
-    con.execute(
-        "INSERT INTO gold_labels (dataset, version, question, item_id, split, gold)"
-        " SELECT l.dataset, l.version, l.question, l.item_id, i.split, l.option_id FROM labels l"
-        " JOIN items i ON i.dataset = l.dataset AND i.version = l.version AND i.item_id = l.item_id"
-        " WHERE l.dataset = $n AND l.version = $v AND list_contains($qs, l.question)",
-        {"n": name, "v": int(version), "qs": list(questions)},
-    )
 
 
 def _import_record(con: duckdb.DuckDBPyConnection, name: str, version: int, key: str) -> Any:
@@ -341,20 +273,6 @@ def _merge_annotator_rows(items: pd.DataFrame, spec: ImportSpec) -> pd.DataFrame
             hint="in the long format every row of an item carries the same item fields; only labels may differ",
         )
     return items.drop_duplicates("item_id", keep="first").drop(columns="annotator").reset_index(drop=True)
-
-
-def _count_shared_ids(con: duckdb.DuckDBPyConnection, name: str, version: int, items: pa.Table) -> int:
-    """How many of the new version's ids the previous version also has (one join in DuckDB)."""
-    con.register("_new_ids", items.select(["item_id"]))
-    try:
-        row = con.execute(
-            "SELECT count(DISTINCT n.item_id) FROM _new_ids n JOIN items i"
-            " ON i.dataset = ? AND i.version = ? AND i.item_id = n.item_id",
-            [name, version],
-        ).fetchone()
-    finally:
-        con.unregister("_new_ids")
-    return int(row[0]) if row else 0
 
 
 def _version_frames(con: duckdb.DuckDBPyConnection, name: str, version: int) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -13,23 +13,13 @@ import numpy as np
 import pyarrow as pa
 
 
-def content_fingerprint(con: duckdb.DuckDBPyConnection, items: pa.Table, labels: pa.Table) -> str:
-    """sha256 over items (id, state, images, split, group, metadata) and labels, in a canonical order.
+def fingerprint_of(con: duckdb.DuckDBPyConnection, items: str, labels: str) -> str:
+    """sha256 over the relations named ``items`` (id, state, images, split, group, metadata) and ``labels``
+    (registered tables or views in the store's columns), in a canonical order.
 
     Metadata enters only when some item has it, so a dataset imported without ``--meta-column``
     keeps the fingerprint it had before metadata existed (re-importing it adds no version).
     """
-    con.register("_fi", items)
-    con.register("_fl", labels)
-    try:
-        return fingerprint_of(con, "_fi", "_fl")
-    finally:
-        con.unregister("_fi")
-        con.unregister("_fl")
-
-
-def fingerprint_of(con: duckdb.DuckDBPyConnection, items: str, labels: str) -> str:
-    """:func:`content_fingerprint` of the relations named ``items`` and ``labels`` (registered tables or views)."""
     a = _sha256_agg(
         con,
         "concat_ws(chr(31), item_id, coalesce(state_text, ''), coalesce(state_json, ''),"

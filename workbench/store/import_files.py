@@ -96,10 +96,8 @@ def read_file(path: Path) -> pd.DataFrame:
             check_header(parquet_names(path), path)
             rel = con.execute("SELECT * FROM read_parquet(?)", [p])
         else:
-            fmt = "newline_delimited" if kind == "jsonl" else "auto"
-            _check_json_keys(con, p, fmt, path)
-            _check_json_constants(con, p, fmt, path)
-            rel = con.execute("SELECT * FROM read_json(?, format = ?)", [p, fmt])
+            check_json(con, path)
+            rel = con.execute(f"SELECT * FROM {json_reader(path)}")
         json_columns = [str(d[0]) for d in rel.description or () if str(d[1]) == "JSON"]
         df = rel.df()
     except duckdb.Error as exc:
@@ -130,6 +128,21 @@ def csv_reader(path: Path, kind: str, size: int, max_line: int | None = None) ->
         " quote = '\"', strict_mode = true, null_padding = false, ignore_errors = false, auto_detect = true,"
         f" max_line_size = {max(2_097_152, size + 1 if max_line is None else max_line)})"
     )
+
+
+def json_reader(path: Path) -> str:
+    """DuckDB's reader of a JSON (``.json``: records, or an array of them) or JSONL file as ``datasets import`` reads it, as SQL."""
+    return f"read_json({sql_text(str(path))}, format = {sql_text(_json_format(path))})"
+
+
+def check_json(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """A JSON(L) file's records have keys unique ignoring case and hold no ``NaN``/``Infinity`` (named by record)."""
+    _check_json_keys(con, str(path), _json_format(path), path)
+    _check_json_constants(con, str(path), _json_format(path), path)
+
+
+def _json_format(path: Path) -> str:
+    return "newline_delimited" if READERS.get(path.suffix.lower()) == "jsonl" else "auto"
 
 
 def sql_text(v: str) -> str:

@@ -23,6 +23,7 @@ from workbench.schema.questions import parse_json_text
 from workbench.store.import_files import READERS, file_split, first_line, read_file
 from workbench.store.import_spec import (
     ANONYMOUS_ANNOTATOR,
+    LABEL_COLUMNS,
     MAX_VOTES_PER_CELL,
     SINGLE_ANNOTATOR,
     SPLIT_ALIASES,
@@ -289,11 +290,7 @@ def frame_for_file(
         label_rows.append(lab[lab["option_id"].notna()])
     for question, columns in spec.label_votes.items():
         label_rows.append(_vote_count_rows(df, ids, question, columns, schema, path, kind, stats))
-    labels = (
-        pd.concat(label_rows, ignore_index=True)
-        if label_rows
-        else pd.DataFrame(columns=["item_id", "question", "option_id", "annotator"])
-    )
+    labels = pd.concat(label_rows, ignore_index=True) if label_rows else pd.DataFrame(columns=list(LABEL_COLUMNS))
     return items.reset_index(drop=True), labels, stats
 
 

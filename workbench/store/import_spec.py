@@ -58,6 +58,8 @@ class ImportSpec:
     append: bool = False
 
 
+#: The columns of a dataset's label rows, as the import hands them to the store's ``labels`` table.
+LABEL_COLUMNS = ("item_id", "question", "option_id", "annotator")
 #: Dataset names: printable, no surrounding whitespace, at most this long.
 MAX_NAME_LENGTH = 128
 #: The annotator of a label imported with --label (one label per item, annotator not known).

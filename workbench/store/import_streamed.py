@@ -7,6 +7,7 @@ it returns None where only the pandas path (:mod:`workbench.store.import_frames`
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,12 @@ from workbench.store.import_files import (
     READERS,
     check_delimited,
     check_header,
+    check_json,
     check_regular_file,
     csv_reader,
     file_split,
     first_line,
+    json_reader,
     parquet_names,
     sql_name,
     sql_text,
@@ -47,6 +50,9 @@ from workbench.store.schemas import save_schema
 
 #: Plain printable-ASCII text whose first and last characters are visible: trimming and NFC leave it as is.
 _PLAIN_ID = "[!-~]([ -~]*[!-~])?"
+#: DuckDB's types of a JSON(L) key the streamed path reads: text, or integers (read as their text, as the pandas
+#: path reads them).
+_TEXT_TYPES = {"VARCHAR", "BIGINT", "INTEGER", "SMALLINT", "TINYINT", "UBIGINT", "UINTEGER", "USMALLINT", "UTINYINT"}
 #: Rows (all files together) from which ``import_dataset`` takes the streamed path (tests set it high to compare
 #: the two paths; 0: every import the streamed path can take takes it).
 FAST_PATH_MIN_ROWS = 0
@@ -66,8 +72,8 @@ def streamed_import(
 ) -> DatasetInfo | None:
     """The import done by DuckDB over the files (streamed, bounded memory), or None for the pandas path.
 
-    CSV and TSV files are first copied once into a temporary Parquet file by the same DuckDB reader (every column
-    as text), so the checks and the inserts scan columns instead of parsing the text again. Taken when it
+    CSV, TSV (every column as text), JSON and JSONL files are first copied once into a temporary Parquet file by the
+    same DuckDB reader, so the checks and the inserts scan columns instead of parsing the text again. Taken when it
     provably stores what the pandas path stores (:func:`_streamed_plan`); anything else, and every error, goes
     the pandas path, which names the offending file, row and field.
     """
@@ -77,12 +83,31 @@ def streamed_import(
         plan = _streamed_plan(con, files, spec, schema, Path(tmp))
         if plan is None:
             return None
-        return _streamed_write(con, files, spec, schema, plan)
+        con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_items AS {plan.items_sql}")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_labels AS {plan.labels_sql}")
+        questions = sorted(spec.labels)
+        try:
+            # one row per item and question (unique ids, one label column each): no item has two votes
+            return write_version(
+                con,
+                files,
+                spec,
+                schema,
+                ("_fast_items", "_fast_labels"),
+                plan.n,
+                questions,
+                {q: [] for q in questions},
+                (plan.unlabelled, 0),
+                plan.gold_sql,
+            )
+        finally:
+            con.execute("DROP VIEW IF EXISTS _fast_items")
+            con.execute("DROP VIEW IF EXISTS _fast_labels")
 
 
 @dataclass
 class _StreamedPlan:
-    """What :func:`_streamed_write` inserts: SQL over the (staged) Parquet files and what the checks found."""
+    """What :func:`write_version` inserts: SQL over the (staged) Parquet files and what the checks found."""
 
     n: int
     items_sql: str
@@ -100,31 +125,29 @@ def _streamed_plan(
 ) -> _StreamedPlan | None:
     """The SQL of a streamed import, or None when the pandas path must do it.
 
-    Taken for ``--id-column``, ``--text-column`` and ``--label`` columns (with or without ``--schema``, any
-    question type, ``--positive``) and any split source (a column, ``--split``, file names, the fractions), when
-    every id is printable ASCII with visible first and last characters (trimming and NFC change nothing) and
-    unique, every text holds a visible character, and the label and split columns have few enough distinct
-    values: those are mapped in Python by the pandas path's own code (:func:`map_labels`), so the stored
-    labels, the unlabelled counts and the splits are the same. A label or split the pandas path refuses sends
-    the import there to be named with its row.
+    Taken for CSV, TSV, Parquet, JSON and JSONL files whose ``text_column``, ``labels`` (with or without
+    ``schema``, any question type, ``positive``) and optional ``id_column`` (else ids ``STEM-00001`` as the
+    pandas path numbers them), ``group_column``, ``image_column`` and ``meta_columns`` are text columns, with any
+    split source (a column, ``split``, file names, the fractions), when every id is printable ASCII with visible
+    first and last characters (trimming and NFC change nothing) and unique, every text holds a visible character,
+    image and metadata values are printable ASCII, and the label and split columns have few enough distinct
+    values: those are mapped in Python by the pandas path's own code (:func:`map_labels`), so the stored labels,
+    the unlabelled counts and the splits are the same. A label or split the pandas path refuses sends the import
+    there to be named with its row.
     """
     import pyarrow.parquet as pq
 
     if (
-        not spec.id_column
-        or not spec.text_column
+        not spec.text_column
         or not spec.labels
         or spec.state_column
-        or spec.image_column
-        or spec.group_column
         or spec.annotator_column
         or spec.label_votes
-        or spec.meta_columns
         or spec.append
     ):
         return None
     kinds = [READERS.get(f.suffix.lower()) for f in files]
-    if any(k not in ("parquet", "csv", "tsv") for k in kinds):
+    if any(k is None for k in kinds):
         return None
     # the split of each row, chosen as the pandas path chooses it
     file_splits: dict[str, str] = {}
@@ -141,17 +164,22 @@ def _streamed_plan(
                 return None
             file_splits[str(f)] = chosen
     cols = [
-        spec.id_column,
+        *([spec.id_column] if spec.id_column else []),
         spec.text_column,
         *spec.labels.values(),
-        *([spec.split_column] if spec.split_column else []),
+        *(c for c in (spec.split_column, spec.group_column, spec.image_column) if c),
+        *spec.meta_columns,
     ]
     sources: list[str] = []
+    ints: set[str] = set()
     try:
         for i, (f, kind) in enumerate(zip(files, kinds, strict=True)):
             try:
                 size = check_regular_file(f)
-                longest = check_delimited(f, "," if kind == "csv" else "\t") if kind in ("csv", "tsv") else 0
+                if kind in ("csv", "tsv"):
+                    longest = check_delimited(f, "," if kind == "csv" else "\t")
+                elif kind in ("json", "jsonl"):
+                    check_json(con, f)
             except DataImportError:
                 if i == 0:
                     raise  # the pandas path refuses the first file with the same error before anything else
@@ -160,26 +188,32 @@ def _streamed_plan(
                 check_header(parquet_names(f), f)
                 src = f
             else:
-                assert kind is not None
                 src = tmp / f"{i}.parquet"
-                # a record spanning lines (quoted newlines) longer than this is refused by DuckDB: the pandas path
-                reader = csv_reader(f, kind, size, min(size + 1, STREAMED_LINE_FACTOR * longest))
+                if kind in ("csv", "tsv"):
+                    # a record spanning lines (quoted newlines) longer than this is refused by DuckDB: the pandas path
+                    reader = csv_reader(f, kind, size, min(size + 1, STREAMED_LINE_FACTOR * longest))
+                else:
+                    reader = json_reader(f)
+                    types = dict(
+                        (str(d[0]), str(d[1])) for d in con.execute(f"SELECT * FROM {reader} LIMIT 0").description
+                    )
+                    if any(types.get(c) not in _TEXT_TYPES for c in cols):
+                        return None  # e.g. a key of mixed types: JSON text the pandas path decodes
                 con.execute(f"COPY (SELECT * FROM {reader}) TO {sql_text(str(src))} (FORMAT parquet)")
             file_schema = pq.read_schema(src)
-            if any(
-                c not in file_schema.names
-                or not (
-                    pa.types.is_string(file_schema.field(c).type) or pa.types.is_large_string(file_schema.field(c).type)
-                )
-                for c in cols
-            ):
-                return None
+            for c in cols:
+                kind_of = file_schema.field(c).type if c in file_schema.names else pa.null()
+                if pa.types.is_integer(kind_of):
+                    ints.add(c)  # the pandas path's text of an integer is Python's str, which is DuckDB's cast
+                elif not (pa.types.is_string(kind_of) or pa.types.is_large_string(kind_of)):
+                    return None
             if pq.read_metadata(src).num_rows == 0:
                 return None
             sources.append(str(src))
-        if file_splits and "filename" in pq.read_schema(sources[0]).names:
-            return None
-        return _streamed_sql(con, files, sources, file_splits, spec, schema)
+        by_file = bool(file_splits) or not spec.id_column
+        if by_file and any({"filename", "file_row_number"} & set(pq.read_schema(s).names) for s in sources):
+            return None  # the columns DuckDB adds for the file's name and row number
+        return _streamed_sql(con, files, sources, file_splits, spec, schema, sorted(ints))
     except DataImportError:
         if not sources and files:
             raise
@@ -195,27 +229,44 @@ def _streamed_sql(
     file_splits: dict[str, str],
     spec: ImportSpec,
     schema: DecisionSchema | None,
+    ints: list[str],
 ) -> _StreamedPlan | None:
-    """:func:`_streamed_plan`'s checks (one DuckDB query each) and SQL over the Parquet ``sources``."""
-    assert spec.id_column and spec.text_column
+    """:func:`_streamed_plan`'s checks (one DuckDB query each) and SQL over the Parquet ``sources`` (the columns
+    ``ints``, integers, read as their text; a null in one sends the import to the pandas path)."""
+    assert spec.text_column
     by_source = dict(zip(sources, (str(f) for f in files), strict=True))
+    by_file = bool(file_splits) or not spec.id_column
     src = (
         "read_parquet(["
         + ", ".join(sql_text(s) for s in sources)
         + "]"
-        + (", filename = true" if file_splits else "")
+        + (", filename = true, file_row_number = true" if by_file else "")
         + ")"
     )
-    idc, textc = sql_name(spec.id_column), sql_name(spec.text_column)
+    if ints:
+        casts = ", ".join(f"CAST({sql_name(c)} AS VARCHAR) AS {sql_name(c)}" for c in ints)
+        src = f"(SELECT * REPLACE ({casts}) FROM {src})"
+    if spec.id_column:
+        idc = sql_name(spec.id_column)
+    else:  # the pandas path's ids: the file's stem and the row's number in its file, from 00001
+        stem = "CASE filename " + " ".join(
+            f"WHEN {sql_text(s)} THEN {sql_text(Path(by_source[s]).stem)}" for s in sources
+        )
+        idc = f"printf('%s-%05d', {stem} END, file_row_number + 1)"
+    textc = sql_name(spec.text_column)
+    # image and metadata values: printable ASCII, so Python's strip is SQL's trim and json.dumps escapes only " and \
+    extras = [sql_name(c) for c in (spec.image_column, *spec.meta_columns) if c]
     checks = con.execute(
         f"SELECT count(*), count(DISTINCT {idc}),"
         f" count(*) FILTER (WHERE {idc} IS NULL OR NOT regexp_full_match({idc}, '{_PLAIN_ID}')),"
         f" count(*) FILTER (WHERE {textc} IS NULL), count(*) FILTER (WHERE NOT regexp_matches({textc}, '[!-~]'))"
-        f" FROM {src}"
+        + "".join(f", count(*) FILTER (WHERE NOT regexp_full_match({c}, '[ -~]*'))" for c in extras)
+        + "".join(f", count(*) FILTER (WHERE {sql_name(c)} IS NULL)" for c in ints)
+        + f" FROM {src}"
     ).fetchone()
     assert checks is not None
-    n, n_distinct, bad_ids, no_text, not_ascii = (int(v) for v in checks)
-    if n == 0 or n < FAST_PATH_MIN_ROWS or n != n_distinct or bad_ids or no_text:
+    n, n_distinct, bad_ids, no_text, not_ascii, *not_plain = (int(v) for v in checks)
+    if n == 0 or n < FAST_PATH_MIN_ROWS or n != n_distinct or bad_ids or no_text or any(not_plain):
         return None
     # a text without a visible ASCII character may still be blank (whitespace, invisible characters only): those
     # few are checked by the pandas path's own pattern, a batch at a time
@@ -240,7 +291,8 @@ def _streamed_sql(
             + " END"
         )
 
-    # splits
+    # splits (carved by the group, else the id, as the pandas path carves)
+    key = f"coalesce({sql_name(spec.group_column)}, {idc})" if spec.group_column else idc
     if spec.split_column:
         found = distinct(spec.split_column)
         if found is None:
@@ -252,12 +304,12 @@ def _streamed_sql(
     elif spec.split:
         split_sql = sql_text(SPLIT_ALIASES.get(spec.split.lower(), spec.split))
     elif spec.test_fraction is not None:
-        split_sql = f"CASE WHEN {_unit_sql(idc, spec.seed, 'test')} < {_double_sql(spec.test_fraction)} THEN 'test' ELSE 'train' END"
+        split_sql = f"CASE WHEN {_unit_sql(key, spec.seed, 'test')} < {_double_sql(spec.test_fraction)} THEN 'test' ELSE 'train' END"
     else:
         split_sql = cases("filename", {s: file_splits[by_source[s]] for s in sources})
     if spec.calibration_fraction:
         split_sql = (
-            f"CASE WHEN ({split_sql}) = 'train' AND {_unit_sql(idc, spec.seed, 'calibration')}"
+            f"CASE WHEN ({split_sql}) = 'train' AND {_unit_sql(key, spec.seed, 'calibration')}"
             f" < {_double_sql(spec.calibration_fraction)} THEN 'calibration' ELSE ({split_sql}) END"
         )
 
@@ -295,9 +347,24 @@ def _streamed_sql(
             f"SELECT {sql_text(question)} AS question, {idc} AS item_id, {split_sql} AS split, {option} AS gold"
             f" FROM {src} WHERE {where}"
         )
+    grp = sql_name(spec.group_column) if spec.group_column else "NULL::VARCHAR"
+    images = "NULL::VARCHAR[]"
+    if spec.image_column:
+        c = sql_name(spec.image_column)
+        images = f"CASE WHEN {c} <> '' THEN [trim(p) for p in string_split({c}, ';') if trim(p) <> ''] END"
+    meta = "NULL::VARCHAR"
+    if spec.meta_columns:
+        bs, q = "\\", '"'
+        fields = [
+            f"{sql_text(json.dumps(c, ensure_ascii=False) + ': ')} || coalesce({sql_text(q)} || replace(replace("
+            f"nullif(trim({sql_name(c)}), ''), {sql_text(bs)}, {sql_text(bs * 2)}), {sql_text(q)}, {sql_text(bs + q)})"
+            f" || {sql_text(q)}, 'null')"
+            for c in spec.meta_columns
+        ]
+        meta = "'{' || " + " || ', ' || ".join(fields) + " || '}'"
     items_sql = (
-        f"SELECT {idc} AS item_id, {textc} AS state_text, NULL::VARCHAR AS state_json, NULL::VARCHAR[] AS images,"
-        f" {split_sql} AS split, NULL::VARCHAR AS grp, NULL::VARCHAR AS meta FROM {src}"
+        f"SELECT {idc} AS item_id, {textc} AS state_text, NULL::VARCHAR AS state_json, {images} AS images,"
+        f" {split_sql} AS split, {grp} AS grp, {meta} AS meta FROM {src}"
     )
     return _StreamedPlan(n, items_sql, " UNION ALL ".join(labels_sql), " UNION ALL ".join(gold_sql), unlabelled)
 
@@ -315,32 +382,50 @@ def _double_sql(x: float) -> str:
     return f"CAST({sql_text(repr(float(x)))} AS DOUBLE)"
 
 
-def _streamed_write(
+def write_version(
     con: duckdb.DuckDBPyConnection,
     files: list[Path],
     spec: ImportSpec,
     schema: DecisionSchema | None,
-    plan: _StreamedPlan,
+    relations: tuple[str, str],
+    n: int,
+    questions: list[str],
+    repeated: dict[str, list[str]],
+    stats: tuple[dict[str, int], int],
+    gold_sql: str | None = None,
 ) -> DatasetInfo:
-    """Fingerprint and write (one transaction) what :func:`_streamed_plan` checked."""
-    con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_items AS {plan.items_sql}")
-    con.execute(f"CREATE OR REPLACE TEMP VIEW _fast_labels AS {plan.labels_sql}")
-    n, questions = plan.n, sorted(spec.labels)
-    notices = [
+    """Fingerprint the checked ``relations`` (the names of an items and a labels view or registered table, in the
+    store's columns) and write them as the next version of ``spec.name``, in one transaction: every import path's
+    write. ``repeated``: :data:`REPEATED_VOTES` per question; ``stats``: (unlabelled rows per question, ids
+    normalised), told as notices. ``gold_sql`` selects the ``gold_labels`` rows (question, item_id, split, gold)
+    from the file rows; without it they are joined from the rows just written. Nothing is written when the
+    content equals the latest version's (``created`` False) or when the store refuses a row (rolled back)."""
+    items, labels = relations
+    unlabelled, ids_normalised = stats
+    notices = [f"{ids_normalised:,} item id(s) were trimmed or NFC-normalised (e.g. 'a1 ' is stored as 'a1')"][
+        : 1 if ids_normalised else 0
+    ] + [
         f"{k:,} row(s) have an empty or NaN label for {q!r} and were imported unlabelled"
-        for q, k in sorted(plan.unlabelled.items())
+        for q, k in sorted(unlabelled.items())
     ]
-    extra: dict[str, Any] = {"shared_ids": None, "unlabelled": plan.unlabelled, "ids_normalised": 0, "notices": notices}
+    extra: dict[str, Any] = {
+        "shared_ids": None,
+        "unlabelled": unlabelled,
+        "ids_normalised": ids_normalised,
+        "notices": notices,
+    }
+    params = import_params(spec, files) | {REPEATED_VOTES: repeated}
+    params[GOLD_LABELS] = [q for q in questions if repeated[q] == []]
     with duckdb_settings(con, {"memory_limit": FAST_PATH_MEMORY_LIMIT}):  # DuckDB's buffer pool counts in RSS
         try:
-            fingerprint = fingerprint_of(con, "_fast_items", "_fast_labels")
+            fingerprint = fingerprint_of(con, items, labels)
             previous = con.execute(
                 "SELECT version, fingerprint FROM datasets WHERE name = ? ORDER BY version DESC LIMIT 1", [spec.name]
             ).fetchone()
             if previous is not None:
                 extra["shared_ids"] = int(
                     con.execute(
-                        "SELECT count(DISTINCT n.item_id) FROM _fast_items n JOIN items i"
+                        f"SELECT count(DISTINCT n.item_id) FROM {items} n JOIN items i"
                         " ON i.dataset = ? AND i.version = ? AND i.item_id = n.item_id",
                         [spec.name, int(previous[0])],
                     ).fetchone()[0]  # type: ignore[index]
@@ -348,9 +433,6 @@ def _streamed_write(
             if previous is not None and previous[1] == fingerprint:
                 return DatasetInfo(spec.name, int(previous[0]), fingerprint, False, n, questions, **extra)
             version = int(previous[0]) + 1 if previous else 1
-            # one row per item and question (unique ids, one label column each): no item has two votes
-            params = import_params(spec, files) | {REPEATED_VOTES: {q: [] for q in questions}}
-            params[GOLD_LABELS] = questions
             with transaction(con):
                 h = save_schema(con, schema) if schema is not None else None
                 con.execute(
@@ -360,24 +442,39 @@ def _streamed_write(
                 )
                 con.execute(
                     "INSERT INTO items (dataset, version, item_id, state_text, state_json, images, split, grp, meta)"
-                    " SELECT ?, ?, item_id, state_text, state_json::JSON, images, split, grp, meta::JSON FROM _fast_items",
+                    f" SELECT ?, ?, item_id, state_text, state_json::JSON, images, split, grp, meta::JSON FROM {items}",
                     [spec.name, version],
                 )
                 con.execute(
-                    "INSERT INTO labels SELECT ?, ?, item_id, question, option_id, annotator FROM _fast_labels",
+                    f"INSERT INTO labels SELECT ?, ?, item_id, question, option_id, annotator FROM {labels}",
                     [spec.name, version],
                 )
-                con.execute(
-                    "INSERT INTO gold_labels (dataset, version, question, item_id, split, gold)"
-                    f" SELECT ?, ?, question, item_id, split, gold FROM ({plan.gold_sql})",
-                    [spec.name, version],
-                )
+                if gold_sql is None:
+                    write_gold_labels(con, spec.name, version, params[GOLD_LABELS])
+                else:
+                    con.execute(
+                        "INSERT INTO gold_labels (dataset, version, question, item_id, split, gold)"
+                        f" SELECT ?, ?, question, item_id, split, gold FROM ({gold_sql})",
+                        [spec.name, version],
+                    )
         except duckdb.Error as exc:  # rolled back: nothing was written
             raise DataImportError(
                 f"dataset {spec.name!r}: the store refused the rows: {first_line(exc)}",
                 hint="fix the input named above",
             ) from None
-        finally:
-            con.execute("DROP VIEW IF EXISTS _fast_items")
-            con.execute("DROP VIEW IF EXISTS _fast_labels")
     return DatasetInfo(spec.name, version, fingerprint, True, n, questions, **extra)
+
+
+def write_gold_labels(con: duckdb.DuckDBPyConnection, name: str, version: int, questions: Sequence[str]) -> None:
+    """``gold_labels`` of a version being imported (inside its transaction): each label row of
+    ``questions`` (one per labelled item) with its item's split, joined from the rows just written (the
+    streamed path writes them from the file rows instead)."""
+    if not questions:
+        return
+    con.execute(
+        "INSERT INTO gold_labels (dataset, version, question, item_id, split, gold)"
+        " SELECT l.dataset, l.version, l.question, l.item_id, i.split, l.option_id FROM labels l"
+        " JOIN items i ON i.dataset = l.dataset AND i.version = l.version AND i.item_id = l.item_id"
+        " WHERE l.dataset = $n AND l.version = $v AND list_contains($qs, l.question)",
+        {"n": name, "v": int(version), "qs": list(questions)},
+    )
