@@ -95,7 +95,6 @@ MIN_PILOT_ITEMS = 30
 MIN_EXPECTED_ERRORS = 3
 #: A rule that accepts fewer pilot items than this is not "useful" (its error is not estimated).
 MIN_USEFUL_ACCEPTED = 5
-STATUSES = ("ok", "pilot_too_small", "unreachable", "beyond_max_labels")
 #: The plan warns when its recommendation is more than this many times the median N over the pilot's
 #: bootstrap replicates: the recommendation then rests on the few replicates whose best rule sits close
 #: to α (N grows like 1 / (α - error)², so a little noise in the error moves it by multiples).
@@ -366,7 +365,7 @@ class LabelPlan:
     pilot: dict
     curve: list[dict]
     recommended_labels: int | None
-    status: str
+    status: str  # "ok", "pilot_too_small", "unreachable" or "beyond_max_labels"
     messages: list[str] = field(default_factory=list)
     method_note: str = ""
     #: The spread of N over the pilot's bootstrap replicates: ``low`` / ``median`` / ``high`` (10 %,
