@@ -462,20 +462,14 @@ class SmoothReliabilityCurve:
         }
 
 
-def smooth_reliability_curve(
-    y_true: np.ndarray, y_score: np.ndarray, sigma: float | None = None, n_mesh: int = 201, label: str = ""
-) -> SmoothReliabilityCurve:
-    """Kernel-smoothed reliability curve (bandwidth = the smECE fixed point unless given)."""
+def smooth_reliability_curve(y_true: np.ndarray, y_score: np.ndarray, label: str = "") -> SmoothReliabilityCurve:
+    """Kernel-smoothed reliability curve on 201 points, at the bandwidth of the smECE fixed point."""
     y_true = np.asarray(y_true, dtype=float)
     y_score = np.asarray(y_score, dtype=float)
-    value, s = (
-        smooth_ece(y_true, y_score, return_sigma=True)
-        if sigma is None
-        else (smooth_ece_sigma(y_true, y_score, sigma), sigma)
-    )
+    value, s = smooth_ece(y_true, y_score, return_sigma=True)
     s_res, s_one = _smooth_parts(y_true, y_score, s)
     grid = np.linspace(0.0, 1.0, s_one.size)
-    mesh = np.linspace(0.0, 1.0, n_mesh)
+    mesh = np.linspace(0.0, 1.0, 201)
     res = np.interp(mesh, grid, s_res)
     one = np.interp(mesh, grid, s_one)
     with np.errstate(invalid="ignore", divide="ignore"):
