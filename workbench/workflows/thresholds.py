@@ -317,8 +317,9 @@ def labelled_items(
 
 @shared_keys()
 def frontier_for_run(con, run_id: str, question: str, options: ThresholdOptions, alphas) -> list:
-    """:func:`~workbench.thresholds.choose.certified_frontier` of a stored run's calibration split:
-    the guarantee selection at each α, prepared once from the run read in batches (as ``thresholds_for_run``)."""
+    """The certified frontier of a stored run's calibration split: the guarantee selection
+    (:func:`~workbench.thresholds.choose.select_prepared`) at each α, prepared once from the run read in
+    batches (as ``thresholds_for_run``)."""
     from dataclasses import replace
 
     from workbench.thresholds.choose import select_prepared
