@@ -80,6 +80,7 @@ import numpy as np
 
 from workbench.errors import OptionError
 from workbench.reporting import LogReporter, Reporter
+from workbench.thresholds.bounds import clopper_pearson
 from workbench.thresholds.guarantees import (
     ThresholdError,
     best_by_coverage,
@@ -332,16 +333,6 @@ def sizes_needed(
     at_min = c + e * (math.log(n_min) - m) / sd >= z
     n = np.where(at_min, n_min, np.where(rising, np.ceil(n - 1e-9), np.inf))
     return np.where(n > n_max, np.inf, np.maximum(n, n_min))
-
-
-def error_interval(errors: int, accepted: int, level: float = 0.9) -> tuple[float, float]:
-    """Two-sided Clopper–Pearson interval of an error rate (``level`` coverage)."""
-    from scipy.stats import beta
-
-    tail = (1 - level) / 2
-    lo = float(beta.ppf(tail, errors, accepted - errors + 1)) if errors > 0 else 0.0
-    hi = float(beta.ppf(1 - tail, errors + 1, accepted - errors)) if errors < accepted else 1.0
-    return lo, hi
 
 
 # -- the plan ---------------------------------------------------------------------------------------
@@ -811,7 +802,7 @@ def plan_labels_from_pilot(
         masked = np.where(useful, rate_p, np.inf)
         ti, tj = np.unravel_index(int(np.argmin(np.where(masked == masked.min(), -acc_p, 0))), masked.shape)
         a, e = int(acc_p[ti, tj]), int(err_p[ti, tj])
-        lo, hi = error_interval(e, a, 0.9)
+        lo, hi = clopper_pearson(e, a, 0.9)  # a >= MIN_USEFUL_ACCEPTED: never the empty interval
         pilot["target_rule"] = {
             "accepted": a,
             "errors": e,
