@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -308,9 +307,6 @@ def run_demo(
     fast: bool = False,
     options: Any = None,
     alpha: float | None = None,
-    delta: float | None = None,
-    datasets: tuple[str, ...] = DATASETS,
-    providers: tuple[str, ...] | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
     reporter: Any = None,
@@ -327,11 +323,9 @@ def run_demo(
     options : ThresholdOptions, optional
         How thresholds are chosen; default ``ThresholdOptions()`` — the defaults of
         ``workbench thresholds``, ``compare``, the UI and the API, so their figures agree.
-    alpha, delta : float, optional
-        Override ``options.alpha`` / ``options.delta`` (the guarantee
-        P(error among auto-accepted > alpha) <= delta on the calibration split).
-    datasets, providers : tuples
-        Subsets of :data:`DATASETS` and of the three demo providers.
+    alpha : float, optional
+        Override ``options.alpha`` (the guarantee P(error among auto-accepted > alpha) <= delta on the
+        calibration split).
     progress : bool
         Rich progress bars on stderr (the runner's).
     log : callable
@@ -350,20 +344,18 @@ def run_demo(
     reporter = reporter or default_reporter()
     log = log or reporter.log
     opts = options if options is not None else wb.ThresholdOptions()
-    overrides = {k: v for k, v in (("alpha", alpha), ("delta", delta)) if v is not None}
-    if overrides:
-        opts = replace(opts, **overrides)
+    if alpha is not None:
+        opts = replace(opts, alpha=alpha)
 
     t0 = time.perf_counter()
     out = Path(out_dir).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
     db = out / "workbench.duckdb"
-    providers = tuple(providers or (*LOCAL_PROVIDERS, EMULATED_PROVIDER))
     runs: list[DemoRun] = []
     info_by_name: dict[str, int] = {}
     con = wb.connect(db)
     try:
-        for name in datasets:
+        for name in DATASETS:
             spec = wb.bundled_dataset(name)
             if fast:
                 spec["paths"] = _subsample(name, out, FAST_ITEMS)
@@ -373,29 +365,24 @@ def run_demo(
                 f"[bold]{name}[/]: {info.n_items:,} items, v{info.version} "
                 f"({'imported' if info.created else 'already in the store'}), fingerprint {info.fingerprint[:12]}"
             )
-        minilm = _memo_minilm() if "local:minilm-zeroshot" in providers else None
-        with ExitStack() as stack:
-            env = dict(os.environ)
-            if EMULATED_PROVIDER in providers:
-                emu = stack.enter_context(wb.run_emulator(port=0))
-                env = _emulator_env(emu)
-                log(
-                    f"[yellow]EMULATED[/] {EMULATED_PROVIDER}: the workbench emulator on {emu.base_url} answers "
-                    "instead of Cloudflare (no network, dummy credentials)"
-                )
-            for name in datasets:
+        minilm = _memo_minilm()
+        with wb.run_emulator(port=0) as emu:
+            env = _emulator_env(emu)
+            log(
+                f"[yellow]EMULATED[/] {EMULATED_PROVIDER}: the workbench emulator on {emu.base_url} answers "
+                "instead of Cloudflare (no network, dummy credentials)"
+            )
+            for name in DATASETS:
                 from workbench.store.datasets import dataset_info
 
                 labels = sorted(dataset_info(con, name)["labels"]["intent"]["label_counts"])
                 variants = schema_variants(name, labels)
-                tfidf = None
-                if "baseline:tfidf-logreg" in providers:  # one fit per dataset, shared by both variants
-                    from workbench.providers.baselines import build_tfidf_logreg
+                from workbench.providers.baselines import build_tfidf_logreg
 
-                    tfidf = build_tfidf_logreg(con, name)
+                tfidf = build_tfidf_logreg(con, name)  # one fit per dataset, shared by both variants
                 shared = {"local:minilm-zeroshot": minilm, "baseline:tfidf-logreg": tfidf}
                 for variant, schema in variants.items():
-                    for spec_name in providers:
+                    for spec_name in (*LOCAL_PROVIDERS, EMULATED_PROVIDER):
                         label = run_label(name, spec_name, variant)
                         run_id = _finished_run(con, label, schema.hash, info_by_name[name])
                         if run_id is not None:  # a rerun of the demo: same data, same schema, already done
@@ -425,8 +412,7 @@ def run_demo(
                                 questions=list(schema.question_ids),
                             )
                         )
-            if EMULATED_PROVIDER in providers:
-                log(f"[yellow]EMULATED[/] emulator stopped after {emu.request_count():,} requests")
+            log(f"[yellow]EMULATED[/] emulator stopped after {emu.request_count():,} requests")
 
         shadow = _demo_shadow(con, runs, log)
         policy_dir = out / "policies"

@@ -7,7 +7,8 @@ import numpy as np
 from tests.metrics.conftest import build_store, calibrated_sample
 from workbench.metrics import reliability
 from workbench.metrics.displays import ConfusionDisplay, ReliabilityDisplay
-from workbench.workflows.evaluation import calibrate_run, confusion_display, reliability_display
+from workbench.store.runs import load_answers
+from workbench.workflows.evaluation import calibrate_run
 
 
 def test_reliability_display_from_predictions_matches_the_curve():
@@ -26,13 +27,14 @@ def test_reliability_display_from_predictions_matches_the_curve():
     assert f"ECE {curve.ece:.3f}" in markers.name
 
 
-def test_display_of_a_stored_run_draws_before_and_after_for_a_calibrated_view(tmp_path):
+def test_displays_of_stored_answers_draw_a_run_and_its_calibrated_view(tmp_path):
     probs, labels = calibrated_sample(600, 3, seed=4, temperature=0.5)
     con, run_id, *_ = build_store(tmp_path / "wb.duckdb", {"q": ("choice", ["a", "b", "c"], probs, labels)}, 600)
     view = calibrate_run(con, run_id, "isotonic")["run_id"]
-    d = reliability_display(con, view, "q")
+    before, after = (load_answers(con, r, "q", ["test"]) for r in (run_id, view))
+    d = ReliabilityDisplay.from_answers([("raw (before)", before), ("isotonic", after)], "q", split="test")
     assert len(d.curves) == 2 and "(before)" in d.curves[0][0]
-    c = confusion_display(con, run_id, "q", normalize="true")
+    c = ConfusionDisplay.from_answers(before, normalize="true")
     heat = c.figure_.data[0]
     assert list(heat.x)[-1] == "review"
     np.testing.assert_allclose(np.asarray(heat.z).sum(axis=1), 1.0)

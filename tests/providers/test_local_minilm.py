@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from workbench.providers.base import DecisionRequest
-from workbench.providers.local import TEMPERATURE, MiniLMZeroShot, answerer, model_path, option_texts, shared_model
+from workbench.providers.local import TEMPERATURE, MiniLMZeroShot, model_path, option_texts
 from workbench.providers.registry import ProviderContext, get_provider
 from workbench.schema import DecisionSchema
 
@@ -26,7 +26,7 @@ CATEGORIES = json.loads((BANKING / "categories.json").read_text())
 
 @pytest.fixture(scope="module")
 def model() -> MiniLMZeroShot:
-    return shared_model()
+    return MiniLMZeroShot()
 
 
 def intent_schema(
@@ -158,15 +158,18 @@ def test_noul_and_score_answers_are_well_formed(model):
 
 
 def test_answerer_hook_serves_the_emulator_over_http(model, emu, cf_env):
-    """The emulator answering with this model returns the model's own probabilities (4 decimals)."""
+    """The emulator answering with this model (``--answerer local:minilm-zeroshot``: the provider behind
+    the answerer hook) returns the model's own probabilities (4 decimals)."""
     import asyncio
 
     from workbench.emulator import run_emulator
+    from workbench.emulator.answering import ProviderAnswerer
 
     schema = intent_schema()
     text = "I want to know when my new card will arrive"
-    direct = answerer(schema.to_wire(), text)["intent"]
-    with run_emulator(port=0, answerer=answerer) as server:
+    (own,) = model.decide_batch([DecisionRequest(schema, text)])
+    direct = own.answers["intent"].probs
+    with run_emulator(port=0, answerer=ProviderAnswerer(model)) as server:
         env = {**cf_env, "CLOUDFLARE_CLEF_BASE_URL": server.cloudflare_base_url}
         provider = get_provider("cloudflare:clef-flash", context=ProviderContext(env=env))
 

@@ -19,7 +19,7 @@ from workbench.store import runs as store_runs
 from workbench.store.runs import create_run, get_run, iter_answer_batches, load_answers, load_stored_schema
 from workbench.thresholds.options import ThresholdOptions
 from workbench.workflows import compare
-from workbench.workflows.compare import compare_runs, stream_side
+from workbench.workflows.compare import compare_runs, stream_sides
 from workbench.workflows.evaluation import calibrate_run
 
 QUESTIONS = ["intent", "urgent", "severity"]
@@ -123,10 +123,9 @@ def test_compare_reads_every_run_in_batches_and_its_figures_are_the_references(s
 
 def test_streamed_items_are_the_in_memory_items(store, tiny_batches):
     con, run_id, view, _ = store
-    side = stream_side(con, view, "intent", "test")
+    (side,) = stream_sides(con, [(view, None)], "intent", "test")
     ans = load_answers(con, view, "intent", ["test"])
     ok = ~ans.failed & (ans.labels >= 0)
-    assert side.items.item_ids is None  # the ids stay in DuckDB
     assert np.array_equal(side.labelled, np.flatnonzero(ok)) and side.n_items == len(ans.labels)
     assert side.n_failed == int(ans.failed.sum()) and side.items.labels.dtype == np.int32
     assert np.array_equal(side.items.labels, ans.labels[ok])
@@ -184,7 +183,7 @@ def test_a_run_and_its_view_share_their_passes_and_each_gets_its_own_figures(sto
     """A calibrated view reads its run's rows: compare prepares both runs' policies from one gather
     of the calibrator carve and one pass of rule coordinates, and reads the test split once for both,
     where each run alone takes its own three passes; every figure is the one each run gets alone
-    (`thresholds_for_run`'s rule and test figures, `stream_side`'s items)."""
+    (`thresholds_for_run`'s rule and test figures, `stream_sides`' items)."""
     from workbench.workflows.thresholds import streamed_thresholds, streamed_thresholds_many, thresholds_for_run
 
     con, run_id, view, _ = store
@@ -208,7 +207,7 @@ def test_a_run_and_its_view_share_their_passes_and_each_gets_its_own_figures(sto
     rule = (many[1].rule, many[1].calibrator)
     sides = compare.stream_sides(con, [(run_id, None), (view, rule)], "intent", "test")
     for side, (run, r) in zip(sides, ((run_id, None), (view, rule)), strict=True):
-        want = stream_side(con, run, "intent", "test", r)
+        (want,) = stream_sides(con, [(run, r)], "intent", "test")
         for f in ("labels", "pred", "conf", "log_loss", "brier", "accepted", "option"):
             a, b = getattr(side.items, f), getattr(want.items, f)
             assert (a is None and b is None) or np.array_equal(a, b), f

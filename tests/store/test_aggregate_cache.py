@@ -56,8 +56,6 @@ def test_an_aggregate_is_read_back_under_the_same_inputs_only(store):
         is None
     )
 
-    assert ac.clear(path) == 1 and ac.load(path, key) is None
-
 
 def test_the_switch_and_an_unwritable_directory_keep_nothing(store, monkeypatch):
     _, path, _ = store

@@ -12,6 +12,8 @@ reproduced on a fixed synthetic run so the difference stays visible.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +21,7 @@ from hypothesis import strategies as st
 
 from tests.thresholds.synth import choice_data
 from tests.thresholds.test_choose import _answers
-from workbench.thresholds.choose import certified_frontier
+from workbench.thresholds.choose import prepare_question, select_prepared
 from workbench.thresholds.guarantees import (
     bound_order,
     certify_surface,
@@ -30,6 +32,15 @@ from workbench.thresholds.options import ThresholdOptions
 from workbench.thresholds.surface import risk_coverage_surface
 
 SWEEP = np.round(np.arange(0.02, 0.52, 0.02), 2)  # 25 values of α
+
+
+def certified_frontier(calibration, opts: ThresholdOptions, alphas) -> list:
+    """Guarantee selections for each α in ``alphas`` (other options as ``opts``), prepared once: element
+    ``i`` is ``choose_thresholds(calibration, None, replace(opts, objective="guarantee", alpha=alphas[i]))``'s
+    selection, as ``workbench thresholds`` and the frontier of a stored run (``frontier_for_run``) make it."""
+    opts = replace(opts, objective="guarantee")
+    prep = prepare_question(calibration, opts)
+    return [select_prepared(prep, replace(opts, alpha=float(a)), calibration) for a in alphas]
 
 
 def _assert_monotone(sels, alphas) -> None:

@@ -18,13 +18,13 @@ from tests.conftest import copy_store, run_cli
 from tests.thresholds.synth import choice_data, noul_data
 from workbench.errors import OptionError
 from workbench.metrics.recalibrate import apply_calibrator, fit_calibrator
+from workbench.thresholds.bounds import clopper_pearson
 from workbench.thresholds.choose import choose_thresholds
 from workbench.thresholds.guarantees import select_guarantee, select_guarantee_split
 from workbench.thresholds.options import ThresholdOptions
 from workbench.thresholds.planning import (
     WIDE_SPREAD,
     certify_batch,
-    error_interval,
     logistic_errors,
     plan_labels_from_pilot,
     range_text,
@@ -288,12 +288,12 @@ def test_success_curves_recover_each_replicates_crossing():
     assert np.isinf(need[3])
 
 
-def test_error_interval_is_clopper_pearson():
+def test_the_plans_error_interval_is_clopper_pearson_at_90_percent():
     from statsmodels.stats.proportion import proportion_confint
 
     for e, a in [(0, 40), (7, 223), (12, 247), (40, 40)]:
         lo, hi = proportion_confint(e, a, alpha=0.1, method="beta")
-        np.testing.assert_allclose(error_interval(e, a, 0.9), (lo, hi), atol=1e-12)
+        np.testing.assert_allclose(clopper_pearson(e, a, 0.9), (lo, hi), atol=1e-12)
 
 
 def test_plan_labels_reports_n_as_an_interval_and_warns_within_the_noise(tmp_path, b77_tfidf_master):

@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 
 from tests.thresholds.synth import choice_data
 from tests.thresholds.test_choose import _answers
-from tests.thresholds.test_monotone import SWEEP, _assert_monotone
+from tests.thresholds.test_monotone import SWEEP, _assert_monotone, certified_frontier
 from workbench.errors import OptionError
-from workbench.thresholds.choose import certified_frontier
 from workbench.thresholds.guarantees import (
     ThresholdError,
     hoeffding_bentkus_p_values,

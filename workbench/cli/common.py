@@ -117,7 +117,7 @@ def emit_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
-def print_table(table: Any, console: Console | None = None) -> None:
+def print_table(table: Any) -> None:
     """Print a rich ``Table`` with every row on one line when the output is a file or a pipe.
 
     On a terminal, or with ``COLUMNS`` set, the table fits that width, as rich lays it out. Piped or
@@ -127,7 +127,7 @@ def print_table(table: Any, console: Console | None = None) -> None:
     """
     from rich.measure import Measurement
 
-    console = out_console if console is None else console
+    console = out_console
     if console.is_terminal or os.environ.get("COLUMNS", "").strip():
         console.print(table)
         return

@@ -154,8 +154,8 @@ def _run(
             raise
         with open_store() as con:
             result = run_experiment_file(
+                con,
                 experiment,
-                con=con,
                 concurrency=concurrency,
                 limit=limit,
                 rate=parse_rate(rate),

@@ -196,7 +196,7 @@ LOCAL_SPARK_CONF = {
 }
 
 
-def spark_session(master: str = "local[2]", conf: dict[str, str] | None = None, app_name: str = "workbench") -> Any:
+def spark_session(master: str = "local[2]", conf: dict[str, str] | None = None) -> Any:
     """A ``SparkSession`` on ``master`` (``local[2]``, ``spark://host:7077``, ``yarn``, ``k8s://…``).
 
     ``conf`` adds or overrides settings (e.g. ``{"spark.executor.memory": "8g"}``); for a local master
@@ -209,7 +209,7 @@ def spark_session(master: str = "local[2]", conf: dict[str, str] | None = None, 
             "`engine` spark needs pyspark",
             hint="in the checkout: pip install -c constraints.txt -e '.[spark]' (and a Java 17 runtime)",
         ) from None
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.master(master).appName("workbench")
     settings = dict(LOCAL_SPARK_CONF) if master.startswith("local") else {"spark.sql.session.timeZone": "UTC"}
     settings.update(conf or {})
     for k, v in settings.items():
@@ -228,10 +228,8 @@ class SparkEngine(Engine):
 
     name = "spark"
 
-    def __init__(
-        self, master: str = "local[2]", conf: dict[str, str] | None = None, session: Any = None, stop: bool = False
-    ):
-        self.spark = session if session is not None else spark_session(master, conf)
+    def __init__(self, master: str = "local[2]", session: Any = None, stop: bool = False):
+        self.spark = session if session is not None else spark_session(master)
         self._stop = stop
 
     def read_parquet(self, view: str, paths: Sequence[str]) -> list[str]:
@@ -281,18 +279,12 @@ class SparkEngine(Engine):
             self.spark.stop()
 
 
-def open_engine(
-    engine: str = "duckdb",
-    *,
-    spark_master: str | None = None,
-    spark_conf: dict[str, str] | None = None,
-    memory_limit: str = "1GB",
-) -> Engine:
+def open_engine(engine: str = "duckdb", *, spark_master: str | None = None) -> Engine:
     """An :class:`Engine` by name: ``"duckdb"`` (default) or ``"spark"`` (on ``spark_master``, default ``local[2]``)."""
     if engine == "duckdb":
         if spark_master:
             raise OptionError("`spark_master` needs `engine` spark", parameter="spark_master")
-        return DuckDBEngine(memory_limit=memory_limit)
+        return DuckDBEngine()
     if engine == "spark":
-        return SparkEngine(spark_master or "local[2]", spark_conf, stop=True)
+        return SparkEngine(spark_master or "local[2]", stop=True)
     raise OptionError(f"engine {engine!r} is not one of {', '.join(ENGINES)}", parameter="engine")

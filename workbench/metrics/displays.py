@@ -118,8 +118,7 @@ class ReliabilityDisplay:
         smooth: bool = True,
     ) -> ReliabilityDisplay:
         """Diagram of named :class:`~workbench.answers.RunAnswers` of one question, one curve each
-        (yes/no questions default to P(yes); the last entry decides the default ``kind``).
-        :func:`workbench.workflows.evaluation.reliability_display` loads them from the store."""
+        (yes/no questions default to P(yes); the last entry decides the default ``kind``)."""
         ans = answers[-1][1]
         kind = kind or ("option" if ans.qtype == "noul" else "top-label")
         runs = list(answers)

@@ -238,13 +238,11 @@ def higher_is_better(name: str) -> bool:
     return BY_NAME[name].higher_is_better
 
 
-def per_item_stats(
-    items: Any, qtype: str, n_options: int, labels: str = "majority"
-) -> Callable[[np.ndarray | None], dict[str, float]]:
+def per_item_stats(items: Any, qtype: str, n_options: int) -> Callable[[np.ndarray | None], dict[str, float]]:
     """The per-item metrics of a ``qtype`` question (:attr:`Metric.per_item`) over ``items`` (anything with
     ``labels``, ``pred``, ``conf`` (n,)), as one replicate function ``weights or None -> {name: value}``.
     Preparation (a sort by confidence) is done once, here; a replicate is O(n)."""
-    chosen = [m for m in METRICS if m.per_item is not None and m.applies(qtype, n_options, labels)]
+    chosen = [m for m in METRICS if m.per_item is not None and m.applies(qtype, n_options)]
     if not chosen or len(items.labels) == 0:
         return lambda w: {}
     top = TopItems.of(items)

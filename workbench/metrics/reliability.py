@@ -122,31 +122,20 @@ class BinStats:
         return float(self.count.sum())
 
 
-def bin_stats(
-    y_true: np.ndarray,
-    y_score: np.ndarray,
-    n_bins: int = 15,
-    strategy: str = "uniform",
-    *,
-    edges: np.ndarray | None = None,
-    bins: np.ndarray | None = None,
-    sample_weight: np.ndarray | None = None,
-) -> BinStats:
-    """Sum scores, outcomes and counts per bin (``bins`` may be precomputed with :func:`assign_bins`)."""
+def bin_stats(y_true: np.ndarray, y_score: np.ndarray, n_bins: int = 15, strategy: str = "uniform") -> BinStats:
+    """Sum scores, outcomes and counts per bin."""
     y_true = np.asarray(y_true, dtype=float)
     y_score = np.asarray(y_score, dtype=float)
-    if bins is None and edges is None and strategy == "uniform":
+    if strategy == "uniform":
         edges = np.linspace(0.0, 1.0, n_bins + 1)
         bins = uniform_bin_index(y_score, n_bins)
-    if edges is None:
+    else:
         edges = bin_edges(y_score, n_bins, strategy)
-    nb = len(edges) - 1
-    if bins is None:
         bins = assign_bins(y_score, edges)
-    w = sample_weight
-    count = np.bincount(bins, weights=w, minlength=nb).astype(float)
-    sum_score = np.bincount(bins, weights=y_score if w is None else w * y_score, minlength=nb)
-    sum_true = np.bincount(bins, weights=y_true if w is None else w * y_true, minlength=nb)
+    nb = len(edges) - 1
+    count = np.bincount(bins, minlength=nb).astype(float)
+    sum_score = np.bincount(bins, weights=y_score, minlength=nb)
+    sum_true = np.bincount(bins, weights=y_true, minlength=nb)
     return BinStats(edges, count, sum_score, sum_true)
 
 
@@ -473,20 +462,14 @@ class SmoothReliabilityCurve:
         }
 
 
-def smooth_reliability_curve(
-    y_true: np.ndarray, y_score: np.ndarray, sigma: float | None = None, n_mesh: int = 201, label: str = ""
-) -> SmoothReliabilityCurve:
-    """Kernel-smoothed reliability curve (bandwidth = the smECE fixed point unless given)."""
+def smooth_reliability_curve(y_true: np.ndarray, y_score: np.ndarray, label: str = "") -> SmoothReliabilityCurve:
+    """Kernel-smoothed reliability curve on 201 points, at the bandwidth of the smECE fixed point."""
     y_true = np.asarray(y_true, dtype=float)
     y_score = np.asarray(y_score, dtype=float)
-    value, s = (
-        smooth_ece(y_true, y_score, return_sigma=True)
-        if sigma is None
-        else (smooth_ece_sigma(y_true, y_score, sigma), sigma)
-    )
+    value, s = smooth_ece(y_true, y_score, return_sigma=True)
     s_res, s_one = _smooth_parts(y_true, y_score, s)
     grid = np.linspace(0.0, 1.0, s_one.size)
-    mesh = np.linspace(0.0, 1.0, n_mesh)
+    mesh = np.linspace(0.0, 1.0, 201)
     res = np.interp(mesh, grid, s_res)
     one = np.interp(mesh, grid, s_one)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -292,14 +292,14 @@ def diff_on_run(con, a: PolicyModel, b: PolicyModel, run_id: str, *, splits: Seq
     return {"run_id": run_id, "splits": list(splits), "questions": moves}
 
 
-def jev_gate_metrics_on_run(con, run_id: str, *, splits: Sequence[str] = ("test",)):
+def jev_gate_metrics_on_run(con, run_id: str):
     """A ``gate_metrics`` callback for :func:`workbench.policy.io.to_jev_thresholds`: the jev-eval gate's
-    own accuracy, coverage and n on a run's labelled items (raw probabilities, as jev-eval gates them)."""
+    own accuracy, coverage and n on a run's labelled test items (raw probabilities, as jev-eval gates them)."""
     from workbench.policy.io import jev_gate_accepts
     from workbench.store.runs import load_answers
 
     def measure(question: str, qtype: str, threshold: float) -> dict | None:
-        ans = load_answers(con, run_id, question, splits=list(splits))
+        ans = load_answers(con, run_id, question, splits=["test"])
         ans = ans.select(ans.labels >= 0)
         if len(ans.labels) == 0:
             return None
@@ -316,15 +316,7 @@ def jev_gate_metrics_on_run(con, run_id: str, *, splits: Sequence[str] = ("test"
     return measure
 
 
-def build_cascade_policy(
-    con,
-    result,
-    *,
-    policy_version: str = "1.0.0",
-    max_state_tokens: int | None = None,
-    created_by: str | None = None,
-    bind_model: bool = True,
-) -> PolicyModel:
+def build_cascade_policy(con, result) -> PolicyModel:
     """The policy of a :class:`~workbench.thresholds.cascade.CascadeResult`'s chosen configuration.
 
     A cascade of two or more stages gives a format-2 policy with a ``cascade`` section:
@@ -332,8 +324,8 @@ def build_cascade_policy(
     ``escalate``), so the file is also a plain policy of the first model; ``cascade.stages`` carry every
     chosen stage's model, price, fitted calibrator and rule. When one stage alone is the cheapest
     certified configuration the policy is a plain (format 1) policy of that model with its calibrator
-    and rule (fallback ``review``) and the family's guarantee. With ``bind_model`` the runtime accepts
-    a stage's answer only from that stage's model.
+    and rule (fallback ``review``) and the family's guarantee. The runtime accepts a stage's answer only
+    from that stage's model (version 1.0.0, no creator, no limit on the state's tokens).
     """
     from workbench.policy.model import CASCADE_FORMAT_VERSION, CascadeSpec, CascadeStage
     from workbench.store.runs import get_run, load_stored_schema
@@ -405,9 +397,8 @@ def build_cascade_policy(
         notes.append("nothing certified: every item is escalated to review")
     return PolicyModel(
         format_version=1 if single else CASCADE_FORMAT_VERSION,
-        policy_version=policy_version,
+        policy_version="1.0.0",
         created_at=datetime.now(UTC).replace(microsecond=0).isoformat(),
-        created_by=created_by,
         workbench_version=workbench_version,
         source=stages[0].source,
         decision_schema=SchemaSpec(hash=schema.hash, name=schema.name, questions=schema.to_wire()),
@@ -416,8 +407,7 @@ def build_cascade_policy(
         validity=Validity(
             schema_hashes=[schema.hash],
             # every stage's model, when each has one (a stage without a model is checked by stage only)
-            models=list(dict.fromkeys(models)) if bind_model and len(models) == len(stages) else [],
-            max_state_tokens=max_state_tokens,
+            models=list(dict.fromkeys(models)) if len(models) == len(stages) else [],
         ),
         notes=notes,
         cascade=None

@@ -63,9 +63,8 @@ class TfidfLogReg(LocalBatchProvider):
         train_labels: dict[str, Sequence[str | None]],
         *,
         identity: str,
-        spec: str = "baseline:tfidf-logreg",
     ):
-        self.spec = spec
+        self.spec = "baseline:tfidf-logreg"
         self.model = f"tfidf-logreg/v{TFIDF_VERSION}/{identity}"
         self._texts = np.asarray(list(train_texts), dtype=object)
         self._labels = {q: np.asarray(list(v), dtype=object) for q, v in train_labels.items()}
@@ -136,9 +135,7 @@ class TfidfLogReg(LocalBatchProvider):
         return out
 
 
-def build_tfidf_logreg(
-    con, dataset: str, version: int | None = None, *, spec: str = "baseline:tfidf-logreg"
-) -> TfidfLogReg:
+def build_tfidf_logreg(con, dataset: str, version: int | None = None) -> TfidfLogReg:
     """Read the ``train`` split of ``dataset`` (states and every question's labels) and wrap it."""
     from workbench.store.datasets import dataset_info, load_items, load_labels
 
@@ -155,7 +152,7 @@ def build_tfidf_logreg(
     texts = [state_text(s) for s in items["state"]]
     # identity = the training data itself, so relabelling a test item does not invalidate the cache
     digest = hashlib.sha256(json.dumps([texts, train_labels], ensure_ascii=False).encode()).hexdigest()[:12]
-    return TfidfLogReg(texts, train_labels, identity=f"{dataset}@train-{digest}", spec=spec)
+    return TfidfLogReg(texts, train_labels, identity=f"{dataset}@train-{digest}")
 
 
 # -- rules:PATH -----------------------------------------------------------------------------------

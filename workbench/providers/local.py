@@ -308,34 +308,6 @@ class MiniLMZeroShot(LocalBatchProvider):
                 )
         return out
 
-    def answer_wire(self, questions_wire: dict, state: Any) -> dict[str, list[float]]:
-        """Probabilities per question id for one System One ``questions`` object and state.
-
-        Used by the emulator to answer like a real model. Lists are in schema order
-        (noul: ``[P(yes), P(no)]``).
-        """
-        schema = DecisionSchema.from_dict({"questions": questions_wire}, source="request")
-        state_emb = self.encode([state_text(state)])
-        return {qid: self.predict_proba(q, state_emb)[0].tolist() for qid, q in schema.questions.items()}
-
-
-_SHARED: MiniLMZeroShot | None = None
-_SHARED_LOCK = threading.Lock()
-
-
-def shared_model() -> MiniLMZeroShot:
-    """One process-wide instance (the weights take ~90 MB and ~5 s to load)."""
-    global _SHARED
-    with _SHARED_LOCK:
-        if _SHARED is None:
-            _SHARED = MiniLMZeroShot()
-        return _SHARED
-
-
-def answerer(questions_wire: dict, state: Any) -> dict[str, list[float]]:
-    """Emulator hook: ``answerer(questions_wire, state) -> {question id: probabilities}``."""
-    return shared_model().answer_wire(questions_wire, state)
-
 
 def build_local_provider(name: str, **settings: Any) -> MiniLMZeroShot:
     """Factory for ``local:<name>`` specs (only ``minilm-zeroshot`` exists)."""

@@ -24,7 +24,8 @@ PRICES_USD_PER_M: dict[tuple[str, str], float] = {
     ("openai", "gpt-6-luna"): 0.10,  # §3.7
 }
 
-#: Neurons per million input tokens on Workers AI (§3.1): billing = tokens x rate exactly.
+#: Neurons per million input tokens on Workers AI (§3.1): billing = tokens x rate exactly (the emulator's
+#: ``cf-ai-neurons`` header).
 NEURONS_PER_M: dict[str, float] = {"clef": 21_818.0, "clef-flash": 8_182.0}
 
 _DATED_SUFFIX = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8})$")

@@ -104,15 +104,6 @@ def render_state(state: Any) -> str:
     return json.dumps(state, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
-def char_class_counts(text: str) -> dict[str, int]:
-    """Number of characters of each class in ``text`` (keys of :data:`TOKENS_PER_CHAR`)."""
-    if not text:
-        return {c: 0 for c in _CLASS_ORDER}
-    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
-    counts = np.bincount(_class_of_codepoints(codes), minlength=len(_CLASS_ORDER))
-    return {c: int(n) for c, n in zip(_CLASS_ORDER, counts)}
-
-
 def estimate_tokens(value: Any) -> int:
     """Estimated token count of a state (string or JSON value), rounded up.
 

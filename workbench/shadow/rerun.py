@@ -9,7 +9,6 @@ session's champion side as logged with the new run as challenger.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,6 @@ def rerun_session(
     challenger: str,
     *,
     name: str | None = None,
-    env: Mapping[str, str] | None = None,
-    transport: Any = None,
     concurrency: int = 8,
     progress: bool = False,
     reporter: Any = None,
@@ -63,8 +60,6 @@ def rerun_session(
         provider_specs=[challenger],
         splits=["test"],
         run_name=f"shadow rerun {session} · {challenger}",
-        env=env,
-        transport=transport,
         concurrency=concurrency,
         progress=progress,
         **({"reporter": reporter} if reporter is not None else {}),

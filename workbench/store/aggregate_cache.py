@@ -131,13 +131,3 @@ def save(store_path: str | Path, key: str, payload: bytes) -> bool:
     except OSError:
         return False
     return True
-
-
-def clear(store_path: str | Path) -> int:
-    """Delete every aggregate kept for the store at ``store_path``; returns how many files were removed."""
-    d = cache_dir(store_path)
-    n = 0
-    for f in d.glob("*") if d.is_dir() else []:
-        f.unlink(missing_ok=True)
-        n += 1
-    return n

@@ -51,10 +51,10 @@ AGGREGATE_MEMORY_LIMIT = "2GB"
 
 
 @contextmanager
-def query_memory(con: duckdb.DuckDBPyConnection, limit: str | None = None) -> Iterator[None]:
-    """DuckDB's memory limit set to ``limit`` (raised or lowered) inside the block, then what the query
-    cached is released and the limit put back."""
-    want = limit or os.environ.get("WORKBENCH_AGGREGATE_MEMORY") or AGGREGATE_MEMORY_LIMIT
+def query_memory(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """DuckDB's memory limit set to ``WORKBENCH_AGGREGATE_MEMORY`` (default :data:`AGGREGATE_MEMORY_LIMIT`;
+    raised or lowered) inside the block, then what the query cached is released and the limit put back."""
+    want = os.environ.get("WORKBENCH_AGGREGATE_MEMORY") or AGGREGATE_MEMORY_LIMIT
     with duckdb_settings(con, {"memory_limit": want}, release=True):
         yield
 

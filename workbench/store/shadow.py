@@ -295,7 +295,7 @@ def _number(found: dict, key: str) -> str:
     return f"TRY_CAST(json_extract_string({_col(found, key)}, '$') AS DOUBLE)"
 
 
-def _outcome_rows_sql(found: dict, schema: DecisionSchema, staged: str, shadow_param: str = "$shadow") -> str:
+def _outcome_rows_sql(found: dict, schema: DecisionSchema, staged: str) -> str:
     """SELECT of (shadow, item_id, question, outcome, final_queue, human_override, _row) from a staged file
     (``_row``: the file's row order)."""
     single = len(schema.questions) == 1
@@ -317,7 +317,7 @@ def _outcome_rows_sql(found: dict, schema: DecisionSchema, staged: str, shadow_p
             )
 
         parts.append(
-            f"SELECT {shadow_param} AS shadow, {_text(found, 'item_id')} AS item_id, '{qid.replace(chr(39), chr(39) * 2)}'"
+            f"SELECT $shadow AS shadow, {_text(found, 'item_id')} AS item_id, '{qid.replace(chr(39), chr(39) * 2)}'"
             f" AS question, {per_question('outcome')} AS outcome, {per_question('final_queue')} AS final_queue,"
             f" {per_question('human_override')} AS human_override, rowid AS _row FROM {staged}"
         )

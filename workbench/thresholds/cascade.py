@@ -198,10 +198,10 @@ def _check_stages(stages: Sequence[RunAnswers]) -> None:
         )
 
 
-def _aligned_rows(stages: Sequence[RunAnswers], labelled: bool) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Sorted common item ids and, per stage, the row of each of them."""
+def _aligned_rows(stages: Sequence[RunAnswers]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Sorted labelled item ids every stage has and, per stage, the row of each of them."""
     ids = [np.asarray(s.item_ids).astype(str) for s in stages]
-    common = ids[0][stages[0].labels >= 0] if labelled else ids[0]
+    common = ids[0][stages[0].labels >= 0]
     for i in ids[1:]:
         common = np.intersect1d(common, i)
     common = np.sort(common)
@@ -217,16 +217,14 @@ def _stage_probs(stage: RunAnswers, idx: np.ndarray) -> np.ndarray:
     return np.where(np.asarray(stage.failed)[idx][:, None], np.nan, probs)
 
 
-def align_stages(
-    stages: Sequence[RunAnswers], *, labelled: bool = True, calibrators: Sequence[Any] | None = None
-) -> AlignedStages:
-    """Keep the items every stage has (labelled ones with ``labelled``), in one order; with
+def align_stages(stages: Sequence[RunAnswers], *, calibrators: Sequence[Any] | None = None) -> AlignedStages:
+    """Keep the labelled items every stage has, in one order; with
     ``calibrators`` (one fitted calibrator per stage) the coordinates are those of the calibrated
     probabilities (failed answers stay NaN: never accepted)."""
     from workbench.metrics.recalibrate import apply_calibrator
 
     _check_stages(stages)
-    common, rows = _aligned_rows(stages, labelled)
+    common, rows = _aligned_rows(stages)
     out = AlignedStages(common, np.zeros(0, dtype=int), [], [], [], [], [])
     for s, (st, idx) in enumerate(zip(stages, rows, strict=True)):
         probs = _stage_probs(st, idx)
@@ -257,7 +255,7 @@ def fit_stage_calibrators(stages: Sequence[RunAnswers], opts: CascadeOptions) ->
     from workbench.thresholds.options import ThresholdOptions
 
     _check_stages(stages)
-    common, rows = _aligned_rows(stages, True)
+    common, rows = _aligned_rows(stages)
     topts = ThresholdOptions(
         calibrate=opts.calibrate, calibrator_fraction=opts.calibrator_fraction, seed=opts.seed, alpha=opts.alpha
     )
@@ -847,7 +845,7 @@ def choose_cascade(
     if opts.prices is not None and len(opts.prices) != S:
         raise ThresholdError(f"{len(opts.prices)} prices for {S} stages")
     _check_stages(calibration)
-    common = _aligned_rows(calibration, True)[0]
+    common = _aligned_rows(calibration)[0]
     if len(common) == 0:
         raise ThresholdError(
             f"no labelled calibration item of {calibration[0].question!r} was answered by every stage",

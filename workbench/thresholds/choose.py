@@ -18,8 +18,7 @@ store's SQL points (:mod:`workbench.engines.store_aggregates`) — :func:`prepar
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -406,17 +405,6 @@ def _class_conditional(
         seed=opts.seed,
         order_rows=prep.order_rows,
     )
-
-
-def certified_frontier(calibration: RunAnswers, opts: ThresholdOptions, alphas: Sequence[float]) -> list[Selection]:
-    """Guarantee selections for each α in ``alphas`` (other options as ``opts``).
-
-    Element ``i`` equals ``choose_thresholds(calibration, None, replace(opts, objective="guarantee",
-    alpha=alphas[i])).selection``; the calibrator and surface are built once for all of them.
-    """
-    opts = replace(opts, objective="guarantee")
-    prep = prepare_question(calibration, opts)
-    return [select_prepared(prep, replace(opts, alpha=float(a)), calibration) for a in alphas]
 
 
 def finish_result(

@@ -141,7 +141,7 @@ def confusable_options(
     return sorted(group)
 
 
-def margin_path(n_x: int, n_y: int) -> np.ndarray:
+def margin_path(n_y: int) -> np.ndarray:
     """Flat indices into an (n_x, n_y) grid of the points ``(0, j)``, ``j`` from the strictest margin down:
     one group's strict→lax path (the margin orders a top-label rule's items; a ``tau`` at most the margin
     changes nothing, since the top probability is at least its margin over the second)."""
@@ -438,7 +438,7 @@ def select_class_conditional(
 
     # each group's strict→lax path: the margin axis (tau at its laxest grid value; a top probability is at least
     # its margin, so a tau up to the margin changes nothing), strictest first
-    paths = [margin_path(len(gx), len(gy))] * 2
+    paths = [margin_path(len(gy))] * 2
     order_counts = _joint(_on_path(o_s, paths[0], len(critical)), _on_path(o_l, paths[1], len(critical)))
     c_s, c_l, n_c = counts(certify)
     n_cert = certify.n

@@ -53,7 +53,6 @@ def evaluate_rule(
     probs: np.ndarray,
     labels: np.ndarray,
     *,
-    n_failed: int = 0,
     option_ids: list[str] | None = None,
     confidence: float = 0.95,
 ) -> dict:
@@ -65,8 +64,6 @@ def evaluate_rule(
     probs : ndarray of shape (n_items, n_options)
         NaN rows are failures (always routed to the fallback).
     labels : ndarray of shape (n_items,), int in [0, K)
-    n_failed : int
-        Failed items not present in ``probs`` (counted as reviews).
 
     Returns
     -------
@@ -75,7 +72,7 @@ def evaluate_rule(
         ``confusion`` (K × (K+1), last column = review) and counts.
     """
     counts = rule_counts(rule, probs, labels)
-    return rule_report_from_counts(counts, n_failed=n_failed, option_ids=option_ids, confidence=confidence)
+    return rule_report_from_counts(counts, option_ids=option_ids, confidence=confidence)
 
 
 def rule_counts(rule: Rule, probs: np.ndarray, labels: np.ndarray) -> dict:
@@ -132,13 +129,11 @@ def evaluate_rule_at(
     return rule_report_from_counts(counts, option_ids=option_ids, confidence=confidence)
 
 
-def rule_report_from_counts(
-    counts: dict, *, n_failed: int = 0, option_ids: list[str] | None = None, confidence: float = 0.95
-) -> dict:
+def rule_report_from_counts(counts: dict, *, option_ids: list[str] | None = None, confidence: float = 0.95) -> dict:
     """:func:`evaluate_rule`'s report from :func:`rule_counts`."""
     conf = np.asarray(counts["confusion"])
     k = conf.shape[0]
-    n_total = int(counts["n_items"]) + int(n_failed)
+    n_total = int(counts["n_items"])
     acc = int(conf[:, :k].sum())
     wrong = acc - int(np.trace(conf[:, :k]))
     return {
@@ -146,7 +141,7 @@ def rule_report_from_counts(
         "n_accepted": acc,
         "n_errors": wrong,
         "n_review": n_total - acc,
-        "n_failed": int(n_failed + counts["n_failed"]),
+        "n_failed": int(counts["n_failed"]),
         "error": rate_interval(wrong, acc, "clopper-pearson", confidence),
         "coverage": rate_interval(acc, n_total, "wilson", confidence),
         "review_rate": rate_interval(n_total - acc, n_total, "wilson", confidence),

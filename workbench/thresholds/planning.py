@@ -80,6 +80,7 @@ import numpy as np
 
 from workbench.errors import OptionError
 from workbench.reporting import LogReporter, Reporter
+from workbench.thresholds.bounds import clopper_pearson
 from workbench.thresholds.guarantees import (
     ThresholdError,
     best_by_coverage,
@@ -95,7 +96,6 @@ MIN_PILOT_ITEMS = 30
 MIN_EXPECTED_ERRORS = 3
 #: A rule that accepts fewer pilot items than this is not "useful" (its error is not estimated).
 MIN_USEFUL_ACCEPTED = 5
-STATUSES = ("ok", "pilot_too_small", "unreachable", "beyond_max_labels")
 #: The plan warns when its recommendation is more than this many times the median N over the pilot's
 #: bootstrap replicates: the recommendation then rests on the few replicates whose best rule sits close
 #: to α (N grows like 1 / (α - error)², so a little noise in the error moves it by multiples).
@@ -335,16 +335,6 @@ def sizes_needed(
     return np.where(n > n_max, np.inf, np.maximum(n, n_min))
 
 
-def error_interval(errors: int, accepted: int, level: float = 0.9) -> tuple[float, float]:
-    """Two-sided Clopper–Pearson interval of an error rate (``level`` coverage)."""
-    from scipy.stats import beta
-
-    tail = (1 - level) / 2
-    lo = float(beta.ppf(tail, errors, accepted - errors + 1)) if errors > 0 else 0.0
-    hi = float(beta.ppf(1 - tail, errors + 1, accepted - errors)) if errors < accepted else 1.0
-    return lo, hi
-
-
 # -- the plan ---------------------------------------------------------------------------------------
 @dataclass
 class LabelPlan:
@@ -366,7 +356,7 @@ class LabelPlan:
     pilot: dict
     curve: list[dict]
     recommended_labels: int | None
-    status: str
+    status: str  # "ok", "pilot_too_small", "unreachable" or "beyond_max_labels"
     messages: list[str] = field(default_factory=list)
     method_note: str = ""
     #: The spread of N over the pilot's bootstrap replicates: ``low`` / ``median`` / ``high`` (10 %,
@@ -812,7 +802,7 @@ def plan_labels_from_pilot(
         masked = np.where(useful, rate_p, np.inf)
         ti, tj = np.unravel_index(int(np.argmin(np.where(masked == masked.min(), -acc_p, 0))), masked.shape)
         a, e = int(acc_p[ti, tj]), int(err_p[ti, tj])
-        lo, hi = error_interval(e, a, 0.9)
+        lo, hi = clopper_pearson(e, a, 0.9)  # a >= MIN_USEFUL_ACCEPTED: never the empty interval
         pilot["target_rule"] = {
             "accepted": a,
             "errors": e,

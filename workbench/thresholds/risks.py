@@ -88,8 +88,9 @@ def cost_matrix(costs: Mapping[str, Mapping[str, float]] | None, option_ids: Seq
     return m
 
 
-def bounded_loss_p_values(loss_sum: np.ndarray, n: np.ndarray, alpha: float) -> np.ndarray:
-    """p-values of ``H: E[loss] > alpha`` from the summed losses (each in [0, 1]) of ``n`` items.
+def bounded_loss_p_values(loss_sum: np.ndarray, n: np.ndarray, alpha: float | np.ndarray) -> np.ndarray:
+    """p-values of ``H: E[loss] > alpha`` from the summed losses (each in [0, 1]) of ``n`` items (``alpha``
+    one level, or one per item: :func:`bounded_upper_bounds` bisects on it).
 
     ``min(exp(-n h(min(r̂, α), α)), e · BinomCDF(⌈n r̂⌉; n, α))`` with ``r̂ = loss_sum / n``
     (Hoeffding–Bentkus for bounded losses, as ``ltt.core.bounds.hb_p_value``); ``n == 0`` gives 1.
@@ -99,7 +100,7 @@ def bounded_loss_p_values(loss_sum: np.ndarray, n: np.ndarray, alpha: float) -> 
     loss_sum = np.asarray(loss_sum, dtype=float)
     n = np.asarray(n, dtype=float)
     r_hat = np.where(n > 0, loss_sum / np.maximum(n, 1), 1.0)
-    hoeffding = np.exp(-n * kl_bernoulli(np.minimum(r_hat, alpha), alpha))
+    hoeffding = np.exp(-n * kl_bernoulli(np.minimum(r_hat, alpha), alpha))  # type: ignore[arg-type]  # elementwise
     bentkus = math.e * binom.cdf(np.ceil(np.round(loss_sum, 9)), n, alpha)
     return np.where(n > 0, np.clip(np.minimum(hoeffding, bentkus), 0.0, 1.0), 1.0)
 
@@ -193,19 +194,10 @@ def bounded_upper_bounds(loss_sum: np.ndarray, n: np.ndarray, level: float) -> n
     hi = np.ones_like(lo)
     for _ in range(32):
         mid = (lo + hi) / 2
-        ok = _bounded_p(loss_sum, n, mid) <= level
+        ok = bounded_loss_p_values(loss_sum, n, mid) <= level
         hi = np.where(ok, mid, hi)
         lo = np.where(ok, lo, mid)
     return np.where(n > 0, hi, 1.0)
-
-
-def _bounded_p(loss_sum: np.ndarray, n: np.ndarray, a: np.ndarray) -> np.ndarray:
-    from scipy.stats import binom
-
-    r_hat = np.where(n > 0, loss_sum / np.maximum(n, 1), 1.0)
-    hoeffding = np.exp(-n * kl_bernoulli(np.minimum(r_hat, a), a))  # type: ignore[arg-type]  # elementwise
-    bentkus = math.e * binom.cdf(np.ceil(np.round(loss_sum, 9)), n, a)
-    return np.minimum(hoeffding, bentkus)
 
 
 def bounded_upper_bound(loss_sum: float, n: int, level: float) -> float:

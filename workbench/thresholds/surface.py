@@ -317,23 +317,15 @@ def _mixed_axis(lo: float, hi: float, n: int, decades: float = 3.0) -> np.ndarra
     return np.round(np.concatenate([head, tail]), 12)
 
 
-def default_grids(qtype: str, n: int = 100, *, spacing: str = "mixed") -> tuple[np.ndarray, np.ndarray]:
+def default_grids(qtype: str, n: int = 100) -> tuple[np.ndarray, np.ndarray]:
     """Threshold grids in rule-coordinate units (``n`` points per axis, ascending).
 
     choice/score: ``tau`` and ``margin`` over [0, 1). noul: ``tau_yes`` over [0.5, 1) and ``tau_no``
-    over (0, 0.5] (stored as ``-tau_no``, ascending). ``spacing="mixed"`` (default) is linear for the
-    first 90% of the range and geometric towards the strict end (see :func:`_mixed_axis`);
-    ``"linear"`` is ``linspace`` including both ends.
+    over (0, 0.5] (stored as ``-tau_no``, ascending). Each axis is linear for the first 90% of the
+    range and geometric towards the strict end (see :func:`_mixed_axis`).
     """
     if n < 2:
         raise ValueError("grid needs at least 2 points per axis")
-    if spacing == "linear":
-        if qtype == "noul":
-            return np.linspace(0.5, 1.0, n), np.sort(-np.linspace(0.0, 0.5, n))
-        g = np.linspace(0.0, 1.0, n)
-        return g, g.copy()
-    if spacing != "mixed":
-        raise ValueError("spacing must be 'mixed' or 'linear'")
     if qtype == "noul":
         yes = _mixed_axis(0.5, 1.0, n)
         return yes, np.sort(-(1.0 - yes))  # tau_no mirrors tau_yes: 1 - tau_yes
@@ -355,7 +347,6 @@ def risk_coverage_surface(
     level: str = "top",
     per_class: bool = True,
     weights: np.ndarray | None = None,
-    n_failed: int = 0,
     cost_matrix: np.ndarray | None = None,
     critical: Sequence[int] = (),
 ) -> Surface:
@@ -370,8 +361,6 @@ def risk_coverage_surface(
         Gold option index (items with -1 must be removed beforehand).
     grid : int, default=100
         Points per axis when ``x_grid``/``y_grid`` are not given.
-    n_failed : int, default=0
-        Extra failed items (not in ``probs``) that count in the coverage denominator.
     cost_matrix : ndarray of shape (n_options, n_options), optional
         Misroute costs ``[true, accepted]`` (0 on the diagonal): the surface then also sums the
         bounded loss ``cost / max cost`` of accepted items (``Surface.loss``, ``loss_scale``).
@@ -412,7 +401,7 @@ def risk_coverage_surface(
             )
     surf = surface_from_rules(
         coords, correct, n_classes=n_options if per_class else None, x_grid=gx, y_grid=gy, weights=weights,
-        n_total=labels.shape[0] + int(n_failed), loss=loss, loss_scale=scale, labels=labels, critical=critical,
+        n_total=labels.shape[0], loss=loss, loss_scale=scale, labels=labels, critical=critical,
     )  # fmt: skip
     surf.extra["coordinates"] = coords
     surf.extra["correct"] = correct

@@ -16,7 +16,7 @@ Runs are named by run id, by experiment name (its latest run of every pair), or 
 
 Every figure is computed from a few numbers per answered, labelled item (:class:`CompareItems`:
 correctness, confidence, log loss, Brier, RPS, P(yes), the chosen rule's decisions), built as each run
-is read in batches (:func:`stream_side`) at every size: one path, and no run is ever held as an (n, k)
+is read in batches (:func:`stream_sides`) at every size: one path, and no run is ever held as an (n, k)
 matrix.
 """
 
@@ -146,14 +146,12 @@ def _pick_baseline(runs: list[dict], baseline: str | None, experiment: Any) -> d
 class CompareItems:
     """Per-item figures of one run's answered, labelled rows (item-id order): all compare's metrics read.
 
-    Built from a probability matrix (:func:`compare_items`) or batch by batch from a streamed run
-    (:func:`stream_side`, rows written at their positions), so both paths give the same arrays.
+    Built batch by batch from a streamed run (:func:`stream_sides`, rows written at their positions).
     ``accepted``/``option`` are the decisions of the run's chosen rule (after its calibrator), when any.
-    Options are int32 (every figure counts them; none needs 64 bits); a streamed run's items hold no
-    ids (``item_ids`` None: they stay in DuckDB, which pairs runs by position, :func:`_pairs`).
+    Options are int32 (every figure counts them; none needs 64 bits). The items hold no ids: they stay
+    in DuckDB, which pairs runs by position (:func:`_pairs`).
     """
 
-    item_ids: np.ndarray | None  # (m,) object, or None (streamed)
     labels: np.ndarray  # (m,) int32
     pred: np.ndarray  # (m,) int32, arg-max option
     conf: np.ndarray  # (m,) float, top-label confidence
@@ -165,7 +163,7 @@ class CompareItems:
     accepted: np.ndarray | None = None  # (m,) bool
     option: np.ndarray | None = None  # (m,) int32
 
-    _ARRAYS = ("item_ids", "labels", "pred", "conf", "log_loss", "brier", "rps", "abs_level_error", "p_yes")
+    _ARRAYS = ("labels", "pred", "conf", "log_loss", "brier", "rps", "abs_level_error", "p_yes")
 
     def take(self, index: np.ndarray) -> CompareItems:
         """The items at ``index`` (positions or a boolean mask), in that order."""
@@ -183,7 +181,6 @@ class CompareItems:
             return np.full(m, np.nan)
 
         return cls(
-            item_ids=None,
             labels=np.full(m, -1, dtype=np.int32),
             pred=np.full(m, -1, dtype=np.int32),
             conf=f(),
@@ -200,26 +197,16 @@ class CompareItems:
         """Write ``part``'s rows at positions ``at``."""
         for f in (*self._ARRAYS, "accepted", "option"):
             mine = getattr(self, f)
-            if mine is not None and f != "item_ids":
+            if mine is not None:
                 mine[at] = getattr(part, f)
 
 
-def compare_items(
-    probs: np.ndarray, labels: np.ndarray, qtype: str, item_ids: np.ndarray | None = None, rule=None
-) -> CompareItems:
-    """:class:`CompareItems` of answered, labelled rows ``probs`` (m, k), ``labels`` (m,); ``rule``:
-    ``(rule, calibrator dict or None)`` whose decisions are kept (:func:`_decide_counted`)."""
-    return _items_counted(probs, labels, qtype, item_ids, rule)[0]
-
-
-def _items_counted(
-    probs: np.ndarray, labels: np.ndarray, qtype: str, item_ids: np.ndarray | None = None, rule=None
-) -> tuple[CompareItems, dict | None]:
-    """(:func:`compare_items`, the rule's :func:`~workbench.thresholds.evaluate.rule_counts` of these
-    rows, from the same decisions; None without a rule)."""
+def _items_counted(probs: np.ndarray, labels: np.ndarray, qtype: str, rule=None) -> tuple[CompareItems, dict | None]:
+    """(:class:`CompareItems` of answered, labelled rows ``probs`` (m, k), ``labels`` (m,); the rule's
+    :func:`~workbench.thresholds.evaluate.rule_counts` of these rows, from the same decisions, None without
+    a rule). ``rule``: ``(rule, calibrator dict or None)`` whose decisions are kept (:func:`_decide_counted`)."""
     conf, _ = top_label(probs, labels)
     out = CompareItems(
-        item_ids=item_ids,
         labels=np.asarray(labels, dtype=np.int32),
         pred=probs.argmax(axis=1).astype(np.int32),
         conf=conf,
@@ -613,22 +600,17 @@ class _RunSide:
 ITEM_ROWS = 20_000
 
 
-def stream_side(con, run_id: str, question: str, split: str, rule=None) -> _RunSide:
-    """:class:`_RunSide` of a run read in batches (:func:`~workbench.store.runs.iter_answer_batches`):
-    memory is a few compact numbers per item plus one batch, never the (n, k) matrix nor the ids
-    (they stay in DuckDB). Rows are written at their item-id positions, so the items equal the
-    in-memory ones."""
-    return stream_sides(con, [(run_id, rule)], question, split)[0]
-
-
 def _read_key(con, run: dict) -> tuple:
     """Runs with the same key read the same answer rows (:func:`workbench.workflows.thresholds.read_together`)."""
     return (answer_source(con, run)[0], run["dataset"], int(run["dataset_version"]), run["schema_hash"])
 
 
 def stream_sides(con, runs: Sequence[tuple[str, Any]], question: str, split: str) -> list[_RunSide]:
-    """:func:`stream_side` of several ``(run id, rule)`` that read the same answer rows (a run and its
-    calibrated views: :func:`workbench.workflows.thresholds.read_together`), from one pass over those rows: each
+    """:class:`_RunSide` of each ``(run id, rule)`` read in batches (:func:`~workbench.store.runs.iter_answer_batches`):
+    memory is a few compact numbers per item plus one batch, never the (n, k) matrix nor the ids (they
+    stay in DuckDB); rows are written at their item-id positions, so the items equal the in-memory ones.
+    Runs that read the same answer rows (a run and its calibrated views:
+    :func:`workbench.workflows.thresholds.read_together`) are read in one pass over those rows: each
     batch is read once and turned into every run's items as that run reads it."""
     from workbench.thresholds.evaluate import add_rule_counts
     from workbench.workflows.thresholds import as_read, read_together, read_transforms
@@ -659,7 +641,7 @@ def stream_sides(con, runs: Sequence[tuple[str, Any]], question: str, split: str
             sub = keep[start : start + ITEM_ROWS]
             raw, sub_labels, at = batch.probs[sub], batch.labels[sub], index[pos[sub]]
             for i, (t, (_, rule)) in enumerate(zip(transforms, runs, strict=True)):
-                part, part_counts = _items_counted(as_read(t, raw), sub_labels, batch.qtype, None, rule)
+                part, part_counts = _items_counted(as_read(t, raw), sub_labels, batch.qtype, rule)
                 every[i].put(at, part)
                 if part_counts is not None:
                     counts[i] = add_rule_counts(counts[i], part_counts)
@@ -677,14 +659,8 @@ def stream_sides(con, runs: Sequence[tuple[str, Any]], question: str, split: str
 
 def _pairs(con, base: _RunSide, other: _RunSide) -> tuple[np.ndarray, np.ndarray]:
     """(ia, ib): slots in ``base.items`` and ``other.items`` of the items both answered and labelled,
-    in item-id order. With both runs' ids in memory, :func:`numpy.intersect1d`; otherwise DuckDB joins
-    the runs' item ids and returns each pair's row positions (the positions of
-    :func:`~workbench.store.runs.iter_answer_batches`), so no id reaches Python."""
-    if base.items.item_ids is not None and other.items.item_ids is not None:
-        _, ia, ib = np.intersect1d(
-            base.items.item_ids.astype(str), other.items.item_ids.astype(str), return_indices=True
-        )
-        return ia, ib
+    in item-id order. DuckDB joins the runs' item ids and returns each pair's row positions (the
+    positions of :func:`~workbench.store.runs.iter_answer_batches`), so no id reaches Python."""
     run_a, run_b = get_run(con, base.run_id), get_run(con, other.run_id)
     if answer_source(con, run_a)[0] == answer_source(con, run_b)[0]:
         # the same rows (a calibrated view and its run): positions are the same items

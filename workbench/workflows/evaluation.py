@@ -6,8 +6,6 @@ the pure metrics on the arrays, and — for :func:`calibrate_run` — writes the
 ``report_run``            every metric of every question of a run on a split (a :class:`RunReport`)
 ``calibrate_run``         fit calibrators on the calibration split and store a calibrated view run
 ``label_issues_for_runs`` confident-learning label issues from one run or the consensus of several
-``reliability_display``   :class:`ReliabilityDisplay` of a stored run (a calibrated view with its parent)
-``confusion_display``     :class:`ConfusionDisplay` of a stored run
 ``agreement_for_run``     agreement among annotators and of the run's top option with them (the noise floor)
 
 ``workbench report``, ``workbench calibrate``, ``workbench label-issues``, the UI and notebooks call
@@ -26,7 +24,6 @@ import pandas as pd
 from workbench.answers import AnswerSource, RunAnswers, reads_in_batches, stream_cells
 from workbench.errors import WorkbenchError
 from workbench.metrics.agreement import AgreementReport, agreement_report, named_votes, vote_counts
-from workbench.metrics.displays import ConfusionDisplay, ReliabilityDisplay
 from workbench.metrics.label_issues import LabelIssues, consensus_probs, find_label_issues
 from workbench.metrics.recalibrate import CalibrationFitError, make_calibrator
 from workbench.metrics.reliability import calibration_error, top_label
@@ -338,7 +335,6 @@ def agreement_for_answers(
     *,
     splits: Sequence[str] | None = None,
     con: Any = None,
-    with_model: bool = True,
     top: np.ndarray | None = None,
 ) -> AgreementReport | None:
     """Agreement among the annotators of ``answers``' items and of the run's top option with them.
@@ -360,7 +356,7 @@ def agreement_for_answers(
     new_index[keep] = np.arange(keep.size)
     sel = new_index[rows] >= 0
     votes, ids = named_votes(new_index[rows][sel], annotators[sel], options[sel])
-    model = (top[keep] if top is not None else answers.probs[keep].argmax(axis=1)) if with_model else None
+    model = top[keep] if top is not None else answers.probs[keep].argmax(axis=1)
     return agreement_report(
         answers.votes[keep],
         votes=votes if ids else None,
@@ -586,34 +582,3 @@ def label_issues_for_runs(
             n_runs=n_runs,
         )
     return out
-
-
-# -- displays ---------------------------------------------------------------------------------------
-def reliability_display(
-    con: Any, run_id: str, question: str, *, split: str | None = "test", with_parent: bool = True, **options: Any
-) -> ReliabilityDisplay:
-    """Reliability diagram of a stored run (yes/no questions default to P(yes)); a calibrated view
-    also draws its parent run, so before/after share the axes. ``options`` are those of
-    :meth:`ReliabilityDisplay.from_answers` (``n_bins``, ``strategy``, ``kind``, ``option``, ``smooth``)."""
-    run = get_run(con, run_id)
-    splits = None if split in (None, "all") else [split]
-    runs = [(f"{run.get('name') or run['run_id']}", load_answers(con, run["run_id"], question, splits))]
-    if with_parent and run.get("kind") == "calibrated" and run.get("parent_run_id"):
-        parent = get_run(con, run["parent_run_id"])
-        label = f"{parent.get('name') or parent['run_id']} (before)"
-        runs.insert(0, (label, load_answers(con, parent["run_id"], question, splits)))
-    return ReliabilityDisplay.from_answers(runs, question, split=split, **options)
-
-
-def confusion_display(
-    con: Any,
-    run_id: str,
-    question: str,
-    *,
-    split: str | None = "test",
-    accept: np.ndarray | None = None,
-    normalize: str | None = None,
-) -> ConfusionDisplay:
-    """Confusion matrix of a stored run on ``split`` (``None``/``"all"``: every split)."""
-    ans = load_answers(con, run_id, question, None if split in (None, "all") else [split])
-    return ConfusionDisplay.from_answers(ans, split=split, accept=accept, normalize=normalize)

@@ -188,9 +188,9 @@ def load_experiment(path: str | Path) -> Experiment:
 
 
 def run_experiment_file(
-    *args: Any,
-    con: Any = None,
-    path: str | Path | None = None,
+    con: Any,
+    path: str | Path,
+    *,
     concurrency: int | None = None,
     limit: int | None = None,
     env: Mapping[str, str] | None = None,
@@ -198,13 +198,11 @@ def run_experiment_file(
     rate: float | None = None,
     max_cost: float | None = None,
     timeout: float | None = None,
-    transport: Any = None,
     reporter: Reporter | None = None,
 ) -> dict:
     """Run the full cross product of an experiment file; return its name and run ids.
 
-    Call as ``run_experiment_file(con, path)`` or ``run_experiment_file(path, con=con)``. Each
-    (variant, provider) is one run tagged with ``experiment`` and ``variant``; cached responses are
+    Each (variant, provider) is one run tagged with ``experiment`` and ``variant``; cached responses are
     reused, so running the same file again costs nothing. Progress and one line per run go to
     ``reporter`` (default: the ``workbench`` logger).
 
@@ -213,13 +211,6 @@ def run_experiment_file(
     result : dict
         ``{"experiment", "dataset", "source", "runs": [{"run_id", "variant", "provider", "status", "summary"}]}``.
     """
-    for arg in args:  # a store connection has .execute; anything else is the path
-        if hasattr(arg, "execute"):
-            con = arg
-        else:
-            path = arg
-    if con is None or path is None:
-        raise TypeError("run_experiment_file needs a store connection and an experiment path")
     from workbench.runner import run_experiment
     from workbench.schema import load_schema
     from workbench.store.runs import get_run
@@ -239,7 +230,6 @@ def run_experiment_file(
             "timeout": timeout or exp.timeout or 5.0,
             "questions_per_request": variant.questions_per_request,
             "env": env,
-            "transport": transport,
             "progress": progress,
             "reporter": reporter,
         }
@@ -290,7 +280,6 @@ def _run_probe(
     setting: ProbeSetting,
     *,
     env: Mapping[str, str],
-    transport: Any,
     progress: bool,
     reporter: Reporter,
     **options: Any,
@@ -308,9 +297,7 @@ def _run_probe(
     tag = probe_variant(vname, setting)
     out = []
     for spec in exp.providers:
-        inner = build_provider(
-            con, spec, dataset=exp.dataset, dataset_version=version, options=opts, env=env, transport=transport
-        )
+        inner = build_provider(con, spec, dataset=exp.dataset, dataset_version=version, options=opts, env=env)
         run_id = start_run(
             con,
             dataset=exp.dataset,
@@ -328,7 +315,6 @@ def _run_probe(
             con,
             run_id,
             env=env,
-            transport=transport,
             progress=progress,
             provider=ProbedProvider(inner, probe),
             reporter=reporter,

@@ -28,8 +28,6 @@ from workbench.errors import WorkbenchError
 from workbench.metrics.bootstrap import mcnemar
 from workbench.wording import plural
 
-Z95 = 1.959963984540054
-
 
 class RobustnessError(WorkbenchError):
     """Runs that cannot be compared for robustness (other dataset, other schema, no common items)."""

@@ -317,8 +317,9 @@ def labelled_items(
 
 @shared_keys()
 def frontier_for_run(con, run_id: str, question: str, options: ThresholdOptions, alphas) -> list:
-    """:func:`~workbench.thresholds.choose.certified_frontier` of a stored run's calibration split:
-    the guarantee selection at each α, prepared once from the run read in batches (as ``thresholds_for_run``)."""
+    """The certified frontier of a stored run's calibration split: the guarantee selection
+    (:func:`~workbench.thresholds.choose.select_prepared`) at each α, prepared once from the run read in
+    batches (as ``thresholds_for_run``)."""
     from dataclasses import replace
 
     from workbench.thresholds.choose import select_prepared
@@ -453,8 +454,6 @@ def threshold_slices_for_run(
     run_id: str,
     result: ThresholdResult,
     column: str,
-    *,
-    test_split: str = "test",
 ) -> dict:
     """Coverage and error of ``result``'s rule per slice of ``column`` on the test split.
 
@@ -466,9 +465,9 @@ def threshold_slices_for_run(
     from workbench.thresholds.evaluate import evaluate_rule_by_slice
     from workbench.workflows.evaluation import slice_values
 
-    test = load_answers(con, run_id, result.question, splits=[test_split])
+    test = load_answers(con, run_id, result.question, splits=["test"])
     values, order = slice_values(con, test, column)
-    return {"column": column, "split": test_split, **evaluate_rule_by_slice(result, test, values, order=order)}
+    return {"column": column, "split": "test", **evaluate_rule_by_slice(result, test, values, order=order)}
 
 
 def cascade_for_runs(
@@ -476,16 +475,14 @@ def cascade_for_runs(
     run_ids: Sequence[str],
     question: str,
     options=None,
-    *,
-    calibration_split: str = "calibration",
-    test_split: str | None = "test",
 ):
     """The cheapest certified configuration of ``run_ids`` (in stage order) for ``question``: a cascade
     of them or one of them alone, each priced as its own model.
 
-    Loads each stage's answers and chooses with :func:`workbench.thresholds.cascade.choose_cascade`
-    (one Learn-then-Test family holding every single stage and every cascade, each stage recalibrated
-    as ``choose_thresholds`` does); the test figures are on the items every stage answered.
+    Loads each stage's answers of the calibration and test splits and chooses with
+    :func:`workbench.thresholds.cascade.choose_cascade` (one Learn-then-Test family holding every single
+    stage and every cascade, each stage recalibrated as ``choose_thresholds`` does); the test figures are
+    on the items every stage answered.
 
     Returns
     -------
@@ -498,6 +495,6 @@ def cascade_for_runs(
 
     opts = options if options is not None else CascadeOptions()
     ids = [str(get_run(con, r)["run_id"]) for r in run_ids]
-    cal = [load_answers(con, r, question, splits=[calibration_split]) for r in ids]
-    test = [load_answers(con, r, question, splits=[test_split]) for r in ids] if test_split else None
+    cal = [load_answers(con, r, question, splits=["calibration"]) for r in ids]
+    test = [load_answers(con, r, question, splits=["test"]) for r in ids]
     return choose_cascade(cal, test, opts)

@@ -38,6 +38,7 @@ from workbench.providers.dialects.systemone import (
     system_one_answers,
 )
 from workbench.providers.http import HttpProvider, classify_http_error, error_fields
+from workbench.providers.prices import NEURONS_PER_M
 
 DEFAULT_BASE_URL = "https://api.cloudflare.com/client/v4"
 DEFAULT_WINDOW_TOKENS = 65_536
@@ -49,8 +50,6 @@ MAX_IMAGES = 4
 KEY_ENV = ("CLOUDFLARE_API_KEY", "CLOUDFLARE_API_TOKEN", "CLOUDFLARE_AUTH_TOKEN")
 #: The models Workers AI serves as ``@cf/cloudflare/{model}`` (the input schema's ``model`` pattern, providers.md §3.1).
 MODELS = ("clef", "clef-flash")
-#: Neurons billed per million tokens, per model (the emulator's ``cf-ai-neurons`` header).
-_NEURONS_PER_MTOK = {"clef": 21_818.0, "clef-flash": 8_182.0}
 
 _ROUTE = re.compile(r"^/client/v4/accounts/([^/]+)/ai/run/@cf/cloudflare/([^/]+)$")
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -138,7 +137,7 @@ class Cloudflare(SystemOne):
             "answers": system_one_answers(a.questions, a.probs, confidence="gini"),
             "usage": {"input_tokens": a.tokens, "output_tokens": 0},
         }
-        neurons = a.tokens * _NEURONS_PER_MTOK[model] / 1e6
+        neurons = a.tokens * NEURONS_PER_M[model] / 1e6
         headers = {**_ray_headers(a.rng), "cf-ai-req-id": a.rid, "cf-ai-neurons": f"{neurons:.2f}"}
         return 200, {"result": result, "success": True, "errors": [], "messages": []}, headers
 

@@ -239,8 +239,8 @@ def confusion_display(path: str, token: tuple, run_id: str, question: str, split
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def run_headlines(path: str, token: tuple, split: str = "test") -> pd.DataFrame:
-    """Accuracy and top-label ECE of every run and question on ``split`` (point estimates), from
+def run_headlines(path: str, token: tuple) -> pd.DataFrame:
+    """Accuracy and top-label ECE of every run and question on the test split (point estimates), from
     :func:`workbench.metrics.report.report_run` — what ``workbench report RUN`` prints."""
     from workbench.workflows.evaluation import report_run
 
@@ -249,7 +249,7 @@ def run_headlines(path: str, token: tuple, split: str = "test") -> pd.DataFrame:
     with read_connection(path) as con:
         for run_id in runs["run_id"]:
             try:
-                rep = report_run(con, run_id, split=split, n_boot=0, with_before=False, smooth=False)
+                rep = report_run(con, run_id, split="test", n_boot=0, with_before=False, smooth=False)
             except Exception:  # noqa: BLE001 - a run without this split (or still empty) has no headline
                 continue
             for q in rep.questions:

@@ -128,28 +128,25 @@ def run_label(runs: pd.DataFrame, run_id: str) -> str:
     return f"{r['provider']}{mark} · {r['dataset']} · {run_id}"
 
 
-def pick_run(
-    runs: pd.DataFrame, *, key: str = KEY_RUN, label: str = "Run", only_done: bool = False, container: Any = None
-) -> str | None:
-    """A run select box bound to session state (shared across pages by default)."""
+def pick_run(runs: pd.DataFrame, *, container: Any = None) -> str | None:
+    """A run select box bound to session state (:data:`KEY_RUN`, shared across pages)."""
     box = container or st
     if runs.empty:
         box.info("No runs in this store yet. `workbench demo` creates some offline.")
         return None
     ids = runs["run_id"].tolist()
-    if only_done:
-        ids = runs.loc[runs["status"] != "running", "run_id"].tolist() or ids
-    if key in st.session_state and st.session_state[key] not in ids:
-        del st.session_state[key]
-    return box.selectbox(label, ids, key=key, format_func=lambda r: run_label(runs, r))
+    if KEY_RUN in st.session_state and st.session_state[KEY_RUN] not in ids:
+        del st.session_state[KEY_RUN]
+    return box.selectbox("Run", ids, key=KEY_RUN, format_func=lambda r: run_label(runs, r))
 
 
-def pick_question(run: dict, *, key: str = KEY_QUESTION, container: Any = None) -> str:
+def pick_question(run: dict, *, container: Any = None) -> str:
+    """A question select box bound to session state (:data:`KEY_QUESTION`, shared across pages)."""
     box = container or st
     qs = run["questions"]
-    if key in st.session_state and st.session_state[key] not in qs:
-        del st.session_state[key]
-    return box.selectbox("Question", qs, key=key, format_func=lambda q: f"{q} ({run['question_types'][q]})")
+    if KEY_QUESTION in st.session_state and st.session_state[KEY_QUESTION] not in qs:
+        del st.session_state[KEY_QUESTION]
+    return box.selectbox("Question", qs, key=KEY_QUESTION, format_func=lambda q: f"{q} ({run['question_types'][q]})")
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

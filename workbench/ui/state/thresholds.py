@@ -260,7 +260,7 @@ def certified_frontier(
     path: str, token: tuple, run_id: str, question: str, settings: tuple, alphas: tuple[float, ...]
 ) -> pd.DataFrame:
     """Certified calibration coverage for each α (others as ``settings``), from
-    :func:`workbench.thresholds.choose.certified_frontier`: each point is the selection
+    :func:`workbench.workflows.thresholds.frontier_for_run`: each point is the selection
     ``choose_thresholds`` makes at that α (0 where nothing is certified). Of a large run, kept between
     sessions (:func:`kept`; :func:`kept_frontier` looks it up without computing)."""
     from workbench.workflows.thresholds import frontier_for_run
