@@ -218,7 +218,7 @@ def test_the_imports_gold_labels_give_the_figures_of_items_joined_with_labels(si
     joined = _figures(con, run_id)
     assert "gold_labels" not in ag._rows_sql(con, run, "intent", labelled=True)
     con.execute("BEGIN")
-    ds._write_gold_labels(con, "toy", 1, ["intent"])
+    streamed.write_gold_labels(con, "toy", 1, ["intent"])
     con.execute("COMMIT")
     con.execute(
         "UPDATE datasets SET params = ? WHERE name = 'toy'",

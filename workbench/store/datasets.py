@@ -43,7 +43,6 @@ from workbench.store.import_spec import (
     validate_dataset_name,
 )
 from workbench.store.import_streamed import streamed_import, write_version
-from workbench.store.import_streamed import write_gold_labels as _write_gold_labels  # noqa: F401 (tests call it)
 
 
 def _check_meta_columns(columns: Sequence[str]) -> None:
@@ -181,8 +180,10 @@ def import_dataset(
     con.register("_labels", labels_tbl)
     try:
         repeated = _repeated_votes(items, labels, questions)
-        stats = (unlabelled, ids_normalised)
-        return write_version(con, files, spec, schema, ("_items", "_labels"), len(items), questions, repeated, stats)
+        return write_version(
+            con, files, spec, schema, ("_items", "_labels"), len(items), questions, repeated,
+            unlabelled=unlabelled, ids_normalised=ids_normalised,
+        )  # fmt: skip
     finally:
         con.unregister("_items")
         con.unregister("_labels")

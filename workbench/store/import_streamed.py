@@ -97,8 +97,8 @@ def streamed_import(
                 plan.n,
                 questions,
                 {q: [] for q in questions},
-                (plan.unlabelled, 0),
-                plan.gold_sql,
+                unlabelled=plan.unlabelled,
+                gold_sql=plan.gold_sql,
             )
         finally:
             con.execute("DROP VIEW IF EXISTS _fast_items")
@@ -391,20 +391,22 @@ def write_version(
     n: int,
     questions: list[str],
     repeated: dict[str, list[str]],
-    stats: tuple[dict[str, int], int],
+    *,
+    unlabelled: dict[str, int],
+    ids_normalised: int = 0,
     gold_sql: str | None = None,
 ) -> DatasetInfo:
     """Fingerprint the checked ``relations`` (the names of an items and a labels view or registered table, in the
     store's columns) and write them as the next version of ``spec.name``, in one transaction: every import path's
-    write. ``repeated``: :data:`REPEATED_VOTES` per question; ``stats``: (unlabelled rows per question, ids
-    normalised), told as notices. ``gold_sql`` selects the ``gold_labels`` rows (question, item_id, split, gold)
+    write. ``repeated``: :data:`REPEATED_VOTES` per question; ``unlabelled`` (rows per question) and
+    ``ids_normalised`` are told as notices. ``gold_sql`` selects the ``gold_labels`` rows (question, item_id, split, gold)
     from the file rows; without it they are joined from the rows just written. Nothing is written when the
     content equals the latest version's (``created`` False) or when the store refuses a row (rolled back)."""
     items, labels = relations
-    unlabelled, ids_normalised = stats
-    notices = [f"{ids_normalised:,} item id(s) were trimmed or NFC-normalised (e.g. 'a1 ' is stored as 'a1')"][
-        : 1 if ids_normalised else 0
-    ] + [
+    notices = []
+    if ids_normalised:
+        notices.append(f"{ids_normalised:,} item id(s) were trimmed or NFC-normalised (e.g. 'a1 ' is stored as 'a1')")
+    notices += [
         f"{k:,} row(s) have an empty or NaN label for {q!r} and were imported unlabelled"
         for q, k in sorted(unlabelled.items())
     ]
